@@ -1,0 +1,542 @@
+/*
+ * test_manifest: manifest build/open round trip, lookups, readdir order,
+ * paths, totals, truncation and byte-flip fuzzing, and a 1 M-entry open.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <endian.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "log.h"
+#include "manifest.h"
+#include "util.h"
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define CHUNK	(64u * 1024)
+/* "ünïcødé.txt" in UTF-8 */
+#define UNAME	"\xc3\xbc" "n" "\xc3\xaf" "c" "\xc3\xb8" "d" "\xc3\xa9" ".txt"
+
+static struct sfs_attr mkattr(uint32_t mode, uint64_t size)
+{
+	struct sfs_attr a = {
+		.mode = mode,
+		.uid = 1000,
+		.gid = 100,
+		.size = size,
+		.atime = { 1700000000, 1 },
+		.mtime = { 1700000001, 999999999 },
+		.ctime = { 1700000002, 0 },
+	};
+
+	return a;
+}
+
+static void fake_chunks(uint64_t size, uint32_t seed, struct sfs_id *ids,
+			uint32_t *n)
+{
+	*n = (uint32_t)DIV_ROUND_UP(size, CHUNK);
+	for (uint32_t i = 0; i < *n; i++) {
+		ids[i].hi = 0x1111000000000000ULL + seed;
+		ids[i].lo = i + 1;
+	}
+}
+
+static void add_file(struct manifest_builder *b, const char *path, uint64_t size,
+		     uint32_t seed)
+{
+	struct sfs_id ids[64];
+	uint32_t n;
+	struct sfs_attr a = mkattr(S_IFREG | 0644, size);
+
+	fake_chunks(size, seed, ids, &n);
+	assert_int_equal(manifest_builder_add(b, path, &a, NULL, ids, n), 0);
+}
+
+/* The small tree used by most tests, added in a scrambled order. */
+static void build_small(void **buf, size_t *len)
+{
+	struct manifest_builder *b = manifest_builder_create(CHUNK);
+	struct sfs_attr d = mkattr(S_IFDIR | 0755, 4096);
+	struct sfs_attr l = mkattr(S_IFLNK | 0777, 0);
+
+	assert_non_null(b);
+	add_file(b, "a/b/f1", 3 * CHUNK + 1, 1);
+	assert_int_equal(manifest_builder_add(b, "a/b", &d, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_add(b, "a", &d, NULL, NULL, 0), 0);
+	add_file(b, "a/b/f0", CHUNK, 2);
+	add_file(b, "a/b/f2", CHUNK - 1, 3);
+	add_file(b, "file with space", 10, 4);
+	add_file(b, UNAME, 5, 5);
+	add_file(b, "zero", 0, 6);
+	assert_int_equal(manifest_builder_add(b, "empty", &d, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_add(b, "link", &l, "a/b/f1", NULL, 0), 0);
+	assert_int_equal(manifest_builder_add(b, "Z", &d, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_add(b, "", &d, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_finish(b, 7, buf, len), 0);
+	manifest_builder_destroy(b);
+}
+
+static struct manifest *open_small(void)
+{
+	void *buf;
+	size_t len;
+	struct manifest *m;
+	char err[128];
+
+	build_small(&buf, &len);
+	assert_int_equal(manifest_open(buf, len, &m, err, sizeof(err)), 0);
+	return m;
+}
+
+static uint64_t ino_of(struct manifest *m, const char *path)
+{
+	struct sfs_attr a;
+	char tmp[512], *save, *tok;
+	uint64_t ino = SFS_ROOT_INO;
+
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (tok = strtok_r(tmp, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+		if (manifest_lookup(m, ino, tok, &a))
+			return 0;
+		ino = a.ino;
+	}
+	return ino;
+}
+
+static void test_round_trip(void **state)
+{
+	struct manifest *m = open_small();
+	struct sfs_attr a;
+	struct sfs_id id, want;
+	char buf[64];
+	uint64_t ino;
+
+	assert_int_equal(manifest_chunk_size(m), CHUNK);
+	assert_int_equal(manifest_version(m), 7);
+	assert_int_equal(manifest_nentries(m), 12);
+
+	assert_int_equal(manifest_getattr(m, SFS_ROOT_INO, &a), 0);
+	assert_true(S_ISDIR(a.mode));
+	/* root: a, empty, Z -> 2 + 3 */
+	assert_int_equal(a.nlink, 5);
+
+	ino = ino_of(m, "a/b/f1");
+	assert_int_not_equal(ino, 0);
+	assert_int_equal(manifest_getattr(m, ino, &a), 0);
+	assert_int_equal(a.ino, ino);
+	assert_int_equal(a.mode, S_IFREG | 0644);
+	assert_int_equal(a.size, 3 * CHUNK + 1);
+	assert_int_equal(a.uid, 1000);
+	assert_int_equal(a.gid, 100);
+	assert_int_equal(a.nlink, 1);
+	assert_int_equal(a.atime.tv_sec, 1700000000);
+	assert_int_equal(a.atime.tv_nsec, 1);
+	assert_int_equal(a.mtime.tv_nsec, 999999999);
+	assert_int_equal(a.ctime.tv_sec, 1700000002);
+	assert_int_equal(manifest_nchunks(m, ino), 4);
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(manifest_chunk(m, ino, i, &id), 0);
+		assert_true(id.hi == 0x1111000000000001ULL && id.lo == i + 1);
+	}
+	assert_int_equal(manifest_chunk(m, ino, 4, &id), -EINVAL);
+	{
+		struct sfs_id ids[4];
+		uint32_t n;
+
+		fake_chunks(3 * CHUNK + 1, 1, ids, &n);
+		manifest_content_id(3 * CHUNK + 1, ids, n, &want);
+		assert_true(sfs_id_eq(&a.content, &want));
+	}
+
+	/* chunk-size +-1 */
+	assert_int_equal(manifest_nchunks(m, ino_of(m, "a/b/f0")), 1);
+	assert_int_equal(manifest_nchunks(m, ino_of(m, "a/b/f2")), 1);
+
+	ino = ino_of(m, "zero");
+	assert_int_equal(manifest_getattr(m, ino, &a), 0);
+	assert_int_equal(a.size, 0);
+	assert_int_equal(manifest_nchunks(m, ino), 0);
+	manifest_content_id(0, NULL, 0, &want);
+	assert_true(sfs_id_eq(&a.content, &want));
+
+	ino = ino_of(m, "link");
+	assert_int_equal(manifest_getattr(m, ino, &a), 0);
+	assert_true(S_ISLNK(a.mode));
+	assert_int_equal(a.size, 6);
+	assert_int_equal(manifest_readlink(m, ino, buf, sizeof(buf)), 6);
+	assert_memory_equal(buf, "a/b/f1", 6);
+	assert_int_equal(manifest_readlink(m, ino, buf, 3), 3);
+	assert_int_equal(manifest_readlink(m, SFS_ROOT_INO, buf, sizeof(buf)), -EINVAL);
+
+	ino = ino_of(m, "a");
+	assert_int_equal(manifest_getattr(m, ino, &a), 0);
+	assert_int_equal(a.nlink, 3);
+	assert_int_not_equal(ino_of(m, "file with space"), 0);
+	assert_int_not_equal(ino_of(m, UNAME), 0);
+
+	manifest_close(m);
+}
+
+static void test_lookup(void **state)
+{
+	struct manifest *m = open_small();
+	struct sfs_attr a;
+	uint64_t f1 = ino_of(m, "a/b/f1");
+
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "nope", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "a/b", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "A", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "zero0", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "0", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "\xff", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, f1, "x", &a), -ENOTDIR);
+	assert_int_equal(manifest_lookup(m, 0, "a", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, 1000, "a", &a), -ENOENT);
+	assert_int_equal(manifest_getattr(m, 0, &a), -ENOENT);
+	assert_int_equal(manifest_getattr(m, 13, &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, ino_of(m, "empty"), "x", &a), -ENOENT);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "Z", &a), 0);
+	assert_true(S_ISDIR(a.mode));
+	manifest_close(m);
+}
+
+static void test_readdir(void **state)
+{
+	static const char *const want[] = {
+		"Z", "a", "empty", "file with space", "link", "zero",
+		UNAME,
+	};
+	struct manifest *m = open_small();
+	struct sfs_dirlist dl;
+	struct sfs_attr a;
+
+	assert_int_equal(manifest_readdir(m, SFS_ROOT_INO, &dl), 0);
+	assert_int_equal(dl.n, ARRAY_SIZE(want));
+	for (size_t i = 0; i < dl.n; i++) {
+		assert_string_equal(dl.ent[i].name, want[i]);
+		assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, want[i], &a), 0);
+		assert_int_equal(a.ino, dl.ent[i].ino);
+		assert_int_equal(a.mode, dl.ent[i].mode);
+	}
+	sfs_dirlist_release(&dl);
+
+	assert_int_equal(manifest_readdir(m, ino_of(m, "a/b"), &dl), 0);
+	assert_int_equal(dl.n, 3);
+	assert_string_equal(dl.ent[0].name, "f0");
+	assert_string_equal(dl.ent[1].name, "f1");
+	assert_string_equal(dl.ent[2].name, "f2");
+	sfs_dirlist_release(&dl);
+
+	assert_int_equal(manifest_readdir(m, ino_of(m, "empty"), &dl), 0);
+	assert_int_equal(dl.n, 0);
+	assert_int_equal(manifest_readdir(m, ino_of(m, "zero"), &dl), -ENOTDIR);
+	manifest_close(m);
+}
+
+static void test_path(void **state)
+{
+	static const char *const paths[] = {
+		"a", "a/b", "a/b/f0", "a/b/f1", "a/b/f2", "empty", "link", "Z",
+		"file with space",
+	};
+	struct manifest *m = open_small();
+	char buf[256];
+
+	assert_int_equal(manifest_path(m, SFS_ROOT_INO, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "");
+	for (size_t i = 0; i < ARRAY_SIZE(paths); i++) {
+		int n = manifest_path(m, ino_of(m, paths[i]), buf, sizeof(buf));
+
+		assert_int_equal(n, (int)strlen(paths[i]));
+		assert_string_equal(buf, paths[i]);
+	}
+	assert_int_equal(manifest_path(m, ino_of(m, "a/b/f1"), buf, 6), -ERANGE);
+	assert_int_equal(manifest_path(m, ino_of(m, "a/b/f1"), buf, 7), 6);
+	assert_int_equal(manifest_path(m, 99, buf, sizeof(buf)), -ENOENT);
+	manifest_close(m);
+}
+
+static void test_totals(void **state)
+{
+	struct manifest *m = open_small();
+	uint64_t bytes, files;
+
+	manifest_totals(m, &bytes, &files);
+	assert_int_equal(bytes, (3 * CHUNK + 1) + CHUNK + (CHUNK - 1) + 10 + 5 + 0);
+	assert_int_equal(files, 12);
+	manifest_close(m);
+}
+
+static void test_builder_errors(void **state)
+{
+	struct manifest_builder *b = manifest_builder_create(CHUNK);
+	struct sfs_attr d = mkattr(S_IFDIR | 0755, 0);
+	struct sfs_attr f = mkattr(S_IFREG | 0644, 1);
+	struct sfs_attr fifo = mkattr(S_IFIFO | 0644, 0);
+	struct sfs_id ids[2] = { { 1, 1 }, { 2, 2 } };
+	char longname[300];
+	void *buf;
+	size_t len;
+
+	assert_null(manifest_builder_create(1000));
+	assert_int_equal(manifest_builder_add(b, "d", &d, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_add(b, "d", &d, NULL, NULL, 0), -EEXIST);
+	assert_int_equal(manifest_builder_add(b, "d", &f, NULL, NULL, 0), -EEXIST);
+	assert_int_equal(manifest_builder_add(b, "/x", &f, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "x/", &f, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "d//x", &f, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "d/./x", &f, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "..", &f, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "", &f, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "p", &fifo, NULL, NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "l", &f, "t", NULL, 0), -EINVAL);
+	assert_int_equal(manifest_builder_add(b, "f", &f, NULL, ids, 2), -EINVAL);
+	memset(longname, 'n', 256);
+	longname[256] = '\0';
+	assert_int_equal(manifest_builder_add(b, longname, &f, NULL, NULL, 0), -ENAMETOOLONG);
+	longname[255] = '\0';
+	assert_int_equal(manifest_builder_add(b, longname, &f, NULL, ids, 1), 0);
+	assert_int_equal(manifest_builder_add(b, "d/x", &f, NULL, ids, 1), 0);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), 0);
+	free(buf);
+
+	/* parent missing */
+	assert_int_equal(manifest_builder_add(b, "q/x", &f, NULL, NULL, 0), 0);
+	log_level = LOG_CRIT;
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), -ENOENT);
+	manifest_builder_destroy(b);
+
+	/* parent is a file */
+	b = manifest_builder_create(CHUNK);
+	assert_int_equal(manifest_builder_add(b, "f", &f, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_add(b, "f/x", &f, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), -ENOTDIR);
+	log_level = LOG_NOTICE;
+	manifest_builder_destroy(b);
+
+	/* an empty builder gives just a root */
+	b = manifest_builder_create(CHUNK);
+	assert_int_equal(manifest_builder_finish(b, 3, &buf, &len), 0);
+	{
+		struct manifest *m;
+		struct sfs_attr a;
+
+		assert_int_equal(manifest_open(buf, len, &m, NULL, 0), 0);
+		assert_int_equal(manifest_nentries(m), 1);
+		assert_int_equal(manifest_getattr(m, 1, &a), 0);
+		assert_true(S_ISDIR(a.mode));
+		manifest_close(m);
+	}
+	manifest_builder_destroy(b);
+}
+
+static void test_deterministic(void **state)
+{
+	void *b1, *b2;
+	size_t l1, l2;
+
+	build_small(&b1, &l1);
+	build_small(&b2, &l2);
+	assert_int_equal(l1, l2);
+	assert_memory_equal(b1, b2, l1);
+	free(b1);
+	free(b2);
+}
+
+static void test_truncation(void **state)
+{
+	void *buf;
+	size_t len;
+	char err[128];
+
+	build_small(&buf, &len);
+	for (size_t n = 0; n < len; n++) {
+		void *copy = malloc(n + 1);
+		struct manifest *m = (void *)1;
+
+		memcpy(copy, buf, n);
+		assert_int_not_equal(manifest_open(copy, n, &m, err, sizeof(err)), 0);
+		assert_null(m);
+		assert_true(err[0] != '\0');
+		free(copy);
+	}
+	free(buf);
+}
+
+/* Recompute every checksum, as a hostile writer would. */
+static void reseal(uint8_t *b, size_t len)
+{
+	static const size_t sec[3] = { 72, 96, 120 };
+	uint32_t hsize;
+	uint64_t v;
+	uint8_t hdr[4096];
+
+	if (len < 160)
+		return;
+	for (int i = 0; i < 3; i++) {
+		uint64_t off, slen;
+
+		memcpy(&off, b + sec[i], 8);
+		memcpy(&slen, b + sec[i] + 8, 8);
+		off = le64toh(off);
+		slen = le64toh(slen);
+		if (off > len || slen > len - off)
+			continue;
+		v = htole64(XXH3_64bits(b + off, slen));
+		memcpy(b + sec[i] + 16, &v, 8);
+	}
+	memcpy(&hsize, b + 12, 4);
+	hsize = le32toh(hsize);
+	if (hsize > len || hsize > sizeof(hdr))
+		return;
+	memcpy(hdr, b, hsize);
+	memset(hdr + 16, 0, 8);
+	v = htole64(XXH3_64bits(hdr, hsize));
+	memcpy(b + 16, &v, 8);
+}
+
+/* Touch everything reachable through the accessors. */
+static void walk_all(struct manifest *m)
+{
+	uint64_t n = manifest_nentries(m), bytes, files;
+	char buf[4096];
+
+	manifest_totals(m, &bytes, &files);
+	for (uint64_t ino = 0; ino <= n + 1; ino++) {
+		struct sfs_attr a;
+		struct sfs_dirlist dl;
+		struct sfs_id id;
+		uint32_t nc;
+
+		(void)manifest_getattr(m, ino, &a);
+		(void)manifest_readlink(m, ino, buf, sizeof(buf));
+		(void)manifest_path(m, ino, buf, sizeof(buf));
+		nc = manifest_nchunks(m, ino);
+		for (uint32_t i = 0; i < nc && i < 8; i++)
+			(void)manifest_chunk(m, ino, i, &id);
+		(void)manifest_chunk(m, ino, nc, &id);
+		if (manifest_readdir(m, ino, &dl) == 0) {
+			for (size_t i = 0; i < dl.n; i++)
+				(void)manifest_lookup(m, ino, dl.ent[i].name, &a);
+			sfs_dirlist_release(&dl);
+		}
+		(void)manifest_lookup(m, ino, "f1", &a);
+		(void)manifest_lookup(m, ino, "zzz", &a);
+	}
+}
+
+static void test_fuzz(void **state)
+{
+	void *buf;
+	size_t len;
+	unsigned seed = 12345;
+	int opened = 0;
+
+	build_small(&buf, &len);
+	log_level = LOG_CRIT;	/* corrupt entries are logged at LOG_ERR */
+	for (int it = 0; it < 20000; it++) {
+		uint8_t *copy = malloc(len);
+		struct manifest *m;
+		int flips = 1 + rand_r(&seed) % 4;
+
+		memcpy(copy, buf, len);
+		for (int f = 0; f < flips; f++) {
+			size_t at = (size_t)rand_r(&seed) % len;
+
+			/* bias toward the header and the entry table */
+			if (rand_r(&seed) % 2)
+				at %= MIN(len, (size_t)160 + 12 * 104);
+			copy[at] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
+			if (rand_r(&seed) % 4 == 0)
+				copy[at] = (uint8_t)rand_r(&seed);
+		}
+		if (it % 4 != 0)
+			reseal(copy, len);
+		if (manifest_open(copy, len, &m, NULL, 0) == 0) {
+			opened++;
+			walk_all(m);
+			manifest_close(m);
+		} else {
+			free(copy);
+		}
+	}
+	log_level = LOG_NOTICE;
+	print_message("fuzz: %d of 20000 damaged manifests opened and were walked\n",
+		      opened);
+	assert_true(opened > 1000);
+	free(buf);
+}
+
+static void test_big(void **state)
+{
+	const uint32_t ndirs = 1000, per = 999;
+	struct manifest_builder *b = manifest_builder_create(4 * 1024 * 1024);
+	struct sfs_attr d = mkattr(S_IFDIR | 0755, 0);
+	struct sfs_attr f = mkattr(S_IFREG | 0644, 1234);
+	struct sfs_id id = { 0xabc, 0xdef };
+	struct manifest *m;
+	struct sfs_attr a;
+	char path[64], err[128];
+	uint64_t t0, t1, t2;
+	void *buf;
+	size_t len;
+
+	t0 = now_ns();
+	/* files first, directories last: the builder must not care */
+	for (uint32_t i = 0; i < ndirs; i++) {
+		for (uint32_t j = 0; j < per; j++) {
+			snprintf(path, sizeof(path), "dir%04u/img_%07u.jpg", i, j * 7919 % 1000003);
+			f.size = 1000 + j;
+			assert_int_equal(manifest_builder_add(b, path, &f, NULL, &id, 1), 0);
+		}
+	}
+	for (uint32_t i = 0; i < ndirs; i++) {
+		snprintf(path, sizeof(path), "dir%04u", i);
+		assert_int_equal(manifest_builder_add(b, path, &d, NULL, NULL, 0), 0);
+	}
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), 0);
+	manifest_builder_destroy(b);
+	t1 = now_ns();
+
+	assert_int_equal(manifest_open(buf, len, &m, err, sizeof(err)), 0);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "dir0500", &a), 0);
+	assert_int_equal(manifest_lookup(m, a.ino, "img_0039595.jpg", &a), 0);
+	t2 = now_ns();
+	assert_int_equal(a.size, 1005);
+
+	print_message("big: %llu entries, %.1f MiB, build %.0f ms, open+lookup %.1f ms\n",
+		      (unsigned long long)manifest_nentries(m), (double)len / MiB,
+		      (t1 - t0) / 1e6, (t2 - t1) / 1e6);
+	assert_int_equal(manifest_nentries(m), 1 + ndirs + (uint64_t)ndirs * per);
+	assert_true(t2 - t1 < 500000000ULL);
+	manifest_close(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_lookup),
+		cmocka_unit_test(test_readdir),
+		cmocka_unit_test(test_path),
+		cmocka_unit_test(test_totals),
+		cmocka_unit_test(test_builder_errors),
+		cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_truncation),
+		cmocka_unit_test(test_fuzz),
+		cmocka_unit_test(test_big),
+	};
+
+	return cmocka_run_group_tests_name("manifest", tests, NULL, NULL);
+}
