@@ -1,0 +1,279 @@
+# lib.sh: helpers sourced by the integration tests (tests/integration/*.sh).
+#
+# A test starts with
+#     #!/usr/bin/env bash
+#     # what it checks, in one line
+#     . "$(dirname "$0")/../lib.sh"
+# and exits 0 (pass), 1 (fail: die) or 77 (skip: skip REASON).
+#
+# Sourcing this file turns on `set -eu -o pipefail`; a command that fails
+# unexpectedly fails the test (exit 1, never a stray 77) and names its line.
+# Each test gets TEST_TMPDIR from tests/run.sh; run by hand it makes its own.
+# Everything sfs_mount starts is unmounted and stopped when the test exits,
+# whichever way it exits, so a test can `die` anywhere.
+#
+# Helpers:
+#   die MSG / skip REASON / need_root / need_fuse / need_stagefs / need_mount
+#   sfs_mount SRC MNT [name=value | -c FILE]... start a foreground daemon, wait until ready
+#   sfs_umount MNT                              fusermount3 -u, daemon must exit 0
+#   sfs_pid MNT / sfs_log MNT                   the daemon's pid and log file
+#   stat_get MNT KEY / stats_dump MNT           counters from MNT/.stagefs/stats
+#   drop_caches                                 sync and drop the page cache
+#   wait_for [-t SECS] CMD...                   poll CMD until it succeeds
+#   wait_pid_exit PID [SECS]                    wait for a child; its status in WAIT_RC
+#   assert_eq / assert_ge / assert_gt A B MSG   numeric checks that die with MSG
+#   gentree ARGS... / treecmp ARGS...           tests/gentree.py, tests/treecmp.py
+#   flip_bytes FILE OFFSET [COUNT]              invert COUNT bytes in place
+#   sha256 FILE                                 hex digest
+
+set -eEu -o pipefail
+shopt -s inherit_errexit 2>/dev/null || true
+
+: "${REPO:=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)}"
+: "${STAGEFS:=$REPO/stagefs}"
+: "${PYTHON:=/usr/bin/python3}"
+export REPO STAGEFS PYTHON
+
+# Deadlines, in seconds.
+: "${SFS_MOUNT_TIMEOUT:=20}"
+: "${SFS_EXIT_TIMEOUT:=20}"
+: "${SFS_LOG_LEVEL:=info}"
+
+log() { printf '%s: %s\n' "$(date +%T.%3N)" "$*" >&2; }
+die() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
+skip() { printf 'SKIP: %s\n' "$*"; exit 77; }
+
+_lib_on_err() {
+	local rc=$? line=$1 cmd=$2
+	printf 'FAIL: line %s: command failed (rc=%s): %s\n' "$line" "$rc" "$cmd" >&2
+	exit 1
+}
+trap '_lib_on_err "$LINENO" "$BASH_COMMAND"' ERR
+
+need_root() { [[ $(id -u) -eq 0 ]] || skip "needs root (FUSE mounts here are root-only)"; }
+need_fuse() {
+	[[ -c /dev/fuse ]] || skip "/dev/fuse is missing"
+	command -v fusermount3 >/dev/null || skip "fusermount3 is not installed"
+}
+need_stagefs() { [[ -x $STAGEFS ]] || die "$STAGEFS is not built (run make)"; }
+# What every mounting test needs.
+need_mount() { need_root; need_fuse; need_stagefs; }
+
+# --- temp dir and cleanup ----------------------------------------------------
+
+if [[ -z ${TEST_TMPDIR:-} ]]; then
+	TEST_TMPDIR=$(mktemp -d "${STAGEFS_TEST_TMPDIR:-/tmp}/stagefs-$(basename "$0" .sh).XXXXXX")
+	_LIB_OWN_TMP=1
+fi
+TEST_TMPDIR=$(cd "$TEST_TMPDIR" && pwd -P)
+export TEST_TMPDIR TMPDIR=$TEST_TMPDIR
+
+declare -A SFS_PID=() SFS_LOG=()
+_SFS_N=0
+
+_lib_on_exit() {
+	local rc=$? m
+	trap - ERR
+	set +e
+	for m in "${!SFS_PID[@]}"; do
+		if mountpoint -q "$m"; then
+			fusermount3 -u -z "$m" 2>/dev/null
+		fi
+		kill -TERM "${SFS_PID[$m]}" 2>/dev/null
+	done
+	for m in "${!SFS_PID[@]}"; do
+		wait_pid_exit "${SFS_PID[$m]}" 5 ||
+			kill -KILL "${SFS_PID[$m]}" 2>/dev/null
+	done
+	if [[ ${_LIB_OWN_TMP:-0} == 1 ]]; then
+		if [[ $rc -eq 0 || $rc -eq 77 ]]; then
+			rm -rf --one-file-system "$TEST_TMPDIR"
+		else
+			printf 'kept %s\n' "$TEST_TMPDIR" >&2
+		fi
+	fi
+	exit "$rc"
+}
+trap _lib_on_exit EXIT
+
+# --- small helpers -----------------------------------------------------------
+
+# wait_for [-t SECS] CMD...: run CMD every 50 ms until it succeeds; fail after
+# SECS (default 20).
+wait_for() {
+	local secs=20 end
+	if [[ $1 == -t ]]; then
+		secs=$2
+		shift 2
+	fi
+	end=$((SECONDS + secs))
+	until "$@"; do
+		((SECONDS < end)) || return 1
+		sleep 0.05
+	done
+}
+
+# wait_pid_exit PID [SECS]: wait for child PID (of this shell, so never call
+# it in a subshell) to exit and set WAIT_RC to its exit status.  Returns 1 if
+# it is still running after SECS (default SFS_EXIT_TIMEOUT).
+wait_pid_exit() {
+	local pid=$1 secs=${2:-$SFS_EXIT_TIMEOUT}
+	WAIT_RC=
+	wait_for -t "$secs" _pid_gone "$pid" || return 1
+	WAIT_RC=0
+	wait "$pid" 2>/dev/null || WAIT_RC=$?
+}
+_pid_gone() {
+	# A zombie child still answers kill -0; look at its state instead.
+	local st
+	st=$(ps -o stat= -p "$1" 2>/dev/null) || return 0
+	[[ $st == Z* ]]
+}
+
+assert_eq() { [[ $1 -eq $2 ]] || die "${3:-assert_eq}: expected $2, got $1"; }
+assert_ge() { [[ $1 -ge $2 ]] || die "${3:-assert_ge}: expected >= $2, got $1"; }
+assert_gt() { [[ $1 -gt $2 ]] || die "${3:-assert_gt}: expected > $2, got $1"; }
+
+gentree() { "$PYTHON" "$REPO/tests/gentree.py" "$@"; }
+treecmp() { "$PYTHON" "$REPO/tests/treecmp.py" "$@"; }
+
+sha256() { sha256sum -- "$1" | cut -d' ' -f1; }
+
+# flip_bytes FILE OFFSET [COUNT]: invert COUNT (default 16) bytes at OFFSET.
+flip_bytes() {
+	"$PYTHON" - "$1" "$2" "${3:-16}" <<'EOF'
+import os, sys
+path, off, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fd = os.open(path, os.O_RDWR)
+old = os.pread(fd, n, off)
+if len(old) != n:
+    sys.exit(f"flip_bytes: {path} has only {len(old)} bytes at {off}")
+os.pwrite(fd, bytes(b ^ 0xFF for b in old), off)
+os.fsync(fd)
+os.close(fd)
+EOF
+}
+
+drop_caches() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+}
+
+# --- the daemon --------------------------------------------------------------
+
+_canon() { (cd "$1" && pwd -P); }
+
+# stats_dump MNT: print the stats JSON.  Bounded, in case the daemon hangs.
+stats_dump() { timeout 10 cat "$1/.stagefs/stats"; }
+
+# stat_get MNT KEY: print one integer counter from MNT/.stagefs/stats.
+stat_get() {
+	local json
+	json=$(stats_dump "$1") || die "cannot read $1/.stagefs/stats"
+	"$PYTHON" -c '
+import json, sys
+d = json.loads(sys.argv[1])
+if sys.argv[2] not in d:
+    sys.exit("stats has no key %r: %s" % (sys.argv[2], sys.argv[1]))
+print(int(d[sys.argv[2]]))' "$json" "$2"
+}
+
+_ready() {
+	local mnt=$1
+	mountpoint -q "$mnt" && timeout 5 cat "$mnt/.stagefs/stats" >/dev/null 2>&1
+}
+
+# sfs_mount SRC MNT [ARG...]: start `$STAGEFS -f` on SRC at MNT and wait until
+# the mount answers.  Each ARG is either name=value (passed with -o) or an
+# option starting with '-' (passed as is; -c and -o take the next ARG along).  cache_dir defaults to
+# $TEST_TMPDIR/cache and runtime_dir to $TEST_TMPDIR/run; log_level to
+# $SFS_LOG_LEVEL.  The daemon's output goes to $(sfs_log MNT).
+sfs_mount() {
+	local src=$1 mnt=$2 a pid logf end
+	shift 2
+	local oopts=() raw=() have=" "
+	while [[ $# -gt 0 ]]; do
+		a=$1
+		shift
+		case $a in
+		-c | -o)
+			raw+=("$a" "$1")
+			shift
+			;;
+		-*) raw+=("$a") ;;
+		*)
+			oopts+=("$a")
+			have+="${a%%=*} "
+			;;
+		esac
+	done
+	[[ $have == *" cache_dir "* ]] || oopts+=("cache_dir=$TEST_TMPDIR/cache")
+	[[ $have == *" runtime_dir "* ]] || oopts+=("runtime_dir=$TEST_TMPDIR/run")
+	[[ $have == *" log_level "* ]] || oopts+=("log_level=$SFS_LOG_LEVEL")
+	mkdir -p "$mnt"
+	mnt=$(_canon "$mnt")
+	mountpoint -q "$mnt" && die "sfs_mount: $mnt is already a mount point"
+
+	_SFS_N=$((_SFS_N + 1))
+	logf=$TEST_TMPDIR/stagefs.$_SFS_N.log
+	local ostr
+	ostr=$(IFS=,; printf '%s' "${oopts[*]}")
+	log "mount: $STAGEFS -f ${raw[*]} -o $ostr $src $mnt"
+	# A script's background jobs ignore SIGINT; give the daemon the default
+	# dispositions a terminal would, so that signals.sh can test them.
+	env --default-signal=INT,QUIT,TERM "$STAGEFS" -f "${raw[@]}" \
+		-o "$ostr" "$src" "$mnt" </dev/null >"$logf" 2>&1 &
+	pid=$!
+	SFS_PID[$mnt]=$pid
+	SFS_LOG[$mnt]=$logf
+
+	end=$((SECONDS + SFS_MOUNT_TIMEOUT))
+	until _ready "$mnt"; do
+		if _pid_gone "$pid"; then
+			local rc=0
+			wait "$pid" 2>/dev/null || rc=$?
+			unset "SFS_PID[$mnt]"
+			sed 's/^/    daemon: /' "$logf" >&2
+			die "sfs_mount: stagefs exited with status $rc before $mnt was ready"
+		fi
+		if ((SECONDS >= end)); then
+			sed 's/^/    daemon: /' "$logf" >&2
+			die "sfs_mount: $mnt not ready after ${SFS_MOUNT_TIMEOUT}s"
+		fi
+		sleep 0.05
+	done
+	log "mounted $mnt (pid $pid)"
+}
+
+sfs_pid() { printf '%s\n' "${SFS_PID[$(_canon "$1")]}"; }
+sfs_log() { printf '%s\n' "${SFS_LOG[$(_canon "$1")]}"; }
+
+# sfs_wait_exit MNT: wait for MNT's daemon to exit; it must exit 0 and leave
+# MNT unmounted.
+sfs_wait_exit() {
+	local mnt pid rc
+	mnt=$(_canon "$1")
+	pid=${SFS_PID[$mnt]:-}
+	[[ -n $pid ]] || die "sfs_wait_exit: no daemon for $mnt"
+	if ! wait_pid_exit "$pid"; then
+		sed 's/^/    daemon: /' "${SFS_LOG[$mnt]}" >&2
+		die "stagefs (pid $pid) still running ${SFS_EXIT_TIMEOUT}s after unmount/signal"
+	fi
+	unset "SFS_PID[$mnt]"
+	rc=$WAIT_RC
+	if [[ $rc -ne 0 ]]; then
+		sed 's/^/    daemon: /' "${SFS_LOG[$mnt]}" >&2
+		die "stagefs (pid $pid) exited with status $rc"
+	fi
+	! mountpoint -q "$mnt" || die "$mnt is still mounted after the daemon exited"
+	log "daemon for $mnt exited 0"
+}
+
+# sfs_umount MNT: unmount with fusermount3 -u (retrying while busy), then
+# check that the daemon exits 0 within the deadline.
+sfs_umount() {
+	local mnt
+	mnt=$(_canon "$1")
+	wait_for -t 10 fusermount3 -u "$mnt" || die "fusermount3 -u $mnt kept failing"
+	sfs_wait_exit "$mnt"
+}

@@ -1,0 +1,323 @@
+#!/usr/bin/env bash
+# run.sh: the stagefs test runner.
+#
+#   tests/run.sh                 all unit tests, then integration, then rados tests
+#   tests/run.sh tree erofs      just these (a name, name.sh, or a path)
+#
+# Each test is a program or script that exits 0 (pass), 1 (fail) or 77 (skip,
+# the reason being the last line it printed).  Every test runs:
+#   - in its own session (setsid), so that everything it starts can be found
+#     and killed afterwards, daemons included;
+#   - under a timeout: 300 s, or `# timeout: N` in the test's first 5 lines;
+#   - with stdin from /dev/null and stdout+stderr in tests/out/NAME.log;
+#   - with its own empty TEST_TMPDIR (and TMPDIR), removed afterwards unless
+#     the test failed or STAGEFS_TEST_KEEP=1.
+# After each test the runner kills what the test left running and lazily
+# unmounts every FUSE mount left under its TEST_TMPDIR.
+#
+# Tests that live in tests/rados/ or say `# needs: ceph` in their first 5 lines
+# share one throwaway Ceph cluster (tools/ceph-cluster.sh start DIR), started
+# once before the first of them and stopped on exit, whatever happens.  If it
+# cannot be started they are skipped with the reason.
+#
+# Environment given to tests: REPO, STAGEFS (the daemon binary), PYTHON,
+# TEST_NAME, TEST_TMPDIR, TMPDIR, and for Ceph tests CEPH_CONF and
+# STAGEFS_CEPH_DIR.  Knobs: STAGEFS_TEST_TMPDIR (where temp dirs go, default
+# /tmp), STAGEFS_TEST_TIMEOUT (default per-test timeout), STAGEFS_TEST_KEEP.
+#
+# The last line printed is "N passed, N failed, N skipped"; the exit status is
+# non-zero iff a test failed.
+set -u -o pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+OUT=$REPO/tests/out
+DEFAULT_TIMEOUT=${STAGEFS_TEST_TIMEOUT:-300}
+KILL_GRACE=10		# seconds between the timeout's TERM and its KILL
+
+export REPO
+export STAGEFS=${STAGEFS:-$REPO/stagefs}
+export PYTHON=${PYTHON:-/usr/bin/python3}
+
+RUN_TMP=
+CEPH_STATE=none		# none | up | failed
+CEPH_DIR=
+CEPH_FAIL_REASON=
+CUR_TMP=
+npass=0 nfail=0 nskip=0
+failed_names=()
+
+say() { printf '%s\n' "$*"; }
+
+# --- test discovery ----------------------------------------------------------
+
+# Print the tests to run, one path (relative to REPO) a line.
+list_all() {
+	local f
+	for f in "$REPO"/tests/unit/test_*; do
+		[[ -f $f && -x $f && $f != *.* ]] && say "${f#"$REPO"/}"
+	done
+	for f in "$REPO"/tests/integration/*.sh "$REPO"/tests/rados/*.sh; do
+		[[ -f $f ]] && say "${f#"$REPO"/}"
+	done
+}
+
+# Resolve one command-line argument to a test path relative to REPO.
+resolve() {
+	local a=$1 d c
+	if [[ -f $a ]]; then
+		a=$(cd "$(dirname "$a")" && pwd -P)/$(basename "$a")
+		say "${a#"$REPO"/}"
+		return 0
+	fi
+	a=${a#tests/}
+	for d in "" unit/ integration/ rados/; do
+		for c in "$REPO/tests/$d$a" "$REPO/tests/$d$a.sh"; do
+			if [[ -f $c ]]; then
+				say "${c#"$REPO"/}"
+				return 0
+			fi
+		done
+	done
+	return 1
+}
+
+# NAME of a test (used for the log file and in messages): tests/integration/tree.sh
+# -> integration/tree.
+test_name() {
+	local n=${1#tests/}
+	say "${n%.sh}"
+}
+
+# First-lines header value: header FILE KEY -> value of "# KEY: value".
+header() {
+	local file=$1 key=$2
+	# Binaries have no header; grep -a would find garbage, so only read text.
+	[[ $file == *.sh ]] || return 0
+	head -n 5 "$file" | sed -n "s/^#[[:space:]]*$key:[[:space:]]*//p" | head -n 1
+}
+
+needs_ceph() {
+	[[ $1 == tests/rados/* ]] && return 0
+	[[ $(header "$REPO/$1" needs) == *ceph* ]]
+}
+
+# --- cleanup -----------------------------------------------------------------
+
+# FUSE mount points at or under $1, deepest first.
+fuse_mounts_under() {
+	local root=$1
+	# mountinfo field 5 is the mount point (octal escapes), the fs type follows " - ".
+	awk '{ split($0, a, " - "); split(a[2], b, " ");
+	       if (b[1] ~ /^fuse/) print $5 }' /proc/self/mountinfo |
+	while IFS= read -r m; do
+		m=$(printf '%b' "$m")
+		[[ $m == "$root" || $m == "$root"/* ]] && say "$m"
+	done | sort -r
+}
+
+# Pids of processes in session $1, or whose command line names directory $2.
+leftover_pids() {
+	local sid=$1 dir=$2
+	{
+		[[ -n $sid ]] && ps -e -o pid=,sid= | awk -v s="$sid" '$2 == s { print $1 }'
+		[[ -n $dir ]] && pgrep -f -- "$dir"
+	} | sort -u | grep -vx -e "$$" -e "$BASHPID" || true
+}
+
+# Kill what a test left behind and unmount what it left mounted.
+cleanup_test() {
+	local sid=$1 dir=$2 pids m i
+	pids=$(leftover_pids "$sid" "$dir")
+	if [[ -n $pids ]]; then
+		say "runner: killing leftover processes:" >>"$CUR_LOG"
+		# shellcheck disable=SC2086
+		ps -o pid=,args= -p "$(echo $pids | tr ' ' ,)" >>"$CUR_LOG" 2>&1
+		# shellcheck disable=SC2086
+		kill -TERM $pids 2>/dev/null
+		for ((i = 0; i < 50; i++)); do
+			pids=$(leftover_pids "$sid" "$dir")
+			[[ -z $pids ]] && break
+			sleep 0.1
+		done
+		# shellcheck disable=SC2086
+		[[ -n $pids ]] && kill -KILL $pids 2>/dev/null
+	fi
+	[[ -n $dir ]] || return 0
+	for m in $(fuse_mounts_under "$dir"); do
+		say "runner: unmounting leftover mount $m" >>"$CUR_LOG"
+		fusermount3 -u -z "$m" >>"$CUR_LOG" 2>&1 || umount -l "$m" >>"$CUR_LOG" 2>&1
+	done
+}
+
+ceph_stop() {
+	[[ $CEPH_STATE == up ]] || return 0
+	CEPH_STATE=none
+	say "runner: stopping the Ceph cluster"
+	"$REPO/tools/ceph-cluster.sh" stop "$CEPH_DIR" >>"$OUT/ceph-cluster.log" 2>&1 ||
+		say "runner: ceph-cluster.sh stop failed (see tests/out/ceph-cluster.log)"
+}
+
+on_exit() {
+	local rc=$?
+	trap - EXIT INT TERM
+	[[ -n $CUR_TMP ]] && cleanup_test "" "$CUR_TMP"
+	ceph_stop
+	[[ -n $RUN_TMP && -d $RUN_TMP && ${STAGEFS_TEST_KEEP:-0} != 1 ]] &&
+		rm -rf --one-file-system "$RUN_TMP" 2>/dev/null
+	exit "$rc"
+}
+
+on_signal() {
+	say "runner: interrupted"
+	[[ -n ${CUR_PID:-} ]] && kill -TERM -- "-$CUR_PID" 2>/dev/null
+	exit 130
+}
+
+# --- Ceph --------------------------------------------------------------------
+
+ceph_start() {
+	local script=$REPO/tools/ceph-cluster.sh conf rc
+	[[ $CEPH_STATE == none ]] || return 0
+	if [[ ! -x $script ]]; then
+		CEPH_STATE=failed
+		CEPH_FAIL_REASON="tools/ceph-cluster.sh is missing or not executable"
+		return 0
+	fi
+	CEPH_DIR=$RUN_TMP/ceph
+	mkdir -p "$CEPH_DIR"
+	say "runner: starting a Ceph cluster in $CEPH_DIR"
+	# Mark it up first so that the EXIT trap stops a half-started cluster too.
+	CEPH_STATE=up
+	conf=$(timeout -k 10 300 "$script" start "$CEPH_DIR" 2>>"$OUT/ceph-cluster.log" </dev/null)
+	rc=$?
+	conf=$(printf '%s\n' "$conf" | tail -n 1)
+	if [[ $rc -ne 0 || ! -f $conf ]]; then
+		ceph_stop
+		CEPH_STATE=failed
+		CEPH_FAIL_REASON="Ceph cluster did not start (rc=$rc, see tests/out/ceph-cluster.log)"
+		say "runner: $CEPH_FAIL_REASON"
+		tail -n 20 "$OUT/ceph-cluster.log" | sed 's/^/    /'
+		return 0
+	fi
+	export CEPH_CONF=$conf STAGEFS_CEPH_DIR=$CEPH_DIR
+}
+
+# --- one test ----------------------------------------------------------------
+
+fmt_secs() { awk -v ns="$1" 'BEGIN { printf "%.1fs", ns / 1e9 }'; }
+
+run_one() {
+	local t=$1 name limit log tmp rc t0 t1 secs sidfile sid reason
+	name=$(test_name "$t")
+	log=$OUT/$name.log
+	mkdir -p "$(dirname "$log")"
+	CUR_LOG=$log
+
+	if needs_ceph "$t"; then
+		ceph_start
+		if [[ $CEPH_STATE != up ]]; then
+			say "$CEPH_FAIL_REASON" >"$log"
+			say "SKIP $name: $CEPH_FAIL_REASON"
+			nskip=$((nskip + 1))
+			return
+		fi
+	fi
+
+	limit=$(header "$REPO/$t" timeout)
+	[[ $limit =~ ^[0-9]+$ ]] || limit=$DEFAULT_TIMEOUT
+	tmp=$(mktemp -d "$RUN_TMP/$(basename "$name").XXXXXX")
+	CUR_TMP=$tmp
+	sidfile=$RUN_TMP/sid
+
+	t0=$(date +%s%N)
+	# The inner bash records its pid, which setsid made a session (and
+	# process group) id, then becomes the timeout.  timeout kills the test
+	# with TERM, and KILL_GRACE seconds later with KILL.
+	(
+		cd "$REPO" &&
+		TEST_NAME=$name TEST_TMPDIR=$tmp TMPDIR=$tmp \
+		exec setsid -w bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$sidfile" \
+			timeout -k "$KILL_GRACE" "$limit" "$REPO/$t"
+	) </dev/null >"$log" 2>&1 &
+	CUR_PID=$!
+	wait "$CUR_PID"
+	rc=$?
+	CUR_PID=
+	t1=$(date +%s%N)
+	secs=$(fmt_secs $((t1 - t0)))
+	sid=$(cat "$sidfile" 2>/dev/null)
+	rm -f "$sidfile"
+
+	cleanup_test "$sid" "$tmp"
+
+	case $rc in
+	0)
+		say "PASS $name ($secs)"
+		npass=$((npass + 1))
+		;;
+	77)
+		reason=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
+		say "SKIP $name: ${reason:-no reason given}"
+		nskip=$((nskip + 1))
+		;;
+	*)
+		if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+			say "runner: timed out after ${limit}s" >>"$log"
+			say "FAIL $name (timeout after ${limit}s, rc=$rc, see tests/out/$name.log)"
+		else
+			say "FAIL $name (rc=$rc, $secs, see tests/out/$name.log)"
+		fi
+		tail -n 30 "$log" | sed 's/^/    /'
+		nfail=$((nfail + 1))
+		failed_names+=("$name")
+		;;
+	esac
+
+	if [[ $rc -ne 0 && $rc -ne 77 ]] || [[ ${STAGEFS_TEST_KEEP:-0} == 1 ]]; then
+		say "    (kept $tmp)" >>"$log"
+	else
+		rm -rf --one-file-system "$tmp"
+	fi
+	CUR_TMP=
+}
+
+# --- main --------------------------------------------------------------------
+
+main() {
+	local tests=() t a suite_t0
+
+	if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+		sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+	fi
+	if [[ $# -eq 0 ]]; then
+		mapfile -t tests < <(list_all)
+	else
+		for a in "$@"; do
+			if ! t=$(resolve "$a"); then
+				say "run.sh: no such test: $a" >&2
+				exit 2
+			fi
+			tests+=("$t")
+		done
+	fi
+
+	mkdir -p "$OUT" "${STAGEFS_TEST_TMPDIR:-/tmp}"
+	RUN_TMP=$(mktemp -d "${STAGEFS_TEST_TMPDIR:-/tmp}/stagefs-tests.XXXXXX")
+	: >"$OUT/ceph-cluster.log"
+	trap on_exit EXIT
+	trap on_signal INT TERM
+
+	suite_t0=$(date +%s%N)
+	for t in "${tests[@]}"; do
+		run_one "$t"
+	done
+	ceph_stop
+
+	say "suite took $(fmt_secs $(($(date +%s%N) - suite_t0)))"
+	[[ $nfail -gt 0 ]] && say "failed: ${failed_names[*]}"
+	say "$npass passed, $nfail failed, $nskip skipped"
+	[[ $nfail -eq 0 ]]
+}
+
+main "$@"
