@@ -1,0 +1,481 @@
+/*
+ * main: the `stagefs` command.
+ *
+ *   stagefs [options] SOURCE MOUNTPOINT     mount a dataset (the daemon)
+ *   stagefs publish|warmup|top|quota ...    run stagefs-CMD (git style)
+ *
+ * Start-up order matters: without -f the process forks first, before any
+ * thread exists (librados and the FUSE loop start threads, and fork keeps
+ * only the caller), and the parent waits on a pipe until the child has
+ * opened the cache, opened the dataset and mounted, or has failed.  So the
+ * parent's exit status and message tell the truth about the mount, as
+ * `mount` users expect.
+ */
+#include "fs.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *const subcommands[] = { "publish", "warmup", "top", "quota" };
+
+/* FUSE mount options passed through to the kernel/libfuse as they are. */
+static const char *const fuse_passthrough_opts[] = {
+	"allow_root", "auto_unmount", "fsname", "subtype", "noatime",
+	"nodev", "nosuid", "dev", "suid", "max_read", "blkdev",
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: stagefs [options] SOURCE MOUNTPOINT\n"
+		"       stagefs publish DIR rados://POOL/NAME   (stagefs publish --help)\n"
+		"\n"
+		"Mount an immutable dataset read-only, cached in chunks on local disk.\n"
+		"\n"
+		"SOURCE:\n"
+		"    dir:///PATH                 a local, NFS or Lustre directory (or just /PATH)\n"
+		"    rados://POOL/NAME[@VERSION] a dataset published with `stagefs publish`\n"
+		"    rados://POOL/NAMESPACE?plain  every object in a namespace as a file\n"
+		"\n"
+		"options:\n"
+		"    -f, --foreground            stay in the foreground\n"
+		"    -d, --debug                 foreground, log_level=debug\n"
+		"    -c, --config FILE           read settings from FILE (INI, section [stagefs])\n"
+		"    -o OPT[,OPT...]             settings as name=value (override the file)\n"
+		"    -h, --help                  this text\n"
+		"    -V, --version               print the version\n"
+		"        --print-config          print a complete example config\n"
+		"\n"
+		"settings (-o name=value, or name = value in the config file):\n");
+	config_print_help(f);
+	fprintf(f, "\nFUSE mount options passed through with -o:");
+	for (size_t i = 0; i < ARRAY_SIZE(fuse_passthrough_opts); i++)
+		fprintf(f, " %s", fuse_passthrough_opts[i]);
+	fprintf(f, "\n\nUnmount with `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.\n");
+}
+
+static void exec_subcommand(const char *cmd, int argc, char **argv)
+{
+	char self[PATH_MAX], path[PATH_MAX + 64];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	(void)argc;
+	if (n > 0) {
+		self[n] = '\0';
+		*strrchr(self, '/') = '\0';
+		snprintf(path, sizeof(path), "%s/stagefs-%s", self, cmd);
+		execv(path, argv);
+	}
+	snprintf(path, sizeof(path), "%s/stagefs-%s", CONFIG_LIBEXECDIR, cmd);
+	execv(path, argv);
+	fprintf(stderr, "stagefs: cannot run stagefs-%s: %s\n", cmd, strerror(errno));
+	exit(127);
+}
+
+/* ---- daemonizing with a status pipe ---- */
+
+static int status_fd = -1;
+
+/*
+ * Fork; the parent waits for the child's verdict on a pipe and exits with
+ * it.  Returns in the child only.
+ */
+static void daemonize_begin(void)
+{
+	int p[2];
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		perror("stagefs: pipe");
+		exit(1);
+	}
+	pid = fork();
+	if (pid < 0) {
+		perror("stagefs: fork");
+		exit(1);
+	}
+	if (pid > 0) {
+		char msg[4096];
+		size_t got = 0;
+		ssize_t r;
+
+		close(p[1]);
+		while (got < sizeof(msg) - 1 &&
+		       (r = read(p[0], msg + got, sizeof(msg) - 1 - got)) > 0)
+			got += (size_t)r;
+		msg[got] = '\0';
+		if (got > 0 && msg[0] == '0')
+			_exit(0);
+		if (got > 1)
+			fprintf(stderr, "%s\n", msg + 1);
+		else
+			fprintf(stderr, "stagefs: the daemon exited during start-up\n");
+		_exit(1);
+	}
+	close(p[0]);
+	status_fd = p[1];
+	setsid();
+}
+
+/* Tell the waiting parent how start-up went (no-op in the foreground). */
+static void daemonize_end(bool ok, const char *msg)
+{
+	char buf[4096];
+	int n;
+
+	if (status_fd < 0)
+		return;
+	n = snprintf(buf, sizeof(buf), "%c%s", ok ? '0' : '1', msg ? msg : "");
+	if (write(status_fd, buf, (size_t)MIN(n, (int)sizeof(buf) - 1)) < 0) {
+		/* the parent is gone: nobody to tell */
+	}
+	close(status_fd);
+	status_fd = -1;
+}
+
+static void __attribute__((format(printf, 1, 2), noreturn)) fail(const char *fmt, ...)
+{
+	char msg[4096];
+	va_list ap;
+	int n;
+
+	n = snprintf(msg, sizeof(msg), "stagefs: ");
+	va_start(ap, fmt);
+	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (status_fd >= 0)
+		daemonize_end(false, msg);
+	else
+		fprintf(stderr, "%s\n", msg);
+	exit(1);
+}
+
+/* ---- options ---- */
+
+struct cli {
+	bool foreground;
+	bool debug;
+	const char *config;
+	char *fuse_opts;	/* comma list passed to libfuse */
+	char **sets;		/* "name=value" from -o, in order */
+	size_t nsets;
+	const char *source;
+	const char *mountpoint;
+};
+
+static bool is_fuse_opt(const char *name)
+{
+	size_t n = strcspn(name, "=");
+
+	for (size_t i = 0; i < ARRAY_SIZE(fuse_passthrough_opts); i++)
+		if (strlen(fuse_passthrough_opts[i]) == n &&
+		    !strncmp(name, fuse_passthrough_opts[i], n))
+			return true;
+	return false;
+}
+
+static void append_fuse_opt(struct cli *cli, const char *opt)
+{
+	size_t old = cli->fuse_opts ? strlen(cli->fuse_opts) : 0;
+	char *s = realloc(cli->fuse_opts, old + strlen(opt) + 2);
+
+	if (!s)
+		fail("out of memory");
+	if (old)
+		s[old++] = ',';
+	strcpy(s + old, opt);
+	cli->fuse_opts = s;
+}
+
+static void add_o(struct cli *cli, char *arg)
+{
+	char *save = NULL;
+
+	for (char *tok = strtok_r(arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (is_fuse_opt(tok)) {
+			append_fuse_opt(cli, tok);
+			continue;
+		}
+		cli->sets = realloc(cli->sets, (cli->nsets + 1) * sizeof(*cli->sets));
+		if (!cli->sets)
+			fail("out of memory");
+		cli->sets[cli->nsets++] = tok;
+	}
+}
+
+static void parse_cli(int argc, char **argv, struct cli *cli)
+{
+	static const struct option longopts[] = {
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "debug", no_argument, NULL, 'd' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "print-config", no_argument, NULL, 'P' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "+fdc:o:hVs", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'f':
+			cli->foreground = true;
+			break;
+		case 'd':
+			cli->foreground = cli->debug = true;
+			break;
+		case 'c':
+			cli->config = optarg;
+			break;
+		case 'o':
+			add_o(cli, optarg);
+			break;
+		case 's':
+			/* libfuse's single-threaded flag: accepted, ignored */
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		case 'V':
+			printf("stagefs %s (libfuse %s)\n", STAGEFS_VERSION,
+			       fuse_pkgversion());
+			exit(0);
+		case 'P':
+			config_print_example(stdout);
+			exit(0);
+		default:
+			fprintf(stderr, "Try 'stagefs --help'.\n");
+			exit(2);
+		}
+	}
+	if (argc - optind != 2) {
+		fprintf(stderr, "stagefs: expected SOURCE and MOUNTPOINT\n"
+				"Try 'stagefs --help'.\n");
+		exit(2);
+	}
+	cli->source = argv[optind];
+	cli->mountpoint = argv[optind + 1];
+}
+
+static void apply_settings(struct sfs *fs, struct cli *cli)
+{
+	char err[1024];
+
+	config_init(&fs->cfg);
+	if (cli->config && config_load(&fs->cfg, cli->config, err, sizeof(err))) {
+		fprintf(stderr, "stagefs: %s\n", err);
+		exit(1);
+	}
+	for (size_t i = 0; i < cli->nsets; i++) {
+		char *eq = strchr(cli->sets[i], '=');
+		const char *val = "yes";
+
+		if (eq) {
+			*eq = '\0';
+			val = eq + 1;
+		} else if (!strncmp(cli->sets[i], "no", 2) && config_has(cli->sets[i] + 2)) {
+			/* -o nosplice style negation of a boolean */
+			cli->sets[i] += 2;
+			val = "no";
+		}
+		if (config_set(&fs->cfg, cli->sets[i], val, err, sizeof(err))) {
+			fprintf(stderr, "stagefs: -o %s: %s\n", cli->sets[i], err);
+			exit(1);
+		}
+	}
+	if (cli->debug)
+		fs->cfg.log_level = LOG_DEBUG;
+	if (config_validate(&fs->cfg, err, sizeof(err))) {
+		fprintf(stderr, "stagefs: %s%s%s\n", cli->config ? cli->config : "",
+			cli->config ? ": " : "", err);
+		exit(1);
+	}
+	log_level = fs->cfg.log_level;
+}
+
+/* ---- mount helpers ---- */
+
+/*
+ * Raise the mount's bdi read_ahead_kb so the kernel sends large READs.  The
+ * bdi is found through /proc/self/mountinfo, not stat(2) of the mount point,
+ * which would wait on this very daemon.
+ */
+static void set_read_ahead(struct sfs *fs)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char line[8192], path[128];
+	unsigned maj = 0, min = 0;
+	bool found = false;
+
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char mnt[PATH_MAX];
+		unsigned a, b;
+
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, mnt) != 3)
+			continue;
+		if (!strcmp(mnt, fs->mountpoint) && strstr(line, " - fuse.stagefs ")) {
+			maj = a;
+			min = b;
+			found = true;
+		}
+	}
+	fclose(f);
+	if (!found) {
+		log_warn("cannot find the mount in mountinfo: read_ahead_kb left as is");
+		return;
+	}
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+	f = fopen(path, "w");
+	if (!f || fprintf(f, "%u\n", fs->cfg.read_ahead_kb) < 0 || fclose(f)) {
+		log_warn("%s: %s (reads stay in small requests)", path, strerror(errno));
+		return;
+	}
+	log_info("%s = %u", path, fs->cfg.read_ahead_kb);
+}
+
+static void redirect_stdio(const struct sfs_config *cfg)
+{
+	int fd = open("/dev/null", O_RDWR);
+
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		if (!cfg->log_file[0])
+			dup2(fd, STDERR_FILENO);
+		if (fd > STDERR_FILENO)
+			close(fd);
+	}
+	if (!cfg->log_file[0])
+		log_use_syslog("stagefs");
+}
+
+static void open_log_file(const struct sfs_config *cfg)
+{
+	int fd;
+
+	if (!cfg->log_file[0])
+		return;
+	fd = open(cfg->log_file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		fail("log_file %s: %s", cfg->log_file, strerror(errno));
+	dup2(fd, STDERR_FILENO);
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli = { 0 };
+	struct sfs fs = { 0 };
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *lcfg;
+	struct cache_opts copts;
+	char mnt[PATH_MAX], err[2048], fsname[PATH_MAX + 32];
+	struct stat st;
+	int ret;
+
+	if (argc > 1)
+		for (size_t i = 0; i < ARRAY_SIZE(subcommands); i++)
+			if (!strcmp(argv[1], subcommands[i]))
+				exec_subcommand(argv[1], argc - 1, argv + 1);
+
+	parse_cli(argc, argv, &cli);
+	apply_settings(&fs, &cli);
+
+	if (!realpath(cli.mountpoint, mnt) || stat(mnt, &st) < 0)
+		fail("mount point %s: %s", cli.mountpoint, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		fail("mount point %s: not a directory", cli.mountpoint);
+	fs.mountpoint = mnt;
+	fs.source = cli.source;
+	fs.start_ms = now_ms();
+	fs.entry_timeout = (double)fs.cfg.entry_timeout_ms / 1000.0;
+	fs.attr_timeout = (double)fs.cfg.attr_timeout_ms / 1000.0;
+
+	if (!cli.foreground)
+		daemonize_begin();
+	open_log_file(&fs.cfg);
+
+	copts = (struct cache_opts){
+		.dir = fs.cfg.cache_dir,
+		.size_limit = fs.cfg.cache_size,
+		.free_ratio = fs.cfg.cache_free_ratio,
+		.sync = fs.cfg.cache_sync,
+		.fd_cache = fs.cfg.fd_cache,
+	};
+	ret = cache_create(&copts, &fs.cache, err, sizeof(err));
+	if (ret)
+		fail("%s", err);
+	ret = backend_open(cli.source, &fs.cfg, &fs.be, err, sizeof(err));
+	if (ret)
+		fail("%s", err);
+
+	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
+		 fs.cfg.max_read_kb * 1024, fs.be->uri);
+	for (size_t i = 0; fsname[i]; i++)
+		if (fsname[i] == ',' && strncmp(fsname + i, ",subtype", 8) &&
+		    strncmp(fsname + i, ",fsname", 7))
+			fsname[i] = '_';	/* a comma would split the option */
+	if (fuse_opt_add_arg(&args, argv[0]) ||
+	    fuse_opt_add_arg(&args, "-o") ||
+	    fuse_opt_add_arg(&args, "ro,default_permissions,noatime") ||
+	    fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, fsname))
+		fail("out of memory");
+	if (fs.cfg.allow_other &&
+	    (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, "allow_other")))
+		fail("out of memory");
+	if (cli.fuse_opts &&
+	    (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, cli.fuse_opts)))
+		fail("out of memory");
+
+	fs.se = fuse_session_new(&args, &sfs_ops, sizeof(sfs_ops), &fs);
+	if (!fs.se)
+		fail("cannot create the FUSE session (bad mount option?)");
+	if (fuse_set_signal_handlers(fs.se))
+		fail("cannot install signal handlers");
+	if (fuse_session_mount(fs.se, mnt))
+		fail("cannot mount %s (is /dev/fuse there, and are you root?)", mnt);
+	set_read_ahead(&fs);
+	log_notice("mounted %s on %s (cache %s, chunk %u KiB)", fs.be->uri, mnt,
+		   fs.cfg.cache_dir, fs.be->chunk_size / 1024);
+
+	if (!cli.foreground) {
+		if (chdir("/") < 0)
+			log_warn("chdir /: %s", strerror(errno));
+		redirect_stdio(&fs.cfg);
+	}
+	daemonize_end(true, NULL);
+
+	lcfg = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_clone_fd(lcfg, 0);
+	fuse_loop_cfg_set_max_threads(lcfg, fs.cfg.threads);
+	fuse_loop_cfg_set_idle_threads(lcfg, MAX(fs.cfg.threads / 2, 1u));
+	ret = fuse_session_loop_mt(fs.se, lcfg);
+	fuse_loop_cfg_destroy(lcfg);
+
+	log_notice("unmounting %s", mnt);
+	fuse_session_unmount(fs.se);
+	fuse_remove_signal_handlers(fs.se);
+	fuse_session_destroy(fs.se);
+	backend_close(fs.be);
+	cache_destroy(fs.cache);
+	fuse_opt_free_args(&args);
+	config_release(&fs.cfg);
+	free(cli.fuse_opts);
+	free(cli.sets);
+	return ret < 0 ? 1 : 0;
+}

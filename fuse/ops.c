@@ -1,0 +1,717 @@
+/*
+ * ops: the FUSE low-level operations of a read-only dataset mount.
+ *
+ * Metadata comes from the backend (in memory: a manifest), data through the
+ * node cache: a READ is answered from the cache file, and a missing chunk is
+ * fetched from the backend once (cache.c coordinates concurrent readers).
+ * The dataset is immutable, so entries and attributes carry long timeouts
+ * and open files keep the kernel page cache (keep_cache).  Replies to READ
+ * come from a per-thread buffer that lives as long as the worker thread,
+ * which measured faster here than fuse_reply_data from an fd without splice;
+ * -o splice=yes instead splices verified cache hits straight from the cache
+ * file.
+ *
+ * Every handler replies exactly once; helpers return -errno.
+ */
+#include "fs.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* An open regular file. */
+struct sfs_fh {
+	struct sfs *fs;
+	struct sfs_attr attr;
+	struct cfile *cf;
+};
+
+/* An open virtual file: its content is rendered at open. */
+struct sfs_vfh {
+	char *data;
+	size_t len;
+};
+
+static struct sfs *fs_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+static void attr_to_stat(const struct sfs_attr *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->ino;
+	st->st_mode = a->mode;
+	st->st_nlink = a->nlink ? a->nlink : 1;
+	st->st_uid = a->uid;
+	st->st_gid = a->gid;
+	st->st_size = (off_t)a->size;
+	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+	st->st_blksize = 128 * 1024;
+	st->st_atim = a->atime;
+	st->st_mtim = a->mtime;
+	st->st_ctim = a->ctime;
+}
+
+static void virt_attr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->ino = ino;
+	a->mtime.tv_sec = a->atime.tv_sec = a->ctime.tv_sec =
+		(time_t)(wall_s() - (now_ms() - fs->start_ms) / 1000);
+	if (ino == SFS_CTL_DIR_INO) {
+		a->mode = S_IFDIR | 0555;
+		a->nlink = 2;
+	} else {
+		a->mode = S_IFREG | 0444;
+		a->nlink = 1;
+		a->size = 0;	/* direct_io: read until EOF */
+	}
+}
+
+static int do_getattr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
+{
+	if (ino >= SFS_VIRT_BASE) {
+		if (ino != SFS_CTL_DIR_INO && ino != SFS_CTL_STATS_INO)
+			return -ENOENT;
+		virt_attr(fs, ino, a);
+		return 0;
+	}
+	return fs->be->ops->getattr(fs->be, ino, a);
+}
+
+static void sfs_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct sfs *fs = userdata;
+
+	if (fs->cfg.splice) {
+		if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+			conn->want |= FUSE_CAP_SPLICE_WRITE;
+		if (conn->capable & FUSE_CAP_SPLICE_MOVE)
+			conn->want |= FUSE_CAP_SPLICE_MOVE;
+	}
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	/* max_pages follows max_write in libfuse 3.14: ask for 1 MiB requests */
+	conn->max_write = fs->cfg.max_read_kb * 1024;
+	conn->max_read = fs->cfg.max_read_kb * 1024;
+	conn->max_readahead = MAX(fs->cfg.read_ahead_kb, fs->cfg.max_read_kb) * 1024;
+	log_info("FUSE session: proto %u.%u, max_read %u, max_readahead %u, splice %s",
+		 conn->proto_major, conn->proto_minor, conn->max_read,
+		 conn->max_readahead,
+		 conn->want & FUSE_CAP_SPLICE_WRITE ? "on" : "off");
+}
+
+static void fill_entry(struct sfs *fs, const struct sfs_attr *a,
+		       struct fuse_entry_param *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->ino = a->ino;
+	e->attr_timeout = fs->attr_timeout;
+	e->entry_timeout = fs->entry_timeout;
+	attr_to_stat(a, &e->attr);
+}
+
+static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
+		     struct sfs_attr *a)
+{
+	if (parent >= SFS_VIRT_BASE) {
+		if (parent == SFS_CTL_DIR_INO && !strcmp(name, "stats")) {
+			virt_attr(fs, SFS_CTL_STATS_INO, a);
+			return 0;
+		}
+		return -ENOENT;
+	}
+	if (parent == FUSE_ROOT_ID && !strcmp(name, SFS_CTL_DIR_NAME)) {
+		virt_attr(fs, SFS_CTL_DIR_INO, a);
+		return 0;
+	}
+	return fs->be->ops->lookup(fs->be, parent, name, a);
+}
+
+static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct sfs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct sfs_attr a;
+	int ret = do_lookup(fs, parent, name, &a);
+
+	if (ret == -ENOENT) {
+		/* negative entries are as immutable as the rest */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = fs->entry_timeout;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fill_entry(fs, &a, &e);
+	fuse_reply_entry(req, &e);
+}
+
+static void sfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct sfs *fs = fs_of(req);
+
+	if (ino < SFS_VIRT_BASE && fs->be->ops->forget)
+		fs->be->ops->forget(fs->be, ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void sfs_forget_multi(fuse_req_t req, size_t count,
+			     struct fuse_forget_data *forgets)
+{
+	struct sfs *fs = fs_of(req);
+
+	for (size_t i = 0; i < count; i++)
+		if (forgets[i].ino < SFS_VIRT_BASE && fs->be->ops->forget)
+			fs->be->ops->forget(fs->be, forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void sfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs *fs = fs_of(req);
+	struct sfs_attr a;
+	struct stat st;
+	int ret = do_getattr(fs, ino, &a);
+
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	attr_to_stat(&a, &st);
+	fuse_reply_attr(req, &st, ino >= SFS_VIRT_BASE ? 1.0 : fs->attr_timeout);
+}
+
+static void sfs_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct sfs *fs = fs_of(req);
+	char buf[PATH_MAX + 1];
+	int n;
+
+	if (ino >= SFS_VIRT_BASE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	n = fs->be->ops->readlink(fs->be, ino, buf, sizeof(buf) - 1);
+	if (n < 0) {
+		fuse_reply_err(req, -n);
+		return;
+	}
+	buf[n] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+/* ---- directories ---- */
+
+static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs *fs = fs_of(req);
+	struct sfs_dirlist *dl = calloc(1, sizeof(*dl));
+	int ret = 0;
+
+	if (!dl) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (ino == SFS_CTL_DIR_INO) {
+		dl->ent = calloc(1, sizeof(*dl->ent));
+		if (dl->ent && (dl->ent[0].name = strdup("stats"))) {
+			dl->ent[0].ino = SFS_CTL_STATS_INO;
+			dl->ent[0].mode = S_IFREG;
+			dl->n = 1;
+		} else {
+			ret = -ENOMEM;
+		}
+	} else if (ino >= SFS_VIRT_BASE) {
+		ret = -ENOTDIR;
+	} else {
+		ret = fs->be->ops->readdir(fs->be, ino, dl);
+	}
+	if (ret) {
+		sfs_dirlist_release(dl);
+		free(dl);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->fh = (uintptr_t)dl;
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		sfs_dirlist_release(dl);
+		free(dl);
+	}
+}
+
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi, bool plus)
+{
+	struct sfs *fs = fs_of(req);
+	struct sfs_dirlist *dl = (struct sfs_dirlist *)(uintptr_t)fi->fh;
+	char *buf = malloc(size);
+	size_t pos = 0;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	/* offsets: 1 = ".", 2 = "..", 2 + i + 1 = dl->ent[i] */
+	for (off_t i = off; (size_t)i < dl->n + 2; i++) {
+		struct stat st = { 0 };
+		const char *name;
+		size_t need;
+
+		if (i == 0) {
+			name = ".";
+			st.st_ino = ino;
+			st.st_mode = S_IFDIR;
+		} else if (i == 1) {
+			name = "..";
+			st.st_ino = FUSE_ROOT_ID;
+			st.st_mode = S_IFDIR;
+		} else {
+			const struct sfs_dirent *de = &dl->ent[i - 2];
+
+			name = de->name;
+			st.st_ino = de->ino;
+			st.st_mode = de->mode;
+		}
+		if (plus) {
+			struct fuse_entry_param e;
+			struct sfs_attr a;
+
+			if (i < 2) {
+				memset(&e, 0, sizeof(e));
+				e.attr = st;
+			} else {
+				int ret = do_lookup(fs, ino, name, &a);
+
+				if (ret) {
+					if (!pos) {
+						free(buf);
+						fuse_reply_err(req, -ret);
+						return;
+					}
+					break;
+				}
+				fill_entry(fs, &a, &e);
+			}
+			need = fuse_add_direntry_plus(req, buf + pos, size - pos,
+						      name, &e, i + 1);
+			if (need > size - pos) {
+				/* undo the lookup reference of an entry not sent */
+				if (i >= 2 && fs->be->ops->forget)
+					fs->be->ops->forget(fs->be, e.ino, 1);
+				break;
+			}
+		} else {
+			need = fuse_add_direntry(req, buf + pos, size - pos, name,
+						 &st, i + 1);
+			if (need > size - pos)
+				break;
+		}
+		pos += need;
+	}
+	fuse_reply_buf(req, buf, pos);
+	free(buf);
+}
+
+static void sfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, false);
+}
+
+static void sfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			    off_t off, struct fuse_file_info *fi)
+{
+	do_readdir(req, ino, size, off, fi, true);
+}
+
+static void sfs_releasedir(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	struct sfs_dirlist *dl = (struct sfs_dirlist *)(uintptr_t)fi->fh;
+
+	sfs_dirlist_release(dl);
+	free(dl);
+	fuse_reply_err(req, 0);
+}
+
+/* ---- files ---- */
+
+static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
+{
+	struct sfs_fh *fh = arg;
+	struct sfs *fs = fh->fs;
+	uint64_t t0 = now_ns();
+	int r = fs->be->ops->read_chunk(fs->be, &fh->attr, idx, buf, len);
+
+	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
+	if (r < 0) {
+		atomic_fetch_add(&fs->ctr.backend_errors, 1);
+		return r;
+	}
+	atomic_fetch_add(&fs->ctr.backend_reads, 1);
+	atomic_fetch_add(&fs->ctr.backend_bytes, (uint64_t)r);
+	return r;
+}
+
+static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs *fs = fs_of(req);
+	struct sfs_fh *fh;
+	int ret;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
+	    (fi->flags & (O_TRUNC | O_APPEND | O_CREAT))) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (ino == SFS_CTL_STATS_INO) {
+		struct sfs_vfh *v = calloc(1, sizeof(*v));
+		int n = v ? sfs_stats_json(fs, &v->data) : -ENOMEM;
+
+		if (n < 0) {
+			free(v);
+			fuse_reply_err(req, -n);
+			return;
+		}
+		v->len = (size_t)n;
+		fi->fh = (uintptr_t)v;
+		fi->direct_io = 1;
+		fuse_reply_open(req, fi);
+		return;
+	}
+	if (ino >= SFS_VIRT_BASE) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	fh = calloc(1, sizeof(*fh));
+	if (!fh) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fh->fs = fs;
+	ret = fs->be->ops->getattr(fs->be, ino, &fh->attr);
+	if (!ret && !S_ISREG(fh->attr.mode))
+		ret = -EISDIR;
+	if (!ret)
+		ret = cache_file_get(fs->cache, &fh->attr.content, fh->attr.size,
+				     fs->be->chunk_size, &fh->cf);
+	if (ret) {
+		free(fh);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	atomic_fetch_add(&fs->ctr.opens, 1);
+	fi->fh = (uintptr_t)fh;
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		cache_file_put(fs->cache, fh->cf);
+		free(fh);
+	}
+}
+
+static pthread_key_t rbuf_key;
+static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
+
+static void rbuf_key_init(void)
+{
+	pthread_key_create(&rbuf_key, free);
+}
+
+/* The calling worker thread's reply buffer (1 MiB, reused for its life). */
+static void *reply_buffer(size_t size)
+{
+	void *b;
+
+	pthread_once(&rbuf_once, rbuf_key_init);
+	b = pthread_getspecific(rbuf_key);
+	if (!b) {
+		if (posix_memalign(&b, 4096, MAX(size, (size_t)1 << 20)))
+			return NULL;
+		pthread_setspecific(rbuf_key, b);
+	}
+	return b;
+}
+
+static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct sfs *fs = fs_of(req);
+	void *buf;
+	ssize_t n;
+
+	if (ino == SFS_CTL_STATS_INO) {
+		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
+
+		if ((size_t)off >= v->len)
+			fuse_reply_buf(req, NULL, 0);
+		else
+			fuse_reply_buf(req, v->data + off, MIN(size, v->len - (size_t)off));
+		return;
+	}
+
+	struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
+	struct cache_source src = {
+		.fetch = fetch_chunk,
+		.arg = fh,
+		.uid = fuse_req_ctx(req)->uid,
+	};
+
+	buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	atomic_fetch_add(&fs->ctr.read_requests, 1);
+	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
+	if (n < 0) {
+		atomic_fetch_add(&fs->ctr.read_errors, 1);
+		fuse_reply_err(req, (int)-n);
+	} else {
+		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
+		fuse_reply_buf(req, buf, (size_t)n);
+	}
+	if (size > (1u << 20))
+		free(buf);
+}
+
+static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs *fs = fs_of(req);
+
+	if (ino == SFS_CTL_STATS_INO) {
+		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
+
+		free(v->data);
+		free(v);
+	} else {
+		struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
+
+		cache_file_put(fs->cache, fh->cf);
+		free(fh);
+	}
+	fuse_reply_err(req, 0);
+}
+
+static void sfs_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct sfs *fs = fs_of(req);
+	struct statvfs sv = { 0 };
+	uint64_t bytes = 0, files = 0;
+
+	if (fs->be->ops->statfs)
+		fs->be->ops->statfs(fs->be, &bytes, &files);
+	sv.f_bsize = 4096;
+	sv.f_frsize = 4096;
+	sv.f_blocks = (fsblkcnt_t)DIV_ROUND_UP(bytes, 4096);
+	sv.f_files = (fsfilcnt_t)files;
+	sv.f_namemax = 255;
+	sv.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+/* ---- extended attributes: a few read-only facts about the cache ---- */
+
+static const char *const xattr_names[] = {
+	"user.stagefs.content",	/* cache identity (hex) */
+	"user.stagefs.cached",	/* "PRESENT/TOTAL" chunks */
+	"user.stagefs.source",	/* the dataset URI */
+};
+
+static int xattr_value(struct sfs *fs, fuse_ino_t ino, const char *name,
+		       char *buf, size_t len)
+{
+	struct sfs_attr a;
+	int ret;
+
+	if (ino >= SFS_VIRT_BASE)
+		return -ENODATA;
+	ret = fs->be->ops->getattr(fs->be, ino, &a);
+	if (ret)
+		return ret;
+	if (!strcmp(name, "user.stagefs.source"))
+		return snprintf(buf, len, "%s", fs->be->uri);
+	if (!S_ISREG(a.mode))
+		return -ENODATA;
+	if (!strcmp(name, "user.stagefs.content")) {
+		sfs_id_hex(&a.content, buf);
+		return SFS_ID_HEX_LEN;
+	}
+	if (!strcmp(name, "user.stagefs.cached")) {
+		struct cfile *cf;
+		uint32_t present, total;
+
+		ret = cache_file_get(fs->cache, &a.content, a.size,
+				     fs->be->chunk_size, &cf);
+		if (ret)
+			return ret;
+		present = cache_file_present(fs->cache, cf);
+		total = cache_file_nchunks(cf);
+		cache_file_put(fs->cache, cf);
+		return snprintf(buf, len, "%u/%u", present, total);
+	}
+	return -ENODATA;
+}
+
+static void sfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			 size_t size)
+{
+	char buf[4200];
+	int n = xattr_value(fs_of(req), ino, name, buf, sizeof(buf));
+
+	if (n < 0)
+		fuse_reply_err(req, -n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else if ((size_t)n > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void sfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct sfs *fs = fs_of(req);
+	char buf[256];
+	size_t pos = 0;
+	struct sfs_attr a;
+
+	if (ino < SFS_VIRT_BASE && !fs->be->ops->getattr(fs->be, ino, &a)) {
+		for (size_t i = 0; i < ARRAY_SIZE(xattr_names); i++) {
+			if (!S_ISREG(a.mode) && strcmp(xattr_names[i], "user.stagefs.source"))
+				continue;
+			size_t l = strlen(xattr_names[i]) + 1;
+
+			memcpy(buf + pos, xattr_names[i], l);
+			pos += l;
+		}
+	}
+	if (size == 0)
+		fuse_reply_xattr(req, pos);
+	else if (pos > size)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, buf, pos);
+}
+
+/* ---- everything that would modify the dataset ---- */
+
+static void sfs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			int to_set, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, dev_t rdev)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+			const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       fuse_ino_t newparent, const char *newname,
+		       unsigned int flags)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		     const char *newname)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		      size_t size, off_t off, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		       mode_t mode, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			 const char *value, size_t size, int flags)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void sfs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
+			  off_t offset, off_t length, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+const struct fuse_lowlevel_ops sfs_ops = {
+	.init = sfs_init,
+	.lookup = sfs_lookup,
+	.forget = sfs_forget,
+	.forget_multi = sfs_forget_multi,
+	.getattr = sfs_getattr,
+	.readlink = sfs_readlink,
+	.opendir = sfs_opendir,
+	.readdir = sfs_readdir,
+	.readdirplus = sfs_readdirplus,
+	.releasedir = sfs_releasedir,
+	.open = sfs_open,
+	.read = sfs_read,
+	.release = sfs_release,
+	.statfs = sfs_statfs,
+	.getxattr = sfs_getxattr,
+	.listxattr = sfs_listxattr,
+	.setattr = sfs_setattr,
+	.mknod = sfs_mknod,
+	.mkdir = sfs_mkdir,
+	.unlink = sfs_unlink,
+	.rmdir = sfs_unlink,
+	.symlink = sfs_symlink,
+	.rename = sfs_rename,
+	.link = sfs_link,
+	.write = sfs_write,
+	.create = sfs_create,
+	.setxattr = sfs_setxattr,
+	.removexattr = sfs_removexattr,
+	.fallocate = sfs_fallocate,
+};

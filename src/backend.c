@@ -1,0 +1,63 @@
+/*
+ * backend: scheme dispatch.  See backend.h.
+ */
+#include "backend.h"
+
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef CONFIG_HAVE_RADOS
+/* weak until backend_rados.c lands in every build */
+extern const struct backend_ops backend_rados_ops __attribute__((weak));
+#endif
+
+static const struct backend_ops *const backends[] = {
+	&backend_dir_ops,
+#ifdef CONFIG_HAVE_RADOS
+	&backend_rados_ops,
+#endif
+};
+
+void sfs_dirlist_release(struct sfs_dirlist *dl)
+{
+	for (size_t i = 0; i < dl->n; i++)
+		free(dl->ent[i].name);
+	free(dl->ent);
+	dl->ent = NULL;
+	dl->n = 0;
+}
+
+int backend_open(const char *uri, const struct sfs_config *cfg,
+		 struct backend **out, char *err, size_t errlen)
+{
+	char buf[4096];
+
+	if (uri[0] == '/') {
+		snprintf(buf, sizeof(buf), "dir://%s", uri);
+		uri = buf;
+	}
+	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
+		size_t n;
+
+		if (!backends[i])
+			continue;
+		n = strlen(backends[i]->scheme);
+
+		if (!strncmp(uri, backends[i]->scheme, n) &&
+		    !strncmp(uri + n, "://", 3))
+			return backends[i]->create(uri, cfg, out, err, errlen);
+	}
+	snprintf(err, errlen, "%s: unknown source scheme (expected dir:///PATH or rados://POOL/DATASET)",
+		 uri);
+	return -EINVAL;
+}
+
+void backend_close(struct backend *be)
+{
+	if (be)
+		be->ops->destroy(be);
+}

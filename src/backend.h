@@ -1,0 +1,152 @@
+/*
+ * backend: where a dataset's bytes come from.
+ *
+ * A backend presents one immutable dataset snapshot as an inode tree and
+ * reads its regular files chunk by chunk.  It is an ops table filled with
+ * designated initializers (fio's ioengine_ops, Redis's ae_*): the directory
+ * backend (backend_dir.c, "dir://") needs no cluster and keeps most tests
+ * fast; the RADOS backend (backend_rados.c, "rados://") reads published,
+ * content-addressed datasets.
+ *
+ * Inode numbers are the backend's own; 1 (SFS_ROOT_INO) is the dataset root.
+ * Every call may come from any FUSE worker thread at the same time: backends
+ * do their own locking.  Nothing here replies to FUSE; calls return 0 (or a
+ * length) or -errno.
+ *
+ * The cache names a file's cache file by sfs_attr.content: a 128-bit id that
+ * changes whenever the file's bytes may have changed (RADOS: XXH3-128 of the
+ * chunk-id list; dir: XXH3-128 of path, size, mtime, ctime and inode).
+ */
+#ifndef STAGEFS_BACKEND_H
+#define STAGEFS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "util.h"
+
+struct sfs_config;
+
+#define SFS_ROOT_INO	1ULL
+
+struct sfs_attr {
+	uint64_t ino;
+	uint32_t mode;		/* S_IFMT bits | permission bits */
+	uint32_t nlink;
+	uint32_t uid, gid;
+	uint64_t size;
+	struct timespec atime, mtime, ctime;
+	struct sfs_id content;	/* regular files: cache identity; else zero */
+};
+
+struct sfs_dirent {
+	char *name;
+	uint64_t ino;		/* may be 0 if unknown until lookup */
+	uint32_t mode;		/* S_IFMT bits at least */
+};
+
+/* A snapshot of one directory, "." and ".." excluded, in a stable order. */
+struct sfs_dirlist {
+	size_t n;
+	struct sfs_dirent *ent;
+};
+
+/* Free the names and the array of @dl (not @dl itself). */
+void sfs_dirlist_release(struct sfs_dirlist *dl);
+
+struct backend;
+
+/*
+ * Called once per finished asynchronous chunk read, possibly on a thread the
+ * daemon does not own (librados): it must only hand the result over.
+ * @res is the byte count or -errno.
+ */
+typedef void (*backend_done_fn)(void *arg, int res);
+
+struct backend_ops {
+	const char *scheme;	/* "dir", "rados" */
+
+	/*
+	 * Open the dataset named by @uri (scheme included).  On failure returns
+	 * -errno and a message fit for the user in @err.  The backend is
+	 * released with ->destroy.
+	 */
+	int (*create)(const char *uri, const struct sfs_config *cfg,
+		      struct backend **out, char *err, size_t errlen);
+	void (*destroy)(struct backend *be);
+
+	int (*getattr)(struct backend *be, uint64_t ino, struct sfs_attr *out);
+	/* Look @name up in @parent.  Takes one lookup reference (see forget). */
+	int (*lookup)(struct backend *be, uint64_t parent, const char *name,
+		      struct sfs_attr *out);
+	/* Drop @nlookup references taken by lookup.  Optional. */
+	void (*forget)(struct backend *be, uint64_t ino, uint64_t nlookup);
+	/* Snapshot directory @ino into @out (caller releases it). */
+	int (*readdir)(struct backend *be, uint64_t ino, struct sfs_dirlist *out);
+	/* Copy the symlink target (not NUL-terminated); returns its length. */
+	int (*readlink)(struct backend *be, uint64_t ino, char *buf, size_t size);
+
+	/*
+	 * Read chunk @idx of regular file @file into @buf.  @len is the
+	 * chunk's exact length (chunk_size, shorter for the last chunk).
+	 * Returns @len or -errno; a backend that knows the chunk's hash (RADOS)
+	 * verifies it and returns -EIO on a mismatch, never the bad bytes.
+	 * Blocks for at most the backend's configured timeout.
+	 */
+	int (*read_chunk)(struct backend *be, const struct sfs_attr *file,
+			  uint32_t idx, void *buf, size_t len);
+
+	/*
+	 * Optional asynchronous form of read_chunk: start the read and return
+	 * 0; @done(@arg, res) runs exactly once later.  Returns -errno if the
+	 * read could not be started (then @done is not called).
+	 */
+	int (*read_chunk_async)(struct backend *be, const struct sfs_attr *file,
+				uint32_t idx, void *buf, size_t len,
+				backend_done_fn done, void *arg);
+
+	/* Optional: dataset totals for statfs (bytes, files). */
+	int (*statfs)(struct backend *be, uint64_t *bytes, uint64_t *files);
+	/* Optional: extended attributes, with getxattr(2)/listxattr(2) rules. */
+	ssize_t (*getxattr)(struct backend *be, uint64_t ino, const char *name,
+			    void *buf, size_t size);
+	ssize_t (*listxattr)(struct backend *be, uint64_t ino, char *buf,
+			     size_t size);
+};
+
+/* Every backend embeds this as its first member. */
+struct backend {
+	const struct backend_ops *ops;
+	uint32_t chunk_size;	/* fixed for the dataset's lifetime */
+	char *uri;		/* as given, for logs and stats */
+};
+
+/*
+ * Open the backend whose scheme prefixes @uri ("dir:///data",
+ * "rados://pool/name").  A bare absolute path means dir://.
+ * Returns 0 or -errno with a message in @err.
+ */
+int backend_open(const char *uri, const struct sfs_config *cfg,
+		 struct backend **out, char *err, size_t errlen);
+void backend_close(struct backend *be);
+
+/* Length of chunk @idx of a file of @size bytes cut in @chunk_size pieces. */
+static inline size_t backend_chunk_len(uint64_t size, uint32_t chunk_size,
+				       uint32_t idx)
+{
+	uint64_t off = (uint64_t)idx * chunk_size;
+
+	if (off >= size)
+		return 0;
+	return (size_t)(size - off < chunk_size ? size - off : chunk_size);
+}
+
+extern const struct backend_ops backend_dir_ops;
+#ifdef CONFIG_HAVE_RADOS
+extern const struct backend_ops backend_rados_ops;
+#endif
+
+#endif

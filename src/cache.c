@@ -1,0 +1,1223 @@
+/*
+ * cache: see cache.h for the design and guarantees; docs/cache.md for the
+ * on-disk layout.
+ *
+ * Locking: c->lock guards everything reachable from struct cache (the file
+ * hash, chunk states, the LRU and fd lists, counters marked so).  Nothing
+ * blocks on I/O while holding it except the hole punch and the 64-byte
+ * journal append of an eviction.
+ */
+#include "cache.h"
+
+#include "log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#define CACHE_LAYOUT	"stagefs-cache 1\n"
+#define JREC_MAGIC	0x53464a31u	/* "SFJ1" */
+#define ALLOC_UNIT	4096ULL
+
+enum chunk_state {
+	CH_ABSENT,
+	CH_FILLING,	/* one thread is fetching it; others wait */
+	CH_PRESENT,
+	CH_CHECKING,	/* one thread is re-verifying it; others wait */
+};
+
+struct cchunk {
+	struct cchunk *lru_prev, *lru_next;	/* on c->lru iff PRESENT */
+	struct cfile *file;
+	uint64_t hash;		/* XXH3-64 of the chunk's bytes */
+	uint32_t idx;
+	uint32_t owner;		/* uid charged */
+	uint16_t readers;	/* hits reading it now: not evictable */
+	uint8_t state;
+	bool verified;		/* checked against hash since daemon start */
+};
+
+struct cfile {
+	struct cfile *hnext;
+	struct cfile *fd_prev, *fd_next;	/* on c->fds iff fd >= 0 */
+	struct sfs_id id;
+	uint64_t size;
+	uint32_t chunk_size;
+	uint32_t nchunks;
+	uint32_t present;
+	int refs;
+	int fd;
+	int fd_users;
+	int writers;		/* our own writes in flight: ctime is ours */
+	struct timespec ctime_seen;
+	bool ctime_valid;
+	struct cchunk *chunks;
+};
+
+struct jrec {
+	uint32_t magic;
+	uint8_t type;
+	uint8_t pad[3];
+	uint64_t id_hi, id_lo;
+	uint64_t file_size;
+	uint32_t chunk_size;
+	uint32_t idx;
+	uint64_t hash;
+	uint32_t len;
+	uint32_t owner;
+	uint64_t crc;		/* XXH3-64 of the bytes before it */
+};
+
+_Static_assert(sizeof(struct jrec) == 64, "journal record is 64 bytes");
+
+enum { JREC_ADD = 1, JREC_DEL = 2 };
+
+struct cache {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* chunk state changes */
+	char *dir;
+	char *data_dir;
+	int lock_fd;
+	int journal_fd;			/* protected by lock */
+	uint64_t journal_recs;		/* protected by lock */
+	struct cache_opts opts;
+
+	struct cfile **buckets;		/* protected by lock */
+	size_t nbuckets, nfiles;
+	struct cchunk lru;		/* sentinel: next = most recent */
+	struct cfile fds;		/* sentinel of the open-fd LRU */
+	uint32_t nfds;
+
+	struct cache_stats st;		/* protected by lock */
+};
+
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+struct scratch {
+	size_t size;
+	void *buf;
+};
+
+static void scratch_free(void *p)
+{
+	struct scratch *s = p;
+
+	free(s->buf);
+	free(s);
+}
+
+static void scratch_key_init(void)
+{
+	pthread_key_create(&scratch_key, scratch_free);
+}
+
+/* A per-thread buffer of at least @size bytes, kept for the thread's life. */
+static void *scratch_get(size_t size)
+{
+	struct scratch *s;
+
+	pthread_once(&scratch_once, scratch_key_init);
+	s = pthread_getspecific(scratch_key);
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (!s)
+			return NULL;
+		pthread_setspecific(scratch_key, s);
+	}
+	if (s->size < size) {
+		void *nb;
+
+		if (posix_memalign(&nb, 4096, size))
+			return NULL;
+		free(s->buf);
+		s->buf = nb;
+		s->size = size;
+	}
+	return s->buf;
+}
+
+static uint64_t alloc_size(size_t len)
+{
+	return (len + ALLOC_UNIT - 1) / ALLOC_UNIT * ALLOC_UNIT;
+}
+
+static size_t chunk_len(const struct cfile *cf, uint32_t idx)
+{
+	uint64_t off = (uint64_t)idx * cf->chunk_size;
+
+	return (size_t)MIN((uint64_t)cf->chunk_size, cf->size - off);
+}
+
+static void cfile_path(const struct cache *c, const struct sfs_id *id,
+		       char *buf, size_t len)
+{
+	char hex[SFS_ID_HEX_LEN + 1];
+
+	sfs_id_hex(id, hex);
+	snprintf(buf, len, "%s/%.2s/%s", c->data_dir, hex, hex);
+}
+
+/* ---- LRU and fd lists (c->lock held) ---- */
+
+static void lru_unlink(struct cchunk *ch)
+{
+	ch->lru_prev->lru_next = ch->lru_next;
+	ch->lru_next->lru_prev = ch->lru_prev;
+	ch->lru_prev = ch->lru_next = NULL;
+}
+
+static void lru_push(struct cache *c, struct cchunk *ch)
+{
+	ch->lru_next = c->lru.lru_next;
+	ch->lru_prev = &c->lru;
+	c->lru.lru_next->lru_prev = ch;
+	c->lru.lru_next = ch;
+}
+
+static void lru_touch(struct cache *c, struct cchunk *ch)
+{
+	if (c->lru.lru_next == ch)
+		return;
+	lru_unlink(ch);
+	lru_push(c, ch);
+}
+
+static void fdlist_unlink(struct cfile *cf)
+{
+	cf->fd_prev->fd_next = cf->fd_next;
+	cf->fd_next->fd_prev = cf->fd_prev;
+	cf->fd_prev = cf->fd_next = NULL;
+}
+
+static void fdlist_push(struct cache *c, struct cfile *cf)
+{
+	cf->fd_next = c->fds.fd_next;
+	cf->fd_prev = &c->fds;
+	c->fds.fd_next->fd_prev = cf;
+	c->fds.fd_next = cf;
+}
+
+static void fd_close_locked(struct cache *c, struct cfile *cf)
+{
+	if (cf->fd < 0)
+		return;
+	close(cf->fd);
+	cf->fd = -1;
+	cf->ctime_valid = false;
+	fdlist_unlink(cf);
+	c->nfds--;
+}
+
+/* Close idle descriptors beyond the configured bound. */
+static void fd_trim_locked(struct cache *c)
+{
+	struct cfile *cf = c->fds.fd_prev;
+
+	while (c->nfds > c->opts.fd_cache && cf != &c->fds) {
+		struct cfile *prev = cf->fd_prev;
+
+		if (!cf->fd_users)
+			fd_close_locked(c, cf);
+		cf = prev;
+	}
+}
+
+/* ---- the file table (c->lock held) ---- */
+
+static size_t bucket_of(const struct cache *c, const struct sfs_id *id)
+{
+	return (size_t)(id->lo ^ (id->hi >> 7)) & (c->nbuckets - 1);
+}
+
+static struct cfile *cfile_find(struct cache *c, const struct sfs_id *id)
+{
+	for (struct cfile *cf = c->buckets[bucket_of(c, id)]; cf; cf = cf->hnext)
+		if (sfs_id_eq(&cf->id, id))
+			return cf;
+	return NULL;
+}
+
+static int table_grow(struct cache *c)
+{
+	size_t nb = c->nbuckets * 2;
+	struct cfile **b = calloc(nb, sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nbuckets; i++) {
+		struct cfile *cf = c->buckets[i];
+
+		while (cf) {
+			struct cfile *next = cf->hnext;
+			size_t k = (size_t)(cf->id.lo ^ (cf->id.hi >> 7)) & (nb - 1);
+
+			cf->hnext = b[k];
+			b[k] = cf;
+			cf = next;
+		}
+	}
+	free(c->buckets);
+	c->buckets = b;
+	c->nbuckets = nb;
+	return 0;
+}
+
+static struct cfile *cfile_new(struct cache *c, const struct sfs_id *id,
+			       uint64_t size, uint32_t chunk_size)
+{
+	struct cfile *cf;
+	uint64_t n = size ? DIV_ROUND_UP(size, chunk_size) : 0;
+	size_t b;
+
+	if (n > UINT32_MAX || !chunk_size)
+		return NULL;
+	if (c->nfiles >= c->nbuckets && table_grow(c))
+		return NULL;
+	cf = calloc(1, sizeof(*cf));
+	if (!cf)
+		return NULL;
+	cf->chunks = n ? calloc(n, sizeof(*cf->chunks)) : NULL;
+	if (n && !cf->chunks) {
+		free(cf);
+		return NULL;
+	}
+	cf->id = *id;
+	cf->size = size;
+	cf->chunk_size = chunk_size;
+	cf->nchunks = (uint32_t)n;
+	cf->fd = -1;
+	for (uint32_t i = 0; i < cf->nchunks; i++) {
+		cf->chunks[i].file = cf;
+		cf->chunks[i].idx = i;
+	}
+	b = bucket_of(c, id);
+	cf->hnext = c->buckets[b];
+	c->buckets[b] = cf;
+	c->nfiles++;
+	c->st.files = c->nfiles;
+	return cf;
+}
+
+static void cfile_unhash(struct cache *c, struct cfile *cf)
+{
+	struct cfile **pp = &c->buckets[bucket_of(c, &cf->id)];
+
+	while (*pp && *pp != cf)
+		pp = &(*pp)->hnext;
+	if (*pp)
+		*pp = cf->hnext;
+	c->nfiles--;
+	c->st.files = c->nfiles;
+}
+
+/* Free @cf if nothing refers to it and it holds no data. */
+static void cfile_maybe_free(struct cache *c, struct cfile *cf)
+{
+	if (cf->refs || cf->present || cf->fd_users)
+		return;
+	for (uint32_t i = 0; i < cf->nchunks; i++)
+		if (cf->chunks[i].state != CH_ABSENT)
+			return;
+	fd_close_locked(c, cf);
+	cfile_unhash(c, cf);
+	free(cf->chunks);
+	free(cf);
+}
+
+/* ---- the journal ---- */
+
+static void jrec_fill(struct jrec *r, int type, const struct cfile *cf,
+		      const struct cchunk *ch)
+{
+	memset(r, 0, sizeof(*r));
+	r->magic = JREC_MAGIC;
+	r->type = (uint8_t)type;
+	r->id_hi = cf->id.hi;
+	r->id_lo = cf->id.lo;
+	r->file_size = cf->size;
+	r->chunk_size = cf->chunk_size;
+	r->idx = ch->idx;
+	r->hash = ch->hash;
+	r->len = (uint32_t)chunk_len(cf, ch->idx);
+	r->owner = ch->owner;
+	r->crc = sfs_hash64(r, offsetof(struct jrec, crc));
+}
+
+static void journal_append(struct cache *c, int type, const struct cfile *cf,
+			   const struct cchunk *ch)
+{
+	struct jrec r;
+
+	jrec_fill(&r, type, cf, ch);
+	if (c->journal_fd < 0)
+		return;
+	if (write(c->journal_fd, &r, sizeof(r)) != (ssize_t)sizeof(r)) {
+		/* losing a record only costs a refetch after a restart */
+		log_warn("cache journal write failed: %s", strerror(errno));
+		return;
+	}
+	c->journal_recs++;
+}
+
+static int journal_open(struct cache *c)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/index/journal", c->dir);
+	c->journal_fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	if (c->journal_fd < 0)
+		return -errno;
+	return 0;
+}
+
+/* Replay the journal into the in-memory index.  A torn tail is cut off. */
+static int journal_load(struct cache *c)
+{
+	char path[PATH_MAX];
+	size_t bufsz = 1 << 20, good = 0;
+	struct jrec *buf;
+	ssize_t n;
+	off_t off = 0;
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), "%s/index/journal", c->dir);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	buf = malloc(bufsz);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while ((n = pread_full(fd, buf, bufsz, off)) > 0) {
+		size_t nrec = (size_t)n / sizeof(struct jrec);
+		bool torn = false;
+
+		for (size_t i = 0; i < nrec; i++) {
+			struct jrec *r = &buf[i];
+			struct sfs_id id = { r->id_hi, r->id_lo };
+			struct cfile *cf;
+			struct cchunk *ch;
+
+			if (r->magic != JREC_MAGIC ||
+			    r->crc != sfs_hash64(r, offsetof(struct jrec, crc))) {
+				torn = true;
+				break;
+			}
+			good++;
+			cf = cfile_find(c, &id);
+			if (cf && (cf->size != r->file_size || cf->chunk_size != r->chunk_size)) {
+				/* same id, other shape: the older entry is void */
+				for (uint32_t k = 0; k < cf->nchunks; k++)
+					if (cf->chunks[k].state == CH_PRESENT) {
+						lru_unlink(&cf->chunks[k]);
+						cf->chunks[k].state = CH_ABSENT;
+						c->st.used_bytes -= alloc_size(chunk_len(cf, k));
+						c->st.chunks--;
+					}
+				cf->present = 0;
+				cfile_maybe_free(c, cf);
+				cf = NULL;
+			}
+			if (!cf && r->type == JREC_ADD)
+				cf = cfile_new(c, &id, r->file_size, r->chunk_size);
+			if (!cf || r->idx >= cf->nchunks)
+				continue;
+			ch = &cf->chunks[r->idx];
+			if (r->type == JREC_ADD && ch->state != CH_PRESENT &&
+			    r->len == chunk_len(cf, r->idx)) {
+				ch->state = CH_PRESENT;
+				ch->hash = r->hash;
+				ch->owner = r->owner;
+				ch->verified = false;
+				cf->present++;
+				lru_push(c, ch);
+				c->st.used_bytes += alloc_size(r->len);
+				c->st.chunks++;
+			} else if (r->type == JREC_DEL && ch->state == CH_PRESENT) {
+				lru_unlink(ch);
+				ch->state = CH_ABSENT;
+				cf->present--;
+				c->st.used_bytes -= alloc_size(r->len);
+				c->st.chunks--;
+				cfile_maybe_free(c, cf);
+			}
+		}
+		if (torn || (size_t)n % sizeof(struct jrec)) {
+			log_warn("cache journal: torn record after %zu good ones, discarding the tail",
+				 good);
+			if (ftruncate(fd, (off_t)(good * sizeof(struct jrec))) < 0)
+				ret = -errno;
+			break;
+		}
+		off += n;
+		if ((size_t)n < bufsz)
+			break;
+	}
+	if (n < 0)
+		ret = (int)n;
+	c->journal_recs = good;
+	free(buf);
+	close(fd);
+	return ret;
+}
+
+/*
+ * Rewrite the journal with one ADD per present chunk, least recent first, so
+ * a reload rebuilds the same LRU order.  Atomic: written aside, fsynced,
+ * renamed over.
+ */
+static int journal_compact(struct cache *c)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+	size_t cap = 4096, n = 0;
+	struct jrec *buf;
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), "%s/index/journal", c->dir);
+	snprintf(tmp, sizeof(tmp), "%s/index/journal.tmp", c->dir);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	buf = malloc(cap * sizeof(*buf));
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out_close;
+	}
+	for (struct cchunk *ch = c->lru.lru_prev; ch != &c->lru; ch = ch->lru_prev) {
+		jrec_fill(&buf[n++], JREC_ADD, ch->file, ch);
+		if (n == cap) {
+			ssize_t w = write(fd, buf, n * sizeof(*buf));
+
+			if (w != (ssize_t)(n * sizeof(*buf))) {
+				ret = w < 0 ? -errno : -EIO;
+				goto out_free;
+			}
+			n = 0;
+		}
+	}
+	if (n && write(fd, buf, n * sizeof(*buf)) != (ssize_t)(n * sizeof(*buf))) {
+		ret = -errno ? -errno : -EIO;
+		goto out_free;
+	}
+	if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+		ret = -errno;
+		goto out_free;
+	}
+	c->journal_recs = c->st.chunks;
+out_free:
+	free(buf);
+out_close:
+	close(fd);
+	if (ret)
+		unlink(tmp);
+	return ret;
+}
+
+/* ---- capacity ---- */
+
+static uint64_t effective_limit(struct cache *c)
+{
+	struct statvfs sv;
+	uint64_t limit = c->opts.size_limit ? c->opts.size_limit : UINT64_MAX;
+
+	if (statvfs(c->dir, &sv) == 0) {
+		uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		uint64_t reserve = (uint64_t)((double)total * c->opts.free_ratio);
+		uint64_t fs_cap = c->st.used_bytes + (avail > reserve ? avail - reserve : 0);
+
+		limit = MIN(limit, fs_cap);
+	}
+	c->st.limit_bytes = limit;
+	return limit;
+}
+
+/* Drop a present chunk: punch its hole, journal it.  c->lock held. */
+static void note_own_write(struct cfile *cf, int fd);
+
+static void chunk_drop(struct cache *c, struct cchunk *ch, bool punch)
+{
+	struct cfile *cf = ch->file;
+	size_t len = chunk_len(cf, ch->idx);
+
+	if (punch && cf->fd >= 0) {
+		if (fallocate(cf->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)ch->idx * cf->chunk_size, (off_t)len) < 0 &&
+		    errno != EOPNOTSUPP)
+			log_warn("cache: punching a hole failed: %s", strerror(errno));
+		if (!cf->writers)
+			note_own_write(cf, cf->fd);
+	}
+	lru_unlink(ch);
+	ch->state = CH_ABSENT;
+	ch->verified = false;
+	cf->present--;
+	c->st.used_bytes -= alloc_size(len);
+	c->st.chunks--;
+	journal_append(c, JREC_DEL, cf, ch);
+}
+
+/* Evict the least recently used idle chunk.  Returns false if none can go. */
+static bool evict_one(struct cache *c)
+{
+	for (struct cchunk *ch = c->lru.lru_prev; ch != &c->lru; ch = ch->lru_prev) {
+		struct cfile *cf = ch->file;
+		char path[PATH_MAX];
+
+		if (ch->readers)
+			continue;
+		if (cf->present == 1 && !cf->fd_users) {
+			/* last chunk: remove the whole cache file */
+			fd_close_locked(c, cf);
+			cfile_path(c, &cf->id, path, sizeof(path));
+			unlink(path);
+			chunk_drop(c, ch, false);
+		} else {
+			if (cf->fd < 0) {
+				cfile_path(c, &cf->id, path, sizeof(path));
+				int fd = open(path, O_RDWR | O_CLOEXEC);
+
+				if (fd >= 0) {
+					fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+						  (off_t)ch->idx * cf->chunk_size,
+						  (off_t)chunk_len(cf, ch->idx));
+					close(fd);
+				}
+				chunk_drop(c, ch, false);
+			} else {
+				chunk_drop(c, ch, true);
+			}
+		}
+		c->st.evicted++;
+		cfile_maybe_free(c, cf);
+		return true;
+	}
+	return false;
+}
+
+/* Reserve @bytes of capacity, evicting as needed.  c->lock held. */
+static bool reserve_locked(struct cache *c, uint64_t bytes)
+{
+	uint64_t limit = effective_limit(c);
+
+	while (c->st.used_bytes + bytes > limit) {
+		if (!evict_one(c))
+			return false;
+		/* evicting from the same filesystem also frees room there */
+		limit = effective_limit(c);
+	}
+	c->st.used_bytes += bytes;
+	return true;
+}
+
+/* ---- cache files ---- */
+
+/* Mark every present chunk of @cf unverified (its file changed under us). */
+static void cfile_distrust(struct cfile *cf)
+{
+	for (uint32_t i = 0; i < cf->nchunks; i++)
+		cf->chunks[i].verified = false;
+}
+
+/* Forget every chunk of @cf (its cache file vanished).  c->lock held. */
+static void cfile_forget_chunks(struct cache *c, struct cfile *cf)
+{
+	for (uint32_t i = 0; i < cf->nchunks; i++)
+		if (cf->chunks[i].state == CH_PRESENT && !cf->chunks[i].readers)
+			chunk_drop(c, &cf->chunks[i], false);
+}
+
+static int cfile_open_fd(struct cache *c, struct cfile *cf, int *out)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	cfile_path(c, &cf->id, path, sizeof(path));
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd >= 0)
+		goto out;
+	if (errno != ENOENT)
+		return -errno;
+	pthread_mutex_lock(&c->lock);
+	if (cf->present) {
+		log_warn("cache file %s vanished: refetching its chunks", path);
+		cfile_forget_chunks(c, cf);
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (int tries = 0; tries < 2; tries++) {
+		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		if (fd >= 0)
+			break;
+		if (errno != ENOENT)
+			return -errno;
+		/* the cache directory (or its fan-out dir) was removed: rebuild */
+		char dir[PATH_MAX];
+
+		snprintf(dir, sizeof(dir), "%s", path);
+		*strrchr(dir, '/') = '\0';
+		int r = mkdir_p(dir, 0700);
+
+		if (r)
+			return r;
+	}
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)cf->size) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+out:
+	*out = fd;
+	return 0;
+}
+
+/*
+ * Take a use of @cf's descriptor (opening it if needed) and notice outside
+ * writers by its ctime.  Pair with fd_release().
+ */
+static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
+{
+	struct stat st;
+	int fd = -1, ret;
+
+	pthread_mutex_lock(&c->lock);
+	if (cf->fd < 0) {
+		pthread_mutex_unlock(&c->lock);
+		ret = cfile_open_fd(c, cf, &fd);
+		if (ret)
+			return ret;
+		pthread_mutex_lock(&c->lock);
+		if (cf->fd >= 0) {
+			close(fd);
+		} else {
+			cf->fd = fd;
+			fdlist_push(c, cf);
+			c->nfds++;
+		}
+	} else if (c->fds.fd_next != cf) {
+		fdlist_unlink(cf);
+		fdlist_push(c, cf);
+	}
+	cf->fd_users++;
+	fd = cf->fd;
+	fd_trim_locked(c);
+	pthread_mutex_unlock(&c->lock);
+
+	if (fstat(fd, &st) == 0) {
+		pthread_mutex_lock(&c->lock);
+		if (cf->writers) {
+			/* our own fill is moving ctime: judge it later */
+		} else if (cf->ctime_valid &&
+		    (st.st_ctim.tv_sec != cf->ctime_seen.tv_sec ||
+		     st.st_ctim.tv_nsec != cf->ctime_seen.tv_nsec)) {
+			log_notice("cache file of %016" PRIx64 "%016" PRIx64
+				   " changed outside stagefs: re-verifying it",
+				   cf->id.hi, cf->id.lo);
+			cfile_distrust(cf);
+		}
+		if (!cf->writers) {
+			cf->ctime_seen = st.st_ctim;
+			cf->ctime_valid = true;
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	*out = fd;
+	return 0;
+}
+
+static void fd_release(struct cache *c, struct cfile *cf)
+{
+	pthread_mutex_lock(&c->lock);
+	cf->fd_users--;
+	fd_trim_locked(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* After our own write to @fd, remember its new ctime.  c->lock held. */
+static void note_own_write(struct cfile *cf, int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) == 0) {
+		cf->ctime_seen = st.st_ctim;
+		cf->ctime_valid = true;
+	}
+}
+
+/* ---- the read path ---- */
+
+/*
+ * Bring chunk @idx of @cf to PRESENT+verified and copy @n bytes at @coff of
+ * it to @dst (if @dst).  Returns @n (0 when @dst is NULL) or -errno.
+ */
+static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t idx,
+			  size_t coff, void *dst, size_t n,
+			  const struct cache_source *src)
+{
+	struct cchunk *ch = &cf->chunks[idx];
+	size_t clen = chunk_len(cf, idx);
+	off_t base = (off_t)idx * cf->chunk_size;
+	void *scratch;
+	ssize_t r;
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		switch (ch->state) {
+		case CH_FILLING:
+		case CH_CHECKING:
+			pthread_cond_wait(&c->cond, &c->lock);
+			continue;
+		case CH_PRESENT:
+			if (ch->verified) {
+				lru_touch(c, ch);
+				if (!dst) {
+					pthread_mutex_unlock(&c->lock);
+					return 0;
+				}
+				ch->readers++;
+				pthread_mutex_unlock(&c->lock);
+				r = pread_full(fd, dst, n, base + (off_t)coff);
+				pthread_mutex_lock(&c->lock);
+				ch->readers--;
+				if (r == (ssize_t)n) {
+					c->st.hits++;
+					pthread_mutex_unlock(&c->lock);
+					return r;
+				}
+				/* short or failed: let the check path decide */
+				ch->verified = false;
+				continue;
+			}
+			/* present but not checked since start (or distrusted) */
+			ch->state = CH_CHECKING;
+			lru_touch(c, ch);
+			pthread_mutex_unlock(&c->lock);
+			scratch = scratch_get(cf->chunk_size);
+			r = scratch ? pread_full(fd, scratch, clen, base) : -ENOMEM;
+			pthread_mutex_lock(&c->lock);
+			if (r == (ssize_t)clen && sfs_hash64(scratch, clen) == ch->hash) {
+				ch->state = CH_PRESENT;
+				ch->verified = true;
+				c->st.hits++;
+				pthread_cond_broadcast(&c->cond);
+				pthread_mutex_unlock(&c->lock);
+				if (dst)
+					memcpy(dst, (char *)scratch + coff, n);
+				return dst ? (ssize_t)n : 0;
+			}
+			if (r == -ENOMEM) {
+				ch->state = CH_PRESENT;
+				pthread_cond_broadcast(&c->cond);
+				pthread_mutex_unlock(&c->lock);
+				return -ENOMEM;
+			}
+			log_warn("cache: chunk %u of %016" PRIx64 "%016" PRIx64
+				 " is corrupt on disk (%s): refetching", idx,
+				 cf->id.hi, cf->id.lo,
+				 r < 0 ? strerror((int)-r) :
+				 r != (ssize_t)clen ? "short" : "hash mismatch");
+			c->st.corrupt++;
+			ch->state = CH_PRESENT;
+			chunk_drop(c, ch, false);
+			pthread_cond_broadcast(&c->cond);
+			continue;
+		case CH_ABSENT:
+			goto fill;
+		}
+	}
+
+fill:
+	ch->state = CH_FILLING;
+	ch->owner = src->uid;
+	pthread_mutex_unlock(&c->lock);
+
+	scratch = scratch_get(cf->chunk_size);
+	r = scratch ? src->fetch(src->arg, idx, scratch, clen) : -ENOMEM;
+	if (r != (ssize_t)clen) {
+		if (r >= 0)
+			r = -EIO;
+		pthread_mutex_lock(&c->lock);
+		ch->state = CH_ABSENT;
+		c->st.fetch_errors++;
+		pthread_cond_broadcast(&c->cond);
+		pthread_mutex_unlock(&c->lock);
+		return r;
+	}
+	uint64_t h = sfs_hash64(scratch, clen);
+	uint64_t need = alloc_size(clen);
+	bool stored = false;
+
+	pthread_mutex_lock(&c->lock);
+	c->st.misses++;
+	c->st.fetched_bytes += clen;
+	bool room = reserve_locked(c, need);
+
+	cf->writers++;
+	pthread_mutex_unlock(&c->lock);
+	if (room) {
+		for (int attempt = 0; attempt < 2 && !stored; attempt++) {
+			ssize_t w = pwrite_full(fd, scratch, clen, base);
+
+			if (w == (ssize_t)clen && (!c->opts.sync || fdatasync(fd) == 0)) {
+				stored = true;
+				break;
+			}
+			if (w != -ENOSPC && w != -EDQUOT) {
+				log_warn("cache: writing chunk failed: %s",
+					 strerror(w < 0 ? (int)-w : EIO));
+				break;
+			}
+			/* the disk filled under us: make room and try once more */
+			pthread_mutex_lock(&c->lock);
+			for (int k = 0; k < 8 && evict_one(c); k++)
+				;
+			pthread_mutex_unlock(&c->lock);
+		}
+	}
+
+	pthread_mutex_lock(&c->lock);
+	cf->writers--;
+	if (stored) {
+		ch->hash = h;
+		ch->state = CH_PRESENT;
+		ch->verified = true;
+		cf->present++;
+		c->st.chunks++;
+		lru_push(c, ch);
+		journal_append(c, JREC_ADD, cf, ch);
+		note_own_write(cf, fd);
+	} else {
+		if (room)
+			c->st.used_bytes -= need;
+		c->st.bypass++;
+		ch->state = CH_ABSENT;
+		/* a partly written chunk is a hole again, never served */
+		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, base,
+			  (off_t)clen);
+		note_own_write(cf, fd);
+	}
+	pthread_cond_broadcast(&c->cond);
+	pthread_mutex_unlock(&c->lock);
+	if (dst)
+		memcpy(dst, (char *)scratch + coff, n);
+	return dst ? (ssize_t)n : 0;
+}
+
+ssize_t cache_read(struct cache *c, struct cfile *cf, uint64_t off, void *buf,
+		   size_t len, const struct cache_source *src)
+{
+	size_t done = 0;
+	int fd, ret;
+
+	if (off >= cf->size || !len)
+		return 0;
+	len = (size_t)MIN((uint64_t)len, cf->size - off);
+	ret = fd_acquire(c, cf, &fd);
+	if (ret)
+		return ret;
+	while (done < len) {
+		uint64_t pos = off + done;
+		uint32_t idx = (uint32_t)(pos / cf->chunk_size);
+		size_t coff = (size_t)(pos % cf->chunk_size);
+		size_t n = MIN(len - done, (size_t)cf->chunk_size - coff);
+		ssize_t r = chunk_read(c, cf, fd, idx, coff, (char *)buf + done, n, src);
+
+		if (r < 0) {
+			fd_release(c, cf);
+			return done ? (ssize_t)done : r;
+		}
+		done += n;
+	}
+	fd_release(c, cf);
+	return (ssize_t)done;
+}
+
+int cache_fill(struct cache *c, struct cfile *cf, uint32_t idx,
+	       const struct cache_source *src)
+{
+	int fd, ret;
+	ssize_t r;
+
+	if (idx >= cf->nchunks)
+		return -EINVAL;
+	ret = fd_acquire(c, cf, &fd);
+	if (ret)
+		return ret;
+	r = chunk_read(c, cf, fd, idx, 0, NULL, 0, src);
+	fd_release(c, cf);
+	return r < 0 ? (int)r : 0;
+}
+
+int cache_file_get(struct cache *c, const struct sfs_id *id, uint64_t size,
+		   uint32_t chunk_size, struct cfile **out)
+{
+	struct cfile *cf;
+
+	pthread_mutex_lock(&c->lock);
+	cf = cfile_find(c, id);
+	if (cf && (cf->size != size || cf->chunk_size != chunk_size) &&
+	    !cf->refs && !cf->fd_users) {
+		/* same content id, other shape: start over */
+		char path[PATH_MAX];
+
+		cfile_forget_chunks(c, cf);
+		fd_close_locked(c, cf);
+		cfile_path(c, id, path, sizeof(path));
+		unlink(path);
+		cfile_maybe_free(c, cf);
+		cf = NULL;
+	}
+	if (!cf)
+		cf = cfile_new(c, id, size, chunk_size);
+	if (!cf) {
+		pthread_mutex_unlock(&c->lock);
+		return -ENOMEM;
+	}
+	if (cf->size != size || cf->chunk_size != chunk_size) {
+		pthread_mutex_unlock(&c->lock);
+		return -EBUSY;
+	}
+	cf->refs++;
+	pthread_mutex_unlock(&c->lock);
+	*out = cf;
+	return 0;
+}
+
+void cache_file_put(struct cache *c, struct cfile *cf)
+{
+	pthread_mutex_lock(&c->lock);
+	cf->refs--;
+	cfile_maybe_free(c, cf);
+	pthread_mutex_unlock(&c->lock);
+}
+
+uint32_t cache_file_nchunks(const struct cfile *cf)
+{
+	return cf->nchunks;
+}
+
+uint32_t cache_file_present(struct cache *c, struct cfile *cf)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = cf->present;
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
+
+bool cache_chunk_present(struct cache *c, struct cfile *cf, uint32_t idx)
+{
+	bool p;
+
+	pthread_mutex_lock(&c->lock);
+	p = idx < cf->nchunks && cf->chunks[idx].state == CH_PRESENT;
+	pthread_mutex_unlock(&c->lock);
+	return p;
+}
+
+void cache_get_stats(struct cache *c, struct cache_stats *st)
+{
+	pthread_mutex_lock(&c->lock);
+	effective_limit(c);
+	*st = c->st;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* ---- setup ---- */
+
+static int check_layout(const char *dir, char *err, size_t errlen)
+{
+	char path[PATH_MAX], buf[64] = "";
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "%s/LAYOUT", dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno != ENOENT)
+			goto fail_errno;
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0)
+			goto fail_errno;
+		n = write(fd, CACHE_LAYOUT, strlen(CACHE_LAYOUT));
+		close(fd);
+		return n == (ssize_t)strlen(CACHE_LAYOUT) ? 0 : -EIO;
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0 || strcmp(buf, CACHE_LAYOUT)) {
+		snprintf(err, errlen, "%s: not a stagefs cache of layout 1 (%s)", dir,
+			 n < 0 ? "unreadable" : "other layout");
+		return -EINVAL;
+	}
+	return 0;
+fail_errno:
+	snprintf(err, errlen, "%s: %s", path, strerror(errno));
+	return -errno;
+}
+
+static int take_lock(struct cache *c, char *err, size_t errlen)
+{
+	char path[PATH_MAX], pid[32] = "";
+	int e;
+
+	snprintf(path, sizeof(path), "%s/lock", c->dir);
+	c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (c->lock_fd < 0) {
+		e = errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(e));
+		return -e;
+	}
+	if (flock(c->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+		e = errno;
+		if (pread(c->lock_fd, pid, sizeof(pid) - 1, 0) < 0)
+			pid[0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		snprintf(err, errlen,
+			 "cache directory %s is in use by another stagefs daemon%s%s%s",
+			 c->dir, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
+		return e == EWOULDBLOCK ? -EBUSY : -e;
+	}
+	snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(c->lock_fd, 0) < 0 ||
+	    pwrite(c->lock_fd, pid, strlen(pid), 0) < 0)
+		log_warn("%s: cannot record pid: %s", path, strerror(errno));
+	return 0;
+}
+
+int cache_create(const struct cache_opts *opts, struct cache **out,
+		 char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	struct cache *c;
+	uint64_t t0 = now_ns();
+	int ret;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->opts = *opts;
+	c->lock_fd = c->journal_fd = -1;
+	c->dir = strdup(opts->dir);
+	snprintf(path, sizeof(path), "%s/data", opts->dir);
+	c->data_dir = strdup(path);
+	c->nbuckets = 1024;
+	c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
+	if (!c->dir || !c->data_dir || !c->buckets) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	c->opts.dir = c->dir;
+	c->lru.lru_next = c->lru.lru_prev = &c->lru;
+	c->fds.fd_next = c->fds.fd_prev = &c->fds;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->cond, NULL);
+
+	umask(umask(0077) | 0077);
+	ret = mkdir_p(c->dir, 0700);
+	if (!ret) {
+		snprintf(path, sizeof(path), "%s/index", c->dir);
+		ret = mkdir_p(path, 0700);
+	}
+	if (!ret)
+		ret = mkdir_p(c->data_dir, 0700);
+	if (ret) {
+		snprintf(err, errlen, "cannot create cache directory %s: %s",
+			 c->dir, strerror(-ret));
+		goto out_free;
+	}
+	/* whatever umask created it with, the cache is private */
+	if (chmod(c->dir, 0700) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", c->dir, strerror(errno));
+		goto out_free;
+	}
+	ret = take_lock(c, err, errlen);
+	if (ret)
+		goto out_free;
+	ret = check_layout(c->dir, err, errlen);
+	if (ret)
+		goto out_unlock;
+	ret = journal_load(c);
+	if (ret) {
+		snprintf(err, errlen, "cache index in %s: %s", c->dir, strerror(-ret));
+		goto out_unlock;
+	}
+	c->st.loaded_chunks = c->st.chunks;
+	if (c->journal_recs > 2 * c->st.chunks + 1024) {
+		ret = journal_compact(c);
+		if (ret)
+			log_warn("cache: compacting the journal failed: %s", strerror(-ret));
+	}
+	ret = journal_open(c);
+	if (ret) {
+		snprintf(err, errlen, "cache journal in %s: %s", c->dir, strerror(-ret));
+		goto out_unlock;
+	}
+	c->st.load_ms = (now_ns() - t0) / 1000000;
+	effective_limit(c);
+	log_info("cache %s: %" PRIu64 " chunks in %" PRIu64 " files (%" PRIu64
+		 " bytes) loaded in %" PRIu64 " ms", c->dir, c->st.chunks,
+		 (uint64_t)c->nfiles, c->st.used_bytes, c->st.load_ms);
+	*out = c;
+	return 0;
+
+out_unlock:
+	close(c->lock_fd);
+out_free:
+	free(c->buckets);
+	free(c->data_dir);
+	free(c->dir);
+	free(c);
+	return ret;
+}
+
+void cache_destroy(struct cache *c)
+{
+	int ret;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	ret = journal_compact(c);
+	if (ret)
+		log_warn("cache: compacting the journal failed: %s", strerror(-ret));
+	pthread_mutex_unlock(&c->lock);
+	if (c->journal_fd >= 0)
+		close(c->journal_fd);
+	for (size_t i = 0; i < c->nbuckets; i++) {
+		struct cfile *cf = c->buckets[i];
+
+		while (cf) {
+			struct cfile *next = cf->hnext;
+
+			if (cf->fd >= 0)
+				close(cf->fd);
+			free(cf->chunks);
+			free(cf);
+			cf = next;
+		}
+	}
+	close(c->lock_fd);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->cond);
+	free(c->buckets);
+	free(c->data_dir);
+	free(c->dir);
+	free(c);
+}

@@ -1,0 +1,91 @@
+/*
+ * config: the daemon's settings as one table.
+ *
+ * Every setting has one row in the table in config.c: name, type, offset in
+ * struct sfs_config, default, limits and help.  The INI parser (libinih), the
+ * `-o name=value` command-line overrides, `--help` and the shipped
+ * conf/stagefs.conf.example are all driven by that table, so they cannot
+ * disagree.  Errors name the file and line ("stagefs.conf:12: ...").
+ *
+ * Settings live in the [stagefs] section.  Other sections ([quota],
+ * [dataset NAME]) are handed to section handlers registered by the modules
+ * that own them.
+ */
+#ifndef STAGEFS_CONFIG_H
+#define STAGEFS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct sfs_config {
+	/* cache */
+	char *cache_dir;
+	uint64_t cache_size;		/* bytes; 0 = bounded only by cache_free_ratio */
+	double cache_free_ratio;	/* share of the cache filesystem kept free */
+	uint64_t chunk_size;		/* bytes, power of two */
+	bool cache_sync;		/* fdatasync chunk data before recording it */
+	uint32_t fd_cache;		/* cache-file descriptors kept open */
+	/* fuse */
+	uint32_t threads;		/* max FUSE worker threads */
+	uint64_t entry_timeout_ms;
+	uint64_t attr_timeout_ms;
+	uint32_t read_ahead_kb;		/* bdi read_ahead_kb set after mounting */
+	uint32_t max_read_kb;		/* largest READ request */
+	bool splice;			/* reply to cache hits with splice */
+	bool allow_other;
+	char *runtime_dir;
+	/* ceph */
+	char *ceph_conf;
+	char *client_id;
+	char *keyring;
+	uint64_t rados_timeout_ms;	/* osd/mon op timeout: bound on a reader's EIO */
+	/* misc */
+	int log_level;
+	char *log_file;
+};
+
+/* Where a setting came from, for error messages. */
+struct config_origin {
+	const char *file;	/* NULL for the command line */
+	int line;
+};
+
+/*
+ * A handler for a section other than [stagefs].  Returns 0, or -1 after
+ * writing a message (without file:line, which the caller adds) into @err.
+ */
+typedef int (*config_section_fn)(void *arg, const char *section,
+				 const char *name, const char *value,
+				 char *err, size_t errlen);
+
+/* Fill @cfg with the defaults.  Strings are heap copies: config_release(). */
+void config_init(struct sfs_config *cfg);
+void config_release(struct sfs_config *cfg);
+
+/* Register a handler for sections whose name starts with @prefix. */
+void config_add_section(const char *prefix, config_section_fn fn, void *arg);
+
+/*
+ * Parse the INI file @path into @cfg.  Returns 0, or -1 with
+ * "path:line: what is wrong" in @err.
+ */
+int config_load(struct sfs_config *cfg, const char *path, char *err, size_t errlen);
+
+/* Apply one "name=value" (from -o).  Returns 0, or -1 with a message. */
+int config_set(struct sfs_config *cfg, const char *name, const char *value,
+	       char *err, size_t errlen);
+
+/* True if @name is a setting in the table. */
+bool config_has(const char *name);
+
+/* Check cross-field rules after everything is applied. */
+int config_validate(const struct sfs_config *cfg, char *err, size_t errlen);
+
+/* Print the option list for --help (one line per setting). */
+void config_print_help(FILE *f);
+/* Print a complete commented example config. */
+void config_print_example(FILE *f);
+
+#endif

@@ -1,0 +1,253 @@
+/*
+ * util: see util.h.
+ */
+#include "util.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+void sfs_id_hex(const struct sfs_id *id, char out[SFS_ID_HEX_LEN + 1])
+{
+	snprintf(out, SFS_ID_HEX_LEN + 1, "%016llx%016llx",
+		 (unsigned long long)id->hi, (unsigned long long)id->lo);
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c = tolower(c);
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+int sfs_id_parse(const char *hex, struct sfs_id *id)
+{
+	uint64_t v[2] = { 0, 0 };
+
+	for (int i = 0; i < SFS_ID_HEX_LEN; i++) {
+		int d = hexval((unsigned char)hex[i]);
+
+		if (d < 0)
+			return -EINVAL;
+		v[i / 16] = (v[i / 16] << 4) | (uint64_t)d;
+	}
+	if (hex[SFS_ID_HEX_LEN] != '\0')
+		return -EINVAL;
+	id->hi = v[0];
+	id->lo = v[1];
+	return 0;
+}
+
+bool sfs_id_is_zero(const struct sfs_id *id)
+{
+	return !id->hi && !id->lo;
+}
+
+bool sfs_id_eq(const struct sfs_id *a, const struct sfs_id *b)
+{
+	return a->hi == b->hi && a->lo == b->lo;
+}
+
+void sfs_id_of(const void *buf, size_t len, struct sfs_id *id)
+{
+	XXH128_hash_t h = XXH3_128bits(buf, len);
+
+	id->hi = h.high64;
+	id->lo = h.low64;
+}
+
+uint64_t sfs_hash64(const void *buf, size_t len)
+{
+	return XXH3_64bits(buf, len);
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+	uint64_t mult = 1;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	if (!*s || *s == '-')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -EINVAL;
+	switch (tolower((unsigned char)*end)) {
+	case '\0':
+		break;
+	case 'k': mult = KiB; end++; break;
+	case 'm': mult = MiB; end++; break;
+	case 'g': mult = GiB; end++; break;
+	case 't': mult = 1024 * GiB; end++; break;
+	case 'p': mult = 1024 * 1024 * GiB; end++; break;
+	case 'b': break;
+	default:
+		return -EINVAL;
+	}
+	/* accept "4M", "4MB", "4MiB", "4 M" style suffixes */
+	if (*end == 'i' || *end == 'I')
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	while (isspace((unsigned char)*end))
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (v * (double)mult >= 18446744073709551615.0)
+		return -ERANGE;
+	*out = (uint64_t)llround(v * (double)mult);
+	return 0;
+}
+
+int parse_duration_ms(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+	double mult = 1000;	/* plain numbers are seconds */
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -EINVAL;
+	if (!strcmp(end, "") || !strcmp(end, "s"))
+		mult = 1000;
+	else if (!strcmp(end, "ms"))
+		mult = 1;
+	else if (!strcmp(end, "m") || !strcmp(end, "min"))
+		mult = 60000;
+	else if (!strcmp(end, "h"))
+		mult = 3600000;
+	else
+		return -EINVAL;
+	*out = (uint64_t)llround(v * mult);
+	return 0;
+}
+
+int parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "yes", "true", "on" };
+	static const char *const no[] = { "0", "no", "false", "off" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return 0;
+		}
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+char *fmt_size(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)bytes;
+	size_t u = 0;
+
+	while (v >= 1024 && u + 1 < ARRAY_SIZE(unit)) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, len, "%.2f %s", v, unit[u]);
+	return buf;
+}
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t now_ms(void)
+{
+	return now_ns() / 1000000ULL;
+}
+
+uint64_t wall_s(void)
+{
+	return (uint64_t)time(NULL);
+}
+
+ssize_t pread_full(int fd, void *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pread(fd, (char *)buf + done, len - done,
+				  off + (off_t)done);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t pwrite_full(int fd, const void *buf, size_t len, off_t off)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, (const char *)buf + done, len - done,
+				   off + (off_t)done);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+int mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len == 0 || len >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, len + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
