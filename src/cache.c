@@ -59,6 +59,7 @@ struct cfile {
 	int fd;
 	int fd_users;
 	int writers;		/* our own writes in flight: ctime is ours */
+	int pins;		/* outside readers: no eviction */
 	struct timespec ctime_seen;
 	bool ctime_valid;
 	struct cchunk *chunks;
@@ -324,7 +325,7 @@ static void cfile_unhash(struct cache *c, struct cfile *cf)
 /* Free @cf if nothing refers to it and it holds no data. */
 static void cfile_maybe_free(struct cache *c, struct cfile *cf)
 {
-	if (cf->refs || cf->present || cf->fd_users)
+	if (cf->refs || cf->present || cf->fd_users || cf->pins)
 		return;
 	for (uint32_t i = 0; i < cf->nchunks; i++)
 		if (cf->chunks[i].state != CH_ABSENT)
@@ -576,7 +577,7 @@ static bool evict_one(struct cache *c)
 		struct cfile *cf = ch->file;
 		char path[PATH_MAX];
 
-		if (ch->readers)
+		if (ch->readers || cf->pins)
 			continue;
 		if (cf->present == 1 && !cf->fd_users) {
 			/* last chunk: remove the whole cache file */
@@ -846,7 +847,10 @@ fill:
 	pthread_mutex_unlock(&c->lock);
 
 	scratch = scratch_get(cf->chunk_size);
-	r = scratch ? src->fetch(src->arg, idx, scratch, clen) : -ENOMEM;
+	if (!src->fetch)
+		r = -ENOSYS;
+	else
+		r = scratch ? src->fetch(src->arg, idx, scratch, clen) : -ENOMEM;
 	if (r != (ssize_t)clen) {
 		if (r >= 0)
 			r = -EIO;
@@ -1028,6 +1032,114 @@ bool cache_chunk_present(struct cache *c, struct cfile *cf, uint32_t idx)
 	p = idx < cf->nchunks && cf->chunks[idx].state == CH_PRESENT;
 	pthread_mutex_unlock(&c->lock);
 	return p;
+}
+
+int cache_file_verify(struct cache *c, struct cfile *cf)
+{
+	static const struct cache_source none = { 0 };
+	int fd, ret = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (cf->present != cf->nchunks)
+		ret = -ENODATA;
+	pthread_mutex_unlock(&c->lock);
+	if (ret || !cf->nchunks)
+		return ret;
+	ret = fd_acquire(c, cf, &fd);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < cf->nchunks && !ret; i++) {
+		bool need;
+
+		pthread_mutex_lock(&c->lock);
+		need = cf->chunks[i].state != CH_PRESENT || !cf->chunks[i].verified;
+		if (cf->chunks[i].state == CH_ABSENT)
+			ret = -ENODATA;
+		pthread_mutex_unlock(&c->lock);
+		if (ret || !need)
+			continue;
+		/* chunk_read with no source: a present chunk is checked, an
+		 * absent one is not fetched */
+		pthread_mutex_lock(&c->lock);
+		bool absent = cf->chunks[i].state == CH_ABSENT;
+		pthread_mutex_unlock(&c->lock);
+		if (absent) {
+			ret = -ENODATA;
+			break;
+		}
+		ssize_t r = chunk_read(c, cf, fd, i, 0, NULL, 0, &none);
+
+		if (r < 0)
+			ret = r == -EIO || r == -ENOSYS ? -ENODATA : (int)r;
+	}
+	fd_release(c, cf);
+	if (!ret) {
+		pthread_mutex_lock(&c->lock);
+		if (cf->present != cf->nchunks)
+			ret = -ENODATA;
+		pthread_mutex_unlock(&c->lock);
+	}
+	return ret;
+}
+
+void cache_file_pin(struct cache *c, struct cfile *cf)
+{
+	pthread_mutex_lock(&c->lock);
+	cf->pins++;
+	cf->refs++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void cache_file_unpin(struct cache *c, struct cfile *cf)
+{
+	pthread_mutex_lock(&c->lock);
+	cf->pins--;
+	cf->refs--;
+	cfile_maybe_free(c, cf);
+	pthread_mutex_unlock(&c->lock);
+}
+
+int cache_file_path(struct cache *c, const struct cfile *cf, char *buf, size_t len)
+{
+	if (len < strlen(c->data_dir) + 2 * SFS_ID_HEX_LEN)
+		return -ENAMETOOLONG;
+	cfile_path(c, &cf->id, buf, len);
+	return 0;
+}
+
+uint32_t cache_file_evict(struct cache *c, struct cfile *cf)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (!cf->pins) {
+		for (uint32_t i = 0; i < cf->nchunks; i++) {
+			struct cchunk *ch = &cf->chunks[i];
+
+			if (ch->state != CH_PRESENT || ch->readers)
+				continue;
+			if (cf->fd >= 0) {
+				chunk_drop(c, ch, true);
+			} else {
+				char path[PATH_MAX];
+
+				cfile_path(c, &cf->id, path, sizeof(path));
+				int fd = open(path, O_RDWR | O_CLOEXEC);
+
+				if (fd >= 0) {
+					fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+						  (off_t)i * cf->chunk_size,
+						  (off_t)chunk_len(cf, i));
+					close(fd);
+				}
+				chunk_drop(c, ch, false);
+			}
+			c->st.evicted++;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return n;
 }
 
 void cache_get_stats(struct cache *c, struct cache_stats *st)

@@ -118,6 +118,30 @@ uint32_t cache_file_nchunks(const struct cfile *cf);
 uint32_t cache_file_present(struct cache *c, struct cfile *cf);
 bool cache_chunk_present(struct cache *c, struct cfile *cf, uint32_t idx);
 
+/*
+ * Make sure every chunk of @cf is present and matches its hash, reading
+ * back (and hashing) any chunk not verified since the daemon started.
+ * Returns 0 when the whole file is cached and verified, -ENODATA when some
+ * chunk is missing (a corrupt one is dropped, so it is missing afterwards),
+ * or -errno.  Used before handing the cache file to the kernel (FUSE
+ * passthrough) or to a client (GPU path), which read it without us.
+ */
+int cache_file_verify(struct cache *c, struct cfile *cf);
+
+/*
+ * Pin @cf: while pinned none of its chunks is evicted, because a reader we
+ * do not see (the kernel through passthrough, a client holding the fd) may
+ * be reading the cache file.  Every pin is undone with cache_file_unpin().
+ */
+void cache_file_pin(struct cache *c, struct cfile *cf);
+void cache_file_unpin(struct cache *c, struct cfile *cf);
+
+/* Path of @cf's cache file (may not exist yet).  Returns 0 or -ENAMETOOLONG. */
+int cache_file_path(struct cache *c, const struct cfile *cf, char *buf, size_t len);
+
+/* Drop every unpinned, idle chunk of @cf.  Returns the chunks dropped. */
+uint32_t cache_file_evict(struct cache *c, struct cfile *cf);
+
 void cache_get_stats(struct cache *c, struct cache_stats *st);
 
 #endif
