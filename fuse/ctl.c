@@ -22,6 +22,8 @@ int sfs_stats_json(struct sfs *fs, char **out)
 	size_t len = 0;
 	FILE *f;
 
+	struct sfs_dataset *ds0 = atomic_load(&fs->nds) ? fs->ds[0] : NULL;
+
 	cache_get_stats(fs->cache, &cs);
 	f = open_memstream(&buf, &len);
 	if (!f)
@@ -52,8 +54,8 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"cache_loaded_chunks\": %" PRIu64 ",\n"
 		"  \"cache_load_ms\": %" PRIu64 "\n"
 		"}\n",
-		STAGEFS_VERSION, fs->be->uri, (now_ms() - fs->start_ms) / 1000,
-		fs->be->chunk_size,
+		STAGEFS_VERSION, ds0 ? ds0->be->uri : "", (now_ms() - fs->start_ms) / 1000,
+		ds0 ? ds0->be->chunk_size : 0,
 		LD(read_requests), LD(read_bytes), LD(read_errors), LD(opens),
 		cs.hits, cs.misses, cs.corrupt, cs.bypass, cs.evicted,
 		LD(backend_reads), LD(backend_bytes), LD(backend_errors),

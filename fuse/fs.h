@@ -12,7 +12,9 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -20,9 +22,15 @@
 #include "config.h"
 
 /*
- * Inodes above SFS_VIRT_BASE are the daemon's own (.stagefs and its files);
- * the backend's inode numbers are manifest indexes and stay far below.
+ * Inode numbers.  Inodes above SFS_VIRT_BASE are the daemon's own
+ * (.stagefs and its files).  With one dataset (`stagefs SOURCE MNT`) the
+ * backend's inode numbers are used as they are.  With a mount root of many
+ * datasets, inode 1 is the root listing the datasets, and dataset k's
+ * inode i is ((k + 1) << SFS_DS_SHIFT) | i: 2^40 inodes per dataset.
  */
+#define SFS_DS_SHIFT	40
+#define SFS_DS_MASK	((1ULL << SFS_DS_SHIFT) - 1)
+#define SFS_MAX_DATASETS 4096
 #define SFS_VIRT_BASE	(1ULL << 62)
 #define SFS_CTL_DIR_INO	(SFS_VIRT_BASE + 1)
 #define SFS_CTL_STATS_INO (SFS_VIRT_BASE + 2)
@@ -39,11 +47,22 @@ struct sfs_counters {
 	_Atomic uint64_t stall_ns;	/* time readers waited on backend fetches */
 };
 
+/* One mounted dataset: immutable once published in fs->ds. */
+struct sfs_dataset {
+	char *name;		/* directory name under a multi-dataset root */
+	char *source;		/* URI as configured */
+	struct backend *be;
+	bool hidden;		/* NAME@VERSION opened on demand: not listed */
+	uint32_t index;
+};
+
 struct sfs {
 	struct sfs_config cfg;
-	const char *source;
 	const char *mountpoint;
-	struct backend *be;
+	bool multi;		/* mount root lists datasets */
+	struct sfs_dataset *ds[SFS_MAX_DATASETS];	/* append-only */
+	_Atomic uint32_t nds;
+	pthread_mutex_t ds_lock;	/* serializes appends to ds[] */
 	struct cache *cache;
 	struct fuse_session *se;
 	struct sfs_counters ctr;
@@ -52,6 +71,53 @@ struct sfs {
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
+
+/*
+ * The dataset owning FUSE inode @ino (not virtual, not the multi root) and
+ * the backend's inode number for it; NULL if there is none.
+ */
+static inline struct sfs_dataset *sfs_ds(struct sfs *fs, uint64_t ino,
+					 uint64_t *bino)
+{
+	uint64_t k;
+
+	if (!fs->multi) {
+		*bino = ino;
+		return atomic_load(&fs->nds) ? fs->ds[0] : NULL;
+	}
+	k = ino >> SFS_DS_SHIFT;
+	if (k == 0 || k > atomic_load(&fs->nds))
+		return NULL;
+	*bino = ino & SFS_DS_MASK;
+	return fs->ds[k - 1];
+}
+
+/* The FUSE inode of backend inode @bino of @ds. */
+static inline uint64_t sfs_ino(const struct sfs *fs, const struct sfs_dataset *ds,
+			       uint64_t bino)
+{
+	return fs->multi ? ((uint64_t)(ds->index + 1) << SFS_DS_SHIFT) | bino : bino;
+}
+
+/* True for the root of a multi-dataset mount (a virtual directory). */
+static inline bool sfs_is_multi_root(const struct sfs *fs, uint64_t ino)
+{
+	return fs->multi && ino == FUSE_ROOT_ID;
+}
+
+/*
+ * Open dataset @name from @source and publish it in fs->ds.  Returns 0 or
+ * -errno with a message in @err.
+ */
+int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
+		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen);
+/* Find a published dataset by name; NULL if none. */
+struct sfs_dataset *sfs_dataset_find(struct sfs *fs, const char *name);
+/*
+ * Like sfs_dataset_find, but NAME@VERSION of a configured rados:// dataset
+ * is opened on first use (and stays, hidden from the root listing).
+ */
+struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name);
 
 /*
  * Render .stagefs/stats (JSON) into a malloc'ed buffer.  Returns its length

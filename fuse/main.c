@@ -29,6 +29,53 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* [dataset NAME] sections of the config file. */
+struct ds_conf {
+	char name[256];
+	char *source;
+};
+
+static struct ds_conf ds_confs[SFS_MAX_DATASETS];
+static size_t nds_confs;
+
+static int dataset_section(void *arg, const char *section, const char *name,
+			   const char *value, char *err, size_t errlen)
+{
+	const char *dsname = section + strlen("dataset");
+	struct ds_conf *dc = NULL;
+
+	(void)arg;
+	while (*dsname == ' ' || *dsname == '\t')
+		dsname++;
+	if (!*dsname || strchr(dsname, '/') || strchr(dsname, '@') ||
+	    !strcmp(dsname, ".") || !strcmp(dsname, "..") ||
+	    strlen(dsname) >= sizeof(dc->name)) {
+		snprintf(err, errlen, "[%s]: expected [dataset NAME] with a plain NAME", section);
+		return -1;
+	}
+	for (size_t i = 0; i < nds_confs; i++)
+		if (!strcmp(ds_confs[i].name, dsname))
+			dc = &ds_confs[i];
+	if (!dc) {
+		if (nds_confs == SFS_MAX_DATASETS) {
+			snprintf(err, errlen, "too many datasets");
+			return -1;
+		}
+		dc = &ds_confs[nds_confs++];
+		snprintf(dc->name, sizeof(dc->name), "%s", dsname);
+	}
+	if (!strcmp(name, "source")) {
+		free(dc->source);
+		dc->source = strdup(value);
+		return dc->source ? 0 : -1;
+	}
+	if (!strcmp(name, "allow") || !strcmp(name, "policy"))
+		return 0;	/* access and eviction rules: see acl.c */
+	snprintf(err, errlen, "[%s]: unknown key '%s' (expected source, allow, policy)",
+		 section, name);
+	return -1;
+}
+
 static const char *const subcommands[] = { "publish", "warmup", "top", "quota" };
 
 /* FUSE mount options passed through to the kernel/libfuse as they are. */
@@ -41,6 +88,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: stagefs [options] SOURCE MOUNTPOINT\n"
+		"       stagefs [options] -c CONFIG MOUNTPOINT   (every [dataset NAME] of CONFIG)\n"
 		"       stagefs publish DIR rados://POOL/NAME   (stagefs publish --help)\n"
 		"\n"
 		"Mount an immutable dataset read-only, cached in chunks on local disk.\n"
@@ -261,8 +309,13 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 			exit(2);
 		}
 	}
+	if (argc - optind == 1) {
+		/* a mount root of the datasets listed in the config */
+		cli->mountpoint = argv[optind];
+		return;
+	}
 	if (argc - optind != 2) {
-		fprintf(stderr, "stagefs: expected SOURCE and MOUNTPOINT\n"
+		fprintf(stderr, "stagefs: expected SOURCE MOUNTPOINT (or -c CONFIG MOUNTPOINT)\n"
 				"Try 'stagefs --help'.\n");
 		exit(2);
 	}
@@ -275,6 +328,7 @@ static void apply_settings(struct sfs *fs, struct cli *cli)
 	char err[1024];
 
 	config_init(&fs->cfg);
+	config_add_section("dataset", dataset_section, NULL);
 	if (cli->config && config_load(&fs->cfg, cli->config, err, sizeof(err))) {
 		fprintf(stderr, "stagefs: %s\n", err);
 		exit(1);
@@ -401,7 +455,11 @@ int main(int argc, char **argv)
 	if (!S_ISDIR(st.st_mode))
 		fail("mount point %s: not a directory", cli.mountpoint);
 	fs.mountpoint = mnt;
-	fs.source = cli.source;
+	fs.multi = !cli.source;
+	pthread_mutex_init(&fs.ds_lock, NULL);
+	if (fs.multi && !nds_confs)
+		fail("no SOURCE given and %s lists no [dataset NAME] with a source",
+		     cli.config ? cli.config : "no config file (-c)");
 	fs.start_ms = now_ms();
 	fs.entry_timeout = (double)fs.cfg.entry_timeout_ms / 1000.0;
 	fs.attr_timeout = (double)fs.cfg.attr_timeout_ms / 1000.0;
@@ -420,12 +478,22 @@ int main(int argc, char **argv)
 	ret = cache_create(&copts, &fs.cache, err, sizeof(err));
 	if (ret)
 		fail("%s", err);
-	ret = backend_open(cli.source, &fs.cfg, &fs.be, err, sizeof(err));
-	if (ret)
-		fail("%s", err);
+	if (!fs.multi) {
+		ret = sfs_dataset_add(&fs, "", cli.source, false, NULL, err, sizeof(err));
+		if (ret)
+			fail("%s", err);
+	}
+	for (size_t i = 0; fs.multi && i < nds_confs; i++) {
+		if (!ds_confs[i].source)
+			fail("%s: [dataset %s] has no source", cli.config, ds_confs[i].name);
+		ret = sfs_dataset_add(&fs, ds_confs[i].name, ds_confs[i].source, false,
+				      NULL, err, sizeof(err));
+		if (ret)
+			fail("dataset %s: %s", ds_confs[i].name, err);
+	}
 
 	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
-		 fs.cfg.max_read_kb * 1024, fs.be->uri);
+		 fs.cfg.max_read_kb * 1024, fs.multi ? "datasets" : fs.ds[0]->be->uri);
 	for (size_t i = 0; fsname[i]; i++)
 		if (fsname[i] == ',' && strncmp(fsname + i, ",subtype", 8) &&
 		    strncmp(fsname + i, ",fsname", 7))
@@ -450,8 +518,10 @@ int main(int argc, char **argv)
 	if (fuse_session_mount(fs.se, mnt))
 		fail("cannot mount %s (is /dev/fuse there, and are you root?)", mnt);
 	set_read_ahead(&fs);
-	log_notice("mounted %s on %s (cache %s, chunk %u KiB)", fs.be->uri, mnt,
-		   fs.cfg.cache_dir, fs.be->chunk_size / 1024);
+	for (uint32_t i = 0; i < fs.nds; i++)
+		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
+			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
+			   fs.cfg.cache_dir, fs.ds[i]->be->chunk_size / 1024);
 
 	if (!cli.foreground) {
 		if (chdir("/") < 0)
@@ -471,7 +541,12 @@ int main(int argc, char **argv)
 	fuse_session_unmount(fs.se);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
-	backend_close(fs.be);
+	for (uint32_t i = 0; i < fs.nds; i++) {
+		backend_close(fs.ds[i]->be);
+		free(fs.ds[i]->name);
+		free(fs.ds[i]->source);
+		free(fs.ds[i]);
+	}
 	cache_destroy(fs.cache);
 	fuse_opt_free_args(&args);
 	config_release(&fs.cfg);

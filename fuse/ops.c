@@ -29,7 +29,8 @@
 /* An open regular file. */
 struct sfs_fh {
 	struct sfs *fs;
-	struct sfs_attr attr;
+	struct sfs_dataset *ds;
+	struct sfs_attr attr;	/* attr.ino is the backend's inode */
 	struct cfile *cf;
 };
 
@@ -66,7 +67,7 @@ static void virt_attr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 	a->ino = ino;
 	a->mtime.tv_sec = a->atime.tv_sec = a->ctime.tv_sec =
 		(time_t)(wall_s() - (now_ms() - fs->start_ms) / 1000);
-	if (ino == SFS_CTL_DIR_INO) {
+	if (ino == SFS_CTL_DIR_INO || ino == FUSE_ROOT_ID) {
 		a->mode = S_IFDIR | 0555;
 		a->nlink = 2;
 	} else {
@@ -78,13 +79,28 @@ static void virt_attr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 
 static int do_getattr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 {
+	struct sfs_dataset *ds;
+	uint64_t bino;
+	int ret;
+
 	if (ino >= SFS_VIRT_BASE) {
 		if (ino != SFS_CTL_DIR_INO && ino != SFS_CTL_STATS_INO)
 			return -ENOENT;
 		virt_attr(fs, ino, a);
 		return 0;
 	}
-	return fs->be->ops->getattr(fs->be, ino, a);
+	if (sfs_is_multi_root(fs, ino)) {
+		virt_attr(fs, ino, a);
+		a->nlink = 2 + atomic_load(&fs->nds);
+		return 0;
+	}
+	ds = sfs_ds(fs, ino, &bino);
+	if (!ds)
+		return -ENOENT;
+	ret = ds->be->ops->getattr(ds->be, bino, a);
+	if (!ret)
+		a->ino = sfs_ino(fs, ds, a->ino);
+	return ret;
 }
 
 static void sfs_init(void *userdata, struct fuse_conn_info *conn)
@@ -125,6 +141,10 @@ static void fill_entry(struct sfs *fs, const struct sfs_attr *a,
 static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 		     struct sfs_attr *a)
 {
+	struct sfs_dataset *ds;
+	uint64_t bino;
+	int ret;
+
 	if (parent >= SFS_VIRT_BASE) {
 		if (parent == SFS_CTL_DIR_INO && !strcmp(name, "stats")) {
 			virt_attr(fs, SFS_CTL_STATS_INO, a);
@@ -136,7 +156,34 @@ static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 		virt_attr(fs, SFS_CTL_DIR_INO, a);
 		return 0;
 	}
-	return fs->be->ops->lookup(fs->be, parent, name, a);
+	if (sfs_is_multi_root(fs, parent)) {
+		ds = sfs_dataset_lookup(fs, name);
+		if (!ds)
+			return -ENOENT;
+		ret = ds->be->ops->getattr(ds->be, SFS_ROOT_INO, a);
+		if (!ret)
+			a->ino = sfs_ino(fs, ds, a->ino);
+		return ret;
+	}
+	ds = sfs_ds(fs, parent, &bino);
+	if (!ds)
+		return -ENOENT;
+	ret = ds->be->ops->lookup(ds->be, bino, name, a);
+	if (!ret)
+		a->ino = sfs_ino(fs, ds, a->ino);
+	return ret;
+}
+
+static void do_forget(struct sfs *fs, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct sfs_dataset *ds;
+	uint64_t bino;
+
+	if (ino >= SFS_VIRT_BASE || sfs_is_multi_root(fs, ino))
+		return;
+	ds = sfs_ds(fs, ino, &bino);
+	if (ds && ds->be->ops->forget)
+		ds->be->ops->forget(ds->be, bino, nlookup);
 }
 
 static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -163,10 +210,7 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void sfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	struct sfs *fs = fs_of(req);
-
-	if (ino < SFS_VIRT_BASE && fs->be->ops->forget)
-		fs->be->ops->forget(fs->be, ino, nlookup);
+	do_forget(fs_of(req), ino, nlookup);
 	fuse_reply_none(req);
 }
 
@@ -176,8 +220,7 @@ static void sfs_forget_multi(fuse_req_t req, size_t count,
 	struct sfs *fs = fs_of(req);
 
 	for (size_t i = 0; i < count; i++)
-		if (forgets[i].ino < SFS_VIRT_BASE && fs->be->ops->forget)
-			fs->be->ops->forget(fs->be, forgets[i].ino, forgets[i].nlookup);
+		do_forget(fs, forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
 }
 
@@ -199,14 +242,18 @@ static void sfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 static void sfs_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct sfs *fs = fs_of(req);
+	struct sfs_dataset *ds = NULL;
 	char buf[PATH_MAX + 1];
+	uint64_t bino;
 	int n;
 
-	if (ino >= SFS_VIRT_BASE) {
+	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
+		ds = sfs_ds(fs, ino, &bino);
+	if (!ds) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	n = fs->be->ops->readlink(fs->be, ino, buf, sizeof(buf) - 1);
+	n = ds->be->ops->readlink(ds->be, bino, buf, sizeof(buf) - 1);
 	if (n < 0) {
 		fuse_reply_err(req, -n);
 		return;
@@ -216,6 +263,29 @@ static void sfs_readlink(fuse_req_t req, fuse_ino_t ino)
 }
 
 /* ---- directories ---- */
+
+/* The multi-dataset root: every listed dataset as a directory. */
+static int list_datasets(struct sfs *fs, struct sfs_dirlist *dl)
+{
+	uint32_t n = atomic_load(&fs->nds);
+
+	dl->ent = calloc(n ? n : 1, sizeof(*dl->ent));
+	if (!dl->ent)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		struct sfs_dataset *ds = fs->ds[i];
+
+		if (ds->hidden)
+			continue;
+		dl->ent[dl->n].name = strdup(ds->name);
+		if (!dl->ent[dl->n].name)
+			return -ENOMEM;
+		dl->ent[dl->n].ino = sfs_ino(fs, ds, SFS_ROOT_INO);
+		dl->ent[dl->n].mode = S_IFDIR;
+		dl->n++;
+	}
+	return 0;
+}
 
 static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -238,8 +308,16 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		}
 	} else if (ino >= SFS_VIRT_BASE) {
 		ret = -ENOTDIR;
+	} else if (sfs_is_multi_root(fs, ino)) {
+		ret = list_datasets(fs, dl);
 	} else {
-		ret = fs->be->ops->readdir(fs->be, ino, dl);
+		uint64_t bino;
+		struct sfs_dataset *ds = sfs_ds(fs, ino, &bino);
+
+		ret = ds ? ds->be->ops->readdir(ds->be, bino, dl) : -ENOENT;
+		for (size_t i = 0; !ret && i < dl->n; i++)
+			if (dl->ent[i].ino)
+				dl->ent[i].ino = sfs_ino(fs, ds, dl->ent[i].ino);
 	}
 	if (ret) {
 		sfs_dirlist_release(dl);
@@ -313,8 +391,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						      name, &e, i + 1);
 			if (need > size - pos) {
 				/* undo the lookup reference of an entry not sent */
-				if (i >= 2 && fs->be->ops->forget)
-					fs->be->ops->forget(fs->be, e.ino, 1);
+				if (i >= 2)
+					do_forget(fs, e.ino, 1);
 				break;
 			}
 		} else {
@@ -357,8 +435,9 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 {
 	struct sfs_fh *fh = arg;
 	struct sfs *fs = fh->fs;
+	struct backend *be = fh->ds->be;
 	uint64_t t0 = now_ns();
-	int r = fs->be->ops->read_chunk(fs->be, &fh->attr, idx, buf, len);
+	int r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
 
 	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
 	if (r < 0) {
@@ -396,7 +475,12 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_open(req, fi);
 		return;
 	}
-	if (ino >= SFS_VIRT_BASE) {
+	uint64_t bino;
+	struct sfs_dataset *ds = NULL;
+
+	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
+		ds = sfs_ds(fs, ino, &bino);
+	if (!ds) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -406,12 +490,13 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fh->fs = fs;
-	ret = fs->be->ops->getattr(fs->be, ino, &fh->attr);
+	fh->ds = ds;
+	ret = ds->be->ops->getattr(ds->be, bino, &fh->attr);
 	if (!ret && !S_ISREG(fh->attr.mode))
 		ret = -EISDIR;
 	if (!ret)
 		ret = cache_file_get(fs->cache, &fh->attr.content, fh->attr.size,
-				     fs->be->chunk_size, &fh->cf);
+				     ds->be->chunk_size, &fh->cf);
 	if (ret) {
 		free(fh);
 		fuse_reply_err(req, -ret);
@@ -516,8 +601,16 @@ static void sfs_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs sv = { 0 };
 	uint64_t bytes = 0, files = 0;
 
-	if (fs->be->ops->statfs)
-		fs->be->ops->statfs(fs->be, &bytes, &files);
+	for (uint32_t i = 0; i < atomic_load(&fs->nds); i++) {
+		struct backend *be = fs->ds[i]->be;
+		uint64_t b = 0, f = 0;
+
+		if (fs->ds[i]->hidden || !be->ops->statfs)
+			continue;
+		be->ops->statfs(be, &b, &f);
+		bytes += b;
+		files += f;
+	}
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
 	sv.f_blocks = (fsblkcnt_t)DIV_ROUND_UP(bytes, 4096);
@@ -538,16 +631,20 @@ static const char *const xattr_names[] = {
 static int xattr_value(struct sfs *fs, fuse_ino_t ino, const char *name,
 		       char *buf, size_t len)
 {
+	struct sfs_dataset *ds = NULL;
 	struct sfs_attr a;
+	uint64_t bino;
 	int ret;
 
-	if (ino >= SFS_VIRT_BASE)
+	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
+		ds = sfs_ds(fs, ino, &bino);
+	if (!ds)
 		return -ENODATA;
-	ret = fs->be->ops->getattr(fs->be, ino, &a);
+	ret = ds->be->ops->getattr(ds->be, bino, &a);
 	if (ret)
 		return ret;
 	if (!strcmp(name, "user.stagefs.source"))
-		return snprintf(buf, len, "%s", fs->be->uri);
+		return snprintf(buf, len, "%s", ds->be->uri);
 	if (!S_ISREG(a.mode))
 		return -ENODATA;
 	if (!strcmp(name, "user.stagefs.content")) {
@@ -559,7 +656,7 @@ static int xattr_value(struct sfs *fs, fuse_ino_t ino, const char *name,
 		uint32_t present, total;
 
 		ret = cache_file_get(fs->cache, &a.content, a.size,
-				     fs->be->chunk_size, &cf);
+				     ds->be->chunk_size, &cf);
 		if (ret)
 			return ret;
 		present = cache_file_present(fs->cache, cf);
@@ -593,7 +690,7 @@ static void sfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	size_t pos = 0;
 	struct sfs_attr a;
 
-	if (ino < SFS_VIRT_BASE && !fs->be->ops->getattr(fs->be, ino, &a)) {
+	if (ino < SFS_VIRT_BASE && !do_getattr(fs, ino, &a)) {
 		for (size_t i = 0; i < ARRAY_SIZE(xattr_names); i++) {
 			if (!S_ISREG(a.mode) && strcmp(xattr_names[i], "user.stagefs.source"))
 				continue;

@@ -1,0 +1,109 @@
+/*
+ * datasets: the datasets a daemon serves.
+ *
+ * fs->ds[] is append-only: a dataset, once published (fs->nds incremented
+ * after the slot is written), stays for the daemon's life, so readers index
+ * it without a lock.  Appends are serialized by fs->ds_lock.  NAME@VERSION of
+ * a configured rados:// dataset is opened on its first lookup.
+ */
+#include "fs.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct sfs_dataset *find_locked(struct sfs *fs, const char *name)
+{
+	uint32_t n = atomic_load(&fs->nds);
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!strcmp(fs->ds[i]->name, name))
+			return fs->ds[i];
+	return NULL;
+}
+
+struct sfs_dataset *sfs_dataset_find(struct sfs *fs, const char *name)
+{
+	return find_locked(fs, name);
+}
+
+int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
+		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen)
+{
+	struct sfs_dataset *ds;
+	uint32_t n;
+	int ret;
+
+	ds = calloc(1, sizeof(*ds));
+	if (!ds)
+		return -ENOMEM;
+	ds->name = strdup(name);
+	ds->source = strdup(source);
+	ds->hidden = hidden;
+	if (!ds->name || !ds->source) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	ret = backend_open(source, &fs->cfg, &ds->be, err, errlen);
+	if (ret)
+		goto out_free;
+	pthread_mutex_lock(&fs->ds_lock);
+	n = atomic_load(&fs->nds);
+	if (find_locked(fs, name)) {
+		pthread_mutex_unlock(&fs->ds_lock);
+		snprintf(err, errlen, "dataset %s is listed twice", name);
+		ret = -EEXIST;
+		goto out_close;
+	}
+	if (n >= SFS_MAX_DATASETS) {
+		pthread_mutex_unlock(&fs->ds_lock);
+		snprintf(err, errlen, "too many datasets (at most %d)", SFS_MAX_DATASETS);
+		ret = -ENOSPC;
+		goto out_close;
+	}
+	ds->index = n;
+	fs->ds[n] = ds;
+	atomic_store(&fs->nds, n + 1);
+	pthread_mutex_unlock(&fs->ds_lock);
+	if (out)
+		*out = ds;
+	return 0;
+
+out_close:
+	backend_close(ds->be);
+out_free:
+	free(ds->name);
+	free(ds->source);
+	free(ds);
+	return ret;
+}
+
+struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name)
+{
+	struct sfs_dataset *ds = sfs_dataset_find(fs, name), *base;
+	char base_name[256], src[4096], err[1024];
+	const char *at = strchr(name, '@');
+
+	if (ds || !at || at == name || (size_t)(at - name) >= sizeof(base_name))
+		return ds;
+	memcpy(base_name, name, (size_t)(at - name));
+	base_name[at - name] = '\0';
+	base = sfs_dataset_find(fs, base_name);
+	if (!base || strncmp(base->source, "rados://", 8) || strchr(base->source, '@') ||
+	    strchr(base->source, '?'))
+		return NULL;
+	for (const char *p = at + 1; *p; p++)
+		if (*p < '0' || *p > '9')
+			return NULL;
+	snprintf(src, sizeof(src), "%s%s", base->source, at);
+	if (sfs_dataset_add(fs, name, src, true, &ds, err, sizeof(err))) {
+		/* a lost race with another lookup of the same name is fine */
+		ds = sfs_dataset_find(fs, name);
+		if (!ds)
+			log_info("dataset %s: %s", name, err);
+	}
+	return ds;
+}
