@@ -1,0 +1,883 @@
+/*
+ * backend_rados: datasets stored in a Ceph pool ("rados://").
+ *
+ *   rados://POOL/NAME              latest published version of NAME
+ *   rados://POOL/NAME@V            version V
+ *   rados://POOL/NAMESPACE?plain   plain mode: the objects of a namespace as
+ *   rados://POOL/?plain            files (the default namespace)
+ *
+ * Options after '?', joined by '&', override the [stagefs] settings:
+ * conf=FILE, id=CLIENT, keyring=FILE, timeout=DURATION, ns=NAMESPACE
+ * (published datasets in a namespace), chunk_size=SIZE (plain mode).
+ *
+ * Published datasets (docs/publish.md): the manifest object is read and
+ * opened at create(); the tree is served from it with no further cluster
+ * traffic, and chunk k of a file is the object sfs.chunk.<id> named by the
+ * manifest.  Every chunk read is verified: XXH3-128 of the bytes must equal
+ * the id, else -EIO and a log line naming the object; the bad bytes are never
+ * reported as data.
+ *
+ * Plain mode: the namespace is listed once at create() (rados_nobjects_list)
+ * and every object stat'ed, 64 aio stats in flight; '/' in object names makes
+ * directories (a name that is also a directory prefix, or that is not a valid
+ * path, is skipped with a warning).  A chunk read is one read op that also
+ * stats the object: if its size or mtime no longer matches the listing the
+ * read fails with -EIO instead of mixing old and new bytes.  The content id
+ * is XXH3-128 of pool, namespace, name, size and mtime.
+ *
+ * Every librados call is bounded by the timeouts set at connect (see
+ * rados.h), so a dead OSD yields -EIO after rados_timeout, never a hang.
+ *
+ * Threads: any FUSE thread may call in; the manifest is immutable and needs
+ * no lock.  Asynchronous reads: the librados completion callback only queues
+ * the read and signals (STYLE 8); two backend-owned threads verify the hash
+ * and call the caller's done function.
+ */
+#include "backend.h"
+
+#include "config.h"
+#include "log.h"
+#include "manifest.h"
+#include "rados.h"
+#include "util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#define RB_WORKERS		2
+#define RB_STAT_INFLIGHT	64
+
+struct rados_backend {
+	struct backend be;		/* first: struct backend * casts to this */
+	rados_t cl;
+	rados_ioctx_t io;
+	struct manifest *m;
+	bool plain;
+	char *pool;
+	char *nspace;
+	char *name;			/* dataset name; NULL in plain mode */
+	uint64_t version;
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;		/* queue non-empty or stopping */
+	pthread_cond_t idle;		/* inflight dropped to 0 */
+	struct rread *head, *tail;	/* protected by lock */
+	uint64_t inflight;		/* async reads started, not done; protected by lock */
+	bool stopping;			/* protected by lock */
+	pthread_t workers[RB_WORKERS];
+	int nworkers;
+};
+
+/* One chunk read in flight; its object name is allocated alongside. */
+struct rread {
+	struct rados_backend *rb;
+	rados_completion_t c;
+	rados_read_op_t op;		/* plain mode */
+	void *buf;
+	size_t len;
+	struct sfs_id id;		/* expected XXH3-128 (published datasets) */
+	/* plain mode: the listing's size and mtime, and the op's outputs */
+	uint64_t want_size;
+	time_t want_mtime;
+	uint64_t got_size;
+	time_t got_mtime;
+	size_t bytes_read;
+	int stat_rval, read_rval;
+	backend_done_fn done;
+	void *arg;
+	struct rread *next;		/* protected by rb->lock while queued */
+	char oid[];
+};
+
+static struct rados_backend *RB(struct backend *be)
+{
+	return (struct rados_backend *)be;
+}
+
+static int errf(char *err, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int errf(char *err, size_t len, int rc, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* ---- URI ---- */
+
+struct rados_uri {
+	char *pool;
+	char *rest;		/* NAME, NAME@V or NAMESPACE */
+	char *name;
+	uint64_t version;	/* 0: latest */
+	bool plain;
+	const char *ns, *conf, *id, *keyring;
+	uint64_t timeout_ms;
+	uint64_t chunk_size;
+	char *copy;		/* owns the strings above */
+};
+
+static void uri_release(struct rados_uri *u)
+{
+	free(u->copy);
+}
+
+static int uri_parse(const char *uri, struct rados_uri *u, char *err, size_t errlen)
+{
+	char *p, *q, *slash, *tok, *save;
+
+	memset(u, 0, sizeof(*u));
+	if (strncmp(uri, "rados://", 8))
+		return errf(err, errlen, -EINVAL, "%s: not a rados:// URI", uri);
+	u->copy = strdup(uri + 8);
+	if (!u->copy)
+		return errf(err, errlen, -ENOMEM, "out of memory");
+	p = u->copy;
+	q = strchr(p, '?');
+	if (q)
+		*q++ = '\0';
+	slash = strchr(p, '/');
+	if (!slash || slash == p)
+		return errf(err, errlen, -EINVAL,
+			    "%s: expected rados://POOL/NAME[@VERSION] or rados://POOL/NAMESPACE?plain",
+			    uri);
+	*slash = '\0';
+	u->pool = p;
+	u->rest = slash + 1;
+
+	for (tok = q ? strtok_r(q, "&", &save) : NULL; tok;
+	     tok = strtok_r(NULL, "&", &save)) {
+		char *v = strchr(tok, '=');
+
+		if (v)
+			*v++ = '\0';
+		if (!strcmp(tok, "plain") && (!v || !strcmp(v, "1") || !strcmp(v, "yes"))) {
+			u->plain = true;
+		} else if (v && !strcmp(tok, "ns")) {
+			u->ns = v;
+		} else if (v && !strcmp(tok, "conf")) {
+			u->conf = v;
+		} else if (v && !strcmp(tok, "id")) {
+			u->id = v;
+		} else if (v && !strcmp(tok, "keyring")) {
+			u->keyring = v;
+		} else if (v && !strcmp(tok, "timeout")) {
+			if (parse_duration_ms(v, &u->timeout_ms) || u->timeout_ms == 0)
+				return errf(err, errlen, -EINVAL, "%s: bad timeout '%s'", uri, v);
+		} else if (v && !strcmp(tok, "chunk_size")) {
+			if (parse_size(v, &u->chunk_size) || u->chunk_size < 4096 ||
+			    u->chunk_size > 64 * MiB ||
+			    (u->chunk_size & (u->chunk_size - 1)))
+				return errf(err, errlen, -EINVAL,
+					    "%s: chunk_size must be a power of two from 4K to 64M", uri);
+		} else {
+			return errf(err, errlen, -EINVAL,
+				    "%s: unknown option '%s' (known: plain, ns, conf, id, keyring, timeout, chunk_size)",
+				    uri, tok);
+		}
+	}
+
+	if (u->plain) {
+		if (u->ns)
+			return errf(err, errlen, -EINVAL,
+				    "%s: in plain mode the namespace is the path", uri);
+		u->ns = u->rest;
+		return 0;
+	}
+	u->name = u->rest;
+	p = strchr(u->rest, '@');
+	if (p) {
+		char *end;
+
+		*p++ = '\0';
+		errno = 0;
+		u->version = strtoull(p, &end, 10);
+		if (errno || !*p || *end || *p == '-' || u->version == 0)
+			return errf(err, errlen, -EINVAL, "%s: bad version '%s'", uri, p);
+	}
+	if (!sfs_rados_name_ok(u->name))
+		return errf(err, errlen, -EINVAL,
+			    "%s: bad dataset name '%s' (letters, digits, '_' and '-', at most %d)",
+			    uri, u->name, SFS_RADOS_NAME_MAX);
+	return 0;
+}
+
+/* ---- plain mode: list the namespace into a manifest ---- */
+
+struct pobj {
+	char *name;
+	uint64_t size;
+	time_t mtime;
+	int rc;
+};
+
+static void plain_content_id(const struct rados_backend *rb, const char *name,
+			     uint64_t size, time_t mtime, struct sfs_id *out)
+{
+	XXH3_state_t st;
+	XXH128_hash_t h;
+	uint64_t v;
+
+	XXH3_128bits_reset(&st);
+	XXH3_128bits_update(&st, rb->pool, strlen(rb->pool) + 1);
+	XXH3_128bits_update(&st, rb->nspace, strlen(rb->nspace) + 1);
+	XXH3_128bits_update(&st, name, strlen(name) + 1);
+	v = htole64(size);
+	XXH3_128bits_update(&st, &v, sizeof(v));
+	v = htole64((uint64_t)mtime);
+	XXH3_128bits_update(&st, &v, sizeof(v));
+	h = XXH3_128bits_digest(&st);
+	out->hi = h.high64;
+	out->lo = h.low64;
+}
+
+static int plain_list(struct rados_backend *rb, struct pobj **out, size_t *nout,
+		      char *err, size_t errlen)
+{
+	rados_list_ctx_t lc;
+	struct pobj *v = NULL;
+	size_t n = 0, cap = 0;
+	int rc;
+
+	rc = rados_nobjects_list_open(rb->io, &lc);
+	if (rc < 0)
+		return errf(err, errlen, rc, "cannot list pool '%s': %s",
+			    rb->pool, strerror(-rc));
+	for (;;) {
+		const char *entry, *key, *ns;
+		size_t elen, klen, nslen;
+
+		rc = rados_nobjects_list_next2(lc, &entry, &key, &ns, &elen,
+					       &klen, &nslen);
+		if (rc == -ENOENT) {
+			rc = 0;
+			break;
+		}
+		if (rc < 0) {
+			errf(err, errlen, rc, "cannot list pool '%s': %s",
+			     rb->pool, strerror(-rc));
+			break;
+		}
+		if (klen) {
+			log_warn("rados: skipping object '%.*s' (it has a locator key)",
+				 (int)elen, entry);
+			continue;
+		}
+		if (memchr(entry, '\0', elen)) {
+			log_warn("rados: skipping an object whose name contains NUL");
+			continue;
+		}
+		if (n == cap) {
+			size_t ncap = cap ? cap * 2 : 1024;
+			struct pobj *nv = realloc(v, ncap * sizeof(*v));
+
+			if (!nv) {
+				rc = errf(err, errlen, -ENOMEM, "out of memory");
+				break;
+			}
+			v = nv;
+			cap = ncap;
+		}
+		v[n].name = strndup(entry, elen);
+		if (!v[n].name) {
+			rc = errf(err, errlen, -ENOMEM, "out of memory");
+			break;
+		}
+		n++;
+	}
+	rados_nobjects_list_close(lc);
+	if (rc) {
+		while (n)
+			free(v[--n].name);
+		free(v);
+		return rc;
+	}
+	*out = v;
+	*nout = n;
+	return 0;
+}
+
+/* Stat every object, RB_STAT_INFLIGHT at a time. */
+static int plain_stat(struct rados_backend *rb, struct pobj *v, size_t n,
+		      char *err, size_t errlen)
+{
+	rados_completion_t c[RB_STAT_INFLIGHT];
+	size_t next = 0, done = 0;
+	int rc = 0;
+
+	while (done < n) {
+		while (!rc && next < n && next - done < RB_STAT_INFLIGHT) {
+			size_t k = next % RB_STAT_INFLIGHT;
+			int r;
+
+			rados_aio_create_completion2(NULL, NULL, &c[k]);
+			r = rados_aio_stat(rb->io, v[next].name, c[k], &v[next].size,
+					   &v[next].mtime);
+			if (r < 0) {
+				rados_aio_release(c[k]);
+				rc = errf(err, errlen, r, "cannot stat '%s': %s",
+					  v[next].name, strerror(-r));
+				break;
+			}
+			next++;
+		}
+		if (done == next)
+			break;
+		rados_aio_wait_for_complete_and_cb(c[done % RB_STAT_INFLIGHT]);
+		v[done].rc = rados_aio_get_return_value(c[done % RB_STAT_INFLIGHT]);
+		rados_aio_release(c[done % RB_STAT_INFLIGHT]);
+		if (!rc && v[done].rc < 0 && v[done].rc != -ENOENT)
+			rc = errf(err, errlen, v[done].rc == -ETIMEDOUT ? -EIO : v[done].rc,
+				  "cannot stat '%s': %s", v[done].name,
+				  strerror(-v[done].rc));
+		done++;
+	}
+	return rc;
+}
+
+static int plain_build(struct rados_backend *rb, uint32_t chunk_size,
+		       char *err, size_t errlen)
+{
+	struct manifest_builder *b;
+	struct pobj *v = NULL;
+	size_t n = 0, nfiles = 0;
+	struct sfs_attr dir = {
+		.mode = S_IFDIR | 0555,
+	};
+	uint64_t t0 = now_ms();
+	void *buf;
+	size_t len;
+	int rc;
+
+	dir.mtime.tv_sec = dir.ctime.tv_sec = dir.atime.tv_sec = (time_t)wall_s();
+	rc = plain_list(rb, &v, &n, err, errlen);
+	if (rc)
+		return rc;
+	rc = plain_stat(rb, v, n, err, errlen);
+	if (rc)
+		goto out_free;
+
+	b = manifest_builder_create(chunk_size);
+	if (!b) {
+		rc = errf(err, errlen, -ENOMEM, "out of memory");
+		goto out_free;
+	}
+	rc = manifest_builder_add(b, "", &dir, NULL, NULL, 0);
+	/* directories implied by '/' in names */
+	for (size_t i = 0; !rc && i < n; i++) {
+		char *s = v[i].name;
+
+		if (v[i].rc)
+			continue;
+		for (char *p = strchr(s, '/'); p; p = strchr(p + 1, '/')) {
+			int r;
+
+			*p = '\0';
+			r = manifest_builder_add(b, s, &dir, NULL, NULL, 0);
+			*p = '/';
+			if (r == -EEXIST)
+				continue;
+			if (r) {
+				log_warn("rados: skipping object '%s': not a valid path", s);
+				v[i].rc = r;
+				break;
+			}
+		}
+	}
+	for (size_t i = 0; !rc && i < n; i++) {
+		struct sfs_attr a = { .mode = S_IFREG | 0444, .nlink = 1 };
+		int r;
+
+		if (v[i].rc)
+			continue;
+		a.size = v[i].size;
+		a.atime.tv_sec = a.mtime.tv_sec = a.ctime.tv_sec = v[i].mtime;
+		plain_content_id(rb, v[i].name, v[i].size, v[i].mtime, &a.content);
+		r = manifest_builder_add(b, v[i].name, &a, NULL, NULL, 0);
+		if (r == -EEXIST)
+			log_warn("rados: skipping object '%s': a directory of that name comes from other objects",
+				 v[i].name);
+		else if (r == -ENOMEM)
+			rc = errf(err, errlen, r, "out of memory");
+		else if (r)
+			log_warn("rados: skipping object '%s': not a valid path (%s)",
+				 v[i].name, strerror(-r));
+		else
+			nfiles++;
+	}
+	if (!rc) {
+		rc = manifest_builder_finish(b, 0, &buf, &len);
+		if (rc)
+			errf(err, errlen, rc, "cannot build the object tree: %s",
+			     strerror(-rc));
+	}
+	manifest_builder_destroy(b);
+	if (!rc) {
+		char msg[256];
+
+		rc = manifest_open(buf, len, &rb->m, msg, sizeof(msg));
+		if (rc) {
+			free(buf);
+			errf(err, errlen, -EIO, "cannot open the object tree: %s", msg);
+			rc = -EIO;
+		}
+	}
+	if (!rc)
+		log_info("rados://%s/%s?plain: %zu objects listed, %zu files, in %" PRIu64 " ms",
+			 rb->pool, rb->nspace, n, nfiles, now_ms() - t0);
+out_free:
+	for (size_t i = 0; i < n; i++)
+		free(v[i].name);
+	free(v);
+	return rc;
+}
+
+/* ---- published datasets ---- */
+
+static int dataset_open(struct rados_backend *rb, uint64_t version,
+			char *err, size_t errlen)
+{
+	char msg[256];
+	void *buf;
+	size_t len;
+	int rc;
+
+	if (!version) {
+		rc = sfs_rados_latest(rb->io, rb->name, &version);
+		if (rc == -ENOENT)
+			return errf(err, errlen, rc,
+				    "dataset '%s' not found in pool '%s'%s%s (no object sfs.dataset.%s)",
+				    rb->name, rb->pool, rb->nspace[0] ? " namespace " : "",
+				    rb->nspace, rb->name);
+		if (rc < 0)
+			return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
+				    "cannot read the version of dataset '%s': %s",
+				    rb->name, strerror(-rc));
+	}
+	rc = sfs_rados_manifest_read(rb->io, rb->name, version, &buf, &len,
+				     msg, sizeof(msg));
+	if (rc)
+		return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
+			    "pool '%s': %s", rb->pool, msg);
+	rc = manifest_open(buf, len, &rb->m, msg, sizeof(msg));
+	if (rc) {
+		free(buf);
+		return errf(err, errlen, -EIO, "%s@%" PRIu64 ": bad manifest: %s",
+			    rb->name, version, msg);
+	}
+	if (manifest_version(rb->m) != version)
+		return errf(err, errlen, -EIO,
+			    "%s@%" PRIu64 ": the manifest says it is version %" PRIu64,
+			    rb->name, version, manifest_version(rb->m));
+	rb->version = version;
+	return 0;
+}
+
+/* ---- reads ---- */
+
+/* Finish a read: the result for the caller (@len or -EIO). */
+static int rread_result(struct rread *rr, int rc)
+{
+	struct rados_backend *rb = rr->rb;
+	struct sfs_id got;
+
+	if (rc < 0) {
+		log_err("rados: reading %s from pool '%s' failed: %s",
+			rr->oid, rb->pool, strerror(-rc));
+		return -EIO;
+	}
+	if (rb->plain) {
+		if (rr->stat_rval < 0 || rr->read_rval < 0) {
+			log_err("rados: reading %s from pool '%s' failed: %s", rr->oid,
+				rb->pool, strerror(-(rr->stat_rval < 0 ? rr->stat_rval
+							      : rr->read_rval)));
+			return -EIO;
+		}
+		if (rr->got_size != rr->want_size || rr->got_mtime != rr->want_mtime) {
+			log_err("rados: object %s in pool '%s' changed since it was listed (size %" PRIu64 " -> %" PRIu64 "); remount to see the new version",
+				rr->oid, rb->pool, rr->want_size, rr->got_size);
+			return -EIO;
+		}
+		if (rr->bytes_read != rr->len) {
+			log_err("rados: short read from %s: %zu of %zu bytes",
+				rr->oid, rr->bytes_read, rr->len);
+			return -EIO;
+		}
+		return (int)rr->len;
+	}
+	if ((size_t)rc != rr->len) {
+		log_err("rados: chunk object %s in pool '%s' holds %d bytes, expected %zu",
+			rr->oid, rb->pool, rc, rr->len);
+		return -EIO;
+	}
+	sfs_id_of(rr->buf, rr->len, &got);
+	if (!sfs_id_eq(&got, &rr->id)) {
+		char hex[SFS_ID_HEX_LEN + 1];
+
+		sfs_id_hex(&got, hex);
+		log_err("rados: chunk object %s in pool '%s' is corrupt (its data hashes to %s)",
+			rr->oid, rb->pool, hex);
+		return -EIO;
+	}
+	return (int)rr->len;
+}
+
+static void rread_free(struct rread *rr)
+{
+	if (rr->op)
+		rados_release_read_op(rr->op);
+	if (rr->c)
+		rados_aio_release(rr->c);
+	free(rr);
+}
+
+/* librados thread: queue the read for a worker, nothing else. */
+static void rread_complete_cb(rados_completion_t c, void *arg)
+{
+	struct rread *rr = arg;
+	struct rados_backend *rb = rr->rb;
+
+	pthread_mutex_lock(&rb->lock);
+	rr->next = NULL;
+	if (rb->tail)
+		rb->tail->next = rr;
+	else
+		rb->head = rr;
+	rb->tail = rr;
+	pthread_cond_signal(&rb->work);
+	pthread_mutex_unlock(&rb->lock);
+}
+
+static void *rb_worker(void *arg)
+{
+	struct rados_backend *rb = arg;
+
+	pthread_mutex_lock(&rb->lock);
+	for (;;) {
+		struct rread *rr;
+		int res;
+
+		while (!rb->head && !rb->stopping)
+			pthread_cond_wait(&rb->work, &rb->lock);
+		if (!rb->head)
+			break;
+		rr = rb->head;
+		rb->head = rr->next;
+		if (!rb->head)
+			rb->tail = NULL;
+		pthread_mutex_unlock(&rb->lock);
+
+		res = rread_result(rr, rados_aio_get_return_value(rr->c));
+		rr->done(rr->arg, res);
+		rread_free(rr);
+
+		pthread_mutex_lock(&rb->lock);
+		if (--rb->inflight == 0)
+			pthread_cond_broadcast(&rb->idle);
+	}
+	pthread_mutex_unlock(&rb->lock);
+	return NULL;
+}
+
+/*
+ * Prepare and start the read of chunk @idx of @file.  @cb NULL: synchronous
+ * (the caller waits on rr->c); else @cb queues it for a worker, which
+ * calls @done(@arg).  Returns 0 with *@out set, or -errno.
+ */
+static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
+		       uint32_t idx, void *buf, size_t len, rados_callback_t cb,
+		       backend_done_fn done, void *arg, struct rread **out)
+{
+	struct sfs_attr a;
+	struct rread *rr;
+	char path[PATH_MAX];
+	struct sfs_id id = { 0, 0 };
+	size_t oidlen;
+	int rc;
+
+	rc = manifest_getattr(rb->m, file->ino, &a);
+	if (rc)
+		return rc;
+	if (!S_ISREG(a.mode))
+		return -EINVAL;
+	if (len == 0 || len != backend_chunk_len(a.size, rb->be.chunk_size, idx))
+		return -EINVAL;
+	if (rb->plain) {
+		rc = manifest_path(rb->m, file->ino, path, sizeof(path));
+		if (rc < 0)
+			return rc == -ERANGE ? -ENAMETOOLONG : rc;
+		oidlen = (size_t)rc;
+	} else {
+		rc = manifest_chunk(rb->m, file->ino, idx, &id);
+		if (rc) {
+			log_err("rados: %s@%" PRIu64 ": no chunk id for chunk %u of inode %" PRIu64,
+				rb->name, rb->version, idx, file->ino);
+			return -EIO;
+		}
+		sfs_rados_chunk_oid(&id, path);
+		oidlen = strlen(path);
+	}
+
+	rr = calloc(1, sizeof(*rr) + oidlen + 1);
+	if (!rr)
+		return -ENOMEM;
+	memcpy(rr->oid, path, oidlen + 1);
+	rr->rb = rb;
+	rr->buf = buf;
+	rr->len = len;
+	rr->id = id;
+	rr->want_size = a.size;
+	rr->want_mtime = a.mtime.tv_sec;
+	rr->done = done;
+	rr->arg = arg;
+	rc = rados_aio_create_completion2(cb ? rr : NULL, cb, &rr->c);
+	if (rc < 0)
+		goto out_free;
+	if (rb->plain) {
+		rr->op = rados_create_read_op();
+		if (!rr->op) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+		/* stat and read in one op: both see the same object version */
+		rados_read_op_stat(rr->op, &rr->got_size, &rr->got_mtime, &rr->stat_rval);
+		rados_read_op_read(rr->op, (uint64_t)idx * rb->be.chunk_size, len,
+				   buf, &rr->bytes_read, &rr->read_rval);
+		rc = rados_aio_read_op_operate(rr->op, rb->io, rr->c, rr->oid, 0);
+	} else {
+		rc = rados_aio_read(rb->io, rr->oid, rr->c, buf, len, 0);
+	}
+	if (rc < 0) {
+		log_err("rados: cannot start reading %s: %s", rr->oid, strerror(-rc));
+		rc = -EIO;
+		goto out_free;
+	}
+	*out = rr;
+	return 0;
+
+out_free:
+	rread_free(rr);
+	return rc;
+}
+
+static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
+			 uint32_t idx, void *buf, size_t len)
+{
+	struct rread *rr;
+	int rc;
+
+	rc = rread_start(RB(be), file, idx, buf, len, NULL, NULL, NULL, &rr);
+	if (rc)
+		return rc;
+	rados_aio_wait_for_complete_and_cb(rr->c);
+	rc = rread_result(rr, rados_aio_get_return_value(rr->c));
+	rread_free(rr);
+	return rc;
+}
+
+static int rb_read_chunk_async(struct backend *be, const struct sfs_attr *file,
+			       uint32_t idx, void *buf, size_t len,
+			       backend_done_fn done, void *arg)
+{
+	struct rados_backend *rb = RB(be);
+	struct rread *rr;
+	int rc;
+
+	/* counted first, so destroy() waits for a completion already racing us */
+	pthread_mutex_lock(&rb->lock);
+	if (rb->stopping) {
+		pthread_mutex_unlock(&rb->lock);
+		return -ESHUTDOWN;
+	}
+	rb->inflight++;
+	pthread_mutex_unlock(&rb->lock);
+
+	rc = rread_start(rb, file, idx, buf, len, rread_complete_cb, done, arg,
+			 &rr);
+	if (rc) {
+		pthread_mutex_lock(&rb->lock);
+		if (--rb->inflight == 0)
+			pthread_cond_broadcast(&rb->idle);
+		pthread_mutex_unlock(&rb->lock);
+		return rc;
+	}
+	/* rr may be done and freed already */
+	return 0;
+}
+
+/* ---- metadata ---- */
+
+static int rb_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
+{
+	return manifest_getattr(RB(be)->m, ino, out);
+}
+
+static int rb_lookup(struct backend *be, uint64_t parent, const char *name,
+		     struct sfs_attr *out)
+{
+	return manifest_lookup(RB(be)->m, parent, name, out);
+}
+
+static int rb_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
+{
+	return manifest_readdir(RB(be)->m, ino, out);
+}
+
+static int rb_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
+{
+	return manifest_readlink(RB(be)->m, ino, buf, size);
+}
+
+static int rb_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
+{
+	manifest_totals(RB(be)->m, bytes, files);
+	return 0;
+}
+
+/* ---- lifetime ---- */
+
+static void rb_free(struct rados_backend *rb)
+{
+	manifest_close(rb->m);
+	if (rb->io)
+		rados_ioctx_destroy(rb->io);
+	if (rb->cl)
+		rados_shutdown(rb->cl);
+	pthread_cond_destroy(&rb->idle);
+	pthread_cond_destroy(&rb->work);
+	pthread_mutex_destroy(&rb->lock);
+	free(rb->pool);
+	free(rb->nspace);
+	free(rb->name);
+	free(rb->be.uri);
+	free(rb);
+}
+
+static void rb_destroy(struct backend *be)
+{
+	struct rados_backend *rb = RB(be);
+
+	pthread_mutex_lock(&rb->lock);
+	rb->stopping = true;
+	/* every started read completes within the op timeout */
+	while (rb->inflight)
+		pthread_cond_wait(&rb->idle, &rb->lock);
+	pthread_cond_broadcast(&rb->work);
+	pthread_mutex_unlock(&rb->lock);
+	for (int i = 0; i < rb->nworkers; i++)
+		pthread_join(rb->workers[i], NULL);
+	rb_free(rb);
+}
+
+static int rb_create(const char *uri, const struct sfs_config *cfg,
+		     struct backend **out, char *err, size_t errlen)
+{
+	struct rados_backend *rb;
+	struct sfs_rados_opts o;
+	struct rados_uri u;
+	uint32_t plain_chunk;
+	int rc;
+
+	*out = NULL;
+	rc = uri_parse(uri, &u, err, errlen);
+	if (rc)
+		goto out_uri;
+	sfs_rados_opts_from_config(&o, cfg);
+	if (u.conf)
+		o.conf = u.conf;
+	if (u.id)
+		o.client_id = u.id;
+	if (u.keyring)
+		o.keyring = u.keyring;
+	if (u.timeout_ms)
+		o.timeout_ms = u.timeout_ms;
+	plain_chunk = (uint32_t)(u.chunk_size ? u.chunk_size : cfg->chunk_size);
+
+	rb = calloc(1, sizeof(*rb));
+	if (!rb) {
+		rc = errf(err, errlen, -ENOMEM, "out of memory");
+		goto out_uri;
+	}
+	pthread_mutex_init(&rb->lock, NULL);
+	pthread_cond_init(&rb->work, NULL);
+	pthread_cond_init(&rb->idle, NULL);
+	rb->be.ops = &backend_rados_ops;
+	rb->plain = u.plain;
+	rb->be.uri = strdup(uri);
+	rb->pool = strdup(u.pool);
+	rb->nspace = strdup(u.ns ? u.ns : "");
+	rb->name = u.name ? strdup(u.name) : NULL;
+	if (!rb->be.uri || !rb->pool || !rb->nspace || (u.name && !rb->name)) {
+		rc = errf(err, errlen, -ENOMEM, "out of memory");
+		goto out_free;
+	}
+
+	rc = sfs_rados_connect(&o, &rb->cl, err, errlen);
+	if (rc)
+		goto out_free;
+	rc = sfs_rados_ioctx(rb->cl, rb->pool, rb->nspace, &rb->io, err, errlen);
+	if (rc)
+		goto out_free;
+	if (rb->plain)
+		rc = plain_build(rb, plain_chunk, err, errlen);
+	else
+		rc = dataset_open(rb, u.version, err, errlen);
+	if (rc)
+		goto out_free;
+	rb->be.chunk_size = manifest_chunk_size(rb->m);
+
+	for (; rb->nworkers < RB_WORKERS; rb->nworkers++) {
+		rc = -pthread_create(&rb->workers[rb->nworkers], NULL, rb_worker, rb);
+		if (rc) {
+			errf(err, errlen, rc, "cannot start a thread: %s", strerror(-rc));
+			goto out_stop;
+		}
+	}
+	if (rb->plain)
+		log_notice("%s: %" PRIu64 " entries (plain objects), chunk size %u",
+			   uri, manifest_nentries(rb->m), rb->be.chunk_size);
+	else
+		log_notice("%s: %s@%" PRIu64 ", %" PRIu64 " entries, chunk size %u",
+			   uri, rb->name, rb->version, manifest_nentries(rb->m),
+			   rb->be.chunk_size);
+	uri_release(&u);
+	*out = &rb->be;
+	return 0;
+
+out_stop:
+	rb_destroy(&rb->be);
+	uri_release(&u);
+	return rc;
+out_free:
+	rb_free(rb);
+out_uri:
+	uri_release(&u);
+	return rc;
+}
+
+const struct backend_ops backend_rados_ops = {
+	.scheme = "rados",
+	.create = rb_create,
+	.destroy = rb_destroy,
+	.getattr = rb_getattr,
+	.lookup = rb_lookup,
+	.readdir = rb_readdir,
+	.readlink = rb_readlink,
+	.read_chunk = rb_read_chunk,
+	.read_chunk_async = rb_read_chunk_async,
+	.statfs = rb_statfs,
+};

@@ -1,0 +1,519 @@
+/*
+ * rados: see rados.h.  Connection setup and the pool-layout objects; the
+ * data path (chunk reads, chunk uploads) lives with its users.
+ */
+#include "rados.h"
+
+#include "config.h"
+#include "log.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_CONF		"/etc/ceph/ceph.conf"
+#define DEFAULT_TIMEOUT_MS	30000
+/* aio pieces when reading or writing a large object */
+#define IO_PIECE		SFS_RADOS_PART_SIZE
+#define IO_INFLIGHT		4
+
+void sfs_rados_opts_from_config(struct sfs_rados_opts *o,
+				const struct sfs_config *cfg)
+{
+	o->conf = cfg->ceph_conf;
+	o->client_id = cfg->client_id;
+	o->keyring = cfg->keyring;
+	o->timeout_ms = cfg->rados_timeout_ms;
+}
+
+static bool empty(const char *s)
+{
+	return !s || !*s;
+}
+
+static int set_timeouts(rados_t cl, uint64_t ms)
+{
+	static const char *const keys[] = {
+		"rados_osd_op_timeout", "rados_mon_op_timeout",
+		"client_mount_timeout",
+	};
+	char v[32];
+
+	/* these options are whole seconds in Ceph 16 ("1.5" is refused) */
+	snprintf(v, sizeof(v), "%llu", (unsigned long long)MAX(1, DIV_ROUND_UP(ms, 1000)));
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		int rc = rados_conf_set(cl, keys[i], v);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int sfs_rados_connect(const struct sfs_rados_opts *o, rados_t *out,
+		      char *err, size_t errlen)
+{
+	const char *id = empty(o->client_id) ? "admin" : o->client_id;
+	const char *conf = o->conf;
+	uint64_t tmo = o->timeout_ms ? o->timeout_ms : DEFAULT_TIMEOUT_MS;
+	char mon[256] = "?";
+	rados_t cl;
+	int rc;
+
+	*out = NULL;
+	if (empty(conf))
+		conf = getenv("CEPH_CONF");
+	if (empty(conf))
+		conf = DEFAULT_CONF;
+	if (access(conf, R_OK) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot read the Ceph configuration %s: %s",
+			 conf, strerror(-rc));
+		return rc;
+	}
+	if (!empty(o->keyring) && access(o->keyring, R_OK) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot read the keyring %s: %s",
+			 o->keyring, strerror(-rc));
+		return rc;
+	}
+
+	rc = rados_create(&cl, id);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot create a librados handle for client.%s: %s",
+			 id, strerror(-rc));
+		return rc;
+	}
+	rc = rados_conf_read_file(cl, conf);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot parse the Ceph configuration %s: %s",
+			 conf, strerror(-rc));
+		goto out_shutdown;
+	}
+	if (!empty(o->keyring)) {
+		rc = rados_conf_set(cl, "keyring", o->keyring);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot use the keyring %s: %s",
+				 o->keyring, strerror(-rc));
+			goto out_shutdown;
+		}
+	}
+	rc = set_timeouts(cl, tmo);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot set the librados timeouts: %s",
+			 strerror(-rc));
+		goto out_shutdown;
+	}
+	if (rados_conf_get(cl, "mon_host", mon, sizeof(mon)) < 0 || !mon[0])
+		snprintf(mon, sizeof(mon), "(no mon_host)");
+
+	rc = rados_connect(cl);
+	if (rc < 0) {
+		const char *hint = "";
+
+		if (rc == -EPERM || rc == -EACCES) {
+			rc = -EACCES;
+			hint = " (bad key?)";
+		} else if (rc == -ETIMEDOUT || rc == -EINTR) {
+			rc = -ETIMEDOUT;
+			hint = " (is the cluster running?)";
+		} else if (rc == -ENOENT) {
+			hint = " (no keyring found for this client?)";
+		}
+		snprintf(err, errlen,
+			 "cannot connect to the cluster at %s (%s) as client.%s: %s%s",
+			 mon, conf, id, strerror(-rc), hint);
+		goto out_shutdown;
+	}
+	*out = cl;
+	return 0;
+
+out_shutdown:
+	rados_shutdown(cl);
+	return rc;
+}
+
+int sfs_rados_ioctx(rados_t cl, const char *pool, const char *nspace,
+		    rados_ioctx_t *out, char *err, size_t errlen)
+{
+	int rc = rados_ioctx_create(cl, pool, out);
+
+	if (rc == -ENOENT) {
+		snprintf(err, errlen, "pool '%s' does not exist", pool);
+		return rc;
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot open pool '%s': %s", pool,
+			 strerror(-rc));
+		return rc;
+	}
+	rados_ioctx_set_namespace(*out, empty(nspace) ? NULL : nspace);
+	return 0;
+}
+
+bool sfs_rados_name_ok(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (n == 0 || n > SFS_RADOS_NAME_MAX)
+		return false;
+	/* no '.': sfs.manifest.NAME.V.PART must parse one way only */
+	return strspn(name, "abcdefghijklmnopqrstuvwxyz"
+			    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+			    "0123456789_-") == n;
+}
+
+void sfs_rados_chunk_oid(const struct sfs_id *id, char *out)
+{
+	char hex[SFS_ID_HEX_LEN + 1];
+
+	sfs_id_hex(id, hex);
+	snprintf(out, SFS_RADOS_OID_MAX, SFS_RADOS_CHUNK_PREFIX "%s", hex);
+}
+
+void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out)
+{
+	snprintf(out, SFS_RADOS_OID_MAX, SFS_RADOS_MANIFEST_PREFIX "%s.%" PRIu64,
+		 name, version);
+}
+
+static void part_oid(const char *name, uint64_t version, uint64_t part,
+		     char *out)
+{
+	snprintf(out, SFS_RADOS_OID_MAX,
+		 SFS_RADOS_MANIFEST_PREFIX "%s.%" PRIu64 ".%" PRIu64,
+		 name, version, part);
+}
+
+void sfs_rados_dataset_oid(const char *name, char *out)
+{
+	snprintf(out, SFS_RADOS_OID_MAX, SFS_RADOS_DATASET_PREFIX "%s", name);
+}
+
+/* Parse a decimal u64 that fills [s, end) exactly. */
+static int parse_u64(const char *s, const char *end, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	if (s == end)
+		return -EINVAL;
+	for (; s < end; s++) {
+		if (*s < '0' || *s > '9' || x > (UINT64_MAX - 9) / 10)
+			return -EINVAL;
+		x = x * 10 + (uint64_t)(*s - '0');
+	}
+	*v = x;
+	return 0;
+}
+
+int sfs_rados_latest(rados_ioctx_t io, const char *name, uint64_t *version)
+{
+	char oid[SFS_RADOS_OID_MAX], buf[32];
+	int n;
+
+	sfs_rados_dataset_oid(name, oid);
+	n = rados_read(io, oid, buf, sizeof(buf) - 1, 0);
+	if (n < 0)
+		return n;
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		n--;
+	if (parse_u64(buf, buf + n, version) || *version == 0) {
+		log_err("rados: %s does not hold a version number", oid);
+		return -EIO;
+	}
+	return 0;
+}
+
+/*
+ * Read [0, len) of @oid into @buf in IO_PIECE pieces, IO_INFLIGHT at a time.
+ * Returns 0, -EIO if the object is shorter, or -errno.
+ */
+static int read_pieces(rados_ioctx_t io, const char *oid, char *buf, size_t len)
+{
+	rados_completion_t c[IO_INFLIGHT];
+	size_t want[IO_INFLIGHT];
+	size_t npieces = DIV_ROUND_UP(len, IO_PIECE), next = 0, done = 0;
+	int rc = 0;
+
+	while (done < npieces) {
+		/* start pieces while there is room and no error */
+		while (!rc && next < npieces && next - done < IO_INFLIGHT) {
+			size_t k = next % IO_INFLIGHT;
+			uint64_t off = (uint64_t)next * IO_PIECE;
+			size_t n = MIN((size_t)IO_PIECE, len - off);
+			int r;
+
+			rados_aio_create_completion2(NULL, NULL, &c[k]);
+			r = rados_aio_read(io, oid, c[k], buf + off, n, off);
+			if (r < 0) {
+				rados_aio_release(c[k]);
+				rc = r;
+				break;
+			}
+			want[k] = n;
+			next++;
+		}
+		if (done == next)
+			break;
+		{
+			size_t k = done % IO_INFLIGHT;
+			int r;
+
+			rados_aio_wait_for_complete_and_cb(c[k]);
+			r = rados_aio_get_return_value(c[k]);
+			rados_aio_release(c[k]);
+			if (!rc && r < 0)
+				rc = r;
+			else if (!rc && (size_t)r != want[k])
+				rc = -EIO;
+			done++;
+		}
+	}
+	return rc;
+}
+
+int sfs_rados_read_all(rados_ioctx_t io, const char *oid, size_t max,
+		       void **bufp, size_t *lenp)
+{
+	uint64_t size;
+	time_t mtime;
+	char *buf;
+	int rc;
+
+	*bufp = NULL;
+	*lenp = 0;
+	rc = rados_stat(io, oid, &size, &mtime);
+	if (rc < 0)
+		return rc;
+	if (size > max)
+		return -EFBIG;
+	buf = malloc(size ? size : 1);
+	if (!buf)
+		return -ENOMEM;
+	rc = read_pieces(io, oid, buf, size);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*bufp = buf;
+	*lenp = size;
+	return 0;
+}
+
+/* "parts N SIZE\n" */
+static int parse_head(const char *b, size_t len, uint64_t *nparts, uint64_t *size)
+{
+	const char *p = b + 6, *end = b + len, *sp;
+
+	while (end > p && end[-1] == '\n')
+		end--;
+	sp = memchr(p, ' ', (size_t)(end - p));
+	if (!sp || parse_u64(p, sp, nparts) || parse_u64(sp + 1, end, size))
+		return -EINVAL;
+	if (*nparts == 0 || *nparts != DIV_ROUND_UP(*size, SFS_RADOS_PART_SIZE))
+		return -EINVAL;
+	return 0;
+}
+
+int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
+			    uint64_t version, void **bufp, size_t *lenp,
+			    char *err, size_t errlen)
+{
+	char oid[SFS_RADOS_OID_MAX], poid[SFS_RADOS_OID_MAX];
+	uint64_t nparts, size;
+	char *head, *buf;
+	size_t hlen;
+	int rc;
+
+	*bufp = NULL;
+	*lenp = 0;
+	sfs_rados_manifest_oid(name, version, oid);
+	rc = sfs_rados_read_all(io, oid, SFS_RADOS_PART_SIZE, (void **)&head, &hlen);
+	if (rc == -ENOENT) {
+		snprintf(err, errlen, "%s@%" PRIu64 " does not exist (no object %s)",
+			 name, version, oid);
+		return rc;
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
+		return rc;
+	}
+	if (hlen < 6 || memcmp(head, "parts ", 6)) {
+		*bufp = head;	/* a one-object manifest */
+		*lenp = hlen;
+		return 0;
+	}
+
+	rc = parse_head(head, hlen, &nparts, &size);
+	free(head);
+	if (rc) {
+		snprintf(err, errlen, "%s: bad manifest head object", oid);
+		return -EIO;
+	}
+	if (size > SIZE_MAX - 1 || !(buf = malloc(size))) {
+		snprintf(err, errlen, "%s: cannot allocate %" PRIu64 " bytes", oid, size);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < nparts; i++) {
+		uint64_t off = i * SFS_RADOS_PART_SIZE;
+
+		part_oid(name, version, i, poid);
+		rc = read_pieces(io, poid, buf + off,
+				 (size_t)MIN((uint64_t)SFS_RADOS_PART_SIZE, size - off));
+		if (rc) {
+			snprintf(err, errlen, "cannot read manifest part %s: %s%s", poid,
+				 strerror(-rc),
+				 rc == -ENOENT || rc == -EIO ?
+				 " (publish still running or interrupted?)" : "");
+			free(buf);
+			return rc == -ENOENT ? -EIO : rc;
+		}
+	}
+	*bufp = buf;
+	*lenp = size;
+	return 0;
+}
+
+/* Exclusive create of @oid holding @buf. */
+static int create_excl(rados_ioctx_t io, const char *oid, const void *buf,
+		       size_t len)
+{
+	rados_write_op_t op = rados_create_write_op();
+	int rc;
+
+	if (!op)
+		return -ENOMEM;
+	rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+	rados_write_op_write_full(op, buf, len);
+	rc = rados_write_op_operate(op, io, oid, NULL, 0);
+	rados_release_write_op(op);
+	return rc;
+}
+
+/* Write the parts of a large manifest, IO_INFLIGHT at a time. */
+static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
+		       const char *buf, size_t len, char *err, size_t errlen)
+{
+	rados_completion_t c[IO_INFLIGHT];
+	char oid[SFS_RADOS_OID_MAX];
+	size_t nparts = DIV_ROUND_UP(len, SFS_RADOS_PART_SIZE), next = 0, done = 0;
+	int rc = 0;
+
+	while (done < nparts) {
+		while (!rc && next < nparts && next - done < IO_INFLIGHT) {
+			size_t k = next % IO_INFLIGHT;
+			size_t off = next * (size_t)SFS_RADOS_PART_SIZE;
+			int r;
+
+			part_oid(name, version, next, oid);
+			rados_aio_create_completion2(NULL, NULL, &c[k]);
+			r = rados_aio_write_full(io, oid, c[k], buf + off,
+						 MIN((size_t)SFS_RADOS_PART_SIZE, len - off));
+			if (r < 0) {
+				rados_aio_release(c[k]);
+				rc = r;
+				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-r));
+				break;
+			}
+			next++;
+		}
+		if (done == next)
+			break;
+		{
+			size_t k = done % IO_INFLIGHT;
+			int r;
+
+			rados_aio_wait_for_complete_and_cb(c[k]);
+			r = rados_aio_get_return_value(c[k]);
+			rados_aio_release(c[k]);
+			if (!rc && r < 0) {
+				rc = r;
+				part_oid(name, version, done, oid);
+				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-r));
+			}
+			done++;
+		}
+	}
+	return rc;
+}
+
+int sfs_rados_manifest_write(rados_ioctx_t io, const char *name,
+			     uint64_t version, const void *buf, size_t len,
+			     char *err, size_t errlen)
+{
+	char oid[SFS_RADOS_OID_MAX], head[64];
+	int rc;
+
+	sfs_rados_manifest_oid(name, version, oid);
+	if (len <= SFS_RADOS_PART_SIZE) {
+		rc = create_excl(io, oid, buf, len);
+		if (rc < 0 && rc != -EEXIST)
+			snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-rc));
+		return rc;
+	}
+	/* claim the version first: only the claimer ever writes these parts */
+	snprintf(head, sizeof(head), "parts %zu %zu\n",
+		 (size_t)DIV_ROUND_UP(len, SFS_RADOS_PART_SIZE), len);
+	rc = create_excl(io, oid, head, strlen(head));
+	if (rc < 0) {
+		if (rc != -EEXIST)
+			snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-rc));
+		return rc;
+	}
+	return write_parts(io, name, version, buf, len, err, errlen);
+}
+
+int sfs_rados_set_latest(rados_ioctx_t io, const char *name, uint64_t version,
+			 bool *newer)
+{
+	char oid[SFS_RADOS_OID_MAX], text[32], padded[32];
+	rados_write_op_t op;
+	int rc;
+
+	if (newer)
+		*newer = false;
+	sfs_rados_dataset_oid(name, oid);
+	snprintf(text, sizeof(text), "%" PRIu64 "\n", version);
+	/* zero-padded, so the OSD's string comparison is numeric */
+	snprintf(padded, sizeof(padded), "%020" PRIu64, version);
+
+	/* a few rounds at most: a racing first publish can make either path fail */
+	for (int round = 0; round < 8; round++) {
+		op = rados_create_write_op();
+		if (!op)
+			return -ENOMEM;
+		/* proceeds only if our version > the stored one ("" if none);
+		 * -ENOENT if the pointer does not exist yet */
+		rados_write_op_cmpxattr(op, SFS_RADOS_VERSION_XATTR,
+					LIBRADOS_CMPXATTR_OP_GT, padded, strlen(padded));
+		rados_write_op_write_full(op, text, strlen(text));
+		rados_write_op_setxattr(op, SFS_RADOS_VERSION_XATTR, padded,
+					strlen(padded));
+		rc = rados_write_op_operate(op, io, oid, NULL, 0);
+		rados_release_write_op(op);
+		if (rc == -ECANCELED) {
+			if (newer)
+				*newer = true;
+			return 0;
+		}
+		if (rc != -ENOENT)
+			return rc;
+
+		/* first version: create the pointer */
+		op = rados_create_write_op();
+		if (!op)
+			return -ENOMEM;
+		rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+		rados_write_op_write_full(op, text, strlen(text));
+		rados_write_op_setxattr(op, SFS_RADOS_VERSION_XATTR, padded,
+					strlen(padded));
+		rc = rados_write_op_operate(op, io, oid, NULL, 0);
+		rados_release_write_op(op);
+		if (rc != -EEXIST)
+			return rc;
+	}
+	return rc;
+}

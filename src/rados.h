@@ -1,0 +1,115 @@
+/*
+ * rados: the librados pieces shared by the rados:// backend and
+ * `stagefs publish`: connecting with bounded timeouts and clear errors, the
+ * object names of the pool layout, and reading/writing manifests and the
+ * dataset pointer.
+ *
+ * Pool layout (docs/manifest.md, docs/publish.md), all in one namespace:
+ *   sfs.chunk.<32 hex>      chunk data, named by XXH3-128 of its bytes;
+ *                           shared by every dataset and version in the pool
+ *   sfs.manifest.NAME.V     manifest of NAME@V (<= 32 MiB), or a head
+ *                           "parts N SIZE\n" for sfs.manifest.NAME.V.0 ...
+ *   sfs.dataset.NAME        "V\n": the latest version of NAME, plus an
+ *                           xattr sfs.version (20-digit V) that keeps
+ *                           concurrent updates monotonic
+ *
+ * Everything here is synchronous and bounded by the timeouts set at connect
+ * (rados_osd_op_timeout, rados_mon_op_timeout, client_mount_timeout): no call
+ * blocks forever on a dead cluster.  Prefix sfs_rados_ (rados_ is librados's).
+ */
+#ifndef STAGEFS_RADOS_H
+#define STAGEFS_RADOS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <rados/librados.h>
+
+#include "util.h"
+
+struct sfs_config;
+
+#define SFS_RADOS_CHUNK_PREFIX		"sfs.chunk."
+#define SFS_RADOS_MANIFEST_PREFIX	"sfs.manifest."
+#define SFS_RADOS_DATASET_PREFIX	"sfs.dataset."
+#define SFS_RADOS_VERSION_XATTR		"sfs.version"
+/* manifests larger than this are split into parts of this size */
+#define SFS_RADOS_PART_SIZE		(32u * 1024 * 1024)
+/* dataset names: [A-Za-z0-9_-], 1 to this many bytes */
+#define SFS_RADOS_NAME_MAX		100
+/* big enough for any object name built here */
+#define SFS_RADOS_OID_MAX		192
+
+struct sfs_rados_opts {
+	const char *conf;	/* ceph.conf; NULL/"": $CEPH_CONF, then /etc/ceph/ceph.conf */
+	const char *client_id;	/* cephx id without "client."; NULL/"": admin */
+	const char *keyring;	/* NULL/"": whatever ceph.conf says */
+	uint64_t timeout_ms;	/* every mon/osd op and the mount; 0: 30 s */
+};
+
+/* Fill @o from the [stagefs] settings (pointers into @cfg). */
+void sfs_rados_opts_from_config(struct sfs_rados_opts *o,
+				const struct sfs_config *cfg);
+
+/*
+ * Create a cluster handle, read the configuration, set the timeouts and
+ * connect.  On success *@out is connected; release it with rados_shutdown().
+ * On failure returns -errno and a message naming what failed, e.g.
+ * "cannot connect to the cluster at [v2:...] (/x/ceph.conf) as client.admin:
+ *  Permission denied (bad key?)".
+ */
+int sfs_rados_connect(const struct sfs_rados_opts *o, rados_t *out,
+		      char *err, size_t errlen);
+
+/*
+ * Open an I/O context on @pool, namespace @nspace (NULL/"" = default).
+ * Release with rados_ioctx_destroy().  -ENOENT: "pool 'x' does not exist".
+ */
+int sfs_rados_ioctx(rados_t cl, const char *pool, const char *nspace,
+		    rados_ioctx_t *out, char *err, size_t errlen);
+
+/* True if @name is a valid dataset name. */
+bool sfs_rados_name_ok(const char *name);
+
+/* Object names.  @out must hold SFS_RADOS_OID_MAX bytes. */
+void sfs_rados_chunk_oid(const struct sfs_id *id, char *out);
+void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out);
+void sfs_rados_dataset_oid(const char *name, char *out);
+
+/*
+ * Latest published version of dataset @name, from its pointer object.
+ * Returns 0, -ENOENT (never published) or -errno (-EIO: bad pointer).
+ */
+int sfs_rados_latest(rados_ioctx_t io, const char *name, uint64_t *version);
+
+/*
+ * Read the serialized manifest of @name@@version (one object or a head and
+ * its parts).  On success *@buf is malloc'ed (caller frees) and holds *@len
+ * bytes; it is not validated (see manifest_open()).  Returns -ENOENT if the
+ * version does not exist, else -errno with a message in @err.
+ */
+int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
+			    uint64_t version, void **buf, size_t *len,
+			    char *err, size_t errlen);
+
+/*
+ * Store a serialized manifest as @name@@version, claiming the version with an
+ * exclusive create: returns -EEXIST if someone else has it.  Larger than
+ * SFS_RADOS_PART_SIZE: the head is claimed first, then the parts written.
+ */
+int sfs_rados_manifest_write(rados_ioctx_t io, const char *name,
+			     uint64_t version, const void *buf, size_t len,
+			     char *err, size_t errlen);
+
+/*
+ * Point @name at @version unless it already points at a newer one (then
+ * *@newer, if given, is set and 0 returned).  Returns 0 or -errno.
+ */
+int sfs_rados_set_latest(rados_ioctx_t io, const char *name, uint64_t version,
+			 bool *newer);
+
+/* Read a whole object (at most @max bytes) into a malloc'ed buffer. */
+int sfs_rados_read_all(rados_ioctx_t io, const char *oid, size_t max,
+		       void **buf, size_t *len);
+
+#endif

@@ -1,0 +1,902 @@
+/*
+ * stagefs-publish: publish a directory tree as a new version of a dataset in
+ * a Ceph pool (`stagefs publish [options] DIR rados://POOL/NAME`).
+ *
+ * Design.  One thread walks DIR (never following symlinks; symlinks are
+ * stored as symlinks; other file types are skipped with a warning), reads
+ * each regular file in chunk_size pieces into one of -j slots, and names
+ * each piece by XXH3-128 of its bytes.  For a chunk not seen earlier in this
+ * run it starts an aio stat of sfs.chunk.<id>; if the object is missing (or
+ * has the wrong size) it starts an aio write_full of it.  Up to -j chunks
+ * are in flight at once; the librados completion callback only queues the
+ * slot and signals (STYLE 8), and the walking thread handles completions
+ * whenever it needs a free slot.  Chunk objects are content-addressed and
+ * shared by all datasets in the pool, so an unchanged tree uploads nothing.
+ *
+ * When every chunk is stored, the manifest is built and written as
+ * sfs.manifest.NAME.V with an exclusive create: V is one more than the
+ * current sfs.dataset.NAME, and on -EEXIST (a concurrent publish took V) the
+ * next V is tried.  Last, sfs.dataset.NAME is pointed at V unless a newer
+ * version already took it.  A crash before that leaves the old version
+ * current; chunks uploaded so far are reused by the next run.
+ *
+ * A file that changes while it is read (size or mtime) fails the publish: a
+ * manifest never describes bytes that were not uploaded.
+ *
+ * Exit status: 0 published, 1 anything else (with a message on stderr).
+ */
+#include "log.h"
+#include "manifest.h"
+#include "rados.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DEFAULT_CHUNK	(4 * MiB)
+#define DEFAULT_JOBS	16
+#define DEFAULT_TIMEOUT	30000
+
+enum slot_state { SLOT_FREE, SLOT_STAT, SLOT_WRITE };
+
+/* One chunk in flight; its buffer is allocated with the publisher. */
+struct slot {
+	struct pub *p;
+	enum slot_state state;
+	rados_completion_t c;
+	char *buf;
+	size_t len;
+	char oid[SFS_RADOS_OID_MAX];
+	uint64_t osize;		/* aio stat output */
+	time_t omtime;
+};
+
+/* Set of chunk ids handled in this run (open addressing; zero = empty). */
+struct idset {
+	struct sfs_id *v;
+	size_t n, cap;		/* cap: power of two */
+	bool has_zero;
+};
+
+struct pub {
+	/* options */
+	uint32_t chunk_size;
+	int jobs;
+	const char *conf, *client_id, *keyring;
+	uint64_t timeout_ms;
+	bool quiet, json;
+	const char *dir;
+	const char *uri;
+	char *pool, *name, *nspace;
+
+	rados_t cl;
+	rados_ioctx_t io;
+	struct manifest_builder *mb;
+	struct idset seen;
+
+	struct slot *slots;
+	int *freelist;		/* indexes of free slots, owned by the main thread */
+	int nfree;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;	/* a completion was queued */
+	int *doneq;		/* ring of completed slot indexes; protected by lock */
+	int dq_head, dq_n;	/* protected by lock */
+
+	/* statistics, main thread only */
+	uint64_t files, dirs, symlinks, skipped;
+	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks;
+	uint64_t t0, last_progress;
+	bool tty;
+	size_t manifest_len;
+	uint64_t version;
+
+	bool failed;		/* first error already reported */
+};
+
+static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: stagefs publish [options] DIR rados://POOL/NAME[?ns=NAMESPACE]\n"
+"\n"
+"Upload the tree under DIR as the next version of dataset NAME in a Ceph\n"
+"pool.  Data is stored as content-addressed chunk objects shared by every\n"
+"dataset in the pool, so unchanged data is never uploaded twice; the new\n"
+"version becomes the one rados://POOL/NAME mounts.\n"
+"\n"
+"options:\n"
+"  --chunk-size SIZE  chunk size, a power of two from 4K to 64M (default 4M)\n"
+"  -j N               chunk operations in flight (default %d)\n"
+"  --ceph-conf FILE   ceph.conf (default $CEPH_CONF, then /etc/ceph/ceph.conf)\n"
+"  --id ID            cephx client id (default admin)\n"
+"  --keyring FILE     cephx keyring (default: from ceph.conf)\n"
+"  --timeout T        bound on every RADOS operation (default 30s)\n"
+"  -q, --quiet        no progress and no summary; print only the result URI\n"
+"  --json             print the final summary as JSON on stdout\n"
+"  -h, --help         this text\n"
+"\n"
+"Exit status: 0 published, 1 failed.\n", DEFAULT_JOBS);
+}
+
+static void die_usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "stagefs publish: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n(see stagefs publish --help)\n");
+	exit(1);
+}
+
+/* Report an error once; the publish will fail. */
+static void fail(struct pub *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void fail(struct pub *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (p->failed)
+		return;
+	p->failed = true;
+	if (p->tty && !p->quiet)
+		fputc('\n', stderr);
+	fprintf(stderr, "stagefs publish: error: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* ---- id set ---- */
+
+static size_t idset_slot(const struct idset *s, const struct sfs_id *id)
+{
+	size_t mask = s->cap - 1, i = (size_t)(id->lo ^ id->hi) & mask;
+
+	while (!sfs_id_is_zero(&s->v[i]) && !sfs_id_eq(&s->v[i], id))
+		i = (i + 1) & mask;
+	return i;
+}
+
+/* Insert @id; returns 1 if it was new, 0 if present, -ENOMEM. */
+static int idset_add(struct idset *s, const struct sfs_id *id)
+{
+	size_t i;
+
+	if (sfs_id_is_zero(id)) {
+		if (s->has_zero)
+			return 0;
+		s->has_zero = true;
+		return 1;
+	}
+	if ((s->n + 1) * 2 > s->cap) {
+		struct idset ns = { .cap = s->cap ? s->cap * 2 : 4096 };
+
+		ns.v = calloc(ns.cap, sizeof(*ns.v));
+		if (!ns.v)
+			return -ENOMEM;
+		for (size_t k = 0; k < s->cap; k++)
+			if (!sfs_id_is_zero(&s->v[k]))
+				ns.v[idset_slot(&ns, &s->v[k])] = s->v[k];
+		free(s->v);
+		s->v = ns.v;
+		s->cap = ns.cap;
+	}
+	i = idset_slot(s, id);
+	if (!sfs_id_is_zero(&s->v[i]))
+		return 0;
+	s->v[i] = *id;
+	s->n++;
+	return 1;
+}
+
+/* ---- progress ---- */
+
+static double mbps(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (double)bytes / 1e6 / ((double)ns / 1e9) : 0.0;
+}
+
+static void progress(struct pub *p, bool force)
+{
+	uint64_t now = now_ns();
+	char b1[32], b2[32];
+
+	if (p->quiet)
+		return;
+	if (!force && now - p->last_progress < (p->tty ? 250000000ULL : 2000000000ULL))
+		return;
+	p->last_progress = now;
+	fmt_size(p->bytes, b1, sizeof(b1));
+	fmt_size(p->new_bytes, b2, sizeof(b2));
+	fprintf(stderr, "%sfiles %" PRIu64 ", %s read, %s new, %.1f MB/s%s",
+		p->tty ? "\r" : "", p->files, b1, b2,
+		mbps(p->bytes, now - p->t0), p->tty ? "\033[K" : "\n");
+	fflush(stderr);
+}
+
+/* ---- chunk pipeline ---- */
+
+/* librados thread: queue the slot for the main thread, nothing else. */
+static void slot_complete_cb(rados_completion_t c, void *arg)
+{
+	struct slot *s = arg;
+	struct pub *p = s->p;
+
+	pthread_mutex_lock(&p->lock);
+	p->doneq[(p->dq_head + p->dq_n) % p->jobs] = (int)(s - p->slots);
+	p->dq_n++;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void slot_free(struct pub *p, struct slot *s)
+{
+	s->state = SLOT_FREE;
+	p->freelist[p->nfree++] = (int)(s - p->slots);
+}
+
+static int slot_start_write(struct pub *p, struct slot *s)
+{
+	int rc;
+
+	rados_aio_create_completion2(s, slot_complete_cb, &s->c);
+	s->state = SLOT_WRITE;
+	rc = rados_aio_write_full(p->io, s->oid, s->c, s->buf, s->len);
+	if (rc < 0) {
+		rados_aio_release(s->c);
+		fail(p, "cannot write %s: %s", s->oid, strerror(-rc));
+		slot_free(p, s);
+	}
+	return rc;
+}
+
+static void slot_start_stat(struct pub *p, struct slot *s)
+{
+	int rc;
+
+	rados_aio_create_completion2(s, slot_complete_cb, &s->c);
+	s->state = SLOT_STAT;
+	rc = rados_aio_stat(p->io, s->oid, s->c, &s->osize, &s->omtime);
+	if (rc < 0) {
+		rados_aio_release(s->c);
+		fail(p, "cannot stat %s: %s", s->oid, strerror(-rc));
+		slot_free(p, s);
+	}
+}
+
+/* Handle one finished operation of slot @s. */
+static void slot_done(struct pub *p, struct slot *s)
+{
+	int rc = rados_aio_get_return_value(s->c);
+
+	rados_aio_release(s->c);
+	s->c = NULL;
+	if (s->state == SLOT_STAT) {
+		if (rc == 0 && s->osize == s->len) {
+			slot_free(p, s);	/* already in the pool */
+			return;
+		}
+		if (rc == 0)
+			fprintf(stderr, "stagefs publish: warning: %s holds %" PRIu64 " bytes instead of %zu; rewriting it\n",
+				s->oid, s->osize, s->len);
+		if (rc == 0 || rc == -ENOENT) {
+			if (!p->failed)
+				slot_start_write(p, s);
+			else
+				slot_free(p, s);
+			return;
+		}
+		fail(p, "cannot stat %s: %s", s->oid, strerror(-rc));
+	} else if (rc < 0) {
+		fail(p, "cannot write %s: %s", s->oid, strerror(-rc));
+	} else {
+		p->new_chunks++;
+		p->new_bytes += s->len;
+	}
+	slot_free(p, s);
+}
+
+/* Wait for at least one completion and handle all that are queued. */
+static void reap(struct pub *p)
+{
+	int idx[256];
+	int n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	while (p->dq_n == 0)
+		pthread_cond_wait(&p->cond, &p->lock);
+	while (p->dq_n && n < (int)ARRAY_SIZE(idx)) {
+		idx[n++] = p->doneq[p->dq_head];
+		p->dq_head = (p->dq_head + 1) % p->jobs;
+		p->dq_n--;
+	}
+	pthread_mutex_unlock(&p->lock);
+	for (int i = 0; i < n; i++) {
+		struct slot *s = &p->slots[idx[i]];
+
+		/* the callback may run before aio_write_full returns */
+		rados_aio_wait_for_complete_and_cb(s->c);
+		slot_done(p, s);
+	}
+}
+
+static struct slot *slot_get(struct pub *p)
+{
+	while (p->nfree == 0)
+		reap(p);
+	return &p->slots[p->freelist[--p->nfree]];
+}
+
+static void drain(struct pub *p)
+{
+	while (p->nfree < p->jobs)
+		reap(p);
+}
+
+/* ---- walking ---- */
+
+static void attr_from_stat(const struct stat *st, struct sfs_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->mode = st->st_mode;
+	a->uid = st->st_uid;
+	a->gid = st->st_gid;
+	a->size = (uint64_t)st->st_size;
+	a->atime = st->st_atim;
+	a->mtime = st->st_mtim;
+	a->ctime = st->st_ctim;
+	/* directories: computed; files: each entry is its own inode */
+	a->nlink = S_ISDIR(st->st_mode) ? 0 : 1;
+}
+
+static int publish_file(struct pub *p, int dirfd, const char *name,
+			const char *rel, const struct stat *lst)
+{
+	struct stat st, st2;
+	struct sfs_id *ids = NULL;
+	struct sfs_attr a;
+	uint64_t nchunks;
+	int fd, rc = -1;
+
+	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
+	if (fd < 0 && errno == EPERM)
+		fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		fail(p, "cannot open %s/%s: %s", p->dir, rel, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != lst->st_ino) {
+		fail(p, "%s/%s changed while being published", p->dir, rel);
+		goto out_close;
+	}
+	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	nchunks = DIV_ROUND_UP((uint64_t)st.st_size, p->chunk_size);
+	if (nchunks > UINT32_MAX) {
+		fail(p, "%s/%s is too large for chunk size %u", p->dir, rel, p->chunk_size);
+		goto out_close;
+	}
+	ids = malloc(nchunks ? nchunks * sizeof(*ids) : 1);
+	if (!ids) {
+		fail(p, "out of memory");
+		goto out_close;
+	}
+	for (uint64_t k = 0; k < nchunks && !p->failed; k++) {
+		struct slot *s = slot_get(p);
+		size_t len = backend_chunk_len((uint64_t)st.st_size, p->chunk_size,
+					       (uint32_t)k);
+		ssize_t n;
+		int added;
+
+		if (p->failed) {
+			slot_free(p, s);
+			break;
+		}
+		n = pread_full(fd, s->buf, len, (off_t)(k * p->chunk_size));
+		if (n != (ssize_t)len) {
+			slot_free(p, s);
+			if (n < 0)
+				fail(p, "cannot read %s/%s: %s", p->dir, rel, strerror((int)-n));
+			else
+				fail(p, "%s/%s shrank while being published", p->dir, rel);
+			break;
+		}
+		s->len = len;
+		sfs_id_of(s->buf, len, &ids[k]);
+		p->bytes += len;
+		p->chunks++;
+		added = idset_add(&p->seen, &ids[k]);
+		if (added < 0) {
+			slot_free(p, s);
+			fail(p, "out of memory");
+			break;
+		}
+		if (added == 0) {
+			p->dup_chunks++;
+			slot_free(p, s);
+		} else {
+			sfs_rados_chunk_oid(&ids[k], s->oid);
+			slot_start_stat(p, s);
+		}
+		progress(p, false);
+	}
+	if (p->failed)
+		goto out_free;
+	if (fstat(fd, &st2) < 0 || st2.st_size != st.st_size ||
+	    st2.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+	    st2.st_mtim.tv_nsec != st.st_mtim.tv_nsec) {
+		fail(p, "%s/%s changed while being published", p->dir, rel);
+		goto out_free;
+	}
+	attr_from_stat(&st, &a);
+	rc = manifest_builder_add(p->mb, rel, &a, NULL, ids, (uint32_t)nchunks);
+	if (rc) {
+		fail(p, "cannot add %s to the manifest: %s", rel, strerror(-rc));
+		rc = -1;
+		goto out_free;
+	}
+	p->files++;
+	rc = 0;
+out_free:
+	free(ids);
+out_close:
+	close(fd);
+	return rc;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Names in directory @fd, sorted (so progress and errors are reproducible). */
+static int list_dir(struct pub *p, int fd, const char *rel, char ***out, size_t *nout)
+{
+	char **v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+	int dfd = dup(fd);
+
+	if (dfd < 0 || !(d = fdopendir(dfd))) {
+		fail(p, "cannot read directory %s/%s: %s", p->dir, rel, strerror(errno));
+		if (dfd >= 0)
+			close(dfd);
+		return -1;
+	}
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			if (errno) {
+				fail(p, "cannot read directory %s/%s: %s", p->dir, rel,
+				     strerror(errno));
+				goto out_fail;
+			}
+			break;
+		}
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (n == cap) {
+			char **nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
+
+			if (!nv)
+				goto out_oom;
+			v = nv;
+		}
+		if (!(v[n] = strdup(de->d_name)))
+			goto out_oom;
+		n++;
+	}
+	closedir(d);
+	qsort(v, n, sizeof(*v), name_cmp);
+	*out = v;
+	*nout = n;
+	return 0;
+
+out_oom:
+	fail(p, "out of memory");
+out_fail:
+	closedir(d);
+	while (n)
+		free(v[--n]);
+	free(v);
+	return -1;
+}
+
+/* Publish the contents of directory @fd, whose relative path is @rel. */
+static int walk(struct pub *p, int fd, char *rel, size_t rlen)
+{
+	char **names;
+	size_t n;
+	int rc = 0;
+
+	if (list_dir(p, fd, rel, &names, &n))
+		return -1;
+	for (size_t i = 0; i < n && !rc && !p->failed; i++) {
+		const char *name = names[i];
+		size_t nlen = strlen(name), clen = rlen + (rlen ? 1 : 0) + nlen;
+		struct sfs_attr a;
+		struct stat st;
+
+		if (clen >= PATH_MAX) {
+			fail(p, "%s/%s/%s: path too long", p->dir, rel, name);
+			rc = -1;
+			break;
+		}
+		if (rlen)
+			rel[rlen] = '/';
+		memcpy(rel + rlen + (rlen ? 1 : 0), name, nlen + 1);
+
+		if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			fail(p, "cannot stat %s/%s: %s", p->dir, rel, strerror(errno));
+			rc = -1;
+		} else if (S_ISDIR(st.st_mode)) {
+			int sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+			attr_from_stat(&st, &a);
+			if (sub < 0) {
+				fail(p, "cannot open directory %s/%s: %s", p->dir, rel,
+				     strerror(errno));
+				rc = -1;
+			} else if ((rc = manifest_builder_add(p->mb, rel, &a, NULL, NULL, 0))) {
+				fail(p, "cannot add %s to the manifest: %s", rel, strerror(-rc));
+				close(sub);
+			} else {
+				p->dirs++;
+				rc = walk(p, sub, rel, clen);
+				close(sub);
+			}
+		} else if (S_ISREG(st.st_mode)) {
+			rc = publish_file(p, fd, name, rel, &st);
+		} else if (S_ISLNK(st.st_mode)) {
+			char target[PATH_MAX];
+			ssize_t tl = readlinkat(fd, name, target, sizeof(target) - 1);
+
+			if (tl < 0) {
+				fail(p, "cannot read symlink %s/%s: %s", p->dir, rel,
+				     strerror(errno));
+				rc = -1;
+			} else {
+				target[tl] = '\0';
+				attr_from_stat(&st, &a);
+				rc = manifest_builder_add(p->mb, rel, &a, target, NULL, 0);
+				if (rc)
+					fail(p, "cannot add symlink %s to the manifest: %s",
+					     rel, strerror(-rc));
+				else
+					p->symlinks++;
+			}
+		} else {
+			fprintf(stderr, "stagefs publish: warning: skipping %s/%s (not a file, directory or symlink)\n",
+				p->dir, rel);
+			p->skipped++;
+		}
+		rel[rlen] = '\0';
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return rc || p->failed ? -1 : 0;
+}
+
+/* ---- the manifest ---- */
+
+static int store_manifest(struct pub *p)
+{
+	uint64_t latest = 0;
+	char err[512];
+	bool newer;
+	int rc;
+
+	rc = sfs_rados_latest(p->io, p->name, &latest);
+	if (rc && rc != -ENOENT) {
+		fail(p, "cannot read sfs.dataset.%s: %s", p->name, strerror(-rc));
+		return -1;
+	}
+	/* claim latest+1, or the next free version if a concurrent publish won */
+	for (uint64_t v = latest + 1; v < latest + 1000; v++) {
+		void *buf;
+		size_t len;
+
+		rc = manifest_builder_finish(p->mb, v, &buf, &len);
+		if (rc) {
+			fail(p, "cannot build the manifest: %s", strerror(-rc));
+			return -1;
+		}
+		rc = sfs_rados_manifest_write(p->io, p->name, v, buf, len, err, sizeof(err));
+		free(buf);
+		if (rc == -EEXIST)
+			continue;
+		if (rc) {
+			fail(p, "%s", err);
+			return -1;
+		}
+		p->version = v;
+		p->manifest_len = len;
+		break;
+	}
+	if (!p->version) {
+		fail(p, "could not claim a version of %s after 1000 tries", p->name);
+		return -1;
+	}
+	rc = sfs_rados_set_latest(p->io, p->name, p->version, &newer);
+	if (rc) {
+		fail(p, "stored %s@%" PRIu64 " but cannot update sfs.dataset.%s: %s",
+		     p->name, p->version, p->name, strerror(-rc));
+		return -1;
+	}
+	if (newer)
+		fprintf(stderr, "stagefs publish: warning: a newer version of %s was published meanwhile; it stays the latest\n",
+			p->name);
+	return 0;
+}
+
+/* ---- main ---- */
+
+static void parse_target(struct pub *p, const char *uri)
+{
+	const char *s, *slash, *q;
+
+	if (strncmp(uri, "rados://", 8))
+		die_usage("%s: expected rados://POOL/NAME", uri);
+	s = uri + 8;
+	slash = strchr(s, '/');
+	if (!slash || slash == s)
+		die_usage("%s: expected rados://POOL/NAME", uri);
+	p->pool = strndup(s, (size_t)(slash - s));
+	q = strchr(slash + 1, '?');
+	p->name = q ? strndup(slash + 1, (size_t)(q - slash - 1)) : strdup(slash + 1);
+	if (!p->pool || !p->name)
+		die_usage("out of memory");
+	if (strchr(p->name, '@'))
+		die_usage("%s: the version is chosen by publish; leave out '@'", uri);
+	if (!sfs_rados_name_ok(p->name))
+		die_usage("%s: bad dataset name '%s' (letters, digits, '_' and '-', at most %d)",
+			  uri, p->name, SFS_RADOS_NAME_MAX);
+	if (q) {
+		if (strncmp(q + 1, "ns=", 3) || strchr(q + 1, '&'))
+			die_usage("%s: the only option here is ?ns=NAMESPACE", uri);
+		p->nspace = strdup(q + 4);
+	}
+}
+
+static void parse_args(struct pub *p, int argc, char **argv)
+{
+	enum { O_CHUNK = 256, O_CONF, O_ID, O_KEYRING, O_TIMEOUT, O_JSON };
+	static const struct option lopts[] = {
+		{ "chunk-size", required_argument, NULL, O_CHUNK },
+		{ "ceph-conf", required_argument, NULL, O_CONF },
+		{ "id", required_argument, NULL, O_ID },
+		{ "keyring", required_argument, NULL, O_KEYRING },
+		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		{ "json", no_argument, NULL, O_JSON },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t v;
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "j:qh", lopts, NULL)) != -1) {
+		switch (c) {
+		case O_CHUNK:
+			if (parse_size(optarg, &v) || v < 4096 || v > 64 * MiB || (v & (v - 1)))
+				die_usage("--chunk-size: '%s' is not a power of two from 4K to 64M",
+					  optarg);
+			p->chunk_size = (uint32_t)v;
+			break;
+		case 'j':
+			errno = 0;
+			v = strtoull(optarg, &end, 10);
+			if (errno || *end || end == optarg || v < 1 || v > 1024)
+				die_usage("-j: '%s' is not a number from 1 to 1024", optarg);
+			p->jobs = (int)v;
+			break;
+		case O_CONF:
+			p->conf = optarg;
+			break;
+		case O_ID:
+			p->client_id = optarg;
+			break;
+		case O_KEYRING:
+			p->keyring = optarg;
+			break;
+		case O_TIMEOUT:
+			if (parse_duration_ms(optarg, &v) || v < 1000)
+				die_usage("--timeout: '%s' is not a duration of at least 1s", optarg);
+			p->timeout_ms = v;
+			break;
+		case O_JSON:
+			p->json = true;
+			break;
+		case 'q':
+			p->quiet = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			die_usage("bad option");
+		}
+	}
+	if (argc - optind != 2)
+		die_usage("expected DIR and rados://POOL/NAME");
+	p->dir = argv[optind];
+	p->uri = argv[optind + 1];
+	parse_target(p, p->uri);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+static void summary(struct pub *p)
+{
+	uint64_t ns = now_ns() - p->t0;
+	double secs = (double)ns / 1e9;
+	char b1[32], b2[32], b3[32];
+	const char *nsq = p->nspace ? "?ns=" : "";
+	const char *nsv = p->nspace ? p->nspace : "";
+
+	if (p->json) {
+		printf("{\"uri\": ");
+		json_str(stdout, p->uri);
+		printf(", \"pool\": ");
+		json_str(stdout, p->pool);
+		printf(", \"namespace\": ");
+		json_str(stdout, nsv);
+		printf(", \"name\": ");
+		json_str(stdout, p->name);
+		printf(", \"version\": %" PRIu64 ", \"files\": %" PRIu64
+		       ", \"dirs\": %" PRIu64 ", \"symlinks\": %" PRIu64
+		       ", \"skipped\": %" PRIu64 ", \"bytes\": %" PRIu64
+		       ", \"chunks\": %" PRIu64 ", \"new_chunks\": %" PRIu64
+		       ", \"new_bytes\": %" PRIu64 ", \"chunk_size\": %u"
+		       ", \"manifest_bytes\": %zu, \"seconds\": %.3f"
+		       ", \"mb_per_s\": %.1f}\n",
+		       p->version, p->files, p->dirs, p->symlinks, p->skipped,
+		       p->bytes, p->chunks, p->new_chunks, p->new_bytes,
+		       p->chunk_size, p->manifest_len, secs, mbps(p->bytes, ns));
+		return;
+	}
+	if (!p->quiet) {
+		printf("files      %" PRIu64 " (%" PRIu64 " directories, %" PRIu64
+		       " symlinks, %" PRIu64 " skipped)\n",
+		       p->files, p->dirs, p->symlinks, p->skipped);
+		printf("bytes      %s\n", fmt_size(p->bytes, b1, sizeof(b1)));
+		printf("chunks     %" PRIu64 " of %s (%" PRIu64 " new, %" PRIu64
+		       " already in the pool, %" PRIu64 " repeated in this tree)\n",
+		       p->chunks, fmt_size(p->chunk_size, b2, sizeof(b2)),
+		       p->new_chunks, p->chunks - p->new_chunks - p->dup_chunks,
+		       p->dup_chunks);
+		printf("new bytes  %s\n", fmt_size(p->new_bytes, b3, sizeof(b3)));
+		printf("time       %.2f s, %.1f MB/s\n", secs, mbps(p->bytes, ns));
+		printf("manifest   sfs.manifest.%s.%" PRIu64 " (%s)\n", p->name,
+		       p->version, fmt_size(p->manifest_len, b1, sizeof(b1)));
+	}
+	printf("published rados://%s/%s@%" PRIu64 "%s%s\n", p->pool, p->name,
+	       p->version, nsq, nsv);
+}
+
+int main(int argc, char **argv)
+{
+	struct pub p = {
+		.chunk_size = DEFAULT_CHUNK,
+		.jobs = DEFAULT_JOBS,
+		.timeout_ms = DEFAULT_TIMEOUT,
+	};
+	struct sfs_rados_opts o;
+	char err[512], rel[PATH_MAX] = "";
+	struct sfs_attr a;
+	struct stat st;
+	int dirfd, rc = 1;
+
+	parse_args(&p, argc, argv);
+	p.tty = isatty(STDERR_FILENO);
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_cond_init(&p.cond, NULL);
+
+	dirfd = open(p.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0 || fstat(dirfd, &st) < 0) {
+		fprintf(stderr, "stagefs publish: error: cannot open directory %s: %s\n",
+			p.dir, strerror(errno));
+		return 1;
+	}
+
+	p.slots = calloc((size_t)p.jobs, sizeof(*p.slots));
+	p.freelist = calloc((size_t)p.jobs, sizeof(*p.freelist));
+	p.doneq = calloc((size_t)p.jobs, sizeof(*p.doneq));
+	p.mb = manifest_builder_create(p.chunk_size);
+	if (!p.slots || !p.freelist || !p.doneq || !p.mb) {
+		fprintf(stderr, "stagefs publish: error: out of memory\n");
+		return 1;
+	}
+	for (int i = 0; i < p.jobs; i++) {
+		p.slots[i].p = &p;
+		p.slots[i].buf = malloc(p.chunk_size);
+		if (!p.slots[i].buf) {
+			fprintf(stderr, "stagefs publish: error: cannot allocate %d buffers of %u bytes\n",
+				p.jobs, p.chunk_size);
+			return 1;
+		}
+		p.freelist[p.nfree++] = i;
+	}
+
+	o = (struct sfs_rados_opts){
+		.conf = p.conf, .client_id = p.client_id, .keyring = p.keyring,
+		.timeout_ms = p.timeout_ms,
+	};
+	if (sfs_rados_connect(&o, &p.cl, err, sizeof(err)) ||
+	    sfs_rados_ioctx(p.cl, p.pool, p.nspace, &p.io, err, sizeof(err))) {
+		fprintf(stderr, "stagefs publish: error: %s\n", err);
+		goto out_shutdown;
+	}
+
+	p.t0 = now_ns();
+	p.last_progress = p.t0;
+	attr_from_stat(&st, &a);
+	rc = manifest_builder_add(p.mb, "", &a, NULL, NULL, 0);
+	if (rc) {
+		fail(&p, "cannot add the root: %s", strerror(-rc));
+	} else {
+		walk(&p, dirfd, rel, 0);
+	}
+	drain(&p);
+	rc = 1;
+	if (p.failed)
+		goto out_io;
+	progress(&p, true);
+	if (p.tty && !p.quiet)
+		fputc('\n', stderr);
+	if (store_manifest(&p))
+		goto out_io;
+	summary(&p);
+	rc = 0;
+
+out_io:
+	rados_ioctx_destroy(p.io);
+out_shutdown:
+	if (p.cl)
+		rados_shutdown(p.cl);
+	manifest_builder_destroy(p.mb);
+	for (int i = 0; i < p.jobs; i++)
+		free(p.slots[i].buf);
+	free(p.slots);
+	free(p.freelist);
+	free(p.doneq);
+	free(p.seen.v);
+	free(p.pool);
+	free(p.name);
+	free(p.nspace);
+	close(dirfd);
+	return rc;
+}
