@@ -89,6 +89,8 @@ int parse_size(const char *s, uint64_t *out)
 	v = strtod(s, &end);
 	if (errno || end == s || v < 0)
 		return -EINVAL;
+	while (isspace((unsigned char)*end))
+		end++;
 	switch (tolower((unsigned char)*end)) {
 	case '\0':
 		break;
