@@ -112,7 +112,7 @@ int parse_size(const char *s, uint64_t *out)
 		end++;
 	if (*end)
 		return -EINVAL;
-	if (v * (double)mult >= 18446744073709551615.0)
+	if (!(v * (double)mult < 9223372036854775808.0))	/* NaN too; llround's range */
 		return -ERANGE;
 	*out = (uint64_t)llround(v * (double)mult);
 	return 0;
@@ -126,7 +126,7 @@ int parse_duration_ms(const char *s, uint64_t *out)
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (errno || end == s || v < 0)
+	if (errno || end == s || !(v >= 0 && v <= 1e12))	/* NaN, inf, > 30,000 years */
 		return -EINVAL;
 	if (!strcmp(end, "") || !strcmp(end, "s"))
 		mult = 1000;
