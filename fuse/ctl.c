@@ -69,3 +69,9 @@ int sfs_stats_json(struct sfs *fs, char **out)
 	*out = buf;
 	return (int)len;
 }
+
+const struct sfs_vfile sfs_vfiles[] = {
+	{ "stats", sfs_stats_json },
+};
+
+const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);

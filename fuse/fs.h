@@ -33,8 +33,10 @@
 #define SFS_MAX_DATASETS 4096
 #define SFS_VIRT_BASE	(1ULL << 62)
 #define SFS_CTL_DIR_INO	(SFS_VIRT_BASE + 1)
-#define SFS_CTL_STATS_INO (SFS_VIRT_BASE + 2)
 #define SFS_CTL_DIR_NAME ".stagefs"
+/* Inode of the i-th file of sfs_vfiles[] (in MOUNTPOINT/.stagefs/). */
+#define SFS_CTL_FILE_INO(i) (SFS_VIRT_BASE + 2 + (i))
+#define SFS_CTL_STATS_INO SFS_CTL_FILE_INO(0)
 
 struct sfs_counters {
 	_Atomic uint64_t read_requests;
@@ -120,9 +122,28 @@ struct sfs_dataset *sfs_dataset_find(struct sfs *fs, const char *name);
 struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name);
 
 /*
- * Render .stagefs/stats (JSON) into a malloc'ed buffer.  Returns its length
- * or -errno; the caller frees *@out.
+ * A read-only file in MOUNTPOINT/.stagefs/.  ->render writes its whole
+ * content, as of now, into a malloc'ed buffer (the caller frees *@out) and
+ * returns its length or -errno.  It runs at open, so one open sees one
+ * consistent snapshot.  Entry 0 is "stats".
  */
+struct sfs_vfile {
+	const char *name;
+	int (*render)(struct sfs *fs, char **out);
+};
+
+extern const struct sfs_vfile sfs_vfiles[];
+extern const size_t sfs_nvfiles;
+
+/* The index in sfs_vfiles[] of virtual inode @ino, or -1. */
+static inline int sfs_vfile_index(uint64_t ino)
+{
+	if (ino < SFS_CTL_FILE_INO(0) || ino >= SFS_CTL_FILE_INO(sfs_nvfiles))
+		return -1;
+	return (int)(ino - SFS_CTL_FILE_INO(0));
+}
+
+/* .stagefs/stats: JSON counters. */
 int sfs_stats_json(struct sfs *fs, char **out);
 
 #endif

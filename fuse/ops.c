@@ -84,7 +84,7 @@ static int do_getattr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 	int ret;
 
 	if (ino >= SFS_VIRT_BASE) {
-		if (ino != SFS_CTL_DIR_INO && ino != SFS_CTL_STATS_INO)
+		if (ino != SFS_CTL_DIR_INO && sfs_vfile_index(ino) < 0)
 			return -ENOENT;
 		virt_attr(fs, ino, a);
 		return 0;
@@ -146,9 +146,11 @@ static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 	int ret;
 
 	if (parent >= SFS_VIRT_BASE) {
-		if (parent == SFS_CTL_DIR_INO && !strcmp(name, "stats")) {
-			virt_attr(fs, SFS_CTL_STATS_INO, a);
-			return 0;
+		for (size_t i = 0; parent == SFS_CTL_DIR_INO && i < sfs_nvfiles; i++) {
+			if (!strcmp(name, sfs_vfiles[i].name)) {
+				virt_attr(fs, SFS_CTL_FILE_INO(i), a);
+				return 0;
+			}
 		}
 		return -ENOENT;
 	}
@@ -298,14 +300,17 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return;
 	}
 	if (ino == SFS_CTL_DIR_INO) {
-		dl->ent = calloc(1, sizeof(*dl->ent));
-		if (dl->ent && (dl->ent[0].name = strdup("stats"))) {
-			dl->ent[0].ino = SFS_CTL_STATS_INO;
-			dl->ent[0].mode = S_IFREG;
-			dl->n = 1;
-		} else {
-			ret = -ENOMEM;
+		dl->ent = calloc(sfs_nvfiles, sizeof(*dl->ent));
+		for (size_t i = 0; dl->ent && i < sfs_nvfiles; i++) {
+			dl->ent[i].name = strdup(sfs_vfiles[i].name);
+			if (!dl->ent[i].name)
+				break;
+			dl->ent[i].ino = SFS_CTL_FILE_INO(i);
+			dl->ent[i].mode = S_IFREG;
+			dl->n++;
 		}
+		if (dl->n != sfs_nvfiles)
+			ret = -ENOMEM;
 	} else if (ino >= SFS_VIRT_BASE) {
 		ret = -ENOTDIR;
 	} else if (sfs_is_multi_root(fs, ino)) {
@@ -460,9 +465,9 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	if (ino == SFS_CTL_STATS_INO) {
+	if (sfs_vfile_index(ino) >= 0) {
 		struct sfs_vfh *v = calloc(1, sizeof(*v));
-		int n = v ? sfs_stats_json(fs, &v->data) : -ENOMEM;
+		int n = v ? sfs_vfiles[sfs_vfile_index(ino)].render(fs, &v->data) : -ENOMEM;
 
 		if (n < 0) {
 			free(v);
@@ -542,7 +547,7 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	void *buf;
 	ssize_t n;
 
-	if (ino == SFS_CTL_STATS_INO) {
+	if (sfs_vfile_index(ino) >= 0) {
 		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
 
 		if ((size_t)off >= v->len)
@@ -581,7 +586,7 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 {
 	struct sfs *fs = fs_of(req);
 
-	if (ino == SFS_CTL_STATS_INO) {
+	if (sfs_vfile_index(ino) >= 0) {
 		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
 
 		free(v->data);
