@@ -37,7 +37,7 @@ TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
 LIBS_CORE = $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(URING_LIBS) -lm
 LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
-all: stagefs $(TOOLS)
+all: stagefs $(TOOLS) tools/readbench
 
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
@@ -53,6 +53,10 @@ stagefs: $(FUSE_OBJS) $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
 
 stagefs-%: tools/stagefs-%.o $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
+
+# the reader tools/bench.sh times (plain C, no stagefs code)
+tools/readbench: tools/readbench.o
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $<
 
 tests/unit/test_%: tests/unit/test_%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_CORE) $(CMOCKA_LIBS)
