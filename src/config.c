@@ -193,9 +193,9 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 
 		errno = 0;
 		d = strtod(value, &end);
-		if (n && value[n - 1] == '%' && end == value + n - 1)
+		if (n && value[n - 1] == '%' && end == value + n - 1 && end != value)
 			d /= 100, end++;
-		if (errno || end == value || *end || d < 0)
+		if (errno || end == value || *end || !(d >= 0))	/* NaN too */
 			return errf(err, len, "%s: '%s' is not a ratio (like 0.1 or 10%%)",
 				    o->name, value);
 		if (check_range(o, d, err, len))
