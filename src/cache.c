@@ -36,8 +36,12 @@ enum chunk_state {
 	CH_CHECKING,	/* one thread is re-verifying it; others wait */
 };
 
+struct owner;
+
 struct cchunk {
 	struct cchunk *lru_prev, *lru_next;	/* on c->lru iff PRESENT */
+	struct cchunk *own_prev, *own_next;	/* on own->lru iff PRESENT */
+	struct owner *own;			/* charged user */
 	struct cfile *file;
 	uint64_t hash;		/* XXH3-64 of the chunk's bytes */
 	uint32_t idx;
@@ -83,6 +87,16 @@ _Static_assert(sizeof(struct jrec) == 64, "journal record is 64 bytes");
 
 enum { JREC_ADD = 1, JREC_DEL = 2 };
 
+/* A user the cache charges chunks to. */
+struct owner {
+	uint32_t uid;
+	uint32_t gen;		/* quota_gen when limit was asked */
+	uint64_t used;		/* bytes of present (or reserved) chunks */
+	uint64_t chunks;
+	uint64_t limit;
+	struct cchunk lru;	/* sentinel (own_prev/own_next): this user's LRU */
+};
+
 struct cache {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* chunk state changes */
@@ -100,6 +114,12 @@ struct cache {
 	uint32_t nfds;
 
 	struct cache_stats st;		/* protected by lock */
+
+	struct owner **owners;		/* protected by lock */
+	size_t nowners;
+	uint64_t (*quota_fn)(void *arg, uint32_t uid);
+	void *quota_arg;
+	uint32_t quota_gen;
 };
 
 static pthread_key_t scratch_key;
@@ -171,11 +191,50 @@ static void cfile_path(const struct cache *c, const struct sfs_id *id,
 
 /* ---- LRU and fd lists (c->lock held) ---- */
 
+/* ---- owners (c->lock held) ---- */
+
+static struct owner *owner_get(struct cache *c, uint32_t uid)
+{
+	struct owner *o, **no;
+
+	for (size_t i = 0; i < c->nowners; i++)
+		if (c->owners[i]->uid == uid)
+			return c->owners[i];
+	o = calloc(1, sizeof(*o));
+	no = o ? realloc(c->owners, (c->nowners + 1) * sizeof(*no)) : NULL;
+	if (!no) {
+		/* charge the first owner rather than fail a read */
+		free(o);
+		return c->nowners ? c->owners[0] : NULL;
+	}
+	o->uid = uid;
+	o->lru.own_next = o->lru.own_prev = &o->lru;
+	c->owners = no;
+	c->owners[c->nowners++] = o;
+	return o;
+}
+
+static uint64_t owner_limit(struct cache *c, struct owner *o)
+{
+	if (o->gen != c->quota_gen) {
+		o->limit = c->quota_fn ? c->quota_fn(c->quota_arg, o->uid) : UINT64_MAX;
+		o->gen = c->quota_gen;
+	}
+	return o->limit;
+}
+
+/* ---- LRU lists (c->lock held) ---- */
+
 static void lru_unlink(struct cchunk *ch)
 {
 	ch->lru_prev->lru_next = ch->lru_next;
 	ch->lru_next->lru_prev = ch->lru_prev;
 	ch->lru_prev = ch->lru_next = NULL;
+	if (ch->own_prev) {
+		ch->own_prev->own_next = ch->own_next;
+		ch->own_next->own_prev = ch->own_prev;
+		ch->own_prev = ch->own_next = NULL;
+	}
 }
 
 static void lru_push(struct cache *c, struct cchunk *ch)
@@ -184,6 +243,14 @@ static void lru_push(struct cache *c, struct cchunk *ch)
 	ch->lru_prev = &c->lru;
 	c->lru.lru_next->lru_prev = ch;
 	c->lru.lru_next = ch;
+	if (ch->own) {
+		struct cchunk *head = &ch->own->lru;
+
+		ch->own_next = head->own_next;
+		ch->own_prev = head;
+		head->own_next->own_prev = ch;
+		head->own_next = ch;
+	}
 }
 
 static void lru_touch(struct cache *c, struct cchunk *ch)
@@ -192,6 +259,17 @@ static void lru_touch(struct cache *c, struct cchunk *ch)
 		return;
 	lru_unlink(ch);
 	lru_push(c, ch);
+}
+
+/* Charge (or refund, @delta < 0) bytes to @o and the cache. */
+static void account(struct cache *c, struct owner *o, int64_t delta, int64_t chunks)
+{
+	c->st.used_bytes += (uint64_t)delta;
+	c->st.chunks += (uint64_t)chunks;
+	if (o) {
+		o->used += (uint64_t)delta;
+		o->chunks += (uint64_t)chunks;
+	}
 }
 
 static void fdlist_unlink(struct cfile *cf)
@@ -424,8 +502,8 @@ static int journal_load(struct cache *c)
 					if (cf->chunks[k].state == CH_PRESENT) {
 						lru_unlink(&cf->chunks[k]);
 						cf->chunks[k].state = CH_ABSENT;
-						c->st.used_bytes -= alloc_size(chunk_len(cf, k));
-						c->st.chunks--;
+						account(c, cf->chunks[k].own,
+							-(int64_t)alloc_size(chunk_len(cf, k)), -1);
 					}
 				cf->present = 0;
 				cfile_maybe_free(c, cf);
@@ -441,17 +519,16 @@ static int journal_load(struct cache *c)
 				ch->state = CH_PRESENT;
 				ch->hash = r->hash;
 				ch->owner = r->owner;
+				ch->own = owner_get(c, r->owner);
 				ch->verified = false;
 				cf->present++;
 				lru_push(c, ch);
-				c->st.used_bytes += alloc_size(r->len);
-				c->st.chunks++;
+				account(c, ch->own, (int64_t)alloc_size(r->len), 1);
 			} else if (r->type == JREC_DEL && ch->state == CH_PRESENT) {
 				lru_unlink(ch);
 				ch->state = CH_ABSENT;
 				cf->present--;
-				c->st.used_bytes -= alloc_size(r->len);
-				c->st.chunks--;
+				account(c, ch->own, -(int64_t)alloc_size(r->len), -1);
 				cfile_maybe_free(c, cf);
 			}
 		}
@@ -565,61 +642,114 @@ static void chunk_drop(struct cache *c, struct cchunk *ch, bool punch)
 	ch->state = CH_ABSENT;
 	ch->verified = false;
 	cf->present--;
-	c->st.used_bytes -= alloc_size(len);
-	c->st.chunks--;
+	account(c, ch->own, -(int64_t)alloc_size(len), -1);
 	journal_append(c, JREC_DEL, cf, ch);
 }
 
-/* Evict the least recently used idle chunk.  Returns false if none can go. */
-static bool evict_one(struct cache *c)
+static bool evictable(const struct cchunk *ch)
 {
-	for (struct cchunk *ch = c->lru.lru_prev; ch != &c->lru; ch = ch->lru_prev) {
-		struct cfile *cf = ch->file;
-		char path[PATH_MAX];
+	return !ch->readers && !ch->file->pins;
+}
 
-		if (ch->readers || cf->pins)
-			continue;
-		if (cf->present == 1 && !cf->fd_users) {
-			/* last chunk: remove the whole cache file */
-			fd_close_locked(c, cf);
+/* Evict @ch (present, evictable).  c->lock held. */
+static void evict_chunk(struct cache *c, struct cchunk *ch)
+{
+	struct cfile *cf = ch->file;
+	char path[PATH_MAX];
+
+	if (cf->present == 1 && !cf->fd_users) {
+		/* last chunk: remove the whole cache file */
+		fd_close_locked(c, cf);
+		cfile_path(c, &cf->id, path, sizeof(path));
+		unlink(path);
+		chunk_drop(c, ch, false);
+	} else {
+		if (cf->fd < 0) {
 			cfile_path(c, &cf->id, path, sizeof(path));
-			unlink(path);
+			int fd = open(path, O_RDWR | O_CLOEXEC);
+
+			if (fd >= 0) {
+				fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					  (off_t)ch->idx * cf->chunk_size,
+					  (off_t)chunk_len(cf, ch->idx));
+				close(fd);
+			}
 			chunk_drop(c, ch, false);
 		} else {
-			if (cf->fd < 0) {
-				cfile_path(c, &cf->id, path, sizeof(path));
-				int fd = open(path, O_RDWR | O_CLOEXEC);
-
-				if (fd >= 0) {
-					fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-						  (off_t)ch->idx * cf->chunk_size,
-						  (off_t)chunk_len(cf, ch->idx));
-					close(fd);
-				}
-				chunk_drop(c, ch, false);
-			} else {
-				chunk_drop(c, ch, true);
-			}
+			chunk_drop(c, ch, true);
 		}
-		c->st.evicted++;
-		cfile_maybe_free(c, cf);
+	}
+	c->st.evicted++;
+	cfile_maybe_free(c, cf);
+}
+
+/*
+ * May a fill charged to @self push out @ch?  Its own chunks, those of users
+ * without a quota and those of users over their quota: yes.  Another user's
+ * chunks within that user's quota: never.
+ */
+static bool may_push_out(struct cache *c, const struct owner *self,
+			 const struct cchunk *ch)
+{
+	struct owner *o = ch->own;
+	uint64_t limit;
+
+	if (!o || o == self)
 		return true;
+	limit = owner_limit(c, o);
+	return limit == UINT64_MAX || o->used > limit;
+}
+
+/* Evict the least recently used chunk @self may push out.  c->lock held. */
+static bool evict_one(struct cache *c, const struct owner *self)
+{
+	for (struct cchunk *ch = c->lru.lru_prev; ch != &c->lru; ch = ch->lru_prev) {
+		if (evictable(ch) && may_push_out(c, self, ch)) {
+			evict_chunk(c, ch);
+			return true;
+		}
 	}
 	return false;
 }
 
-/* Reserve @bytes of capacity, evicting as needed.  c->lock held. */
-static bool reserve_locked(struct cache *c, uint64_t bytes)
+/* Evict @o's own least recently used chunk.  c->lock held. */
+static bool evict_own(struct cache *c, struct owner *o)
 {
-	uint64_t limit = effective_limit(c);
+	for (struct cchunk *ch = o->lru.own_prev; ch != &o->lru; ch = ch->own_prev) {
+		if (evictable(ch)) {
+			evict_chunk(c, ch);
+			return true;
+		}
+	}
+	return false;
+}
 
+/*
+ * Reserve @bytes charged to @o: within @o's quota first (its own chunks
+ * go), then within the cache's capacity (see may_push_out).  With
+ * @nothrash nothing is evicted: a full cache admits nothing more.
+ * c->lock held.
+ */
+static bool reserve_locked(struct cache *c, struct owner *o, uint64_t bytes,
+			   bool nothrash)
+{
+	uint64_t limit;
+
+	if (o) {
+		uint64_t quota = owner_limit(c, o);
+
+		while (o->used + bytes > quota)
+			if (nothrash || !evict_own(c, o))
+				return false;
+	}
+	limit = effective_limit(c);
 	while (c->st.used_bytes + bytes > limit) {
-		if (!evict_one(c))
+		if (nothrash || !evict_one(c, o))
 			return false;
 		/* evicting from the same filesystem also frees room there */
 		limit = effective_limit(c);
 	}
-	c->st.used_bytes += bytes;
+	account(c, o, (int64_t)bytes, 0);
 	return true;
 }
 
@@ -844,6 +974,7 @@ static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t id
 fill:
 	ch->state = CH_FILLING;
 	ch->owner = src->uid;
+	ch->own = owner_get(c, src->uid);
 	pthread_mutex_unlock(&c->lock);
 
 	scratch = scratch_get(cf->chunk_size);
@@ -868,7 +999,7 @@ fill:
 	pthread_mutex_lock(&c->lock);
 	c->st.misses++;
 	c->st.fetched_bytes += clen;
-	bool room = reserve_locked(c, need);
+	bool room = reserve_locked(c, ch->own, need, src->nothrash);
 
 	cf->writers++;
 	pthread_mutex_unlock(&c->lock);
@@ -887,7 +1018,7 @@ fill:
 			}
 			/* the disk filled under us: make room and try once more */
 			pthread_mutex_lock(&c->lock);
-			for (int k = 0; k < 8 && evict_one(c); k++)
+			for (int k = 0; k < 8 && evict_one(c, ch->own); k++)
 				;
 			pthread_mutex_unlock(&c->lock);
 		}
@@ -900,13 +1031,13 @@ fill:
 		ch->state = CH_PRESENT;
 		ch->verified = true;
 		cf->present++;
-		c->st.chunks++;
+		account(c, ch->own, 0, 1);
 		lru_push(c, ch);
 		journal_append(c, JREC_ADD, cf, ch);
 		note_own_write(cf, fd);
 	} else {
 		if (room)
-			c->st.used_bytes -= need;
+			account(c, ch->own, -(int64_t)need, 0);
 		c->st.bypass++;
 		ch->state = CH_ABSENT;
 		/* a partly written chunk is a hole again, never served */
@@ -1142,6 +1273,45 @@ uint32_t cache_file_evict(struct cache *c, struct cfile *cf)
 	return n;
 }
 
+void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid),
+			void *arg)
+{
+	pthread_mutex_lock(&c->lock);
+	c->quota_fn = fn;
+	c->quota_arg = arg;
+	c->quota_gen++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void cache_quota_changed(struct cache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	c->quota_gen++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n)
+{
+	struct cache_usage *u;
+
+	pthread_mutex_lock(&c->lock);
+	u = calloc(c->nowners ? c->nowners : 1, sizeof(*u));
+	if (!u) {
+		pthread_mutex_unlock(&c->lock);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < c->nowners; i++) {
+		u[i].uid = c->owners[i]->uid;
+		u[i].used_bytes = c->owners[i]->used;
+		u[i].chunks = c->owners[i]->chunks;
+		u[i].limit_bytes = owner_limit(c, c->owners[i]);
+	}
+	*n = c->nowners;
+	pthread_mutex_unlock(&c->lock);
+	*out = u;
+	return 0;
+}
+
 void cache_get_stats(struct cache *c, struct cache_stats *st)
 {
 	pthread_mutex_lock(&c->lock);
@@ -1236,6 +1406,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	}
 	c->opts.dir = c->dir;
 	c->lru.lru_next = c->lru.lru_prev = &c->lru;
+	c->quota_gen = 1;
 	c->fds.fd_next = c->fds.fd_prev = &c->fds;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
@@ -1325,6 +1496,9 @@ void cache_destroy(struct cache *c)
 			cf = next;
 		}
 	}
+	for (size_t i = 0; i < c->nowners; i++)
+		free(c->owners[i]);
+	free(c->owners);
 	close(c->lock_fd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);

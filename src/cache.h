@@ -60,7 +60,35 @@ struct cache_source {
 	int (*fetch)(void *arg, uint32_t idx, void *buf, size_t len);
 	void *arg;
 	uint32_t uid;
+	bool nothrash;		/* when full (or over quota) admit nothing, evict nothing */
 };
+
+/*
+ * Quotas.  Every chunk is charged to the uid whose read or warmup brought it
+ * in (a chunk later read by others stays charged to its first reader).  A
+ * fill by user U first keeps U within U's quota by evicting U's own least
+ * recently used chunks; then, if the cache is full, it evicts in global LRU
+ * order only chunks of U, of users without a quota, or of users over their
+ * quota: another user's chunks within that user's quota are never pushed
+ * out.  If no room can be made the read is served without caching.
+ *
+ * @fn(@arg, uid) returns the quota in bytes (UINT64_MAX: none).  It is
+ * called under the cache lock, once per user until cache_quota_changed().
+ */
+void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid),
+			void *arg);
+/* The quotas changed (config reload): ask @fn again. */
+void cache_quota_changed(struct cache *c);
+
+struct cache_usage {
+	uint32_t uid;
+	uint64_t used_bytes;
+	uint64_t chunks;
+	uint64_t limit_bytes;	/* UINT64_MAX: no quota */
+};
+
+/* A malloc'ed snapshot of per-user usage in *@out (*@n entries). */
+int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n);
 
 struct cache_stats {
 	uint64_t hits;		/* chunk reads served from the cache */

@@ -1,0 +1,89 @@
+/*
+ * policy: who may read which dataset, how much cache each user may hold,
+ * and how each dataset's chunks are admitted and evicted.  Parsed from the
+ * config file's [quota] and [dataset NAME] sections:
+ *
+ *   [quota]
+ *   default = 100G            ; every user without a rule (none = unlimited)
+ *   user:alice = 2T
+ *   group:vision = 5T         ; each member without a user: rule
+ *
+ *   [dataset imagenet]
+ *   source = rados://datasets/imagenet
+ *   allow = user:alice, group:vision   ; absent = everyone
+ *   policy = lru | nothrash
+ *
+ * A struct policy is immutable once built; SIGHUP builds a new one and the
+ * daemon swaps the pointer (old ones live until exit, so a reader never
+ * sees a freed policy).  User and group names are resolved when the file is
+ * read: an unknown name is an error with file:line.
+ */
+#ifndef STAGEFS_POLICY_H
+#define STAGEFS_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define POLICY_UNLIMITED UINT64_MAX
+
+enum evict_policy {
+	EVICT_LRU,		/* least recently used chunk goes first */
+	EVICT_NOTHRASH,		/* once full, keep what is cached, admit nothing */
+};
+
+struct policy_rule {
+	bool group;		/* gid rule, else uid rule */
+	uint32_t id;
+	uint64_t bytes;		/* quota rules only */
+};
+
+struct policy_dataset {
+	char name[256];
+	char *source;
+	struct policy_rule *allow;	/* NULL/0 with allow_all */
+	size_t nallow;
+	bool allow_all;
+	enum evict_policy evict;
+};
+
+struct policy {
+	uint64_t quota_default;
+	struct policy_rule *quota;	/* user: and group: rules */
+	size_t nquota;
+	struct policy_dataset *ds;
+	size_t nds;
+	const char *file;		/* for messages */
+};
+
+/* A new empty policy (everyone may read, no quotas).  NULL on ENOMEM. */
+struct policy *policy_create(void);
+void policy_destroy(struct policy *p);
+
+/*
+ * Make the next config_load() fill @p from [quota] and [dataset NAME]
+ * sections (registers config section handlers).
+ */
+void policy_register(struct policy *p);
+
+/* The dataset rules for @name, or NULL. */
+const struct policy_dataset *policy_dataset(const struct policy *p, const char *name);
+
+/*
+ * The cache quota of @uid in bytes (POLICY_UNLIMITED if none): its user:
+ * rule, else the largest group: rule among its groups, else the default.
+ */
+uint64_t policy_quota(const struct policy *p, uint32_t uid);
+
+/*
+ * May a process with @uid, primary @gid and supplementary @groups read
+ * dataset @ds?  Root always may.  @ds NULL (no rules) allows everyone.
+ */
+bool policy_may_read(const struct policy_dataset *ds, uint32_t uid, uint32_t gid,
+		     const gid_t *groups, int ngroups);
+
+/* True if @ds's allow list needs the caller's supplementary groups. */
+bool policy_needs_groups(const struct policy_dataset *ds);
+
+#endif
