@@ -8,6 +8,8 @@
  */
 #include "fs.h"
 
+#include "passthrough.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -38,6 +40,9 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"read_bytes\": %" PRIu64 ",\n"
 		"  \"read_errors\": %" PRIu64 ",\n"
 		"  \"opens\": %" PRIu64 ",\n"
+		"  \"passthrough_active\": %d,\n"
+		"  \"passthrough_opens\": %" PRIu64 ",\n"
+		"  \"passthrough_bytes_estimate\": %" PRIu64 ",\n"
 		"  \"cache_hits\": %" PRIu64 ",\n"
 		"  \"cache_misses\": %" PRIu64 ",\n"
 		"  \"corrupt_chunks\": %" PRIu64 ",\n"
@@ -57,6 +62,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		STAGEFS_VERSION, ds0 ? ds0->be->uri : "", (now_ms() - fs->start_ms) / 1000,
 		ds0 ? ds0->be->chunk_size : 0,
 		LD(read_requests), LD(read_bytes), LD(read_errors), LD(opens),
+		passthrough_active(fs->pt), LD(passthrough_opens), LD(passthrough_bytes),
 		cs.hits, cs.misses, cs.corrupt, cs.bypass, cs.evicted,
 		LD(backend_reads), LD(backend_bytes), LD(backend_errors),
 		LD(stall_ns) / 1000000,
@@ -72,6 +78,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 
 const struct sfs_vfile sfs_vfiles[] = {
 	{ "stats", sfs_stats_json },
+	{ "quota", sfs_quota_text },
 };
 
 const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);

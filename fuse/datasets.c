@@ -9,6 +9,7 @@
 #include "fs.h"
 
 #include "log.h"
+#include "policy.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -43,7 +44,8 @@ int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
 	ds->name = strdup(name);
 	ds->source = strdup(source);
 	ds->hidden = hidden;
-	if (!ds->name || !ds->source) {
+	ds->rule_name = strndup(name, strcspn(name, "@"));
+	if (!ds->name || !ds->source || !ds->rule_name) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
@@ -65,6 +67,12 @@ int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
 		goto out_close;
 	}
 	ds->index = n;
+	{
+		const struct policy_dataset *pd =
+			policy_dataset(atomic_load(&fs->policy), ds->rule_name);
+
+		atomic_store(&ds->nothrash, pd && pd->evict == EVICT_NOTHRASH);
+	}
 	fs->ds[n] = ds;
 	atomic_store(&fs->nds, n + 1);
 	pthread_mutex_unlock(&fs->ds_lock);
@@ -75,6 +83,7 @@ int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
 out_close:
 	backend_close(ds->be);
 out_free:
+	free(ds->rule_name);
 	free(ds->name);
 	free(ds->source);
 	free(ds);

@@ -47,7 +47,11 @@ struct sfs_counters {
 	_Atomic uint64_t backend_bytes;
 	_Atomic uint64_t backend_errors;
 	_Atomic uint64_t stall_ns;	/* time readers waited on backend fetches */
+	_Atomic uint64_t passthrough_opens;	/* opens the kernel serves itself */
+	_Atomic uint64_t passthrough_bytes;	/* their file sizes: an estimate */
 };
+
+struct passthrough;
 
 /* One mounted dataset: immutable once published in fs->ds. */
 struct sfs_dataset {
@@ -56,6 +60,8 @@ struct sfs_dataset {
 	struct backend *be;
 	bool hidden;		/* NAME@VERSION opened on demand: not listed */
 	uint32_t index;
+	char *rule_name;	/* whose [dataset] rules apply: NAME of NAME@V */
+	_Atomic bool nothrash;	/* eviction policy; follows config reloads */
 };
 
 struct sfs {
@@ -65,8 +71,11 @@ struct sfs {
 	struct sfs_dataset *ds[SFS_MAX_DATASETS];	/* append-only */
 	_Atomic uint32_t nds;
 	pthread_mutex_t ds_lock;	/* serializes appends to ds[] */
+	struct policy *_Atomic policy;	/* quotas and access; swapped on SIGHUP */
+	const char *config_path;
 	struct cache *cache;
 	struct fuse_session *se;
+	struct passthrough *pt;		/* fuse/passthrough.h */
 	struct sfs_counters ctr;
 	uint64_t start_ms;
 	double entry_timeout, attr_timeout;	/* seconds */
@@ -142,6 +151,32 @@ static inline int sfs_vfile_index(uint64_t ino)
 		return -1;
 	return (int)(ino - SFS_CTL_FILE_INO(0));
 }
+
+/* ---- access, quotas and reload (fuse/access.c) ---- */
+
+struct policy;
+
+/* The cache quota of @uid under the current policy (cache quota callback). */
+uint64_t sfs_quota_of(void *fs, uint32_t uid);
+
+/*
+ * May @uid (primary group @gid; supplementary groups looked up from the
+ * user database) read dataset @ds?  Refusals are logged.
+ */
+bool sfs_may_read(struct sfs *fs, uint32_t uid, uint32_t gid,
+		  struct sfs_dataset *ds);
+
+/*
+ * The same for the process behind FUSE request @req (its supplementary
+ * groups from the kernel).  Returns 0 or -EACCES.
+ */
+int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
+
+/* Start the thread that reloads quotas and access rules on SIGHUP. */
+int sfs_reload_start(struct sfs *fs);
+
+/* .stagefs/quota: per-user cache usage, one tab-separated line per user. */
+int sfs_quota_text(struct sfs *fs, char **out);
 
 /* .stagefs/stats: JSON counters. */
 int sfs_stats_json(struct sfs *fs, char **out);

@@ -14,6 +14,8 @@
 #include "fs.h"
 
 #include "log.h"
+#include "passthrough.h"
+#include "policy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,53 +30,6 @@
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-/* [dataset NAME] sections of the config file. */
-struct ds_conf {
-	char name[256];
-	char *source;
-};
-
-static struct ds_conf ds_confs[SFS_MAX_DATASETS];
-static size_t nds_confs;
-
-static int dataset_section(void *arg, const char *section, const char *name,
-			   const char *value, char *err, size_t errlen)
-{
-	const char *dsname = section + strlen("dataset");
-	struct ds_conf *dc = NULL;
-
-	(void)arg;
-	while (*dsname == ' ' || *dsname == '\t')
-		dsname++;
-	if (!*dsname || strchr(dsname, '/') || strchr(dsname, '@') ||
-	    !strcmp(dsname, ".") || !strcmp(dsname, "..") ||
-	    strlen(dsname) >= sizeof(dc->name)) {
-		snprintf(err, errlen, "[%s]: expected [dataset NAME] with a plain NAME", section);
-		return -1;
-	}
-	for (size_t i = 0; i < nds_confs; i++)
-		if (!strcmp(ds_confs[i].name, dsname))
-			dc = &ds_confs[i];
-	if (!dc) {
-		if (nds_confs == SFS_MAX_DATASETS) {
-			snprintf(err, errlen, "too many datasets");
-			return -1;
-		}
-		dc = &ds_confs[nds_confs++];
-		snprintf(dc->name, sizeof(dc->name), "%s", dsname);
-	}
-	if (!strcmp(name, "source")) {
-		free(dc->source);
-		dc->source = strdup(value);
-		return dc->source ? 0 : -1;
-	}
-	if (!strcmp(name, "allow") || !strcmp(name, "policy"))
-		return 0;	/* access and eviction rules: see acl.c */
-	snprintf(err, errlen, "[%s]: unknown key '%s' (expected source, allow, policy)",
-		 section, name);
-	return -1;
-}
 
 static const char *const subcommands[] = { "publish", "warmup", "top", "quota" };
 
@@ -328,7 +283,10 @@ static void apply_settings(struct sfs *fs, struct cli *cli)
 	char err[1024];
 
 	config_init(&fs->cfg);
-	config_add_section("dataset", dataset_section, NULL);
+	fs->policy = policy_create();
+	if (!fs->policy)
+		fail("out of memory");
+	policy_register(fs->policy);
 	if (cli->config && config_load(&fs->cfg, cli->config, err, sizeof(err))) {
 		fprintf(stderr, "stagefs: %s\n", err);
 		exit(1);
@@ -457,7 +415,7 @@ int main(int argc, char **argv)
 	fs.mountpoint = mnt;
 	fs.multi = !cli.source;
 	pthread_mutex_init(&fs.ds_lock, NULL);
-	if (fs.multi && !nds_confs)
+	if (fs.multi && !fs.policy->nds)
 		fail("no SOURCE given and %s lists no [dataset NAME] with a source",
 		     cli.config ? cli.config : "no config file (-c)");
 	fs.start_ms = now_ms();
@@ -483,14 +441,17 @@ int main(int argc, char **argv)
 		if (ret)
 			fail("%s", err);
 	}
-	for (size_t i = 0; fs.multi && i < nds_confs; i++) {
-		if (!ds_confs[i].source)
-			fail("%s: [dataset %s] has no source", cli.config, ds_confs[i].name);
-		ret = sfs_dataset_add(&fs, ds_confs[i].name, ds_confs[i].source, false,
+	for (size_t i = 0; fs.multi && i < fs.policy->nds; i++) {
+		const struct policy_dataset *pd = &fs.policy->ds[i];
+
+		if (!pd->source)
+			fail("%s: [dataset %s] has no source", cli.config, pd->name);
+		ret = sfs_dataset_add(&fs, pd->name, pd->source, false,
 				      NULL, err, sizeof(err));
 		if (ret)
-			fail("dataset %s: %s", ds_confs[i].name, err);
+			fail("dataset %s: %s", pd->name, err);
 	}
+	cache_set_quota_fn(fs.cache, sfs_quota_of, &fs);
 
 	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
 		 fs.cfg.max_read_kb * 1024, fs.multi ? "datasets" : fs.ds[0]->be->uri);
@@ -510,13 +471,28 @@ int main(int argc, char **argv)
 	    (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, cli.fuse_opts)))
 		fail("out of memory");
 
+	if (passthrough_create(&fs, &fs.pt))
+		fail("out of memory");
 	fs.se = fuse_session_new(&args, &sfs_ops, sizeof(sfs_ops), &fs);
 	if (!fs.se)
 		fail("cannot create the FUSE session (bad mount option?)");
 	if (fuse_set_signal_handlers(fs.se))
 		fail("cannot install signal handlers");
+	/* the daemon chdir()s to /: remember the file by its absolute path */
+	fs.config_path = cli.config ? realpath(cli.config, NULL) : NULL;
+	if (sfs_reload_start(&fs))
+		fail("cannot start the reload thread");
 	if (fuse_session_mount(fs.se, mnt))
 		fail("cannot mount %s (is /dev/fuse there, and are you root?)", mnt);
+	ret = passthrough_attach(fs.pt, fs.se);
+	if (ret) {
+		fuse_session_unmount(fs.se);
+		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
+	}
+	if (passthrough_handshake(fs.pt, fs.se, err, sizeof(err))) {
+		fuse_session_unmount(fs.se);
+		fail("%s", err);
+	}
 	set_read_ahead(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
@@ -541,6 +517,7 @@ int main(int argc, char **argv)
 	fuse_session_unmount(fs.se);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
+	passthrough_destroy(fs.pt);
 	for (uint32_t i = 0; i < fs.nds; i++) {
 		backend_close(fs.ds[i]->be);
 		free(fs.ds[i]->name);

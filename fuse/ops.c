@@ -16,6 +16,7 @@
 #include "fs.h"
 
 #include "log.h"
+#include "passthrough.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +33,7 @@ struct sfs_fh {
 	struct sfs_dataset *ds;
 	struct sfs_attr attr;	/* attr.ino is the backend's inode */
 	struct cfile *cf;
+	bool passthrough;	/* the kernel reads the cache file: no READs */
 };
 
 /* An open virtual file: its content is rendered at open. */
@@ -118,6 +120,7 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	passthrough_init(fs->pt, conn);
 	/* max_pages follows max_write in libfuse 3.14: ask for 1 MiB requests */
 	conn->max_write = fs->cfg.max_read_kb * 1024;
 	conn->max_read = fs->cfg.max_read_kb * 1024;
@@ -188,12 +191,33 @@ static void do_forget(struct sfs *fs, fuse_ino_t ino, uint64_t nlookup)
 		ds->be->ops->forget(ds->be, bino, nlookup);
 }
 
+/* Access to the dataset holding @ino (or named @name under the multi root). */
+static int check_access(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
+			const char *name)
+{
+	struct sfs_dataset *ds = NULL;
+	uint64_t bino;
+
+	if (ino >= SFS_VIRT_BASE || !fs->multi)
+		return 0;
+	if (sfs_is_multi_root(fs, ino)) {
+		if (name && strcmp(name, SFS_CTL_DIR_NAME))
+			ds = sfs_dataset_lookup(fs, name);
+	} else {
+		ds = sfs_ds(fs, ino, &bino);
+	}
+	return ds ? sfs_check_req(fs, req, ds) : 0;
+}
+
 static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs *fs = fs_of(req);
 	struct fuse_entry_param e;
 	struct sfs_attr a;
-	int ret = do_lookup(fs, parent, name, &a);
+	int ret = check_access(fs, req, parent, name);
+
+	if (!ret)
+		ret = do_lookup(fs, parent, name, &a);
 
 	if (ret == -ENOENT) {
 		/* negative entries are as immutable as the rest */
@@ -267,7 +291,7 @@ static void sfs_readlink(fuse_req_t req, fuse_ino_t ino)
 /* ---- directories ---- */
 
 /* The multi-dataset root: every listed dataset as a directory. */
-static int list_datasets(struct sfs *fs, struct sfs_dirlist *dl)
+static int list_datasets(struct sfs *fs, fuse_req_t req, struct sfs_dirlist *dl)
 {
 	uint32_t n = atomic_load(&fs->nds);
 
@@ -277,8 +301,8 @@ static int list_datasets(struct sfs *fs, struct sfs_dirlist *dl)
 	for (uint32_t i = 0; i < n; i++) {
 		struct sfs_dataset *ds = fs->ds[i];
 
-		if (ds->hidden)
-			continue;
+		if (ds->hidden || sfs_check_req(fs, req, ds))
+			continue;	/* users see only the datasets they may read */
 		dl->ent[dl->n].name = strdup(ds->name);
 		if (!dl->ent[dl->n].name)
 			return -ENOMEM;
@@ -314,7 +338,9 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	} else if (ino >= SFS_VIRT_BASE) {
 		ret = -ENOTDIR;
 	} else if (sfs_is_multi_root(fs, ino)) {
-		ret = list_datasets(fs, dl);
+		ret = list_datasets(fs, req, dl);
+	} else if ((ret = check_access(fs, req, ino, NULL))) {
+		/* refused */
 	} else {
 		uint64_t bino;
 		struct sfs_dataset *ds = sfs_ds(fs, ino, &bino);
@@ -331,8 +357,9 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return;
 	}
 	fi->fh = (uintptr_t)dl;
-	fi->cache_readdir = 1;
-	fi->keep_cache = 1;
+	/* the multi root's listing depends on who asks: never cache it */
+	fi->cache_readdir = !sfs_is_multi_root(fs, ino);
+	fi->keep_cache = !sfs_is_multi_root(fs, ino);
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		sfs_dirlist_release(dl);
 		free(dl);
@@ -489,6 +516,11 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
+	ret = sfs_check_req(fs, req, ds);
+	if (ret) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
 	fh = calloc(1, sizeof(*fh));
 	if (!fh) {
 		fuse_reply_err(req, ENOMEM);
@@ -507,11 +539,20 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	ret = passthrough_open(fs->pt, req, ino, fh->cf, fh->attr.size, fi);
+	if (ret < 0) {
+		cache_file_put(fs->cache, fh->cf);
+		free(fh);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fh->passthrough = ret > 0;
 	atomic_fetch_add(&fs->ctr.opens, 1);
 	fi->fh = (uintptr_t)fh;
 	fi->keep_cache = 1;
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
+		passthrough_release(fs->pt, ino, fh->passthrough);
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 	}
@@ -562,6 +603,7 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		.fetch = fetch_chunk,
 		.arg = fh,
 		.uid = fuse_req_ctx(req)->uid,
+		.nothrash = atomic_load(&fh->ds->nothrash),
 	};
 
 	buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
@@ -594,6 +636,7 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	} else {
 		struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
 
+		passthrough_release(fs->pt, ino, fh->passthrough);
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 	}

@@ -98,10 +98,35 @@ static int quota_section(void *arg, const char *section, const char *name,
 	struct policy *p = arg;
 	struct policy_rule r, *nq;
 	uint64_t bytes;
+	char principal[300], val[128];
 
 	if (strcmp(section, "quota")) {
 		snprintf(err, len, "unknown section [%s]", section);
 		return -1;
+	}
+	/*
+	 * inih splits "name: value" as well as "name = value", so the line
+	 * "user:alice = 2T" arrives as name "user", value "alice = 2T".
+	 */
+	if (!strcmp(name, "user") || !strcmp(name, "group") ||
+	    !strcmp(name, "uid") || !strcmp(name, "gid")) {
+		const char *eq = strchr(value, '=');
+		size_t n;
+
+		if (!eq) {
+			snprintf(err, len, "expected %s:NAME = SIZE", name);
+			return -1;
+		}
+		n = (size_t)(eq - value);
+		while (n && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+			n--;
+		snprintf(principal, sizeof(principal), "%s:%.*s", name, (int)n, value);
+		eq++;
+		while (*eq == ' ' || *eq == '\t')
+			eq++;
+		snprintf(val, sizeof(val), "%s", eq);
+		name = principal;
+		value = val;
 	}
 	if (!strcasecmp(value, "none") || !strcasecmp(value, "unlimited"))
 		bytes = POLICY_UNLIMITED;

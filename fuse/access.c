@@ -1,0 +1,233 @@
+/*
+ * access: dataset access rules, quota lookups and configuration reload.
+ *
+ * Access is decided per dataset from the current policy (policy.h): the
+ * multi-dataset root lists, and lookup finds, only the datasets the caller
+ * may read; OPEN and OPENDIR inside a dataset check again, so a dentry the
+ * kernel cached for another user gives no access to data.  (Attributes the
+ * kernel cached for another user may still be stat()ed until attr_timeout:
+ * names and sizes, never bytes.)  Root may read everything.  Every refusal is
+ * logged once per (uid, dataset) per minute.
+ *
+ * Reload: SIGHUP wakes a thread (through a pipe: a signal handler does
+ * nothing else) that re-reads the config file into a new policy.  A file
+ * with an error is refused with file:line and the old policy stays in
+ * force; a good one is swapped in atomically.  Quotas, access rules and
+ * eviction policies change; datasets listed anew are mounted; removing a
+ * dataset takes a remount.  Old policies are kept until exit so a request
+ * holding one never sees it freed.
+ */
+#include "fs.h"
+
+#include "log.h"
+#include "policy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+uint64_t sfs_quota_of(void *arg, uint32_t uid)
+{
+	struct sfs *fs = arg;
+
+	return policy_quota(atomic_load(&fs->policy), uid);
+}
+
+static void log_refusal(uint32_t uid, const struct sfs_dataset *ds)
+{
+	static _Atomic uint64_t last_key, last_ms;
+	uint64_t key = ((uint64_t)uid << 32) ^ ds->index, now = now_ms();
+
+	if (atomic_load(&last_key) == key && now - atomic_load(&last_ms) < 60000)
+		return;
+	atomic_store(&last_key, key);
+	atomic_store(&last_ms, now);
+	log_notice("access denied: uid %u may not read dataset %s", uid,
+		   ds->rule_name[0] ? ds->rule_name : ds->source);
+}
+
+static const struct policy_dataset *rules_of(struct sfs *fs, struct sfs_dataset *ds)
+{
+	if (!fs->multi)
+		return NULL;	/* a single-source mount has no dataset rules */
+	return policy_dataset(atomic_load(&fs->policy), ds->rule_name);
+}
+
+bool sfs_may_read(struct sfs *fs, uint32_t uid, uint32_t gid,
+		  struct sfs_dataset *ds)
+{
+	const struct policy_dataset *pd = rules_of(fs, ds);
+	gid_t groups[256];
+	int n = 0;
+
+	if (policy_may_read(pd, uid, gid, NULL, 0))
+		return true;
+	if (policy_needs_groups(pd)) {
+		struct passwd pw, *pwp = NULL;
+		char buf[4096];
+
+		n = ARRAY_SIZE(groups);
+		if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) || !pwp ||
+		    getgrouplist(pw.pw_name, gid, groups, &n) < 0)
+			n = 0;
+		if (policy_may_read(pd, uid, gid, groups, n))
+			return true;
+	}
+	log_refusal(uid, ds);
+	return false;
+}
+
+int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	const struct policy_dataset *pd = rules_of(fs, ds);
+	gid_t groups[256];
+	int n;
+
+	if (policy_may_read(pd, ctx->uid, ctx->gid, NULL, 0))
+		return 0;
+	if (policy_needs_groups(pd)) {
+		n = fuse_req_getgroups(req, ARRAY_SIZE(groups), groups);
+		if (n > (int)ARRAY_SIZE(groups))
+			n = ARRAY_SIZE(groups);
+		if (n > 0 && policy_may_read(pd, ctx->uid, ctx->gid, groups, n))
+			return 0;
+	}
+	log_refusal(ctx->uid, ds);
+	return -EACCES;
+}
+
+int sfs_quota_text(struct sfs *fs, char **out)
+{
+	struct cache_usage *u;
+	size_t n;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+	int ret = cache_get_usage(fs->cache, &u, &n);
+
+	if (ret)
+		return ret;
+	f = open_memstream(&buf, &len);
+	if (!f) {
+		free(u);
+		return -ENOMEM;
+	}
+	fprintf(f, "# uid\tuser\tused_bytes\tlimit_bytes\tchunks\n");
+	for (size_t i = 0; i < n; i++) {
+		struct passwd pw, *pwp = NULL;
+		char pbuf[4096];
+
+		if (getpwuid_r(u[i].uid, &pw, pbuf, sizeof(pbuf), &pwp) || !pwp)
+			pwp = NULL;
+		if (u[i].limit_bytes == UINT64_MAX)
+			fprintf(f, "%u\t%s\t%" PRIu64 "\tnone\t%" PRIu64 "\n", u[i].uid,
+				pwp ? pw.pw_name : "-", u[i].used_bytes, u[i].chunks);
+		else
+			fprintf(f, "%u\t%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\n",
+				u[i].uid, pwp ? pw.pw_name : "-", u[i].used_bytes,
+				u[i].limit_bytes, u[i].chunks);
+	}
+	free(u);
+	if (fclose(f)) {
+		free(buf);
+		return -ENOMEM;
+	}
+	*out = buf;
+	return (int)len;
+}
+
+/* ---- reload ---- */
+
+static int hup_pipe[2] = { -1, -1 };
+
+static void on_sighup(int sig)
+{
+	char c = (char)sig;
+
+	/* async-signal-safe: just wake the reload thread */
+	if (write(hup_pipe[1], &c, 1) < 0) {
+		/* a reload is already pending */
+	}
+}
+
+static void reload(struct sfs *fs)
+{
+	struct sfs_config cfg;
+	struct policy *np, *old = atomic_load(&fs->policy);
+	char err[1024];
+	size_t added = 0;
+
+	if (!fs->config_path) {
+		log_notice("SIGHUP: no config file (-c) to reload");
+		return;
+	}
+	np = policy_create();
+	if (!np)
+		return;
+	config_init(&cfg);
+	policy_register(np);
+	if (config_load(&cfg, fs->config_path, err, sizeof(err))) {
+		log_err("reload refused: %s; the current configuration stays in force", err);
+		policy_destroy(np);
+		config_release(&cfg);
+		policy_register(old);
+		return;
+	}
+	config_release(&cfg);
+	atomic_store(&fs->policy, np);
+	/* old policies stay allocated: a request may still be reading one */
+	for (uint32_t i = 0; i < atomic_load(&fs->nds); i++) {
+		const struct policy_dataset *pd = policy_dataset(np, fs->ds[i]->rule_name);
+
+		atomic_store(&fs->ds[i]->nothrash, pd && pd->evict == EVICT_NOTHRASH);
+	}
+	for (size_t i = 0; fs->multi && i < np->nds; i++) {
+		if (!np->ds[i].source || sfs_dataset_find(fs, np->ds[i].name))
+			continue;
+		if (sfs_dataset_add(fs, np->ds[i].name, np->ds[i].source, false, NULL,
+				    err, sizeof(err)))
+			log_err("reload: dataset %s: %s", np->ds[i].name, err);
+		else
+			added++;
+	}
+	cache_quota_changed(fs->cache);
+	log_notice("reloaded %s: %zu quota rules, %zu datasets (%zu new)",
+		   fs->config_path, np->nquota, np->nds, added);
+}
+
+static void *reload_thread(void *arg)
+{
+	struct sfs *fs = arg;
+	char c;
+
+	while (read(hup_pipe[0], &c, 1) > 0)
+		reload(fs);
+	return NULL;
+}
+
+int sfs_reload_start(struct sfs *fs)
+{
+	struct sigaction sa = { .sa_handler = on_sighup };
+	pthread_t t;
+
+	if (pipe2(hup_pipe, O_CLOEXEC) < 0)
+		return -errno;
+	fcntl(hup_pipe[1], F_SETFL, O_NONBLOCK);
+	/* libfuse's handlers treat SIGHUP as "exit"; here it means reload */
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	if (sigaction(SIGHUP, &sa, NULL) < 0)
+		return -errno;
+	if (pthread_create(&t, NULL, reload_thread, fs))
+		return -EAGAIN;
+	pthread_detach(t);
+	return 0;
+}
