@@ -274,7 +274,8 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 				"Try 'stagefs --help'.\n");
 		exit(2);
 	}
-	cli->source = argv[optind];
+	/* an empty SOURCE also means "the datasets of the config file" */
+	cli->source = argv[optind][0] ? argv[optind] : NULL;
 	cli->mountpoint = argv[optind + 1];
 }
 
