@@ -97,6 +97,21 @@ struct owner {
 	struct cchunk lru;	/* sentinel (own_prev/own_next): this user's LRU */
 };
 
+/*
+ * A chunk served without caching (no room) stays in memory a little while:
+ * the READ requests that follow for the rest of it must not refetch it.
+ */
+#define BYPASS_SLOTS 8
+
+struct bypass_slot {
+	struct sfs_id id;
+	uint32_t idx;
+	size_t len;
+	void *buf;		/* chunk_size bytes, kept for reuse */
+	size_t cap;
+	uint64_t stamp;		/* 0 = empty */
+};
+
 struct cache {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* chunk state changes */
@@ -120,7 +135,57 @@ struct cache {
 	uint64_t (*quota_fn)(void *arg, uint32_t uid);
 	void *quota_arg;
 	uint32_t quota_gen;
+
+	pthread_mutex_t bp_lock;	/* guards bp[] and bp_clock */
+	struct bypass_slot bp[BYPASS_SLOTS];
+	uint64_t bp_clock;
 };
+
+/* Copy @n bytes at @coff of a recently bypassed chunk; false if not held. */
+static bool bypass_get(struct cache *c, const struct cfile *cf, uint32_t idx,
+		       size_t coff, void *dst, size_t n)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&c->bp_lock);
+	for (int i = 0; i < BYPASS_SLOTS; i++) {
+		struct bypass_slot *b = &c->bp[i];
+
+		if (b->stamp && b->idx == idx && sfs_id_eq(&b->id, &cf->id) &&
+		    coff + n <= b->len) {
+			memcpy(dst, (char *)b->buf + coff, n);
+			b->stamp = ++c->bp_clock;
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->bp_lock);
+	return found;
+}
+
+static void bypass_put(struct cache *c, const struct cfile *cf, uint32_t idx,
+		       const void *data, size_t len)
+{
+	struct bypass_slot *victim = &c->bp[0];
+
+	pthread_mutex_lock(&c->bp_lock);
+	for (int i = 0; i < BYPASS_SLOTS; i++)
+		if (c->bp[i].stamp < victim->stamp)
+			victim = &c->bp[i];
+	if (victim->cap < len) {
+		free(victim->buf);
+		victim->buf = malloc(len);
+		victim->cap = victim->buf ? len : 0;
+	}
+	if (victim->buf) {
+		memcpy(victim->buf, data, len);
+		victim->id = cf->id;
+		victim->idx = idx;
+		victim->len = len;
+		victim->stamp = ++c->bp_clock;
+	}
+	pthread_mutex_unlock(&c->bp_lock);
+}
 
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
@@ -648,7 +713,7 @@ static void chunk_drop(struct cache *c, struct cchunk *ch, bool punch)
 
 static bool evictable(const struct cchunk *ch)
 {
-	return !ch->readers && !ch->file->pins;
+	return ch->state == CH_PRESENT && !ch->readers && !ch->file->pins;
 }
 
 /* Evict @ch (present, evictable).  c->lock held. */
@@ -967,6 +1032,11 @@ static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t id
 			pthread_cond_broadcast(&c->cond);
 			continue;
 		case CH_ABSENT:
+			if (dst && bypass_get(c, cf, idx, coff, dst, n)) {
+				c->st.bypass++;
+				pthread_mutex_unlock(&c->lock);
+				return (ssize_t)n;
+			}
 			goto fill;
 		}
 	}
@@ -1044,6 +1114,7 @@ fill:
 		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, base,
 			  (off_t)clen);
 		note_own_write(cf, fd);
+		bypass_put(c, cf, idx, scratch, clen);
 	}
 	pthread_cond_broadcast(&c->cond);
 	pthread_mutex_unlock(&c->lock);
@@ -1409,6 +1480,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	c->quota_gen = 1;
 	c->fds.fd_next = c->fds.fd_prev = &c->fds;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->bp_lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 
 	umask(umask(0077) | 0077);
@@ -1499,6 +1571,8 @@ void cache_destroy(struct cache *c)
 	for (size_t i = 0; i < c->nowners; i++)
 		free(c->owners[i]);
 	free(c->owners);
+	for (int i = 0; i < BYPASS_SLOTS; i++)
+		free(c->bp[i].buf);
 	close(c->lock_fd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
