@@ -711,6 +711,12 @@ static void chunk_drop(struct cache *c, struct cchunk *ch, bool punch)
 	journal_append(c, JREC_DEL, cf, ch);
 }
 
+/*
+ * Only PRESENT chunks go.  A CHECKING one is still on the LRU lists while
+ * its bytes are read back outside the lock: evicting it punched the hole
+ * under the checker, which then marked it present and verified off every
+ * list (served as zeros later) or dropped it a second time (NULL lru_unlink).
+ */
 static bool evictable(const struct cchunk *ch)
 {
 	return ch->state == CH_PRESENT && !ch->readers && !ch->file->pins;
