@@ -1510,7 +1510,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	}
 	ret = take_lock(c, err, errlen);
 	if (ret)
-		goto out_free;
+		goto out_unlock;	/* the lock file may be open, not locked */
 	ret = check_layout(c->dir, err, errlen);
 	if (ret)
 		goto out_unlock;
