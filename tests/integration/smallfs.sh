@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A cache on a small size-limited filesystem (tmpfs size=24M) filled past capacity: no reader errors, right bytes, usage within bounds; with no reserve the disk fills and reads bypass the cache.
+. "$(dirname "$0")/../lib.sh"
+need_mount
+
+T=$TEST_TMPDIR
+mkdir -p "$T/src" "$T/small"
+mount -t tmpfs -o size=24M tmpfs "$T/small" || skip "cannot mount a tmpfs"
+trap 'umount -l "$T/small" 2>/dev/null || true' EXIT
+for i in $(seq 1 16); do head -c $((3 * 1024 * 1024)) /dev/urandom >"$T/src/f$i"; done # 48 MiB
+
+run() { # run NAME OPTS...: read everything twice, check bytes and bounds
+	local name=$1 mnt=$T/mnt-$1
+	shift
+	sfs_mount "dir://$T/src" "$mnt" chunk_size=1M "cache_dir=$T/small/$name" "$@"
+	for pass in 1 2; do
+		drop_caches
+		for i in $(seq 1 16); do cmp "$mnt/f$i" "$T/src/f$i" || die "$name: wrong bytes in f$i"; done
+	done
+	assert_eq "$(stat_get "$mnt" read_errors)" 0 "$name: reader errors"
+	local used df_used
+	used=$(stat_get "$mnt" cache_used_bytes)
+	df_used=$(df -B1 --output=used "$T/small" | tail -1)
+	log "$name: cache_used_bytes $used, tmpfs used $df_used, bypass $(stat_get "$mnt" bypass_reads), evicted $(stat_get "$mnt" evicted_chunks)"
+	[[ $df_used -le $((24 * 1024 * 1024)) ]] || die "$name: tmpfs over its size"
+	sfs_umount "$mnt"
+	rm -rf "${T:?}/small/$name"
+}
+# bounded by the filesystem: keep 10 % free
+run ratio cache_free_ratio=0.10
+# nothing reserved: writes hit ENOSPC, which must evict or bypass, never fail a read
+run nofree cache_free_ratio=0
+echo "ok: no reader errors on a 24M cache filesystem with 48M of data"
