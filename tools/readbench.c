@@ -13,6 +13,8 @@
  *       of lines, so two LISTs whose lines correspond (the mount's paths and
  *       the cache files behind them) are read in the same order.  -s 0 keeps
  *       LIST's order.  -n reads only the first COUNT files of that order.
+ *       -P prints that order (one path a line) and reads nothing: the list
+ *       to hand to a prefetcher as an order hint.
  *
  * Prints one JSON object on stdout:
  *   {"mode": ..., "threads": T, "files": N, "bytes": B, "seconds": S,
@@ -113,8 +115,10 @@ static void *reader(void *arg)
 		int64_t n = read_file(j->paths[i], buf, j->bufsize);
 
 		if (n < 0) {
-			fprintf(stderr, "readbench: %s: %s\n", j->paths[i], strerror((int)-n));
-			atomic_fetch_add(&j->errors, 1);
+			/* name the first few; the count says the rest */
+			if (atomic_fetch_add(&j->errors, 1) < 5)
+				fprintf(stderr, "readbench: %s: %s\n", j->paths[i],
+					strerror((int)-n));
 			continue;
 		}
 		atomic_fetch_add(&j->bytes, (uint64_t)n);
@@ -195,7 +199,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: readbench seq [-b SIZE] FILE...\n"
-		"       readbench files [-t THREADS] [-s SEED] [-b SIZE] [-n COUNT] LIST\n"
+		"       readbench files [-t THREADS] [-s SEED] [-b SIZE] [-n COUNT] [-P] LIST\n"
 		"Reads and prints {bytes_per_s, files_per_s, ...} as JSON.\n");
 }
 
@@ -208,7 +212,7 @@ int main(int argc, char **argv)
 	const char *mode;
 	double t0, dt;
 	int opt;
-	bool seq;
+	bool seq, print_order = false;
 
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);
@@ -221,7 +225,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "b:t:s:n:")) != -1) {
+	while ((opt = getopt(argc, argv, "b:t:s:n:P")) != -1) {
 		switch (opt) {
 		case 'b':
 			if (parse_size(optarg, &j.bufsize)) {
@@ -241,6 +245,9 @@ int main(int argc, char **argv)
 			break;
 		case 'n':
 			count = strtoul(optarg, NULL, 10);
+			break;
+		case 'P':
+			print_order = true;
 			break;
 		default:
 			usage(stderr);
@@ -267,6 +274,11 @@ int main(int argc, char **argv)
 			shuffle(j.paths, j.npaths, seed);
 		if (count && count < j.npaths)
 			j.npaths = count;
+		if (print_order) {
+			for (size_t i = 0; i < j.npaths; i++)
+				printf("%s\n", j.paths[i]);
+			return fflush(stdout) ? 1 : 0;
+		}
 	}
 
 	t0 = now_s();

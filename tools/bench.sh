@@ -1,0 +1,783 @@
+#!/usr/bin/env bash
+# tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
+# the same run.  Speed is measured here, not by timed tests.
+#
+#   tools/bench.sh [warm|smallfiles|passthrough|rados|publish|index|warmup|hints|all]...
+#
+#   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
+#   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
+#                mount / the cache files read directly (files/s)
+#   passthrough  warm + smallfiles with -o passthrough=off vs the default
+#   rados        cold reads through the mount (empty cache, OSD restarted) /
+#                `rados bench seq` at the same concurrency; 4 MiB and 128 KiB objects
+#   publish      `stagefs publish` MB/s / `rados bench write` at the same concurrency
+#   index        daemon start-up with 1,000,000 cached chunks (cache_load_ms, wall)
+#   warmup       `stagefs warmup` / `rados bench seq`, and / `cp -r` of a cold mount
+#   hints        shuffled epochs over a dataset 2x the cache: with order hints / without
+#
+# Each prints a table; at the end one summary table of ratio vs target.  A
+# sub-benchmark whose piece is not built yet prints "skipped: <why>".  The
+# page cache is dropped before every timed read.  Needs root (FUSE mounts).
+#
+# Environment (sizes shrink for a quick run, e.g. BENCH_QUICK=1):
+#   BENCH_DIR        parent of the scratch directory (default /var/tmp; must be
+#                    the local disk the cache would live on)
+#   BENCH_ROUNDS     rounds per measurement, the median is reported (default 3)
+#   BENCH_BIG_MB     warm: size of the big file (default 2048)
+#   BENCH_SMALL_N    smallfiles: number of files (default 20000)
+#   BENCH_SMALL_KB   smallfiles: file size (default 110)
+#   BENCH_READERS    smallfiles: reader counts (default "1 4")
+#   BENCH_T          rados/publish/warmup concurrency (default 16)
+#   BENCH_RADOS_4M_N, BENCH_RADOS_128K_N   objects per size (default 384, 8192)
+#   BENCH_PUBLISH_MB publish: MiB per round (default 1024)
+#   BENCH_INDEX_CHUNKS  index: chunks wanted (default 1000000)
+#   BENCH_INDEX_MAX_GB  index: most GiB of disk the index fill may write
+#                    (default 16, and at most 40% of the free space); with
+#                    fewer chunks than wanted the 1M figure is extrapolated
+#   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
+#                    hint (default: the interface stagefs offers, if any)
+#   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
+#   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
+#   BENCH_OSD_SIZE   apparent size of the throwaway OSD (default 48G, sparse)
+#   BENCH_KEEP=1     keep the scratch directory
+#   BENCH_QUICK=1    small sizes everywhere (a smoke run of the harness)
+
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+STAGEFS=${BENCH_STAGEFS:-$REPO/stagefs}
+RB=$REPO/tools/readbench
+CLUSTER_SH=$REPO/tools/ceph-cluster.sh
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+	: "${BENCH_ROUNDS:=1}" "${BENCH_BIG_MB:=256}" "${BENCH_SMALL_N:=2000}"
+	: "${BENCH_RADOS_4M_N:=32}" "${BENCH_RADOS_128K_N:=512}" "${BENCH_PUBLISH_MB:=128}"
+	: "${BENCH_INDEX_CHUNKS:=50000}"
+fi
+ROUNDS=${BENCH_ROUNDS:-3}
+BIG_MB=${BENCH_BIG_MB:-2048}
+SMALL_N=${BENCH_SMALL_N:-20000}
+SMALL_KB=${BENCH_SMALL_KB:-110}
+READERS=${BENCH_READERS:-1 4}
+T=${BENCH_T:-16}
+R4M_N=${BENCH_RADOS_4M_N:-384}
+R128K_N=${BENCH_RADOS_128K_N:-8192}
+PUB_MB=${BENCH_PUBLISH_MB:-1024}
+IDX_CHUNKS=${BENCH_INDEX_CHUNKS:-1000000}
+IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-16}
+POOL=stagefs
+
+ALL="warm smallfiles passthrough rados publish index warmup hints"
+
+# ---------------------------------------------------------------------------
+# output
+
+log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
+hdr() { printf '\n== %s: %s\n' "$1" "$2"; }
+row() { printf '  %-34s %14s %14s %8s\n' "$@"; }
+
+SUMMARY=()			# "name|measured|baseline|ratio|target|verdict"
+CUR=				# the sub-benchmark running
+
+# result NAME MEASURED BASELINE RATIO TARGET: one summary row; TARGET is
+# ">=X", "<X" (compared with RATIO) or "" (information only).
+result() {
+	local verdict=
+	case $5 in
+	'>='*) verdict=$(awk -v r="$4" -v t="${5#>=}" 'BEGIN { print (r + 0 >= t + 0) ? "ok" : "BELOW" }') ;;
+	'<'*) verdict=$(awk -v r="$4" -v t="${5#<}" 'BEGIN { print (r + 0 < t + 0) ? "ok" : "ABOVE" }') ;;
+	esac
+	SUMMARY+=("$1|$2|$3|$4|$5|$verdict")
+}
+skipped() {
+	printf '  skipped: %s\n' "$*"
+	SUMMARY+=("$CUR|skipped: $*|||| ")
+}
+failed() {
+	printf '  FAILED: %s\n' "$*"
+	SUMMARY+=("$CUR|FAILED: $*|||| ")
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
+mbs() { awk -v b="$1" 'BEGIN { printf "%.0f MB/s", b / 1e6 }'; }
+fps() { awk -v f="$1" 'BEGIN { printf "%.0f f/s", f }'; }
+# jget JSON KEY: a number from readbench's one-line JSON
+jget() { sed -n "s/.*\"$2\": \\([0-9.e+-]*\\).*/\\1/p" <<<"$1"; }
+
+# rb KEY ARGS...: run readbench ARGS, print its KEY figure; on any read error
+# print nothing, leave the reason in $WORK/log/rb.err and return 1
+rb() {
+	local key=$1 out
+	shift
+	out=$("$RB" "$@" 2>"$WORK/log/rb.stderr")
+	if [ $? -ne 0 ] || [ -z "$out" ]; then
+		{ printf '%s read errors, e.g. ' "$(jget "$out" errors)"; head -1 "$WORK/log/rb.stderr"; } >"$WORK/log/rb.err"
+		return 1
+	fi
+	jget "$out" "$key"
+}
+rb_why() { cat "$WORK/log/rb.err" 2>/dev/null; }
+
+drop_caches() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# ---------------------------------------------------------------------------
+# scratch space, mounts, cleanup
+
+WORK=
+CLUSTER_DIR=
+declare -A MNT_PID=()
+NMOUNT=0
+
+cleanup() {
+	local m
+	trap - EXIT INT TERM
+	for m in "${!MNT_PID[@]}"; do
+		mountpoint -q "$m" && fusermount3 -u -z "$m" 2>/dev/null
+		kill -TERM "${MNT_PID[$m]}" 2>/dev/null
+	done
+	for m in "${!MNT_PID[@]}"; do
+		wait_gone "${MNT_PID[$m]}" 10 || kill -KILL "${MNT_PID[$m]}" 2>/dev/null
+	done
+	if [ -n "$CLUSTER_DIR" ] && [ -d "$CLUSTER_DIR" ]; then
+		log "stopping the Ceph cluster"
+		"$CLUSTER_SH" stop "$CLUSTER_DIR" >/dev/null 2>&1
+	fi
+	if [ -n "$WORK" ] && [ -d "$WORK" ]; then
+		if [ "${BENCH_KEEP:-0}" = 1 ]; then
+			log "kept $WORK"
+		else
+			rm -rf --one-file-system "$WORK"
+		fi
+	fi
+}
+
+# wait_gone PID SECS: wait until PID has exited (zombies count as gone)
+wait_gone() {
+	local pid=$1 end=$((SECONDS + $2)) st
+	while :; do
+		st=$(ps -o stat= -p "$pid" 2>/dev/null) || break
+		case $st in Z*) break ;; esac
+		[ $SECONDS -lt "$end" ] || return 1
+		sleep 0.05
+	done
+	wait "$pid" 2>/dev/null
+	return 0
+}
+
+# sfs_mount SRC MNT [OPTS]: start `stagefs -f` and wait until MNT answers.
+# Sets MOUNT_MS (launch to ready) and MOUNT_LOG.  Returns 1 (log on stderr)
+# if the daemon exits or is not ready within 120 s.
+sfs_mount() {
+	local src=$1 mnt=$2 opts=${3:-} pid t0 end
+	NMOUNT=$((NMOUNT + 1))
+	mkdir -p "$mnt" "$WORK/run/$NMOUNT" "$WORK/log"
+	MOUNT_LOG=$WORK/log/mount.$NMOUNT.log
+	t0=$(now_ms)
+	"$STAGEFS" -f -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}" \
+		"$src" "$mnt" </dev/null >"$MOUNT_LOG" 2>&1 &
+	pid=$!
+	MNT_PID[$mnt]=$pid
+	end=$((SECONDS + 120))
+	until mountpoint -q "$mnt" && timeout 5 cat "$mnt/.stagefs/stats" >/dev/null 2>&1; do
+		if ! kill -0 "$pid" 2>/dev/null || [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = Z ]; then
+			wait "$pid" 2>/dev/null
+			unset "MNT_PID[$mnt]"
+			sed 's/^/    stagefs: /' "$MOUNT_LOG" | tail -5 >&2
+			return 1
+		fi
+		if [ $SECONDS -ge $end ]; then
+			sed 's/^/    stagefs: /' "$MOUNT_LOG" | tail -5 >&2
+			return 1
+		fi
+		sleep 0.01
+	done
+	MOUNT_MS=$(($(now_ms) - t0))
+}
+
+sfs_umount() {
+	local mnt=$1 pid=${MNT_PID[$1]:-} i
+	for i in $(seq 100); do
+		fusermount3 -u "$mnt" 2>/dev/null && break
+		mountpoint -q "$mnt" || break
+		sleep 0.1
+	done
+	mountpoint -q "$mnt" && fusermount3 -u -z "$mnt" 2>/dev/null
+	if [ -n "$pid" ]; then
+		wait_gone "$pid" 30 || kill -KILL "$pid" 2>/dev/null
+		unset "MNT_PID[$mnt]"
+	fi
+}
+
+# stat_get MNT KEY: one integer from MNT/.stagefs/stats
+stat_get() { timeout 10 cat "$1/.stagefs/stats" 2>/dev/null | sed -n "s/^ *\"$2\": *\\([0-9]*\\).*/\\1/p"; }
+
+has_option() { "$STAGEFS" --help 2>&1 | grep -q -- "-o $1="; }
+# the cache is filled the plain way: passthrough plays no part in a fill
+fill_opts() { if has_option passthrough; then echo ",passthrough=off"; fi; }
+
+# ---------------------------------------------------------------------------
+# data
+
+# gen_files DIR N BYTES [CLASSES]: N files of BYTES random bytes in CLASSES
+# subdirectories (default 100), written in parallel by two processes.
+gen_files() {
+	"$PY" - "$1" "$2" "$3" "${4:-100}" <<'PY'
+import os, sys
+from concurrent.futures import ProcessPoolExecutor
+root, n, size, classes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+def part(k):
+    for i in range(k, n, 2):
+        d = os.path.join(root, "c%03d" % (i % classes))
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "f%07d.bin" % i), "wb") as f:
+            f.write(os.urandom(size))
+with ProcessPoolExecutor(2) as ex:
+    list(ex.map(part, range(2)))
+PY
+}
+
+# gen_big FILE MIB: one file of random bytes
+gen_big() {
+	"$PY" - "$1" "$2" <<'PY'
+import os, sys
+with open(sys.argv[1], "wb") as f:
+    for _ in range(int(sys.argv[2]) // 64):
+        f.write(os.urandom(64 << 20))
+    f.write(os.urandom((int(sys.argv[2]) % 64) << 20))
+PY
+}
+
+# list_files SRC MNT OUT: the mount's paths of SRC's files, sorted
+list_files() { (cd "$1" && find . -type f | LC_ALL=C sort | sed "s|^\\.|$2|") >"$3"; }
+
+# cache_paths CACHE_DIR IN OUT: the cache file behind each path of IN (same
+# order), from the user.stagefs.content xattr; fails unless every one is
+# fully cached.
+cache_paths() {
+	"$PY" - "$1" "$2" "$3" <<'PY'
+import os, sys
+cache, lin, lout = sys.argv[1:4]
+bad = 0
+with open(lin) as fi, open(lout, "w") as fo:
+    for line in fi:
+        p = line.rstrip("\n")
+        h = os.getxattr(p, "user.stagefs.content").decode()
+        present, total = os.getxattr(p, "user.stagefs.cached").decode().split("/")
+        if present != total:
+            bad += 1
+        fo.write("%s/data/%s/%s\n" % (cache, h[:2], h))
+if bad:
+    sys.exit("%d files are not fully cached" % bad)
+PY
+}
+
+# ---------------------------------------------------------------------------
+# Ceph
+
+CLUSTER_WHY=
+# need_cluster: start the throwaway cluster once; 1 (CLUSTER_WHY) if impossible
+need_cluster() {
+	local base conf
+	[ -n "$CLUSTER_DIR" ] && return 0
+	[ -z "$CLUSTER_WHY" ] || return 1
+	if [ ! -x "$CLUSTER_SH" ] || ! command -v ceph-mon >/dev/null || ! command -v rados >/dev/null; then
+		CLUSTER_WHY="no Ceph here (tools/ceph-cluster.sh, ceph-mon or rados missing)"
+		return 1
+	fi
+	for _ in 1 2 3; do
+		base=${CEPH_PORT_BASE:-$((40000 + 32 * (RANDOM % 600)))}
+		log "starting a throwaway Ceph cluster (ports $base..)"
+		if conf=$(CEPH_PORT_BASE=$base CEPH_OSD_SIZE=${BENCH_OSD_SIZE:-48G} CEPH_POOL=$POOL \
+			"$CLUSTER_SH" start "$WORK/ceph" 2>"$WORK/log/ceph-start.log"); then
+			CLUSTER_DIR=$WORK/ceph
+			export CEPH_CONF=$conf
+			return 0
+		fi
+		[ -z "${CEPH_PORT_BASE:-}" ] || break
+	done
+	CLUSTER_WHY="the Ceph cluster did not start: $(tail -1 "$WORK/log/ceph-start.log")"
+	return 1
+}
+
+osd_restart() {
+	"$CLUSTER_SH" stop-osd "$CLUSTER_DIR" >>"$WORK/log/osd.log" 2>&1 &&
+		"$CLUSTER_SH" start-osd "$CLUSTER_DIR" >>"$WORK/log/osd.log" 2>&1
+}
+
+# rados_bench_bw ARGS...: `rados bench ARGS`, prints the bandwidth in bytes/s
+rados_bench_bw() {
+	local out
+	out=$(rados bench -p "$POOL" "$@" 2>&1) || { printf '%s\n' "$out" | tail -3 >&2; return 1; }
+	printf '%s\n' "$out" | awk -F: '/^Bandwidth \(MB\/sec\)/ { gsub(/ /, "", $2); printf "%.0f\n", $2 * 1048576 }'
+}
+
+RADOS_WHY=
+# need_rados: cluster + publish + a daemon that mounts rados:// (checked once
+# with a tiny dataset); 1 (RADOS_WHY) if not
+need_rados() {
+	[ "$RADOS_WHY" = ok ] && return 0
+	[ -z "$RADOS_WHY" ] || return 1
+	if [ ! -x "$(dirname "$STAGEFS")/stagefs-publish" ]; then
+		RADOS_WHY="stagefs-publish is not built"
+		return 1
+	fi
+	if ! need_cluster; then
+		RADOS_WHY=$CLUSTER_WHY
+		return 1
+	fi
+	mkdir -p "$WORK/probe/src"
+	head -c 100000 /dev/urandom >"$WORK/probe/src/f"
+	if ! "$STAGEFS" publish -q "$WORK/probe/src" "rados://$POOL/probe" >"$WORK/log/probe.log" 2>&1; then
+		RADOS_WHY="stagefs publish failed: $(tail -1 "$WORK/log/probe.log")"
+		return 1
+	fi
+	if ! sfs_mount "rados://$POOL/probe" "$WORK/probe/mnt" "cache_dir=$WORK/probe/cache,ceph_conf=$CEPH_CONF" 2>/dev/null; then
+		RADOS_WHY="./stagefs cannot mount rados:// yet: $(grep -v '^$' "$MOUNT_LOG" | tail -1)"
+		return 1
+	fi
+	cmp -s "$WORK/probe/src/f" "$WORK/probe/mnt/f" || RADOS_WHY="a published file reads back wrong"
+	sfs_umount "$WORK/probe/mnt"
+	[ -z "$RADOS_WHY" ] || return 1
+	RADOS_WHY=ok
+}
+
+# publish_set DIR NAME CHUNK: publish DIR as NAME (prints nothing; 1 on failure)
+publish_set() {
+	"$STAGEFS" publish -q -j "$T" --chunk-size "$3" "$1" "rados://$POOL/$2" >>"$WORK/log/publish.log" 2>&1
+}
+
+# ---------------------------------------------------------------------------
+# warm: one big file, sequential
+
+WARM_READY=
+warm_prepare() {
+	[ -n "$WARM_READY" ] && return 0
+	local d=$WORK/warm
+	mkdir -p "$d/src"
+	log "warm: writing a $BIG_MB MiB file"
+	gen_big "$d/src/big" "$BIG_MB" || return 1
+	echo "$d/mnt/big" >"$d/mnt.list"
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache$(fill_opts)" || return 1
+	log "warm: filling the cache"
+	if ! rb bytes_per_s seq "$d/mnt/big" >/dev/null ||
+		! cache_paths "$d/cache" "$d/mnt.list" "$d/cache.list" 2>"$WORK/log/rb.err"; then
+		sfs_umount "$d/mnt"
+		return 1
+	fi
+	WARM_CACHEFILE=$(cat "$d/cache.list")
+	sfs_umount "$d/mnt"
+	WARM_READY=1
+}
+
+# measure_warm OPTS: rounds of (cache file direct, mount); sets W_DIRECT,
+# W_FUSE (median bytes/s) and W_RATIO (median of the per-round ratios)
+measure_warm() {
+	local d=$WORK/warm r a b rs=() as=() bs=()
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache${1:+,$1}" || { echo "mount failed" >"$WORK/log/rb.err"; return 1; }
+	# the first read after start verifies the chunks: not timed
+	rb bytes_per_s seq "$d/mnt/big" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+	for r in $(seq "$ROUNDS"); do
+		drop_caches
+		a=$(rb bytes_per_s seq "$WARM_CACHEFILE") || { sfs_umount "$d/mnt"; return 1; }
+		drop_caches
+		b=$(rb bytes_per_s seq "$d/mnt/big") || { sfs_umount "$d/mnt"; return 1; }
+		row "round $r${1:+ ($1)}" "$(mbs "$a")" "$(mbs "$b")" "$(ratio "$b" "$a")"
+		as+=("$a") bs+=("$b") rs+=("$(ratio "$b" "$a")")
+	done
+	sfs_umount "$d/mnt"
+	W_DIRECT=$(median "${as[@]}") W_FUSE=$(median "${bs[@]}") W_RATIO=$(median "${rs[@]}")
+}
+
+bench_warm() {
+	hdr warm "$BIG_MB MiB file, sequential, warm stagefs cache, page cache dropped"
+	warm_prepare || { failed "preparing: $(rb_why)"; return; }
+	row "" "cache file" "mount" "ratio"
+	measure_warm "" || { failed "$(rb_why)"; return; }
+	row "median of $ROUNDS" "$(mbs "$W_DIRECT")" "$(mbs "$W_FUSE")" "$W_RATIO"
+	result "warm: ${BIG_MB}M sequential" "$(mbs "$W_FUSE")" "$(mbs "$W_DIRECT")" "$W_RATIO" ">=0.9"
+}
+
+# ---------------------------------------------------------------------------
+# smallfiles: many small files, shuffled, 1 and N readers
+
+SMALL_READY=
+small_prepare() {
+	[ -n "$SMALL_READY" ] && return 0
+	local d=$WORK/small
+	mkdir -p "$d/src"
+	log "smallfiles: writing $SMALL_N files of $SMALL_KB KiB"
+	gen_files "$d/src" "$SMALL_N" $((SMALL_KB * 1024)) || return 1
+	list_files "$d/src" "$d/mnt" "$d/mnt.list"
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache$(fill_opts)" || return 1
+	log "smallfiles: filling the cache"
+	if ! rb files_per_s files -t 4 "$d/mnt.list" >/dev/null ||
+		! cache_paths "$d/cache" "$d/mnt.list" "$d/cache.list" 2>"$WORK/log/rb.err"; then
+		sfs_umount "$d/mnt"
+		return 1
+	fi
+	sfs_umount "$d/mnt"
+	SMALL_READY=1
+}
+
+# measure_small OPTS READERS: sets S_DIRECT, S_FUSE (median files/s), S_RATIO
+measure_small() {
+	local d=$WORK/small r a b rs=() as=() bs=()
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache${1:+,$1}" || { echo "mount failed" >"$WORK/log/rb.err"; return 1; }
+	# the first read after start verifies the chunks: not timed
+	rb files_per_s files -t 4 "$d/mnt.list" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+	for r in $(seq "$ROUNDS"); do
+		drop_caches
+		a=$(rb files_per_s files -t "$2" -s "$r" "$d/cache.list") || { sfs_umount "$d/mnt"; return 1; }
+		drop_caches
+		b=$(rb files_per_s files -t "$2" -s "$r" "$d/mnt.list") || { sfs_umount "$d/mnt"; return 1; }
+		row "round $r, $2 readers${1:+ ($1)}" "$(fps "$a")" "$(fps "$b")" "$(ratio "$b" "$a")"
+		as+=("$a") bs+=("$b") rs+=("$(ratio "$b" "$a")")
+	done
+	sfs_umount "$d/mnt"
+	S_DIRECT=$(median "${as[@]}") S_FUSE=$(median "${bs[@]}") S_RATIO=$(median "${rs[@]}")
+}
+
+bench_smallfiles() {
+	local n target=">=0.75"
+	hdr smallfiles "$SMALL_N files of $SMALL_KB KiB, shuffled, warm stagefs cache, page cache dropped"
+	small_prepare || { failed "preparing: $(rb_why)"; return; }
+	has_option passthrough && target=">=0.9"
+	row "" "cache files" "mount" "ratio"
+	for n in $READERS; do
+		measure_small "" "$n" || { failed "$n readers: $(rb_why)"; continue; }
+		row "median of $ROUNDS, $n readers" "$(fps "$S_DIRECT")" "$(fps "$S_FUSE")" "$S_RATIO"
+		result "smallfiles: $n readers" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$S_RATIO" "$target"
+	done
+}
+
+# ---------------------------------------------------------------------------
+# passthrough: the two above with passthrough=off vs the default
+
+bench_passthrough() {
+	local n off
+	hdr passthrough "warm and smallfiles, -o passthrough=off vs the default"
+	if ! has_option passthrough; then
+		row "warm, smallfiles" "n/a" "" ""
+		skipped "n/a: ./stagefs has no passthrough option yet"
+		return
+	fi
+	warm_prepare || { failed "preparing: $(rb_why)"; return; }
+	small_prepare || { failed "preparing: $(rb_why)"; return; }
+	row "ratio to direct" "passthrough=off" "default" "default/off"
+	if measure_warm "passthrough=off"; then
+		off=$W_RATIO
+		result "passthrough: warm, off" "$(mbs "$W_FUSE")" "$(mbs "$W_DIRECT")" "$off" ""
+		if measure_warm ""; then
+			row "warm ${BIG_MB}M sequential" "$off" "$W_RATIO" "$(ratio "$W_RATIO" "$off")"
+			result "passthrough: warm, default" "$(mbs "$W_FUSE")" "$(mbs "$W_DIRECT")" "$W_RATIO" ">=0.9"
+		else
+			failed "warm, default: $(rb_why)"
+		fi
+	else
+		failed "warm, passthrough=off: $(rb_why)"
+	fi
+	for n in $READERS; do
+		if measure_small "passthrough=off" "$n"; then
+			off=$S_RATIO
+			result "passthrough: small $n rd, off" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$off" ">=0.75"
+		else
+			failed "smallfiles $n readers, passthrough=off: $(rb_why)"
+			off=0
+		fi
+		if measure_small "" "$n"; then
+			row "smallfiles, $n readers" "$off" "$S_RATIO" "$(ratio "$S_RATIO" "$off")"
+			result "passthrough: small $n rd, default" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$S_RATIO" ">=0.9"
+		else
+			failed "smallfiles $n readers, default: $(rb_why)"
+		fi
+	done
+}
+
+# ---------------------------------------------------------------------------
+# rados: cold reads through the mount vs rados bench seq
+
+# rados_size LABEL BYTES N TARGET
+rados_size() {
+	local label=$1 size=$2 n=$3 target=$4 d=$WORK/rados-$1 r a b rs=() as=() bs=()
+	mkdir -p "$d/src"
+	log "rados $label: writing and publishing $n files of $label"
+	gen_files "$d/src" "$n" "$size" 64 || return 1
+	publish_set "$d/src" "bench-$label" "$size" || { skipped "$label: stagefs publish failed"; return 0; }
+	list_files "$d/src" "$d/mnt" "$d/mnt.list"
+	rados_bench_bw 600 write -b "$size" -O "$size" -t "$T" --max-objects "$n" \
+		--no-cleanup --run-name "rb-$label" >/dev/null || { skipped "$label: rados bench write failed"; return 0; }
+	for r in $(seq "$ROUNDS"); do
+		osd_restart || { skipped "$label: OSD restart failed"; return 0; }
+		drop_caches
+		a=$(rados_bench_bw 600 seq -t "$T" --run-name "rb-$label") || { skipped "$label: rados bench seq failed"; return 0; }
+		rm -rf "$d/cache"
+		osd_restart || { skipped "$label: OSD restart failed"; return 0; }
+		drop_caches
+		sfs_mount "rados://$POOL/bench-$label" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" ||
+			{ skipped "$label: mount failed"; return 0; }
+		b=$(rb bytes_per_s files -t "$T" -s "$r" "$d/mnt.list") || { failed "$label: $(rb_why)"; sfs_umount "$d/mnt"; return 0; }
+		sfs_umount "$d/mnt"
+		row "round $r, $label" "$(mbs "$a")" "$(mbs "$b")" "$(ratio "$b" "$a")"
+		as+=("$a") bs+=("$b") rs+=("$(ratio "$b" "$a")")
+	done
+	rados -p "$POOL" cleanup --run-name "rb-$label" >/dev/null 2>&1
+	a=$(median "${as[@]}") b=$(median "${bs[@]}")
+	row "median of $ROUNDS, $label x $n, t=$T" "$(mbs "$a")" "$(mbs "$b")" "$(median "${rs[@]}")"
+	result "rados: cold $label, t=$T" "$(mbs "$b")" "$(mbs "$a")" "$(median "${rs[@]}")" "$target"
+	return 0
+}
+
+bench_rados() {
+	hdr rados "cold reads (empty cache, OSD restarted) vs rados bench seq, $T in flight"
+	need_rados || { skipped "$RADOS_WHY"; return; }
+	row "" "rados bench" "mount" "ratio"
+	rados_size 4M $((4 << 20)) "$R4M_N" ">=0.9"
+	rados_size 128K $((128 << 10)) "$R128K_N" ">=0.8"
+}
+
+# ---------------------------------------------------------------------------
+# publish: stagefs publish vs rados bench write
+
+bench_publish() {
+	local d=$WORK/publish r a b t0 ms bytes rs=() as=() bs=()
+	hdr publish "$PUB_MB MiB of new data per round, 4 MiB chunks, $T in flight"
+	[ -x "$(dirname "$STAGEFS")/stagefs-publish" ] || { skipped "stagefs-publish is not built"; return; }
+	need_cluster || { skipped "$CLUSTER_WHY"; return; }
+	row "" "rados bench" "publish" "ratio"
+	for r in $(seq "$ROUNDS"); do
+		rm -rf "$d" && mkdir -p "$d/src"
+		# new random data each round: publish never uploads a chunk twice
+		gen_files "$d/src" $((PUB_MB / 64)) $((64 << 20)) 4 || { skipped "could not write the data"; return; }
+		bytes=$(du -sb "$d/src" | cut -f1)
+		drop_caches
+		a=$(rados_bench_bw 600 write -b 4M -t "$T" --max-objects $((PUB_MB / 4)) --run-name "pb-$r") ||
+			{ skipped "rados bench write failed"; return; }
+		drop_caches
+		t0=$(now_ms)
+		publish_set "$d/src" "bench-publish-$r" 4M || { skipped "stagefs publish failed: $(tail -1 "$WORK/log/publish.log")"; return; }
+		ms=$(($(now_ms) - t0))
+		b=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
+		row "round $r" "$(mbs "$a")" "$(mbs "$b")" "$(ratio "$b" "$a")"
+		as+=("$a") bs+=("$b") rs+=("$(ratio "$b" "$a")")
+	done
+	rm -rf "$d"
+	a=$(median "${as[@]}") b=$(median "${bs[@]}")
+	row "median of $ROUNDS" "$(mbs "$a")" "$(mbs "$b")" "$(median "${rs[@]}")"
+	result "publish: 4M chunks, j=$T" "$(mbs "$b")" "$(mbs "$a")" "$(median "${rs[@]}")" ""
+}
+
+# ---------------------------------------------------------------------------
+# index: start-up with many cached chunks
+
+bench_index() {
+	local d=$WORK/index cs=65536 want=$IDX_CHUNKS n maxb free files i r loaded lms=() wms=() lm wm est
+	hdr index "daemon start-up with $IDX_CHUNKS cached chunks (64 KiB chunks, dir://)"
+	free=$(df -B1 --output=avail "$WORK" | tail -1)
+	maxb=$(awk -v g="$IDX_MAX_GB" -v f="$free" 'BEGIN { m = g * 1073741824; if (f * 0.4 < m) m = f * 0.4; printf "%.0f", m }')
+	n=$want
+	[ $((n * cs)) -le "$maxb" ] || n=$((maxb / cs))
+	[ "$n" -ge 1000 ] || { skipped "not enough free disk for a useful index"; return; }
+	# source: sparse files of 1 GiB (zeros read fast), the last one shorter
+	mkdir -p "$d/src"
+	files=$(((n * cs + (1 << 30) - 1) >> 30))
+	for i in $(seq "$files"); do
+		truncate -s $((i < files ? 1 << 30 : n * cs - (files - 1) * (1 << 30))) "$d/src/f$i"
+	done
+	log "index: filling $n chunks ($((n * cs >> 20)) MiB) through the mount"
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=64K,cache_sync=no" ||
+		{ skipped "mount failed"; return; }
+	list_files "$d/src" "$d/mnt" "$d/mnt.list"
+	rb bytes_per_s files -t 2 -s 0 "$d/mnt.list" >/dev/null || { failed "filling the cache: $(rb_why)"; sfs_umount "$d/mnt"; return; }
+	loaded=$(stat_get "$d/mnt" cache_chunks)
+	sfs_umount "$d/mnt"
+	row "" "cache_load_ms" "ready (ms)" "chunks"
+	for r in $(seq "$ROUNDS"); do
+		drop_caches
+		sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=64K" || { skipped "remount failed"; return; }
+		lm=$(stat_get "$d/mnt" cache_load_ms) wm=$MOUNT_MS
+		loaded=$(stat_get "$d/mnt" cache_loaded_chunks)
+		sfs_umount "$d/mnt"
+		row "round $r" "$lm" "$wm" "$loaded"
+		lms+=("$lm") wms+=("$wm")
+	done
+	rm -rf "$d"
+	lm=$(median "${lms[@]}") wm=$(median "${wms[@]}")
+	row "median of $ROUNDS" "$lm" "$wm" "$loaded"
+	if [ "$loaded" -lt 1000000 ]; then
+		# the fixed part (exec, FUSE mount) stays; the index load scales
+		est=$(awk -v w="$wm" -v l="$lm" -v n="$loaded" 'BEGIN { printf "%.0f", w + l * (1000000 / n - 1) }')
+		row "linear estimate for 1,000,000" "$(awk -v l="$lm" -v n="$loaded" 'BEGIN { printf "%.0f", l * 1000000 / n }')" "$est" "1000000"
+		result "index: ready, $loaded chunks" "${wm} ms" "" "$(awk -v w="$wm" 'BEGIN { printf "%.2f", w / 1000 }')" ""
+		result "index: ready, 1M chunks (est.)" "${est} ms" "" "$(awk -v w="$est" 'BEGIN { printf "%.2f", w / 1000 }')" "<2"
+	else
+		result "index: ready, $loaded chunks" "${wm} ms (load ${lm})" "" "$(awk -v w="$wm" 'BEGIN { printf "%.2f", w / 1000 }')" "<2"
+	fi
+}
+
+# ---------------------------------------------------------------------------
+# warmup: stagefs warmup vs rados bench seq and cp -r of a cold mount
+
+bench_warmup() {
+	local d=$WORK/warmup r a b c t0 ms bytes src mopts base rs=() cs=() bs=() as=()
+	hdr warmup "stagefs warmup of a cold mount vs rados bench seq and cp -r"
+	[ -x "$(dirname "$STAGEFS")/stagefs-warmup" ] || { skipped "stagefs-warmup is not built yet"; return; }
+	mkdir -p "$d/src"
+	gen_files "$d/src" $((R4M_N / 2)) $((4 << 20)) 16 || { skipped "could not write the data"; return; }
+	gen_files "$d/src/small" 2000 $((110 << 10)) 20 || { skipped "could not write the data"; return; }
+	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
+	if need_rados; then
+		publish_set "$d/src" bench-warmup 4M || { skipped "stagefs publish failed"; return; }
+		src=rados://$POOL/bench-warmup mopts="ceph_conf=$CEPH_CONF" base="rados bench"
+		rados_bench_bw 600 write -b 4M -t "$T" --max-objects $((bytes >> 22)) --no-cleanup --run-name wb >/dev/null ||
+			{ skipped "rados bench write failed"; return; }
+	else
+		printf '  note: %s; warming a dir:// source instead, baseline = reading the source\n' "$RADOS_WHY"
+		src=dir://$d/src mopts="" base="source read"
+		list_files "$d/src" "$d/src" "$d/src.list"
+	fi
+	cold() {	# a cold start: empty cache, cold OSD, no page cache
+		rm -rf "$d/cache" "$d/cp"
+		[ -z "$CLUSTER_DIR" ] || [ "$base" != "rados bench" ] || osd_restart
+		drop_caches
+	}
+	row "" "$base" "cp -r" "warmup"
+	for r in $(seq "$ROUNDS"); do
+		cold
+		if [ "$base" = "rados bench" ]; then
+			a=$(rados_bench_bw 600 seq -t "$T" --run-name wb) || { skipped "rados bench seq failed"; return; }
+		else
+			a=$(rb bytes_per_s files -t "$T" -s 0 "$d/src.list") || { failed "$(rb_why)"; return; }
+		fi
+		cold
+		sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache${mopts:+,$mopts}" || { skipped "mount failed"; return; }
+		t0=$(now_ms)
+		cp -r "$d/mnt/." "$d/cp" || { skipped "cp -r failed"; sfs_umount "$d/mnt"; return; }
+		ms=$(($(now_ms) - t0))
+		c=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
+		sfs_umount "$d/mnt"
+		cold
+		sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache${mopts:+,$mopts}" || { skipped "mount failed"; return; }
+		t0=$(now_ms)
+		# shellcheck disable=SC2086
+		"$STAGEFS" warmup ${BENCH_WARMUP_ARGS:-} "$d/mnt" >"$WORK/log/warmup.$r.log" 2>&1 ||
+			{ skipped "stagefs warmup failed: $(tail -1 "$WORK/log/warmup.$r.log")"; sfs_umount "$d/mnt"; return; }
+		ms=$(($(now_ms) - t0))
+		b=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
+		sfs_umount "$d/mnt"
+		row "round $r" "$(mbs "$a")" "$(mbs "$c")" "$(mbs "$b")"
+		as+=("$a") cs+=("$c") bs+=("$b") rs+=("$(ratio "$b" "$a")")
+	done
+	rm -rf "$d/cp"
+	[ "$base" != "rados bench" ] || rados -p "$POOL" cleanup --run-name wb >/dev/null 2>&1
+	a=$(median "${as[@]}") c=$(median "${cs[@]}") b=$(median "${bs[@]}")
+	row "median of $ROUNDS" "$(mbs "$a")" "$(mbs "$c")" "$(mbs "$b")"
+	result "warmup vs $base" "$(mbs "$b")" "$(mbs "$a")" "$(median "${rs[@]}")" ">=0.95"
+	result "warmup vs cp -r" "$(mbs "$b")" "$(mbs "$c")" "$(ratio "$b" "$c")" ""
+}
+
+# ---------------------------------------------------------------------------
+# hints: shuffled epochs over a dataset larger than the cache
+
+bench_hints() {
+	local d=$WORK/hints n=$((SMALL_N / 2)) hint=${BENCH_HINT_CMD:-} r e a b ta tb rs=() as=() bs=() limit modes mode t0 ms
+	hdr hints "2 shuffled epochs over a dataset 2x the cache, 4 readers: with order hints / without"
+	if [ -z "$hint" ]; then
+		if "$STAGEFS" --help 2>&1 | grep -qi hint; then
+			skipped "stagefs mentions hints but bench.sh does not know how to give one: set BENCH_HINT_CMD='CMD' (run as CMD MNT ORDERFILE)"
+		else
+			skipped "stagefs has no order-hint interface yet (set BENCH_HINT_CMD to try one)"
+		fi
+		return
+	fi
+	mkdir -p "$d/src"
+	gen_files "$d/src" "$n" $((SMALL_KB * 1024)) || { skipped "could not write the data"; return; }
+	list_files "$d/src" "$d/mnt" "$d/mnt.list"
+	limit=$((n * SMALL_KB * 1024 / 2))
+	row "" "no hints" "hints" "ratio"
+	for r in $(seq "$ROUNDS"); do
+		# alternate which goes first, so a drift in the machine's load
+		# does not always favour the same side
+		modes="plain hinted"
+		[ $((r % 2)) = 1 ] || modes="hinted plain"
+		for mode in $modes; do
+			rm -rf "$d/cache"
+			drop_caches
+			sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,cache_size=$limit" || { skipped "mount failed"; return; }
+			t0=$(now_ms)
+			for e in 1 2; do
+				if [ $mode = hinted ]; then
+					"$RB" files -P -s $((r * 10 + e)) "$d/mnt.list" >"$d/order.$e"
+					$hint "$d/mnt" "$d/order.$e" >>"$WORK/log/hint.log" 2>&1 || { skipped "BENCH_HINT_CMD failed"; sfs_umount "$d/mnt"; return; }
+				fi
+				rb files_per_s files -t 4 -s $((r * 10 + e)) "$d/mnt.list" >/dev/null ||
+					{ failed "$(rb_why)"; sfs_umount "$d/mnt"; return; }
+			done
+			ms=$(($(now_ms) - t0))
+			sfs_umount "$d/mnt"
+			if [ $mode = plain ]; then ta=$((2 * n * 1000 / (ms ? ms : 1))); else tb=$((2 * n * 1000 / (ms ? ms : 1))); fi
+		done
+		row "round $r" "$(fps "$ta")" "$(fps "$tb")" "$(ratio "$tb" "$ta")"
+		as+=("$ta") bs+=("$tb") rs+=("$(ratio "$tb" "$ta")")
+	done
+	rm -rf "$d"
+	a=$(median "${as[@]}") b=$(median "${bs[@]}")
+	row "median of $ROUNDS" "$(fps "$a")" "$(fps "$b")" "$(median "${rs[@]}")"
+	result "hints: 2 epochs, 2x cache" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
+}
+
+# ---------------------------------------------------------------------------
+# main
+
+usage() {
+	awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
+	exit 2
+}
+
+main() {
+	local b allv todo=()
+	for b in "${@:-all}"; do
+		case $b in
+		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
+		warm | smallfiles | passthrough | rados | publish | index | warmup | hints) todo+=("$b") ;;
+		-h | --help) usage ;;
+		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
+		esac
+	done
+	[ "$(id -u)" = 0 ] || { echo "bench.sh: needs root (FUSE mounts and drop_caches)" >&2; exit 1; }
+	[ -x "$STAGEFS" ] || { echo "bench.sh: $STAGEFS is not built (make)" >&2; exit 1; }
+	[ -x "$RB" ] || make -C "$REPO" -s tools/readbench >&2 || exit 1
+	command -v fusermount3 >/dev/null || { echo "bench.sh: fusermount3 missing" >&2; exit 1; }
+
+	trap cleanup EXIT
+	trap 'exit 130' INT TERM
+	WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/stagefs-bench.XXXXXX") || exit 1
+	mkdir -p "$WORK/log"
+	printf 'stagefs bench  %s  %s  %s vCPU  %s GiB RAM  rounds=%s\n' "$(date -u +%FT%TZ)" \
+		"$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)" "$(nproc)" \
+		"$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$ROUNDS"
+	for b in "${todo[@]}"; do
+		CUR=$b
+		"bench_$b"
+	done
+
+	printf '\n== summary (ratio = stagefs / baseline, same run; median of %s)\n' "$ROUNDS"
+	printf '  %-34s %-16s %-16s %7s %7s  %s\n' benchmark stagefs baseline ratio target ""
+	for b in "${SUMMARY[@]}"; do
+		IFS='|' read -r n m bl ra ta v <<<"$b"
+		if [ "${m#skipped}" != "$m" ] || [ "${m#FAILED}" != "$m" ]; then
+			printf '  %-34s %s\n' "$n" "$m"
+		else
+			printf '  %-34s %-16s %-16s %7s %7s  %s\n' "$n" "$m" "$bl" "$ra" "$ta" "$v"
+		fi
+	done
+}
+
+main "$@"
