@@ -549,7 +549,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fh->passthrough = ret > 0;
 	atomic_fetch_add(&fs->ctr.opens, 1);
 	fi->fh = (uintptr_t)fh;
-	fi->keep_cache = 1;
+	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
+	fi->keep_cache = !fh->passthrough;
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		passthrough_release(fs->pt, ino, fh->passthrough);

@@ -22,6 +22,7 @@ enum opt_type {
 	OPT_DURATION,
 	OPT_RATIO,
 	OPT_LOGLEVEL,
+	OPT_AUTO,	/* enum cfg_auto: auto, on/yes or off/no */
 };
 
 struct opt {
@@ -60,6 +61,8 @@ static const struct opt opts[] = {
 	  "largest READ request in KiB" },
 	{ "splice", OPT_BOOL, O(splice), "no", 0, 0,
 	  "reply to cache hits by splicing from the cache file instead of copying" },
+	{ "passthrough", OPT_AUTO, O(passthrough), "auto", 0, 0,
+	  "let the kernel read fully cached files itself (FUSE passthrough); auto = where the kernel and privileges allow" },
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,
 	  "let users other than the mounter read (access rules still apply)" },
 	{ "runtime_dir", OPT_STR, O(runtime_dir), "/run/stagefs", 0, 0,
@@ -212,6 +215,15 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		*(int *)p = l;
 		return 0;
 	}
+	case OPT_AUTO:
+		if (!strcasecmp(value, "auto")) {
+			*(enum cfg_auto *)p = CFG_AUTO;
+			return 0;
+		}
+		if (parse_bool(value, &b))
+			return errf(err, len, "%s: '%s' is not auto, on or off", o->name, value);
+		*(enum cfg_auto *)p = b ? CFG_ON : CFG_OFF;
+		return 0;
 	}
 	return errf(err, len, "%s: unknown type", o->name);
 }
@@ -325,6 +337,7 @@ static const char *type_hint(enum opt_type t)
 	case OPT_DURATION: return "TIME";
 	case OPT_RATIO: return "RATIO";
 	case OPT_LOGLEVEL: return "LEVEL";
+	case OPT_AUTO: return "auto|on|off";
 	}
 	return "?";
 }

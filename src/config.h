@@ -19,6 +19,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* A setting that is on, off, or decided at run time (OPT_AUTO). */
+enum cfg_auto {
+	CFG_OFF,
+	CFG_ON,
+	CFG_AUTO,
+};
+
 struct sfs_config {
 	/* cache */
 	char *cache_dir;
@@ -34,6 +41,7 @@ struct sfs_config {
 	uint32_t read_ahead_kb;		/* bdi read_ahead_kb set after mounting */
 	uint32_t max_read_kb;		/* largest READ request */
 	bool splice;			/* reply to cache hits with splice */
+	enum cfg_auto passthrough;	/* FUSE passthrough for fully cached files */
 	bool allow_other;
 	char *runtime_dir;
 	/* ceph */

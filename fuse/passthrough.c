@@ -1,0 +1,592 @@
+/*
+ * passthrough: see passthrough.h for the contract, docs/passthrough.md for
+ * the design and the figures.
+ *
+ * How the hook build (libfuse without the API) finds the replies to patch:
+ * libfuse's multi-threaded loop reads a request and handles it on the same
+ * worker thread, and our handlers reply before they return.  So the read
+ * hook notes the request a thread is on (unique, opcode) in a thread-local,
+ * passthrough_open() adds the backing id to it, and the writev hook patches
+ * the reply carrying that unique.  Nothing is shared between threads and
+ * no reply but INIT's and the chosen OPENs' is touched.  Splice receive
+ * would hide requests from the read hook, so SPLICE_READ is never asked for
+ * (stagefs has no write_buf, libfuse does not ask for it either).
+ *
+ * Locking: pt->lock guards the inode table; registering a backing file and
+ * verifying a cache file run outside it, with the inode marked busy so
+ * that other opens of the same inode wait for the verdict.
+ */
+#include "passthrough.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/*
+ * Protocol 7.40 (Linux 6.9) bits that the system <linux/fuse.h> (7.38)
+ * lacks.  The numbers are the kernel's ABI and do not change.
+ */
+#ifndef FUSE_PASSTHROUGH
+#define FUSE_PASSTHROUGH	(1ULL << 37)
+#endif
+#ifndef FOPEN_PASSTHROUGH
+#define FOPEN_PASSTHROUGH	(1 << 7)
+#endif
+#ifndef FUSE_DEV_IOC_MAGIC
+#define FUSE_DEV_IOC_MAGIC	229
+#endif
+#ifndef FUSE_DEV_IOC_BACKING_OPEN
+struct fuse_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define FUSE_DEV_IOC_BACKING_OPEN	_IOW(FUSE_DEV_IOC_MAGIC, 1, struct fuse_backing_map)
+#define FUSE_DEV_IOC_BACKING_CLOSE	_IOW(FUSE_DEV_IOC_MAGIC, 2, uint32_t)
+#endif
+
+/* The 7.40 layouts of the two replies the hooks patch. */
+struct pt_open_out {
+	uint64_t fh;
+	uint32_t open_flags;
+	int32_t backing_id;	/* "padding" before 7.40 */
+};
+
+struct pt_init_out {
+	uint32_t major;
+	uint32_t minor;
+	uint32_t max_readahead;
+	uint32_t flags;
+	uint16_t max_background;
+	uint16_t congestion_threshold;
+	uint32_t max_write;
+	uint32_t time_gran;
+	uint16_t max_pages;
+	uint16_t map_alignment;
+	uint32_t flags2;
+	uint32_t max_stack_depth;	/* "unused[0]" before 7.40 */
+	uint32_t unused[6];
+};
+
+_Static_assert(sizeof(struct pt_open_out) == sizeof(struct fuse_open_out),
+	       "fuse_open_out layout");
+_Static_assert(sizeof(struct pt_init_out) == sizeof(struct fuse_init_out),
+	       "fuse_init_out layout");
+_Static_assert(offsetof(struct pt_init_out, flags2) ==
+	       offsetof(struct fuse_init_out, flags2), "fuse_init_out.flags2");
+
+/*
+ * Stacking depth we declare: our backing files live on a plain local
+ * filesystem (depth 0), so FUSE sits at depth 1.  A cache_dir on a stacked
+ * filesystem (overlayfs) makes registration fail with ELOOP: auto then
+ * turns passthrough off.
+ */
+#define PT_MAX_STACK_DEPTH	1
+
+#define PT_BUCKETS		1024	/* open inodes hash: chains stay short */
+
+/* A FUSE inode with opens, as far as this daemon has answered them. */
+struct pt_inode {
+	struct pt_inode *next;
+	uint64_t ino;
+	struct cfile *cf;	/* pinned while backing_id > 0 */
+	int32_t backing_id;	/* > 0 while pt_opens > 0 */
+	uint32_t pt_opens;	/* opens answered with passthrough */
+	uint32_t daemon_opens;	/* opens answered on the daemon path */
+	bool busy;		/* a thread is deciding; others wait */
+};
+
+struct passthrough {
+	struct sfs *fs;
+	enum cfg_auto mode;
+	int fuse_fd;
+	bool test_refuse;	/* STAGEFS_TEST_NO_PASSTHROUGH=1 */
+	/*
+	 * Set while the kernel's INIT is handled, in the main thread, before
+	 * any worker exists; read-only afterwards.
+	 */
+	uint64_t kernel_flags;	/* INIT request flags | flags2 << 32 */
+	bool offered;		/* the kernel offers FUSE_PASSTHROUGH */
+	bool asked;		/* our INIT reply asks for it */
+	bool active;		/* the handshake enabled it: opens are tracked */
+	atomic_bool broken;	/* a registration failed: no more tries */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;	/* an inode stopped being busy */
+	struct pt_inode *buckets[PT_BUCKETS];	/* protected by lock */
+};
+
+#ifndef CONFIG_FUSE_PASSTHROUGH_API
+/* The request the calling worker thread is handling (see the top). */
+static __thread struct {
+	uint64_t unique;
+	uint32_t opcode;
+	int32_t backing_id;	/* for this request's OPEN reply; 0 = none */
+} cur;
+#endif
+
+int passthrough_create(struct sfs *fs, struct passthrough **out)
+{
+	struct passthrough *pt = calloc(1, sizeof(*pt));
+	const char *env = getenv("STAGEFS_TEST_NO_PASSTHROUGH");
+
+	if (!pt)
+		return -ENOMEM;
+	pt->fs = fs;
+	pt->mode = fs->cfg.passthrough;
+	pt->fuse_fd = -1;
+	pt->test_refuse = env && env[0] && strcmp(env, "0");
+	pthread_mutex_init(&pt->lock, NULL);
+	pthread_cond_init(&pt->cond, NULL);
+	*out = pt;
+	return 0;
+}
+
+void passthrough_destroy(struct passthrough *pt)
+{
+	if (!pt)
+		return;
+	for (size_t i = 0; i < PT_BUCKETS; i++) {
+		struct pt_inode *e = pt->buckets[i], *next;
+
+		for (; e; e = next) {
+			next = e->next;
+			/* the backing ids go with the /dev/fuse descriptor */
+			if (e->backing_id > 0)
+				cache_file_unpin(pt->fs->cache, e->cf);
+			free(e);
+		}
+	}
+	pthread_cond_destroy(&pt->cond);
+	pthread_mutex_destroy(&pt->lock);
+	free(pt);
+}
+
+bool passthrough_active(const struct passthrough *pt)
+{
+	return pt && pt->active && !atomic_load(&pt->broken);
+}
+
+/* ---- the session I/O hooks (libfuse without the passthrough API) ---- */
+
+#ifndef CONFIG_FUSE_PASSTHROUGH_API
+static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
+{
+	struct sfs *fs = userdata;
+	ssize_t n = read(fd, buf, len);
+	const struct fuse_in_header *in = buf;
+
+	if (n < (ssize_t)sizeof(*in))
+		return n;	/* errno is read(2)'s */
+	cur.unique = in->unique;
+	cur.opcode = in->opcode;
+	cur.backing_id = 0;
+	if (in->opcode == FUSE_INIT) {
+		const struct fuse_init_in *arg = (const void *)(in + 1);
+		size_t have = (size_t)n - sizeof(*in);
+		uint64_t flags = 0;
+
+		if (have >= offsetof(struct fuse_init_in, flags) + sizeof(arg->flags))
+			flags = arg->flags;
+		if ((flags & FUSE_INIT_EXT) &&
+		    have >= offsetof(struct fuse_init_in, flags2) + sizeof(arg->flags2))
+			flags |= (uint64_t)arg->flags2 << 32;
+		fs->pt->kernel_flags = flags;
+	}
+	return n;
+}
+
+static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	struct sfs *fs = userdata;
+	struct fuse_out_header *out = iov[0].iov_base;
+
+	if (count < 2 || out->unique != cur.unique || !out->unique || out->error)
+		return writev(fd, iov, count);
+	if (cur.opcode == FUSE_OPEN && cur.backing_id > 0 &&
+	    iov[1].iov_len == sizeof(struct pt_open_out)) {
+		struct pt_open_out *arg = iov[1].iov_base;
+
+		arg->open_flags |= FOPEN_PASSTHROUGH;
+		arg->backing_id = cur.backing_id;
+		cur.backing_id = 0;
+	} else if (cur.opcode == FUSE_INIT && fs->pt->asked &&
+		   iov[1].iov_len >= offsetof(struct pt_init_out, unused)) {
+		struct pt_init_out *arg = iov[1].iov_base;
+
+		arg->flags |= FUSE_INIT_EXT;
+		arg->flags2 |= (uint32_t)(FUSE_PASSTHROUGH >> 32);
+		arg->max_stack_depth = PT_MAX_STACK_DEPTH;
+	}
+	return writev(fd, iov, count);
+}
+
+static ssize_t pt_splice_receive(int fdin, off_t *offin, int fdout,
+				 off_t *offout, size_t len, unsigned int flags,
+				 void *userdata)
+{
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+static ssize_t pt_splice_send(int fdin, off_t *offin, int fdout, off_t *offout,
+			      size_t len, unsigned int flags, void *userdata)
+{
+	/* READ replies only: nothing to patch */
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+static const struct fuse_custom_io pt_io = {
+	.read = pt_read,
+	.writev = pt_writev,
+	.splice_receive = pt_splice_receive,
+	.splice_send = pt_splice_send,
+};
+#endif /* !CONFIG_FUSE_PASSTHROUGH_API */
+
+int passthrough_attach(struct passthrough *pt, struct fuse_session *se)
+{
+	if (!pt || pt->mode == CFG_OFF)
+		return 0;
+	pt->fuse_fd = fuse_session_fd(se);
+#ifndef CONFIG_FUSE_PASSTHROUGH_API
+	/*
+	 * fuse_session_custom_io() only records the callbacks and the fd;
+	 * libfuse does not care who opened /dev/fuse.  So the mount keeps
+	 * fuse_session_mount() (option parsing, auto_unmount, unmount) and
+	 * the hooks go on its descriptor before the first request is read.
+	 */
+	return fuse_session_custom_io(se, &pt_io, pt->fuse_fd);
+#else
+	return 0;
+#endif
+}
+
+void passthrough_init(struct passthrough *pt, struct fuse_conn_info *conn)
+{
+	if (!pt)
+		return;
+#ifdef CONFIG_FUSE_PASSTHROUGH_API
+	pt->offered = conn->capable & FUSE_CAP_PASSTHROUGH;
+#else
+	pt->offered = pt->kernel_flags & FUSE_PASSTHROUGH;
+	/* the read hook must see every request */
+	conn->want &= ~FUSE_CAP_SPLICE_READ;
+#endif
+	if (pt->test_refuse)
+		pt->offered = false;
+	pt->asked = pt->mode != CFG_OFF && pt->offered;
+	if (pt->asked) {
+		/* the kernel refuses passthrough together with writeback cache */
+		conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+#ifdef CONFIG_FUSE_PASSTHROUGH_API
+		conn->want |= FUSE_CAP_PASSTHROUGH;
+#endif
+	}
+}
+
+/* True if this process has CAP_SYS_ADMIN in its effective set. */
+static bool have_sys_admin(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	unsigned long long eff = 0;
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	fclose(f);
+	return eff & (1ULL << 21);	/* CAP_SYS_ADMIN */
+}
+
+/* Register @fd as a backing file.  Returns the id (> 0) or -errno. */
+static int backing_open(struct passthrough *pt, fuse_req_t req, int fd)
+{
+#ifdef CONFIG_FUSE_PASSTHROUGH_API
+	if (req) {
+		/* libfuse logs the error itself and returns 0 */
+		int id = fuse_passthrough_open(req, fd);
+
+		return id > 0 ? id : -EPERM;
+	}
+#endif
+	struct fuse_backing_map map = { .fd = fd };
+	int id = ioctl(pt->fuse_fd, FUSE_DEV_IOC_BACKING_OPEN, &map);
+
+	if (id < 0)
+		return -errno;
+	return id > 0 ? id : -EIO;
+}
+
+static void backing_close(struct passthrough *pt, int32_t id)
+{
+	uint32_t arg = (uint32_t)id;
+
+	/*
+	 * The raw ioctl in both builds: fuse_passthrough_close() needs a live
+	 * request, and an OPEN whose reply failed has none left.
+	 */
+	if (ioctl(pt->fuse_fd, FUSE_DEV_IOC_BACKING_CLOSE, &arg) < 0)
+		log_warn("passthrough: closing backing id %d: %s", id, strerror(errno));
+}
+
+/*
+ * Try to register a file of the cache filesystem as a backing file, as
+ * every passthrough open will.  Returns 0, -EOPNOTSUPP when no probe file
+ * could be made (decided at the first open instead), or the -errno of the
+ * registration.
+ */
+static int probe_backing(struct passthrough *pt)
+{
+	int fd = open(pt->fs->cfg.cache_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int id;
+
+	if (fd < 0)
+		return -EOPNOTSUPP;
+	id = backing_open(pt, NULL, fd);
+	close(fd);
+	if (id < 0)
+		return id;
+	backing_close(pt, id);
+	return 0;
+}
+
+int passthrough_handshake(struct passthrough *pt, struct fuse_session *se,
+			  char *err, size_t errlen)
+{
+	struct fuse_buf fbuf = { .mem = NULL };
+	const char *why = NULL;
+	int ret;
+
+	if (!pt || pt->mode == CFG_OFF)
+		return 0;
+	/*
+	 * The kernel queued INIT when it mounted: answer it here, so that the
+	 * verdict is known before the mount is reported up.
+	 */
+	do {
+		ret = fuse_session_receive_buf(se, &fbuf);
+	} while (ret == -EINTR || ret == -EAGAIN);
+	if (ret <= 0 || fuse_session_exited(se)) {
+		free(fbuf.mem);
+		snprintf(err, errlen, "no INIT from the kernel: %s",
+			 ret < 0 ? strerror(-ret) : "connection closed");
+		return ret < 0 ? ret : -EIO;
+	}
+	fuse_session_process_buf(se, &fbuf);
+	free(fbuf.mem);
+	if (fuse_session_exited(se)) {
+		snprintf(err, errlen, "the kernel's INIT failed");
+		return -EIO;
+	}
+
+	if (!pt->offered) {
+		why = pt->test_refuse ? "STAGEFS_TEST_NO_PASSTHROUGH is set" :
+		      "the kernel does not offer FUSE_PASSTHROUGH";
+		ret = -EOPNOTSUPP;
+	} else {
+		ret = probe_backing(pt);
+		if (ret == -EPERM)
+			why = have_sys_admin() ?
+			      "the kernel did not enable it on this mount" :
+			      "registering backing files needs CAP_SYS_ADMIN";
+		else if (ret == -ELOOP)
+			why = "cache_dir is on a stacked filesystem";
+		else if (ret && ret != -EOPNOTSUPP)
+			why = strerror(-ret);
+		if (ret == -EOPNOTSUPP)
+			ret = 0;
+	}
+	if (why) {
+		if (pt->mode == CFG_ON) {
+			snprintf(err, errlen, "passthrough=on, but %s", why);
+			return ret;
+		}
+		log_notice("passthrough: off (%s)", why);
+		return 0;
+	}
+	pt->active = true;
+	log_info("passthrough: on (fully cached, verified files are read by the kernel)");
+	return 0;
+}
+
+/* ---- opens ---- */
+
+static struct pt_inode **bucket(struct passthrough *pt, uint64_t ino)
+{
+	return &pt->buckets[(ino * 0x9e3779b97f4a7c15ULL) >> 54];
+}
+
+_Static_assert(PT_BUCKETS == 1 << 10, "bucket() takes the top 10 bits");
+
+/* The entry of @ino, created if @create.  pt->lock held. */
+static struct pt_inode *inode_get(struct passthrough *pt, uint64_t ino, bool create)
+{
+	struct pt_inode **b = bucket(pt, ino), *e;
+
+	for (e = *b; e; e = e->next)
+		if (e->ino == ino)
+			return e;
+	if (!create || !(e = calloc(1, sizeof(*e))))
+		return NULL;
+	e->ino = ino;
+	e->next = *b;
+	*b = e;
+	return e;
+}
+
+/* Free @e once nothing refers to it.  pt->lock held. */
+static void inode_maybe_free(struct passthrough *pt, struct pt_inode *e)
+{
+	struct pt_inode **p;
+
+	if (e->pt_opens || e->daemon_opens || e->busy)
+		return;
+	for (p = bucket(pt, e->ino); *p != e; p = &(*p)->next)
+		;
+	*p = e->next;
+	free(e);
+}
+
+/*
+ * Make @cf a backing file: pin it, check it is whole and verified, open
+ * and register it.  Returns the backing id (> 0), with @cf pinned, or
+ * -errno, with nothing held.  -ENODATA means "not fully cached".
+ */
+static int backing_setup(struct passthrough *pt, fuse_req_t req, struct cfile *cf)
+{
+	struct cache *c = pt->fs->cache;
+	char path[PATH_MAX];
+	int fd, ret;
+
+	/* pinned first: nothing may be evicted between the check and the use */
+	cache_file_pin(c, cf);
+	ret = cache_file_verify(c, cf);
+	if (!ret)
+		ret = cache_file_path(c, cf, path, sizeof(path));
+	if (ret)
+		goto out_unpin;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		goto out_unpin;
+	}
+	/* the kernel keeps its own reference: no descriptor per open file */
+	ret = backing_open(pt, req, fd);
+	close(fd);
+	if (ret < 0) {
+		if (!atomic_exchange(&pt->broken, true))
+			log_warn("passthrough: cannot register a backing file (%s): off from now on",
+				 strerror(-ret));
+		goto out_unpin;
+	}
+	return ret;
+
+out_unpin:
+	cache_file_unpin(c, cf);
+	return ret;
+}
+
+int passthrough_open(struct passthrough *pt, fuse_req_t req, uint64_t ino,
+		     struct cfile *cf, uint64_t size, struct fuse_file_info *fi)
+{
+	struct pt_inode *e;
+	int id;
+
+	if (!pt || !pt->active)
+		return 0;	/* untracked: the kernel never sees a backing file */
+	pthread_mutex_lock(&pt->lock);
+	e = inode_get(pt, ino, true);
+	if (!e) {
+		pthread_mutex_unlock(&pt->lock);
+		return -ENOMEM;
+	}
+	while (e->busy)
+		pthread_cond_wait(&pt->cond, &pt->lock);
+	if (e->backing_id > 0) {
+		/* the inode is in passthrough mode: same backing file */
+		e->pt_opens++;
+		id = e->backing_id;
+		pthread_mutex_unlock(&pt->lock);
+		goto out_passthrough;
+	}
+	if (e->daemon_opens || !size || atomic_load(&pt->broken)) {
+		/* open through the page cache: the kernel would refuse a mix */
+		e->daemon_opens++;
+		pthread_mutex_unlock(&pt->lock);
+		return 0;
+	}
+	e->busy = true;
+	pthread_mutex_unlock(&pt->lock);
+
+	id = backing_setup(pt, req, cf);
+
+	pthread_mutex_lock(&pt->lock);
+	e->busy = false;
+	pthread_cond_broadcast(&pt->cond);
+	if (id < 0) {
+		if (id != -ENODATA)
+			log_debug("passthrough: inode %llu stays on the daemon path: %s",
+				  (unsigned long long)ino, strerror(-id));
+		e->daemon_opens++;
+		pthread_mutex_unlock(&pt->lock);
+		return 0;
+	}
+	e->backing_id = id;
+	e->cf = cf;
+	e->pt_opens = 1;
+	pthread_mutex_unlock(&pt->lock);
+
+out_passthrough:
+#ifdef CONFIG_FUSE_PASSTHROUGH_API
+	fi->backing_id = id;
+#else
+	cur.backing_id = id;
+#endif
+	atomic_fetch_add(&pt->fs->ctr.passthrough_opens, 1);
+	atomic_fetch_add(&pt->fs->ctr.passthrough_bytes, size);
+	return 1;
+}
+
+void passthrough_release(struct passthrough *pt, uint64_t ino, bool was_passthrough)
+{
+	struct pt_inode *e;
+	struct cfile *cf = NULL;
+	int32_t id = 0;
+
+	if (!pt || !pt->active)
+		return;
+	pthread_mutex_lock(&pt->lock);
+	e = inode_get(pt, ino, false);
+	if (!e) {
+		pthread_mutex_unlock(&pt->lock);
+		return;
+	}
+	if (!was_passthrough) {
+		e->daemon_opens--;
+	} else if (--e->pt_opens == 0) {
+		/* the kernel dropped the inode's backing file before RELEASE */
+		id = e->backing_id;
+		cf = e->cf;
+		e->backing_id = 0;
+		e->cf = NULL;
+	}
+	inode_maybe_free(pt, e);
+	pthread_mutex_unlock(&pt->lock);
+	if (id > 0) {
+		backing_close(pt, id);
+		cache_file_unpin(pt->fs->cache, cf);
+	}
+}
