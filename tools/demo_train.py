@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""demo_train.py: read a dataset the way a training loop does, and time it.
+
+    demo_train.py ROOT [--epochs 2] [--workers 4] [--sums FILE] [--drop-caches]
+                       [--label TEXT]...
+
+Each epoch reads every file under ROOT once, in a new shuffled order, with
+WORKERS readers: a torch DataLoader (worker processes, batches of 32) when
+torch can be imported, otherwise a pool of threads doing the same.  A sample
+is the whole file's bytes (an image-sized file, or a large shard read in
+4 MiB pieces); nothing is decoded, so the figures are the input pipeline's
+feed rate, not a model's.
+
+--sums FILE    "crc32 size relpath" lines: every sample's bytes are checked
+--drop-caches  drop the page cache before each epoch (root), so an epoch's
+               figure shows where the bytes came from (stagefs's cache or
+               its source), not RAM
+--label TEXT   a name for epoch 1, 2, ... in the summary (repeatable)
+
+Prints one line per epoch and a summary table; exits 1 if a file could not
+be read or a checksum did not match.
+"""
+import argparse
+import os
+import random
+import sys
+import time
+import zlib
+
+PIECE = 4 << 20
+
+
+def read_sample(path):
+    """Read one file; return (bytes, crc32)."""
+    crc, n = 0, 0
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            b = f.read(PIECE)
+            if not b:
+                break
+            crc = zlib.crc32(b, crc)
+            n += len(b)
+    return n, crc
+
+
+def list_files(root):
+    out = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        out.extend(os.path.join(d, f) for f in sorted(files))
+    return out
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+# --- the two loaders: same work, same order rule ------------------------------
+
+def epoch_threads(files, workers, seed):
+    from concurrent.futures import ThreadPoolExecutor
+    order = list(files)
+    random.Random(seed).shuffle(order)
+    with ThreadPoolExecutor(workers) as ex:
+        for path, (n, crc) in zip(order, ex.map(read_sample, order, chunksize=16)):
+            yield path, n, crc
+
+
+class FileDataset:  # a torch-style map dataset (no torch import needed here)
+    def __init__(self, files):
+        self.files = files
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        n, crc = read_sample(self.files[i])
+        return self.files[i], n, crc
+
+
+def keep_list(batch):
+    return batch
+
+
+def epoch_torch(files, workers, seed):
+    import torch
+    from torch.utils.data import DataLoader
+    g = torch.Generator()
+    g.manual_seed(seed)
+    dl = DataLoader(FileDataset(files), batch_size=32, shuffle=True, generator=g,
+                    num_workers=workers, collate_fn=keep_list, prefetch_factor=4)
+    for batch in dl:
+        yield from batch
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("root")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--sums")
+    ap.add_argument("--drop-caches", action="store_true")
+    ap.add_argument("--label", action="append", default=[])
+    ap.add_argument("--no-torch", action="store_true", help="use threads even if torch is there")
+    a = ap.parse_args()
+
+    loader, epoch = "threads", epoch_threads
+    if not a.no_torch:
+        try:
+            import torch  # noqa: F401
+            loader, epoch = "torch DataLoader", epoch_torch
+        except ImportError:
+            pass
+
+    files = list_files(a.root)
+    if not files:
+        sys.exit(f"demo_train: no files under {a.root}")
+    want = {}
+    if a.sums:
+        with open(a.sums) as f:
+            for line in f:
+                crc, size, rel = line.rstrip("\n").split(" ", 2)
+                want[rel] = (int(size), int(crc))
+    classes = {os.path.relpath(os.path.dirname(p), a.root) for p in files}
+    total = sum(os.stat(p).st_size for p in files)
+    print(f"dataset: {len(files)} files, {total / 1e6:.0f} MB, {len(classes)} directories; "
+          f"{a.workers} readers ({loader}), {a.epochs} epochs")
+
+    results, bad = [], 0
+    for e in range(a.epochs):
+        if a.drop_caches:
+            drop_caches()
+        t0 = time.monotonic()
+        n = nbytes = 0
+        try:
+            for path, size, crc in epoch(files, a.workers, a.seed + e):
+                n += 1
+                nbytes += size
+                rel = os.path.relpath(path, a.root)
+                if rel in want and want[rel] != (size, crc):
+                    bad += 1
+                    if bad <= 5:
+                        print(f"  WRONG DATA: {rel}")
+        except OSError as err:
+            sys.exit(f"demo_train: read failed: {err}")
+        dt = time.monotonic() - t0
+        label = a.label[e] if e < len(a.label) else f"epoch {e + 1}"
+        results.append((label, n, nbytes, dt))
+        print(f"  epoch {e + 1} ({label}): {n} samples, {nbytes / 1e6:.0f} MB in {dt:.2f} s: "
+              f"{n / dt:.0f} samples/s, {nbytes / 1e6 / dt:.0f} MB/s")
+
+    print()
+    print(f"  {'epoch':<44} {'samples/s':>10} {'MB/s':>8} {'x epoch 1':>10}")
+    for label, n, nbytes, dt in results:
+        print(f"  {label:<44} {n / dt:>10.0f} {nbytes / 1e6 / dt:>8.0f} "
+              f"{results[0][3] / dt:>10.2f}")
+    if want:
+        print(f"  checked {len(want)} files against their crc32: "
+              f"{'all correct' if not bad else f'{bad} WRONG'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
