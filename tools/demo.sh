@@ -32,7 +32,7 @@ SHARDS=${DEMO_SHARDS:-4}
 WORKERS=${DEMO_WORKERS:-4}
 NAME=demo
 
-if [ -t 1 ]; then B=$'\033[1m' N=$'\033[0m'; else B= N=; fi
+if [ -t 1 ]; then B=$'\033[1m' N=$'\033[0m'; else B='' N=''; fi
 step() { printf '\n%s== %s%s\n' "$B" "$*" "$N"; }
 note() { printf '   note: %s\n' "$*"; }
 die() { printf 'demo: error: %s\n' "$*" >&2; exit 1; }
