@@ -17,7 +17,8 @@
 #   sfs_mount SRC MNT [name=value | -c FILE]... start a foreground daemon, wait until ready
 #   sfs_umount MNT                              fusermount3 -u, daemon must exit 0
 #   sfs_pid MNT / sfs_log MNT                   the daemon's pid and log file
-#   stat_get MNT KEY / stats_dump MNT           counters from MNT/.stagefs/stats
+#   stat_get MNT KEY [DEF] / stats_dump MNT     counters from MNT/.stagefs/stats
+#   cache_served MNT                            cache hits + passthrough opens
 #   drop_caches                                 sync and drop the page cache
 #   wait_for [-t SECS] CMD...                   poll CMD until it succeeds
 #   wait_pid_exit PID [SECS]                    wait for a child; its status in WAIT_RC
@@ -166,16 +167,28 @@ _canon() { (cd "$1" && pwd -P); }
 # stats_dump MNT: print the stats JSON.  Bounded, in case the daemon hangs.
 stats_dump() { timeout 10 cat "$1/.stagefs/stats"; }
 
-# stat_get MNT KEY: print one integer counter from MNT/.stagefs/stats.
+# stat_get MNT KEY [DEFAULT]: print one integer counter from
+# MNT/.stagefs/stats; a missing key fails, or gives DEFAULT if one is given.
 stat_get() {
 	local json
 	json=$(stats_dump "$1") || die "cannot read $1/.stagefs/stats"
 	"$PYTHON" -c '
 import json, sys
 d = json.loads(sys.argv[1])
-if sys.argv[2] not in d:
-    sys.exit("stats has no key %r: %s" % (sys.argv[2], sys.argv[1]))
-print(int(d[sys.argv[2]]))' "$json" "$2"
+key = sys.argv[2]
+if key not in d:
+    if len(sys.argv) > 3:
+        print(sys.argv[3])
+        sys.exit(0)
+    sys.exit("stats has no key %r: %s" % (key, sys.argv[1]))
+print(int(d[key]))' "$json" "$2" "${@:3}"
+}
+
+# cache_served MNT: how many times MNT answered from its cache: chunk hits
+# in the daemon plus opens handed to the kernel as FUSE passthrough (whose
+# reads then go straight to the cache file and are not seen by the daemon).
+cache_served() {
+	echo $(($(stat_get "$1" cache_hits) + $(stat_get "$1" passthrough_opens 0)))
 }
 
 _ready() {

@@ -20,7 +20,8 @@
 # once before the first of them and stopped on exit, whatever happens.  If it
 # cannot be started they are skipped with the reason.
 #
-# Environment given to tests: REPO, STAGEFS (the daemon binary), PYTHON,
+# Environment given to tests: REPO, STAGEFS (the daemon binary: a copy of
+# $REPO/stagefs taken at start, so rebuilding during a run is safe), PYTHON,
 # TEST_NAME, TEST_TMPDIR, TMPDIR, and for Ceph tests CEPH_CONF and
 # STAGEFS_CEPH_DIR.  Knobs: STAGEFS_TEST_TMPDIR (where temp dirs go, default
 # /tmp), STAGEFS_TEST_TIMEOUT (default per-test timeout), STAGEFS_TEST_KEEP.
@@ -32,9 +33,10 @@ set -u -o pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 OUT=$REPO/tests/out
 DEFAULT_TIMEOUT=${STAGEFS_TEST_TIMEOUT:-300}
-KILL_GRACE=10		# seconds between the timeout's TERM and its KILL
+KILL_GRACE=5		# seconds between the timeout's TERM and its KILL
 
 export REPO
+STAGEFS_GIVEN=${STAGEFS:-}
 export STAGEFS=${STAGEFS:-$REPO/stagefs}
 export PYTHON=${PYTHON:-/usr/bin/python3}
 
@@ -50,30 +52,30 @@ say() { printf '%s\n' "$*"; }
 
 # --- test discovery ----------------------------------------------------------
 
-# Print the tests to run, one path (relative to REPO) a line.
+# Print the tests to run, one absolute path a line.
 list_all() {
 	local f
 	for f in "$REPO"/tests/unit/test_*; do
-		[[ -f $f && -x $f && $f != *.* ]] && say "${f#"$REPO"/}"
+		[[ -f $f && -x $f && $f != *.* ]] && say "$f"
 	done
 	for f in "$REPO"/tests/integration/*.sh "$REPO"/tests/rados/*.sh; do
-		[[ -f $f ]] && say "${f#"$REPO"/}"
+		[[ -f $f ]] && say "$f"
 	done
 }
 
-# Resolve one command-line argument to a test path relative to REPO.
+# Resolve one command-line argument (a path, or a name such as "tree",
+# "integration/tree", "test_config") to the absolute path of a test.
 resolve() {
 	local a=$1 d c
 	if [[ -f $a ]]; then
-		a=$(cd "$(dirname "$a")" && pwd -P)/$(basename "$a")
-		say "${a#"$REPO"/}"
+		say "$(cd "$(dirname "$a")" && pwd -P)/$(basename "$a")"
 		return 0
 	fi
 	a=${a#tests/}
 	for d in "" unit/ integration/ rados/; do
 		for c in "$REPO/tests/$d$a" "$REPO/tests/$d$a.sh"; do
 			if [[ -f $c ]]; then
-				say "${c#"$REPO"/}"
+				say "$c"
 				return 0
 			fi
 		done
@@ -81,10 +83,16 @@ resolve() {
 	return 1
 }
 
-# NAME of a test (used for the log file and in messages): tests/integration/tree.sh
-# -> integration/tree.
+# NAME of a test, for its log file and messages:
+# $REPO/tests/integration/tree.sh -> integration/tree; a test from outside
+# tests/ is named by its file name.
 test_name() {
-	local n=${1#tests/}
+	local n=$1
+	if [[ $n == "$REPO"/tests/* ]]; then
+		n=${n#"$REPO"/tests/}
+	else
+		n=$(basename "$n")
+	fi
 	say "${n%.sh}"
 }
 
@@ -97,8 +105,8 @@ header() {
 }
 
 needs_ceph() {
-	[[ $1 == tests/rados/* ]] && return 0
-	[[ $(header "$REPO/$1" needs) == *ceph* ]]
+	[[ $1 == "$REPO"/tests/rados/* ]] && return 0
+	[[ $(header "$1" needs) == *ceph* ]]
 }
 
 # --- cleanup -----------------------------------------------------------------
@@ -115,13 +123,14 @@ fuse_mounts_under() {
 	done | sort -r
 }
 
-# Pids of processes in session $1, or whose command line names directory $2.
+# Pids of live (not zombie) processes in session $1, or whose command line
+# names directory $2.
 leftover_pids() {
-	local sid=$1 dir=$2
-	{
-		[[ -n $sid ]] && ps -e -o pid=,sid= | awk -v s="$sid" '$2 == s { print $1 }'
-		[[ -n $dir ]] && pgrep -f -- "$dir"
-	} | sort -u | grep -vx -e "$$" -e "$BASHPID" || true
+	# Through the environment: awk's own command line must not name $dir.
+	ps -e -o pid=,sid=,stat=,args= | S=$1 D=$2 ME=$$ awk '
+		$3 ~ /^Z/ || $1 == ENVIRON["ME"] { next }
+		(ENVIRON["S"] != "" && $2 == ENVIRON["S"]) ||
+		(ENVIRON["D"] != "" && index($0, ENVIRON["D"])) { print $1 }'
 }
 
 # Kill what a test left behind and unmount what it left mounted.
@@ -134,6 +143,8 @@ cleanup_test() {
 		ps -o pid=,args= -p "$(echo $pids | tr ' ' ,)" >>"$CUR_LOG" 2>&1
 		# shellcheck disable=SC2086
 		kill -TERM $pids 2>/dev/null
+		# shellcheck disable=SC2086
+		kill -CONT $pids 2>/dev/null
 		for ((i = 0; i < 50; i++)); do
 			pids=$(leftover_pids "$sid" "$dir")
 			[[ -z $pids ]] && break
@@ -185,7 +196,18 @@ ceph_start() {
 	fi
 	CEPH_DIR=$RUN_TMP/ceph
 	mkdir -p "$CEPH_DIR"
-	say "runner: starting a Ceph cluster in $CEPH_DIR"
+	# Another cluster (a developer's, a parallel run) may hold the default
+	# ports: take the first free 32-port range unless told which.
+	if [[ -z ${CEPH_PORT_BASE:-} ]]; then
+		local base used
+		used=$(ss -Htan 2>/dev/null | awk '{ n = split($4, a, ":"); print a[n] }' | sort -un)
+		for ((base = 46789; base < 46789 + 32 * 40; base += 32)); do
+			awk -v lo="$base" -v hi=$((base + 31)) '$1 >= lo && $1 <= hi { f = 1 } END { exit !f }' \
+				<<<"$used" || break
+		done
+		export CEPH_PORT_BASE=$base
+	fi
+	say "runner: starting a Ceph cluster in $CEPH_DIR (ports from $CEPH_PORT_BASE)"
 	# Mark it up first so that the EXIT trap stops a half-started cluster too.
 	CEPH_STATE=up
 	conf=$(timeout -k 10 300 "$script" start "$CEPH_DIR" 2>>"$OUT/ceph-cluster.log" </dev/null)
@@ -223,7 +245,7 @@ run_one() {
 		fi
 	fi
 
-	limit=$(header "$REPO/$t" timeout)
+	limit=$(header "$t" timeout)
 	[[ $limit =~ ^[0-9]+$ ]] || limit=$DEFAULT_TIMEOUT
 	tmp=$(mktemp -d "$RUN_TMP/$(basename "$name").XXXXXX")
 	CUR_TMP=$tmp
@@ -237,10 +259,10 @@ run_one() {
 		cd "$REPO" &&
 		TEST_NAME=$name TEST_TMPDIR=$tmp TMPDIR=$tmp \
 		exec setsid -w bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$sidfile" \
-			timeout -k "$KILL_GRACE" "$limit" "$REPO/$t"
+			timeout -k "$KILL_GRACE" "$limit" "$t"
 	) </dev/null >"$log" 2>&1 &
 	CUR_PID=$!
-	wait "$CUR_PID"
+	{ wait "$CUR_PID"; } 2>/dev/null
 	rc=$?
 	CUR_PID=
 	t1=$(date +%s%N)
@@ -257,6 +279,7 @@ run_one() {
 		;;
 	77)
 		reason=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
+		reason=${reason#SKIP: }
 		say "SKIP $name: ${reason:-no reason given}"
 		nskip=$((nskip + 1))
 		;;
@@ -304,6 +327,15 @@ main() {
 
 	mkdir -p "$OUT" "${STAGEFS_TEST_TMPDIR:-/tmp}"
 	RUN_TMP=$(mktemp -d "${STAGEFS_TEST_TMPDIR:-/tmp}/stagefs-tests.XXXXXX")
+	# Test the binary as it is now: a rebuild while the suite runs must not
+	# swap daemons between (or within) tests.
+	# The stagefs-* tools go along: `stagefs CMD` runs the stagefs-CMD
+	# beside it.
+	if [[ -z $STAGEFS_GIVEN && -x $STAGEFS ]]; then
+		mkdir "$RUN_TMP/bin"
+		cp "$STAGEFS" "$REPO"/stagefs-* "$RUN_TMP/bin/" 2>/dev/null || true
+		STAGEFS=$RUN_TMP/bin/stagefs
+	fi
 	: >"$OUT/ceph-cluster.log"
 	trap on_exit EXIT
 	trap on_signal INT TERM
