@@ -37,7 +37,7 @@ TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
 LIBS_CORE = $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(URING_LIBS) -lm
 LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
-all: stagefs $(TOOLS) tools/readbench
+all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so
 
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
@@ -53,6 +53,10 @@ stagefs: $(FUSE_OBJS) $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
 
 stagefs-%: tools/stagefs-%.o $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
+
+# the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads it)
+gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/pinned.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 # the reader tools/bench.sh times (plain C, no stagefs code)
 tools/readbench: tools/readbench.o
@@ -83,7 +87,7 @@ conf/stagefs.conf.example: stagefs
 	./stagefs --print-config > $@
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS)
+	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS)
 
 distclean: clean
 	rm -f config.h config.mk config.log

@@ -1,0 +1,96 @@
+/*
+ * libstagefs: the client library a training job links (or loads through
+ * gpudirect/stagefs.py) to read files of a stagefs mount into host or GPU
+ * memory.  docs/gpudirect.md has the design and how to measure it.
+ *
+ * sfs_read_device() is the fast path: the file is read with O_DIRECT
+ * io_uring reads into a small pool of pinned host buffers (gpudirect/
+ * pinned.h) while the previous buffers are copied to the GPU with
+ * cudaMemcpyAsync on the handle's stream, so the disk and the PCIe copy
+ * engine are busy at the same time.  When libcufile.so.0 can be loaded
+ * (GPUDirect Storage) it is used instead, falling back to the pipeline on
+ * any cuFile error.  Device -1 means "host memory through the same pipeline",
+ * which is how a machine without a GPU tests everything but the copy engine.
+ *
+ * Data source: the file is read through the mount (O_DIRECT when the mount
+ * accepts it, buffered otherwise).  TODO: once the control socket can hand
+ * over the cache file's fd (docs/control.md), read the NVMe cache file
+ * directly; the mount path stays the fallback.
+ *
+ * Thread safety: a handle serialises its own calls (one lock); use one
+ * handle per thread for parallel reads.  sfs_client_stats() is process wide
+ * and may be called from any thread.
+ *
+ * All functions return 0 / a byte count, or -errno; they never exit or
+ * print except through the stagefs logger at warning level.
+ */
+#ifndef STAGEFS_LIBSTAGEFS_H
+#define STAGEFS_LIBSTAGEFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SFS_HOST_DEVICE		(-1)	/* device argument: host memory */
+#define SFS_MAX_DEVICES		16	/* devices counted in sfs_client_stats */
+
+struct sfs_file;
+
+/*
+ * Open @path, a file inside a stagefs mount (any regular file works; the
+ * mount is only needed for the fast path's future fd passing).  Buffer pool
+ * sizing comes from the environment: STAGEFS_PINNED_BUFS (default 4) buffers
+ * of STAGEFS_PINNED_BUF_SIZE (default 1M, bytes or 4M-style), allocated on
+ * the first sfs_read_device().  STAGEFS_CUFILE=0 disables cuFile.
+ * Returns 0 and a handle in *@out (release with sfs_client_close), or -errno.
+ */
+int sfs_client_open(const char *path, struct sfs_file **out);
+/* Close the handle and free its buffers, stream and ring.  NULL is a no-op. */
+void sfs_client_close(struct sfs_file *f);
+/* The file's size in bytes (fixed: datasets are immutable). */
+int64_t sfs_client_size(const struct sfs_file *f);
+
+/*
+ * Read up to @len bytes at @off into host memory @dst with buffered reads.
+ * Returns the bytes read (less than @len only at end of file) or -errno.
+ */
+ssize_t sfs_read_host(struct sfs_file *f, int64_t off, size_t len, void *dst);
+
+/*
+ * Read up to @len bytes at @off into @dev_ptr on GPU @device (a device
+ * pointer from cudaMalloc), or, with @device == SFS_HOST_DEVICE, into host
+ * memory @dev_ptr through the same pinned O_DIRECT pipeline.  Returns when
+ * the data is in place (the copy stream is synchronised).  Returns the bytes
+ * read (less than @len only at end of file) or -errno: -ENODEV for a
+ * device >= 0 when the library has no CUDA or the runtime sees no GPU.
+ */
+ssize_t sfs_read_device(struct sfs_file *f, int64_t off, size_t len,
+			void *dev_ptr, int device);
+
+/* Process-wide counters, since load. */
+struct sfs_client_stats {
+	uint64_t host_read_bytes;		/* sfs_read_host */
+	uint64_t pinned_host_bytes;		/* sfs_read_device(.., -1) */
+	uint64_t device_bytes[SFS_MAX_DEVICES];	/* copied to GPU n (any path) */
+	uint64_t cufile_bytes;			/* of which through cuFile */
+	uint64_t direct_reads;			/* O_DIRECT io_uring reads */
+	uint64_t buffered_reads;		/* pipeline reads without O_DIRECT */
+	uint64_t odirect_fallbacks;		/* handles that fell back to buffered */
+	uint64_t pinned_bytes;			/* pinned pool memory held now */
+	uint32_t pinned_locked;			/* 1 if every pool is page-locked */
+	uint32_t cuda_available;		/* 1 if built with CUDA and a GPU is seen */
+	uint32_t cufile_loaded;			/* 1 if libcufile.so.0 was loaded */
+};
+
+/* Fill @st (sizeof checked by the caller's ABI: the struct only grows at the end). */
+void sfs_client_stats(struct sfs_client_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
