@@ -1322,10 +1322,10 @@ static int child_evict_while_checking(void *arg)
 			ret = 14;	/* served a punched-out (zero) chunk */
 		free(want);
 		free(k.buf);
-		cache_file_put(c, a);
-		cache_file_put(c, b);
 		/* evict b again so that the next round starts as this one did */
 		cache_file_evict(c, b);
+		cache_file_put(c, a);
+		cache_file_put(c, b);
 		cache_destroy(c);
 	}
 	printf("evict_while_checking: caught the chunk being checked in %d of 5 rounds\n", caught);
