@@ -1,0 +1,66 @@
+/*
+ * procinfo: who is reading, from /proc: a reader thread's process, start
+ * time, process group, cgroup and job.  Used once per reader thread by the
+ * stats module (results are cached there), never per READ.
+ *
+ * The job of a reader is, in this order (docs/feedrate.md):
+ *   1. the value of STAGEFS_JOB in its environment, as it was when the
+ *      process started (/proc/PID/environ: a later setenv() is not seen,
+ *      but children started after it inherit it);
+ *   2. "slurm:job_N" if a component of its cgroup v2 path is job_N (Slurm's
+ *      cgroup layout);
+ *   3. "cgroup:NAME", NAME being the last component of its cgroup v2 path,
+ *      unless that is the root or a generic systemd unit (*.slice,
+ *      init.scope, session-N.scope, user@N.service): containers
+ *      (docker-ID.scope, cri-containerd-ID.scope) and services are jobs;
+ *   4. "pgid:N", its process group: a shell pipeline, or a launcher with
+ *      the workers it forked.
+ */
+#ifndef STAGEFS_PROCINFO_H
+#define STAGEFS_PROCINFO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define PROCINFO_JOB_MAX	128	/* bytes kept of a job name, NUL included */
+#define PROCINFO_ENV_JOB	"STAGEFS_JOB"
+
+struct procinfo {
+	pid_t tid;		/* the thread FUSE named (fuse_req_ctx()->pid) */
+	pid_t tgid;		/* its process */
+	pid_t pgid;
+	uint64_t start;		/* start time of @tid, clock ticks after boot */
+	char comm[17];
+	char job[PROCINFO_JOB_MAX];
+};
+
+/*
+ * Read everything about thread @tid from /proc.  Returns 0, or -ESRCH when
+ * it is gone, or another -errno.  The job is always set when 0 is returned
+ * (the pgid rule cannot fail).
+ */
+int procinfo_read(pid_t tid, struct procinfo *pi);
+
+/* Start time of thread @tid (clock ticks after boot).  0 or -errno. */
+int procinfo_start(pid_t tid, uint64_t *start);
+
+/* True while thread @tid of process @tgid exists (one syscall; a zombie counts). */
+bool procinfo_running(pid_t tgid, pid_t tid);
+
+/*
+ * True while thread @tid of process @tgid, started at @start, still runs
+ * (a zombie counts as gone, so does a new thread that reused the id).
+ */
+bool procinfo_alive(pid_t tgid, pid_t tid, uint64_t start);
+
+/*
+ * The job rule above as a pure function: @env_job is STAGEFS_JOB's value
+ * or NULL, @cgroup the cgroup v2 path or NULL.  Writes a NUL-terminated
+ * name (cut to @len - 1 bytes) to @out.
+ */
+void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
+		       char *out, size_t len);
+
+#endif

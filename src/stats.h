@@ -1,0 +1,227 @@
+/*
+ * stats: the node's feed rate: how many bytes and files reach the training
+ * processes and GPUs, per user, per job, per process and per GPU, how often
+ * the cache had the data, and how long readers waited for data it had not.
+ *
+ * What is counted (docs/feedrate.md has the full story):
+ *  - read_bytes, read_requests: what READ requests returned.  Reads the
+ *    kernel serves from its page cache (keep_cache) or from a passthrough
+ *    backing file never reach the daemon and are not in these.
+ *  - files_read: opens through which at least one byte was read, counted
+ *    once per open, at its first READ that returned data.  opens: every
+ *    open of a regular file.
+ *  - cache_hits / cache_misses: chunk level, as cache.c counts them: each
+ *    chunk a READ touches is a hit, except the chunks that READ fetched
+ *    from the backend itself (misses).  backend_bytes: what those fetches
+ *    brought.  Node-wide misses and backend bytes also count fetches made
+ *    for nobody's READ (warmup, readahead).
+ *  - stall_ns: for each READ that waited on data not in the cache yet (it
+ *    fetched a chunk, or a chunk it needed was being fetched when it began
+ *    or began being fetched while it ran), the READ's whole time in the
+ *    daemon.  read_ns: every READ's time in the daemon.  stall_ratio =
+ *    stall_ns / read_ns.
+ *  - passthrough_opens, passthrough_bytes_est: opens served by FUSE
+ *    passthrough, whose reads never reach the daemon; bytes are estimated
+ *    as the file's size at open.
+ *  - gpu_bytes: bytes the client library reports it copied to GPU memory
+ *    (stats_gpu_account()).  They are not in read_bytes: the GPU path reads
+ *    cache files itself.
+ *
+ * Who: a READ is charged to the thread FUSE names in the request (its
+ * pid, uid, gid).  Threads are identified once, from /proc (procinfo.h:
+ * process, start time, job rule) and cached in a bounded table; entries
+ * whose thread is gone are folded into their user and job and dropped a
+ * minute later.  Users are keyed by uid, jobs by (uid, job name), GPUs by
+ * device index.  Per-process rows merge the threads of one process.
+ *
+ * Cost on the read path: a READ adds relaxed atomic increments to its
+ * reader thread's own record (found through the open file, so no lookup
+ * when the opener reads) and to one of several node shards picked per
+ * worker thread, two clock reads, and an atomic load per chunk touched.
+ * No lock is taken, none is shared by all READs.  User and job totals are
+ * the sums of their threads', made when a snapshot is taken.
+ *
+ * Rates: a ticker thread samples every total once a second into a ring of
+ * STATS_RING samples; the rate over W seconds is (now - the sample W s
+ * ago) / elapsed time, using what exists for younger records.
+ */
+#ifndef STAGEFS_STATS_H
+#define STAGEFS_STATS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "cache.h"
+#include "procinfo.h"
+
+enum stats_field {
+	STATS_READ_BYTES,
+	STATS_FILES,
+	STATS_OPENS,
+	STATS_READS,
+	STATS_READ_ERRORS,
+	STATS_HITS,
+	STATS_MISSES,
+	STATS_BACKEND_BYTES,
+	STATS_STALL_NS,
+	STATS_READ_NS,
+	STATS_PT_OPENS,
+	STATS_PT_BYTES,		/* estimated */
+	STATS_GPU_BYTES,
+	STATS_NFIELDS
+};
+
+enum stats_window { STATS_W1, STATS_W10, STATS_W60, STATS_NWIN };
+
+enum stats_kind { STATS_USER, STATS_JOB, STATS_PROC, STATS_GPU, STATS_NKINDS };
+
+#define STATS_RING	62	/* per-second samples kept: the 60 s window and its ends */
+
+struct stats;
+struct stats_ent;	/* a user, job, reader thread or GPU: reference counted */
+
+struct stats_opts {
+	uint32_t max_procs;	/* reader threads tracked at once (default 4096) */
+	uint32_t max_jobs;	/* (default 4096) */
+	uint32_t max_users;	/* (default 1024) */
+	uint32_t max_gpus;	/* (default 256) */
+	uint32_t proc_keep_s;	/* a gone thread's row stays this long (default 60) */
+	bool no_ticker;		/* tests: call stats_tick() by hand */
+};
+
+/*
+ * Create the counters and start the ticker thread.  @opts may be NULL for
+ * the defaults.  Returns 0 or -errno; release with stats_destroy(), after
+ * the last call into it has returned.
+ */
+int stats_create(const struct stats_opts *opts, struct stats **out);
+void stats_destroy(struct stats *st);
+
+/* Take one per-second sample now and expire gone threads (the ticker's job). */
+void stats_tick(struct stats *st);
+
+/* ---- the read path (fuse/ops.c) ---- */
+
+/* Per-open state, embedded in the open file's handle. */
+struct stats_open {
+	struct stats_ent *proc;		/* the opener's thread; a reference */
+	_Atomic bool delivered;		/* a READ through this open returned data */
+};
+
+/*
+ * Record an open of a regular file by thread @pid (@uid, @gid) in @so.
+ * Never fails: a reader that cannot be identified is counted node-wide
+ * only.  Undo with stats_open_release() when the open is released.
+ * @st may be NULL (nothing counted).
+ */
+void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
+		     uint32_t uid, uint32_t gid);
+void stats_open_release(struct stats *st, struct stats_open *so);
+
+/*
+ * The open in @so (after stats_open_init) is served by FUSE passthrough:
+ * its reads will not be seen; charge @size bytes as an estimate.
+ */
+void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t size);
+
+/* One READ in flight, on the READ handler's stack. */
+struct stats_read {
+	struct stats *st;
+	struct stats_read *outer;	/* the thread's previous one (nesting) */
+	uint64_t t0;
+	const void *file;
+	uint32_t first, last;		/* chunks the READ may touch */
+	uint64_t off;
+	uint32_t chunk_size;
+	uint64_t fills0;		/* fill starts seen at begin */
+	bool pending;			/* a fill was running at begin */
+	uint32_t misses;		/* chunks this READ fetched */
+	uint64_t backend_bytes;
+};
+
+/*
+ * Bracket one READ of @len bytes at @off of the cache file @file (any
+ * pointer that names the file's cache entry), cut in @chunk_size chunks.
+ * stats_read_end() charges @n (the bytes returned, or -errno) to thread
+ * @pid, or to the opener in @so if @pid cannot be identified.
+ */
+void stats_read_begin(struct stats *st, struct stats_read *rd, const void *file,
+		      uint64_t off, size_t len, uint32_t chunk_size);
+void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
+		    uint32_t uid, uint32_t gid, ssize_t n);
+
+/*
+ * Bracket a backend fetch of chunk @idx of @file (any thread).  A fetch
+ * made inside stats_read_begin/end on the same thread is charged to that
+ * READ's reader.  @bytes is what the fetch returned (or -errno).
+ */
+void stats_fetch_begin(struct stats *st, const void *file, uint32_t idx);
+void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t bytes);
+
+/*
+ * The GPU client library copied @bytes to GPU @gpu (its device index) for
+ * user @uid, job @job (NULL: "unknown").  Returns 0, -EINVAL for a bad
+ * index, or -ENOSPC when the tables are full (counted node-wide then).
+ */
+int stats_gpu_account(struct stats *st, uint32_t uid, const char *job, int gpu,
+		      uint64_t bytes);
+
+/* ---- reading the counters ---- */
+
+struct stats_row {
+	enum stats_kind kind;
+	uint32_t uid;			/* users, jobs, processes */
+	char user[PROCINFO_JOB_MAX];	/* user name, or the uid in decimal */
+	char job[PROCINFO_JOB_MAX];	/* jobs, processes */
+	int gpu;			/* GPUs */
+	pid_t pid;			/* processes: the process (tgid) */
+	char comm[17];			/* processes */
+	uint32_t threads;		/* processes: reader threads merged */
+	bool alive;			/* processes */
+	uint64_t total[STATS_NFIELDS];
+	double rate[STATS_NWIN][STATS_NFIELDS];	/* per second */
+};
+
+struct stats_snap {
+	uint64_t uptime_ms;
+	uint64_t untracked_reads;	/* READs no reader could be found for */
+	struct stats_row node;
+	struct stats_row *rows;		/* users, jobs, processes, GPUs, in that order */
+	size_t nrows;
+	size_t nkind[STATS_NKINDS];
+};
+
+/*
+ * A consistent snapshot of every counter, exact as of now, and the rates
+ * as of now.  Returns 0 or -ENOMEM; free with stats_snap_free().
+ */
+int stats_snapshot(struct stats *st, struct stats_snap **out);
+void stats_snap_free(struct stats_snap *snap);
+
+extern const unsigned stats_window_s[STATS_NWIN];
+extern const char *const stats_window_name[STATS_NWIN];
+
+/* hits / (hits + misses) and stall / busy time of @v; negative if undefined. */
+double stats_hit_ratio(const uint64_t *v);
+double stats_stall_ratio(const uint64_t *v);
+
+/*
+ * Write the snapshot as JSON object members (no braces): "node", "users",
+ * "jobs", "processes", "gpus", each line starting with @indent.  The
+ * caller adds the surrounding object.
+ */
+void stats_render_json(const struct stats_snap *snap, FILE *f, const char *indent);
+
+/*
+ * Write the Prometheus text exposition (format 0.0.4) of @snap and the
+ * cache figures in @cs (may be NULL) to @f: names, labels and escaping
+ * per the Prometheus conventions (docs/feedrate.md lists the metrics).
+ */
+void stats_render_prom(const struct stats_snap *snap, const struct cache_stats *cs,
+		       FILE *f);
+
+#endif

@@ -1,0 +1,580 @@
+/*
+ * test_stats: the feed-rate counters: the job rule, /proc identification of
+ * processes and threads, exact per-user/job/process/GPU accounting (files
+ * once per open, chunk hits and misses, stalls on own and others' fetches),
+ * folding of gone threads, rates, the JSON and Prometheus renderers, and
+ * exact totals under 8 threads hammering one reader while snapshots run.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "procinfo.h"
+#include "stats.h"
+#include "util.h"
+
+#define UID	4242	/* no such user here: the name is the number */
+#define CHUNK	(1u << 20)
+
+static void test_job_rule(void **state)
+{
+	static const struct {
+		const char *env, *cg, *want;
+	} cases[] = {
+		{ "train42", "/system.slice/docker-1.scope", "train42" },
+		{ "", "/system.slice/docker-1.scope", "cgroup:docker-1.scope" },
+		{ NULL, "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0", "slurm:job_123" },
+		{ NULL, "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope",
+		  "cgroup:cri-containerd-ab.scope" },
+		{ NULL, "/user.slice/user-1000.slice/session-3.scope", "pgid:77" },
+		{ NULL, "/user.slice/user-1000.slice/user@1000.service", "pgid:77" },
+		{ NULL, "/user.slice/user-1000.slice/user@1000.service/app.slice/trainer.service",
+		  "cgroup:trainer.service" },
+		{ NULL, "/init.scope", "pgid:77" },
+		{ NULL, "/system.slice", "pgid:77" },
+		{ NULL, "/", "pgid:77" },
+		{ NULL, "", "pgid:77" },
+		{ NULL, NULL, "pgid:77" },
+		{ NULL, "/a/job_12x", "cgroup:job_12x" },
+	};
+	char out[PROCINFO_JOB_MAX];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		procinfo_job_rule(cases[i].env, cases[i].cg, 77, out, sizeof(out));
+		if (strcmp(out, cases[i].want))
+			fail_msg("case %zu: got %s, want %s", i, out, cases[i].want);
+	}
+	procinfo_job_rule("abcdefghij", NULL, 1, out, 5);
+	assert_string_equal(out, "abcd");
+}
+
+static pid_t spawn_with_job(const char *job)
+{
+	char env[256];
+	char *const envp[] = { env, "PATH=/usr/bin:/bin", NULL };
+	pid_t pid;
+
+	snprintf(env, sizeof(env), "STAGEFS_JOB=%s", job);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execle("/bin/sleep", "sleep", "30", (char *)NULL, envp);
+		_exit(127);
+	}
+	/*
+	 * Wait until it is sleep with its environment: exec sets the comm a
+	 * little before the new environment is readable in /proc.
+	 */
+	for (int i = 0; i < 1000; i++) {
+		struct procinfo pi;
+
+		if (!procinfo_read(pid, &pi) && !strcmp(pi.job, job))
+			return pid;
+		usleep(2000);
+	}
+	fail_msg("child %d never showed STAGEFS_JOB=%s", (int)pid, job);
+	return -1;
+}
+
+static void reap(pid_t pid)
+{
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+static void *tid_thread(void *arg)
+{
+	pid_t *tid = arg;
+
+	*tid = gettid();
+	return NULL;
+}
+
+static void test_procinfo(void **state)
+{
+	struct procinfo pi, self;
+	pthread_t th;
+	pid_t tid = 0, child;
+
+	assert_int_equal(procinfo_read(getpid(), &self), 0);
+	assert_int_equal(self.tgid, getpid());
+	assert_int_equal(self.pgid, getpgrp());
+	assert_true(self.start > 0);
+	assert_true(self.job[0] != '\0');
+	assert_true(procinfo_alive(getpid(), getpid(), self.start));
+	assert_false(procinfo_alive(getpid(), getpid(), self.start + 1));
+
+	child = spawn_with_job("unit \"job\"");
+	assert_int_equal(procinfo_read(child, &pi), 0);
+	assert_string_equal(pi.job, "unit \"job\"");
+	assert_int_equal(pi.tgid, child);
+	assert_true(procinfo_alive(child, child, pi.start));
+	reap(child);
+	assert_false(procinfo_alive(child, child, pi.start));
+	assert_false(procinfo_running(child, child));
+	assert_int_equal(procinfo_read(child, &pi), -ESRCH);
+
+	/* a thread's job is its process's; its tgid is the process */
+	pthread_create(&th, NULL, tid_thread, &tid);
+	pthread_join(th, NULL);
+	assert_int_equal(procinfo_read(gettid(), &pi), 0);
+	assert_int_equal(pi.tgid, getpid());
+	assert_string_equal(pi.job, self.job);
+}
+
+/* ---- stats ---- */
+
+static struct stats *mkstats(uint32_t keep_s)
+{
+	struct stats_opts o = { .no_ticker = true, .proc_keep_s = keep_s };
+	struct stats *st = NULL;
+
+	assert_int_equal(stats_create(&o, &st), 0);
+	return st;
+}
+
+static struct stats_snap *snap(struct stats *st)
+{
+	struct stats_snap *s = NULL;
+
+	assert_int_equal(stats_snapshot(st, &s), 0);
+	return s;
+}
+
+static const struct stats_row *row(const struct stats_snap *s, enum stats_kind k,
+				   uint32_t uid, const char *job)
+{
+	for (size_t i = 0; i < s->nrows; i++) {
+		const struct stats_row *r = &s->rows[i];
+
+		if (r->kind == k && (k == STATS_GPU || r->uid == uid) &&
+		    (!job || !strcmp(r->job, job)))
+			return r;
+	}
+	return NULL;
+}
+
+/* One READ of @n bytes at @off by @pid through @so, fetching @fetch chunks. */
+static void do_read(struct stats *st, struct stats_open *so, const void *file,
+		    pid_t pid, uint32_t uid, uint64_t off, ssize_t n, int fetch)
+{
+	struct stats_read rd;
+
+	stats_read_begin(st, &rd, file, off, n > 0 ? (size_t)n : 4096, CHUNK);
+	for (int i = 0; i < fetch; i++) {
+		stats_fetch_begin(st, file, (uint32_t)(off / CHUNK) + (uint32_t)i);
+		stats_fetch_end(st, file, (uint32_t)(off / CHUNK) + (uint32_t)i, CHUNK);
+	}
+	stats_read_end(&rd, so, pid, uid, 0, n);
+}
+
+static void test_accounting(void **state)
+{
+	struct stats *st = mkstats(0);
+	struct stats_open a, b;
+	struct stats_snap *s;
+	const struct stats_row *u, *j, *p, *n;
+	struct procinfo self;
+	int file;
+
+	assert_int_equal(procinfo_read(getpid(), &self), 0);
+	stats_open_init(st, &a, getpid(), UID, UID);
+	stats_open_init(st, &b, getpid(), UID, UID);
+	/* a: 3 READs, the first spanning two chunks and fetching one */
+	do_read(st, &a, &file, getpid(), UID, CHUNK - 100, 1000, 1);
+	do_read(st, &a, &file, getpid(), UID, CHUNK + 900, 4096, 0);
+	do_read(st, &a, &file, getpid(), UID, 10 * CHUNK, 0, 0);	/* EOF */
+	/* b: an EOF READ only, then an error */
+	do_read(st, &b, &file, getpid(), UID, 0, 0, 0);
+	do_read(st, &b, &file, getpid(), UID, 0, -EIO, 0);
+	stats_open_passthrough(st, &b, 12345);
+
+	usleep(2000);	/* rates need a millisecond of history */
+	s = snap(st);
+	u = row(s, STATS_USER, UID, NULL);
+	j = row(s, STATS_JOB, UID, self.job);
+	p = row(s, STATS_PROC, UID, NULL);
+	n = &s->node;
+	assert_non_null(u);
+	assert_non_null(j);
+	assert_non_null(p);
+	assert_string_equal(u->user, "4242");
+	assert_string_equal(j->user, "4242");
+	assert_int_equal(p->pid, getpid());
+	assert_true(p->alive);
+	for (const struct stats_row *r = u; r; r = r == u ? j : r == j ? p : r == p ? n : NULL) {
+		assert_int_equal(r->total[STATS_READ_BYTES], 5096);
+		assert_int_equal(r->total[STATS_FILES], 1);	/* b never got a byte */
+		assert_int_equal(r->total[STATS_OPENS], 2);
+		assert_int_equal(r->total[STATS_READS], 5);
+		assert_int_equal(r->total[STATS_READ_ERRORS], 1);
+		assert_int_equal(r->total[STATS_HITS], 2);	/* 3 pieces, 1 fetched */
+		assert_int_equal(r->total[STATS_MISSES], 1);
+		assert_int_equal(r->total[STATS_BACKEND_BYTES], CHUNK);
+		assert_int_equal(r->total[STATS_PT_OPENS], 1);
+		assert_int_equal(r->total[STATS_PT_BYTES], 12345);
+		assert_true(r->total[STATS_STALL_NS] > 0);
+		assert_true(r->total[STATS_STALL_NS] < r->total[STATS_READ_NS]);
+		assert_true(r->rate[STATS_W60][STATS_READ_BYTES] > 0);
+	}
+	assert_true(stats_hit_ratio(n->total) > 0.66 && stats_hit_ratio(n->total) < 0.67);
+	assert_int_equal(s->untracked_reads, 0);
+	stats_snap_free(s);
+
+	/* a fetch outside any READ (warmup) is node-wide only */
+	stats_fetch_begin(st, &file, 99);
+	stats_fetch_end(st, &file, 99, 777);
+	s = snap(st);
+	assert_int_equal(s->node.total[STATS_BACKEND_BYTES], CHUNK + 777);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_BACKEND_BYTES], CHUNK);
+	stats_snap_free(s);
+
+	stats_open_release(st, &a);
+	stats_open_release(st, &b);
+	stats_destroy(st);
+}
+
+struct fetcher {
+	struct stats *st;
+	const void *file;
+	uint32_t idx;
+};
+
+static void *fetch_thread(void *arg)
+{
+	struct fetcher *f = arg;
+
+	stats_fetch_begin(f->st, f->file, f->idx);
+	usleep(1000);
+	stats_fetch_end(f->st, f->file, f->idx, 100);
+	return NULL;
+}
+
+static void test_stall_on_others(void **state)
+{
+	struct stats *st = mkstats(0);
+	struct stats_open so;
+	struct stats_read rd;
+	struct stats_snap *s;
+	pthread_t th;
+	int file, other;
+	struct fetcher f = { st, &file, 3 };
+
+	stats_open_init(st, &so, getpid(), UID, UID);
+	/* a hit on a chunk nobody fetches: no stall */
+	do_read(st, &so, &file, getpid(), UID, 0, 100, 0);
+	s = snap(st);
+	assert_int_equal(s->node.total[STATS_STALL_NS], 0);
+	stats_snap_free(s);
+
+	/* a fill of another file's chunk does not make this READ stall */
+	f.file = &other;
+	stats_read_begin(st, &rd, &file, 3ull * CHUNK, 100, CHUNK);
+	pthread_create(&th, NULL, fetch_thread, &f);
+	pthread_join(th, NULL);
+	stats_read_end(&rd, &so, getpid(), UID, 0, 100);
+	s = snap(st);
+	assert_int_equal(s->node.total[STATS_STALL_NS], 0);
+	stats_snap_free(s);
+
+	/* another thread's fill of our chunk, begun while we ran: a stall */
+	f.file = &file;
+	stats_read_begin(st, &rd, &file, 3ull * CHUNK, 100, CHUNK);
+	pthread_create(&th, NULL, fetch_thread, &f);
+	pthread_join(th, NULL);
+	stats_read_end(&rd, &so, getpid(), UID, 0, 100);
+	s = snap(st);
+	assert_true(s->node.total[STATS_STALL_NS] >= 1000000);
+	/* it was not our miss */
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_MISSES], 0);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_HITS], 3);
+	assert_int_equal(s->node.total[STATS_MISSES], 2);
+	stats_snap_free(s);
+
+	/* a fill running when we begin: a stall */
+	stats_fetch_begin(st, &file, 5);
+	stats_read_begin(st, &rd, &file, 5ull * CHUNK, 100, CHUNK);
+	stats_read_end(&rd, &so, getpid(), UID, 0, 100);
+	stats_fetch_end(st, &file, 5, -EIO);
+	s = snap(st);
+	assert_int_equal(s->node.total[STATS_READS], 4);
+	assert_true(s->node.total[STATS_STALL_NS] > 1000000);
+	stats_snap_free(s);
+	stats_open_release(st, &so);
+	stats_destroy(st);
+}
+
+struct other_reader {
+	struct stats *st;
+	struct stats_open *so;
+};
+
+static void *other_reader_thread(void *arg)
+{
+	struct other_reader *o = arg;
+	int file;
+
+	do_read(o->st, o->so, &file, gettid(), UID, 0, 20, 0);
+	return NULL;
+}
+
+static void test_threads_and_gone(void **state)
+{
+	struct stats *st = mkstats(1);
+	struct stats_open so, co;
+	struct other_reader o = { st, &so };
+	struct stats_snap *s;
+	const struct stats_row *p;
+	pthread_t th;
+	pid_t child;
+	int file;
+
+	/* a READ by another thread of the opener's process: its own record */
+	stats_open_init(st, &so, getpid(), UID, UID);
+	do_read(st, &so, &file, getpid(), UID, 0, 10, 0);
+	pthread_create(&th, NULL, other_reader_thread, &o);
+	pthread_join(th, NULL);
+	s = snap(st);
+	p = row(s, STATS_PROC, UID, NULL);
+	assert_int_equal(p->threads, 2);
+	assert_int_equal(p->total[STATS_READ_BYTES], 30);
+	assert_int_equal(p->total[STATS_FILES], 1);
+	stats_snap_free(s);
+
+	/* a child process with its own job */
+	child = spawn_with_job("train42");
+	stats_open_init(st, &co, child, UID + 1, UID + 1);
+	do_read(st, &co, &file, child, UID + 1, 0, 300, 0);
+	stats_open_release(st, &co);
+
+	s = snap(st);
+	assert_int_equal(row(s, STATS_JOB, UID + 1, "train42")->total[STATS_READ_BYTES], 300);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_READ_BYTES], 30);
+	assert_int_equal(s->nkind[STATS_PROC], 2);	/* threads merged */
+	assert_int_equal(s->nkind[STATS_USER], 2);
+	stats_snap_free(s);
+
+	/* the child goes: its row stays for proc_keep_s, its counts for good */
+	reap(child);
+	stats_tick(st);
+	s = snap(st);
+	assert_false(row(s, STATS_PROC, UID + 1, NULL)->alive);
+	stats_snap_free(s);
+	usleep(1100 * 1000);
+	stats_tick(st);
+	s = snap(st);
+	assert_null(row(s, STATS_PROC, UID + 1, NULL));
+	assert_int_equal(s->nkind[STATS_PROC], 1);
+	assert_int_equal(row(s, STATS_JOB, UID + 1, "train42")->total[STATS_READ_BYTES], 300);
+	assert_int_equal(row(s, STATS_JOB, UID + 1, "train42")->total[STATS_FILES], 1);
+	assert_int_equal(row(s, STATS_USER, UID + 1, NULL)->total[STATS_OPENS], 1);
+	assert_int_equal(s->node.total[STATS_READ_BYTES], 330);
+	stats_snap_free(s);
+
+	/* a reader that cannot be identified (another pid namespace: pid 0) */
+	do_read(st, NULL, &file, 0, UID + 2, 0, 5, 0);
+	s = snap(st);
+	assert_string_equal(row(s, STATS_JOB, UID + 2, NULL)->job, "unknown");
+	stats_snap_free(s);
+
+	assert_int_equal(stats_gpu_account(st, UID, "train42", 1, 1000), 0);
+	assert_int_equal(stats_gpu_account(st, UID, NULL, 0, 24), 0);
+	assert_int_equal(stats_gpu_account(st, UID, NULL, -1, 24), -EINVAL);
+	s = snap(st);
+	assert_int_equal(s->nkind[STATS_GPU], 2);
+	assert_int_equal(row(s, STATS_GPU, 0, NULL)->gpu, 0);
+	assert_int_equal(row(s, STATS_GPU, 0, NULL)->total[STATS_GPU_BYTES], 24);
+	assert_int_equal(row(s, STATS_JOB, UID, "train42")->total[STATS_GPU_BYTES], 1000);
+	assert_int_equal(row(s, STATS_JOB, UID, "unknown")->total[STATS_GPU_BYTES], 24);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_GPU_BYTES], 1024);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_READ_BYTES], 30);
+	assert_int_equal(s->node.total[STATS_GPU_BYTES], 1024);
+	stats_snap_free(s);
+	stats_open_release(st, &so);
+	stats_destroy(st);
+}
+
+static char *render(struct stats_snap *s, bool prom)
+{
+	struct cache_stats cs = { .used_bytes = 4096, .limit_bytes = UINT64_MAX };
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (prom) {
+		stats_render_prom(s, &cs, f);
+	} else {
+		fputs("{\n", f);
+		stats_render_json(s, f, "  ");
+		fputs("\n}\n", f);
+	}
+	fclose(f);
+	return buf;
+}
+
+static void test_render(void **state)
+{
+	struct stats *st = mkstats(0);
+	struct stats_open so;
+	struct stats_snap *s;
+	struct json_doc *doc = NULL;
+	const struct json *r, *jobs, *job = NULL;
+	char err[128], *text, line[512];
+	pid_t child = spawn_with_job("we\"ird\\job\n\xff");
+	int file;
+
+	stats_open_init(st, &so, child, UID, UID);
+	do_read(st, &so, &file, child, UID, 0, 123456789, 2);
+	stats_gpu_account(st, UID, "x", 3, 77);
+	s = snap(st);
+	text = render(s, false);
+	if (json_parse(text, strlen(text), &doc, err, sizeof(err)))
+		fail_msg("%s\n%s", err, text);
+	r = json_root(doc);
+	assert_true(json_u64(json_get(json_get(r, "node"), "read_bytes"), 0) == 123456789);
+	assert_non_null(json_get(json_get(json_get(r, "node"), "rates"), "10s"));
+	jobs = json_get(r, "jobs");
+	for (size_t i = 0; i < json_len(jobs); i++)
+		if (!strcmp(json_str(json_get(json_at(jobs, i), "job"), ""), "we\"ird\\job__"))
+			job = json_at(jobs, i);
+	assert_non_null(job);
+	assert_true(json_u64(json_get(job, "read_bytes"), 0) == 123456789);
+	assert_true(json_u64(json_get(job, "files_read"), 0) == 1);
+	assert_true(json_u64(json_get(job, "cache_misses"), 0) == 2);
+	assert_string_equal(json_str(json_get(job, "user"), ""), "4242");
+	assert_int_equal(json_len(json_get(r, "users")), 1);
+	assert_int_equal(json_len(json_get(r, "processes")), 1);
+	assert_true(json_u64(json_get(json_at(json_get(r, "gpus"), 0), "gpu_bytes"), 0) == 77);
+	json_doc_free(doc);
+	free(text);
+
+	text = render(s, true);
+	snprintf(line, sizeof(line),
+		 "stagefs_read_bytes_total{user=\"4242\",job=\"we\\\"ird\\\\job__\"} 123456789\n");
+	if (!strstr(text, line))
+		fail_msg("no line %s in\n%s", line, text);
+	assert_non_null(strstr(text, "# TYPE stagefs_read_bytes_total counter\n"));
+	assert_non_null(strstr(text, "# HELP stagefs_files_read_total "));
+	assert_non_null(strstr(text, "stagefs_gpu_bytes_total{gpu=\"3\"} 77\n"));
+	assert_non_null(strstr(text, "stagefs_cache_used_bytes 4096\n"));
+	assert_non_null(strstr(text, "stagefs_cache_limit_bytes 0\n"));
+	assert_non_null(strstr(text, "stagefs_fetched_bytes_total 2097152\n"));
+	/* every line is a comment or NAME{...} VALUE / NAME VALUE */
+	for (char *l = text, *e; *l; l = e + 1) {
+		e = strchr(l, '\n');
+		assert_non_null(e);
+		assert_true(e > l);
+		assert_true(l[0] == '#' || (l[0] >= 'a' && l[0] <= 'z'));
+	}
+	free(text);
+	stats_snap_free(s);
+	stats_open_release(st, &so);
+	reap(child);
+	stats_destroy(st);
+}
+
+/* ---- concurrency ---- */
+
+#define NTHREADS	8
+#define NREADS		200000
+
+struct hammer {
+	struct stats *st;
+	struct stats_open *so;
+	pid_t pid;
+	uint64_t ns;
+};
+
+static void *hammer_thread(void *arg)
+{
+	struct hammer *h = arg;
+	uint64_t t0 = now_ns();
+	int file;
+
+	for (int i = 0; i < NREADS; i++) {
+		struct stats_read rd;
+
+		stats_read_begin(h->st, &rd, &file, (uint64_t)i * 131072, 131072, CHUNK);
+		stats_read_end(&rd, h->so, h->pid, UID, 0, 131072);
+	}
+	h->ns = now_ns() - t0;
+	return NULL;
+}
+
+static _Atomic bool stop_snap;
+
+static void *snap_thread(void *arg)
+{
+	struct stats *st = arg;
+
+	while (!atomic_load(&stop_snap)) {
+		struct stats_snap *s = NULL;
+
+		stats_tick(st);
+		if (!stats_snapshot(st, &s))
+			stats_snap_free(s);
+	}
+	return NULL;
+}
+
+static void test_concurrent_exact(void **state)
+{
+	struct stats *st = mkstats(0);
+	struct stats_open so;
+	struct hammer h[NTHREADS];
+	pthread_t th[NTHREADS], sn;
+	struct stats_snap *s;
+	uint64_t ns = 0;
+
+	stats_open_init(st, &so, getpid(), UID, UID);
+	atomic_store(&stop_snap, false);
+	pthread_create(&sn, NULL, snap_thread, st);
+	for (int i = 0; i < NTHREADS; i++) {
+		h[i] = (struct hammer){ st, &so, getpid(), 0 };
+		pthread_create(&th[i], NULL, hammer_thread, &h[i]);
+	}
+	for (int i = 0; i < NTHREADS; i++) {
+		pthread_join(th[i], NULL);
+		ns += h[i].ns;
+	}
+	atomic_store(&stop_snap, true);
+	pthread_join(sn, NULL);
+	s = snap(st);
+	assert_true(row(s, STATS_USER, UID, NULL)->total[STATS_READS] == (uint64_t)NTHREADS * NREADS);
+	assert_true(row(s, STATS_USER, UID, NULL)->total[STATS_READ_BYTES] ==
+		    (uint64_t)NTHREADS * NREADS * 131072);
+	assert_true(s->node.total[STATS_READS] == (uint64_t)NTHREADS * NREADS);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_FILES], 1);
+	print_message("stats_read_begin+end: %.0f ns per READ, %d threads on one reader\n",
+		      (double)ns / ((double)NTHREADS * NREADS), NTHREADS);
+	stats_snap_free(s);
+	stats_open_release(st, &so);
+	stats_destroy(st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_job_rule),
+		cmocka_unit_test(test_procinfo),
+		cmocka_unit_test(test_accounting),
+		cmocka_unit_test(test_stall_on_others),
+		cmocka_unit_test(test_threads_and_gone),
+		cmocka_unit_test(test_render),
+		cmocka_unit_test(test_concurrent_exact),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
