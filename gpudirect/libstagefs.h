@@ -45,7 +45,8 @@ struct sfs_file;
  * mount is only needed for the fast path's future fd passing).  Buffer pool
  * sizing comes from the environment: STAGEFS_PINNED_BUFS (default 4) buffers
  * of STAGEFS_PINNED_BUF_SIZE (default 1M, bytes or 4M-style), allocated on
- * the first sfs_read_device().  STAGEFS_CUFILE=0 disables cuFile.
+ * the first sfs_read_device().  STAGEFS_CUFILE=0 disables cuFile;
+ * STAGEFS_ODIRECT=0 makes the pipeline use buffered reads.
  * Returns 0 and a handle in *@out (release with sfs_client_close), or -errno.
  */
 int sfs_client_open(const char *path, struct sfs_file **out);
