@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """gentree.py: write a deterministic test dataset tree for stagefs.
 
-    gentree.py DIR [--big-mb 200] [--small 10000] [--chunk 4M[,1M...]] [--seed 1]
+    gentree.py DIR [--big-mb 200] [--small 10000] [--chunk 4M[,1M...]] [--wide 2000] [--seed 1]
 
 The same arguments always give the same tree (names, contents, sizes, modes,
 owners, mtimes).  What it holds:
@@ -13,7 +13,9 @@ owners, mtimes).  What it holds:
   big.bin                     --big-mb MiB (0 = none)
   naïve café/ファイル 1.bin    UTF-8 and space names, plus other odd names
   links/                      relative, absolute, dangling symlinks, a symlink
-                              to a directory, a symlink to a symlink
+                              to a directory, a symlink to a symlink, and two
+                              hard links to one file (nlink 2)
+  wide/                       --wide (2000) files in one directory
   small/dNN/fNNNNN.bin        --small files of 1-200 KiB (log-uniform sizes,
                               so ~37 KiB on average), over 100 directories
   perms/                      modes 0600 0640 0755 0444 0400, 0700 and 0555
@@ -158,6 +160,13 @@ def build(args):
     g.file("names/.hidden", 8)
     g.file("names/emoji-\U0001F600.txt", 9)
 
+    # A wide directory (readdir continues over many replies) and a hard link.
+    if args.wide > 0:
+        for i in range(args.wide):
+            g.file(f"wide/{i:05d}-" + "w" * (i % 97), i % 3)
+    g.file("links/hard-a", 2222)
+    os.link(g.path("links/hard-a"), g.path("links/hard-b"))
+
     # Symlinks.
     g.mkdir("links")
     g.symlink("links/rel-file", "../deep/a/b/mid.bin")
@@ -204,6 +213,8 @@ def main():
     ap.add_argument("--small", type=int, default=10000)
     ap.add_argument("--chunk", default="4M",
                     help="chunk size(s) whose boundaries get edge files, comma separated")
+    ap.add_argument("--wide", type=int, default=2000,
+                    help="files in one directory (wide/)")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     if os.path.exists(args.dir) and os.listdir(args.dir):
