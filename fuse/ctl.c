@@ -8,6 +8,7 @@
  */
 #include "fs.h"
 
+#include "metrics.h"
 #include "passthrough.h"
 
 #include <errno.h>
@@ -57,8 +58,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"cache_chunks\": %" PRIu64 ",\n"
 		"  \"cache_files\": %" PRIu64 ",\n"
 		"  \"cache_loaded_chunks\": %" PRIu64 ",\n"
-		"  \"cache_load_ms\": %" PRIu64 "\n"
-		"}\n",
+		"  \"cache_load_ms\": %" PRIu64 ",\n",
 		STAGEFS_VERSION, ds0 ? ds0->be->uri : "", (now_ms() - fs->start_ms) / 1000,
 		ds0 ? ds0->be->chunk_size : 0,
 		LD(read_requests), LD(read_bytes), LD(read_errors), LD(opens),
@@ -68,6 +68,8 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		LD(stall_ns) / 1000000,
 		cs.used_bytes, cs.limit_bytes == UINT64_MAX ? 0 : cs.limit_bytes,
 		cs.chunks, cs.files, cs.loaded_chunks, cs.load_ms);
+	sfs_metrics_json(fs, f);	/* "node", "users", "jobs", ... */
+	fputs("\n}\n", f);
 	if (fclose(f)) {
 		free(buf);
 		return -ENOMEM;
@@ -79,6 +81,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 const struct sfs_vfile sfs_vfiles[] = {
 	{ "stats", sfs_stats_json },
 	{ "quota", sfs_quota_text },
+	{ "metrics", sfs_metrics_text },	/* Prometheus text format */
 };
 
 const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);

@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "passthrough.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@ struct sfs_fh {
 	struct sfs_attr attr;	/* attr.ino is the backend's inode */
 	struct cfile *cf;
 	bool passthrough;	/* the kernel reads the cache file: no READs */
+	struct stats_open so;	/* feed-rate accounting of this open */
 };
 
 /* An open virtual file: its content is rendered at open. */
@@ -469,8 +471,11 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	struct sfs *fs = fh->fs;
 	struct backend *be = fh->ds->be;
 	uint64_t t0 = now_ns();
-	int r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
+	int r;
 
+	stats_fetch_begin(fs->stats, fh->cf, idx);
+	r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
+	stats_fetch_end(fs->stats, fh->cf, idx, r);
 	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
 	if (r < 0) {
 		atomic_fetch_add(&fs->ctr.backend_errors, 1);
@@ -547,6 +552,10 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fh->passthrough = ret > 0;
+	stats_open_init(fs->stats, &fh->so, fuse_req_ctx(req)->pid,
+			fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid);
+	if (fh->passthrough)
+		stats_open_passthrough(fs->stats, &fh->so, fh->attr.size);
 	atomic_fetch_add(&fs->ctr.opens, 1);
 	fi->fh = (uintptr_t)fh;
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
@@ -554,6 +563,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		passthrough_release(fs->pt, ino, fh->passthrough);
+		stats_open_release(fs->stats, &fh->so);
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 	}
@@ -600,6 +610,7 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 
 	struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
+	struct stats_read rd;
 	struct cache_source src = {
 		.fetch = fetch_chunk,
 		.arg = fh,
@@ -613,7 +624,10 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	atomic_fetch_add(&fs->ctr.read_requests, 1);
+	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
 	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
+	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, fuse_req_ctx(req)->uid,
+		       fuse_req_ctx(req)->gid, n);
 	if (n < 0) {
 		atomic_fetch_add(&fs->ctr.read_errors, 1);
 		fuse_reply_err(req, (int)-n);
@@ -638,6 +652,7 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
 
 		passthrough_release(fs->pt, ino, fh->passthrough);
+		stats_open_release(fs->stats, &fh->so);
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 	}

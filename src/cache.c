@@ -1263,6 +1263,9 @@ int cache_file_verify(struct cache *c, struct cfile *cf)
 		need = cf->chunks[i].state != CH_PRESENT || !cf->chunks[i].verified;
 		if (cf->chunks[i].state == CH_ABSENT)
 			ret = -ENODATA;
+		else if (!need)
+			/* the outside reader's use is the only one we will see */
+			lru_touch(c, &cf->chunks[i]);
 		pthread_mutex_unlock(&c->lock);
 		if (ret || !need)
 			continue;

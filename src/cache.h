@@ -152,7 +152,8 @@ bool cache_chunk_present(struct cache *c, struct cfile *cf, uint32_t idx);
  * Returns 0 when the whole file is cached and verified, -ENODATA when some
  * chunk is missing (a corrupt one is dropped, so it is missing afterwards),
  * or -errno.  Used before handing the cache file to the kernel (FUSE
- * passthrough) or to a client (GPU path), which read it without us.
+ * passthrough) or to a client (GPU path), which read it without us: so it
+ * also counts as a use of every chunk for eviction (LRU).
  */
 int cache_file_verify(struct cache *c, struct cfile *cf);
 

@@ -79,6 +79,13 @@ static const struct opt opts[] = {
 	  "error, warning, notice, info or debug" },
 	{ "log_file", OPT_STR, O(log_file), "", 0, 0,
 	  "append log lines to this file (default: stderr in the foreground, syslog in the background)" },
+	/* feed-rate metrics (fuse/metrics.c, docs/feedrate.md) */
+	{ "metrics_port", OPT_UINT, O(metrics_port), "0", 0, 65535,
+	  "serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 = off" },
+	{ "metrics_file", OPT_STR, O(metrics_file), "", 0, 0,
+	  "rewrite this file (node_exporter textfile collector) with the metrics; empty = off" },
+	{ "metrics_interval", OPT_DURATION, O(metrics_interval_ms), "5s", 1000, 3600000,
+	  "how often metrics_file is rewritten" },
 };
 
 #undef O

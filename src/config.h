@@ -52,6 +52,10 @@ struct sfs_config {
 	/* misc */
 	int log_level;
 	char *log_file;
+	/* feed-rate metrics (fuse/metrics.c) */
+	uint32_t metrics_port;		/* 127.0.0.1:PORT/metrics; 0 = off */
+	char *metrics_file;		/* textfile-collector file; "" = off */
+	uint64_t metrics_interval_ms;	/* how often metrics_file is rewritten */
 };
 
 /* Where a setting came from, for error messages. */
