@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# FUSE passthrough: a fully cached file is read by the kernel with zero READs reaching the daemon; a partial one stays on the daemon path until it is complete.
+# timeout: 240
+. "$(dirname "$0")/../lib.sh"
+need_mount
+
+M=$((1 << 20))
+src=$TEST_TMPDIR/src mnt=$TEST_TMPDIR/mnt
+mkdir -p "$src"
+head -c $((32 * M + 777)) /dev/urandom >"$src/full.bin"
+head -c $((16 * M + 5)) /dev/urandom >"$src/part.bin"
+want_full=$(sha256 "$src/full.bin")
+want_part=$(sha256 "$src/part.bin")
+
+sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto
+[[ $(stat_get "$mnt" passthrough_active) -eq 1 ]] ||
+	skip "passthrough is not available here: $(grep -o 'passthrough: off.*' "$(sfs_log "$mnt")" || echo 'no reason logged')"
+
+# --- 1: a file read whole once is passthrough at its next open -------------
+[[ $(sha256 "$mnt/full.bin") == "$want_full" ]] || die "cold read: wrong content"
+reads=$(stat_get "$mnt" read_requests)
+assert_gt "$reads" 0 "read_requests after the cold read (daemon path)"
+
+# RELEASE reaches the daemon asynchronously after close(2); until it has, a
+# new open stays on the daemon path (the kernel refuses a cached open and a
+# passthrough open of one inode at the same time).  So wait for one open to
+# go passthrough before measuring.
+pt0=$(stat_get "$mnt" passthrough_opens)
+pt_open_happened() {
+	head -c 1 "$mnt/full.bin" >/dev/null
+	[[ $(stat_get "$mnt" passthrough_opens) -gt $pt0 ]]
+}
+wait_for -t 20 pt_open_happened || die "no open of the fully cached file went passthrough"
+
+drop_caches
+reads=$(stat_get "$mnt" read_requests)
+pt0=$(stat_get "$mnt" passthrough_opens)
+bytes0=$(stat_get "$mnt" passthrough_bytes_estimate)
+[[ $(sha256 "$mnt/full.bin") == "$want_full" ]] || die "passthrough read: wrong content"
+assert_eq "$(stat_get "$mnt" read_requests)" "$reads" "read_requests across a passthrough read (page cache dropped)"
+assert_eq "$(stat_get "$mnt" passthrough_opens)" $((pt0 + 1)) "passthrough_opens: one per open"
+assert_eq "$(stat_get "$mnt" passthrough_bytes_estimate)" $((bytes0 + 32 * M + 777)) \
+	"passthrough_bytes_estimate: the file size at open"
+
+# mmap goes to the backing file as well.
+drop_caches
+reads=$(stat_get "$mnt" read_requests)
+got=$("$PYTHON" - "$mnt/full.bin" <<'PY'
+import hashlib, mmap, sys
+with open(sys.argv[1], "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    print(hashlib.sha256(m).hexdigest())
+PY
+)
+[[ $got == "$want_full" ]] || die "mmap of a passthrough file: wrong content"
+assert_eq "$(stat_get "$mnt" read_requests)" "$reads" "read_requests across an mmap read"
+
+# Opens held at the same time share the inode's one backing file.
+"$PYTHON" - "$mnt/full.bin" "$src/full.bin" <<'PY'
+import os, sys
+fds = [os.open(sys.argv[1], os.O_RDONLY) for _ in range(4)]
+want = open(sys.argv[2], "rb").read()
+for i, fd in enumerate(fds):
+    off = i * 3 * 1024 * 1024
+    if os.pread(fd, 65536, off) != want[off:off + 65536]:
+        sys.exit(f"fd {i}: wrong bytes at {off}")
+for fd in fds:
+    os.close(fd)
+PY
+
+# --- 2: a partially cached file stays on the daemon path --------------------
+head -c $M "$mnt/part.bin" >/dev/null
+cached=$(getfattr --only-values -n user.stagefs.cached "$mnt/part.bin" 2>/dev/null || true)
+log "part.bin after reading its first MiB: $cached chunks"
+pt0=$(stat_get "$mnt" passthrough_opens)
+reads=$(stat_get "$mnt" read_requests)
+drop_caches
+[[ $(sha256 "$mnt/part.bin") == "$want_part" ]] || die "partial file: wrong content"
+assert_eq "$(stat_get "$mnt" passthrough_opens)" "$pt0" "passthrough_opens for a partially cached file"
+assert_gt "$(stat_get "$mnt" read_requests)" "$reads" "read_requests for a partially cached file"
+
+# ... and that read completed it: a later open is passthrough.
+pt_open_part() {
+	head -c 1 "$mnt/part.bin" >/dev/null
+	[[ $(stat_get "$mnt" passthrough_opens) -gt $pt0 ]]
+}
+wait_for -t 20 pt_open_part || die "part.bin never went passthrough after it was complete"
+drop_caches
+reads=$(stat_get "$mnt" read_requests)
+[[ $(sha256 "$mnt/part.bin") == "$want_part" ]] || die "completed file via passthrough: wrong content"
+assert_eq "$(stat_get "$mnt" read_requests)" "$reads" "read_requests once part.bin is complete"
+
+log "stats: $(stats_dump "$mnt")"
+sfs_umount "$mnt"
+
+# --- 3: after a restart the first open verifies, then serves passthrough ----
+drop_caches
+sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=on
+reads=$(stat_get "$mnt" read_requests)
+[[ $(sha256 "$mnt/full.bin") == "$want_full" ]] || die "after restart: wrong content"
+assert_eq "$(stat_get "$mnt" read_requests)" "$reads" "read_requests after a restart (the cache was complete)"
+assert_eq "$(stat_get "$mnt" corrupt_chunks)" 0 "corrupt_chunks after a clean restart"
+assert_eq "$(stat_get "$mnt" backend_reads)" 0 "backend_reads after a clean restart"
+sfs_umount "$mnt"
