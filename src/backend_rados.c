@@ -349,6 +349,23 @@ static int plain_stat(struct rados_backend *rb, struct pobj *v, size_t n,
 	return rc;
 }
 
+/* A name usable as a path: components of 1..255 bytes, no "." or "..". */
+static bool plain_name_ok(const char *name)
+{
+	const char *s = name;
+
+	for (;;) {
+		const char *e = strchrnul(s, '/');
+		size_t n = (size_t)(e - s);
+
+		if (n == 0 || n > 255 || (s[0] == '.' && (n == 1 || (n == 2 && s[1] == '.'))))
+			return false;
+		if (!*e)
+			return true;
+		s = e + 1;
+	}
+}
+
 static int plain_build(struct rados_backend *rb, uint32_t chunk_size,
 		       char *err, size_t errlen)
 {
@@ -383,6 +400,11 @@ static int plain_build(struct rados_backend *rb, uint32_t chunk_size,
 
 		if (v[i].rc)
 			continue;
+		if (!plain_name_ok(s)) {
+			log_warn("rados: skipping object '%s': not a valid path", s);
+			v[i].rc = -EINVAL;
+			continue;
+		}
 		for (char *p = strchr(s, '/'); p; p = strchr(p + 1, '/')) {
 			int r;
 
@@ -472,7 +494,7 @@ static int dataset_open(struct rados_backend *rb, uint64_t version,
 				     msg, sizeof(msg));
 	if (rc)
 		return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
-			    "pool '%s': %s", rb->pool, msg);
+			    "%s (pool '%s')", msg, rb->pool);
 	rc = manifest_open(buf, len, &rb->m, msg, sizeof(msg));
 	if (rc) {
 		free(buf);
