@@ -14,6 +14,7 @@
 #include "fs.h"
 
 #include "log.h"
+#include "metrics.h"
 #include "passthrough.h"
 #include "policy.h"
 
@@ -495,6 +496,10 @@ int main(int argc, char **argv)
 		fail("%s", err);
 	}
 	set_read_ahead(&fs);
+	if (sfs_metrics_start(&fs, err, sizeof(err))) {
+		fuse_session_unmount(fs.se);
+		fail("%s", err);
+	}
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
@@ -519,6 +524,7 @@ int main(int argc, char **argv)
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
 	passthrough_destroy(fs.pt);
+	sfs_metrics_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {
 		backend_close(fs.ds[i]->be);
 		free(fs.ds[i]->name);
