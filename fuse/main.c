@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -323,6 +324,23 @@ static void apply_settings(struct sfs *fs, struct cli *cli)
 /* ---- mount helpers ---- */
 
 /*
+ * The threads=0 default: 4 worker threads per CPU this process may run on
+ * (a READ that misses waits on the backend, one that hits mostly copies),
+ * at least 16 (the fixed default this replaces), at most 64.
+ */
+static uint32_t default_threads(void)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		n = CPU_COUNT(&set);
+	if (n <= 0)
+		n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	return (uint32_t)MIN(MAX(4 * n, 16), 64);
+}
+
+/*
  * Raise the mount's bdi read_ahead_kb so the kernel sends large READs.  The
  * bdi is found through /proc/self/mountinfo, not stat(2) of the mount point,
  * which would wait on this very daemon.
@@ -409,6 +427,8 @@ int main(int argc, char **argv)
 
 	parse_cli(argc, argv, &cli);
 	apply_settings(&fs, &cli);
+	if (!fs.cfg.threads)
+		fs.cfg.threads = default_threads();
 
 	if (!realpath(cli.mountpoint, mnt) || stat(mnt, &st) < 0)
 		fail("mount point %s: %s", cli.mountpoint, strerror(errno));
@@ -514,6 +534,7 @@ int main(int argc, char **argv)
 
 	lcfg = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_clone_fd(lcfg, 0);
+	log_info("up to %u FUSE worker threads", fs.cfg.threads);
 	fuse_loop_cfg_set_max_threads(lcfg, fs.cfg.threads);
 	fuse_loop_cfg_set_idle_threads(lcfg, MAX(fs.cfg.threads / 2, 1u));
 	ret = fuse_session_loop_mt(fs.se, lcfg);

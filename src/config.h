@@ -35,7 +35,7 @@ struct sfs_config {
 	bool cache_sync;		/* fdatasync chunk data before recording it */
 	uint32_t fd_cache;		/* cache-file descriptors kept open */
 	/* fuse */
-	uint32_t threads;		/* max FUSE worker threads */
+	uint32_t threads;		/* max FUSE worker threads; 0 = from nproc */
 	uint64_t entry_timeout_ms;
 	uint64_t attr_timeout_ms;
 	uint32_t read_ahead_kb;		/* bdi read_ahead_kb set after mounting */

@@ -87,7 +87,7 @@ static void assert_defaults(const struct sfs_config *c)
 	assert_int_equal(c->chunk_size, 4 * MiB);
 	assert_true(c->cache_sync);
 	assert_int_equal(c->fd_cache, 1024);
-	assert_int_equal(c->threads, 16);
+	assert_int_equal(c->threads, 0);	/* from the CPU count at start */
 	assert_int_equal(c->entry_timeout_ms, 3600000);
 	assert_int_equal(c->attr_timeout_ms, 3600000);
 	assert_int_equal(c->read_ahead_kb, 4096);
@@ -211,12 +211,13 @@ static void test_set_uint(void **state)
 	struct sfs_config cfg;
 
 	config_init(&cfg);
-	/* threads: [1, 256] */
+	/* threads: [0, 256], 0 = from the CPU count */
+	set_ok(&cfg, "threads", "0");
+	assert_int_equal(cfg.threads, 0);
 	set_ok(&cfg, "threads", "1");
 	assert_int_equal(cfg.threads, 1);
 	set_ok(&cfg, "threads", "256");
 	assert_int_equal(cfg.threads, 256);
-	set_bad(&cfg, "threads", "0");
 	set_bad(&cfg, "threads", "257");
 	set_bad(&cfg, "threads", "-1");
 	set_bad(&cfg, "threads", "1.5");
@@ -394,7 +395,7 @@ static void test_set_unknown(void **state)
 	char small[8];
 
 	memset(small, 'x', sizeof(small));
-	assert_int_equal(config_set(&cfg, "threads", "0", small, 4), -1);
+	assert_int_equal(config_set(&cfg, "threads", "257", small, 4), -1);
 	assert_int_equal(strlen(small), 3);
 	assert_int_equal(small[4], 'x');
 	config_release(&cfg);
@@ -499,12 +500,12 @@ static void test_load_errors(void **state)
 	load_fails_at("[stagefs]\nthreads = 8 # eight\n", 2, "threads");
 	/* the first error is the one reported, later lines are not applied */
 	config_init(&cfg);
-	const char *path = write_conf("threads = 0\nthreads = 4\nbad line\n");
+	const char *path = write_conf("threads = 257\nthreads = 4\nbad line\n");
 
 	assert_int_equal(config_load(&cfg, path, err, sizeof(err)), -1);
 	snprintf(want, sizeof(want), "%s:1: ", path);
 	assert_int_equal(strncmp(err, want, strlen(want)), 0);
-	assert_int_equal(cfg.threads, 16);
+	assert_int_equal(cfg.threads, 0);
 	config_release(&cfg);
 
 	/* a missing file */
