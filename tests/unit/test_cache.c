@@ -1411,10 +1411,12 @@ static void test_journal_load_time(void **state)
 		      "load %.3f s (load_ms %llu, %.0f ns/record)\n",
 		      n, (t1 - t0) / 1e9, (t2 - t1) / 1e9, (t3 - t2) / 1e9,
 		      (unsigned long long)st.load_ms, (double)(t3 - t2) / n);
-	if (n < 1000000)
+	if (n < 1000000 && n >= 100000)
 		print_message("journal: extrapolated to 1,000,000 records: %.2f s\n",
 			      (t3 - t2) / 1e9 * 1e6 / n);
-	assert_true((t3 - t2) / 1e9 * 1e6 / n < 2.0);
+	/* below 100,000 records fixed costs dominate: no meaningful extrapolation */
+	if (n >= 100000)
+		assert_true((t3 - t2) / 1e9 * 1e6 / n < 2.0);
 	cache_destroy(c);
 }
 
