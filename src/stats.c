@@ -213,28 +213,36 @@ static void ring_push(struct stats_ent *e, uint64_t t, const uint64_t *v)
 	memcpy(e->ring[e->ring_head], v, sizeof(e->ring[0]));
 }
 
-/* Rates of @e at @now given its totals @v now.  Under tick_lock. */
-static void ring_rates(const struct stats_ent *e, uint64_t now, const uint64_t *v,
-		       double rate[STATS_NWIN][STATS_NFIELDS])
+/*
+ * Rates of @e at @now given its totals @v now.  The base of window W is
+ * the newest sample at least W old; an entity younger than W counted
+ * nothing before it was created, so its base is zero at now - W (or at
+ * @t0, the mount, if that is later).  Under tick_lock.
+ */
+static void ring_rates(const struct stats_ent *e, uint64_t now, uint64_t t0,
+		       const uint64_t *v, double rate[STATS_NWIN][STATS_NFIELDS])
 {
+	static const uint64_t zero[STATS_NFIELDS];
+
 	for (int w = 0; w < STATS_NWIN; w++) {
 		uint64_t want = (uint64_t)stats_window_s[w] * 1000000000ULL;
-		unsigned k = (e->ring_head + STATS_RING - (e->ring_n - 1)) % STATS_RING;
+		uint64_t tb = now > t0 + want ? now - want : t0;
+		const uint64_t *base = zero;
 		double dt;
 
-		/* the newest sample at least W seconds old, else the oldest */
 		for (unsigned i = 0; i < e->ring_n; i++) {
 			unsigned j = (e->ring_head + STATS_RING - i) % STATS_RING;
 
 			if (now >= e->ring_t[j] && now - e->ring_t[j] >= want) {
-				k = j;
+				tb = e->ring_t[j];
+				base = e->ring[j];
 				break;
 			}
 		}
-		dt = now > e->ring_t[k] ? (double)(now - e->ring_t[k]) / 1e9 : 0;
+		dt = now > tb ? (double)(now - tb) / 1e9 : 0;
 		for (int f = 0; f < STATS_NFIELDS; f++)
-			rate[w][f] = dt >= 0.001 && v[f] > e->ring[k][f] ?
-				     (double)(v[f] - e->ring[k][f]) / dt : 0;
+			rate[w][f] = dt >= 0.001 && v[f] > base[f] ?
+				     (double)(v[f] - base[f]) / dt : 0;
 	}
 }
 
@@ -981,14 +989,14 @@ static int cmp_row(const void *a, const void *b)
 	return strcmp(x->job, y->job);
 }
 
-static void row_fill(struct stats_row *r, struct stats_ent *e, uint64_t now)
+static void row_fill(struct stats_row *r, struct stats_ent *e, uint64_t now, uint64_t t0)
 {
 	memset(r, 0, sizeof(*r));
 	r->kind = e->kind;
 	r->uid = e->uid;
 	r->gpu = e->gpu;
 	ent_totals(e, r->total);
-	ring_rates(e, now, r->total, r->rate);
+	ring_rates(e, now, t0, r->total, r->rate);
 	switch (e->kind) {
 	case STATS_USER:
 		snprintf(r->user, sizeof(r->user), "%s", e->name);
@@ -1037,10 +1045,10 @@ int stats_snapshot(struct stats *st, struct stats_snap **out)
 	s->uptime_ms = ms_of(now - st->start_ns);
 	s->untracked_reads = atomic_load(&st->untracked);
 	node_totals(st, s->node.total);
-	ring_rates(&st->node, now, s->node.total, s->node.rate);
+	ring_rates(&st->node, now, st->start_ns, s->node.total, s->node.rate);
 	for (int i = 0; i < STATS_NKINDS; i++)
 		for (size_t j = 0; j < n[i]; j++)
-			row_fill(&s->rows[o++], k[i][j], now);
+			row_fill(&s->rows[o++], k[i][j], now, st->start_ns);
 out_unlock:
 	pthread_mutex_unlock(&st->tick_lock);
 	for (int i = 0; i < STATS_NKINDS; i++)

@@ -1,0 +1,512 @@
+/*
+ * stagefs top: the node's GPU feed rate, live, like top(1).
+ *
+ *   stagefs top [-d SECONDS] MOUNTPOINT      refresh every SECONDS (1) until q or ^C
+ *   stagefs top --once MOUNTPOINT            one screen, then exit
+ *   stagefs top --once --json MOUNTPOINT     the feed-rate part of the stats as JSON
+ *
+ * It reads MOUNTPOINT/.stagefs/stats (the daemon renders it at each open,
+ * so no socket and no privileges beyond reading the mount are needed) and
+ * parses it with src/json: tools/ never depends on fuse/.  The screen
+ * shows the node's feed rate (bytes and files per second over 1 s, 10 s and
+ * 60 s), hit ratio, stall share, backend rate, cache use, warmup progress
+ * where the daemon reports it, then one row per user, per job and per GPU,
+ * busiest first.  Figures marked ~ include passthrough reads, which the
+ * daemon does not see and estimates as the file size at open.
+ *
+ * The terminal is drawn with plain ANSI sequences on the alternate screen;
+ * on exit, q, ^C (SIGINT), SIGTERM or SIGHUP the screen, cursor and tty
+ * modes are restored.
+ *
+ * --json writes one object: "mount", "time" (Unix seconds), "uptime_s",
+ * "cache" {"used_bytes", "limit_bytes"}, "warmup" (where reported), and
+ * "node", "users", "jobs", "processes", "gpus" exactly as in the stats
+ * (exact integer counts).  Exit status: 0, or 1 when the stats cannot be
+ * read or parsed (the reason on stderr), 2 for a usage error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "json.h"
+#include "util.h"
+
+#define STATS_MAX	(32u << 20)	/* a stats file larger than this is refused */
+
+static volatile sig_atomic_t quit, resized;
+static struct termios saved_tio;
+static bool tio_saved, screen_on;
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: stagefs top [-d SECONDS] [--once [--json]] MOUNTPOINT\n"
+		   "\n"
+		   "Show the node's feed rate (bytes and files per second reaching readers),\n"
+		   "cache hit ratio, stall share and per-user, per-job and per-GPU rows,\n"
+		   "refreshed every SECONDS (default 1).  Quit with q or ^C.\n"
+		   "\n"
+		   "    -d, --delay SECONDS   refresh interval (0.2 to 3600)\n"
+		   "    -1, --once            print one screen and exit\n"
+		   "    -j, --json            with --once: print the feed-rate stats as JSON\n"
+		   "    -h, --help            this text\n");
+}
+
+/* ---- reading the stats ---- */
+
+/* Read MOUNT/.stagefs/stats and parse it.  Returns 0 or -errno (message in @err). */
+static int load_stats(const char *mnt, struct json_doc **doc, char *err, size_t errlen)
+{
+	char path[PATH_MAX];
+	size_t len = 0, cap = 1 << 16;
+	char *buf;
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/.stagefs/stats", mnt);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+		return ret;
+	}
+	buf = malloc(cap);
+	for (;;) {
+		ssize_t n;
+
+		if (!buf) {
+			close(fd);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		if (len == cap) {
+			char *nb = cap >= STATS_MAX ? NULL : realloc(buf, cap * 2);
+
+			if (!nb) {
+				free(buf);
+				close(fd);
+				snprintf(err, errlen, "%s: larger than %u bytes", path, STATS_MAX);
+				return -E2BIG;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			free(buf);
+			close(fd);
+			snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+			return ret;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	{
+		char msg[256];
+
+		ret = json_parse(buf, len, doc, msg, sizeof(msg));
+		if (ret)
+			snprintf(err, errlen, "%.3000s: not the JSON expected: %s", path, msg);
+	}
+	free(buf);
+	return ret;
+}
+
+/* ---- --json ---- */
+
+static void print_json(const char *mnt, const struct json *r)
+{
+	static const char *const keys[] = { "node", "users", "jobs", "processes", "gpus" };
+	const struct json *v;
+
+	fputs("{\"mount\":", stdout);
+	json_write_str(stdout, mnt);
+	printf(",\"time\":%lld,\"uptime_s\":", (long long)time(NULL));
+	json_write(stdout, json_get(r, "uptime_s"));
+	fputs(",\"cache\":{\"used_bytes\":", stdout);
+	json_write(stdout, json_get(r, "cache_used_bytes"));
+	fputs(",\"limit_bytes\":", stdout);
+	json_write(stdout, json_get(r, "cache_limit_bytes"));
+	fputc('}', stdout);
+	if ((v = json_get(r, "warmup"))) {
+		fputs(",\"warmup\":", stdout);
+		json_write(stdout, v);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
+		printf(",\"%s\":", keys[i]);
+		json_write(stdout, json_get(r, keys[i]));
+	}
+	fputs("}\n", stdout);
+}
+
+/* ---- the screen ---- */
+
+static double rate(const struct json *o, const char *win, const char *key)
+{
+	return json_num(json_get(json_get(json_get(o, "rates"), win), key), 0);
+}
+
+static const char *fmt_rate(double bps, char *buf, size_t len)
+{
+	if (bps >= 1e9)
+		snprintf(buf, len, "%.2f GB/s", bps / 1e9);
+	else if (bps >= 1e6)
+		snprintf(buf, len, "%.1f MB/s", bps / 1e6);
+	else if (bps >= 1e3)
+		snprintf(buf, len, "%.1f kB/s", bps / 1e3);
+	else
+		snprintf(buf, len, "%.0f B/s", bps);
+	return buf;
+}
+
+static const char *fmt_pct(const struct json *v, char *buf, size_t len)
+{
+	if (json_type(v) != JSON_NUMBER)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.1f%%", json_num(v, 0) * 100);
+	return buf;
+}
+
+/* The screen's lines go into a buffer: one write per frame, no flicker. */
+struct screen {
+	char *buf;
+	size_t len;
+	FILE *f;
+	int rows, cols, line;
+};
+
+static void put(struct screen *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(struct screen *s, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+	int n;
+
+	if (s->line >= s->rows)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > s->cols && s->cols > 0)
+		line[s->cols] = '\0';
+	fputs(line, s->f);
+	fputs(screen_on ? "\033[K\r\n" : "\n", s->f);
+	s->line++;
+}
+
+/* Row order: busiest over 10 s first, then most bytes in total. */
+static int cmp_busy(const void *a, const void *b)
+{
+	const struct json *x = *(const struct json *const *)a;
+	const struct json *y = *(const struct json *const *)b;
+	double rx = rate(x, "10s", "read_bytes_per_s") + rate(x, "10s", "gpu_bytes_per_s");
+	double ry = rate(y, "10s", "read_bytes_per_s") + rate(y, "10s", "gpu_bytes_per_s");
+	double tx = json_num(json_get(x, "read_bytes"), 0), ty = json_num(json_get(y, "read_bytes"), 0);
+
+	if (rx != ry)
+		return rx > ry ? -1 : 1;
+	return tx > ty ? -1 : tx < ty;
+}
+
+static size_t sorted(const struct json *arr, const struct json ***out)
+{
+	size_t n = json_len(arr);
+
+	*out = calloc(n ? n : 1, sizeof(**out));
+	if (!*out)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		(*out)[i] = json_at(arr, i);
+	qsort(*out, n, sizeof(**out), cmp_busy);
+	return n;
+}
+
+static void entity_row(struct screen *s, const char *who, const char *job,
+		       const struct json *o)
+{
+	char r1[32], r10[32], be[32], hit[16], stall[16], tot[32];
+	double pt = rate(o, "10s", "passthrough_bytes_estimated_per_s");
+
+	put(s, "%-12.12s %-22.22s %10s%s %11s %8.1f %7s %7s %11s %10s", who, job,
+	    fmt_rate(rate(o, "1s", "read_bytes_per_s") + rate(o, "1s", "passthrough_bytes_estimated_per_s"),
+		     r1, sizeof(r1)),
+	    pt > 0 ? "~" : " ",
+	    fmt_rate(rate(o, "10s", "read_bytes_per_s") + pt, r10, sizeof(r10)),
+	    rate(o, "10s", "files_per_s") + rate(o, "10s", "passthrough_opens_per_s"),
+	    fmt_pct(json_get(o, "hit_ratio"), hit, sizeof(hit)),
+	    fmt_pct(json_get(o, "stall_ratio"), stall, sizeof(stall)),
+	    fmt_rate(rate(o, "10s", "backend_bytes_per_s"), be, sizeof(be)),
+	    fmt_size(json_u64(json_get(o, "read_bytes"), 0), tot, sizeof(tot)));
+}
+
+static void draw(struct screen *s, const char *mnt, const struct json *r, const char *error)
+{
+	const struct json *node = json_get(r, "node"), **rows;
+	char a[32], b[32], c[32], d[32], e[32], u[32], l[32], now[16];
+	uint64_t up = json_u64(json_get(r, "uptime_s"), 0);
+	uint64_t used = json_u64(json_get(r, "cache_used_bytes"), 0);
+	uint64_t limit = json_u64(json_get(r, "cache_limit_bytes"), 0);
+	time_t t = time(NULL);
+	size_t n;
+
+	strftime(now, sizeof(now), "%H:%M:%S", localtime(&t));
+	if (screen_on)
+		fputs("\033[H", s->f);
+	put(s, "stagefs top - %s   up %" PRIu64 "d %02" PRIu64 ":%02" PRIu64 ":%02" PRIu64
+	    "   %s%s", mnt, up / 86400, up / 3600 % 24, up / 60 % 60, up % 60, now,
+	    screen_on ? "   (q quits)" : "");
+	if (error) {
+		put(s, "error: %s", error);
+		goto out;
+	}
+	if (!node) {
+		put(s, "this daemon reports no feed rate (no \"node\" in .stagefs/stats)");
+		goto out;
+	}
+	put(s, "feed    1s: %-10s %8.1f files/s   10s: %-10s %8.1f files/s   60s: %-10s %8.1f files/s",
+	    fmt_rate(rate(node, "1s", "read_bytes_per_s"), a, sizeof(a)),
+	    rate(node, "1s", "files_per_s"),
+	    fmt_rate(rate(node, "10s", "read_bytes_per_s"), b, sizeof(b)),
+	    rate(node, "10s", "files_per_s"),
+	    fmt_rate(rate(node, "60s", "read_bytes_per_s"), c, sizeof(c)),
+	    rate(node, "60s", "files_per_s"));
+	put(s, "cache   hit %s (10s %s)   stall %s (10s %s)   backend %s   used %s of %s",
+	    fmt_pct(json_get(node, "hit_ratio"), a, sizeof(a)),
+	    fmt_pct(json_get(json_get(json_get(node, "rates"), "10s"), "hit_ratio"), b, sizeof(b)),
+	    fmt_pct(json_get(node, "stall_ratio"), c, sizeof(c)),
+	    fmt_pct(json_get(json_get(json_get(node, "rates"), "10s"), "stall_ratio"), d, sizeof(d)),
+	    fmt_rate(rate(node, "10s", "backend_bytes_per_s"), e, sizeof(e)),
+	    fmt_size(used, u, sizeof(u)), limit ? fmt_size(limit, l, sizeof(l)) : "?");
+	put(s, "total   %s in %" PRIu64 " files read, %" PRIu64 " opens; passthrough ~%s in %" PRIu64
+	    " opens; GPUs %s",
+	    fmt_size(json_u64(json_get(node, "read_bytes"), 0), a, sizeof(a)),
+	    json_u64(json_get(node, "files_read"), 0), json_u64(json_get(node, "opens"), 0),
+	    fmt_size(json_u64(json_get(node, "passthrough_bytes_estimated"), 0), b, sizeof(b)),
+	    json_u64(json_get(node, "passthrough_opens"), 0),
+	    fmt_size(json_u64(json_get(node, "gpu_bytes"), 0), c, sizeof(c)));
+	if (json_get(r, "warmup_jobs")) {
+		put(s, "warmup  %" PRIu64 " jobs, %" PRIu64 " chunks fetched, %" PRIu64
+		    " queued, %" PRIu64 " in flight",
+		    json_u64(json_get(r, "warmup_jobs"), 0),
+		    json_u64(json_get(r, "warmup_fetches"), 0),
+		    json_u64(json_get(r, "prefetch_queued"), 0),
+		    json_u64(json_get(r, "prefetch_inflight"), 0));
+	}
+	put(s, "%s", "");
+	put(s, "%-12s %-22s %11s %11s %8s %7s %7s %11s %10s", "USER", "JOB", "1s", "10s",
+	    "files/s", "hit", "stall", "backend", "read");
+	n = sorted(json_get(r, "users"), &rows);
+	for (size_t i = 0; rows && i < n; i++)
+		entity_row(s, json_str(json_get(rows[i], "user"), "?"), "(all jobs)", rows[i]);
+	free(rows);
+	n = sorted(json_get(r, "jobs"), &rows);
+	for (size_t i = 0; rows && i < n; i++)
+		entity_row(s, json_str(json_get(rows[i], "user"), "?"),
+			   json_str(json_get(rows[i], "job"), "?"), rows[i]);
+	free(rows);
+	n = json_len(json_get(r, "gpus"));
+	if (n) {
+		put(s, "%s", "");
+		put(s, "%-6s %12s %12s %12s", "GPU", "1s", "10s", "total");
+		for (size_t i = 0; i < n; i++) {
+			const struct json *g = json_at(json_get(r, "gpus"), i);
+
+			put(s, "%-6" PRIu64 " %12s %12s %12s", json_u64(json_get(g, "gpu"), 0),
+			    fmt_rate(rate(g, "1s", "gpu_bytes_per_s"), a, sizeof(a)),
+			    fmt_rate(rate(g, "10s", "gpu_bytes_per_s"), b, sizeof(b)),
+			    fmt_size(json_u64(json_get(g, "gpu_bytes"), 0), c, sizeof(c)));
+		}
+	}
+out:
+	if (screen_on)
+		fputs("\033[J", s->f);
+}
+
+/* ---- the terminal ---- */
+
+static void restore_terminal(void)
+{
+	if (screen_on) {
+		fputs("\033[?25h\033[?1049l", stdout);
+		fflush(stdout);
+		screen_on = false;
+	}
+	if (tio_saved) {
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
+		tio_saved = false;
+	}
+}
+
+static void on_signal(int sig)
+{
+	if (sig == SIGWINCH)
+		resized = 1;
+	else
+		quit = 1;
+}
+
+static void setup_terminal(void)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+	struct termios tio;
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGWINCH, &sa, NULL);
+	atexit(restore_terminal);
+	if (isatty(STDIN_FILENO) && !tcgetattr(STDIN_FILENO, &saved_tio)) {
+		tio = saved_tio;
+		tio.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+		tio.c_cc[VMIN] = 0;
+		tio.c_cc[VTIME] = 0;
+		if (!tcsetattr(STDIN_FILENO, TCSANOW, &tio))
+			tio_saved = true;
+	}
+	if (isatty(STDOUT_FILENO)) {
+		fputs("\033[?1049h\033[?25l\033[H\033[2J", stdout);
+		screen_on = true;
+	}
+}
+
+static void term_size(int *rows, int *cols)
+{
+	struct winsize ws;
+
+	*rows = 1000;
+	*cols = 0;	/* no limit when not a terminal */
+	if (!ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) && ws.ws_row && ws.ws_col) {
+		*rows = ws.ws_row;
+		*cols = ws.ws_col;
+	}
+}
+
+/* Draw one frame of @mnt to stdout.  Returns 0, or -errno if the stats failed. */
+static int frame(const char *mnt, bool tty)
+{
+	struct screen s = { 0 };
+	struct json_doc *doc = NULL;
+	char err[PATH_MAX + 512];
+	int ret = load_stats(mnt, &doc, err, sizeof(err));
+
+	s.f = open_memstream(&s.buf, &s.len);
+	if (!s.f) {
+		json_doc_free(doc);
+		return -ENOMEM;
+	}
+	term_size(&s.rows, &s.cols);
+	if (!tty)
+		s.cols = 0;
+	draw(&s, mnt, doc ? json_root(doc) : NULL, ret ? err : NULL);
+	fclose(s.f);
+	fwrite(s.buf, 1, s.len, stdout);
+	fflush(stdout);
+	free(s.buf);
+	json_doc_free(doc);
+	if (ret && !tty)
+		fprintf(stderr, "stagefs top: %s\n", err);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "delay", required_argument, NULL, 'd' },
+		{ "once", no_argument, NULL, '1' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	bool once = false, json = false;
+	double delay = 1.0;
+	const char *mnt;
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "d:1jh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			delay = strtod(optarg, &end);
+			if (*end || !(delay >= 0.2 && delay <= 3600)) {
+				fprintf(stderr, "stagefs top: -d: expected 0.2 to 3600 seconds\n");
+				return 2;
+			}
+			break;
+		case '1':
+			once = true;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (argc - optind != 1 || (json && !once)) {
+		usage(stderr);
+		return 2;
+	}
+	mnt = argv[optind];
+
+	if (json) {
+		struct json_doc *doc;
+		char err[PATH_MAX + 512];
+
+		if (load_stats(mnt, &doc, err, sizeof(err))) {
+			fprintf(stderr, "stagefs top: %s\n", err);
+			return 1;
+		}
+		print_json(mnt, json_root(doc));
+		json_doc_free(doc);
+		return 0;
+	}
+	if (once)
+		return frame(mnt, false) ? 1 : 0;
+
+	setup_terminal();
+	while (!quit) {
+		struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
+		uint64_t until = now_ms() + (uint64_t)(delay * 1000);
+
+		frame(mnt, true);
+		while (!quit && !resized && now_ms() < until) {
+			int n = poll(&p, tio_saved ? 1 : 0, (int)(until - now_ms()));
+			char ch;
+
+			if (n > 0 && read(STDIN_FILENO, &ch, 1) == 1) {
+				if (ch == 'q' || ch == 'Q' || ch == 3)
+					quit = 1;
+				else
+					break;	/* any other key: redraw now */
+			}
+		}
+		resized = 0;
+	}
+	restore_terminal();
+	return 0;
+}
