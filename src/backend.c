@@ -10,11 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef CONFIG_HAVE_RADOS
-/* weak until backend_rados.c lands in every build */
-extern const struct backend_ops backend_rados_ops __attribute__((weak));
-#endif
-
 static const struct backend_ops *const backends[] = {
 	&backend_dir_ops,
 #ifdef CONFIG_HAVE_RADOS
@@ -41,11 +36,7 @@ int backend_open(const char *uri, const struct sfs_config *cfg,
 		uri = buf;
 	}
 	for (size_t i = 0; i < sizeof(backends) / sizeof(backends[0]); i++) {
-		size_t n;
-
-		if (!backends[i])
-			continue;
-		n = strlen(backends[i]->scheme);
+		size_t n = strlen(backends[i]->scheme);
 
 		if (!strncmp(uri, backends[i]->scheme, n) &&
 		    !strncmp(uri + n, "://", 3))
