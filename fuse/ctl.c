@@ -8,8 +8,10 @@
  */
 #include "fs.h"
 
+#include "ctlsock.h"
 #include "metrics.h"
 #include "passthrough.h"
+#include "prefetch/prefetch.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +19,31 @@
 #include <stdlib.h>
 
 #define LD(x) atomic_load(&fs->ctr.x)
+
+/* The background fetches' counters (prefetch/prefetch.h), each line "key: N,". */
+static void prefetch_stats(struct sfs *fs, FILE *f)
+{
+	struct pf_stats ps;
+
+	pf_get_stats(fs->pf, &ps);
+	fprintf(f,
+		"  \"readahead_fetches\": %" PRIu64 ",\n"
+		"  \"hint_fetches\": %" PRIu64 ",\n"
+		"  \"warmup_fetches\": %" PRIu64 ",\n"
+		"  \"demand_fetches\": %" PRIu64 ",\n"
+		"  \"prefetch_errors\": %" PRIu64 ",\n"
+		"  \"prefetch_cancelled\": %" PRIu64 ",\n"
+		"  \"prefetch_queued\": %" PRIu64 ",\n"
+		"  \"prefetch_inflight\": %" PRIu64 ",\n"
+		"  \"demand_inflight\": %" PRIu64 ",\n"
+		"  \"backend_throttle_ms\": %" PRIu64 ",\n"
+		"  \"hint_sessions\": %" PRIu64 ",\n"
+		"  \"warmup_jobs\": %" PRIu64 ",\n",
+		ps.readahead_fetches, ps.hint_fetches, ps.warmup_fetches,
+		ps.demand_fetches, ps.fetch_errors, ps.cancelled, ps.queued,
+		ps.inflight, ps.demand_inflight, ps.throttle_ms, ps.hint_sessions,
+		ps.warmup_jobs);
+}
 
 int sfs_stats_json(struct sfs *fs, char **out)
 {
@@ -31,8 +58,9 @@ int sfs_stats_json(struct sfs *fs, char **out)
 	f = open_memstream(&buf, &len);
 	if (!f)
 		return -ENOMEM;
+	fputs("{\n", f);
+	prefetch_stats(fs, f);
 	fprintf(f,
-		"{\n"
 		"  \"version\": \"%s\",\n"
 		"  \"source\": \"%s\",\n"
 		"  \"uptime_s\": %" PRIu64 ",\n"
@@ -82,6 +110,7 @@ const struct sfs_vfile sfs_vfiles[] = {
 	{ "stats", sfs_stats_json },
 	{ "quota", sfs_quota_text },
 	{ "metrics", sfs_metrics_text },	/* Prometheus text format */
+	{ "socket", sfs_ctlsock_text },	/* the control socket's path */
 };
 
 const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);

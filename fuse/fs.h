@@ -76,6 +76,8 @@ struct sfs {
 	struct cache *cache;
 	struct fuse_session *se;
 	struct passthrough *pt;		/* fuse/passthrough.h */
+	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
+	struct sfs_ctlsock *ctl;	/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* feed-rate counters (src/stats.h) */
 	struct sfs_metrics *metrics;	/* their exporters (fuse/metrics.h) */
 	struct sfs_counters ctr;

@@ -13,6 +13,8 @@
  */
 #include "fs.h"
 
+#include "ctlsock.h"
+
 #include "log.h"
 #include "metrics.h"
 #include "passthrough.h"
@@ -474,6 +476,8 @@ int main(int argc, char **argv)
 			fail("dataset %s: %s", pd->name, err);
 	}
 	cache_set_quota_fn(fs.cache, sfs_quota_of, &fs);
+	if (sfs_prefetch_start(&fs, err, sizeof(err)))
+		fail("%s", err);
 
 	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
 		 fs.cfg.max_read_kb * 1024, fs.multi ? "datasets" : fs.ds[0]->be->uri);
@@ -520,6 +524,7 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
 	}
+	sfs_ctlsock_start(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
@@ -546,6 +551,8 @@ int main(int argc, char **argv)
 	fuse_session_destroy(fs.se);
 	passthrough_destroy(fs.pt);
 	sfs_metrics_stop(&fs);
+	sfs_ctlsock_stop(&fs);
+	sfs_prefetch_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {
 		backend_close(fs.ds[i]->be);
 		free(fs.ds[i]->name);

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "passthrough.h"
 #include "stats.h"
+#include "prefetch/prefetch.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +37,7 @@ struct sfs_fh {
 	struct cfile *cf;
 	bool passthrough;	/* the kernel reads the cache file: no READs */
 	struct stats_open so;	/* feed-rate accounting of this open */
+	struct pf_ra *ra;	/* readahead state; NULL where none */
 };
 
 /* An open virtual file: its content is rendered at open. */
@@ -473,9 +475,11 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	uint64_t t0 = now_ns();
 	int r;
 
+	pf_demand_begin(fs->pf, len);	/* the rate cap; background work yields */
 	stats_fetch_begin(fs->stats, fh->cf, idx);
 	r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
 	stats_fetch_end(fs->stats, fh->cf, idx, r);
+	pf_demand_end(fs->pf);
 	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
 	if (r < 0) {
 		atomic_fetch_add(&fs->ctr.backend_errors, 1);
@@ -556,6 +560,9 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid);
 	if (fh->passthrough)
 		stats_open_passthrough(fs->stats, &fh->so, fh->attr.size);
+	if (!fh->passthrough)
+		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
+	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
 	atomic_fetch_add(&fs->ctr.opens, 1);
 	fi->fh = (uintptr_t)fh;
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
@@ -564,6 +571,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		passthrough_release(fs->pt, ino, fh->passthrough);
 		stats_open_release(fs->stats, &fh->so);
+		pf_ra_release(fh->ra);
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 	}
@@ -624,6 +632,7 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	atomic_fetch_add(&fs->ctr.read_requests, 1);
+	pf_ra_read(fh->ra, (uint64_t)off, size, src.uid);
 	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
 	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
 	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, fuse_req_ctx(req)->uid,
@@ -653,6 +662,7 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 		passthrough_release(fs->pt, ino, fh->passthrough);
 		stats_open_release(fs->stats, &fh->so);
+		pf_ra_release(fh->ra);
 		cache_file_put(fs->cache, fh->cf);
 		free(fh);
 	}

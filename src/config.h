@@ -52,6 +52,14 @@ struct sfs_config {
 	/* misc */
 	int log_level;
 	char *log_file;
+	/* prefetch (prefetch/prefetch.h) */
+	uint32_t prefetch_inflight;	/* demand + background fetches in flight */
+	uint32_t prefetch_user_inflight;	/* background fetches of one uid */
+	uint64_t backend_max_rate;	/* bytes/s of all backend fetches; 0 = no cap */
+	char *prefetch_weights;		/* "UID:WEIGHT,..." fair-share weights */
+	uint32_t readahead_max;		/* chunks read ahead of a sequential reader */
+	uint32_t hint_window;		/* files prefetched ahead of a hinted reader */
+	uint64_t hint_window_bytes;	/* bytes prefetched ahead of a hinted reader */
 	/* feed-rate metrics (fuse/metrics.c) */
 	uint32_t metrics_port;		/* 127.0.0.1:PORT/metrics; 0 = off */
 	char *metrics_file;		/* textfile-collector file; "" = off */

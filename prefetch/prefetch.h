@@ -1,0 +1,251 @@
+/*
+ * prefetch: every backend fetch that no reader is waiting for yet.
+ *
+ * One scheduler (struct pf_sched) per daemon owns a pool of worker threads
+ * and queues of chunk requests.  Three kinds of work reach the backend:
+ *
+ *   demand     a reader waits now (a FUSE worker inside cache_read).  Never
+ *              queued here: the FUSE thread fetches itself, and tells the
+ *              scheduler with pf_demand_begin/end so background work yields
+ *              and the rate cap sees it.
+ *   readahead  chunks ahead of a sequential reader (pf_ra_*), and files ahead
+ *              of a reader that announced its order (pf_hint_*).
+ *   warmup     whole trees staged on request (pf_job_*, `stagefs warmup`).
+ *
+ * Priorities are strict: a background request is started only while demand
+ * fetches in flight plus background ones are below prefetch_inflight, and
+ * queued readahead always goes before queued warmup.  Within a class the
+ * uids that have work are served weighted round robin (weight from
+ * prefetch_weights, default 1), each uid capped at prefetch_user_inflight
+ * background fetches, so one user's warmup of a huge dataset cannot starve
+ * another's.  backend_max_rate caps the bytes per second of all backend
+ * fetches with a token bucket: background fetches wait for tokens, demand
+ * fetches may borrow up to one second ahead, so a reader is never starved
+ * by queued background work.
+ *
+ * Chunks land in the cache through cache_fill() (src/cache.h): a chunk
+ * already present is not fetched again, and one being fetched by a reader
+ * is waited for, never fetched twice.  docs/prefetch.md has the whole
+ * design.
+ *
+ * Threads: the pf_* calls are thread safe.  pf_demand_* and pf_ra_read run
+ * on FUSE workers and never block on backend I/O (pf_demand_begin may sleep
+ * for the rate cap: that is the cap).
+ */
+#ifndef STAGEFS_PREFETCH_H
+#define STAGEFS_PREFETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "backend.h"
+#include "cache.h"
+
+struct pf_sched;
+
+struct pf_opts {
+	uint32_t inflight;	/* demand + background fetches in flight */
+	uint32_t user_inflight;	/* background fetches of one uid */
+	uint64_t max_rate;	/* bytes/s of all backend fetches; 0 = no cap */
+	const char *weights;	/* "UID:WEIGHT,..." (others weigh 1) */
+	uint32_t readahead_max;	/* chunks; 0 = no readahead */
+	uint64_t ra_slack;	/* bytes a read may land off the sequential frontier */
+	uint32_t hint_window;	/* files prefetched ahead of a hinted reader */
+	uint64_t hint_window_bytes;
+	/*
+	 * A background backend fetch finished with @res (bytes or -errno):
+	 * lets the daemon count it with its own.  Called on a worker thread.
+	 */
+	void (*account)(void *arg, int res);
+	void *account_arg;
+};
+
+struct pf_stats {
+	uint64_t readahead_fetches;	/* chunks fetched for readahead */
+	uint64_t hint_fetches;		/* chunks fetched ahead of hinted readers */
+	uint64_t warmup_fetches;	/* chunks fetched by warmup jobs */
+	uint64_t demand_fetches;	/* chunks readers fetched themselves */
+	uint64_t fetch_errors;		/* background fetches that failed */
+	uint64_t cancelled;		/* requests dropped unstarted */
+	uint64_t queued;		/* requests waiting now */
+	uint64_t inflight;		/* background fetches now */
+	uint64_t demand_inflight;	/* reader fetches now */
+	uint64_t throttle_ms;		/* time fetches waited for backend_max_rate */
+	uint64_t hint_sessions;		/* live hint sessions */
+	uint64_t warmup_jobs;		/* running warmup jobs */
+};
+
+/*
+ * Start the scheduler and its worker threads over cache @c.  Returns 0 or
+ * -errno with a message in @err.  Stop with pf_sched_destroy().
+ */
+int pf_sched_create(const struct pf_opts *o, struct cache *c,
+		    struct pf_sched **out, char *err, size_t errlen);
+/*
+ * Drop queued requests, wait for the fetches in flight, join the workers,
+ * free.  Readahead states and jobs still held must not be used afterwards
+ * (the daemon calls this after the FUSE loop and the control socket ended).
+ */
+void pf_sched_destroy(struct pf_sched *s);
+void pf_get_stats(struct pf_sched *s, struct pf_stats *st);
+
+/*
+ * Demand hooks, around every backend fetch a reader does (fuse/ops.c
+ * fetch_chunk).  begin waits for the rate cap (borrowing) and counts the
+ * fetch in flight; end undoes that.  Both accept a NULL scheduler.
+ */
+void pf_demand_begin(struct pf_sched *s, size_t len);
+void pf_demand_end(struct pf_sched *s);
+
+/* ---- readahead (readahead.c) ---- */
+
+struct pf_ra;
+
+/*
+ * Readahead state of one open file: @a (backend inode numbers) of
+ * dataset @be.  Returns NULL where readahead cannot help (a file of one
+ * chunk, readahead off, no memory): pf_ra_read/pf_ra_release accept NULL.
+ * Released with pf_ra_release().
+ */
+struct pf_ra *pf_ra_create(struct pf_sched *s, struct backend *be,
+			   const struct sfs_attr *a, bool nothrash);
+/* A READ of @size bytes at @off by @uid: detect the pattern, queue ahead. */
+void pf_ra_read(struct pf_ra *ra, uint64_t off, size_t size, uint32_t uid);
+/* The file was closed: queued readahead is dropped.  Never blocks. */
+void pf_ra_release(struct pf_ra *ra);
+
+/* ---- who asks: credentials of a control-socket peer ---- */
+
+struct pf_cred {
+	uint32_t uid, gid;
+	pid_t pid;
+	int ngroups;
+	uint32_t groups[64];
+};
+
+/* Fill @cr for process @pid (supplementary groups from /proc). */
+void pf_cred_of(struct pf_cred *cr, uint32_t uid, uint32_t gid, pid_t pid);
+/*
+ * POSIX permission check of @a for @cr, as the kernel's default_permissions
+ * does: @mask of 4 (read), 2 (write), 1 (search/execute).
+ */
+bool pf_cred_may(const struct pf_cred *cr, const struct sfs_attr *a, int mask);
+
+/* ---- warmup jobs (warmup.c) ---- */
+
+enum pf_job_mode { PF_JOB_FETCH, PF_JOB_CHECK, PF_JOB_EVICT };
+
+struct pf_job;
+
+struct pf_job_opts {
+	enum pf_job_mode mode;
+	uint32_t shard_i, shard_n;	/* chunks with hash % n == i; n = 0: all */
+	uint32_t max_inflight;		/* this job's fetches at once; 0 = default */
+	struct pf_cred cred;		/* charged (uid) and checked */
+	/*
+	 * Called every ~@tick_ms while the job walks or waits, on the thread
+	 * that called pf_job_add/pf_job_wait.  Returning false cancels the
+	 * job (the client went away).  May be NULL.
+	 */
+	bool (*tick)(void *arg);
+	void *tick_arg;
+	uint32_t tick_ms;
+};
+
+struct pf_job_progress {
+	uint64_t files, chunks, bytes;	/* in scope, found so far */
+	uint64_t cached_before;		/* chunks already present when seen */
+	uint64_t cached_before_bytes;
+	uint64_t cached_files;		/* files with every in-scope chunk present */
+	uint64_t fetched, fetched_bytes;	/* brought in by this job */
+	uint64_t failed;		/* chunks that could not be fetched/stored */
+	uint64_t failed_files;		/* files with a failure (incl. unreadable) */
+	uint64_t done_chunks, done_bytes;	/* settled, whichever way */
+	uint64_t evicted;		/* chunks dropped (evict mode) */
+	uint64_t elapsed_ms;
+	bool walk_done;			/* every PATH walked: totals are final */
+};
+
+/* One failure, for the client's message: relative path and errno. */
+struct pf_job_failure {
+	char *path;
+	int err;
+};
+
+int pf_job_create(struct pf_sched *s, const struct pf_job_opts *o,
+		  struct pf_job **out);
+/*
+ * Walk the tree or file at backend inode @ino of @be (@path: how the client
+ * names it, for failures).  A job is walked twice: every pf_job_add before
+ * pf_job_walk_done counts what is in scope (and evicts, in evict mode);
+ * the same calls after it queue the missing chunks, blocking while the job
+ * has max_inflight requests outstanding.  @nothrash is passed to the cache.
+ * Returns 0, -ECANCELED, or -errno for @ino itself (also recorded as a
+ * failure, once).
+ */
+int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
+	       const char *path, bool nothrash);
+/* Record a failure the caller found (a PATH that does not resolve). */
+void pf_job_fail(struct pf_job *j, const char *path, int err);
+/*
+ * The counting walk is over: the totals are final.  Returns true if the
+ * job needs the queueing walk (fetch mode): the caller then makes the same
+ * pf_job_add calls again.
+ */
+bool pf_job_walk_done(struct pf_job *j);
+/*
+ * Wait up to @ms for every queued request to settle.  Returns true when
+ * all have (the job is complete).
+ */
+bool pf_job_wait(struct pf_job *j, uint32_t ms);
+void pf_job_get_progress(struct pf_job *j, struct pf_job_progress *p);
+/*
+ * Move failures recorded since the last call to *@out (malloc'ed array of
+ * *@n; the caller frees each path and the array).  At most 1000 are kept
+ * per job: the counts stay exact.
+ */
+void pf_job_take_failures(struct pf_job *j, struct pf_job_failure **out, size_t *n);
+/* Drop what is still queued; requests in flight finish on their own. */
+void pf_job_cancel(struct pf_job *j);
+/* Cancel if not done, and drop the caller's reference. */
+void pf_job_destroy(struct pf_job *j);
+
+/* ---- order hints (hints.c) ---- */
+
+enum pf_hint_scope { PF_SCOPE_SID, PF_SCOPE_PGID, PF_SCOPE_UID };
+
+/* One file of a hinted order, resolved by the daemon. */
+struct pf_hint_file {
+	struct backend *be;
+	uint64_t bino;		/* backend inode */
+	uint64_t key;		/* the FUSE inode a reader opens */
+	bool nothrash;
+};
+
+struct pf_hint_opts {
+	uint32_t uid;
+	enum pf_hint_scope scope;
+	pid_t scope_id;		/* the hinting process's sid or pgid */
+	uint32_t window;	/* files ahead; 0 = the daemon's hint_window */
+	uint64_t window_bytes;	/* 0 = the daemon's hint_window_bytes */
+};
+
+/*
+ * Start a hint session over @files[0..@n) (the array is taken over, freed
+ * by the session).  A live session of the same uid and scope is replaced.
+ * The first window is queued at once.  Returns 0 and the session's id in
+ * *@id, or -errno (then @files was freed too).
+ */
+int pf_hint_start(struct pf_sched *s, const struct pf_hint_opts *o,
+		  struct pf_hint_file *files, size_t n, uint64_t *id);
+/* End session @id (of @uid, or any uid for root).  0 or -ENOENT/-EPERM. */
+int pf_hint_end(struct pf_sched *s, uint64_t id, uint32_t uid);
+/*
+ * FUSE inode @key was opened by @pid of @uid: advance the sessions that
+ * expect it and queue the next files.  Cheap when there are no sessions.
+ */
+void pf_hint_open(struct pf_sched *s, uint64_t key, uint32_t uid, pid_t pid);
+
+#endif

@@ -1,0 +1,636 @@
+/*
+ * sched: the scheduler of background fetches (see prefetch.h for the
+ * policy, docs/prefetch.md for the reasoning).
+ *
+ * Queues: one FIFO per (uid, class).  A worker thread takes the next
+ * request by strict class order, weighted round robin over the uids that
+ * have work in that class and are below prefetch_user_inflight, and only
+ * while demand + background fetches in flight are below prefetch_inflight.
+ * There are prefetch_inflight workers, each running one cache_fill() at a
+ * time, so the global cap also bounds the workers' memory (one chunk-sized
+ * scratch buffer each, owned by the cache).
+ *
+ * The token bucket: tokens accrue at max_rate bytes/s up to a burst of an
+ * eighth of a second (at least 1 MiB).  A warmup fetch of LEN bytes waits
+ * until the bucket holds min(LEN, burst) and then takes LEN (the balance
+ * may go negative).  A demand fetch only waits while the balance would fall
+ * below minus one second's worth: readers borrow, so queued background work
+ * never stands between a reader and the backend, yet a reader that outruns
+ * the cap for long is held to it.  Readahead borrows half as far: a reader
+ * may be waiting on the chunk it is fetching, and it must not queue behind
+ * warmup for tokens.
+ *
+ * Locking: s->lock guards the queues, the users and the in-flight counts
+ * (fields marked so); the bucket has its own lock; counters are atomics.
+ * Lock order: owner locks (readahead, job, hint) before s->lock.
+ */
+#include "prefetch_i.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct pf_user {
+	uint32_t uid;
+	uint32_t weight;
+	uint32_t inflight;			/* background fetches now */
+	uint32_t credit[PF_NCLASS];		/* picks left in this turn */
+	struct pf_req *head[PF_NCLASS], *tail[PF_NCLASS];
+};
+
+struct pf_weight {
+	uint32_t uid, weight;
+};
+
+struct pf_sched {
+	struct pf_opts o;
+	char *weights;
+	struct cache *c;
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;		/* a request was queued or a slot freed */
+	struct pf_user **users;		/* protected by lock; never shrinks */
+	size_t nusers, users_cap;	/* protected by lock */
+	size_t rr[PF_NCLASS];		/* protected by lock: next user to serve */
+	uint64_t queued;		/* protected by lock */
+	uint32_t bg_inflight;		/* protected by lock */
+	uint32_t waiting;		/* protected by lock: idle workers */
+	bool stop;			/* protected by lock */
+	_Atomic uint32_t demand_inflight;
+	_Atomic uint32_t has_waiters;	/* hint for pf_demand_end */
+
+	pthread_t *workers;
+	uint32_t nworkers;
+
+	struct pf_weight *wt;
+	size_t nwt;
+
+	pthread_mutex_t blk;		/* the token bucket */
+	double tokens;			/* protected by blk */
+	uint64_t last_ns;		/* protected by blk */
+	double rate, burst, borrow;
+
+	struct pf_hints *hints;
+
+	_Atomic uint64_t st_kind[3];	/* fetched, by enum pf_kind */
+	_Atomic uint64_t st_demand, st_errors, st_cancelled, st_throttle_ns;
+	_Atomic int jobs;
+};
+
+struct cache *pf_cache(struct pf_sched *s)
+{
+	return s->c;
+}
+
+const struct pf_opts *pf_opts(struct pf_sched *s)
+{
+	return &s->o;
+}
+
+struct pf_hints *pf_sched_hints(struct pf_sched *s)
+{
+	return s->hints;
+}
+
+void pf_jobs_add(struct pf_sched *s, int delta)
+{
+	atomic_fetch_add(&s->jobs, delta);
+}
+
+/* ---- the token bucket ---- */
+
+static void sleep_s(double secs)
+{
+	struct timespec ts = {
+		.tv_sec = (time_t)secs,
+		.tv_nsec = (long)((secs - (double)(time_t)secs) * 1e9),
+	};
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* How far below zero a fetch of @len may take the balance, by priority. */
+enum { BK_DEMAND, BK_READAHEAD, BK_WARMUP };
+
+static void bucket_take(struct pf_sched *s, size_t len, int prio)
+{
+	uint64_t t0 = 0;
+
+	if (s->rate <= 0)
+		return;
+	for (;;) {
+		uint64_t now = now_ns();
+		double need, wait;
+
+		pthread_mutex_lock(&s->blk);
+		s->tokens += (double)(now - s->last_ns) * 1e-9 * s->rate;
+		if (s->tokens > s->burst)
+			s->tokens = s->burst;
+		s->last_ns = now;
+		if (prio == BK_DEMAND)
+			need = (double)len - s->borrow;
+		else if (prio == BK_READAHEAD)
+			need = (double)len - s->borrow / 2;
+		else
+			need = MIN((double)len, s->burst);
+		if (s->tokens >= need) {
+			s->tokens -= (double)len;
+			pthread_mutex_unlock(&s->blk);
+			break;
+		}
+		wait = (need - s->tokens) / s->rate;
+		pthread_mutex_unlock(&s->blk);
+		if (!t0)
+			t0 = now;
+		/* short naps: a demand fetch may take the tokens meanwhile */
+		sleep_s(MIN(wait, 0.05));
+	}
+	if (t0)
+		atomic_fetch_add(&s->st_throttle_ns, now_ns() - t0);
+}
+
+void pf_demand_begin(struct pf_sched *s, size_t len)
+{
+	if (!s)
+		return;
+	atomic_fetch_add(&s->demand_inflight, 1);
+	atomic_fetch_add(&s->st_demand, 1);
+	bucket_take(s, len, BK_DEMAND);
+}
+
+void pf_demand_end(struct pf_sched *s)
+{
+	if (!s)
+		return;
+	atomic_fetch_sub(&s->demand_inflight, 1);
+	if (atomic_load(&s->has_waiters)) {
+		pthread_mutex_lock(&s->lock);
+		if (s->queued)
+			pthread_cond_signal(&s->work);
+		pthread_mutex_unlock(&s->lock);
+	}
+}
+
+/* ---- files ---- */
+
+struct pf_file *pf_file_create(struct pf_sched *s, struct backend *be,
+			       const struct sfs_attr *a, bool nothrash,
+			       const char *path, int *err)
+{
+	struct pf_file *f = calloc(1, sizeof(*f));
+	int ret;
+
+	if (!f) {
+		*err = -ENOMEM;
+		return NULL;
+	}
+	if (path && !(f->path = strdup(path))) {
+		free(f);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	ret = cache_file_get(s->c, &a->content, a->size, be->chunk_size, &f->cf);
+	if (ret) {
+		free(f->path);
+		free(f);
+		*err = ret;
+		return NULL;
+	}
+	atomic_init(&f->refs, 1);
+	f->s = s;
+	f->be = be;
+	f->attr = *a;
+	f->nothrash = nothrash;
+	return f;
+}
+
+void pf_file_get(struct pf_file *f)
+{
+	atomic_fetch_add(&f->refs, 1);
+}
+
+void pf_file_put(struct pf_file *f)
+{
+	if (!f || atomic_fetch_sub(&f->refs, 1) != 1)
+		return;
+	cache_file_put(f->s->c, f->cf);
+	free(f->path);
+	free(f);
+}
+
+/* ---- queues ---- */
+
+static uint32_t weight_of(struct pf_sched *s, uint32_t uid)
+{
+	for (size_t i = 0; i < s->nwt; i++)
+		if (s->wt[i].uid == uid)
+			return s->wt[i].weight;
+	return 1;
+}
+
+static struct pf_user *user_get_locked(struct pf_sched *s, uint32_t uid)
+{
+	struct pf_user *u;
+
+	for (size_t i = 0; i < s->nusers; i++)
+		if (s->users[i]->uid == uid)
+			return s->users[i];
+	if (s->nusers == s->users_cap) {
+		size_t cap = s->users_cap ? s->users_cap * 2 : 8;
+		struct pf_user **nu = realloc(s->users, cap * sizeof(*nu));
+
+		if (!nu)
+			return NULL;
+		s->users = nu;
+		s->users_cap = cap;
+	}
+	u = calloc(1, sizeof(*u));
+	if (!u)
+		return NULL;
+	u->uid = uid;
+	u->weight = weight_of(s, uid);
+	for (int c = 0; c < PF_NCLASS; c++)
+		u->credit[c] = u->weight;
+	s->users[s->nusers++] = u;
+	return u;
+}
+
+int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
+	      uint32_t idx, uint32_t uid, enum pf_class cls, enum pf_kind kind)
+{
+	struct pf_req *r = calloc(1, sizeof(*r));
+	struct pf_user *u;
+
+	if (!r)
+		return -ENOMEM;
+	r->f = f;
+	r->o = o;
+	r->idx = idx;
+	r->uid = uid;
+	r->cls = (uint8_t)cls;
+	r->kind = (uint8_t)kind;
+	pthread_mutex_lock(&s->lock);
+	if (s->stop) {
+		pthread_mutex_unlock(&s->lock);
+		free(r);
+		return -ESHUTDOWN;
+	}
+	u = user_get_locked(s, uid);
+	if (!u) {
+		pthread_mutex_unlock(&s->lock);
+		free(r);
+		return -ENOMEM;
+	}
+	pf_file_get(f);
+	pf_owner_get(o);
+	if (u->tail[cls])
+		u->tail[cls]->next = r;
+	else
+		u->head[cls] = r;
+	u->tail[cls] = r;
+	s->queued++;
+	if (s->waiting)
+		pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/*
+ * The next request to start, by class, then weighted round robin over the
+ * uids below their cap.  NULL if none may start.
+ */
+static struct pf_req *pick_locked(struct pf_sched *s, struct pf_user **uout)
+{
+	for (int c = 0; c < PF_NCLASS; c++) {
+		size_t n = s->nusers;
+
+		for (size_t k = 0; k < n; k++) {
+			size_t pos = (s->rr[c] + k) % n;
+			struct pf_user *u = s->users[pos];
+			struct pf_req *r = u->head[c];
+
+			if (!r || u->inflight >= s->o.user_inflight)
+				continue;
+			u->head[c] = r->next;
+			if (!u->head[c])
+				u->tail[c] = NULL;
+			r->next = NULL;
+			s->queued--;
+			if (--u->credit[c] == 0 || !u->head[c]) {
+				/* this uid's turn is over: the next one's begins */
+				u->credit[c] = u->weight;
+				s->rr[c] = (pos + 1) % n;
+			} else {
+				s->rr[c] = pos;
+			}
+			*uout = u;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+static void req_finish(struct pf_sched *s, struct pf_req *r, int res)
+{
+	r->o->done(r->o, r, res);
+	pf_owner_put(r->o);
+	pf_file_put(r->f);
+	free(r);
+}
+
+void pf_cancel(struct pf_sched *s, struct pf_owner *o)
+{
+	struct pf_req *dropped = NULL;
+
+	atomic_store(&o->cancelled, true);
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < s->nusers; i++) {
+		struct pf_user *u = s->users[i];
+
+		for (int c = 0; c < PF_NCLASS; c++) {
+			struct pf_req **pp = &u->head[c], *last = NULL;
+
+			while (*pp) {
+				struct pf_req *r = *pp;
+
+				if (r->o != o) {
+					last = r;
+					pp = &r->next;
+					continue;
+				}
+				*pp = r->next;
+				r->next = dropped;
+				dropped = r;
+				s->queued--;
+			}
+			u->tail[c] = last;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	while (dropped) {
+		struct pf_req *r = dropped;
+
+		dropped = r->next;
+		atomic_fetch_add(&s->st_cancelled, 1);
+		req_finish(s, r, -ECANCELED);
+	}
+}
+
+/* ---- workers ---- */
+
+struct fetch_ctx {
+	struct pf_sched *s;
+	struct pf_file *f;
+	int prio;
+	bool fetched;
+};
+
+static int bg_fetch(void *arg, uint32_t idx, void *buf, size_t len)
+{
+	struct fetch_ctx *x = arg;
+	struct backend *be = x->f->be;
+	int r;
+
+	bucket_take(x->s, len, x->prio);
+	r = be->ops->read_chunk(be, &x->f->attr, idx, buf, len);
+	if (x->s->o.account)
+		x->s->o.account(x->s->o.account_arg, r);
+	if (r == (int)len)
+		x->fetched = true;
+	else
+		atomic_fetch_add(&x->s->st_errors, 1);
+	return r;
+}
+
+static int run_req(struct pf_sched *s, struct pf_req *r)
+{
+	struct fetch_ctx x = {
+		.s = s,
+		.f = r->f,
+		.prio = r->cls == PF_CLASS_READAHEAD ? BK_READAHEAD : BK_WARMUP,
+	};
+	struct cache_source src = {
+		.fetch = bg_fetch,
+		.arg = &x,
+		.uid = r->uid,
+		.nothrash = r->f->nothrash,
+	};
+	int ret;
+
+	if (atomic_load(&r->o->cancelled)) {
+		atomic_fetch_add(&s->st_cancelled, 1);
+		return -ECANCELED;
+	}
+	ret = cache_fill(s->c, r->f->cf, r->idx, &src);
+	if (ret < 0)
+		return ret;
+	if (!x.fetched)
+		return PF_PRESENT;
+	atomic_fetch_add(&s->st_kind[r->kind], 1);
+	/* fetched, but a full cache (or no-thrash policy) may not keep it */
+	if (!cache_chunk_present(s->c, r->f->cf, r->idx))
+		return -ENOSPC;
+	return PF_FETCHED;
+}
+
+static void *worker_main(void *arg)
+{
+	struct pf_sched *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		struct pf_req *r = NULL;
+		struct pf_user *u = NULL;
+		int res;
+
+		while (!s->stop) {
+			if (s->bg_inflight + atomic_load(&s->demand_inflight) < s->o.inflight &&
+			    (r = pick_locked(s, &u)))
+				break;
+			struct timespec ts;
+
+			/* timed: a demand fetch ending does not always wake us */
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			s->waiting++;
+			atomic_store(&s->has_waiters, s->waiting);
+			pthread_cond_timedwait(&s->work, &s->lock, &ts);
+			s->waiting--;
+			atomic_store(&s->has_waiters, s->waiting);
+		}
+		if (!r)
+			break;
+		s->bg_inflight++;
+		u->inflight++;
+		pthread_mutex_unlock(&s->lock);
+
+		res = run_req(s, r);
+		req_finish(s, r, res);
+
+		pthread_mutex_lock(&s->lock);
+		s->bg_inflight--;
+		u->inflight--;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* ---- life ---- */
+
+static int parse_weights(struct pf_sched *s, const char *spec, char *err, size_t errlen)
+{
+	const char *p = spec;
+
+	while (p && *p) {
+		unsigned long uid, w;
+		char *end;
+		struct pf_weight *nw;
+
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (!*p)
+			break;
+		errno = 0;
+		uid = strtoul(p, &end, 10);
+		if (end == p || *end != ':' || errno)
+			goto bad;
+		p = end + 1;
+		w = strtoul(p, &end, 10);
+		if (end == p || errno || w < 1 || w > 1000)
+			goto bad;
+		p = end;
+		nw = realloc(s->wt, (s->nwt + 1) * sizeof(*nw));
+		if (!nw)
+			return -ENOMEM;
+		s->wt = nw;
+		s->wt[s->nwt++] = (struct pf_weight){ (uint32_t)uid, (uint32_t)w };
+		if (*p && *p != ',' && *p != ' ')
+			goto bad;
+	}
+	return 0;
+bad:
+	snprintf(err, errlen, "prefetch_weights: expected UID:WEIGHT[,UID:WEIGHT...] "
+		 "with weights 1-1000, got '%s'", spec);
+	return -EINVAL;
+}
+
+int pf_sched_create(const struct pf_opts *o, struct cache *c,
+		    struct pf_sched **out, char *err, size_t errlen)
+{
+	struct pf_sched *s = calloc(1, sizeof(*s));
+	int ret;
+
+	if (!s)
+		return -ENOMEM;
+	s->o = *o;
+	s->c = c;
+	if (!s->o.inflight)
+		s->o.inflight = 1;
+	if (!s->o.user_inflight)
+		s->o.user_inflight = s->o.inflight;
+	ret = parse_weights(s, o->weights, err, errlen);
+	if (ret)
+		goto out_free;
+	s->o.weights = NULL;
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->work, NULL);
+	pthread_mutex_init(&s->blk, NULL);
+	if (o->max_rate) {
+		s->rate = (double)o->max_rate;
+		s->burst = MAX(s->rate / 8, (double)MiB);
+		s->borrow = s->rate;
+		s->tokens = s->burst;
+		s->last_ns = now_ns();
+	}
+	s->hints = pf_hints_create(s);
+	s->workers = calloc(s->o.inflight, sizeof(*s->workers));
+	if (!s->hints || !s->workers) {
+		ret = -ENOMEM;
+		snprintf(err, errlen, "prefetch: out of memory");
+		goto out_destroy;
+	}
+	for (; s->nworkers < s->o.inflight; s->nworkers++) {
+		ret = -pthread_create(&s->workers[s->nworkers], NULL, worker_main, s);
+		if (ret) {
+			snprintf(err, errlen, "prefetch: cannot start workers: %s",
+				 strerror(-ret));
+			goto out_destroy;
+		}
+	}
+	*out = s;
+	return 0;
+
+out_destroy:
+	pf_sched_destroy(s);
+	return ret;
+out_free:
+	free(s->wt);
+	free(s);
+	return ret;
+}
+
+void pf_sched_destroy(struct pf_sched *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->stop = true;
+	pthread_cond_broadcast(&s->work);
+	pthread_mutex_unlock(&s->lock);
+	for (uint32_t i = 0; i < s->nworkers; i++)
+		pthread_join(s->workers[i], NULL);
+	/* what is still queued is dropped: owners hear -ECANCELED */
+	for (size_t i = 0; i < s->nusers; i++) {
+		struct pf_user *u = s->users[i];
+
+		for (int c = 0; c < PF_NCLASS; c++) {
+			while (u->head[c]) {
+				struct pf_req *r = u->head[c];
+
+				u->head[c] = r->next;
+				req_finish(s, r, -ECANCELED);
+			}
+		}
+		free(u);
+	}
+	if (s->hints)
+		pf_hints_destroy(s->hints);
+	free(s->users);
+	free(s->workers);
+	free(s->wt);
+	pthread_mutex_destroy(&s->blk);
+	pthread_cond_destroy(&s->work);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+void pf_get_stats(struct pf_sched *s, struct pf_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (!s)
+		return;
+	st->readahead_fetches = atomic_load(&s->st_kind[PF_KIND_READAHEAD]);
+	st->hint_fetches = atomic_load(&s->st_kind[PF_KIND_HINT]);
+	st->warmup_fetches = atomic_load(&s->st_kind[PF_KIND_WARMUP]);
+	st->demand_fetches = atomic_load(&s->st_demand);
+	st->fetch_errors = atomic_load(&s->st_errors);
+	st->cancelled = atomic_load(&s->st_cancelled);
+	st->throttle_ms = atomic_load(&s->st_throttle_ns) / 1000000;
+	st->demand_inflight = atomic_load(&s->demand_inflight);
+	st->warmup_jobs = (uint64_t)atomic_load(&s->jobs);
+	st->hint_sessions = pf_hints_count(s->hints);
+	pthread_mutex_lock(&s->lock);
+	st->queued = s->queued;
+	st->inflight = s->bg_inflight;
+	pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,562 @@
+/*
+ * warmup: stage whole trees, files or lists in the cache on request
+ * (`stagefs warmup`, through the control socket), or report or drop what is
+ * cached of them.
+ *
+ * A job walks the dataset through the backend (readdir, lookup: metadata is
+ * in memory for both backends) on the calling thread, twice: the first walk
+ * counts what is in scope and what is cached already (so progress has a
+ * total and an ETA from the start; check and evict need only this walk),
+ * the second queues every chunk still missing at warmup priority, charged
+ * to the caller's uid.
+ * The job keeps at most max_inflight requests outstanding, so a walk over
+ * ten million files holds a bounded queue, and stops when its caller goes
+ * away (tick returns false).  The walk checks POSIX permissions for the
+ * caller the way the kernel's default_permissions does for reads through
+ * the mount: search on directories walked through, read on files.
+ *
+ * Chunks present when the walk reaches them are counted as cached_before and
+ * not queued, so an interrupted warmup resumes where it stopped; a chunk
+ * filled meanwhile by a reader is settled without counting as fetched.
+ *
+ * --shard I/N keeps the chunks with XXH3(content id, chunk index) % N == I:
+ * N nodes given I = 0..N-1 split a dataset's chunks exactly, whatever the
+ * order or speed of their walks, as long as they see the same content ids
+ * (always for rados://; for dir:// on a shared filesystem the id includes
+ * the file's device and inode numbers as this node sees them).
+ */
+#include "prefetch_i.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_FAILURES	1000
+
+struct pf_job {
+	struct pf_owner o;
+	struct pf_sched *s;
+	struct pf_job_opts opts;
+	uint32_t max;
+	uint64_t start_ms;
+	uint64_t last_tick_ms;
+	bool queueing;			/* second walk: queue, count nothing */
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;		/* a request settled */
+	uint32_t outstanding;		/* protected by lock: queued or running */
+	struct pf_job_progress p;	/* protected by lock */
+	struct pf_job_failure *fails;	/* protected by lock: not yet taken */
+	size_t nfails, capfails;	/* protected by lock */
+	uint64_t fails_kept;		/* protected by lock */
+};
+
+/* ---- credentials ---- */
+
+void pf_cred_of(struct pf_cred *cr, uint32_t uid, uint32_t gid, pid_t pid)
+{
+	char path[64], line[4096];
+	FILE *f;
+
+	memset(cr, 0, sizeof(*cr));
+	cr->uid = uid;
+	cr->gid = gid;
+	cr->pid = pid;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p, *end;
+
+		if (strncmp(line, "Groups:", 7))
+			continue;
+		p = line + 7;
+		while (cr->ngroups < (int)ARRAY_SIZE(cr->groups)) {
+			unsigned long g = strtoul(p, &end, 10);
+
+			if (end == p)
+				break;
+			cr->groups[cr->ngroups++] = (uint32_t)g;
+			p = end;
+		}
+		break;
+	}
+	fclose(f);
+}
+
+bool pf_cred_may(const struct pf_cred *cr, const struct sfs_attr *a, int mask)
+{
+	uint32_t bits;
+	bool ingroup = cr->gid == a->gid;
+
+	if (cr->uid == 0)
+		return true;
+	for (int i = 0; !ingroup && i < cr->ngroups; i++)
+		ingroup = cr->groups[i] == a->gid;
+	if (cr->uid == a->uid)
+		bits = (a->mode >> 6) & 7;
+	else if (ingroup)
+		bits = (a->mode >> 3) & 7;
+	else
+		bits = a->mode & 7;
+	return ((int)bits & mask) == mask;
+}
+
+/* ---- the job as owner of requests ---- */
+
+static void record_failure_locked(struct pf_job *j, const char *path, int err)
+{
+	j->p.failed_files++;
+	if (j->fails_kept >= MAX_FAILURES)
+		return;
+	if (j->nfails == j->capfails) {
+		size_t cap = j->capfails ? j->capfails * 2 : 16;
+		struct pf_job_failure *nf = realloc(j->fails, cap * sizeof(*nf));
+
+		if (!nf)
+			return;
+		j->fails = nf;
+		j->capfails = cap;
+	}
+	j->fails[j->nfails].path = strdup(path ? path : "?");
+	j->fails[j->nfails].err = err;
+	if (j->fails[j->nfails].path) {
+		j->nfails++;
+		j->fails_kept++;
+	}
+}
+
+static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
+{
+	struct pf_job *j = (struct pf_job *)o;
+	uint64_t len = backend_chunk_len(r->f->attr.size, r->f->be->chunk_size, r->idx);
+
+	pthread_mutex_lock(&j->lock);
+	j->outstanding--;
+	if (res != -ECANCELED) {
+		j->p.done_chunks++;
+		j->p.done_bytes += len;
+	}
+	if (res == PF_FETCHED) {
+		j->p.fetched++;
+		j->p.fetched_bytes += len;
+	} else if (res < 0 && res != -ECANCELED) {
+		j->p.failed++;
+		if (!atomic_exchange(&r->f->failed, true))
+			record_failure_locked(j, r->f->path, -res);
+	}
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void job_free(struct pf_owner *o)
+{
+	struct pf_job *j = (struct pf_job *)o;
+
+	for (size_t i = 0; i < j->nfails; i++)
+		free(j->fails[i].path);
+	free(j->fails);
+	pthread_cond_destroy(&j->cond);
+	pthread_mutex_destroy(&j->lock);
+	free(j);
+}
+
+int pf_job_create(struct pf_sched *s, const struct pf_job_opts *o,
+		  struct pf_job **out)
+{
+	struct pf_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return -ENOMEM;
+	atomic_init(&j->o.refs, 1);
+	j->o.done = job_done;
+	j->o.free = job_free;
+	j->s = s;
+	j->opts = *o;
+	if (j->opts.shard_n && j->opts.shard_i >= j->opts.shard_n) {
+		free(j);
+		return -EINVAL;
+	}
+	j->max = o->max_inflight ? o->max_inflight : 2 * pf_opts(s)->user_inflight;
+	if (!j->opts.tick_ms)
+		j->opts.tick_ms = 500;
+	j->start_ms = j->last_tick_ms = now_ms();
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_cond_init(&j->cond, NULL);
+	pf_jobs_add(s, 1);
+	*out = j;
+	return 0;
+}
+
+static bool cancelled(struct pf_job *j)
+{
+	return atomic_load(&j->o.cancelled);
+}
+
+void pf_job_cancel(struct pf_job *j)
+{
+	pf_cancel(j->s, &j->o);
+}
+
+void pf_job_destroy(struct pf_job *j)
+{
+	if (!j)
+		return;
+	pf_job_cancel(j);
+	pf_jobs_add(j->s, -1);
+	pf_owner_put(&j->o);
+}
+
+/* Let the caller speak (progress, liveness) at most every tick_ms. */
+static void maybe_tick(struct pf_job *j)
+{
+	uint64_t now;
+
+	if (!j->opts.tick)
+		return;
+	now = now_ms();
+	if (now - j->last_tick_ms < j->opts.tick_ms)
+		return;
+	j->last_tick_ms = now;
+	if (!j->opts.tick(j->opts.tick_arg))
+		pf_job_cancel(j);
+}
+
+/* Reserve one outstanding request, waiting for room.  0 or -ECANCELED. */
+static int wait_room(struct pf_job *j)
+{
+	pthread_mutex_lock(&j->lock);
+	while (j->outstanding >= j->max && !cancelled(j)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		pthread_mutex_unlock(&j->lock);
+		maybe_tick(j);
+		pthread_mutex_lock(&j->lock);
+	}
+	if (cancelled(j)) {
+		pthread_mutex_unlock(&j->lock);
+		return -ECANCELED;
+	}
+	j->outstanding++;
+	pthread_mutex_unlock(&j->lock);
+	return 0;
+}
+
+static bool in_shard(const struct pf_job *j, const struct sfs_id *id, uint32_t idx)
+{
+	struct {
+		uint64_t hi, lo;
+		uint32_t idx;
+	} __attribute__((packed)) key = { id->hi, id->lo, idx };
+
+	if (!j->opts.shard_n)
+		return true;
+	return sfs_hash64(&key, sizeof(key)) % j->opts.shard_n == j->opts.shard_i;
+}
+
+void pf_job_fail(struct pf_job *j, const char *path, int err)
+{
+	if (j->queueing)
+		return;	/* the first walk recorded it */
+	pthread_mutex_lock(&j->lock);
+	record_failure_locked(j, path, err);
+	pthread_mutex_unlock(&j->lock);
+}
+
+static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *a,
+		   const char *path, bool nothrash)
+{
+	struct cache *c = pf_cache(j->s);
+	uint32_t csize = be->chunk_size;
+	uint32_t nch = (uint32_t)DIV_ROUND_UP(a->size, csize);
+	uint64_t in = 0, in_bytes = 0, cb = 0, cb_bytes = 0;
+	struct pf_file *f;
+	int err = 0;
+
+	if (!pf_cred_may(&j->opts.cred, a, 4)) {
+		pf_job_fail(j, path, EACCES);
+		return 0;
+	}
+	f = pf_file_create(j->s, be, a, nothrash, path, &err);
+	if (!f) {
+		pf_job_fail(j, path, -err);
+		return 0;
+	}
+	for (uint32_t idx = 0; idx < nch; idx++) {
+		uint64_t len = backend_chunk_len(a->size, csize, idx);
+
+		if (!in_shard(j, &a->content, idx))
+			continue;
+		in++;
+		in_bytes += len;
+		if (cache_chunk_present(c, f->cf, idx)) {
+			cb++;
+			cb_bytes += len;
+		}
+	}
+	if (!in && nch) {
+		pf_file_put(f);	/* no chunk of it in this shard */
+		return 0;
+	}
+	if (!nch && j->opts.shard_n && j->opts.shard_i) {
+		pf_file_put(f);	/* empty files count in shard 0 */
+		return 0;
+	}
+	if (j->queueing)
+		goto queue;
+	pthread_mutex_lock(&j->lock);
+	j->p.files++;
+	j->p.chunks += in;
+	j->p.bytes += in_bytes;
+	j->p.cached_before += cb;
+	j->p.cached_before_bytes += cb_bytes;
+	if (cb == in)
+		j->p.cached_files++;
+	if (j->opts.mode != PF_JOB_FETCH) {
+		j->p.done_chunks += in;
+		j->p.done_bytes += in_bytes;
+	} else {
+		j->p.done_chunks += cb;
+		j->p.done_bytes += cb_bytes;
+	}
+	pthread_mutex_unlock(&j->lock);
+
+	if (j->opts.mode == PF_JOB_EVICT) {
+		uint32_t n = cache_file_evict(c, f->cf);
+
+		pthread_mutex_lock(&j->lock);
+		j->p.evicted += n;
+		pthread_mutex_unlock(&j->lock);
+	}
+	pf_file_put(f);
+	return 0;
+
+queue:
+	for (uint32_t idx = 0; cb < in && idx < nch; idx++) {
+		if (!in_shard(j, &a->content, idx))
+			continue;
+		if (cache_chunk_present(c, f->cf, idx))
+			continue;	/* counted by the first walk, or filled since */
+		err = wait_room(j);
+		if (err)
+			break;
+		err = pf_submit(j->s, &j->o, f, idx, j->opts.cred.uid, PF_CLASS_WARMUP,
+				PF_KIND_WARMUP);
+		if (err) {
+			pthread_mutex_lock(&j->lock);
+			j->outstanding--;
+			j->p.failed++;
+			if (!atomic_exchange(&f->failed, true))
+				record_failure_locked(j, path, -err);
+			pthread_mutex_unlock(&j->lock);
+			break;
+		}
+	}
+	pf_file_put(f);
+	return err == -ECANCELED ? err : 0;
+}
+
+/* A directory waiting to be listed. */
+struct pending_dir {
+	uint64_t ino;
+	char *path;
+};
+
+static char *join(const char *dir, const char *name)
+{
+	size_t dl = strlen(dir), nl = strlen(name);
+	char *p = malloc(dl + nl + 2);
+
+	if (!p)
+		return NULL;
+	memcpy(p, dir, dl);
+	if (dl)
+		p[dl++] = '/';
+	memcpy(p + dl, name, nl + 1);
+	return p;
+}
+
+static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
+		    const char *root_path, bool nothrash)
+{
+	struct pending_dir *stack = NULL;
+	size_t n = 0, cap = 0;
+	int ret = 0;
+
+	stack = malloc(sizeof(*stack) * 16);
+	if (!stack)
+		return -ENOMEM;
+	cap = 16;
+	stack[n].ino = root;
+	stack[n].path = strdup(root_path);
+	if (!stack[n].path) {
+		free(stack);
+		return -ENOMEM;
+	}
+	n++;
+	while (n && !ret) {
+		struct pending_dir d = stack[--n];
+		struct sfs_dirlist dl = { 0 };
+		size_t first_sub = n;
+		int r = be->ops->readdir(be, d.ino, &dl);
+
+		if (r) {
+			pf_job_fail(j, d.path, -r);
+			free(d.path);
+			continue;
+		}
+		for (size_t i = 0; i < dl.n && !ret; i++) {
+			struct sfs_attr a;
+			char *p;
+
+			maybe_tick(j);
+			if (cancelled(j)) {
+				ret = -ECANCELED;
+				break;
+			}
+			r = be->ops->lookup(be, d.ino, dl.ent[i].name, &a);
+			if (r) {
+				p = join(d.path, dl.ent[i].name);
+				pf_job_fail(j, p ? p : d.path, -r);
+				free(p);
+				continue;
+			}
+			if (be->ops->forget)
+				be->ops->forget(be, a.ino, 1);
+			if (!S_ISREG(a.mode) && !S_ISDIR(a.mode))
+				continue;	/* symlinks and specials: nothing to stage */
+			p = join(d.path, dl.ent[i].name);
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			if (S_ISREG(a.mode)) {
+				ret = do_file(j, be, &a, p, nothrash);
+				free(p);
+				continue;
+			}
+			if (!pf_cred_may(&j->opts.cred, &a, 5)) {
+				pf_job_fail(j, p, EACCES);
+				free(p);
+				continue;
+			}
+			if (n == cap) {
+				struct pending_dir *ns = realloc(stack, cap * 2 * sizeof(*ns));
+
+				if (!ns) {
+					free(p);
+					ret = -ENOMEM;
+					break;
+				}
+				stack = ns;
+				cap *= 2;
+			}
+			stack[n].ino = a.ino;
+			stack[n].path = p;
+			n++;
+		}
+		/* subdirectories were pushed in listing order: pop them in it */
+		for (size_t lo = first_sub, hi = n; hi > lo + 1; lo++, hi--) {
+			struct pending_dir t = stack[lo];
+
+			stack[lo] = stack[hi - 1];
+			stack[hi - 1] = t;
+		}
+		sfs_dirlist_release(&dl);
+		free(d.path);
+	}
+	while (n)
+		free(stack[--n].path);
+	free(stack);
+	return ret;
+}
+
+int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
+	       const char *path, bool nothrash)
+{
+	struct sfs_attr a;
+	int ret;
+
+	if (cancelled(j))
+		return -ECANCELED;
+	ret = be->ops->getattr(be, ino, &a);
+	if (ret) {
+		pf_job_fail(j, path, -ret);
+		return ret;
+	}
+	if (S_ISREG(a.mode))
+		return do_file(j, be, &a, path, nothrash);
+	if (!S_ISDIR(a.mode))
+		return 0;
+	if (!pf_cred_may(&j->opts.cred, &a, 5)) {
+		pf_job_fail(j, path, EACCES);
+		return -EACCES;
+	}
+	ret = walk_dir(j, be, ino, path, nothrash);
+	if (ret && ret != -ECANCELED)
+		pf_job_fail(j, path, -ret);
+	return ret;
+}
+
+bool pf_job_walk_done(struct pf_job *j)
+{
+	pthread_mutex_lock(&j->lock);
+	j->p.walk_done = true;
+	pthread_mutex_unlock(&j->lock);
+	j->queueing = j->opts.mode == PF_JOB_FETCH;
+	return j->queueing;
+}
+
+bool pf_job_wait(struct pf_job *j, uint32_t ms)
+{
+	struct timespec ts;
+	bool done;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&j->lock);
+	while (j->outstanding) {
+		if (pthread_cond_timedwait(&j->cond, &j->lock, &ts) == ETIMEDOUT)
+			break;
+	}
+	done = !j->outstanding;
+	pthread_mutex_unlock(&j->lock);
+	return done;
+}
+
+void pf_job_get_progress(struct pf_job *j, struct pf_job_progress *p)
+{
+	pthread_mutex_lock(&j->lock);
+	*p = j->p;
+	pthread_mutex_unlock(&j->lock);
+	p->elapsed_ms = now_ms() - j->start_ms;
+}
+
+void pf_job_take_failures(struct pf_job *j, struct pf_job_failure **out, size_t *n)
+{
+	pthread_mutex_lock(&j->lock);
+	*out = j->fails;
+	*n = j->nfails;
+	j->fails = NULL;
+	j->nfails = j->capfails = 0;
+	pthread_mutex_unlock(&j->lock);
+}
