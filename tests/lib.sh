@@ -1,4 +1,5 @@
 # lib.sh: helpers sourced by the integration tests (tests/integration/*.sh).
+# shellcheck shell=bash
 #
 # A test starts with
 #     #!/usr/bin/env bash
@@ -172,16 +173,21 @@ stats_dump() { timeout 10 cat "$1/.stagefs/stats"; }
 stat_get() {
 	local json
 	json=$(stats_dump "$1") || die "cannot read $1/.stagefs/stats"
+	# On stdin: the JSON can be larger than one argument may be (128 KiB).
 	"$PYTHON" -c '
 import json, sys
-d = json.loads(sys.argv[1])
-key = sys.argv[2]
+text = sys.stdin.read()
+try:
+    d = json.loads(text)
+except ValueError as e:
+    sys.exit("stats is not valid JSON (%s): %s" % (e, text[:2000]))
+key = sys.argv[1]
 if key not in d:
-    if len(sys.argv) > 3:
-        print(sys.argv[3])
+    if len(sys.argv) > 2:
+        print(sys.argv[2])
         sys.exit(0)
-    sys.exit("stats has no key %r: %s" % (key, sys.argv[1]))
-print(int(d[key]))' "$json" "$2" "${@:3}"
+    sys.exit("stats has no key %r: %s" % (key, text[:2000]))
+print(int(d[key]))' "$2" "${@:3}" <<<"$json"
 }
 
 # cache_served MNT: how many times MNT answered from its cache: chunk hits

@@ -255,6 +255,7 @@ run_one() {
 	# The inner bash records its pid, which setsid made a session (and
 	# process group) id, then becomes the timeout.  timeout kills the test
 	# with TERM, and KILL_GRACE seconds later with KILL.
+	# shellcheck disable=SC2016 # $$ and $1 are the inner bash's
 	(
 		cd "$REPO" &&
 		TEST_NAME=$name TEST_TMPDIR=$tmp TMPDIR=$tmp \

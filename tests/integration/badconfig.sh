@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bad configs and options are refused with a clear message (FILE:LINE for INI files); --help, --version and --print-config work.
 # timeout: 120
+# shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
@@ -37,28 +38,28 @@ must_fail() {
 ini() { printf '%s\n' "$@" >"$TEST_TMPDIR/$cfgname"; }
 
 # A bad value on line 7.
-cfgname=bad-value.ini
+cfgname="bad-value.ini"
 ini "# stagefs test config" "" "[stagefs]" "# a comment" "log_level = info" \
     "cache_size = 10G" "chunk_size = banana" "threads = 4"
 must_fail "bad value on line 7" "$TEST_TMPDIR/bad-value.ini:7:" chunk_size -- \
 	-f -c "$TEST_TMPDIR/bad-value.ini" -o "$base_o" "dir://$src" "$mnt"
 
-cfgname=out-of-range.ini
+cfgname="out-of-range.ini"
 ini "[stagefs]" "threads = 100000"
 must_fail "out-of-range value" "$TEST_TMPDIR/out-of-range.ini:2:" threads -- \
 	-f -c "$TEST_TMPDIR/out-of-range.ini" -o "$base_o" "dir://$src" "$mnt"
 
-cfgname=unknown-key.ini
+cfgname="unknown-key.ini"
 ini "[stagefs]" "log_level = info" "no_such_setting = 1"
 must_fail "unknown key" "$TEST_TMPDIR/unknown-key.ini:3:" no_such_setting -- \
 	-f -c "$TEST_TMPDIR/unknown-key.ini" -o "$base_o" "dir://$src" "$mnt"
 
-cfgname=unknown-section.ini
+cfgname="unknown-section.ini"
 ini "[stagefs]" "log_level = info" "" "[nonsense]" "x = 1"
 must_fail "unknown section" "$TEST_TMPDIR/unknown-section.ini:[45]:" nonsense -- \
 	-f -c "$TEST_TMPDIR/unknown-section.ini" -o "$base_o" "dir://$src" "$mnt"
 
-cfgname=malformed.ini
+cfgname="malformed.ini"
 ini "[stagefs]" "log_level = info" "this line has no equals sign"
 must_fail "malformed line" "$TEST_TMPDIR/malformed.ini:3:" -- \
 	-f -c "$TEST_TMPDIR/malformed.ini" -o "$base_o" "dir://$src" "$mnt"
@@ -138,7 +139,7 @@ for cfg in example.ini uncommented.ini; do
 done
 
 # A good file that sets something, and -o wins over it.
-cfgname=good.ini
+cfgname="good.ini"
 ini "; a comment" "[stagefs]" "chunk_size = 128K" "log_level = debug" "cache_dir = /nonexistent/never/used"
 sfs_mount "dir://$src" "$mnt" -c "$TEST_TMPDIR/good.ini"
 [[ $(cat "$mnt/f") == data ]] || die "good.ini: wrong content"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bytes flipped in a cache file are detected (corrupt_chunks), refetched from the source and never served; the repair sticks.
 # timeout: 300
+# shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SIGTERM/SIGINT and fusermount3 -u end a foreground daemon cleanly (exit 0, unmounted); background mode returns only once the mount works.
 # timeout: 120
+# shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
@@ -61,4 +62,5 @@ check_mount_works
 bgpid=$(pgrep -f -- "$mnt" | head -n 1)
 kill -TERM "$bgpid"
 wait_for -t 20 _pid_gone "$bgpid" || die "background daemon $bgpid ignored SIGTERM for 20 s"
-wait_for -t 5 eval '! mountpoint -q "$mnt"' || die "$mnt still mounted after SIGTERM"
+not_mounted() { ! mountpoint -q "$1"; }
+wait_for -t 5 not_mounted "$mnt" || die "$mnt still mounted after SIGTERM"
