@@ -24,14 +24,16 @@
 # $REPO/stagefs taken at start, so rebuilding during a run is safe), PYTHON,
 # TEST_NAME, TEST_TMPDIR, TMPDIR, and for Ceph tests CEPH_CONF and
 # STAGEFS_CEPH_DIR.  Knobs: STAGEFS_TEST_TMPDIR (where temp dirs go, default
-# /tmp), STAGEFS_TEST_TIMEOUT (default per-test timeout), STAGEFS_TEST_KEEP.
+# /tmp), STAGEFS_TEST_TIMEOUT (default per-test timeout), STAGEFS_TEST_KEEP,
+# STAGEFS_TEST_OUT (where the logs go, default tests/out; give concurrent
+# runs different ones).
 #
 # The last line printed is "N passed, N failed, N skipped"; the exit status is
 # non-zero iff a test failed.
 set -u -o pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-OUT=$REPO/tests/out
+OUT=${STAGEFS_TEST_OUT:-$REPO/tests/out}
 DEFAULT_TIMEOUT=${STAGEFS_TEST_TIMEOUT:-300}
 KILL_GRACE=5		# seconds between the timeout's TERM and its KILL
 
@@ -165,7 +167,7 @@ ceph_stop() {
 	CEPH_STATE=none
 	say "runner: stopping the Ceph cluster"
 	"$REPO/tools/ceph-cluster.sh" stop "$CEPH_DIR" >>"$OUT/ceph-cluster.log" 2>&1 ||
-		say "runner: ceph-cluster.sh stop failed (see tests/out/ceph-cluster.log)"
+		say "runner: ceph-cluster.sh stop failed (see ${OUT#"$REPO"/}/ceph-cluster.log)"
 }
 
 on_exit() {
@@ -173,8 +175,12 @@ on_exit() {
 	trap - EXIT INT TERM
 	[[ -n $CUR_TMP ]] && cleanup_test "" "$CUR_TMP"
 	ceph_stop
-	[[ -n $RUN_TMP && -d $RUN_TMP && ${STAGEFS_TEST_KEEP:-0} != 1 ]] &&
-		rm -rf --one-file-system "$RUN_TMP" 2>/dev/null
+	# Keep the directories of failed tests (and everything with
+	# STAGEFS_TEST_KEEP=1); the run directory goes once it is empty.
+	if [[ -n $RUN_TMP && -d $RUN_TMP && ${STAGEFS_TEST_KEEP:-0} != 1 ]]; then
+		rm -rf --one-file-system "${RUN_TMP:?}/bin" "$RUN_TMP/sid"
+		rmdir "$RUN_TMP" 2>/dev/null
+	fi
 	exit "$rc"
 }
 
@@ -216,7 +222,7 @@ ceph_start() {
 	if [[ $rc -ne 0 || ! -f $conf ]]; then
 		ceph_stop
 		CEPH_STATE=failed
-		CEPH_FAIL_REASON="Ceph cluster did not start (rc=$rc, see tests/out/ceph-cluster.log)"
+		CEPH_FAIL_REASON="Ceph cluster did not start (rc=$rc, see ${OUT#"$REPO"/}/ceph-cluster.log)"
 		say "runner: $CEPH_FAIL_REASON"
 		tail -n 20 "$OUT/ceph-cluster.log" | sed 's/^/    /'
 		return 0
@@ -287,9 +293,9 @@ run_one() {
 	*)
 		if [[ $rc -eq 124 || $rc -eq 137 ]]; then
 			say "runner: timed out after ${limit}s" >>"$log"
-			say "FAIL $name (timeout after ${limit}s, rc=$rc, see tests/out/$name.log)"
+			say "FAIL $name (timeout after ${limit}s, rc=$rc, see ${OUT#"$REPO"/}/$name.log)"
 		else
-			say "FAIL $name (rc=$rc, $secs, see tests/out/$name.log)"
+			say "FAIL $name (rc=$rc, $secs, see ${OUT#"$REPO"/}/$name.log)"
 		fi
 		tail -n 30 "$log" | sed 's/^/    /'
 		nfail=$((nfail + 1))
