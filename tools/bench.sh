@@ -35,7 +35,7 @@
 #                    (default 16, and at most 40% of the free space); with
 #                    fewer chunks than wanted the 1M figure is extrapolated
 #   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
-#                    hint (default: the interface stagefs offers, if any)
+#                    hint (default: `stagefs warmup --order ORDERFILE MNT`)
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
 #   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
 #   BENCH_OSD_SIZE   apparent size of the throwaway OSD (default 48G, sparse)
@@ -510,7 +510,7 @@ rados_size() {
 	mkdir -p "$d/src"
 	log "rados $label: writing and publishing $n files of $label"
 	gen_files "$d/src" "$n" "$size" 64 || return 1
-	publish_set "$d/src" "bench-$label" "$size" || { skipped "$label: stagefs publish failed"; return 0; }
+	publish_set "$d/src" "bench-$label" "$label" || { skipped "$label: stagefs publish failed"; return 0; }
 	list_files "$d/src" "$d/mnt" "$d/mnt.list"
 	rados_bench_bw 600 write -b "$size" -O "$size" -t "$T" --max-objects "$n" \
 		--no-cleanup --run-name "rb-$label" >/dev/null || { skipped "$label: rados bench write failed"; return 0; }
@@ -626,8 +626,8 @@ bench_index() {
 # warmup: stagefs warmup vs rados bench seq and cp -r of a cold mount
 
 bench_warmup() {
-	local d=$WORK/warmup r a b c t0 ms bytes src mopts base rs=() cs=() bs=() as=()
-	hdr warmup "stagefs warmup of a cold mount vs rados bench seq and cp -r"
+	local d=$WORK/warmup r a b c t0 ms bytes src mopts base wargs rs=() cs=() bs=() as=()
+	hdr warmup "stagefs warmup -t $T of a cold mount vs rados bench seq -t $T and cp -r"
 	[ -x "$(dirname "$STAGEFS")/stagefs-warmup" ] || { skipped "stagefs-warmup is not built yet"; return; }
 	mkdir -p "$d/src"
 	gen_files "$d/src" $((R4M_N / 2)) $((4 << 20)) 16 || { skipped "could not write the data"; return; }
@@ -648,6 +648,8 @@ bench_warmup() {
 		[ -z "$CLUSTER_DIR" ] || [ "$base" != "rados bench" ] || osd_restart
 		drop_caches
 	}
+	wargs=-q
+	"$STAGEFS" warmup --help 2>&1 | grep -q -- '--threads' && wargs="-q -t $T"
 	row "" "$base" "cp -r" "warmup"
 	for r in $(seq "$ROUNDS"); do
 		cold
@@ -667,7 +669,7 @@ bench_warmup() {
 		sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache${mopts:+,$mopts}" || { skipped "mount failed"; return; }
 		t0=$(now_ms)
 		# shellcheck disable=SC2086
-		"$STAGEFS" warmup ${BENCH_WARMUP_ARGS:-} "$d/mnt" >"$WORK/log/warmup.$r.log" 2>&1 ||
+		"$STAGEFS" warmup $wargs ${BENCH_WARMUP_ARGS:-} "$d/mnt" >"$WORK/log/warmup.$r.log" 2>&1 ||
 			{ skipped "stagefs warmup failed: $(tail -1 "$WORK/log/warmup.$r.log")"; sfs_umount "$d/mnt"; return; }
 		ms=$(($(now_ms) - t0))
 		b=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
@@ -686,9 +688,15 @@ bench_warmup() {
 # ---------------------------------------------------------------------------
 # hints: shuffled epochs over a dataset larger than the cache
 
+# hint_order MNT ORDERFILE: announce this session's read order to the daemon
+hint_order() { "$STAGEFS" warmup -q --order "$2" "$1"; }
+
 bench_hints() {
-	local d=$WORK/hints n=$((SMALL_N / 2)) hint=${BENCH_HINT_CMD:-} r e a b ta tb rs=() as=() bs=() limit modes mode t0 ms
+	local d=$WORK/hints n=$((SMALL_N / 2)) hint=${BENCH_HINT_CMD:-} r e a b ta tb rs=() as=() bs=() limit modes mode t0 ms hf
 	hdr hints "2 shuffled epochs over a dataset 2x the cache, 4 readers: with order hints / without"
+	if [ -z "$hint" ] && "$STAGEFS" warmup --help 2>&1 | grep -q -- '--order'; then
+		hint=hint_order
+	fi
 	if [ -z "$hint" ]; then
 		if "$STAGEFS" --help 2>&1 | grep -qi hint; then
 			skipped "stagefs mentions hints but bench.sh does not know how to give one: set BENCH_HINT_CMD='CMD' (run as CMD MNT ORDERFILE)"
@@ -721,10 +729,11 @@ bench_hints() {
 					{ failed "$(rb_why)"; sfs_umount "$d/mnt"; return; }
 			done
 			ms=$(($(now_ms) - t0))
+			[ $mode = plain ] || hf=$(stat_get "$d/mnt" hint_fetches)
 			sfs_umount "$d/mnt"
 			if [ $mode = plain ]; then ta=$((2 * n * 1000 / (ms ? ms : 1))); else tb=$((2 * n * 1000 / (ms ? ms : 1))); fi
 		done
-		row "round $r" "$(fps "$ta")" "$(fps "$tb")" "$(ratio "$tb" "$ta")"
+		row "round $r (hint_fetches ${hf:-?})" "$(fps "$ta")" "$(fps "$tb")" "$(ratio "$tb" "$ta")"
 		as+=("$ta") bs+=("$tb") rs+=("$(ratio "$tb" "$ta")")
 	done
 	rm -rf "$d"
@@ -759,7 +768,11 @@ main() {
 	trap cleanup EXIT
 	trap 'exit 130' INT TERM
 	WORK=$(mktemp -d "${BENCH_DIR:-/var/tmp}/stagefs-bench.XXXXXX") || exit 1
-	mkdir -p "$WORK/log"
+	mkdir -p "$WORK/log" "$WORK/bin"
+	# run a snapshot of the build: a `make` during the run must not change
+	# the binary under half of the measurements
+	cp -p "$STAGEFS" "$(dirname "$STAGEFS")"/stagefs-* "$WORK/bin/" 2>/dev/null
+	STAGEFS=$WORK/bin/stagefs
 	printf 'stagefs bench  %s  %s  %s vCPU  %s GiB RAM  rounds=%s\n' "$(date -u +%FT%TZ)" \
 		"$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)" "$(nproc)" \
 		"$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$ROUNDS"
