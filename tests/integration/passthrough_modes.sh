@@ -25,7 +25,8 @@ assert_eq "$(stat_get "$mnt" passthrough_active)" 0 "passthrough_active with pas
 assert_eq "$(stat_get "$mnt" passthrough_opens)" 0 "passthrough_opens with passthrough=off"
 reqs=$(stat_get "$mnt" read_requests)
 bytes=$(stat_get "$mnt" read_bytes)
-assert_eq "$bytes" $((2 * 64 * M)) "read_bytes: both reads reached the daemon"
+# >=: a drop_caches elsewhere on the machine may make the kernel re-read a page
+assert_ge "$bytes" $((2 * 64 * M)) "read_bytes: both reads reached the daemon"
 # Sequential reads arrive as 1 MiB READs (max_pages 256, read_ahead_kb 4096);
 # allow some smaller ones at the start of each readahead window.
 assert_ge $((bytes / reqs)) $((512 * 1024)) "average READ size in bytes"
@@ -36,7 +37,7 @@ STAGEFS_TEST_NO_PASSTHROUGH=1 sfs_mount "dir://$src" "$mnt" chunk_size=1M passth
 read_twice "$mnt"
 assert_eq "$(stat_get "$mnt" passthrough_active)" 0 "passthrough_active where refused"
 assert_eq "$(stat_get "$mnt" passthrough_opens)" 0 "passthrough_opens where refused"
-assert_eq "$(stat_get "$mnt" read_bytes)" $((2 * 64 * M)) "read_bytes where refused"
+assert_ge "$(stat_get "$mnt" read_bytes)" $((2 * 64 * M)) "read_bytes where refused"
 n=$(grep -c 'passthrough: off' "$(sfs_log "$mnt")" || true)
 assert_eq "$n" 1 "log lines saying passthrough turned itself off"
 sfs_umount "$mnt"
