@@ -387,7 +387,9 @@ static int dir_read_chunk(struct backend *be, const struct sfs_attr *file,
 	}
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != file->size ||
 	    st.st_mtim.tv_sec != file->mtime.tv_sec ||
-	    st.st_mtim.tv_nsec != file->mtime.tv_nsec) {
+	    st.st_mtim.tv_nsec != file->mtime.tv_nsec ||
+	    st.st_ctim.tv_sec != file->ctime.tv_sec ||
+	    st.st_ctim.tv_nsec != file->ctime.tv_nsec) {
 		log_err("source %s changed since it was mounted: remount to see the new version",
 			path);
 		close(fd);

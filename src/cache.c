@@ -358,7 +358,7 @@ static void fd_close_locked(struct cache *c, struct cfile *cf)
 		return;
 	close(cf->fd);
 	cf->fd = -1;
-	cf->ctime_valid = false;
+	/* ctime_seen stays: an outside write while closed is still noticed */
 	fdlist_unlink(cf);
 	c->nfds--;
 }
@@ -733,6 +733,7 @@ static void evict_chunk(struct cache *c, struct cchunk *ch)
 		fd_close_locked(c, cf);
 		cfile_path(c, &cf->id, path, sizeof(path));
 		unlink(path);
+		cf->ctime_valid = false;
 		chunk_drop(c, ch, false);
 	} else {
 		if (cf->fd < 0) {
@@ -743,6 +744,7 @@ static void evict_chunk(struct cache *c, struct cchunk *ch)
 				fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 					  (off_t)ch->idx * cf->chunk_size,
 					  (off_t)chunk_len(cf, ch->idx));
+				note_own_write(cf, fd);
 				close(fd);
 			}
 			chunk_drop(c, ch, false);
@@ -919,7 +921,21 @@ static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
 	fd_trim_locked(c);
 	pthread_mutex_unlock(&c->lock);
 
-	if (fstat(fd, &st) == 0) {
+	if (fstat(fd, &st) == 0 && st.st_nlink == 0) {
+		/* the cache file was deleted under us: start a new one */
+		pthread_mutex_lock(&c->lock);
+		log_warn("cache file of %016" PRIx64 "%016" PRIx64
+			 " was deleted: refetching its chunks", cf->id.hi, cf->id.lo);
+		cfile_forget_chunks(c, cf);
+		cf->ctime_valid = false;
+		if (cf->fd_users == 1 && !cf->writers) {
+			cf->fd_users--;
+			fd_close_locked(c, cf);
+			pthread_mutex_unlock(&c->lock);
+			return fd_acquire(c, cf, out);
+		}
+		pthread_mutex_unlock(&c->lock);
+	} else if (fstat(fd, &st) == 0) {
 		pthread_mutex_lock(&c->lock);
 		if (cf->writers) {
 			/* our own fill is moving ctime: judge it later */
@@ -1341,6 +1357,7 @@ uint32_t cache_file_evict(struct cache *c, struct cfile *cf)
 					fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
 						  (off_t)i * cf->chunk_size,
 						  (off_t)chunk_len(cf, i));
+					note_own_write(cf, fd);
 					close(fd);
 				}
 				chunk_drop(c, ch, false);

@@ -249,7 +249,15 @@ int mkdir_p(const char *path, mode_t mode)
 			return -errno;
 		*p = '/';
 	}
-	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-		return -errno;
+	if (mkdir(tmp, mode) < 0) {
+		struct stat st;
+
+		if (errno != EEXIST)
+			return -errno;
+		if (stat(tmp, &st) < 0)
+			return -errno;
+		if (!S_ISDIR(st.st_mode))
+			return -ENOTDIR;
+	}
 	return 0;
 }
