@@ -177,3 +177,30 @@ tmux -S "$sock" kill-server
 
 sfs_umount "$mnt"
 [[ ! -e $prom ]] || die "metrics_file was left behind after unmount"
+
+# Passthrough opens (where the kernel and privileges allow them): the reads
+# bypass the daemon, so they are counted as opens with the file size as an
+# estimate.  f6 is fully cached by now.
+sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto
+for i in 1 2; do
+	drop_caches
+	runuser -u $A -- env STAGEFS_JOB=train42 "$PYTHON" "$T/reader.py" "$mnt/a/f6"
+done
+stats_dump "$mnt" >"$T/stats2.json"
+"$PYTHON" - "$T/stats2.json" "$A" "${a_sizes[6]}" <<'PY' || die "passthrough opens are not counted as estimated"
+import json, sys
+d, user, size = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+job = [j for j in d["jobs"] if j["user"] == user and j["job"] == "train42"][0]
+pt = job["passthrough_opens"]
+print(f"passthrough_active {d['passthrough_active']}: job opens {job['opens']}, "
+      f"passthrough opens {pt}, estimated bytes {job['passthrough_bytes_estimated']}, "
+      f"read_bytes {job['read_bytes']}")
+assert job["opens"] == 2
+assert pt == d["passthrough_opens"], "the old node-wide counter disagrees"
+assert job["passthrough_bytes_estimated"] == pt * size
+if d["passthrough_active"]:
+    assert pt >= 1, "passthrough is active but no open went through it"
+# each open delivered the whole file, through the daemon or estimated
+assert job["read_bytes"] + job["passthrough_bytes_estimated"] == 2 * size
+PY
+sfs_umount "$mnt"
