@@ -557,7 +557,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fh->passthrough = ret > 0;
 	stats_open_init(fs->stats, &fh->so, fuse_req_ctx(req)->pid,
-			fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid);
+			fuse_req_ctx(req)->uid);
 	if (fh->passthrough)
 		stats_open_passthrough(fs->stats, &fh->so, fh->attr.size);
 	if (!fh->passthrough)
@@ -635,8 +635,7 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	pf_ra_read(fh->ra, (uint64_t)off, size, src.uid);
 	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
 	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
-	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, fuse_req_ctx(req)->uid,
-		       fuse_req_ctx(req)->gid, n);
+	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, fuse_req_ctx(req)->uid, n);
 	if (n < 0) {
 		atomic_fetch_add(&fs->ctr.read_errors, 1);
 		fuse_reply_err(req, (int)-n);

@@ -483,11 +483,10 @@ static struct stats_ent *proc_get(struct stats *st, pid_t tid, uint32_t uid)
 /* ---- the read path ---- */
 
 void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
-		     uint32_t uid, uint32_t gid)
+		     uint32_t uid)
 {
 	uint64_t v[STATS_NFIELDS] = { [STATS_OPENS] = 1 };
 
-	(void)gid;
 	so->proc = NULL;
 	atomic_store(&so->delivered, false);
 	if (!st)
@@ -563,13 +562,12 @@ void stats_read_begin(struct stats *st, struct stats_read *rd, const void *file,
 }
 
 void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
-		    uint32_t uid, uint32_t gid, ssize_t n)
+		    uint32_t uid, ssize_t n)
 {
 	struct stats *st = rd->st;
 	uint64_t v[STATS_NFIELDS] = { 0 }, t1;
 	struct stats_ent *p, *ref = NULL;
 
-	(void)gid;
 	if (!st)
 		return;
 	cur_read = rd->outer;

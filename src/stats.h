@@ -28,7 +28,7 @@
  *    cache files itself.
  *
  * Who: a READ is charged to the thread FUSE names in the request (its
- * pid, uid, gid).  Threads are identified once, from /proc (procinfo.h:
+ * pid and uid).  Threads are identified once, from /proc (procinfo.h:
  * process, start time, job rule) and cached in a bounded table; entries
  * whose thread is gone are folded into their user and job and dropped a
  * minute later.  Users are keyed by uid, jobs by (uid, job name), GPUs by
@@ -113,13 +113,13 @@ struct stats_open {
 };
 
 /*
- * Record an open of a regular file by thread @pid (@uid, @gid) in @so.
+ * Record an open of a regular file by thread @pid of user @uid in @so.
  * Never fails: a reader that cannot be identified is counted node-wide
  * only.  Undo with stats_open_release() when the open is released.
  * @st may be NULL (nothing counted).
  */
 void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
-		     uint32_t uid, uint32_t gid);
+		     uint32_t uid);
 void stats_open_release(struct stats *st, struct stats_open *so);
 
 /*
@@ -152,7 +152,7 @@ struct stats_read {
 void stats_read_begin(struct stats *st, struct stats_read *rd, const void *file,
 		      uint64_t off, size_t len, uint32_t chunk_size);
 void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
-		    uint32_t uid, uint32_t gid, ssize_t n);
+		    uint32_t uid, ssize_t n);
 
 /*
  * Bracket a backend fetch of chunk @idx of @file (any thread).  A fetch

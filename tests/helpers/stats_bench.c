@@ -68,7 +68,7 @@ static void *worker(void *arg)
 		struct stats_read rd;
 
 		stats_read_begin(c->st, &rd, &file, off, 131072, 4u << 20);
-		stats_read_end(&rd, c->so, c->pid, c->uid, c->uid, 131072);
+		stats_read_end(&rd, c->so, c->pid, c->uid, 131072);
 	}
 	return NULL;
 }
@@ -106,7 +106,7 @@ int main(int argc, char **argv)
 			for (int i = 0; i < t; i++) {
 				/* own-reader: a distinct reader record per thread */
 				if (i == 0 || m == OWN_READER)
-					stats_open_init(st, &so[i], getpid(), 1000 + (uint32_t)i, 0);
+					stats_open_init(st, &so[i], getpid(), 1000 + (uint32_t)i);
 				c[i] = (struct ctx){ st, m == OWN_READER ? &so[i] : &so[0],
 						     (enum mode)m, n / t, getpid(),
 						     1000 + (m == OWN_READER ? (uint32_t)i : 0) };

@@ -177,7 +177,7 @@ static void do_read(struct stats *st, struct stats_open *so, const void *file,
 		stats_fetch_begin(st, file, (uint32_t)(off / CHUNK) + (uint32_t)i);
 		stats_fetch_end(st, file, (uint32_t)(off / CHUNK) + (uint32_t)i, CHUNK);
 	}
-	stats_read_end(&rd, so, pid, uid, 0, n);
+	stats_read_end(&rd, so, pid, uid, n);
 }
 
 static void test_accounting(void **state)
@@ -190,8 +190,8 @@ static void test_accounting(void **state)
 	int file;
 
 	assert_int_equal(procinfo_read(getpid(), &self), 0);
-	stats_open_init(st, &a, getpid(), UID, UID);
-	stats_open_init(st, &b, getpid(), UID, UID);
+	stats_open_init(st, &a, getpid(), UID);
+	stats_open_init(st, &b, getpid(), UID);
 	/* a: 3 READs, the first spanning two chunks and fetching one */
 	do_read(st, &a, &file, getpid(), UID, CHUNK - 100, 1000, 1);
 	do_read(st, &a, &file, getpid(), UID, CHUNK + 900, 4096, 0);
@@ -272,7 +272,7 @@ static void test_stall_on_others(void **state)
 	int file, other;
 	struct fetcher f = { st, &file, 3 };
 
-	stats_open_init(st, &so, getpid(), UID, UID);
+	stats_open_init(st, &so, getpid(), UID);
 	/* a hit on a chunk nobody fetches: no stall */
 	do_read(st, &so, &file, getpid(), UID, 0, 100, 0);
 	s = snap(st);
@@ -284,7 +284,7 @@ static void test_stall_on_others(void **state)
 	stats_read_begin(st, &rd, &file, 3ull * CHUNK, 100, CHUNK);
 	pthread_create(&th, NULL, fetch_thread, &f);
 	pthread_join(th, NULL);
-	stats_read_end(&rd, &so, getpid(), UID, 0, 100);
+	stats_read_end(&rd, &so, getpid(), UID, 100);
 	s = snap(st);
 	assert_int_equal(s->node.total[STATS_STALL_NS], 0);
 	stats_snap_free(s);
@@ -294,7 +294,7 @@ static void test_stall_on_others(void **state)
 	stats_read_begin(st, &rd, &file, 3ull * CHUNK, 100, CHUNK);
 	pthread_create(&th, NULL, fetch_thread, &f);
 	pthread_join(th, NULL);
-	stats_read_end(&rd, &so, getpid(), UID, 0, 100);
+	stats_read_end(&rd, &so, getpid(), UID, 100);
 	s = snap(st);
 	assert_true(s->node.total[STATS_STALL_NS] >= 1000000);
 	/* it was not our miss */
@@ -306,7 +306,7 @@ static void test_stall_on_others(void **state)
 	/* a fill running when we begin: a stall */
 	stats_fetch_begin(st, &file, 5);
 	stats_read_begin(st, &rd, &file, 5ull * CHUNK, 100, CHUNK);
-	stats_read_end(&rd, &so, getpid(), UID, 0, 100);
+	stats_read_end(&rd, &so, getpid(), UID, 100);
 	stats_fetch_end(st, &file, 5, -EIO);
 	s = snap(st);
 	assert_int_equal(s->node.total[STATS_READS], 4);
@@ -342,7 +342,7 @@ static void test_threads_and_gone(void **state)
 	int file;
 
 	/* a READ by another thread of the opener's process: its own record */
-	stats_open_init(st, &so, getpid(), UID, UID);
+	stats_open_init(st, &so, getpid(), UID);
 	do_read(st, &so, &file, getpid(), UID, 0, 10, 0);
 	pthread_create(&th, NULL, other_reader_thread, &o);
 	pthread_join(th, NULL);
@@ -355,7 +355,7 @@ static void test_threads_and_gone(void **state)
 
 	/* a child process with its own job */
 	child = spawn_with_job("train42");
-	stats_open_init(st, &co, child, UID + 1, UID + 1);
+	stats_open_init(st, &co, child, UID + 1);
 	do_read(st, &co, &file, child, UID + 1, 0, 300, 0);
 	stats_open_release(st, &co);
 
@@ -435,7 +435,7 @@ static void test_render(void **state)
 	pid_t child = spawn_with_job("we\"ird\\job\n\xff");
 	int file;
 
-	stats_open_init(st, &so, child, UID, UID);
+	stats_open_init(st, &so, child, UID);
 	do_read(st, &so, &file, child, UID, 0, 123456789, 2);
 	stats_gpu_account(st, UID, "x", 3, 77);
 	s = snap(st);
@@ -507,7 +507,7 @@ static void *hammer_thread(void *arg)
 		struct stats_read rd;
 
 		stats_read_begin(h->st, &rd, &file, (uint64_t)i * 131072, 131072, CHUNK);
-		stats_read_end(&rd, h->so, h->pid, UID, 0, 131072);
+		stats_read_end(&rd, h->so, h->pid, UID, 131072);
 	}
 	h->ns = now_ns() - t0;
 	return NULL;
@@ -538,7 +538,7 @@ static void test_concurrent_exact(void **state)
 	struct stats_snap *s;
 	uint64_t ns = 0;
 
-	stats_open_init(st, &so, getpid(), UID, UID);
+	stats_open_init(st, &so, getpid(), UID);
 	atomic_store(&stop_snap, false);
 	pthread_create(&sn, NULL, snap_thread, st);
 	for (int i = 0; i < NTHREADS; i++) {
