@@ -7,8 +7,11 @@
 #     . "$(dirname "$0")/../lib.sh"
 # and exits 0 (pass), 1 (fail: die) or 77 (skip: skip REASON).
 #
-# Sourcing this file turns on `set -eu -o pipefail`; a command that fails
+# Sourcing this file turns on `set -eEu -o pipefail`; a command that fails
 # unexpectedly fails the test (exit 1, never a stray 77) and names its line.
+# Mind pipefail with a reader that stops early: in `od FILE | head -20` od
+# may die of SIGPIPE (141) and fail the test; write `head -c N FILE | od`,
+# or end the pipeline with `|| true` where a cut-short producer is fine.
 # Each test gets TEST_TMPDIR from tests/run.sh; run by hand it makes its own.
 # Everything sfs_mount starts is unmounted and stopped when the test exits,
 # whichever way it exits, so a test can `die` anywhere.
