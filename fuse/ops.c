@@ -8,8 +8,8 @@
  * and open files keep the kernel page cache (keep_cache).  Replies to READ
  * come from a per-thread buffer that lives as long as the worker thread,
  * which measured faster here than fuse_reply_data from an fd without splice;
- * -o splice=yes instead splices verified cache hits straight from the cache
- * file.
+ * -o splice=yes only negotiates the kernel's splice capability; READ
+ * replies are not spliced yet.
  *
  * Every handler replies exactly once; helpers return -errno.
  */
