@@ -340,7 +340,7 @@ main() {
 	# beside it.
 	if [[ -z $STAGEFS_GIVEN && -x $STAGEFS ]]; then
 		mkdir "$RUN_TMP/bin"
-		cp "$STAGEFS" "$REPO"/stagefs-* "$RUN_TMP/bin/" 2>/dev/null || true
+		cp -p "$STAGEFS" "$REPO"/stagefs-* "$RUN_TMP/bin/" 2>/dev/null || true
 		STAGEFS=$RUN_TMP/bin/stagefs
 	fi
 	: >"$OUT/ceph-cluster.log"
