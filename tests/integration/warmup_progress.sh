@@ -15,7 +15,7 @@ sfs_mount "dir://$src" "$mnt" chunk_size=1M backend_max_rate=16M
 
 log "on a pseudo-terminal"
 script -qefc "$STAGEFS warmup $mnt/data" /dev/null >"$TEST_TMPDIR/tty.out" </dev/null
-od -c "$TEST_TMPDIR/tty.out" | head -20 >&2
+od -c "$TEST_TMPDIR/tty.out" | sed -n 1,20p >&2
 "$PYTHON" - "$TEST_TMPDIR/tty.out" <<'PY'
 import re, sys
 out = open(sys.argv[1], "rb").read().decode()
