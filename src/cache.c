@@ -139,6 +139,9 @@ struct cache {
 	pthread_mutex_t bp_lock;	/* guards bp[] and bp_clock */
 	struct bypass_slot bp[BYPASS_SLOTS];
 	uint64_t bp_clock;
+
+	const struct cache_io_ops *io;	/* cache_set_io(); set before use */
+	void *io_arg;
 };
 
 /* Copy @n bytes at @coff of a recently bypassed chunk; false if not held. */
@@ -978,6 +981,32 @@ static void note_own_write(struct cfile *cf, int fd)
 
 /* ---- the read path ---- */
 
+/* Write a filled chunk (and fdatasync it with cache_sync): the I/O hook or pwrite. */
+static ssize_t io_write(struct cache *c, int fd, const void *buf, size_t len, off_t off)
+{
+	ssize_t w = -ENOSYS;
+
+	if (c->io)
+		w = c->io->write_chunk(c->io_arg, fd, buf, len, off, c->opts.sync);
+	if (w != -ENOSYS)
+		return w;
+	w = pwrite_full(fd, buf, len, off);
+	if (w == (ssize_t)len && c->opts.sync && fdatasync(fd) < 0)
+		return -errno;
+	return w;
+}
+
+/* Read a whole chunk back (@buf has room for @cap): the I/O hook or pread. */
+static ssize_t io_read(struct cache *c, int fd, void *buf, size_t len, size_t cap,
+		       off_t off)
+{
+	ssize_t r = -ENOSYS;
+
+	if (c->io)
+		r = c->io->read_chunk(c->io_arg, fd, buf, len, cap, off);
+	return r != -ENOSYS ? r : pread_full(fd, buf, len, off);
+}
+
 /*
  * Bring chunk @idx of @cf to PRESENT+verified and copy @n bytes at @coff of
  * it to @dst (if @dst).  Returns @n (0 when @dst is NULL) or -errno.
@@ -1025,7 +1054,7 @@ static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t id
 			lru_touch(c, ch);
 			pthread_mutex_unlock(&c->lock);
 			scratch = scratch_get(cf->chunk_size);
-			r = scratch ? pread_full(fd, scratch, clen, base) : -ENOMEM;
+			r = scratch ? io_read(c, fd, scratch, clen, cf->chunk_size, base) : -ENOMEM;
 			pthread_mutex_lock(&c->lock);
 			if (r == (ssize_t)clen && sfs_hash64(scratch, clen) == ch->hash) {
 				ch->state = CH_PRESENT;
@@ -1097,9 +1126,9 @@ fill:
 	pthread_mutex_unlock(&c->lock);
 	if (room) {
 		for (int attempt = 0; attempt < 2 && !stored; attempt++) {
-			ssize_t w = pwrite_full(fd, scratch, clen, base);
+			ssize_t w = io_write(c, fd, scratch, clen, base);
 
-			if (w == (ssize_t)clen && (!c->opts.sync || fdatasync(fd) == 0)) {
+			if (w == (ssize_t)clen) {
 				stored = true;
 				break;
 			}
@@ -1378,6 +1407,12 @@ void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid)
 	c->quota_arg = arg;
 	c->quota_gen++;
 	pthread_mutex_unlock(&c->lock);
+}
+
+void cache_set_io(struct cache *c, const struct cache_io_ops *ops, void *arg)
+{
+	c->io = ops;
+	c->io_arg = arg;
 }
 
 void cache_quota_changed(struct cache *c)
