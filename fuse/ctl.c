@@ -38,11 +38,14 @@ static void prefetch_stats(struct sfs *fs, FILE *f)
 		"  \"demand_inflight\": %" PRIu64 ",\n"
 		"  \"backend_throttle_ms\": %" PRIu64 ",\n"
 		"  \"hint_sessions\": %" PRIu64 ",\n"
-		"  \"warmup_jobs\": %" PRIu64 ",\n",
+		"  \"warmup_jobs\": %" PRIu64 ",\n"
+		"  \"uring_ops\": %" PRIu64 ",\n"
+		"  \"uring_direct_ops\": %" PRIu64 ",\n"
+		"  \"uring_submits\": %" PRIu64 ",\n",
 		ps.readahead_fetches, ps.hint_fetches, ps.warmup_fetches,
 		ps.demand_fetches, ps.fetch_errors, ps.cancelled, ps.queued,
 		ps.inflight, ps.demand_inflight, ps.throttle_ms, ps.hint_sessions,
-		ps.warmup_jobs);
+		ps.warmup_jobs, ps.uring_ops, ps.uring_direct, ps.uring_submits);
 }
 
 int sfs_stats_json(struct sfs *fs, char **out)

@@ -88,6 +88,7 @@ int sfs_prefetch_start(struct sfs *fs, char *err, size_t errlen)
 		.ra_slack = MAX(2ULL * MAX(c->read_ahead_kb, c->max_read_kb) * KiB, MiB),
 		.hint_window = c->hint_window,
 		.hint_window_bytes = c->hint_window_bytes,
+		.io_uring = c->prefetch_io_uring,
 		.account = count_bg_fetch,
 		.account_arg = fs,
 	};

@@ -54,6 +54,7 @@ struct pf_opts {
 	uint64_t ra_slack;	/* bytes a read may land off the sequential frontier */
 	uint32_t hint_window;	/* files prefetched ahead of a hinted reader */
 	uint64_t hint_window_bytes;
+	bool io_uring;		/* workers' cache disk I/O through engine.c */
 	/*
 	 * A background backend fetch finished with @res (bytes or -errno):
 	 * lets the daemon count it with its own.  Called on a worker thread.
@@ -75,6 +76,9 @@ struct pf_stats {
 	uint64_t throttle_ms;		/* time fetches waited for backend_max_rate */
 	uint64_t hint_sessions;		/* live hint sessions */
 	uint64_t warmup_jobs;		/* running warmup jobs */
+	uint64_t uring_ops;		/* cache transfers through io_uring */
+	uint64_t uring_direct;		/* ... of which O_DIRECT */
+	uint64_t uring_submits;		/* io_uring_submit calls */
 };
 
 /*

@@ -100,6 +100,17 @@ void pf_hints_destroy(struct pf_hints *h);
 struct pf_hints *pf_sched_hints(struct pf_sched *s);
 uint64_t pf_hints_count(struct pf_hints *h);
 
+/* engine.c: the io_uring engine behind the cache's I/O hook */
+struct pf_engine;
+extern const struct cache_io_ops pf_engine_io;	/* arg: the engine */
+int pf_engine_create(struct pf_engine **out, char *err, size_t errlen);
+/* After every thread that used it is gone. */
+void pf_engine_destroy(struct pf_engine *e);
+/* The calling thread is a scheduler worker: its cache I/O goes to the ring. */
+void pf_engine_thread_is_worker(void);
+void pf_engine_get_stats(struct pf_engine *e, uint64_t *ops, uint64_t *direct,
+			 uint64_t *submits);
+
 /* warmup.c counts its jobs here */
 void pf_jobs_add(struct pf_sched *s, int delta);
 

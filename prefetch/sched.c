@@ -76,6 +76,7 @@ struct pf_sched {
 	double rate, burst, borrow;
 
 	struct pf_hints *hints;
+	struct pf_engine *engine;	/* NULL: the cache's own pwrite/pread */
 
 	_Atomic uint64_t st_kind[3];	/* fetched, by enum pf_kind */
 	_Atomic uint64_t st_demand, st_errors, st_cancelled, st_throttle_ns;
@@ -443,6 +444,7 @@ static void *worker_main(void *arg)
 {
 	struct pf_sched *s = arg;
 
+	pf_engine_thread_is_worker();
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		struct pf_req *r = NULL;
@@ -552,6 +554,15 @@ int pf_sched_create(const struct pf_opts *o, struct cache *c,
 		s->tokens = s->burst;
 		s->last_ns = now_ns();
 	}
+	if (o->io_uring) {
+		char eerr[256];
+
+		ret = pf_engine_create(&s->engine, eerr, sizeof(eerr));
+		if (ret)
+			log_warn("prefetch: no io_uring engine (%s): pwrite/pread", eerr);
+		else
+			cache_set_io(c, &pf_engine_io, s->engine);
+	}
 	s->hints = pf_hints_create(s);
 	s->workers = calloc(s->o.inflight, sizeof(*s->workers));
 	if (!s->hints || !s->workers) {
@@ -605,6 +616,10 @@ void pf_sched_destroy(struct pf_sched *s)
 	}
 	if (s->hints)
 		pf_hints_destroy(s->hints);
+	if (s->engine) {
+		cache_set_io(s->c, NULL, NULL);
+		pf_engine_destroy(s->engine);
+	}
 	free(s->users);
 	free(s->workers);
 	free(s->wt);
@@ -629,6 +644,8 @@ void pf_get_stats(struct pf_sched *s, struct pf_stats *st)
 	st->demand_inflight = atomic_load(&s->demand_inflight);
 	st->warmup_jobs = (uint64_t)atomic_load(&s->jobs);
 	st->hint_sessions = pf_hints_count(s->hints);
+	pf_engine_get_stats(s->engine, &st->uring_ops, &st->uring_direct,
+			    &st->uring_submits);
 	pthread_mutex_lock(&s->lock);
 	st->queued = s->queued;
 	st->inflight = s->bg_inflight;

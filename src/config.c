@@ -93,6 +93,8 @@ static const struct opt opts[] = {
 	  "files prefetched ahead of a reader that announced its order" },
 	{ "hint_window_bytes", OPT_SIZE, O(hint_window_bytes), "2G", 0, 0,
 	  "bytes prefetched ahead of a reader that announced its order" },
+	{ "prefetch_io_uring", OPT_BOOL, O(prefetch_io_uring), "yes", 0, 0,
+	  "background fetches write and check cache chunks through io_uring, O_DIRECT where the filesystem allows" },
 	/* feed-rate metrics (fuse/metrics.c, docs/feedrate.md) */
 	{ "metrics_port", OPT_UINT, O(metrics_port), "0", 0, 65535,
 	  "serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 = off" },

@@ -62,6 +62,7 @@ wait_for -t 10 stat_eq "$mnt" hint_sessions 0 || die "the session did not end af
 
 log "without a hint the same kind of read misses every file"
 "$STAGEFS" warmup --evict --quiet "$mnt/h" >/dev/null
+drop_caches	# or the kernel serves the files from the mount's page cache
 order 2 "$TEST_TMPDIR/order2"
 d0=$(stat_get "$mnt" demand_fetches)
 "$PYTHON" "$TEST_TMPDIR/reader.py" "$TEST_TMPDIR/order2" "$mnt" "$src"
@@ -69,6 +70,7 @@ assert_ge $(($(stat_get "$mnt" demand_fetches) - d0)) $((N * 9 / 10)) "reader fe
 
 log "hinted order from tools/stagefs_hints.py (HintedOrder over indices)"
 "$STAGEFS" warmup --evict --quiet "$mnt/h" >/dev/null
+drop_caches
 h0=$(stat_get "$mnt" hint_fetches)
 d0=$(stat_get "$mnt" demand_fetches)
 "$PYTHON" - "$REPO/tools" "$mnt/h" "$N" <<'PY'
