@@ -16,6 +16,7 @@
 #include "ctlproto.h"
 #include "log.h"
 #include "prefetch/prefetch.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -63,10 +64,19 @@ struct ctl_client {
 
 /* ---- the prefetch scheduler ---- */
 
-static void count_bg_fetch(void *arg, int res)
+static void bg_fetch_begin(void *arg, const struct cfile *cf, uint32_t idx)
 {
 	struct sfs *fs = arg;
 
+	stats_fetch_begin(fs->stats, cf, idx);
+}
+
+/* Background fetches count where readers' fetches do (fetch_chunk in ops.c). */
+static void bg_fetch_end(void *arg, const struct cfile *cf, uint32_t idx, int res)
+{
+	struct sfs *fs = arg;
+
+	stats_fetch_end(fs->stats, cf, idx, res);
 	if (res < 0) {
 		atomic_fetch_add(&fs->ctr.backend_errors, 1);
 		return;
@@ -89,7 +99,8 @@ int sfs_prefetch_start(struct sfs *fs, char *err, size_t errlen)
 		.hint_window = c->hint_window,
 		.hint_window_bytes = c->hint_window_bytes,
 		.io_uring = c->prefetch_io_uring,
-		.account = count_bg_fetch,
+		.fetch_begin = bg_fetch_begin,
+		.fetch_end = bg_fetch_end,
 		.account_arg = fs,
 	};
 
@@ -507,6 +518,22 @@ static int handle_status(struct ctl_client *cl)
 			 st.warmup_fetches, st.demand_fetches);
 }
 
+/* The GPU client library reports bytes it copied to a GPU (src/stats.h). */
+static int handle_gpu_bytes(struct ctl_client *cl, const struct ctl_msg *m)
+{
+	uint64_t gpu, bytes;
+	int ret;
+
+	if (ctl_get_u64(m, "gpu", &gpu) || ctl_get_u64(m, "bytes", &bytes) || gpu > 65535)
+		return send_err(cl, EINVAL, "GPU_BYTES needs gpu=N (0-65535) bytes=N");
+	/* the uid is the peer's: a client cannot charge another user */
+	ret = stats_gpu_account(cl->cs->fs->stats, cl->cred.uid, ctl_get(m, "job"),
+				(int)gpu, bytes);
+	if (ret)
+		return send_err(cl, -ret, "cannot account the bytes");
+	return ctl_sendf(cl->fd, "OK\n");
+}
+
 /* Serve one request.  Returns 0 to go on, < 0 to close the connection. */
 static int dispatch(struct ctl_client *cl, struct ctl_msg *m)
 {
@@ -522,6 +549,8 @@ static int dispatch(struct ctl_client *cl, struct ctl_msg *m)
 		return handle_hint_end(cl, m);
 	if (!strcmp(verb, "STATUS"))
 		return handle_status(cl);
+	if (!strcmp(verb, "GPU_BYTES"))
+		return handle_gpu_bytes(cl, m);
 	if (!strcmp(verb, "BYE"))
 		return -ECONNRESET;
 	return send_err(cl, EINVAL, "unknown request");

@@ -56,10 +56,12 @@ struct pf_opts {
 	uint64_t hint_window_bytes;
 	bool io_uring;		/* workers' cache disk I/O through engine.c */
 	/*
-	 * A background backend fetch finished with @res (bytes or -errno):
-	 * lets the daemon count it with its own.  Called on a worker thread.
+	 * Around every background backend fetch of chunk @idx of cache entry
+	 * @cf, on the worker thread: lets the daemon count it with its own
+	 * fetches.  @res is the byte count or -errno.  Either may be NULL.
 	 */
-	void (*account)(void *arg, int res);
+	void (*fetch_begin)(void *arg, const struct cfile *cf, uint32_t idx);
+	void (*fetch_end)(void *arg, const struct cfile *cf, uint32_t idx, int res);
 	void *account_arg;
 };
 

@@ -399,9 +399,11 @@ static int bg_fetch(void *arg, uint32_t idx, void *buf, size_t len)
 	int r;
 
 	bucket_take(x->s, len, x->prio);
+	if (x->s->o.fetch_begin)
+		x->s->o.fetch_begin(x->s->o.account_arg, x->f->cf, idx);
 	r = be->ops->read_chunk(be, &x->f->attr, idx, buf, len);
-	if (x->s->o.account)
-		x->s->o.account(x->s->o.account_arg, r);
+	if (x->s->o.fetch_end)
+		x->s->o.fetch_end(x->s->o.account_arg, x->f->cf, idx, r);
 	if (r == (int)len)
 		x->fetched = true;
 	else

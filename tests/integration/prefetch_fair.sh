@@ -5,8 +5,16 @@
 need_mount
 command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"
 
-# other users must reach the mount and the socket
-chmod 755 "$TEST_TMPDIR"
+as() { local u=$1; shift; setpriv --reuid="$u" --regid="$u" --clear-groups "$@"; }
+# other users must reach the mount, the socket and the binaries: let them
+# through (search only) the directories above
+for d in "$TEST_TMPDIR" "$(dirname "$STAGEFS")"; do
+	while [[ $d != / ]]; do
+		chmod o+x "$d"
+		d=$(dirname "$d")
+	done
+done
+as 1001 test -x "$STAGEFS" || skip "uid 1001 cannot run $STAGEFS"
 src=$TEST_TMPDIR/src mnt=$TEST_TMPDIR/mnt
 mkdir -p "$src/a" "$src/b" "$src/secret"
 for i in $(seq -w 1 24); do
@@ -19,7 +27,6 @@ chmod -R a+rX "$src/a" "$src/b"
 
 # 192 MiB at 24 MB/s; 2 fetches in flight per user
 sfs_mount "dir://$src" "$mnt" chunk_size=1M backend_max_rate=24M prefetch_user_inflight=2
-as() { local u=$1; shift; setpriv --reuid="$u" --regid="$u" --clear-groups "$@"; }
 jget() { "$PYTHON" -c 'import json, sys; print(int(json.load(open(sys.argv[1]))[sys.argv[2]]))' "$1" "$2"; }
 stat_ge() { [[ $(stat_get "$1" "$2") -ge $3 ]]; }
 
