@@ -26,31 +26,29 @@ static bool needs_escape(unsigned char ch)
 size_t ctl_escape(const char *in, char *out, size_t outlen)
 {
 	static const char hex[] = "0123456789ABCDEF";
-	size_t n = 0;
+	size_t n = 0, w = 0;	/* needed, written */
+	bool full = false;
 
 	for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
-		if (needs_escape(*p)) {
-			if (n + 3 < outlen) {
-				out[n] = '%';
-				out[n + 1] = hex[*p >> 4];
-				out[n + 2] = hex[*p & 15];
+		size_t need = needs_escape(*p) ? 3 : 1;
+
+		/* once something does not fit nothing more is written: no half escapes */
+		if (!full && w + need < outlen) {
+			if (need == 3) {
+				out[w] = '%';
+				out[w + 1] = hex[*p >> 4];
+				out[w + 2] = hex[*p & 15];
+			} else {
+				out[w] = (char)*p;
 			}
-			n += 3;
+			w += need;
 		} else {
-			if (n + 1 < outlen)
-				out[n] = (char)*p;
-			n++;
+			full = true;
 		}
+		n += need;
 	}
 	if (outlen)
-		out[MIN(n, outlen - 1)] = '\0';
-	/* never leave half an escape at a truncation point */
-	if (outlen && n >= outlen) {
-		char *pct = strrchr(out, '%');
-
-		if (pct && strlen(pct) < 3)
-			*pct = '\0';
-	}
+		out[w] = '\0';
 	return n;
 }
 

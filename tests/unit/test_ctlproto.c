@@ -1,0 +1,221 @@
+/*
+ * test_ctlproto: the control-socket protocol helpers: escaping round trips
+ * (every byte value), truncation never splitting an escape, parsing of
+ * words and KEY=VALUE pairs, the line reader over a socketpair (split and
+ * joined lines, over-long lines, end of stream, timeouts), errno names and
+ * path normalization.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ctlproto.h"
+
+static void test_escape_round_trip(void **state)
+{
+	char in[256], out[1024];
+
+	(void)state;
+	for (int i = 1; i < 256; i++)
+		in[i - 1] = (char)i;
+	in[255] = '\0';
+	size_t n = ctl_escape(in, out, sizeof(out));
+
+	assert_int_equal(n, strlen(out));
+	/* no byte that splits or ends a word is left as such */
+	for (const char *p = out; *p; p++)
+		assert_true((unsigned char)*p > 0x20 && *p != 0x7f);
+	assert_null(strchr(out, ' '));
+	assert_int_equal(ctl_unescape(out), 0);
+	assert_string_equal(out, in);
+}
+
+static void test_escape_names(void **state)
+{
+	char out[256];
+
+	(void)state;
+	ctl_escape("naïve café/ファイル 1.bin", out, sizeof(out));
+	assert_string_equal(out, "naïve%20café/ファイル%201.bin");
+	ctl_escape("100%\tdone\n", out, sizeof(out));
+	assert_string_equal(out, "100%25%09done%0A");
+	assert_int_equal(ctl_unescape(out), 0);
+	assert_string_equal(out, "100%\tdone\n");
+}
+
+static void test_escape_truncation(void **state)
+{
+	char out[6];
+
+	(void)state;
+	/* "a%20b" needs 5 bytes + NUL: fits; "a  b" needs 7 + NUL: cut before an escape */
+	assert_int_equal(ctl_escape("a b", out, sizeof(out)), 5);
+	assert_string_equal(out, "a%20b");
+	assert_int_equal(ctl_escape("ab  b", out, sizeof(out)), 9);
+	assert_string_equal(out, "ab%20");
+	assert_int_equal(ctl_escape("abc  b", out, sizeof(out)), 10);
+	assert_string_equal(out, "abc");	/* never half an escape */
+}
+
+static void test_unescape_errors(void **state)
+{
+	char a[] = "abc%2", b[] = "%zz", c[] = "%", d[] = "%41%62";
+
+	(void)state;
+	assert_int_equal(ctl_unescape(a), -EINVAL);
+	assert_int_equal(ctl_unescape(b), -EINVAL);
+	assert_int_equal(ctl_unescape(c), -EINVAL);
+	assert_int_equal(ctl_unescape(d), 0);
+	assert_string_equal(d, "Ab");
+}
+
+static void test_parse(void **state)
+{
+	char line[] = "WARMUP  mode=fetch shard=1/3 path=a%20b%3Dc empty= threads=8";
+	struct ctl_msg m;
+	uint64_t v;
+
+	(void)state;
+	assert_int_equal(ctl_parse(line, &m), 0);
+	assert_int_equal(m.argc, 6);
+	assert_string_equal(m.argv[0], "WARMUP");
+	assert_string_equal(ctl_get(&m, "mode"), "fetch");
+	assert_string_equal(ctl_get(&m, "shard"), "1/3");
+	assert_string_equal(ctl_get(&m, "path"), "a b=c");
+	assert_string_equal(ctl_get(&m, "empty"), "");
+	assert_null(ctl_get(&m, "mod"));
+	assert_null(ctl_get(&m, "WARMUP"));
+	assert_int_equal(ctl_get_u64(&m, "threads", &v), 0);
+	assert_int_equal(v, 8);
+	assert_int_equal(ctl_get_u64(&m, "mode", &v), -EINVAL);
+	assert_int_equal(ctl_get_u64(&m, "nope", &v), -ENOENT);
+}
+
+static void test_parse_errors(void **state)
+{
+	char empty[] = "   ", bad[] = "PATH a%g", many[CTL_MAX_WORDS * 2 + 8];
+	struct ctl_msg m;
+
+	(void)state;
+	assert_int_equal(ctl_parse(empty, &m), -EINVAL);
+	assert_int_equal(ctl_parse(bad, &m), -EINVAL);
+	memset(many, 0, sizeof(many));
+	for (int i = 0; i < CTL_MAX_WORDS + 1; i++)
+		strcat(many, "x ");
+	assert_int_equal(ctl_parse(many, &m), -E2BIG);
+}
+
+static void test_read_line(void **state)
+{
+	struct ctl_conn *c = malloc(sizeof(*c));
+	char *line, *big;
+	int sv[2];
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ctl_conn_init(c, sv[0]);
+	/* two lines in one write, one line in two writes, a CRLF */
+	assert_int_equal(ctl_sendf(sv[1], "HELLO version=1\nPING\npar"), 0);
+	assert_int_equal(ctl_read_line(c, &line, 1000), 15);
+	assert_string_equal(line, "HELLO version=1");
+	assert_true(ctl_conn_pending(c));
+	assert_int_equal(ctl_read_line(c, &line, 1000), 4);
+	assert_string_equal(line, "PING");
+	assert_false(ctl_conn_pending(c));
+	assert_int_equal(ctl_read_line(c, &line, 50), -ETIMEDOUT);
+	assert_int_equal(ctl_sendf(sv[1], "tial\r\n"), 0);
+	assert_int_equal(ctl_read_line(c, &line, 1000), 7);
+	assert_string_equal(line, "partial");
+
+	/* a line longer than the limit */
+	big = malloc(CTL_LINE_MAX + 16);
+	memset(big, 'x', CTL_LINE_MAX + 8);
+	big[CTL_LINE_MAX + 8] = '\0';
+	if (fork() == 0) {
+		ctl_sendf(sv[1], "%s\n", big);
+		_exit(0);
+	}
+	assert_int_equal(ctl_read_line(c, &line, 5000), -E2BIG);
+	close(sv[1]);
+	close(sv[0]);
+
+	/* end of stream */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	ctl_conn_init(c, sv[0]);
+	close(sv[1]);
+	assert_int_equal(ctl_read_line(c, &line, 1000), -ECONNRESET);
+	/* and writing to a peer that is gone is -EPIPE, not SIGPIPE */
+	assert_int_equal(ctl_sendf(sv[0], "PING\n"), -EPIPE);
+	close(sv[0]);
+	free(big);
+	free(c);
+}
+
+static void test_errnames(void **state)
+{
+	(void)state;
+	assert_string_equal(ctl_errname(ENOENT), "ENOENT");
+	assert_string_equal(ctl_errname(EACCES), "EACCES");
+	assert_int_equal(ctl_errno_of("ENOENT"), ENOENT);
+	assert_int_equal(ctl_errno_of("ECANCELED"), ECANCELED);
+	assert_int_equal(ctl_errno_of(ctl_errname(4000)), 4000);
+	assert_int_equal(ctl_errno_of("EWHATEVER"), EIO);
+}
+
+static void test_abspath(void **state)
+{
+	char out[PATH_MAX], cwd[PATH_MAX], want[PATH_MAX + 8];
+
+	(void)state;
+	assert_int_equal(ctl_abspath("/a//b/./c/../d/", out, sizeof(out)), 0);
+	assert_string_equal(out, "/a/b/d");
+	assert_int_equal(ctl_abspath("/../..", out, sizeof(out)), 0);
+	assert_string_equal(out, "/");
+	assert_int_equal(ctl_abspath("/", out, sizeof(out)), 0);
+	assert_string_equal(out, "/");
+	assert_non_null(getcwd(cwd, sizeof(cwd)));
+	assert_int_equal(ctl_abspath("x/y", out, sizeof(out)), 0);
+	snprintf(want, sizeof(want), "%s/x/y", strcmp(cwd, "/") ? cwd : "");
+	assert_string_equal(out, want);
+	assert_int_equal(ctl_abspath("/abc/def", out, 6), -ENAMETOOLONG);
+}
+
+static void test_find_mount_outside(void **state)
+{
+	char root[PATH_MAX], rel[PATH_MAX];
+
+	(void)state;
+	/* /proc is no stagefs mount, and neither is anything above it */
+	assert_int_equal(ctl_find_mount("/proc/self", root, sizeof(root), rel, sizeof(rel)),
+			 -ENOENT);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_escape_round_trip),
+		cmocka_unit_test(test_escape_names),
+		cmocka_unit_test(test_escape_truncation),
+		cmocka_unit_test(test_unescape_errors),
+		cmocka_unit_test(test_parse),
+		cmocka_unit_test(test_parse_errors),
+		cmocka_unit_test(test_read_line),
+		cmocka_unit_test(test_errnames),
+		cmocka_unit_test(test_abspath),
+		cmocka_unit_test(test_find_mount_outside),
+	};
+
+	printf("test_ctlproto: escaping, parsing, the line reader, errno names, paths\n");
+	fflush(stdout);
+	return cmocka_run_group_tests_name("ctlproto", tests, NULL, NULL);
+}
