@@ -63,6 +63,7 @@ struct pf_sched {
 	bool stop;			/* protected by lock */
 	_Atomic uint32_t demand_inflight;
 	_Atomic uint32_t has_waiters;	/* hint for pf_demand_end */
+	_Atomic bool stopping;		/* destroy: background waits give up */
 
 	pthread_t *workers;
 	uint32_t nworkers;
@@ -119,12 +120,13 @@ static void sleep_s(double secs)
 /* How far below zero a fetch of @len may take the balance, by priority. */
 enum { BK_DEMAND, BK_READAHEAD, BK_WARMUP };
 
-static void bucket_take(struct pf_sched *s, size_t len, int prio)
+/* Wait for @len bytes of tokens.  0, or -ECANCELED (background, stopping). */
+static int bucket_take(struct pf_sched *s, size_t len, int prio)
 {
 	uint64_t t0 = 0;
 
 	if (s->rate <= 0)
-		return;
+		return 0;
 	for (;;) {
 		uint64_t now = now_ns();
 		double need, wait;
@@ -147,6 +149,8 @@ static void bucket_take(struct pf_sched *s, size_t len, int prio)
 		}
 		wait = (need - s->tokens) / s->rate;
 		pthread_mutex_unlock(&s->blk);
+		if (prio != BK_DEMAND && atomic_load(&s->stopping))
+			return -ECANCELED;	/* a low cap must not hold up shutdown */
 		if (!t0)
 			t0 = now;
 		/* short naps: a demand fetch may take the tokens meanwhile */
@@ -154,6 +158,7 @@ static void bucket_take(struct pf_sched *s, size_t len, int prio)
 	}
 	if (t0)
 		atomic_fetch_add(&s->st_throttle_ns, now_ns() - t0);
+	return 0;
 }
 
 void pf_demand_begin(struct pf_sched *s, size_t len)
@@ -398,7 +403,9 @@ static int bg_fetch(void *arg, uint32_t idx, void *buf, size_t len)
 	struct backend *be = x->f->be;
 	int r;
 
-	bucket_take(x->s, len, x->prio);
+	r = bucket_take(x->s, len, x->prio);
+	if (r)
+		return r;
 	if (x->s->o.fetch_begin)
 		x->s->o.fetch_begin(x->s->o.account_arg, x->f->cf, idx);
 	r = be->ops->read_chunk(be, &x->f->attr, idx, buf, len);
@@ -596,6 +603,7 @@ void pf_sched_destroy(struct pf_sched *s)
 {
 	if (!s)
 		return;
+	atomic_store(&s->stopping, true);
 	pthread_mutex_lock(&s->lock);
 	s->stop = true;
 	pthread_cond_broadcast(&s->work);
