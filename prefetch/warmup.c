@@ -329,9 +329,6 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	if (j->opts.mode != PF_JOB_FETCH) {
 		j->p.done_chunks += in;
 		j->p.done_bytes += in_bytes;
-	} else {
-		j->p.done_chunks += cb;
-		j->p.done_bytes += cb_bytes;
 	}
 	pthread_mutex_unlock(&j->lock);
 
@@ -346,11 +343,17 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	return 0;
 
 queue:
-	for (uint32_t idx = 0; cb < in && idx < nch; idx++) {
+	for (uint32_t idx = 0; idx < nch; idx++) {
 		if (!in_shard(j, &a->content, idx))
 			continue;
-		if (cache_chunk_present(c, f->cf, idx))
-			continue;	/* counted by the first walk, or filled since */
+		if (cache_chunk_present(c, f->cf, idx)) {
+			/* present before, or brought in since by anyone: settled */
+			pthread_mutex_lock(&j->lock);
+			j->p.done_chunks++;
+			j->p.done_bytes += backend_chunk_len(a->size, csize, idx);
+			pthread_mutex_unlock(&j->lock);
+			continue;
+		}
 		err = wait_room(j);
 		if (err)
 			break;

@@ -178,6 +178,10 @@ static void show_progress(const struct opts *o, const struct summary *s, bool tt
 static void print_summary(const struct opts *o, const struct summary *s)
 {
 	double secs = (double)s->ms / 1000.0;
+	/* chunks someone else brought in during the warmup (a reader, another
+	 * job, a file with the same content earlier in this one) */
+	uint64_t settled = s->cached_before + s->fetched + s->failed;
+	uint64_t meanwhile = o->mode == M_FETCH && s->chunks > settled ? s->chunks - settled : 0;
 	char a[32], b[32], c[32], r[32];
 
 	if (o->json) {
@@ -186,11 +190,12 @@ static void print_summary(const struct opts *o, const struct summary *s)
 		       ", \"cached_before_bytes\": %" PRIu64 ", \"cached_files\": %" PRIu64
 		       ", \"fetched\": %" PRIu64 ", \"fetched_bytes\": %" PRIu64
 		       ", \"failed\": %" PRIu64 ", \"failed_files\": %" PRIu64
-		       ", \"evicted\": %" PRIu64 ", \"seconds\": %.3f, \"shard\": ",
+		       ", \"evicted\": %" PRIu64 ", \"cached_meanwhile\": %" PRIu64
+		       ", \"seconds\": %.3f, \"shard\": ",
 		       o->mode == M_CHECK ? "check" : o->mode == M_EVICT ? "evict" : "fetch",
 		       s->files, s->chunks, s->bytes, s->cached_before, s->cached_before_bytes,
 		       s->cached_files, s->fetched, s->fetched_bytes, s->failed,
-		       s->failed_files, s->evicted, secs);
+		       s->failed_files, s->evicted, meanwhile, secs);
 		if (o->shard)
 			json_str(stdout, o->shard);
 		else
@@ -549,8 +554,11 @@ int main(int argc, char **argv)
 				o.mode == M_CHECK ? "check" : o.mode == M_EVICT ? "evict" : "fetch",
 				shard, threads, tty ? 200 : 1000);
 	}
-	for (int i = optind; !ret && i < argc; i++) {
-		ret = ctl_find_mount(argv[i], sock, sizeof(sock), rel, sizeof(rel));
+	/* with --order, PATHs only say which mount: the order is LIST's */
+	for (int i = optind; !ret && o.mode != M_ORDER && i < argc; i++) {
+		char r2[PATH_MAX];
+
+		ret = ctl_find_mount(argv[i], r2, sizeof(r2), rel, sizeof(rel));
 		if (!ret)
 			ret = send_path(fd, rel);
 	}
