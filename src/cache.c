@@ -64,6 +64,7 @@ struct cfile {
 	int fd_users;
 	int writers;		/* our own writes in flight: ctime is ours */
 	int pins;		/* outside readers: no eviction */
+	uint64_t wgen;		/* bumped by each of our own writes */
 	struct timespec ctime_seen;
 	bool ctime_valid;
 	struct cchunk *chunks;
@@ -922,9 +923,15 @@ static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
 	cf->fd_users++;
 	fd = cf->fd;
 	fd_trim_locked(c);
+	/* a write of ours between here and fstat() must not look foreign */
+	uint64_t wgen = cf->wgen;
+	bool ours_in_flight = cf->writers > 0;
+
 	pthread_mutex_unlock(&c->lock);
 
-	if (fstat(fd, &st) == 0 && st.st_nlink == 0) {
+	int sr = fstat(fd, &st);
+
+	if (sr == 0 && st.st_nlink == 0) {
 		/* the cache file was deleted under us: start a new one */
 		pthread_mutex_lock(&c->lock);
 		log_warn("cache file of %016" PRIx64 "%016" PRIx64
@@ -938,10 +945,10 @@ static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
 			return fd_acquire(c, cf, out);
 		}
 		pthread_mutex_unlock(&c->lock);
-	} else if (fstat(fd, &st) == 0) {
+	} else if (sr == 0) {
 		pthread_mutex_lock(&c->lock);
-		if (cf->writers) {
-			/* our own fill is moving ctime: judge it later */
+		if (cf->writers || ours_in_flight || cf->wgen != wgen) {
+			/* our own fill moved ctime: judge it later */
 		} else if (cf->ctime_valid &&
 		    (st.st_ctim.tv_sec != cf->ctime_seen.tv_sec ||
 		     st.st_ctim.tv_nsec != cf->ctime_seen.tv_nsec)) {
@@ -950,7 +957,7 @@ static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
 				   cf->id.hi, cf->id.lo);
 			cfile_distrust(cf);
 		}
-		if (!cf->writers) {
+		if (!cf->writers && !ours_in_flight && cf->wgen == wgen) {
 			cf->ctime_seen = st.st_ctim;
 			cf->ctime_valid = true;
 		}
@@ -973,6 +980,7 @@ static void note_own_write(struct cfile *cf, int fd)
 {
 	struct stat st;
 
+	cf->wgen++;
 	if (fstat(fd, &st) == 0) {
 		cf->ctime_seen = st.st_ctim;
 		cf->ctime_valid = true;
