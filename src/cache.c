@@ -691,21 +691,35 @@ static uint64_t effective_limit(struct cache *c)
 	return limit;
 }
 
-/* Drop a present chunk: punch its hole, journal it.  c->lock held. */
 static void note_own_write(struct cfile *cf, int fd);
 
+/*
+ * Drop a present chunk: with @punch, punch its hole (through a temporary
+ * descriptor when the fd cache holds none), then journal it.  c->lock held.
+ */
 static void chunk_drop(struct cache *c, struct cchunk *ch, bool punch)
 {
 	struct cfile *cf = ch->file;
 	size_t len = chunk_len(cf, ch->idx);
 
-	if (punch && cf->fd >= 0) {
-		if (fallocate(cf->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-			      (off_t)ch->idx * cf->chunk_size, (off_t)len) < 0 &&
-		    errno != EOPNOTSUPP)
-			log_warn("cache: punching a hole failed: %s", strerror(errno));
-		if (!cf->writers)
-			note_own_write(cf, cf->fd);
+	if (punch) {
+		char path[PATH_MAX];
+		int fd = cf->fd;
+
+		if (fd < 0) {
+			cfile_path(c, &cf->id, path, sizeof(path));
+			fd = open(path, O_RDWR | O_CLOEXEC);
+		}
+		if (fd >= 0) {
+			if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				      (off_t)ch->idx * cf->chunk_size, (off_t)len) < 0 &&
+			    errno != EOPNOTSUPP)
+				log_warn("cache: punching a hole failed: %s", strerror(errno));
+			if (!cf->writers)
+				note_own_write(cf, fd);
+			if (fd != cf->fd)
+				close(fd);
+		}
 	}
 	lru_unlink(ch);
 	ch->state = CH_ABSENT;
@@ -740,21 +754,7 @@ static void evict_chunk(struct cache *c, struct cchunk *ch)
 		cf->ctime_valid = false;
 		chunk_drop(c, ch, false);
 	} else {
-		if (cf->fd < 0) {
-			cfile_path(c, &cf->id, path, sizeof(path));
-			int fd = open(path, O_RDWR | O_CLOEXEC);
-
-			if (fd >= 0) {
-				fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-					  (off_t)ch->idx * cf->chunk_size,
-					  (off_t)chunk_len(cf, ch->idx));
-				note_own_write(cf, fd);
-				close(fd);
-			}
-			chunk_drop(c, ch, false);
-		} else {
-			chunk_drop(c, ch, true);
-		}
+		chunk_drop(c, ch, true);
 	}
 	c->st.evicted++;
 	cfile_maybe_free(c, cf);
@@ -1382,23 +1382,7 @@ uint32_t cache_file_evict(struct cache *c, struct cfile *cf)
 
 			if (ch->state != CH_PRESENT || ch->readers)
 				continue;
-			if (cf->fd >= 0) {
-				chunk_drop(c, ch, true);
-			} else {
-				char path[PATH_MAX];
-
-				cfile_path(c, &cf->id, path, sizeof(path));
-				int fd = open(path, O_RDWR | O_CLOEXEC);
-
-				if (fd >= 0) {
-					fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-						  (off_t)i * cf->chunk_size,
-						  (off_t)chunk_len(cf, i));
-					note_own_write(cf, fd);
-					close(fd);
-				}
-				chunk_drop(c, ch, false);
-			}
+			chunk_drop(c, ch, true);
 			c->st.evicted++;
 			n++;
 		}
