@@ -7,6 +7,7 @@
  * (tests and `stagefs top` parse them); add keys, do not rename them.
  */
 #include "fs.h"
+#include "json.h"
 
 #include "ctlsock.h"
 #include "metrics.h"
@@ -63,9 +64,10 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		return -ENOMEM;
 	fputs("{\n", f);
 	prefetch_stats(fs, f);
+	fprintf(f, "  \"version\": \"%s\",\n  \"source\": ", STAGEFS_VERSION);
+	json_write_str(f, ds0 ? ds0->be->uri : "");
 	fprintf(f,
-		"  \"version\": \"%s\",\n"
-		"  \"source\": \"%s\",\n"
+		",\n"
 		"  \"uptime_s\": %" PRIu64 ",\n"
 		"  \"chunk_size\": %u,\n"
 		"  \"read_requests\": %" PRIu64 ",\n"
@@ -90,7 +92,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"cache_files\": %" PRIu64 ",\n"
 		"  \"cache_loaded_chunks\": %" PRIu64 ",\n"
 		"  \"cache_load_ms\": %" PRIu64 ",\n",
-		STAGEFS_VERSION, ds0 ? ds0->be->uri : "", (now_ms() - fs->start_ms) / 1000,
+		(now_ms() - fs->start_ms) / 1000,
 		ds0 ? ds0->be->chunk_size : 0,
 		LD(read_requests), LD(read_bytes), LD(read_errors), LD(opens),
 		passthrough_active(fs->pt), LD(passthrough_opens), LD(passthrough_bytes),
