@@ -39,6 +39,7 @@
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
 #   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
 #   BENCH_OSD_SIZE   apparent size of the throwaway OSD (default 48G, sparse)
+#   BENCH_MOUNT_OPTS extra -o options for every stagefs mount (experiments)
 #   BENCH_KEEP=1     keep the scratch directory
 #   BENCH_QUICK=1    small sizes everywhere (a smoke run of the harness)
 
@@ -181,7 +182,7 @@ sfs_mount() {
 	mkdir -p "$mnt" "$WORK/run/$NMOUNT" "$WORK/log"
 	MOUNT_LOG=$WORK/log/mount.$NMOUNT.log
 	t0=$(now_ms)
-	"$STAGEFS" -f -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}" \
+	"$STAGEFS" -f -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}${BENCH_MOUNT_OPTS:+,$BENCH_MOUNT_OPTS}" \
 		"$src" "$mnt" </dev/null >"$MOUNT_LOG" 2>&1 &
 	pid=$!
 	MNT_PID[$mnt]=$pid
@@ -219,7 +220,9 @@ sfs_umount() {
 # stat_get MNT KEY: one integer from MNT/.stagefs/stats
 stat_get() { timeout 10 cat "$1/.stagefs/stats" 2>/dev/null | sed -n "s/^ *\"$2\": *\\([0-9]*\\).*/\\1/p"; }
 
-has_option() { "$STAGEFS" --help 2>&1 | grep -q -- "-o $1="; }
+# (no grep -q: it exits at the first match, stagefs --help gets SIGPIPE and
+# pipefail would turn the match into a failure)
+has_option() { "$STAGEFS" --help 2>&1 | grep -c -- "-o $1=" >/dev/null; }
 # the cache is filled the plain way: passthrough plays no part in a fill
 fill_opts() { if has_option passthrough; then echo ",passthrough=off"; fi; }
 
@@ -649,7 +652,7 @@ bench_warmup() {
 		drop_caches
 	}
 	wargs=-q
-	"$STAGEFS" warmup --help 2>&1 | grep -q -- '--threads' && wargs="-q -t $T"
+	"$STAGEFS" warmup --help 2>&1 | grep -c -- '--threads' >/dev/null && wargs="-q -t $T"
 	row "" "$base" "cp -r" "warmup"
 	for r in $(seq "$ROUNDS"); do
 		cold
@@ -694,11 +697,11 @@ hint_order() { "$STAGEFS" warmup -q --order "$2" "$1"; }
 bench_hints() {
 	local d=$WORK/hints n=$((SMALL_N / 2)) hint=${BENCH_HINT_CMD:-} r e a b ta tb rs=() as=() bs=() limit modes mode t0 ms hf
 	hdr hints "2 shuffled epochs over a dataset 2x the cache, 4 readers: with order hints / without"
-	if [ -z "$hint" ] && "$STAGEFS" warmup --help 2>&1 | grep -q -- '--order'; then
+	if [ -z "$hint" ] && "$STAGEFS" warmup --help 2>&1 | grep -c -- '--order' >/dev/null; then
 		hint=hint_order
 	fi
 	if [ -z "$hint" ]; then
-		if "$STAGEFS" --help 2>&1 | grep -qi hint; then
+		if "$STAGEFS" --help 2>&1 | grep -ci hint >/dev/null; then
 			skipped "stagefs mentions hints but bench.sh does not know how to give one: set BENCH_HINT_CMD='CMD' (run as CMD MNT ORDERFILE)"
 		else
 			skipped "stagefs has no order-hint interface yet (set BENCH_HINT_CMD to try one)"
