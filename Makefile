@@ -76,10 +76,19 @@ check: test-progs
 demo: all
 	$(Q)tools/demo.sh
 
+# `make install PREFIX=/opt/stagefs` moves the tree at install time (the
+# binary also finds its subcommands in BINDIR/../libexec/stagefs); the
+# compiled-in default is ./configure --prefix.
+PREFIX ?= $(prefix)
 install: all
-	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(libexecdir) $(DESTDIR)$(sysconfdir)/stagefs
-	install -m 0755 stagefs $(DESTDIR)$(bindir)/stagefs
-	for t in $(TOOLS); do install -m 0755 $$t $(DESTDIR)$(libexecdir)/$$t; done
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/stagefs \
+		$(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+		$(DESTDIR)$(PREFIX)/share/stagefs/python $(DESTDIR)$(sysconfdir)/stagefs
+	install -m 0755 stagefs $(DESTDIR)$(PREFIX)/bin/stagefs
+	for t in $(TOOLS); do install -m 0755 $$t $(DESTDIR)$(PREFIX)/libexec/stagefs/$$t; done
+	install -m 0755 gpudirect/libstagefs.so $(DESTDIR)$(PREFIX)/lib/libstagefs.so
+	install -m 0644 gpudirect/libstagefs.h $(DESTDIR)$(PREFIX)/include/libstagefs.h
+	install -m 0644 gpudirect/stagefs.py tools/stagefs_hints.py $(DESTDIR)$(PREFIX)/share/stagefs/python/
 	install -m 0644 conf/stagefs.conf.example $(DESTDIR)$(sysconfdir)/stagefs/stagefs.conf.example
 
 # conf/stagefs.conf.example is generated from the option table in src/config.c

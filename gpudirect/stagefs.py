@@ -8,8 +8,9 @@
         f.read_device(0, nbytes, tensor.data_ptr(), tensor.device.index)
     print(stagefs.stats())
 
-The library is found in $STAGEFS_LIB, else next to this file, else by the
-dynamic loader ("libstagefs.so").  Errors raise OSError with the errno the
+The library is found in $STAGEFS_LIB, else next to this file, else in
+PREFIX/lib of an installed tree (`make install`), else by the dynamic
+loader ("libstagefs.so").  Errors raise OSError with the errno the
 library returned.  A File serialises its own calls; use one per thread.
 """
 import ctypes
@@ -42,6 +43,8 @@ def _load():
     here = os.path.dirname(os.path.abspath(__file__))
     for cand in (os.environ.get("STAGEFS_LIB"),
                  os.path.join(here, "libstagefs.so"),
+                 # installed: PREFIX/share/stagefs/python -> PREFIX/lib
+                 os.path.join(here, "..", "..", "..", "lib", "libstagefs.so"),
                  "libstagefs.so"):
         if not cand:
             continue
