@@ -527,8 +527,8 @@ static int handle_gpu_bytes(struct ctl_client *cl, const struct ctl_msg *m)
 	if (ctl_get_u64(m, "gpu", &gpu) || ctl_get_u64(m, "bytes", &bytes) || gpu > 65535)
 		return send_err(cl, EINVAL, "GPU_BYTES needs gpu=N (0-65535) bytes=N");
 	/* the uid is the peer's: a client cannot charge another user */
-	ret = stats_gpu_account(cl->cs->fs->stats, cl->cred.uid, ctl_get(m, "job"),
-				(int)gpu, bytes);
+	ret = stats_gpu_account(cl->cs->fs->stats, cl->cred.pid, cl->cred.uid,
+				ctl_get(m, "job"), (int)gpu, bytes);
 	if (ret)
 		return send_err(cl, -ret, "cannot account the bytes");
 	return ctl_sendf(cl->fd, "OK\n");
