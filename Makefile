@@ -55,7 +55,7 @@ stagefs-%: tools/stagefs-%.o $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
 
 # the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads it)
-gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/pinned.o src/libsfs.a
+gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 # the reader tools/bench.sh times (plain C, no stagefs code)

@@ -722,9 +722,17 @@ static int handle_cache_fd(struct ctl_client *cl, const struct ctl_msg *m)
 		ret = -EACCES;
 	if (ret)
 		return send_refusal(cl, path, -ret);
-	if (!a.size)	/* nothing to read, and maybe no cache file at all */
-		return ctl_sendf(cl->fd, "OK handle=0 size=0 chunk_size=%u fetched=0 fd=0\n",
-				 ds->be->chunk_size);
+	/*
+	 * The client opens the file this way instead of through the mount:
+	 * hinted readers advance now, so prefetching moves on while this file
+	 * is staged; the open is counted once it is handed over.
+	 */
+	pf_hint_open(fs->pf, sfs_ino(fs, ds, ino), cl->cred.uid, cl->cred.pid);
+	if (!a.size) {	/* nothing to read, and maybe no cache file at all */
+		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
+		return ctl_sendf(cl->fd, "OK handle=0 size=0 ino=%" PRIu64 " chunk_size=%u"
+				 " fetched=0 fd=0\n", sfs_ino(fs, ds, ino), ds->be->chunk_size);
+	}
 
 	ret = cache_file_get(fs->cache, &a.content, a.size, ds->be->chunk_size, &cf);
 	if (ret)
@@ -759,11 +767,14 @@ static int handle_cache_fd(struct ctl_client *cl, const struct ctl_msg *m)
 		return send_refusal(cl, path, -ret);
 	}
 	ret = ctl_sendf_fd(cl->fd, fd,
-			   "OK handle=%" PRIu64 " size=%" PRIu64 " chunk_size=%u fetched=%" PRIu64
-			   " fd=1\n", id, a.size, ds->be->chunk_size, fetched);
+			   "OK handle=%" PRIu64 " size=%" PRIu64 " ino=%" PRIu64 " chunk_size=%u"
+			   " fetched=%" PRIu64 " fd=1\n", id, a.size, sfs_ino(fs, ds, ino),
+			   ds->be->chunk_size, fetched);
 	close(fd);
 	if (ret)
 		handle_drop(cl, id);	/* the peer is gone: so is its descriptor */
+	else
+		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
 	return ret;
 
 out_unpin:

@@ -681,6 +681,16 @@ int stats_client_account(struct stats *st, pid_t pid, uint32_t uid, const char *
 	return charge_peer(st, pid, uid, job, v);
 }
 
+void stats_client_open(struct stats *st, pid_t pid, uint32_t uid)
+{
+	uint64_t v[STATS_NFIELDS] = { [STATS_OPENS] = 1 };
+
+	if (!st)
+		return;
+	node_add(st, v);
+	charge_peer(st, pid, uid, NULL, v);
+}
+
 int stats_gpu_account(struct stats *st, pid_t pid, uint32_t uid, const char *job,
 		      int gpu, uint64_t bytes)
 {

@@ -13,7 +13,7 @@
  *  - files_read: opens through which at least one byte was read, counted
  *    once per open, at its first READ that returned data, or reported by
  *    the client library for its handles.  opens: every open of a regular
- *    file.
+ *    file, through the mount or by the client library (stats_client_open).
  *  - cache_hits / cache_misses: chunk level, as cache.c counts them: each
  *    chunk a READ touches is a hit, except the chunks that READ fetched
  *    from the backend itself (misses).  backend_bytes: what those fetches
@@ -187,6 +187,12 @@ void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t b
  */
 int stats_client_account(struct stats *st, pid_t pid, uint32_t uid, const char *job,
 			 uint64_t bytes, uint64_t files);
+
+/*
+ * The library opened a file by asking for its cache file (CACHE_FD), not
+ * through the mount: one of @pid's opens, as a FUSE OPEN would count.
+ */
+void stats_client_open(struct stats *st, pid_t pid, uint32_t uid);
 
 /*
  * The library copied @bytes to GPU @gpu (the node's index of the device,

@@ -416,6 +416,7 @@ static void test_client_reports(void **state)
 	pid_t child = spawn_with_job("jobA");
 
 	/* charged like the peer's own READs: its process, user and job */
+	stats_client_open(st, child, UID);
 	assert_int_equal(stats_client_account(st, child, UID, NULL, 1000, 1), 0);
 	assert_int_equal(stats_client_account(st, child, UID, "jobA", 24, 0), 0);
 	assert_int_equal(stats_gpu_account(st, child, UID, NULL, 2, 4096), 0);
@@ -432,6 +433,8 @@ static void test_client_reports(void **state)
 	assert_int_equal(p->total[STATS_FILES], 1);
 	assert_int_equal(p->total[STATS_GPU_BYTES], 4096);
 	assert_int_equal(p->total[STATS_READS], 0);
+	assert_int_equal(p->total[STATS_OPENS], 1);
+	assert_int_equal(s->node.total[STATS_OPENS], 1);
 	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_CLIENT_BYTES], 1024);
 	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_GPU_BYTES], 4096);
 	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_READ_BYTES], 50);
