@@ -37,7 +37,12 @@ TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
 LIBS_CORE = $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(URING_LIBS) -lm
 LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
-all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so
+# the GPU benchmark (tools/bench.sh gpu) needs the CUDA runtime
+ifeq ($(HAVE_CUDA),y)
+GPU_BENCH     = tools/gpubench
+endif
+
+all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so $(GPU_BENCH)
 
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
@@ -61,6 +66,10 @@ gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudi
 # the reader tools/bench.sh times (plain C, no stagefs code)
 tools/readbench: tools/readbench.o
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $<
+
+# libstagefs's GPU feed rate against its ceilings (tools/bench.sh gpu)
+tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 tests/unit/test_%: tests/unit/test_%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_CORE) $(CMOCKA_LIBS)
@@ -96,7 +105,7 @@ conf/stagefs.conf.example: stagefs
 	./stagefs --print-config > $@
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS)
+	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench
 
 distclean: clean
 	rm -f config.h config.mk config.log

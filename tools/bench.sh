@@ -2,7 +2,7 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|rados|publish|index|warmup|hints|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|rados|publish|index|warmup|hints|gpu|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
@@ -15,6 +15,9 @@
 #   warmup       `stagefs warmup` / `rados bench seq`, and / `cp -r` of a cold mount
 #   hints        shuffled epochs over a dataset 2x the cache (from Ceph where
 #                there is one): with order hints / without
+#   gpu          the warm 2 GiB file into GPU memory with libstagefs (tools/gpubench):
+#                feed rate / min(disk, pinned H2D), and / read() + cudaMemcpy,
+#                all measured in the same run; "skipped: no GPU" without one
 #
 # Each prints a table; at the end one summary table of ratio vs target.  A
 # sub-benchmark whose piece is not built yet prints "skipped: <why>".  The
@@ -40,6 +43,8 @@
 #   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
 #                    hint (default: `stagefs warmup --order ORDERFILE MNT`)
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
+#   BENCH_GPU_DEV    gpu: the CUDA device (default 0)
+#   BENCH_GPU_REQ    gpu: sfs_read_device request size (default 64M)
 #   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
 #   BENCH_OSD_SIZE   apparent size of the throwaway OSD (default 48G, sparse)
 #   BENCH_MOUNT_OPTS extra -o options for every stagefs mount (experiments)
@@ -51,6 +56,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 STAGEFS=${BENCH_STAGEFS:-$REPO/stagefs}
 RB=$REPO/tools/readbench
+GB=$REPO/tools/gpubench
 CLUSTER_SH=$REPO/tools/ceph-cluster.sh
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -72,9 +78,11 @@ PUB_MB=${BENCH_PUBLISH_MB:-1024}
 IDX_CHUNKS=${BENCH_INDEX_CHUNKS:-1000000}
 IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-16}
 HINT_STEP_US=${BENCH_HINT_STEP_US:-2000}
+GPU_DEV=${BENCH_GPU_DEV:-0}
+GPU_REQ=${BENCH_GPU_REQ:-64M}
 POOL=stagefs
 
-ALL="warm smallfiles passthrough rados publish index warmup hints"
+ALL="warm smallfiles passthrough rados publish index warmup hints gpu"
 
 # ---------------------------------------------------------------------------
 # output
@@ -779,6 +787,45 @@ bench_hints() {
 }
 
 # ---------------------------------------------------------------------------
+# gpu: libstagefs into GPU memory, against the ceilings of the same run
+
+bench_gpu() {
+	local d=$WORK/warm out rc feed disk h2d naive lo
+	hdr gpu "$BIG_MB MiB file, warm stagefs cache, into GPU $GPU_DEV: sfs_read_device / min(disk, pinned H2D), / read() + cudaMemcpy"
+	if [ ! -x "$GB" ]; then
+		if ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1; then
+			skipped "tools/gpubench is not built (configure found no CUDA toolkit)"
+		else
+			skipped "no GPU"
+		fi
+		return
+	fi
+	"$GB" -p -d "$GPU_DEV" >/dev/null || { skipped "no GPU"; return; }
+	warm_prepare || { failed "preparing: $(rb_why)"; return; }
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache" || { failed "mount failed"; return; }
+	out=$("$GB" -d "$GPU_DEV" -b "$GPU_REQ" -r "$ROUNDS" -D "$d/mnt/big" 2>"$WORK/log/gpubench.err")
+	rc=$?
+	sfs_umount "$d/mnt"
+	case $rc in
+	0) ;;
+	77) skipped "no GPU"; return ;;
+	*) failed "gpubench: $(tail -1 "$WORK/log/gpubench.err")"; return ;;
+	esac
+	sed -n 's/^gpubench: /  /p' "$WORK/log/gpubench.err"
+	feed=$(jget "$out" feed_bytes_per_s) disk=$(jget "$out" disk_bytes_per_s)
+	h2d=$(jget "$out" h2d_bytes_per_s) naive=$(jget "$out" naive_bytes_per_s)
+	lo=$(awk -v a="$disk" -v b="$h2d" 'BEGIN { print (a + 0 < b + 0) ? a : b }')
+	row "" "feed" "baseline" "ratio"
+	row "vs min(disk, pinned H2D) (median)" "$(mbs "$feed")" "$(mbs "$lo")" "$(jget "$out" feed_vs_min_disk_h2d)"
+	row "vs read() + cudaMemcpy (median)" "$(mbs "$feed")" "$(mbs "$naive")" "$(jget "$out" feed_vs_naive)"
+	row "source: $(sed -n 's/.*"via": "\([a-z_]*\)".*/\1/p' <<<"$out"), cuFile bytes $(jget "$out" cufile_bytes)" "" "" ""
+	result "gpu: feed / min(disk, H2D)" "$(mbs "$feed")" "$(mbs "$lo")" \
+		"$(jget "$out" feed_vs_min_disk_h2d)" ">=0.9"
+	result "gpu: feed / read()+cudaMemcpy" "$(mbs "$feed")" "$(mbs "$naive")" \
+		"$(jget "$out" feed_vs_naive)" ">=2"
+}
+
+# ---------------------------------------------------------------------------
 # main
 
 usage() {
@@ -791,7 +838,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | rados | publish | index | warmup | hints) todo+=("$b") ;;
+		warm | smallfiles | passthrough | rados | publish | index | warmup | hints | gpu) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac
