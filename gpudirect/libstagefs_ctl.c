@@ -89,9 +89,20 @@ static void atfork_release(void)
 	pthread_mutex_unlock(&g_lock);
 }
 
+/* The counts not reported yet are the parent's: it reports them. */
+static void atfork_child(void)
+{
+	for (struct ctlc_mount *m = g_mounts; m; m = m->next) {
+		m->client_bytes = m->client_files = 0;
+		memset(m->gpu_bytes, 0, sizeof(m->gpu_bytes));
+		m->last_report_ms = 0;
+	}
+	atfork_release();
+}
+
 static void atfork_register(void)
 {
-	pthread_atfork(atfork_prepare, atfork_release, atfork_release);
+	pthread_atfork(atfork_prepare, atfork_release, atfork_child);
 }
 
 struct ctlc_mount *ctlc_mount_get(const char *root)
