@@ -55,7 +55,7 @@ struct ctlc_mount {
 	pthread_mutex_t lock;
 	pthread_cond_t idle;		/* a connection became idle or was opened */
 	/* the rest is protected by lock */
-	char sock[108];			/* the socket's path; "" until found */
+	char sock[108];			/* the socket's path; "" until found, then fixed */
 	uint64_t sock_retry_ms;		/* none found: look again after this */
 	struct ctlc_conn *conns;
 	unsigned nconns, opening;
@@ -89,10 +89,14 @@ static void atfork_release(void)
 	pthread_mutex_unlock(&g_lock);
 }
 
-/* The counts not reported yet are the parent's: it reports them. */
+/*
+ * The counts not reported yet are the parent's: it reports them.  The
+ * parent's threads that were opening connections do not exist here.
+ */
 static void atfork_child(void)
 {
 	for (struct ctlc_mount *m = g_mounts; m; m = m->next) {
+		m->opening = 0;
 		m->client_bytes = m->client_files = 0;
 		memset(m->gpu_bytes, 0, sizeof(m->gpu_bytes));
 		m->last_report_ms = 0;
@@ -504,18 +508,17 @@ void ctlc_mount_add(struct ctlc_mount *m, uint64_t client_bytes, uint64_t files,
 }
 
 /* One report request; false if it failed (the counts are to be kept). */
-static bool report_one(struct ctlc_conn *c, const char *line, bool *unknown)
+static bool report_one(struct ctlc_conn *c, const char *line)
 {
 	struct ctl_msg msg;
 	char why[256];
 	int r = conn_call(c, line, REQ_TIMEOUT_MS, &msg, NULL, why, sizeof(why));
 
-	*unknown = r == -EINVAL && !strcmp(why, "unknown request");
 	if (!r) {
 		atomic_fetch_add_explicit(&g_reports, 1, memory_order_relaxed);
 		return true;
 	}
-	if (*unknown)
+	if (r == -EINVAL && !strcmp(why, "unknown request"))
 		return true;	/* an older daemon: nobody to count them */
 	atomic_fetch_add_explicit(&g_report_errors, 1, memory_order_relaxed);
 	log_debug("libstagefs: report to %s failed: %s", c->m->sock, why);
@@ -533,7 +536,7 @@ void ctlc_mount_report(struct ctlc_mount *m, bool force)
 	uint64_t cb, cf, gb[SFS_MAX_DEVICES];
 	char job[PROCINFO_JOB_MAX * 3 + 8] = "", line[sizeof(job) + 128];
 	const char *env = getenv(PROCINFO_ENV_JOB);
-	bool any = false, unknown;
+	bool any = false, ok = true;
 	struct ctlc_conn *c;
 
 	pthread_mutex_lock(&m->lock);
@@ -569,10 +572,11 @@ void ctlc_mount_report(struct ctlc_mount *m, bool force)
 	if (cb || cf) {
 		snprintf(line, sizeof(line), "CLIENT_READ bytes=%llu files=%llu%s",
 			 (unsigned long long)cb, (unsigned long long)cf, job);
-		if (report_one(c, line, &unknown))
+		ok = report_one(c, line);
+		if (ok)
 			cb = cf = 0;
 	}
-	for (int i = 0; i < SFS_MAX_DEVICES; i++) {
+	for (int i = 0; i < SFS_MAX_DEVICES && ok; i++) {
 		char pci[40] = "";
 
 		if (!gb[i])
@@ -585,7 +589,8 @@ void ctlc_mount_report(struct ctlc_mount *m, bool force)
 #endif
 		snprintf(line, sizeof(line), "GPU_BYTES gpu=%d bytes=%llu%s%s", i,
 			 (unsigned long long)gb[i], pci, job);
-		if (report_one(c, line, &unknown))
+		ok = report_one(c, line);
+		if (ok)
 			gb[i] = 0;
 	}
 	conn_release(c);
