@@ -29,7 +29,9 @@
  * Processes: a handle belongs to the process that opened it.  Used in a
  * child after fork() it drops what it shares with the parent (the cache
  * file's pin, ring, buffers, CUDA stream) and reads through the mount with
- * its own pipeline; open files again in the child to get cache files.
+ * its own pipeline; open files again in the child to get cache files.  (A
+ * handle another thread was using at the moment of fork() stays locked in
+ * the child: do not use it there.)
  *
  * Thread safety: a handle serialises its own calls (one lock); use one
  * handle per thread for parallel reads.  sfs_client_stats() is process wide
