@@ -175,6 +175,13 @@ elif cmd == "readonly":         # readonly REL SRC: the descriptor has SRC's byt
         pass
     if os.fstat(fds[0]).st_mode & 0o077:
         raise SystemExit("the cache file is readable by others: %o" % os.fstat(fds[0]).st_mode)
+    if os.getuid():
+        # nor can it be reopened for writing (or at all) through /proc
+        try:
+            os.close(os.open("/proc/self/fd/%d" % fds[0], os.O_RDWR))
+            raise SystemExit("the cache file could be reopened read-write")
+        except PermissionError:
+            pass
 elif cmd == "pins":             # pins REL: evict fails while pinned, works after unpin / disconnect
     s = conn(sock)
     reply, fds = req(s, "CACHE_FD path=" + args[0])
