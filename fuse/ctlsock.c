@@ -538,6 +538,43 @@ static int handle_status(struct ctl_client *cl)
 }
 
 /*
+ * The node index of the GPU at PCI address @pci (src/gpuid.h), or -errno.
+ * Looked up in sysfs once per address: GPUs do not come and go under a
+ * running daemon, and every client reports every second.
+ */
+static int gpu_index_of(const char *pci)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static struct {
+		char bus[GPUID_BUS_LEN];
+		int idx;
+	} known[64];			/* protected by lock */
+	static unsigned nknown;		/* protected by lock */
+	char bus[GPUID_BUS_LEN];
+	int idx;
+
+	if (gpuid_normalize(pci, bus))
+		return -EINVAL;
+	pthread_mutex_lock(&lock);
+	for (unsigned i = 0; i < nknown; i++) {
+		if (!strcmp(known[i].bus, bus)) {
+			idx = known[i].idx;
+			pthread_mutex_unlock(&lock);
+			return idx;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	idx = gpuid_index(GPUID_SYSFS, bus);
+	pthread_mutex_lock(&lock);
+	if (nknown < ARRAY_SIZE(known)) {
+		strcpy(known[nknown].bus, bus);
+		known[nknown++].idx = idx;
+	}
+	pthread_mutex_unlock(&lock);
+	return idx;
+}
+
+/*
  * The GPU client library reports bytes it copied to a GPU (src/stats.h).
  * With pci=, the device's PCI address, the row is the node's index of that
  * GPU (src/gpuid.h): the client's ordinal depends on its
@@ -552,7 +589,7 @@ static int handle_gpu_bytes(struct ctl_client *cl, const struct ctl_msg *m)
 	if (ctl_get_u64(m, "gpu", &gpu) || ctl_get_u64(m, "bytes", &bytes) || gpu > 65535)
 		return send_err(cl, EINVAL, "GPU_BYTES needs gpu=N (0-65535) bytes=N");
 	if (pci) {
-		int idx = gpuid_index(GPUID_SYSFS, pci);
+		int idx = gpu_index_of(pci);
 
 		if (idx >= 0)
 			gpu = (uint64_t)idx;
