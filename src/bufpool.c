@@ -353,6 +353,22 @@ void bufpool_publish(struct bufpool *p, struct bufpool_buf *b,
 	pthread_mutex_unlock(&p->lock);
 }
 
+uint32_t bufpool_forget(struct bufpool *p, const struct sfs_id *id)
+{
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&p->lock);
+	for (struct bufpool_buf *b = p->lru.lru_next, *next; b != &p->lru; b = next) {
+		next = b->lru_next;
+		if (sfs_id_eq(&b->id, id)) {
+			unpublish_locked(p, b);
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
 struct bufpool_buf *bufpool_find(struct bufpool *p, const struct sfs_id *id,
 				 uint32_t idx)
 {

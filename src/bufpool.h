@@ -96,6 +96,11 @@ void bufpool_put(struct bufpool *p, struct bufpool_buf *b);
  */
 void bufpool_publish(struct bufpool *p, struct bufpool_buf *b,
 		     const struct sfs_id *id, uint32_t idx, size_t len);
+/*
+ * Stop finding every chunk of content @id (its cache entry was evicted).
+ * Returns how many were published.
+ */
+uint32_t bufpool_forget(struct bufpool *p, const struct sfs_id *id);
 /* The published buffer of chunk @idx of @id, held for the caller, or NULL. */
 struct bufpool_buf *bufpool_find(struct bufpool *p, const struct sfs_id *id,
 				 uint32_t idx);

@@ -165,6 +165,14 @@ static void test_publish_and_reuse(void **state)
 	struct sfs_id id2 = id_of(2);
 
 	assert_null(bufpool_find(p, &id2, 0));
+	/* forgetting a content id: none of its chunks is found any more */
+	g = bufpool_get(p, M, false);
+	bufpool_publish(p, g, &id2, 5, 10);
+	bufpool_put(p, g);
+	assert_int_equal(bufpool_forget(p, &id2), 1);
+	assert_null(bufpool_find(p, &id2, 5));
+	assert_non_null(f = bufpool_find(p, &id, 0));	/* others stay */
+	bufpool_put(p, f);
 	/* outside buffers are never published */
 	g = bufpool_get(p, 64 * M, false);
 	bufpool_publish(p, g, &id2, 0, 10);
