@@ -335,6 +335,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	if (j->opts.mode == PF_JOB_EVICT) {
 		uint32_t n = cache_file_evict(c, f->cf);
 
+		pf_forget(j->s, &a->content);	/* and from the engine's memory */
 		pthread_mutex_lock(&j->lock);
 		j->p.evicted += n;
 		pthread_mutex_unlock(&j->lock);

@@ -154,8 +154,6 @@ struct cache {
 	uint64_t bp_clock;
 
 	struct cache_waiter *waiters;	/* protected by lock: async waits */
-	const struct cache_io_ops *io;	/* cache_set_io(); set before use */
-	void *io_arg;
 	_Atomic bool direct_ok;		/* O_DIRECT not refused yet */
 };
 
@@ -1295,32 +1293,6 @@ void cache_fill_abort(struct cache *c, struct cache_fill *f, int err)
 
 /* ---- the synchronous read path ---- */
 
-/* Write a filled chunk (and fdatasync it with cache_sync): the I/O hook or pwrite. */
-static ssize_t io_write(struct cache *c, int fd, const void *buf, size_t len, off_t off)
-{
-	ssize_t w = -ENOSYS;
-
-	if (c->io)
-		w = c->io->write_chunk(c->io_arg, fd, buf, len, off, c->opts.sync);
-	if (w != -ENOSYS)
-		return w;
-	w = pwrite_full(fd, buf, len, off);
-	if (w == (ssize_t)len && c->opts.sync && fdatasync(fd) < 0)
-		return -errno;
-	return w;
-}
-
-/* Read a whole chunk back (@buf has room for @cap): the I/O hook or pread. */
-static ssize_t io_read(struct cache *c, int fd, void *buf, size_t len, size_t cap,
-		       off_t off)
-{
-	ssize_t r = -ENOSYS;
-
-	if (c->io)
-		r = c->io->read_chunk(c->io_arg, fd, buf, len, cap, off);
-	return r != -ENOSYS ? r : pread_full(fd, buf, len, off);
-}
-
 /*
  * Bring chunk @idx of @cf to PRESENT+verified and copy @n bytes at @coff of
  * it to @dst (if @dst).  Returns @n (0 when @dst is NULL) or -errno.  With
@@ -1385,7 +1357,7 @@ static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t id
 			return -ENOMEM;
 		}
 		if (st == CACHE_CHECK) {
-			r = io_read(c, fd, scratch, f.len, cf->chunk_size, f.off);
+			r = pread_full(fd, scratch, f.len, f.off);
 			if (cache_check_done(c, &f, scratch, r) == CACHE_HIT)
 				break;
 			/* dropped: fetch it again */
@@ -1400,8 +1372,13 @@ static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t id
 			return r;
 		}
 		st = cache_fill_commit(c, &f, cache_chunk_hash(scratch, f.len));
-		while (st == CACHE_WRITE)
-			st = cache_fill_written(c, &f, io_write(c, fd, scratch, f.len, f.off));
+		while (st == CACHE_WRITE) {
+			ssize_t w = pwrite_full(fd, scratch, f.len, f.off);
+
+			if (w == (ssize_t)f.len && f.sync && fdatasync(fd) < 0)
+				w = -errno;
+			st = cache_fill_written(c, &f, w);
+		}
 		if (st == CACHE_BYPASS)
 			bypass_put(c, cf, idx, scratch, f.len);
 		break;
@@ -1657,12 +1634,6 @@ void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid)
 	c->quota_arg = arg;
 	c->quota_gen++;
 	pthread_mutex_unlock(&c->lock);
-}
-
-void cache_set_io(struct cache *c, const struct cache_io_ops *ops, void *arg)
-{
-	c->io = ops;
-	c->io_arg = arg;
 }
 
 void cache_quota_changed(struct cache *c)

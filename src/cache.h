@@ -323,22 +323,4 @@ void cache_fill_abort(struct cache *c, struct cache_fill *f, int err);
 ssize_t cache_read_cached(struct cache *c, struct cfile *cf, uint64_t off,
 			  void *buf, size_t len);
 
-/*
- * An optional engine for the cache's two bulk disk transfers: writing a
- * filled chunk (then fdatasync when @sync) and reading a whole chunk back to
- * check its hash.  @buf is 4096-aligned with room for @cap >= @len bytes;
- * @off is the chunk's offset.  Each returns the bytes transferred or -errno,
- * or -ENOSYS to decline (the cache then uses pwrite/fdatasync and pread, the
- * default).  Called from any thread that reads or fills, outside the lock.
- */
-struct cache_io_ops {
-	ssize_t (*write_chunk)(void *arg, int fd, const void *buf, size_t len,
-			       off_t off, bool sync);
-	ssize_t (*read_chunk)(void *arg, int fd, void *buf, size_t len, size_t cap,
-			      off_t off);
-};
-
-/* Install @ops with @arg (NULL: the default) before reads or fills start. */
-void cache_set_io(struct cache *c, const struct cache_io_ops *ops, void *arg);
-
 #endif

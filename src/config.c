@@ -94,7 +94,9 @@ static const struct opt opts[] = {
 	{ "hint_window_bytes", OPT_SIZE, O(hint_window_bytes), "2G", 0, 0,
 	  "bytes prefetched ahead of a reader that announced its order" },
 	{ "prefetch_io_uring", OPT_BOOL, O(prefetch_io_uring), "yes", 0, 0,
-	  "background fetches write and check cache chunks through io_uring, O_DIRECT where the filesystem allows" },
+	  "run every fetch on one I/O engine thread: librados aio or io_uring source reads, O_DIRECT io_uring cache writes; no = a thread per fetch" },
+	{ "prefetch_buffers", OPT_SIZE, O(prefetch_buffers), "128M", 1024 * 1024, 1024.0 * 1024 * 1024,
+	  "memory of the I/O engine's chunk buffers, registered with io_uring; recently filled chunks are served from it" },
 	/* feed-rate metrics (fuse/metrics.c, docs/feedrate.md) */
 	{ "metrics_port", OPT_UINT, O(metrics_port), "0", 0, 65535,
 	  "serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 = off" },
