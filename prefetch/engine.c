@@ -107,6 +107,7 @@ struct fill {
 	bool tokens;			/* rate-cap tokens taken */
 	bool fetched;			/* the backend was read */
 	bool direct;			/* the transfers in flight use O_DIRECT */
+	bool served;			/* fl->buf holds the verified chunk, published */
 	uint8_t hit_retries;
 	struct cache_fill claim;
 	struct cache_waiter waiter;
@@ -142,6 +143,7 @@ struct pf_engine {
 	/* the engine thread's own */
 	struct fill fills;		/* sentinel of every fill alive */
 	uint32_t nfills, ndemand;
+	uint32_t pool_fills;		/* fills holding a buffer of the region */
 	struct fill *held, *held_tail;	/* throttled or without a buffer */
 	bool stopping;
 	bool direct_ok;			/* O_DIRECT transfers not refused */
@@ -309,6 +311,43 @@ static void held_add(struct pf_engine *e, struct fill *fl)
 		atomic_fetch_add(&e->nobuf, 1);
 }
 
+/* Answer @w with the chunk in @b (held for it). */
+static void want_serve(struct pf_engine *e, struct pf_want *w, struct bufpool_buf *b,
+		       size_t len, bool fetched)
+{
+	bufpool_hold(e->pool, b);
+	w->buf = b;
+	w->data = b->data;
+	w->len = len;
+	w->res = 0;
+	w->fetched = fetched;
+	w->done(w);
+}
+
+/*
+ * fl->buf holds the chunk's verified bytes: publish it and answer the
+ * readers waiting, now, not after the cache write (which only reads the
+ * buffer from here on).
+ */
+static void fill_serve(struct pf_engine *e, struct fill *fl)
+{
+	size_t len = backend_chunk_len(fl->f->attr.size, fl->f->be->chunk_size, fl->idx);
+	struct pf_want *w;
+
+	if (fl->served)
+		return;
+	fl->served = true;
+	bufpool_publish(e->pool, fl->buf, &fl->f->attr.content, fl->idx, len);
+	while ((w = fl->wants)) {
+		fl->wants = w->next;
+		w->next = NULL;
+		want_serve(e, w, fl->buf, len, w->origin && fl->fetched);
+	}
+	/* its backend part is over: no more a reader's fetch in flight */
+	if (fl->prio == BK_DEMAND)
+		set_prio(e, fl, BK_READAHEAD);
+}
+
 /*
  * The fill is over with @res (PF_FETCHED, PF_PRESENT or -errno); @bytes:
  * its buffer holds the chunk's verified bytes.  Readers get the bytes (or
@@ -317,24 +356,16 @@ static void held_add(struct pf_engine *e, struct fill *fl)
  */
 static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 {
-	struct pf_want *w = fl->wants, *retry = NULL;
-	size_t len = backend_chunk_len(fl->f->attr.size, fl->f->be->chunk_size, fl->idx);
+	struct pf_want *w, *retry = NULL;
 
 	if (bytes)
-		bufpool_publish(e->pool, fl->buf, &fl->f->attr.content, fl->idx, len);
+		fill_serve(e, fl);
+	w = fl->wants;
 	while (w) {
 		struct pf_want *next = w->next;
 
 		w->next = NULL;
-		if (bytes) {
-			bufpool_hold(e->pool, fl->buf);
-			w->buf = fl->buf;
-			w->data = fl->buf->data;
-			w->len = len;
-			w->res = 0;
-			w->fetched = w->origin && fl->fetched;
-			w->done(w);
-		} else if (!w->origin && !w->retried && !e->stopping) {
+		if (!w->origin && !w->retried && !e->stopping) {
 			w->retried = true;
 			w->next = retry;
 			retry = w;
@@ -346,10 +377,14 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	}
 	if (fl->req)
 		pf_sched_finish(e->s, fl->req, res);
-	if (fl->fetched || bytes)
+	if (fl->fetched || fl->served)
 		atomic_fetch_add(&e->st_fills, 1);
 	set_prio(e, fl, BK_WARMUP);
+	if (fl->buf && bufpool_in_region(fl->buf))
+		e->pool_fills--;
 	bufpool_put(e->pool, fl->buf);
+	if (atomic_load(&e->nobuf))
+		e->again = true;	/* a fill waiting may have a buffer now */
 	fl->prev->next = fl->next;
 	fl->next->prev = fl->prev;
 	e->nfills--;
@@ -446,6 +481,7 @@ static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
 		fill_end(e, fl, -ENOSPC, true);
 		return;
 	}
+	fill_serve(e, fl);
 	start_write(e, fl);
 }
 
@@ -562,8 +598,18 @@ static void fill_go(struct pf_engine *e, struct fill *fl)
 			pf_note_throttle(e->s, now - fl->throttled_since);
 	}
 	if (!fl->buf) {
-		/* readers waiting never wait for a buffer: they are bounded */
-		fl->buf = bufpool_get(e->pool, fl->claim.len, fl->wants != NULL);
+		/*
+		 * Every buffer is held.  Fills holding some will free them
+		 * without anyone's help: wait for that (so fills are bounded
+		 * by the region, and fetches by the cache writes).  If readers
+		 * hold them all, they may be waiting for this very fill: a
+		 * reader's fill then takes one from outside the region
+		 * (bounded by the READs outstanding).
+		 */
+		fl->buf = bufpool_get(e->pool, fl->claim.len,
+				      fl->wants && !e->pool_fills);
+		if (fl->buf && bufpool_in_region(fl->buf))
+			e->pool_fills++;
 		if (!fl->buf) {
 			fl->stage = FS_NOBUF;
 			held_add(e, fl);
@@ -584,13 +630,20 @@ static void read_present(struct pf_engine *e, struct fill *fl)
 	ssize_t r;
 
 	if (b) {
+		if (fl->buf && bufpool_in_region(fl->buf))
+			e->pool_fills--;
 		bufpool_put(e->pool, fl->buf);
 		fl->buf = b;
+		if (bufpool_in_region(b))
+			e->pool_fills++;
 		fill_end(e, fl, PF_PRESENT, true);
 		return;
 	}
-	if (!fl->buf)
+	if (!fl->buf) {
 		fl->buf = bufpool_get(e->pool, len, true);
+		if (fl->buf && bufpool_in_region(fl->buf))
+			e->pool_fills++;
+	}
 	if (!fl->buf) {
 		fill_end(e, fl, -ENOMEM, false);
 		return;
@@ -672,6 +725,11 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 		return;
 	}
 	fl = fill_find(e, w->cf, w->idx);
+	if (fl && fl->served) {
+		/* verified, being written: the bytes are there */
+		want_serve(e, w, fl->buf, fl->claim.len, false);
+		return;
+	}
 	if (fl) {
 		/* one fill however many ask; a reader waits: it goes first now */
 		w->origin = false;
@@ -684,12 +742,8 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 	}
 	b = bufpool_find(e->pool, &w->attr->content, w->idx);
 	if (b) {
-		w->buf = b;
-		w->data = b->data;
-		w->len = b->len;
-		w->res = 0;
-		w->fetched = false;
-		w->done(w);
+		want_serve(e, w, b, b->len, false);
+		bufpool_put(e->pool, b);	/* find's hold; the want has its own */
 		return;
 	}
 	f = pf_file_create(e->s, w->be, w->attr, w->nothrash, NULL, &err);
@@ -733,7 +787,6 @@ static void drain(struct pf_engine *e)
 	bool stop;
 
 	atomic_store(&e->poked, false);
-	e->again = false;
 	pthread_mutex_lock(&e->lock);
 	fills = e->inbox;
 	wants = e->wants_in;
@@ -780,11 +833,11 @@ static void drain(struct pf_engine *e)
 	}
 }
 
-/* Retry the fills waiting for tokens or a buffer.  Returns ns to the next try. */
-static uint64_t retry_held(struct pf_engine *e)
+/* Retry the fills waiting for tokens or a buffer. */
+static void retry_held(struct pf_engine *e)
 {
 	struct fill *fl = e->held;
-	uint64_t now = now_ns(), next = UINT64_MAX;
+	uint64_t now = now_ns();
 
 	e->held = e->held_tail = NULL;
 	while (fl) {
@@ -792,18 +845,24 @@ static uint64_t retry_held(struct pf_engine *e)
 
 		if (fl->stage == FS_NOBUF)
 			atomic_fetch_sub(&e->nobuf, 1);
-		if (unwanted(e, fl)) {
+		if (unwanted(e, fl))
 			fill_drop(e, fl, -ECANCELED);
-		} else if (fl->stage == FS_THROTTLED && fl->wait_until > now) {
+		else if (fl->stage == FS_THROTTLED && fl->wait_until > now)
 			held_add(e, fl);
-			next = MIN(next, fl->wait_until - now);
-		} else {
+		else
 			fill_go(e, fl);
-			if (fl->stage == FS_THROTTLED)
-				next = MIN(next, fl->wait_until > now ? fl->wait_until - now : 0);
-		}
 		fl = n;
 	}
+}
+
+/* How long the fills parked for the rate cap may sleep (UINT64_MAX: no limit). */
+static uint64_t held_wait(struct pf_engine *e)
+{
+	uint64_t now = now_ns(), next = UINT64_MAX;
+
+	for (struct fill *fl = e->held; fl; fl = fl->qnext)
+		if (fl->stage == FS_THROTTLED)
+			next = MIN(next, fl->wait_until > now ? fl->wait_until - now : 1);
 	return next;
 }
 
@@ -887,13 +946,16 @@ static void *engine_main(void *arg)
 			n++;
 		}
 		io_uring_cq_advance(&e->ring, n);
-		drain(e);
-		wait = retry_held(e);
-		start_background(e);
-		while (e->again)
+		do {
+			/* handling work may make more: fills handed back, buffers freed */
+			e->again = false;
 			drain(e);
+			retry_held(e);
+			start_background(e);
+		} while (e->again);
 		if (e->stopping && !e->nfills)
 			break;
+		wait = held_wait(e);
 		/*
 		 * Sleep until a completion: every SQE of this turn goes in this
 		 * one call; other threads' work arrives as the eventfd's poll.
@@ -971,8 +1033,13 @@ void pf_want_release(struct pf_sched *s, struct pf_want *w)
 	bufpool_put(e->pool, w->buf);
 	w->buf = NULL;
 	w->data = NULL;
-	if (atomic_load(&e->nobuf) && !on_engine)
-		poke(e);	/* a buffer may be free for a fill waiting */
+	if (!atomic_load(&e->nobuf))
+		return;
+	/* a buffer may be free for a fill waiting */
+	if (on_engine)
+		e->again = true;
+	else
+		poke(e);
 }
 
 void pf_forget(struct pf_sched *s, const struct sfs_id *id)
