@@ -136,9 +136,17 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = fs->cfg.max_read_kb * 1024;
 	conn->max_read = fs->cfg.max_read_kb * 1024;
 	conn->max_readahead = MAX(fs->cfg.read_ahead_kb, fs->cfg.max_read_kb) * 1024;
-	log_info("FUSE session: proto %u.%u, max_read %u, max_readahead %u, splice %s",
+	/*
+	 * Readahead READs are the kernel's background requests, 12 in flight
+	 * by default: 3 files of 4 MiB.  The engine answers READs without
+	 * holding a thread, so let many more reach it (cold reads of many
+	 * files at once keep that many fills in flight).
+	 */
+	conn->max_background = 128;
+	conn->congestion_threshold = 96;
+	log_info("FUSE session: proto %u.%u, max_read %u, max_readahead %u, max_background %u, splice %s",
 		 conn->proto_major, conn->proto_minor, conn->max_read,
-		 conn->max_readahead,
+		 conn->max_readahead, conn->max_background,
 		 conn->want & FUSE_CAP_SPLICE_WRITE ? "on" : "off");
 }
 
