@@ -487,7 +487,6 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	struct sfs_fh *fh = arg;
 	struct sfs *fs = fh->fs;
 	struct backend *be = fh->ds->be;
-	uint64_t t0 = now_ns();
 	int r;
 
 	pf_demand_begin(fs->pf, len);	/* the rate cap; background work yields */
@@ -495,7 +494,6 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
 	stats_fetch_end(fs->stats, fh->cf, idx, r);
 	pf_demand_end(fs->pf);
-	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
 	if (r < 0) {
 		atomic_fetch_add(&fs->ctr.backend_errors, 1);
 		return r;
@@ -615,9 +613,12 @@ static void *reply_buffer(size_t size)
 	return b;
 }
 
-/* A READ on the worker thread through cache_read(): the path without the engine. */
+/*
+ * A READ on the worker thread through cache_read(): the path without the
+ * engine.  @t0: when the READ arrived.
+ */
 static void read_sync(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
-		      size_t size, off_t off, uint32_t uid)
+		      size_t size, off_t off, uint32_t uid, uint64_t t0)
 {
 	struct stats_read rd;
 	struct cache_source src = {
@@ -635,6 +636,9 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
 	}
 	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
 	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
+	/* its own fetch, or a wait for someone else's (readahead, warmup) */
+	if (stats_read_stalled(&rd))
+		atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
 	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, uid, n);
 	if (n < 0) {
 		atomic_fetch_add(&fs->ctr.read_errors, 1);
@@ -667,10 +671,10 @@ struct aread {
 	struct sfs_fh *fh;	/* the kernel sends no RELEASE while a READ is out */
 	pid_t pid;
 	uint32_t uid;
+	uint64_t t0;		/* when the READ arrived */
 	size_t size;		/* bytes asked, clipped at end of file */
 	unsigned n;
 	_Atomic unsigned left;	/* wants not done yet */
-	uint64_t t_wait;	/* when the wants were handed over */
 	char *dbuf;		/* pieces read from disk, when the reply is async */
 	struct stats_read rd;
 	struct piece p[READ_PIECES];
@@ -726,8 +730,11 @@ static void aread_want_done(struct pf_want *w)
 
 	if (atomic_fetch_sub(&ar->left, 1) != 1)
 		return;
-	/* the reader waited for the backend (its own fetch or a prefetch's) */
-	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - ar->t_wait);
+	/*
+	 * The READ waited for the backend: its own fetch, or a fill that
+	 * readahead or warmup had started and it joined.
+	 */
+	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - ar->t0);
 	aread_reply(ar, ar->dbuf);
 	pf_note_async_read(fs->pf);
 	free(ar->dbuf);
@@ -741,7 +748,7 @@ static void aread_want_done(struct pf_want *w)
  * false if it must take read_sync() instead.
  */
 static bool read_engine(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
-			size_t size, off_t off, uint32_t uid)
+			size_t size, off_t off, uint32_t uid, uint64_t t0)
 {
 	uint32_t csize = fh->ds->be->chunk_size;
 	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
@@ -767,6 +774,7 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
 	ar->fh = fh;
 	ar->pid = fuse_req_ctx(req)->pid;
 	ar->uid = uid;
+	ar->t0 = t0;
 	ar->size = (size_t)(end - (uint64_t)off);
 	stats_read_begin(fs->stats, &ar->rd, fh->cf, (uint64_t)off, ar->size, csize);
 	for (uint64_t pos = (uint64_t)off; pos < end; ar->n++) {
@@ -808,7 +816,6 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
 		if (ar->p[k].from_disk)
 			memcpy(ar->dbuf + ar->p[k].pos, rbuf + ar->p[k].pos, ar->p[k].len);
 	atomic_init(&ar->left, nwant);
-	ar->t_wait = now_ns();
 	stats_read_detach(&ar->rd);
 	atomic_fetch_add(&fs->ctr.reads_async, 1);
 	if (pf_want_submit(fs->pf, want, nwant) == 0)
@@ -841,13 +848,14 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
 	uint32_t uid = fuse_req_ctx(req)->uid;
+	uint64_t t0 = now_ns();
 
 	atomic_fetch_add(&fs->ctr.read_requests, 1);
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
 	if (pf_has_engine(fs->pf) && size <= (1u << 20) &&
-	    read_engine(req, fs, fh, size, off, uid))
+	    read_engine(req, fs, fh, size, off, uid, t0))
 		return;
-	read_sync(req, fs, fh, size, off, uid);
+	read_sync(req, fs, fh, size, off, uid, t0);
 }
 
 static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
