@@ -343,9 +343,16 @@ static void fill_serve(struct pf_engine *e, struct fill *fl)
 		w->next = NULL;
 		want_serve(e, w, fl->buf, len, w->origin && fl->fetched);
 	}
-	/* its backend part is over: no more a reader's fetch in flight */
+	/*
+	 * Its backend part is over: no more a fetch in flight, so the next
+	 * one may start while this one is written (the buffers bound that).
+	 */
 	if (fl->prio == BK_DEMAND)
 		set_prio(e, fl, BK_READAHEAD);
+	if (fl->req) {
+		pf_sched_release(e->s, fl->req);
+		e->again = true;	/* room for background work */
+	}
 }
 
 /*

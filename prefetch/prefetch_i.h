@@ -31,7 +31,12 @@ struct pf_req;
 struct pf_owner {
 	_Atomic int refs;
 	_Atomic bool cancelled;
-	/* On a worker thread (or the cancelling thread for -ECANCELED). */
+	/*
+	 * Optional: the request's backend fetch is over (or it never ran);
+	 * what is left is writing the cache.  Once per request, before done.
+	 */
+	void (*released)(struct pf_owner *o, const struct pf_req *r);
+	/* On the engine or a worker thread (or the cancelling thread for -ECANCELED). */
 	void (*done)(struct pf_owner *o, const struct pf_req *r, int res);
 	void (*free)(struct pf_owner *o);
 };
@@ -65,6 +70,8 @@ struct pf_req {
 	struct pf_file *f;
 	struct pf_owner *o;
 	struct pf_user *u;	/* set when picked: whose in-flight count */
+	bool slot_freed;	/* pf_sched_release() was called */
+	bool released;		/* the owner's ->released ran */
 	uint32_t idx;
 	uint32_t uid;
 	uint8_t cls, kind;
@@ -112,6 +119,13 @@ uint64_t pf_hints_count(struct pf_hints *h);
  * fills running: counted in flight (pf_sched_finish() uncounts it), or NULL.
  */
 struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight);
+/*
+ * The backend part of a request from pf_sched_next() is over (the chunk is
+ * verified and being written): its in-flight slot is free for the next
+ * fetch, and its owner is told (->released).  Optional; pf_sched_finish()
+ * does it otherwise.
+ */
+void pf_sched_release(struct pf_sched *s, struct pf_req *r);
 /* A request from pf_sched_next() is over: counted, its owner told @res. */
 void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res);
 /*

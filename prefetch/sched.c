@@ -372,9 +372,29 @@ struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight)
 
 static void req_finish(struct pf_sched *s, struct pf_req *r, int res);
 
+static void req_release_owner(struct pf_req *r)
+{
+	if (r->released)
+		return;
+	r->released = true;
+	if (r->o->released)
+		r->o->released(r->o, r);
+}
+
+void pf_sched_release(struct pf_sched *s, struct pf_req *r)
+{
+	if (r->slot_freed)
+		return;
+	r->slot_freed = true;
+	pthread_mutex_lock(&s->lock);
+	s->bg_inflight--;
+	r->u->inflight--;
+	pthread_mutex_unlock(&s->lock);
+	req_release_owner(r);
+}
+
 void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
 {
-	struct pf_user *u = r->u;
 
 	if (res == PF_FETCHED || res == -ENOSPC)
 		atomic_fetch_add(&s->st_kind[r->kind], 1);	/* fetched, kept or not */
@@ -382,11 +402,8 @@ void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
 		atomic_fetch_add(&s->st_cancelled, 1);
 	else if (res < 0)
 		atomic_fetch_add(&s->st_errors, 1);
+	pf_sched_release(s, r);
 	req_finish(s, r, res);
-	pthread_mutex_lock(&s->lock);
-	s->bg_inflight--;
-	u->inflight--;
-	pthread_mutex_unlock(&s->lock);
 }
 
 struct pf_engine *pf_sched_engine(struct pf_sched *s)
@@ -406,6 +423,7 @@ void pf_note_demand_fetch(struct pf_sched *s)
 
 static void req_finish(struct pf_sched *s, struct pf_req *r, int res)
 {
+	req_release_owner(r);
 	r->o->done(r->o, r, res);
 	pf_owner_put(r->o);
 	pf_file_put(r->f);

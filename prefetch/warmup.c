@@ -9,9 +9,10 @@
  * total and an ETA from the start; check and evict need only this walk),
  * the second queues every chunk still missing at warmup priority, charged
  * to the caller's uid.
- * The job keeps at most max_inflight requests outstanding, so a walk over
- * ten million files holds a bounded queue, and stops when its caller goes
- * away (tick returns false).  The walk checks POSIX permissions for the
+ * The job keeps at most max_inflight requests queued or fetching (a request
+ * whose chunk is fetched and only being written does not count: the I/O
+ * engine's buffers bound those), so a walk over ten million files holds a
+ * bounded queue, and stops when its caller goes away (tick returns false).  The walk checks POSIX permissions for the
  * caller the way the kernel's default_permissions does for reads through
  * the mount: search on directories walked through, read on files.
  *
@@ -51,6 +52,7 @@ struct pf_job {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* a request settled */
 	uint32_t outstanding;		/* protected by lock: queued or running */
+	uint32_t fetching;		/* protected by lock: ... not yet released */
 	struct pf_job_progress p;	/* protected by lock */
 	struct pf_job_failure *fails;	/* protected by lock: not yet taken */
 	size_t nfails, capfails;	/* protected by lock */
@@ -139,7 +141,7 @@ static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
 	uint64_t len = backend_chunk_len(r->f->attr.size, r->f->be->chunk_size, r->idx);
 
 	pthread_mutex_lock(&j->lock);
-	j->outstanding--;
+	j->outstanding--;	/* ->released came first: fetching too */
 	if (res != -ECANCELED) {
 		j->p.done_chunks++;
 		j->p.done_bytes += len;
@@ -152,6 +154,17 @@ static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
 		if (!atomic_exchange(&r->f->failed, true))
 			record_failure_locked(j, r->f->path, -res);
 	}
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* The request's fetch is over (only its cache write may be left): room. */
+static void job_released(struct pf_owner *o, const struct pf_req *r)
+{
+	struct pf_job *j = (struct pf_job *)o;
+
+	pthread_mutex_lock(&j->lock);
+	j->fetching--;
 	pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->lock);
 }
@@ -176,6 +189,7 @@ int pf_job_create(struct pf_sched *s, const struct pf_job_opts *o,
 	if (!j)
 		return -ENOMEM;
 	atomic_init(&j->o.refs, 1);
+	j->o.released = job_released;
 	j->o.done = job_done;
 	j->o.free = job_free;
 	j->s = s;
@@ -233,7 +247,7 @@ static void maybe_tick(struct pf_job *j)
 static int wait_room(struct pf_job *j)
 {
 	pthread_mutex_lock(&j->lock);
-	while (j->outstanding >= j->max && !cancelled(j)) {
+	while (j->fetching >= j->max && !cancelled(j)) {
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -252,6 +266,7 @@ static int wait_room(struct pf_job *j)
 		return -ECANCELED;
 	}
 	j->outstanding++;
+	j->fetching++;
 	pthread_mutex_unlock(&j->lock);
 	return 0;
 }
@@ -363,6 +378,7 @@ queue:
 		if (err) {
 			pthread_mutex_lock(&j->lock);
 			j->outstanding--;
+			j->fetching--;
 			j->p.failed++;
 			if (!atomic_exchange(&f->failed, true))
 				record_failure_locked(j, path, -err);
