@@ -18,17 +18,21 @@
  *   verify      on this thread: aio_finish checks the XXH3-128 the chunk is
  *               named by and hands it on (so nothing is hashed twice);
  *               dir:// bytes are hashed here; cache_fill_commit()
+ *   serve       the buffer is published (below) and the readers waiting
+ *               for the chunk are answered: they do not wait for the write;
+ *               a background fill gives its fetch slot back
  *   write       io_uring writes of the cache file from the buffer: the
  *               aligned part through the O_DIRECT twin of the descriptor
  *               (not through the page cache), an unaligned tail (a file's
  *               last chunk) buffered, and with cache_sync an fdatasync,
- *               linked (IOSQE_IO_LINK) so it runs after both writes
+ *               linked (IOSQE_IO_LINK) so it runs after both writes; at
+ *               most ENG_MAX_WRITES fills write at once, others queue
  *   commit      cache_fill_written(): recorded, waiters woken
  *   check       a read-back (O_DIRECT where aligned) + cache_check_done()
  *
- * Then the buffer is published in the pool (src/bufpool.h): readers who
- * wanted the chunk are handed it, and the READs that follow for the rest of
- * the chunk are served from memory.  Buffers come from one region
+ * The published buffer (src/bufpool.h) is handed to the readers who wanted
+ * the chunk, and the READs that follow for the rest of the chunk are
+ * served from memory.  Buffers come from one region
  * registered with io_uring_register_buffers (READ_FIXED/WRITE_FIXED); if
  * registration fails (memlock limit) the same region is used unregistered.
  * O_DIRECT is dropped for good where the filesystem refuses it (open or
@@ -75,7 +79,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define ENG_DEPTH	256		/* SQ entries; the CQ has twice as many */
+#define ENG_DEPTH	256		/* SQ entries */
+#define ENG_CQ_DEPTH	4096		/* CQ entries: room for every transfer in flight */
+#define ENG_MAX_WRITES	64		/* cache writes in flight; more wait their turn */
 #define ALIGN		4096		/* O_DIRECT: buffer, offset and length */
 #define TAG_POLL	0ULL		/* user_data of the eventfd poll */
 #define OP_MASK		7ULL		/* low bits of a fill's user_data: */
@@ -88,6 +94,7 @@ enum stage {
 	FS_THROTTLED,	/* claimed: waiting for rate-cap tokens */
 	FS_NOBUF,	/* claimed: waiting for a buffer */
 	FS_FETCH,	/* backend read in flight */
+	FS_WRITEQ,	/* verified, served: waiting for a write slot */
 	FS_WRITE,	/* cache write (+ fdatasync) in flight */
 	FS_CHECK,	/* read-back in flight */
 };
@@ -144,6 +151,8 @@ struct pf_engine {
 	struct fill fills;		/* sentinel of every fill alive */
 	uint32_t nfills, ndemand;
 	uint32_t pool_fills;		/* fills holding a buffer of the region */
+	uint32_t writing;		/* fills in FS_WRITE */
+	struct fill *wq, *wq_tail;	/* FS_WRITEQ, oldest first */
 	struct fill *held, *held_tail;	/* throttled or without a buffer */
 	bool stopping;
 	bool direct_ok;			/* O_DIRECT transfers not refused */
@@ -463,6 +472,36 @@ static void write_done(struct pf_engine *e, struct fill *fl)
 	}
 	fl->claimed = false;
 	fill_end(e, fl, st == CACHE_STORED ? PF_FETCHED : -ENOSPC, true);
+	/* its write slot goes to the oldest write waiting */
+	e->writing--;
+	if (e->wq) {
+		fl = e->wq;
+		e->wq = fl->qnext;
+		if (!e->wq)
+			e->wq_tail = NULL;
+		e->writing++;
+		start_write(e, fl);
+	}
+}
+
+/*
+ * Write @fl's chunk now, or once a write slot is free: the writes in
+ * flight are bounded (ENG_MAX_WRITES), whatever the chunk size.
+ */
+static void queue_write(struct pf_engine *e, struct fill *fl)
+{
+	if (e->writing < ENG_MAX_WRITES) {
+		e->writing++;
+		start_write(e, fl);
+		return;
+	}
+	fl->stage = FS_WRITEQ;
+	fl->qnext = NULL;
+	if (e->wq_tail)
+		e->wq_tail->qnext = fl;
+	else
+		e->wq = fl;
+	e->wq_tail = fl;
 }
 
 /* The backend read ended: @res bytes, or -errno; @hash if it checked one. */
@@ -489,7 +528,7 @@ static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
 		return;
 	}
 	fill_serve(e, fl);
-	start_write(e, fl);
+	queue_write(e, fl);
 }
 
 static void prep_src_read(struct pf_engine *e, struct fill *fl)
@@ -1093,9 +1132,17 @@ int pf_engine_create(struct pf_sched *s, struct cache *c, const struct pf_opts *
 		goto out_close;
 	}
 	/* completions wait for our next io_uring_enter: no interrupts needed */
-	ret = io_uring_queue_init(ENG_DEPTH, &e->ring, IORING_SETUP_COOP_TASKRUN);
-	if (ret == -EINVAL)
-		ret = io_uring_queue_init(ENG_DEPTH, &e->ring, 0);
+	struct io_uring_params p = {
+		.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN,
+		.cq_entries = ENG_CQ_DEPTH,
+	};
+
+	ret = io_uring_queue_init_params(ENG_DEPTH, &e->ring, &p);
+	if (ret == -EINVAL) {
+		p = (struct io_uring_params){ .flags = IORING_SETUP_CQSIZE,
+					      .cq_entries = ENG_CQ_DEPTH };
+		ret = io_uring_queue_init_params(ENG_DEPTH, &e->ring, &p);
+	}
 	if (ret) {
 		snprintf(err, errlen, "io_uring_queue_init: %s", strerror(-ret));
 		goto out_pool;
