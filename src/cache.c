@@ -1153,9 +1153,13 @@ int cache_fill_direct_fd(struct cache *c, struct cache_fill *f)
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", f->fd);
 	dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
 	if (dfd < 0) {
-		if (errno == EINVAL && atomic_exchange(&c->direct_ok, false))
-			log_info("cache %s: the filesystem refuses O_DIRECT: buffered I/O",
-				 c->dir);
+		int e = errno;
+
+		/* out of descriptors or memory: this time only; else for good */
+		if (e != EMFILE && e != ENFILE && e != ENOMEM && e != EINTR &&
+		    atomic_exchange(&c->direct_ok, false))
+			log_info("cache %s: %s: buffered I/O", c->dir,
+				 e == EINVAL ? "the filesystem refuses O_DIRECT" : strerror(e));
 		return -1;
 	}
 	pthread_mutex_lock(&c->lock);

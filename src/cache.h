@@ -282,8 +282,8 @@ bool cache_waiter_cancel(struct cache *c, struct cache_waiter *w);
 /*
  * An O_DIRECT descriptor of @f's cache file, opened on first use and kept
  * with the buffered one (valid until the claim ends), or -1 where the
- * filesystem refuses O_DIRECT (ramfs): then use f->fd.  Once refused, it
- * is not asked again.
+ * filesystem refuses O_DIRECT (ramfs) or the file cannot be opened again:
+ * then use f->fd.  Once refused, it is not asked again.
  */
 int cache_fill_direct_fd(struct cache *c, struct cache_fill *f);
 
