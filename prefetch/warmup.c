@@ -53,6 +53,7 @@ struct pf_job {
 	pthread_cond_t cond;		/* a request settled */
 	uint32_t outstanding;		/* protected by lock: queued or running */
 	uint32_t fetching;		/* protected by lock: ... not yet released */
+	uint32_t sleepers;		/* protected by lock: threads waiting on cond */
 	struct pf_job_progress p;	/* protected by lock */
 	struct pf_job_failure *fails;	/* protected by lock: not yet taken */
 	size_t nfails, capfails;	/* protected by lock */
@@ -154,7 +155,8 @@ static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
 		if (!atomic_exchange(&r->f->failed, true))
 			record_failure_locked(j, r->f->path, -res);
 	}
-	pthread_cond_broadcast(&j->cond);
+	if (j->sleepers)
+		pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -165,7 +167,8 @@ static void job_released(struct pf_owner *o, const struct pf_req *r)
 
 	pthread_mutex_lock(&j->lock);
 	j->fetching--;
-	pthread_cond_broadcast(&j->cond);
+	if (j->sleepers)
+		pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -256,7 +259,9 @@ static int wait_room(struct pf_job *j)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
+		j->sleepers++;
 		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		j->sleepers--;
 		pthread_mutex_unlock(&j->lock);
 		maybe_tick(j);
 		pthread_mutex_lock(&j->lock);
@@ -555,7 +560,12 @@ bool pf_job_wait(struct pf_job *j, uint32_t ms)
 	}
 	pthread_mutex_lock(&j->lock);
 	while (j->outstanding) {
-		if (pthread_cond_timedwait(&j->cond, &j->lock, &ts) == ETIMEDOUT)
+		int r;
+
+		j->sleepers++;
+		r = pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		j->sleepers--;
+		if (r == ETIMEDOUT)
 			break;
 	}
 	done = !j->outstanding;
