@@ -87,6 +87,7 @@
 #define OP_MASK		7ULL		/* low bits of a fill's user_data: */
 enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK };
 #define MAX_HIT_RETRIES	3
+#define ENG_MAX_OUTSIDE	4		/* background fills of chunks larger than the region */
 
 enum stage {
 	FS_CLAIM,	/* to claim (again) */
@@ -151,6 +152,7 @@ struct pf_engine {
 	struct fill fills;		/* sentinel of every fill alive */
 	uint32_t nfills, ndemand;
 	uint32_t pool_fills;		/* fills holding a buffer of the region */
+	uint32_t outside_fills;		/* fills holding one malloc'ed outside it */
 	uint32_t writing;		/* fills in FS_WRITE */
 	struct fill *wq, *wq_tail;	/* FS_WRITEQ, oldest first */
 	struct fill *held, *held_tail;	/* throttled or without a buffer */
@@ -308,6 +310,15 @@ static struct fill *fill_new(struct pf_engine *e, struct pf_file *f, uint32_t id
 	return fl;
 }
 
+/* @fl took (+1) or gives back (-1) its buffer: count it where it lies. */
+static void fill_count_buf(struct pf_engine *e, struct fill *fl, int d)
+{
+	if (bufpool_in_region(fl->buf))
+		e->pool_fills += (uint32_t)d;
+	else
+		e->outside_fills += (uint32_t)d;
+}
+
 static void held_add(struct pf_engine *e, struct fill *fl)
 {
 	fl->qnext = NULL;
@@ -396,8 +407,8 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	if (fl->fetched || fl->served)
 		atomic_fetch_add(&e->st_fills, 1);
 	set_prio(e, fl, BK_WARMUP);
-	if (fl->buf && bufpool_in_region(fl->buf))
-		e->pool_fills--;
+	if (fl->buf)
+		fill_count_buf(e, fl, -1);
 	bufpool_put(e->pool, fl->buf);
 	if (atomic_load(&e->nobuf))
 		e->again = true;	/* a fill waiting may have a buffer now */
@@ -650,12 +661,19 @@ static void fill_go(struct pf_engine *e, struct fill *fl)
 		 * by the region, and fetches by the cache writes).  If readers
 		 * hold them all, they may be waiting for this very fill: a
 		 * reader's fill then takes one from outside the region
-		 * (bounded by the READs outstanding).
+		 * (bounded by the READs outstanding).  A chunk larger than
+		 * the whole region (prefetch_buffers set below the chunk
+		 * size) always takes one outside: at most ENG_MAX_OUTSIDE
+		 * background fills at once do.
 		 */
-		fl->buf = bufpool_get(e->pool, fl->claim.len,
-				      fl->wants && !e->pool_fills);
-		if (fl->buf && bufpool_in_region(fl->buf))
-			e->pool_fills++;
+		if (!bufpool_fits(e->pool, fl->claim.len) && !fl->wants &&
+		    e->outside_fills >= ENG_MAX_OUTSIDE)
+			fl->buf = NULL;	/* prefetch_buffers is below the chunk size */
+		else
+			fl->buf = bufpool_get(e->pool, fl->claim.len,
+					      fl->wants && !e->pool_fills);
+		if (fl->buf)
+			fill_count_buf(e, fl, 1);
 		if (!fl->buf) {
 			fl->stage = FS_NOBUF;
 			held_add(e, fl);
@@ -676,19 +694,18 @@ static void read_present(struct pf_engine *e, struct fill *fl)
 	ssize_t r;
 
 	if (b) {
-		if (fl->buf && bufpool_in_region(fl->buf))
-			e->pool_fills--;
+		if (fl->buf)
+			fill_count_buf(e, fl, -1);
 		bufpool_put(e->pool, fl->buf);
 		fl->buf = b;
-		if (bufpool_in_region(b))
-			e->pool_fills++;
+		fill_count_buf(e, fl, 1);
 		fill_end(e, fl, PF_PRESENT, true);
 		return;
 	}
 	if (!fl->buf) {
 		fl->buf = bufpool_get(e->pool, len, true);
-		if (fl->buf && bufpool_in_region(fl->buf))
-			e->pool_fills++;
+		if (fl->buf)
+			fill_count_buf(e, fl, 1);
 	}
 	if (!fl->buf) {
 		fill_end(e, fl, -ENOMEM, false);

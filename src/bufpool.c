@@ -258,6 +258,11 @@ bool bufpool_in_region(const struct bufpool_buf *b)
 	return b->block != NONE;
 }
 
+bool bufpool_fits(const struct bufpool *p, size_t len)
+{
+	return len <= p->len;
+}
+
 static struct bufpool_buf *outside_buf(struct bufpool *p, size_t len)
 {
 	struct bufpool_buf *b = calloc(1, sizeof(*b));

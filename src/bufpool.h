@@ -75,6 +75,8 @@ void bufpool_destroy(struct bufpool *p);
 void bufpool_region(const struct bufpool *p, void **base, size_t *len);
 /* True if @b lies in the region (else it was malloc'ed: not registered). */
 bool bufpool_in_region(const struct bufpool_buf *b);
+/* True if a buffer of @len bytes can come from the region at all. */
+bool bufpool_fits(const struct bufpool *p, size_t len);
 
 /*
  * A buffer of at least @len bytes, held once by the caller.  Reuses the
