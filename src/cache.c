@@ -878,6 +878,19 @@ static int cfile_open_fd(struct cache *c, struct cfile *cf, int *out)
 	if (errno != ENOENT)
 		return -errno;
 	pthread_mutex_lock(&c->lock);
+	if (cf->present && cf->fd >= 0) {
+		/*
+		 * Not vanished: another thread created it after our open failed,
+		 * and filled chunks through its descriptor since.  Open it again.
+		 */
+		pthread_mutex_unlock(&c->lock);
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd >= 0)
+			goto out;
+		if (errno != ENOENT)
+			return -errno;
+		pthread_mutex_lock(&c->lock);
+	}
 	if (cf->present) {
 		log_warn("cache file %s vanished: refetching its chunks", path);
 		cfile_forget_chunks(c, cf);
