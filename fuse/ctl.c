@@ -42,11 +42,22 @@ static void prefetch_stats(struct sfs *fs, FILE *f)
 		"  \"warmup_jobs\": %" PRIu64 ",\n"
 		"  \"uring_ops\": %" PRIu64 ",\n"
 		"  \"uring_direct_ops\": %" PRIu64 ",\n"
-		"  \"uring_submits\": %" PRIu64 ",\n",
+		"  \"uring_fixed_ops\": %" PRIu64 ",\n"
+		"  \"uring_submits\": %" PRIu64 ",\n"
+		"  \"engine_fills\": %" PRIu64 ",\n"
+		"  \"engine_inflight\": %" PRIu64 ",\n"
+		"  \"engine_max_inflight\": %" PRIu64 ",\n"
+		"  \"engine_buffer_bytes\": %" PRIu64 ",\n"
+		"  \"engine_registered\": %" PRIu64 ",\n"
+		"  \"buffer_hits\": %" PRIu64 ",\n"
+		"  \"async_reads\": %" PRIu64 ",\n",
 		ps.readahead_fetches, ps.hint_fetches, ps.warmup_fetches,
 		ps.demand_fetches, ps.fetch_errors, ps.cancelled, ps.queued,
 		ps.inflight, ps.demand_inflight, ps.throttle_ms, ps.hint_sessions,
-		ps.warmup_jobs, ps.uring_ops, ps.uring_direct, ps.uring_submits);
+		ps.warmup_jobs, ps.uring_ops, ps.uring_direct, ps.uring_fixed,
+		ps.uring_submits, ps.engine_fills, ps.engine_inflight,
+		ps.engine_max_inflight, ps.engine_buffer_bytes, ps.engine_registered,
+		ps.buffer_hits, ps.async_reads);
 }
 
 int sfs_stats_json(struct sfs *fs, char **out)

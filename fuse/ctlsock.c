@@ -90,7 +90,11 @@ static void bg_fetch_begin(void *arg, const struct cfile *cf, uint32_t idx)
 	stats_fetch_begin(fs->stats, cf, idx);
 }
 
-/* Background fetches count where readers' fetches do (fetch_chunk in ops.c). */
+/*
+ * Every fetch of the scheduler's engine or workers (readers' included, with
+ * the engine) counts here; readers' own fetches without the engine count in
+ * fetch_chunk (ops.c).
+ */
 static void bg_fetch_end(void *arg, const struct cfile *cf, uint32_t idx, int res)
 {
 	struct sfs *fs = arg;
@@ -118,6 +122,7 @@ int sfs_prefetch_start(struct sfs *fs, char *err, size_t errlen)
 		.hint_window = c->hint_window,
 		.hint_window_bytes = c->hint_window_bytes,
 		.io_uring = c->prefetch_io_uring,
+		.buffer_bytes = c->prefetch_buffers,
 		.fetch_begin = bg_fetch_begin,
 		.fetch_end = bg_fetch_end,
 		.account_arg = fs,

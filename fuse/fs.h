@@ -46,7 +46,8 @@ struct sfs_counters {
 	_Atomic uint64_t backend_reads;
 	_Atomic uint64_t backend_bytes;
 	_Atomic uint64_t backend_errors;
-	_Atomic uint64_t stall_ns;	/* time readers waited on backend fetches */
+	_Atomic uint64_t stall_ns;	/* READs waiting for data not cached yet: their own fetch or another fill */
+	_Atomic uint64_t reads_async;	/* READs the engine thread will answer */
 	_Atomic uint64_t passthrough_opens;	/* opens the kernel serves itself */
 	_Atomic uint64_t passthrough_bytes;	/* their file sizes: an estimate */
 };

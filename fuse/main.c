@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <sched.h>
 #include <signal.h>
@@ -547,6 +548,13 @@ int main(int argc, char **argv)
 	fuse_loop_cfg_set_idle_threads(lcfg, MAX(fs.cfg.threads / 2, 1u));
 	ret = fuse_session_loop_mt(fs.se, lcfg);
 	fuse_loop_cfg_destroy(lcfg);
+	/* READs handed to the I/O engine are answered before the session goes */
+	for (unsigned n = 0; atomic_load(&fs.ctr.reads_async); n++) {
+		if (n % 5000 == 4999)
+			log_notice("waiting for %" PRIu64 " READs the I/O engine is answering",
+				   atomic_load(&fs.ctr.reads_async));
+		usleep(1000);
+	}
 
 	log_notice("unmounting %s", mnt);
 	fuse_session_unmount(fs.se);

@@ -5,13 +5,20 @@
  * node cache: a READ is answered from the cache file, and a missing chunk is
  * fetched from the backend once (cache.c coordinates concurrent readers).
  * The dataset is immutable, so entries and attributes carry long timeouts
- * and open files keep the kernel page cache (keep_cache).  Replies to READ
- * come from a per-thread buffer that lives as long as the worker thread,
- * which measured faster here than fuse_reply_data from an fd without splice;
- * -o splice=yes only negotiates the kernel's splice capability; READ
- * replies are not spliced yet.
+ * and open files keep the kernel page cache (keep_cache).
  *
- * Every handler replies exactly once; helpers return -errno.
+ * READ: each chunk the request touches is taken from a chunk the I/O
+ * engine filled recently (its buffer, no copy: the reply's iovec points
+ * into it) or read from the cache file into a per-thread buffer (which
+ * measured faster here than fuse_reply_data from an fd without splice).
+ * Chunks that are neither are handed to the engine (pf_want_submit) and
+ * the READ is answered from the engine thread once they are in: a FUSE
+ * worker never waits for the backend.  Without the engine (no io_uring)
+ * cache_read() fetches on the worker, as before.  -o splice=yes only
+ * negotiates the kernel's splice capability; READ replies are not spliced.
+ *
+ * Every request is replied to exactly once, by its handler or, for a READ
+ * handed to the engine, by aread_finish(); helpers return -errno.
  */
 #include "fs.h"
 
@@ -130,13 +137,13 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_read = fs->cfg.max_read_kb * 1024;
 	conn->max_readahead = MAX(fs->cfg.read_ahead_kb, fs->cfg.max_read_kb) * 1024;
 	/*
-	 * The kernel's readahead READs are "background" requests, 12 in flight
-	 * by default: fewer than the worker threads, and fewer than a few
-	 * sequential readers with a 4 MiB window each want.  Let every worker
-	 * have work (root mounts may raise it; the kernel caps the value).
+	 * Readahead READs are the kernel's background requests, 12 in flight
+	 * by default: 3 files of 4 MiB.  The engine answers READs without
+	 * holding a thread, so let many more reach it (cold reads of many
+	 * files at once keep that many fills in flight).
 	 */
-	conn->max_background = (uint16_t)MIN(MAX(fs->cfg.threads * 2, 64u), 1024u);
-	conn->congestion_threshold = (uint16_t)(conn->max_background * 3 / 4);
+	conn->max_background = 128;
+	conn->congestion_threshold = 96;
 	log_info("FUSE session: proto %u.%u, max_read %u, max_readahead %u, max_background %u, splice %s",
 		 conn->proto_major, conn->proto_minor, conn->max_read,
 		 conn->max_readahead, conn->max_background,
@@ -480,7 +487,6 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	struct sfs_fh *fh = arg;
 	struct sfs *fs = fh->fs;
 	struct backend *be = fh->ds->be;
-	uint64_t t0 = now_ns();
 	int r;
 
 	pf_demand_begin(fs->pf, len);	/* the rate cap; background work yields */
@@ -488,7 +494,6 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
 	stats_fetch_end(fs->stats, fh->cf, idx, r);
 	pf_demand_end(fs->pf);
-	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
 	if (r < 0) {
 		atomic_fetch_add(&fs->ctr.backend_errors, 1);
 		return r;
@@ -608,12 +613,228 @@ static void *reply_buffer(size_t size)
 	return b;
 }
 
+/*
+ * A READ on the worker thread through cache_read(): the path without the
+ * engine.  @t0: when the READ arrived.
+ */
+static void read_sync(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
+		      size_t size, off_t off, uint32_t uid, uint64_t t0)
+{
+	struct stats_read rd;
+	struct cache_source src = {
+		.fetch = fetch_chunk,
+		.arg = fh,
+		.uid = uid,
+		.nothrash = atomic_load(&fh->ds->nothrash),
+	};
+	void *buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
+	ssize_t n;
+
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
+	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
+	/* its own fetch, or a wait for someone else's (readahead, warmup) */
+	if (stats_read_stalled(&rd))
+		atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
+	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, uid, n);
+	if (n < 0) {
+		atomic_fetch_add(&fs->ctr.read_errors, 1);
+		fuse_reply_err(req, (int)-n);
+	} else {
+		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
+		fuse_reply_buf(req, buf, (size_t)n);
+	}
+	if (size > (1u << 20))
+		free(buf);
+}
+
+/* A READ is at most 1 MiB (max_read_kb) and chunks at least 64 KiB. */
+#define READ_PIECES	18
+
+/* One chunk's share of a READ. */
+struct piece {
+	struct pf_want w;	/* w.arg: the aread */
+	size_t coff;		/* offset in the chunk */
+	size_t len;
+	size_t pos;		/* offset in the reply */
+	bool from_disk;		/* read from the cache file into the reply buffer */
+	bool wanted;		/* handed to the engine */
+};
+
+/* A READ in progress; freed by whoever replies. */
+struct aread {
+	fuse_req_t req;
+	struct sfs *fs;
+	struct sfs_fh *fh;	/* the kernel sends no RELEASE while a READ is out */
+	pid_t pid;
+	uint32_t uid;
+	uint64_t t0;		/* when the READ arrived */
+	size_t size;		/* bytes asked, clipped at end of file */
+	unsigned n;
+	_Atomic unsigned left;	/* wants not done yet */
+	char *dbuf;		/* pieces read from disk, when the reply is async */
+	struct stats_read rd;
+	struct piece p[READ_PIECES];
+};
+
+/*
+ * Reply to @ar with every piece up to the first failed one (a short read,
+ * as cache_read gives), count it, release everything.
+ */
+static void aread_reply(struct aread *ar, const char *dbuf)
+{
+	struct sfs *fs = ar->fs;
+	struct iovec iov[READ_PIECES];
+	ssize_t n = 0;
+	int err = 0;
+	unsigned k;
+
+	for (k = 0; k < ar->n; k++) {
+		struct piece *p = &ar->p[k];
+
+		if (p->from_disk) {
+			iov[k].iov_base = (void *)(dbuf + p->pos);
+		} else if (p->w.res < 0) {
+			err = p->w.res;
+			break;
+		} else {
+			iov[k].iov_base = (char *)p->w.data + p->coff;
+			if (p->w.fetched)
+				stats_read_fetched(&ar->rd, p->w.len);
+		}
+		iov[k].iov_len = p->len;
+		n += (ssize_t)p->len;
+	}
+	if (!n && err)
+		n = err;
+	stats_read_end(&ar->rd, &ar->fh->so, ar->pid, ar->uid, n);
+	if (n < 0) {
+		atomic_fetch_add(&fs->ctr.read_errors, 1);
+		fuse_reply_err(ar->req, (int)-n);
+	} else {
+		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
+		fuse_reply_iov(ar->req, iov, (int)k);
+	}
+	for (k = 0; k < ar->n; k++)
+		pf_want_release(fs->pf, &ar->p[k].w);
+}
+
+/* The engine thread: the last chunk of an async READ is in. */
+static void aread_want_done(struct pf_want *w)
+{
+	struct aread *ar = w->arg;
+	struct sfs *fs = ar->fs;
+
+	if (atomic_fetch_sub(&ar->left, 1) != 1)
+		return;
+	/*
+	 * The READ waited for the backend: its own fetch, or a fill that
+	 * readahead or warmup had started and it joined.
+	 */
+	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - ar->t0);
+	aread_reply(ar, ar->dbuf);
+	pf_note_async_read(fs->pf);
+	free(ar->dbuf);
+	free(ar);
+	atomic_fetch_sub(&fs->ctr.reads_async, 1);
+}
+
+/*
+ * Serve what is at hand (recent fill buffers, the cache file); hand the rest
+ * to the engine.  Returns true if the READ was answered or handed over,
+ * false if it must take read_sync() instead.
+ */
+static bool read_engine(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
+			size_t size, off_t off, uint32_t uid, uint64_t t0)
+{
+	uint32_t csize = fh->ds->be->chunk_size;
+	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
+	struct pf_want *want[READ_PIECES];
+	unsigned nwant = 0;
+	struct aread *ar;
+	char *rbuf;
+
+	if ((uint64_t)off >= end) {
+		fuse_reply_buf(req, NULL, 0);
+		return true;
+	}
+	if ((end - 1) / csize - (uint64_t)off / csize + 1 > READ_PIECES)
+		return false;
+	rbuf = reply_buffer(size);
+	ar = calloc(1, sizeof(*ar));
+	if (!rbuf || !ar) {
+		free(ar);
+		return false;
+	}
+	ar->req = req;
+	ar->fs = fs;
+	ar->fh = fh;
+	ar->pid = fuse_req_ctx(req)->pid;
+	ar->uid = uid;
+	ar->t0 = t0;
+	ar->size = (size_t)(end - (uint64_t)off);
+	stats_read_begin(fs->stats, &ar->rd, fh->cf, (uint64_t)off, ar->size, csize);
+	for (uint64_t pos = (uint64_t)off; pos < end; ar->n++) {
+		struct piece *p = &ar->p[ar->n];
+		uint32_t idx = (uint32_t)(pos / csize);
+
+		p->coff = (size_t)(pos % csize);
+		p->len = (size_t)MIN(end - pos, (uint64_t)csize - p->coff);
+		p->pos = (size_t)(pos - (uint64_t)off);
+		p->w = (struct pf_want){
+			.be = fh->ds->be, .attr = &fh->attr, .cf = fh->cf,
+			.idx = idx, .uid = uid,
+			.nothrash = atomic_load(&fh->ds->nothrash),
+			.done = aread_want_done, .arg = ar,
+		};
+		if (!pf_want_peek(fs->pf, &p->w)) {
+			ssize_t r = cache_read_cached(fs->cache, fh->cf, pos, rbuf + p->pos, p->len);
+
+			if (r == (ssize_t)p->len) {
+				p->from_disk = true;
+			} else {
+				p->wanted = true;
+				want[nwant++] = &p->w;
+			}
+		}
+		pos += p->len;
+	}
+	if (!nwant) {
+		/* all at hand: answer now, pointing into the fill buffers */
+		aread_reply(ar, rbuf);
+		free(ar);
+		return true;
+	}
+	for (unsigned k = 0; k < ar->n && !ar->dbuf; k++) {
+		if (ar->p[k].from_disk && !(ar->dbuf = malloc(ar->size)))
+			goto out_sync;
+	}
+	for (unsigned k = 0; ar->dbuf && k < ar->n; k++)
+		if (ar->p[k].from_disk)
+			memcpy(ar->dbuf + ar->p[k].pos, rbuf + ar->p[k].pos, ar->p[k].len);
+	atomic_init(&ar->left, nwant);
+	stats_read_detach(&ar->rd);
+	atomic_fetch_add(&fs->ctr.reads_async, 1);
+	if (pf_want_submit(fs->pf, want, nwant) == 0)
+		return true;	/* aread_want_done() replies */
+	atomic_fetch_sub(&fs->ctr.reads_async, 1);
+out_sync:
+	/* no engine after all (stopping): drop what we hold, go the slow way */
+	stats_read_detach(&ar->rd);
+	for (unsigned k = 0; k < ar->n; k++)
+		pf_want_release(fs->pf, &ar->p[k].w);
+	free(ar->dbuf);
+	free(ar);
+	return false;
+}
+
 static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
 	struct sfs *fs = fs_of(req);
-	void *buf;
-	ssize_t n;
 
 	if (sfs_vfile_index(ino) >= 0) {
 		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
@@ -626,33 +847,15 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 
 	struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
-	struct stats_read rd;
-	struct cache_source src = {
-		.fetch = fetch_chunk,
-		.arg = fh,
-		.uid = fuse_req_ctx(req)->uid,
-		.nothrash = atomic_load(&fh->ds->nothrash),
-	};
+	uint32_t uid = fuse_req_ctx(req)->uid;
+	uint64_t t0 = now_ns();
 
-	buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
 	atomic_fetch_add(&fs->ctr.read_requests, 1);
-	pf_ra_read(fh->ra, (uint64_t)off, size, src.uid);
-	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
-	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
-	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, fuse_req_ctx(req)->uid, n);
-	if (n < 0) {
-		atomic_fetch_add(&fs->ctr.read_errors, 1);
-		fuse_reply_err(req, (int)-n);
-	} else {
-		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
-		fuse_reply_buf(req, buf, (size_t)n);
-	}
-	if (size > (1u << 20))
-		free(buf);
+	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
+	if (pf_has_engine(fs->pf) && size <= (1u << 20) &&
+	    read_engine(req, fs, fh, size, off, uid, t0))
+		return;
+	read_sync(req, fs, fh, size, off, uid, t0);
 }
 
 static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

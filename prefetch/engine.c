@@ -1,39 +1,70 @@
 /*
- * engine: the background workers' cache disk I/O through one io_uring.
+ * engine: every backend fetch of the daemon, as a pipeline on one thread.
  *
- * The cache (src/cache.c) writes each filled chunk and, once per chunk after
- * a start, reads it back to check its hash.  For the scheduler's worker
- * threads those two transfers are handed here through the cache's I/O hook
- * (cache_set_io); other threads (FUSE workers filling on demand) keep the
- * cache's pwrite/pread, since the hook answers them -ENOSYS.
+ * One engine thread owns an io_uring and every fill in flight (struct
+ * fill: STYLE #7, one context per chunk, its buffer alongside).  A fill
+ * goes through these stages, each a step of the cache's fill API
+ * (src/cache.h) or a transfer the engine starts and gets back later:
  *
- * One engine thread owns the ring.  A worker puts a request (struct
- * eng_req, on its stack: STYLE #7, one context per I/O) on the submission
- * list, pokes an eventfd and sleeps on the request's semaphore.  The engine
- * thread waits for completions only; the eventfd read is itself an SQE, so
- * a poke is a completion too.  Each loop turn it takes every request waiting,
- * prepares their SQEs (a write is linked to its fdatasync: IOSQE_IO_LINK +
- * IORING_FSYNC_DATASYNC, one round trip), handles every completion ready,
+ *   claim       cache_fill_claim(): present (done), busy (a cache_waiter is
+ *               queued; it hands the fill back when the other filler is
+ *               done), fetch, or check (first read after a start)
+ *   throttled   waiting for backend_max_rate tokens (pf_bucket_try), timed
+ *   nobuf       waiting for a buffer of the pool (background fills only)
+ *   fetch       librados aio (backend aio_start: the completion callback on
+ *               the librados thread only queues the fill and pokes the
+ *               eventfd), or an io_uring read of the dir:// source file
+ *               (backend source_open)
+ *   verify      on this thread: aio_finish checks the XXH3-128 the chunk is
+ *               named by and hands it on (so nothing is hashed twice);
+ *               dir:// bytes are hashed here; cache_fill_commit()
+ *   serve       the buffer is published (below) and the readers waiting
+ *               for the chunk are answered: they do not wait for the write;
+ *               a background fill gives its fetch slot back
+ *   write       io_uring writes of the cache file from the buffer: the
+ *               aligned part through the O_DIRECT twin of the descriptor
+ *               (not through the page cache), an unaligned tail (a file's
+ *               last chunk) buffered, and with cache_sync an fdatasync,
+ *               linked (IOSQE_IO_LINK) so it runs after both writes; at
+ *               most ENG_MAX_WRITES fills write at once, others queue
+ *   commit      cache_fill_written(): recorded, waiters woken
+ *   check       a read-back (O_DIRECT where aligned) + cache_check_done()
+ *
+ * The published buffer (src/bufpool.h) is handed to the readers who wanted
+ * the chunk, and the READs that follow for the rest of the chunk are
+ * served from memory.  Buffers come from one region
+ * registered with io_uring_register_buffers (READ_FIXED/WRITE_FIXED); if
+ * registration fails (memlock limit) the same region is used unregistered.
+ * O_DIRECT is dropped for good where the filesystem refuses it (open or
+ * write EINVAL: ramfs): buffered writes then.
+ *
+ * Work arrives three ways, all handed to this thread: readers' wants
+ * (pf_want_submit, started at once at the highest priority, attached to the
+ * fill of the same chunk when one is in flight), background requests of
+ * the scheduler (pf_sched_next() whenever demand + background fills leave
+ * room under prefetch_inflight: the scheduler's classes, per-uid fairness
+ * and caps decide which), and fills handed back (backend completions, cache
+ * waiters).  Foreign threads only queue on the inbox under e->lock and poke
+ * an eventfd; the ring polls that eventfd (POLL_ADD, no buffer), so the
+ * thread sleeps in one place: io_uring_submit_and_wait_timeout().  Each loop
+ * turn handles every completion and every queued item, prepares their SQEs,
  * and submits once (STYLE #11).
  *
- * O_DIRECT: transfers go through a second descriptor of the same cache file
- * opened O_DIRECT (via /proc/self/fd), so staging a dataset does not fill the
- * page cache with cache-file pages next to the FUSE pages of the same bytes.
- * It needs the buffer, offset and length aligned to 4096 (the cache's
- * scratch buffers and chunk offsets are; the last chunk of a file usually is
- * not, and a read is rounded up within the buffer's room).  Anything
- * unaligned, and everything once the filesystem refused O_DIRECT (EINVAL,
- * e.g. tmpfs), uses the buffered descriptor: the fallback is per request
- * and silent.
+ * Lifetimes: a fill's buffer is held by the fill from before its first
+ * transfer until every CQE of it and the backend's done have come back;
+ * a reader's want takes its own reference.  So no buffer is reused while
+ * the kernel or librados may still write it.  At shutdown nothing new is
+ * started, fills waiting (throttled, for a buffer, for another filler)
+ * are dropped, those in flight finish, and only then are the ring and the
+ * pool freed.
  *
- * Not done: fixed (registered) buffers.  The data lives in the cache's
- * per-thread scratch buffers, which the cache frees and reallocates
- * (growing to a larger chunk size, thread exit); registering them would pin
- * pages that may be unmapped under the registration.  Using registered
- * buffers needs the cache to take its scratch buffers from the engine.
+ * Locking: e->lock guards the inbox; everything else belongs to the engine
+ * thread, except the atomic counters.  Lock order: the cache's lock before
+ * e->lock (a cache waiter runs under the cache's lock).
  */
 #include "prefetch_i.h"
 
+#include "bufpool.h"
 #include "log.h"
 #include "util.h"
 
@@ -41,311 +72,1118 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <liburing.h>
-#include <semaphore.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define ENG_ALIGN	4096
-#define ENG_DEPTH	128
-#define TAG_EVENTFD	1ULL	/* user_data of the armed eventfd read */
+#define ENG_DEPTH	256		/* SQ entries */
+#define ENG_CQ_DEPTH	4096		/* CQ entries: room for every transfer in flight */
+#define ENG_MAX_WRITES	64		/* cache writes in flight; more wait their turn */
+#define ALIGN		4096		/* O_DIRECT: buffer, offset and length */
+#define TAG_POLL	0ULL		/* user_data of the eventfd poll */
+#define OP_MASK		7ULL		/* low bits of a fill's user_data: */
+enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK };
+#define MAX_HIT_RETRIES	3
+#define ENG_MAX_OUTSIDE	4		/* background fills of chunks larger than the region */
 
-enum { OP_WRITE, OP_READ };
+enum stage {
+	FS_CLAIM,	/* to claim (again) */
+	FS_WAIT,	/* another caller fills or checks the chunk */
+	FS_THROTTLED,	/* claimed: waiting for rate-cap tokens */
+	FS_NOBUF,	/* claimed: waiting for a buffer */
+	FS_FETCH,	/* backend read in flight */
+	FS_WRITEQ,	/* verified, served: waiting for a write slot */
+	FS_WRITE,	/* cache write (+ fdatasync) in flight */
+	FS_CHECK,	/* read-back in flight */
+};
 
-struct eng_req {
-	struct eng_req *next;
-	int op;
-	int fd;			/* O_DIRECT or buffered descriptor */
-	bool direct;
-	void *buf;
-	size_t len;		/* bytes to transfer (rounded up for direct reads) */
-	off_t off;
-	bool sync;		/* writes: fdatasync after */
-	int pending;		/* CQEs still to come: engine thread only */
-	ssize_t res;
-	int sync_res;
-	sem_t done;
+struct fill {
+	struct fill *next, *prev;	/* e->fills */
+	struct fill *qnext;		/* e->inbox or e->held */
+	struct pf_engine *e;
+	struct pf_file *f;		/* reference */
+	struct pf_req *req;		/* the background request served, or NULL */
+	struct pf_want *wants;		/* readers waiting for it */
+	uint32_t idx, uid;
+	int prio;			/* BK_* */
+	enum stage stage;
+	bool claimed;			/* holds a claim of the cache */
+	bool checking;			/* the claim is a check */
+	bool tokens;			/* rate-cap tokens taken */
+	bool fetched;			/* the backend was read */
+	bool direct;			/* the transfers in flight use O_DIRECT */
+	bool served;			/* fl->buf holds the verified chunk, published */
+	uint8_t hit_retries;
+	struct cache_fill claim;
+	struct cache_waiter waiter;
+	struct bufpool_buf *buf;	/* held */
+	struct backend_aio *aio;
+	int src_fd;			/* dir:// source being read, or -1 */
+	off_t src_off;
+	size_t src_got;
+	int pending;			/* CQEs to come */
+	size_t wrote;
+	int err;
+	uint64_t wait_until;		/* FS_THROTTLED: ns */
+	uint64_t throttled_since;
 };
 
 struct pf_engine {
+	struct pf_sched *s;
+	struct cache *c;
+	struct pf_opts o;
 	struct io_uring ring;
 	int efd;
-	uint64_t efd_val;		/* engine thread: target of the eventfd read */
 	pthread_t thr;
+	struct bufpool *pool;
+	bool registered;		/* the pool's region is a fixed buffer */
+
 	pthread_mutex_t lock;
-	struct eng_req *head, *tail;	/* protected by lock */
+	struct fill *inbox;		/* protected by lock: fills handed back */
+	struct pf_want *wants_in;	/* protected by lock: readers' wants */
 	bool stop;			/* protected by lock */
-	_Atomic bool direct_ok;		/* O_DIRECT has not been refused */
-	_Atomic uint64_t st_ops, st_submits, st_direct;
+	_Atomic bool poked;		/* the eventfd was written since the last drain */
+	_Atomic int nobuf;		/* fills waiting for a buffer */
+
+	/* the engine thread's own */
+	struct fill fills;		/* sentinel of every fill alive */
+	uint32_t nfills, ndemand;
+	uint32_t pool_fills;		/* fills holding a buffer of the region */
+	uint32_t outside_fills;		/* fills holding one malloc'ed outside it */
+	uint32_t writing;		/* fills in FS_WRITE */
+	struct fill *wq, *wq_tail;	/* FS_WRITEQ, oldest first */
+	struct fill *held, *held_tail;	/* throttled or without a buffer */
+	bool stopping;
+	bool direct_ok;			/* O_DIRECT transfers not refused */
+	bool again;			/* the inbox got work from this thread */
+
+	_Atomic uint64_t st_ops, st_direct, st_fixed, st_submits, st_fills;
+	_Atomic uint64_t st_max, st_inflight, st_demand, st_hits, st_async;
 };
 
-static __thread bool on_worker;
+static __thread bool on_engine;
 
-void pf_engine_thread_is_worker(void)
+/* ---- hand-over from other threads ---- */
+
+static void poke(struct pf_engine *e)
 {
-	on_worker = true;
+	uint64_t one = 1;
+
+	if (atomic_exchange(&e->poked, true))
+		return;
+	if (write(e->efd, &one, sizeof(one)) < 0)
+		log_warn("I/O engine: eventfd: %s", strerror(errno));
 }
 
-static void arm_eventfd(struct pf_engine *e)
+static void inbox_push(struct pf_engine *e, struct fill *fl)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
-
-	if (!sqe) {
-		io_uring_submit(&e->ring);
-		sqe = io_uring_get_sqe(&e->ring);
-	}
-	io_uring_prep_read(sqe, e->efd, &e->efd_val, sizeof(e->efd_val), 0);
-	io_uring_sqe_set_data64(sqe, TAG_EVENTFD);
+	pthread_mutex_lock(&e->lock);
+	fl->qnext = e->inbox;
+	e->inbox = fl;
+	pthread_mutex_unlock(&e->lock);
+	if (on_engine)
+		e->again = true;
+	else
+		poke(e);
 }
+
+/* The cache's lock is held: hand over, nothing else. */
+static void waiter_fn(struct cache_waiter *w)
+{
+	struct fill *fl = (struct fill *)((char *)w - offsetof(struct fill, waiter));
+
+	inbox_push(fl->e, fl);
+}
+
+/* A librados thread: hand over, nothing else. */
+static void aio_done(void *arg)
+{
+	struct fill *fl = arg;
+
+	inbox_push(fl->e, fl);
+}
+
+void pf_engine_kick(struct pf_engine *e)
+{
+	if (on_engine)
+		e->again = true;
+	else
+		poke(e);
+}
+
+/* ---- the ring ---- */
 
 static struct io_uring_sqe *get_sqe(struct pf_engine *e)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+	struct io_uring_sqe *sqe;
 
-	while (!sqe) {
-		io_uring_submit(&e->ring);
-		sqe = io_uring_get_sqe(&e->ring);
+	while (!(sqe = io_uring_get_sqe(&e->ring))) {
+		io_uring_submit(&e->ring);	/* full: this turn's first batch goes now */
+		atomic_fetch_add(&e->st_submits, 1);
 	}
 	return sqe;
 }
 
-static void prep(struct pf_engine *e, struct eng_req *r)
+/* Room for @n linked SQEs in one submission. */
+static void sq_room(struct pf_engine *e, unsigned n)
 {
-	struct io_uring_sqe *sqe;
-
-	/* a write and its linked fsync must go in one submission */
-	if (r->op == OP_WRITE && r->sync && io_uring_sq_space_left(&e->ring) < 2)
+	if (io_uring_sq_space_left(&e->ring) < n) {
 		io_uring_submit(&e->ring);
-	sqe = get_sqe(e);
-	if (r->op == OP_WRITE)
-		io_uring_prep_write(sqe, r->fd, r->buf, (unsigned)r->len, (uint64_t)r->off);
-	else
-		io_uring_prep_read(sqe, r->fd, r->buf, (unsigned)r->len, (uint64_t)r->off);
-	io_uring_sqe_set_data(sqe, r);
-	r->pending = 1;
-	if (r->op == OP_WRITE && r->sync) {
-		sqe->flags |= IOSQE_IO_LINK;
-		sqe = get_sqe(e);
-		io_uring_prep_fsync(sqe, r->fd, IORING_FSYNC_DATASYNC);
-		/* the fsync's completion is told apart by the low bit */
-		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)r | 1);
-		r->pending = 2;
+		atomic_fetch_add(&e->st_submits, 1);
 	}
 }
 
-static void complete(struct pf_engine *e, struct io_uring_cqe *cqe)
+static void arm_poll(struct pf_engine *e)
+{
+	struct io_uring_sqe *sqe = get_sqe(e);
+
+	io_uring_prep_poll_add(sqe, e->efd, POLLIN);
+	io_uring_sqe_set_data64(sqe, TAG_POLL);
+}
+
+/* A read or write of @len bytes at @off of @fd from @p (in fl->buf). */
+static void prep_rw(struct pf_engine *e, struct fill *fl, int op, bool write, int fd,
+		    void *p, size_t len, off_t off, bool direct, bool link)
+{
+	struct io_uring_sqe *sqe = get_sqe(e);
+	bool fixed = e->registered && bufpool_in_region(fl->buf);
+
+	if (fixed && write)
+		io_uring_prep_write_fixed(sqe, fd, p, (unsigned)len, (uint64_t)off, 0);
+	else if (fixed)
+		io_uring_prep_read_fixed(sqe, fd, p, (unsigned)len, (uint64_t)off, 0);
+	else if (write)
+		io_uring_prep_write(sqe, fd, p, (unsigned)len, (uint64_t)off);
+	else
+		io_uring_prep_read(sqe, fd, p, (unsigned)len, (uint64_t)off);
+	if (link)
+		sqe->flags |= IOSQE_IO_LINK;
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)fl | (uint64_t)op);
+	fl->pending++;
+	if (fixed)
+		atomic_fetch_add(&e->st_fixed, 1);
+	if (direct)
+		atomic_fetch_add(&e->st_direct, 1);
+}
+
+/* ---- fills ---- */
+
+static void fill_claim(struct pf_engine *e, struct fill *fl);
+static void want_start(struct pf_engine *e, struct pf_want *w);
+
+static void set_prio(struct pf_engine *e, struct fill *fl, int prio)
+{
+	if ((fl->prio == BK_DEMAND) != (prio == BK_DEMAND))
+		e->ndemand += prio == BK_DEMAND ? 1 : -1;
+	fl->prio = prio;
+	atomic_store(&e->st_demand, e->ndemand);
+}
+
+/* A new fill of chunk @idx of @f (whose reference it takes over). */
+static struct fill *fill_new(struct pf_engine *e, struct pf_file *f, uint32_t idx,
+			     uint32_t uid, int prio, struct pf_req *req)
+{
+	struct fill *fl = calloc(1, sizeof(*fl));
+
+	if (!fl)
+		return NULL;
+	fl->e = e;
+	fl->f = f;
+	fl->req = req;
+	fl->idx = idx;
+	fl->uid = uid;
+	fl->prio = BK_WARMUP;
+	set_prio(e, fl, prio);
+	fl->src_fd = -1;
+	fl->waiter.fn = waiter_fn;
+	fl->next = e->fills.next;
+	fl->prev = &e->fills;
+	e->fills.next->prev = fl;
+	e->fills.next = fl;
+	e->nfills++;
+	atomic_store(&e->st_inflight, e->nfills);
+	if (e->nfills > atomic_load(&e->st_max))
+		atomic_store(&e->st_max, e->nfills);
+	return fl;
+}
+
+/* @fl took (+1) or gives back (-1) its buffer: count it where it lies. */
+static void fill_count_buf(struct pf_engine *e, struct fill *fl, int d)
+{
+	if (bufpool_in_region(fl->buf))
+		e->pool_fills += (uint32_t)d;
+	else
+		e->outside_fills += (uint32_t)d;
+}
+
+static void held_add(struct pf_engine *e, struct fill *fl)
+{
+	fl->qnext = NULL;
+	if (e->held_tail)
+		e->held_tail->qnext = fl;
+	else
+		e->held = fl;
+	e->held_tail = fl;
+	if (fl->stage == FS_NOBUF)
+		atomic_fetch_add(&e->nobuf, 1);
+}
+
+/* Answer @w with the chunk in @b (held for it). */
+static void want_serve(struct pf_engine *e, struct pf_want *w, struct bufpool_buf *b,
+		       size_t len, bool fetched)
+{
+	bufpool_hold(e->pool, b);
+	w->buf = b;
+	w->data = b->data;
+	w->len = len;
+	w->res = 0;
+	w->fetched = fetched;
+	w->done(w);
+}
+
+/*
+ * fl->buf holds the chunk's verified bytes: publish it and answer the
+ * readers waiting, now, not after the cache write (which only reads the
+ * buffer from here on).
+ */
+static void fill_serve(struct pf_engine *e, struct fill *fl)
+{
+	size_t len = backend_chunk_len(fl->f->attr.size, fl->f->be->chunk_size, fl->idx);
+	struct pf_want *w;
+
+	if (fl->served)
+		return;
+	fl->served = true;
+	bufpool_publish(e->pool, fl->buf, &fl->f->attr.content, fl->idx, len);
+	while ((w = fl->wants)) {
+		fl->wants = w->next;
+		w->next = NULL;
+		want_serve(e, w, fl->buf, len, w->origin && fl->fetched);
+	}
+	/*
+	 * Its backend part is over: no more a fetch in flight, so the next
+	 * one may start while this one is written (the buffers bound that).
+	 */
+	if (fl->prio == BK_DEMAND)
+		set_prio(e, fl, BK_READAHEAD);
+	if (fl->req) {
+		pf_sched_release(e->s, fl->req);
+		e->again = true;	/* room for background work */
+	}
+}
+
+/*
+ * The fill is over with @res (PF_FETCHED, PF_PRESENT or -errno); @bytes:
+ * its buffer holds the chunk's verified bytes.  Readers get the bytes (or
+ * the error; one whose fill was someone else's tries once more), the
+ * request its result, and the fill is freed.
+ */
+static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
+{
+	struct pf_want *w, *retry = NULL;
+
+	if (bytes)
+		fill_serve(e, fl);
+	w = fl->wants;
+	while (w) {
+		struct pf_want *next = w->next;
+
+		w->next = NULL;
+		if (!w->origin && !w->retried && !e->stopping) {
+			w->retried = true;
+			w->next = retry;
+			retry = w;
+		} else {
+			w->res = res < 0 ? res : -EIO;
+			w->done(w);
+		}
+		w = next;
+	}
+	if (fl->req)
+		pf_sched_finish(e->s, fl->req, res);
+	if (fl->fetched || fl->served)
+		atomic_fetch_add(&e->st_fills, 1);
+	set_prio(e, fl, BK_WARMUP);
+	if (fl->buf)
+		fill_count_buf(e, fl, -1);
+	bufpool_put(e->pool, fl->buf);
+	if (atomic_load(&e->nobuf))
+		e->again = true;	/* a fill waiting may have a buffer now */
+	fl->prev->next = fl->next;
+	fl->next->prev = fl->prev;
+	e->nfills--;
+	atomic_store(&e->st_inflight, e->nfills);
+	pf_file_put(fl->f);
+	free(fl);
+	while (retry) {
+		w = retry;
+		retry = w->next;
+		want_start(e, w);
+	}
+}
+
+/* The claim is given up: the chunk is left as it was for others. */
+static void fill_drop(struct pf_engine *e, struct fill *fl, int err)
+{
+	if (fl->claimed)
+		cache_fill_abort(e->c, &fl->claim, err);
+	fl->claimed = false;
+	fill_end(e, fl, err, false);
+}
+
+static void start_write(struct pf_engine *e, struct fill *fl)
+{
+	struct cache_fill *cl = &fl->claim;
+	char *p = fl->buf->data;
+	size_t head = 0;
+	int dfd = -1;
+
+	fl->stage = FS_WRITE;
+	fl->wrote = 0;
+	fl->err = 0;
+	if (e->direct_ok && cl->len >= ALIGN && !(cl->off % ALIGN) &&
+	    (dfd = cache_fill_direct_fd(e->c, cl)) >= 0)
+		head = cl->len & ~(size_t)(ALIGN - 1);
+	fl->direct = head > 0;
+	/* a write and what is linked after it go in one submission */
+	sq_room(e, (head > 0) + (cl->len > head) + cl->sync);
+	if (head)
+		prep_rw(e, fl, OP_WRITE, true, dfd, p, head, cl->off, true,
+			cl->len > head || cl->sync);
+	if (cl->len > head)
+		prep_rw(e, fl, OP_WRITE, true, cl->fd, p + head, cl->len - head,
+			cl->off + (off_t)head, false, cl->sync);
+	if (cl->sync) {
+		struct io_uring_sqe *sqe = get_sqe(e);
+
+		io_uring_prep_fsync(sqe, cl->fd, IORING_FSYNC_DATASYNC);
+		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)fl | OP_SYNC);
+		fl->pending++;
+	}
+}
+
+static void write_done(struct pf_engine *e, struct fill *fl)
+{
+	ssize_t res = fl->err ? fl->err : (ssize_t)fl->wrote;
+	int st;
+
+	if (fl->err == -EINVAL && fl->direct) {
+		log_notice("I/O engine: an O_DIRECT write was refused (EINVAL): buffered writes from now on");
+		e->direct_ok = false;
+		start_write(e, fl);
+		return;
+	}
+	st = cache_fill_written(e->c, &fl->claim, res);	/* short: ENOSPC */
+	if (st == CACHE_WRITE) {
+		start_write(e, fl);	/* room was made: once more */
+		return;
+	}
+	fl->claimed = false;
+	fill_end(e, fl, st == CACHE_STORED ? PF_FETCHED : -ENOSPC, true);
+	/* its write slot goes to the oldest write waiting */
+	e->writing--;
+	if (e->wq) {
+		fl = e->wq;
+		e->wq = fl->qnext;
+		if (!e->wq)
+			e->wq_tail = NULL;
+		e->writing++;
+		start_write(e, fl);
+	}
+}
+
+/*
+ * Write @fl's chunk now, or once a write slot is free: the writes in
+ * flight are bounded (ENG_MAX_WRITES), whatever the chunk size.
+ */
+static void queue_write(struct pf_engine *e, struct fill *fl)
+{
+	if (e->writing < ENG_MAX_WRITES) {
+		e->writing++;
+		start_write(e, fl);
+		return;
+	}
+	fl->stage = FS_WRITEQ;
+	fl->qnext = NULL;
+	if (e->wq_tail)
+		e->wq_tail->qnext = fl;
+	else
+		e->wq = fl;
+	e->wq_tail = fl;
+}
+
+/* The backend read ended: @res bytes, or -errno; @hash if it checked one. */
+static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
+		       const struct sfs_id *hash)
+{
+	size_t len = fl->claim.len;
+	int st;
+
+	if (e->o.fetch_end)
+		e->o.fetch_end(e->o.account_arg, fl->f->cf, fl->idx, res);
+	if (res != (int)len) {
+		fill_drop(e, fl, res < 0 ? res : -EIO);
+		return;
+	}
+	if (!fl->req)
+		pf_note_demand_fetch(e->s);
+	st = cache_fill_commit(e->c, &fl->claim,
+			       hash ? hash->lo : cache_chunk_hash(fl->buf->data, len));
+	if (st == CACHE_BYPASS) {
+		/* no room: readers are served from the buffer all the same */
+		fl->claimed = false;
+		fill_end(e, fl, -ENOSPC, true);
+		return;
+	}
+	fill_serve(e, fl);
+	queue_write(e, fl);
+}
+
+static void prep_src_read(struct pf_engine *e, struct fill *fl)
+{
+	prep_rw(e, fl, OP_SRC, false, fl->src_fd, (char *)fl->buf->data + fl->src_got,
+		fl->claim.len - fl->src_got, fl->src_off + (off_t)fl->src_got, false, false);
+}
+
+static void src_read_done(struct pf_engine *e, struct fill *fl, int res)
+{
+	struct backend *be = fl->f->be;
+
+	if (res > 0) {
+		fl->src_got += (size_t)res;
+		if (fl->src_got < fl->claim.len) {
+			prep_src_read(e, fl);	/* a short read: the rest */
+			return;
+		}
+	}
+	res = be->ops->source_close(be, &fl->f->attr, fl->src_fd,
+				    res < 0 ? res : (ssize_t)fl->src_got, fl->claim.len);
+	fl->src_fd = -1;
+	fetch_done(e, fl, res, NULL);
+}
+
+static void start_fetch(struct pf_engine *e, struct fill *fl)
+{
+	struct backend *be = fl->f->be;
+	int r;
+
+	fl->stage = FS_FETCH;
+	fl->fetched = true;
+	if (e->o.fetch_begin)
+		e->o.fetch_begin(e->o.account_arg, fl->f->cf, fl->idx);
+	if (be->ops->source_open) {
+		r = be->ops->source_open(be, &fl->f->attr, fl->idx, fl->claim.len,
+					 &fl->src_fd, &fl->src_off);
+		if (r) {
+			fetch_done(e, fl, r, NULL);
+			return;
+		}
+		fl->src_got = 0;
+		prep_src_read(e, fl);
+	} else if (be->ops->aio_start) {
+		r = be->ops->aio_start(be, &fl->f->attr, fl->idx, fl->buf->data,
+				       fl->claim.len, aio_done, fl, &fl->aio);
+		if (r)
+			fetch_done(e, fl, r, NULL);
+	} else {
+		/* a backend with no asynchronous read (none in the tree) blocks us */
+		fetch_done(e, fl, be->ops->read_chunk(be, &fl->f->attr, fl->idx,
+						      fl->buf->data, fl->claim.len), NULL);
+	}
+}
+
+static void start_check(struct pf_engine *e, struct fill *fl)
+{
+	struct cache_fill *cl = &fl->claim;
+	size_t rlen = cl->len;
+	int fd = cl->fd, dfd;
+
+	fl->stage = FS_CHECK;
+	fl->direct = false;
+	if (e->direct_ok && !(cl->off % ALIGN) &&
+	    DIV_ROUND_UP(cl->len, ALIGN) * ALIGN <= fl->buf->cap &&
+	    (dfd = cache_fill_direct_fd(e->c, cl)) >= 0) {
+		fd = dfd;
+		rlen = DIV_ROUND_UP(cl->len, ALIGN) * ALIGN;	/* EOF shortens it */
+		fl->direct = true;
+	}
+	prep_rw(e, fl, OP_CHECK, false, fd, fl->buf->data, rlen, cl->off, fl->direct, false);
+}
+
+static void check_read_done(struct pf_engine *e, struct fill *fl, int res)
+{
+	if (res == -EINVAL && fl->direct) {
+		log_notice("I/O engine: an O_DIRECT read was refused (EINVAL): buffered transfers from now on");
+		e->direct_ok = false;
+		start_check(e, fl);
+		return;
+	}
+	if (res > (int)fl->claim.len)
+		res = (int)fl->claim.len;
+	fl->claimed = false;
+	if (cache_check_done(e->c, &fl->claim, fl->buf->data, res) == CACHE_HIT) {
+		fill_end(e, fl, PF_PRESENT, true);
+		return;
+	}
+	/* corrupt on disk: dropped, so claim it again to refetch */
+	fl->checking = false;
+	fill_claim(e, fl);
+}
+
+/*
+ * Claimed: take tokens (fetches), a buffer, and start the transfer; or
+ * wait on e->held for what is missing.
+ */
+static void fill_go(struct pf_engine *e, struct fill *fl)
+{
+	if (!fl->checking && !fl->tokens) {
+		uint64_t wait = pf_bucket_try(e->s, fl->claim.len, fl->prio), now = now_ns();
+
+		if (wait) {
+			if (!fl->throttled_since)
+				fl->throttled_since = now;
+			fl->stage = FS_THROTTLED;
+			fl->wait_until = now + wait;
+			held_add(e, fl);
+			return;
+		}
+		fl->tokens = true;
+		if (fl->throttled_since)
+			pf_note_throttle(e->s, now - fl->throttled_since);
+	}
+	if (!fl->buf) {
+		/*
+		 * Every buffer is held.  Fills holding some will free them
+		 * without anyone's help: wait for that (so fills are bounded
+		 * by the region, and fetches by the cache writes).  If readers
+		 * hold them all, they may be waiting for this very fill: a
+		 * reader's fill then takes one from outside the region
+		 * (bounded by the READs outstanding).  A chunk larger than
+		 * the whole region (prefetch_buffers set below the chunk
+		 * size) always takes one outside: at most ENG_MAX_OUTSIDE
+		 * background fills at once do.
+		 */
+		if (!bufpool_fits(e->pool, fl->claim.len) && !fl->wants &&
+		    e->outside_fills >= ENG_MAX_OUTSIDE)
+			fl->buf = NULL;	/* prefetch_buffers is below the chunk size */
+		else
+			fl->buf = bufpool_get(e->pool, fl->claim.len,
+					      fl->wants && !e->pool_fills);
+		if (fl->buf)
+			fill_count_buf(e, fl, 1);
+		if (!fl->buf) {
+			fl->stage = FS_NOBUF;
+			held_add(e, fl);
+			return;
+		}
+	}
+	if (fl->checking)
+		start_check(e, fl);
+	else
+		start_fetch(e, fl);
+}
+
+/* Present and verified, but readers want the bytes and no buffer has them. */
+static void read_present(struct pf_engine *e, struct fill *fl)
+{
+	size_t len = backend_chunk_len(fl->f->attr.size, fl->f->be->chunk_size, fl->idx);
+	struct bufpool_buf *b = bufpool_find(e->pool, &fl->f->attr.content, fl->idx);
+	ssize_t r;
+
+	if (b) {
+		if (fl->buf)
+			fill_count_buf(e, fl, -1);
+		bufpool_put(e->pool, fl->buf);
+		fl->buf = b;
+		fill_count_buf(e, fl, 1);
+		fill_end(e, fl, PF_PRESENT, true);
+		return;
+	}
+	if (!fl->buf) {
+		fl->buf = bufpool_get(e->pool, len, true);
+		if (fl->buf)
+			fill_count_buf(e, fl, 1);
+	}
+	if (!fl->buf) {
+		fill_end(e, fl, -ENOMEM, false);
+		return;
+	}
+	/* rare (a race with a fill that just ended): a plain read here */
+	r = cache_read_cached(e->c, fl->f->cf, (uint64_t)fl->idx * fl->f->be->chunk_size,
+			      fl->buf->data, len);
+	if (r == (ssize_t)len)
+		fill_end(e, fl, PF_PRESENT, true);
+	else if (r == -EAGAIN && fl->hit_retries++ < MAX_HIT_RETRIES)
+		fill_claim(e, fl);	/* evicted or distrusted meanwhile */
+	else
+		fill_end(e, fl, r < 0 ? (int)r : -EIO, false);
+}
+
+static bool unwanted(struct pf_engine *e, struct fill *fl)
+{
+	return !fl->wants &&
+	       (e->stopping || (fl->req && atomic_load(&fl->req->o->cancelled)));
+}
+
+static void fill_claim(struct pf_engine *e, struct fill *fl)
+{
+	int r;
+
+	fl->stage = FS_CLAIM;
+	if (unwanted(e, fl)) {
+		fill_end(e, fl, -ECANCELED, false);
+		return;
+	}
+	r = cache_fill_claim(e->c, fl->f->cf, fl->idx, fl->uid, fl->f->nothrash,
+			     &fl->claim, &fl->waiter);
+	switch (r) {
+	case CACHE_HIT:
+		if (fl->wants)
+			read_present(e, fl);
+		else
+			fill_end(e, fl, PF_PRESENT, false);
+		return;
+	case CACHE_BUSY:
+		fl->stage = FS_WAIT;	/* waiter_fn hands it back */
+		return;
+	case CACHE_CHECK:
+	case CACHE_FETCH:
+		fl->claimed = true;
+		fl->checking = r == CACHE_CHECK;
+		fill_go(e, fl);
+		return;
+	default:
+		fill_end(e, fl, r, false);
+	}
+}
+
+/* ---- work arriving ---- */
+
+static struct fill *fill_find(struct pf_engine *e, const struct cfile *cf, uint32_t idx)
+{
+	for (struct fill *fl = e->fills.next; fl != &e->fills; fl = fl->next)
+		if (fl->idx == idx && fl->f->cf == cf)
+			return fl;
+	return NULL;
+}
+
+static void want_fail(struct pf_want *w, int err)
+{
+	w->res = err;
+	w->done(w);
+}
+
+static void want_start(struct pf_engine *e, struct pf_want *w)
+{
+	struct bufpool_buf *b;
+	struct pf_file *f;
+	struct fill *fl;
+	int err = 0;
+
+	if (e->stopping) {
+		want_fail(w, -ESHUTDOWN);
+		return;
+	}
+	fl = fill_find(e, w->cf, w->idx);
+	if (fl && fl->served) {
+		/* verified, being written: the bytes are there */
+		want_serve(e, w, fl->buf, fl->claim.len, false);
+		return;
+	}
+	if (fl) {
+		/* one fill however many ask; a reader waits: it goes first now */
+		w->origin = false;
+		w->next = fl->wants;
+		fl->wants = w;
+		set_prio(e, fl, BK_DEMAND);
+		if (fl->stage == FS_THROTTLED)
+			fl->wait_until = 0;	/* may borrow now */
+		return;
+	}
+	b = bufpool_find(e->pool, &w->attr->content, w->idx);
+	if (b) {
+		want_serve(e, w, b, b->len, false);
+		bufpool_put(e->pool, b);	/* find's hold; the want has its own */
+		return;
+	}
+	f = pf_file_create(e->s, w->be, w->attr, w->nothrash, NULL, &err);
+	fl = f ? fill_new(e, f, w->idx, w->uid, BK_DEMAND, NULL) : NULL;
+	if (!fl) {
+		pf_file_put(f);
+		want_fail(w, err ? err : -ENOMEM);
+		return;
+	}
+	w->origin = true;
+	w->next = NULL;
+	fl->wants = w;
+	fill_claim(e, fl);
+}
+
+static void inbox_fill(struct pf_engine *e, struct fill *fl)
+{
+	struct sfs_id id;
+	bool hashed = false;
+	int res;
+
+	switch (fl->stage) {
+	case FS_WAIT:		/* the other filler is done */
+		fill_claim(e, fl);
+		break;
+	case FS_FETCH:		/* librados is done with the buffer */
+		res = fl->f->be->ops->aio_finish(fl->f->be, fl->aio, &id, &hashed);
+		fl->aio = NULL;
+		fetch_done(e, fl, res, hashed ? &id : NULL);
+		break;
+	default:
+		log_err("I/O engine: fill handed back in stage %d", fl->stage);
+	}
+}
+
+/* Take what other threads (and this one, meanwhile) queued and handle it. */
+static void drain(struct pf_engine *e)
+{
+	struct fill *fills, *rf = NULL;
+	struct pf_want *wants, *rw = NULL;
+	bool stop;
+
+	atomic_store(&e->poked, false);
+	pthread_mutex_lock(&e->lock);
+	fills = e->inbox;
+	wants = e->wants_in;
+	e->inbox = NULL;
+	e->wants_in = NULL;
+	stop = e->stop;
+	pthread_mutex_unlock(&e->lock);
+	if (stop && !e->stopping) {
+		e->stopping = true;
+		/* fills waiting on another filler stop waiting */
+		for (struct fill *fl = e->fills.next, *next; fl != &e->fills; fl = next) {
+			next = fl->next;
+			if (fl->stage == FS_WAIT && !fl->wants &&
+			    cache_waiter_cancel(e->c, &fl->waiter))
+				fill_end(e, fl, -ECANCELED, false);
+		}
+	}
+	/* oldest first */
+	while (fills) {
+		struct fill *n = fills->qnext;
+
+		fills->qnext = rf;
+		rf = fills;
+		fills = n;
+	}
+	while (wants) {
+		struct pf_want *n = wants->next;
+
+		wants->next = rw;
+		rw = wants;
+		wants = n;
+	}
+	while (rw) {
+		struct pf_want *n = rw->next;
+
+		want_start(e, rw);
+		rw = n;
+	}
+	while (rf) {
+		struct fill *n = rf->qnext;
+
+		inbox_fill(e, rf);
+		rf = n;
+	}
+}
+
+/* Retry the fills waiting for tokens or a buffer. */
+static void retry_held(struct pf_engine *e)
+{
+	struct fill *fl = e->held;
+	uint64_t now = now_ns();
+
+	e->held = e->held_tail = NULL;
+	while (fl) {
+		struct fill *n = fl->qnext;
+
+		if (fl->stage == FS_NOBUF)
+			atomic_fetch_sub(&e->nobuf, 1);
+		if (unwanted(e, fl))
+			fill_drop(e, fl, -ECANCELED);
+		else if (fl->stage == FS_THROTTLED && fl->wait_until > now)
+			held_add(e, fl);
+		else
+			fill_go(e, fl);
+		fl = n;
+	}
+}
+
+/* How long the fills parked for the rate cap may sleep (UINT64_MAX: no limit). */
+static uint64_t held_wait(struct pf_engine *e)
+{
+	uint64_t now = now_ns(), next = UINT64_MAX;
+
+	for (struct fill *fl = e->held; fl; fl = fl->qnext)
+		if (fl->stage == FS_THROTTLED)
+			next = MIN(next, fl->wait_until > now ? fl->wait_until - now : 1);
+	return next;
+}
+
+static void start_background(struct pf_engine *e)
+{
+	struct pf_req *r;
+
+	while (!e->stopping && (r = pf_sched_next(e->s, e->ndemand))) {
+		struct fill *fl;
+
+		if (atomic_load(&r->o->cancelled)) {
+			pf_sched_finish(e->s, r, -ECANCELED);
+			continue;
+		}
+		pf_file_get(r->f);
+		fl = fill_new(e, r->f, r->idx, r->uid,
+			      r->cls == PF_CLASS_READAHEAD ? BK_READAHEAD : BK_WARMUP, r);
+		if (!fl) {
+			pf_file_put(r->f);
+			pf_sched_finish(e->s, r, -ENOMEM);
+			continue;
+		}
+		fill_claim(e, fl);
+	}
+}
+
+static void handle_cqe(struct pf_engine *e, const struct io_uring_cqe *cqe)
 {
 	uint64_t tag = io_uring_cqe_get_data64(cqe);
-	struct eng_req *r = (struct eng_req *)(uintptr_t)(tag & ~1ULL);
+	struct fill *fl = (struct fill *)(uintptr_t)(tag & ~OP_MASK);
+	int res = cqe->res;
 
-	if (tag & 1)
-		r->sync_res = cqe->res;
-	else
-		r->res = cqe->res;
-	if (--r->pending == 0)
-		sem_post(&r->done);
+	if (tag == TAG_POLL) {
+		uint64_t v;
+
+		if (read(e->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+			log_warn("I/O engine: eventfd: %s", strerror(errno));
+		if (!e->stopping || e->nfills)
+			arm_poll(e);
+		return;
+	}
+	atomic_fetch_add(&e->st_ops, 1);
+	fl->pending--;
+	switch (tag & OP_MASK) {
+	case OP_SRC:
+		src_read_done(e, fl, res);
+		break;
+	case OP_WRITE:
+	case OP_SYNC:
+		if (res < 0) {
+			/* -ECANCELED: a link broke on a short write, which counts short */
+			if (res != -ECANCELED && !fl->err)
+				fl->err = res;
+		} else if ((tag & OP_MASK) == OP_WRITE) {
+			fl->wrote += (size_t)res;
+		}
+		if (!fl->pending)
+			write_done(e, fl);
+		break;
+	case OP_CHECK:
+		check_read_done(e, fl, res);
+		break;
+	}
 }
 
 static void *engine_main(void *arg)
 {
 	struct pf_engine *e = arg;
-	unsigned inflight = 0;
 
-	arm_eventfd(e);
-	io_uring_submit(&e->ring);
+	on_engine = true;
+	arm_poll(e);
 	for (;;) {
 		struct io_uring_cqe *cqe;
-		struct eng_req *list;
-		bool poked = false, stop;
-		int ret = io_uring_wait_cqe(&e->ring, &cqe);
+		struct __kernel_timespec ts;
+		unsigned head, n = 0;
+		uint64_t wait;
+		int ret;
 
-		if (ret == -EINTR)
-			continue;
-		if (ret < 0) {
-			log_err("io_uring engine: wait: %s", strerror(-ret));
-			break;
+		io_uring_for_each_cqe(&e->ring, head, cqe) {
+			handle_cqe(e, cqe);
+			n++;
 		}
+		io_uring_cq_advance(&e->ring, n);
 		do {
-			if (io_uring_cqe_get_data64(cqe) == TAG_EVENTFD) {
-				poked = true;
-			} else {
-				complete(e, cqe);
-				inflight--;
-			}
-			io_uring_cqe_seen(&e->ring, cqe);
-		} while (io_uring_peek_cqe(&e->ring, &cqe) == 0);
-
-		pthread_mutex_lock(&e->lock);
-		list = e->head;
-		e->head = e->tail = NULL;
-		stop = e->stop;
-		pthread_mutex_unlock(&e->lock);
-		bool queued = list || (poked && !stop);
-
-		for (; list; list = list->next) {
-			prep(e, list);
-			inflight += (unsigned)list->pending;
-		}
-		if (poked && !stop)
-			arm_eventfd(e);
-		if (stop && !inflight)
+			/* handling work may make more: fills handed back, buffers freed */
+			e->again = false;
+			drain(e);
+			retry_held(e);
+			start_background(e);
+		} while (e->again);
+		if (e->stopping && !e->nfills)
 			break;
-		if (queued) {
-			io_uring_submit(&e->ring);	/* everything of this turn at once */
+		wait = held_wait(e);
+		/*
+		 * Sleep until a completion: every SQE of this turn goes in this
+		 * one call; other threads' work arrives as the eventfd's poll.
+		 */
+		if (io_uring_sq_ready(&e->ring))
 			atomic_fetch_add(&e->st_submits, 1);
+		if (wait != UINT64_MAX) {
+			ts.tv_sec = (long long)(wait / 1000000000);
+			ts.tv_nsec = (long long)(wait % 1000000000);
+			ret = io_uring_submit_and_wait_timeout(&e->ring, &cqe, 1, &ts, NULL);
+		} else {
+			ret = io_uring_submit_and_wait(&e->ring, 1);
+		}
+		if (ret < 0 && ret != -ETIME && ret != -EINTR && ret != -EBUSY) {
+			log_err("I/O engine: io_uring: %s", strerror(-ret));
+			usleep(1000);
 		}
 	}
 	return NULL;
 }
 
-/* Queue @r for the engine thread and wait for it.  Returns r->res. */
-static ssize_t run(struct pf_engine *e, struct eng_req *r)
-{
-	uint64_t one = 1;
+/* ---- the API ---- */
 
-	sem_init(&r->done, 0, 0);
-	r->next = NULL;
+bool pf_has_engine(struct pf_sched *s)
+{
+	return s && pf_sched_engine(s);
+}
+
+bool pf_want_peek(struct pf_sched *s, struct pf_want *w)
+{
+	struct pf_engine *e = s ? pf_sched_engine(s) : NULL;
+	struct bufpool_buf *b;
+
+	if (!e || !(b = bufpool_find(e->pool, &w->attr->content, w->idx)))
+		return false;
+	w->buf = b;
+	w->data = b->data;
+	w->len = b->len;
+	w->res = 0;
+	w->fetched = false;
+	atomic_fetch_add(&e->st_hits, 1);
+	return true;
+}
+
+int pf_want_submit(struct pf_sched *s, struct pf_want **w, size_t n)
+{
+	struct pf_engine *e = s ? pf_sched_engine(s) : NULL;
+
+	if (!e)
+		return -ENOSYS;
 	pthread_mutex_lock(&e->lock);
 	if (e->stop) {
 		pthread_mutex_unlock(&e->lock);
-		sem_destroy(&r->done);
-		return -ENOSYS;
+		return -ESHUTDOWN;
 	}
-	if (e->tail)
-		e->tail->next = r;
-	else
-		e->head = r;
-	e->tail = r;
+	for (size_t i = 0; i < n; i++) {
+		w[i]->res = -EINPROGRESS;
+		w[i]->buf = NULL;
+		w[i]->data = NULL;
+		w[i]->fetched = w[i]->origin = w[i]->retried = false;
+		w[i]->next = e->wants_in;
+		e->wants_in = w[i];
+	}
 	pthread_mutex_unlock(&e->lock);
-	if (write(e->efd, &one, sizeof(one)) < 0)
-		log_warn("io_uring engine: eventfd: %s", strerror(errno));
-	while (sem_wait(&r->done) < 0 && errno == EINTR)
-		;
-	sem_destroy(&r->done);
-	atomic_fetch_add(&e->st_ops, 1);
-	return r->res;
+	poke(e);
+	return 0;
 }
 
-static bool aligned(const void *buf, size_t len, off_t off)
+void pf_want_release(struct pf_sched *s, struct pf_want *w)
 {
-	return !((uintptr_t)buf % ENG_ALIGN) && !(len % ENG_ALIGN) && !(off % ENG_ALIGN);
+	struct pf_engine *e = pf_sched_engine(s);
+
+	if (!w->buf)
+		return;
+	bufpool_put(e->pool, w->buf);
+	w->buf = NULL;
+	w->data = NULL;
+	if (!atomic_load(&e->nobuf))
+		return;
+	/* a buffer may be free for a fill waiting */
+	if (on_engine)
+		e->again = true;
+	else
+		poke(e);
 }
 
-/* An O_DIRECT descriptor of the file behind @fd, or -1. */
-static int open_direct(struct pf_engine *e, int fd, int flags)
+void pf_forget(struct pf_sched *s, const struct sfs_id *id)
 {
-	char path[64];
-	int dfd;
+	struct pf_engine *e = s ? pf_sched_engine(s) : NULL;
 
-	if (!atomic_load(&e->direct_ok))
-		return -1;
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	dfd = open(path, flags | O_DIRECT | O_CLOEXEC);
-	if (dfd < 0 && errno == EINVAL) {
-		log_info("io_uring engine: the cache filesystem refuses O_DIRECT: buffered I/O");
-		atomic_store(&e->direct_ok, false);
-	}
-	return dfd;
+	if (e)
+		bufpool_forget(e->pool, id);
 }
 
-/* One transfer, whole: loops over short transfers (rare; buffered only). */
-static ssize_t transfer(struct pf_engine *e, int op, int fd, void *buf, size_t len,
-			size_t cap, off_t off, bool sync)
+void pf_note_async_read(struct pf_sched *s)
 {
-	struct eng_req r = { .op = op, .buf = buf, .off = off, .sync = sync };
-	size_t want = len;
-	int dfd = -1;
+	struct pf_engine *e = pf_sched_engine(s);
 
-	if (op == OP_READ && len % ENG_ALIGN && cap >= DIV_ROUND_UP(len, ENG_ALIGN) * ENG_ALIGN)
-		want = DIV_ROUND_UP(len, ENG_ALIGN) * ENG_ALIGN;	/* EOF shortens it */
-	if (aligned(buf, want, off))
-		dfd = open_direct(e, fd, op == OP_WRITE ? O_WRONLY : O_RDONLY);
-	r.direct = dfd >= 0;
-	r.fd = r.direct ? dfd : fd;
-	r.len = r.direct ? want : len;
-	run(e, &r);
-	if (r.direct) {
-		close(dfd);
-		atomic_fetch_add(&e->st_direct, 1);
-		if (r.res == -EINVAL) {
-			/* refused after all (alignment rules of this device) */
-			atomic_store(&e->direct_ok, false);
-			return transfer(e, op, fd, buf, len, cap, off, sync);
-		}
-	}
-	if (r.res < 0)
-		return r.res;
-	if (op == OP_READ)
-		return (ssize_t)MIN((size_t)r.res, len);
-	if ((size_t)r.res < len) {
-		/* a short write (no space for the rest?): finish it plainly */
-		ssize_t w = pwrite_full(fd, (char *)buf + r.res, len - (size_t)r.res,
-					off + r.res);
-
-		if (w < 0)
-			return w;
-		if (sync && fdatasync(fd) < 0)
-			return -errno;
-		return r.res + w;
-	}
-	if (sync && r.sync_res < 0)
-		return r.sync_res;
-	return (ssize_t)len;
+	if (e)
+		atomic_fetch_add(&e->st_async, 1);
 }
 
-static ssize_t eng_write_chunk(void *arg, int fd, const void *buf, size_t len,
-			       off_t off, bool sync)
-{
-	if (!on_worker)
-		return -ENOSYS;	/* readers' own fills keep the cache's path */
-	return transfer(arg, OP_WRITE, fd, (void *)buf, len, len, off, sync);
-}
-
-static ssize_t eng_read_chunk(void *arg, int fd, void *buf, size_t len, size_t cap,
-			      off_t off)
-{
-	if (!on_worker)
-		return -ENOSYS;
-	return transfer(arg, OP_READ, fd, buf, len, cap, off, false);
-}
-
-const struct cache_io_ops pf_engine_io = {
-	.write_chunk = eng_write_chunk,
-	.read_chunk = eng_read_chunk,
-};
-
-int pf_engine_create(struct pf_engine **out, char *err, size_t errlen)
+int pf_engine_create(struct pf_sched *s, struct cache *c, const struct pf_opts *o,
+		     struct pf_engine **out, char *err, size_t errlen)
 {
 	struct pf_engine *e = calloc(1, sizeof(*e));
+	struct iovec iov;
 	int ret;
 
 	if (!e)
 		return -ENOMEM;
+	e->s = s;
+	e->c = c;
+	e->o = *o;
+	e->direct_ok = true;
+	e->fills.next = e->fills.prev = &e->fills;
 	pthread_mutex_init(&e->lock, NULL);
-	atomic_init(&e->direct_ok, true);
-	e->efd = eventfd(0, EFD_CLOEXEC);
+	e->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (e->efd < 0) {
 		ret = -errno;
 		snprintf(err, errlen, "eventfd: %s", strerror(-ret));
 		goto out_free;
 	}
-	ret = io_uring_queue_init(ENG_DEPTH, &e->ring, 0);
+	ret = bufpool_create(o->buffer_bytes, &e->pool);
 	if (ret) {
-		snprintf(err, errlen, "io_uring_queue_init: %s", strerror(-ret));
+		snprintf(err, errlen, "%" PRIu64 " bytes of buffers: %s",
+			 o->buffer_bytes, strerror(-ret));
 		goto out_close;
 	}
+	/* completions wait for our next io_uring_enter: no interrupts needed */
+	struct io_uring_params p = {
+		.flags = IORING_SETUP_CQSIZE | IORING_SETUP_COOP_TASKRUN,
+		.cq_entries = ENG_CQ_DEPTH,
+	};
+
+	ret = io_uring_queue_init_params(ENG_DEPTH, &e->ring, &p);
+	if (ret == -EINVAL) {
+		p = (struct io_uring_params){ .flags = IORING_SETUP_CQSIZE,
+					      .cq_entries = ENG_CQ_DEPTH };
+		ret = io_uring_queue_init_params(ENG_DEPTH, &e->ring, &p);
+	}
+	if (ret) {
+		snprintf(err, errlen, "io_uring_queue_init: %s", strerror(-ret));
+		goto out_pool;
+	}
+	bufpool_region(e->pool, &iov.iov_base, &iov.iov_len);
+	ret = io_uring_register_buffers(&e->ring, &iov, 1);
+	e->registered = ret == 0;
+	if (ret)
+		log_notice("I/O engine: cannot register %zu MiB of buffers with io_uring (%s): plain buffers",
+			   iov.iov_len >> 20, strerror(-ret));
 	ret = -pthread_create(&e->thr, NULL, engine_main, e);
 	if (ret) {
 		snprintf(err, errlen, "engine thread: %s", strerror(-ret));
 		goto out_ring;
 	}
+	log_info("I/O engine: %zu MiB of buffers%s, up to %u fills in flight",
+		 iov.iov_len >> 20, e->registered ? " (registered)" : "", o->inflight);
 	*out = e;
 	return 0;
 
 out_ring:
 	io_uring_queue_exit(&e->ring);
+out_pool:
+	bufpool_destroy(e->pool);
 out_close:
 	close(e->efd);
 out_free:
@@ -356,29 +1194,45 @@ out_free:
 
 void pf_engine_destroy(struct pf_engine *e)
 {
-	uint64_t one = 1;
-
 	if (!e)
 		return;
 	pthread_mutex_lock(&e->lock);
 	e->stop = true;
 	pthread_mutex_unlock(&e->lock);
-	if (write(e->efd, &one, sizeof(one)) < 0)
-		log_warn("io_uring engine: eventfd: %s", strerror(errno));
+	atomic_store(&e->poked, false);
+	poke(e);
 	pthread_join(e->thr, NULL);
-	log_info("io_uring engine: %" PRIu64 " transfers (%" PRIu64 " O_DIRECT) in %"
-		 PRIu64 " submissions", atomic_load(&e->st_ops), atomic_load(&e->st_direct),
-		 atomic_load(&e->st_submits));
+	log_info("I/O engine: %" PRIu64 " fills, %" PRIu64 " transfers (%" PRIu64
+		 " O_DIRECT, %" PRIu64 " from registered buffers) in %" PRIu64
+		 " submissions, at most %" PRIu64 " fills in flight",
+		 atomic_load(&e->st_fills), atomic_load(&e->st_ops),
+		 atomic_load(&e->st_direct), atomic_load(&e->st_fixed),
+		 atomic_load(&e->st_submits), atomic_load(&e->st_max));
+	/* no fill is left: neither the kernel nor librados holds a buffer */
 	io_uring_queue_exit(&e->ring);
+	bufpool_destroy(e->pool);
 	close(e->efd);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
 }
 
-void pf_engine_get_stats(struct pf_engine *e, uint64_t *ops, uint64_t *direct,
-			 uint64_t *submits)
+void pf_engine_get_stats(struct pf_engine *e, struct pf_stats *st)
 {
-	*ops = e ? atomic_load(&e->st_ops) : 0;
-	*direct = e ? atomic_load(&e->st_direct) : 0;
-	*submits = e ? atomic_load(&e->st_submits) : 0;
+	struct bufpool_stats bs;
+
+	if (!e)
+		return;
+	bufpool_get_stats(e->pool, &bs);
+	st->uring_ops = atomic_load(&e->st_ops);
+	st->uring_direct = atomic_load(&e->st_direct);
+	st->uring_fixed = atomic_load(&e->st_fixed);
+	st->uring_submits = atomic_load(&e->st_submits);
+	st->engine_fills = atomic_load(&e->st_fills);
+	st->engine_inflight = atomic_load(&e->st_inflight);
+	st->engine_max_inflight = atomic_load(&e->st_max);
+	st->engine_buffer_bytes = bs.region_bytes;
+	st->engine_registered = e->registered;
+	st->buffer_hits = atomic_load(&e->st_hits);
+	st->async_reads = atomic_load(&e->st_async);
+	st->demand_inflight += atomic_load(&e->st_demand);
 }

@@ -1,13 +1,18 @@
 /*
- * prefetch: every backend fetch that no reader is waiting for yet.
+ * prefetch: every backend fetch of the daemon.
  *
- * One scheduler (struct pf_sched) per daemon owns a pool of worker threads
- * and queues of chunk requests.  Three kinds of work reach the backend:
+ * One scheduler (struct pf_sched) per daemon owns the queues of chunk
+ * requests and the I/O engine (engine.c) that runs every fetch as a
+ * pipeline on one thread: backend read (librados aio, or io_uring for
+ * dir:// sources), verify, O_DIRECT write of the cache file through
+ * io_uring from registered buffers, record.  Three kinds of work reach the
+ * backend:
  *
- *   demand     a reader waits now (a FUSE worker inside cache_read).  Never
- *              queued here: the FUSE thread fetches itself, and tells the
- *              scheduler with pf_demand_begin/end so background work yields
- *              and the rate cap sees it.
+ *   demand     a reader waits now: a FUSE READ that missed the cache hands
+ *              the chunks it needs to the engine (pf_want_submit) and is
+ *              answered from the engine thread when they are in, so no
+ *              FUSE worker waits for the backend.  Never queued: started
+ *              at once, ahead of everything else.
  *   readahead  chunks ahead of a sequential reader (pf_ra_*), and files ahead
  *              of a reader that announced its order (pf_hint_*).
  *   warmup     whole trees staged on request (pf_job_*, `stagefs warmup`).
@@ -23,14 +28,17 @@
  * fetches may borrow up to one second ahead, so a reader is never starved
  * by queued background work.
  *
- * Chunks land in the cache through cache_fill() (src/cache.h): a chunk
- * already present is not fetched again, and one being fetched by a reader
- * is waited for, never fetched twice.  docs/prefetch.md has the whole
- * design.
+ * Chunks land in the cache through the cache's fill steps (src/cache.h): a
+ * chunk already present is not fetched again, and one being fetched is
+ * waited for, never fetched twice.  Without io_uring (prefetch_io_uring =
+ * no, or a kernel or sandbox that refuses it) the scheduler falls back to
+ * prefetch_inflight worker threads calling cache_fill(), and readers fetch
+ * on their own threads through cache_read().  docs/prefetch.md has the
+ * whole design.
  *
- * Threads: the pf_* calls are thread safe.  pf_demand_* and pf_ra_read run
- * on FUSE workers and never block on backend I/O (pf_demand_begin may sleep
- * for the rate cap: that is the cap).
+ * Threads: the pf_* calls are thread safe.  pf_want_*, pf_demand_* and
+ * pf_ra_read run on FUSE workers and never block on backend I/O
+ * (pf_demand_begin may sleep for the rate cap: that is the cap).
  */
 #ifndef STAGEFS_PREFETCH_H
 #define STAGEFS_PREFETCH_H
@@ -54,11 +62,13 @@ struct pf_opts {
 	uint64_t ra_slack;	/* bytes a read may land off the sequential frontier */
 	uint32_t hint_window;	/* files prefetched ahead of a hinted reader */
 	uint64_t hint_window_bytes;
-	bool io_uring;		/* workers' cache disk I/O through engine.c */
+	bool io_uring;		/* the I/O engine (else worker threads) */
+	uint64_t buffer_bytes;	/* the engine's buffer region (registered) */
 	/*
-	 * Around every background backend fetch of chunk @idx of cache entry
-	 * @cf, on the worker thread: lets the daemon count it with its own
-	 * fetches.  @res is the byte count or -errno.  Either may be NULL.
+	 * Around every backend fetch of chunk @idx of cache entry @cf made by
+	 * the engine or a worker (readers' included, with the engine), on that
+	 * thread: lets the daemon count it.  @res is the byte count or -errno.
+	 * Either may be NULL.
 	 */
 	void (*fetch_begin)(void *arg, const struct cfile *cf, uint32_t idx);
 	void (*fetch_end)(void *arg, const struct cfile *cf, uint32_t idx, int res);
@@ -78,9 +88,17 @@ struct pf_stats {
 	uint64_t throttle_ms;		/* time fetches waited for backend_max_rate */
 	uint64_t hint_sessions;		/* live hint sessions */
 	uint64_t warmup_jobs;		/* running warmup jobs */
-	uint64_t uring_ops;		/* cache transfers through io_uring */
+	uint64_t uring_ops;		/* transfers through io_uring (cache and dir:// source) */
 	uint64_t uring_direct;		/* ... of which O_DIRECT */
-	uint64_t uring_submits;		/* io_uring_submit calls */
+	uint64_t uring_fixed;		/* ... of which from registered buffers */
+	uint64_t uring_submits;		/* io_uring_enter calls that submitted */
+	uint64_t engine_fills;		/* chunks the engine brought in or checked */
+	uint64_t engine_inflight;	/* fills in flight now */
+	uint64_t engine_max_inflight;	/* most fills in flight at once */
+	uint64_t engine_buffer_bytes;	/* the buffer region */
+	uint64_t engine_registered;	/* 1: the region is registered with io_uring */
+	uint64_t buffer_hits;		/* READ pieces served from a recently filled chunk */
+	uint64_t async_reads;		/* READs answered from the engine thread */
 };
 
 /*
@@ -104,6 +122,52 @@ void pf_get_stats(struct pf_sched *s, struct pf_stats *st);
  */
 void pf_demand_begin(struct pf_sched *s, size_t len);
 void pf_demand_end(struct pf_sched *s);
+
+/* ---- readers (engine.c) ---- */
+
+/*
+ * One chunk a READ needs, on the reader's side (embedded in its request
+ * context).  The caller sets the first block; the engine fills in the
+ * results, then calls ->done once, on the engine thread: done may reply to
+ * FUSE and release wants, nothing that blocks.
+ */
+struct pf_want {
+	struct backend *be;
+	const struct sfs_attr *attr;	/* backend inode numbers; valid until done */
+	struct cfile *cf;		/* the caller's cache reference */
+	uint32_t idx, uid;
+	bool nothrash;
+	void (*done)(struct pf_want *w);
+	void *arg;
+	/* results */
+	int res;			/* 0: @data holds the chunk; -errno */
+	const void *data;		/* the whole chunk, @len bytes */
+	size_t len;
+	bool fetched;			/* its fill read the backend: this READ's miss */
+	/* the engine's */
+	struct pf_want *next;
+	void *buf;
+	bool origin;			/* its fill was started for it */
+	bool retried;
+};
+
+/* True if the daemon runs the engine (else readers use cache_read()). */
+bool pf_has_engine(struct pf_sched *s);
+/*
+ * The chunk @w names, if it was filled (or checked) recently and is still
+ * in the engine's buffers: true with @w->data and @w->len set, to be
+ * released with pf_want_release().  Never blocks.
+ */
+bool pf_want_peek(struct pf_sched *s, struct pf_want *w);
+/*
+ * Hand @n wants to the engine, at the highest priority.  Returns 0, then
+ * each ->done runs once; or -ENOSYS (no engine: nothing queued).
+ */
+int pf_want_submit(struct pf_sched *s, struct pf_want **w, size_t n);
+/* Release what a peeked or done want holds.  Any thread. */
+void pf_want_release(struct pf_sched *s, struct pf_want *w);
+/* Count a READ answered from the engine thread. */
+void pf_note_async_read(struct pf_sched *s);
 
 /* ---- readahead (readahead.c) ---- */
 

@@ -31,7 +31,12 @@ struct pf_req;
 struct pf_owner {
 	_Atomic int refs;
 	_Atomic bool cancelled;
-	/* On a worker thread (or the cancelling thread for -ECANCELED). */
+	/*
+	 * Optional: the request's backend fetch is over (or it never ran);
+	 * what is left is writing the cache.  Once per request, before done.
+	 */
+	void (*released)(struct pf_owner *o, const struct pf_req *r);
+	/* On the engine or a worker thread (or the cancelling thread for -ECANCELED). */
 	void (*done)(struct pf_owner *o, const struct pf_req *r, int res);
 	void (*free)(struct pf_owner *o);
 };
@@ -58,14 +63,22 @@ struct pf_file {
 	char *path;		/* for failure messages; may be NULL */
 };
 
+struct pf_user;
+
 struct pf_req {
 	struct pf_req *next;
 	struct pf_file *f;
 	struct pf_owner *o;
+	struct pf_user *u;	/* set when picked: whose in-flight count */
+	bool slot_freed;	/* pf_sched_release() was called */
+	bool released;		/* the owner's ->released ran */
 	uint32_t idx;
 	uint32_t uid;
 	uint8_t cls, kind;
 };
+
+/* Rate-cap priorities: how far below zero a fetch may take the bucket. */
+enum { BK_DEMAND, BK_READAHEAD, BK_WARMUP };
 
 /*
  * A pf_file for regular file @a of @be: takes a cache reference.  @path is
@@ -100,16 +113,49 @@ void pf_hints_destroy(struct pf_hints *h);
 struct pf_hints *pf_sched_hints(struct pf_sched *s);
 uint64_t pf_hints_count(struct pf_hints *h);
 
-/* engine.c: the io_uring engine behind the cache's I/O hook */
+/* sched.c, for engine.c (the engine thread) */
+/*
+ * The next queued request that may start, with @demand_inflight readers'
+ * fills running: counted in flight (pf_sched_finish() uncounts it), or NULL.
+ */
+struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight);
+/*
+ * The backend part of a request from pf_sched_next() is over (the chunk is
+ * verified and being written): its in-flight slot is free for the next
+ * fetch, and its owner is told (->released).  Optional; pf_sched_finish()
+ * does it otherwise.
+ */
+void pf_sched_release(struct pf_sched *s, struct pf_req *r);
+/* A request from pf_sched_next() is over: counted, its owner told @res. */
+void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res);
+/*
+ * The rate cap without waiting: takes @len bytes of tokens for a fetch of
+ * priority @prio (BK_*) and returns 0, or returns how many ns to wait
+ * before asking again (nothing taken).
+ */
+uint64_t pf_bucket_try(struct pf_sched *s, size_t len, int prio);
+void pf_note_throttle(struct pf_sched *s, uint64_t ns);
+void pf_note_demand_fetch(struct pf_sched *s);
+bool pf_sched_stopping(struct pf_sched *s);
+struct pf_engine *pf_sched_engine(struct pf_sched *s);	/* NULL: workers */
+
+/* engine.c: every fetch as a pipeline on one thread (see there) */
 struct pf_engine;
-extern const struct cache_io_ops pf_engine_io;	/* arg: the engine */
-int pf_engine_create(struct pf_engine **out, char *err, size_t errlen);
-/* After every thread that used it is gone. */
+/* Returns 0 or -errno with a message in @err (then run without it). */
+int pf_engine_create(struct pf_sched *s, struct cache *c, const struct pf_opts *o,
+		     struct pf_engine **out, char *err, size_t errlen);
+/* Background work was queued: the engine looks at the queues soon. */
+void pf_engine_kick(struct pf_engine *e);
+/*
+ * Stop starting work, let the fills in flight finish (every buffer is
+ * free of the kernel and librados afterwards), join the thread, free.
+ * Readers' wants still queued get -ESHUTDOWN.  Accepts NULL.
+ */
 void pf_engine_destroy(struct pf_engine *e);
-/* The calling thread is a scheduler worker: its cache I/O goes to the ring. */
-void pf_engine_thread_is_worker(void);
-void pf_engine_get_stats(struct pf_engine *e, uint64_t *ops, uint64_t *direct,
-			 uint64_t *submits);
+/* Chunks of content @id are not served from the engine's buffers any more. */
+void pf_forget(struct pf_sched *s, const struct sfs_id *id);
+/* Adds the engine's counters to @st. */
+void pf_engine_get_stats(struct pf_engine *e, struct pf_stats *st);
 
 /* warmup.c counts its jobs here */
 void pf_jobs_add(struct pf_sched *s, int delta);

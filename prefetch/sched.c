@@ -2,13 +2,14 @@
  * sched: the scheduler of background fetches (see prefetch.h for the
  * policy, docs/prefetch.md for the reasoning).
  *
- * Queues: one FIFO per (uid, class).  A worker thread takes the next
- * request by strict class order, weighted round robin over the uids that
- * have work in that class and are below prefetch_user_inflight, and only
- * while demand + background fetches in flight are below prefetch_inflight.
- * There are prefetch_inflight workers, each running one cache_fill() at a
- * time, so the global cap also bounds the workers' memory (one chunk-sized
- * scratch buffer each, owned by the cache).
+ * Queues: one FIFO per (uid, class).  The next request is taken by strict
+ * class order, weighted round robin over the uids that have work in that
+ * class and are below prefetch_user_inflight, and only while demand +
+ * background fetches in flight are below prefetch_inflight.  Who takes it:
+ * the I/O engine (engine.c), which runs every fetch of the daemon on one
+ * thread and asks pf_sched_next() whenever it has room; or, where the
+ * engine cannot run (prefetch_io_uring = no, no io_uring), prefetch_inflight
+ * worker threads each running one cache_fill() at a time.
  *
  * The token bucket: tokens accrue at max_rate bytes/s up to a burst of an
  * eighth of a second (at least 1 MiB).  A warmup fetch of LEN bytes waits
@@ -117,47 +118,55 @@ static void sleep_s(double secs)
 		;
 }
 
-/* How far below zero a fetch of @len may take the balance, by priority. */
-enum { BK_DEMAND, BK_READAHEAD, BK_WARMUP };
+uint64_t pf_bucket_try(struct pf_sched *s, size_t len, int prio)
+{
+	uint64_t now = now_ns();
+	double need;
+
+	if (s->rate <= 0)
+		return 0;
+	pthread_mutex_lock(&s->blk);
+	s->tokens += (double)(now - s->last_ns) * 1e-9 * s->rate;
+	if (s->tokens > s->burst)
+		s->tokens = s->burst;
+	s->last_ns = now;
+	/* how far below zero a fetch may take the balance, by priority */
+	if (prio == BK_DEMAND)
+		need = (double)len - s->borrow;
+	else if (prio == BK_READAHEAD)
+		need = (double)len - s->borrow / 2;
+	else
+		need = MIN((double)len, s->burst);
+	if (s->tokens >= need) {
+		s->tokens -= (double)len;
+		pthread_mutex_unlock(&s->blk);
+		return 0;
+	}
+	need -= s->tokens;
+	pthread_mutex_unlock(&s->blk);
+	return MAX((uint64_t)(need / s->rate * 1e9), (uint64_t)1);
+}
+
+void pf_note_throttle(struct pf_sched *s, uint64_t ns)
+{
+	atomic_fetch_add(&s->st_throttle_ns, ns);
+}
 
 /* Wait for @len bytes of tokens.  0, or -ECANCELED (background, stopping). */
 static int bucket_take(struct pf_sched *s, size_t len, int prio)
 {
-	uint64_t t0 = 0;
+	uint64_t t0 = 0, wait;
 
-	if (s->rate <= 0)
-		return 0;
-	for (;;) {
-		uint64_t now = now_ns();
-		double need, wait;
-
-		pthread_mutex_lock(&s->blk);
-		s->tokens += (double)(now - s->last_ns) * 1e-9 * s->rate;
-		if (s->tokens > s->burst)
-			s->tokens = s->burst;
-		s->last_ns = now;
-		if (prio == BK_DEMAND)
-			need = (double)len - s->borrow;
-		else if (prio == BK_READAHEAD)
-			need = (double)len - s->borrow / 2;
-		else
-			need = MIN((double)len, s->burst);
-		if (s->tokens >= need) {
-			s->tokens -= (double)len;
-			pthread_mutex_unlock(&s->blk);
-			break;
-		}
-		wait = (need - s->tokens) / s->rate;
-		pthread_mutex_unlock(&s->blk);
+	while ((wait = pf_bucket_try(s, len, prio))) {
 		if (prio != BK_DEMAND && atomic_load(&s->stopping))
 			return -ECANCELED;	/* a low cap must not hold up shutdown */
 		if (!t0)
-			t0 = now;
+			t0 = now_ns();
 		/* short naps: a demand fetch may take the tokens meanwhile */
-		sleep_s(MIN(wait, 0.05));
+		sleep_s(MIN((double)wait * 1e-9, 0.05));
 	}
 	if (t0)
-		atomic_fetch_add(&s->st_throttle_ns, now_ns() - t0);
+		pf_note_throttle(s, now_ns() - t0);
 	return 0;
 }
 
@@ -304,6 +313,8 @@ int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
 	if (s->waiting)
 		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->lock);
+	if (s->engine)
+		pf_engine_kick(s->engine);
 	return 0;
 }
 
@@ -335,6 +346,7 @@ static struct pf_req *pick_locked(struct pf_sched *s, struct pf_user **uout)
 			} else {
 				s->rr[c] = pos;
 			}
+			r->u = u;
 			*uout = u;
 			return r;
 		}
@@ -342,8 +354,76 @@ static struct pf_req *pick_locked(struct pf_sched *s, struct pf_user **uout)
 	return NULL;
 }
 
+struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight)
+{
+	struct pf_user *u;
+	struct pf_req *r = NULL;
+
+	pthread_mutex_lock(&s->lock);
+	demand_inflight += atomic_load(&s->demand_inflight);	/* readers' own fetches */
+	if (!s->stop && s->bg_inflight + demand_inflight < s->o.inflight &&
+	    (r = pick_locked(s, &u))) {
+		s->bg_inflight++;
+		u->inflight++;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+static void req_finish(struct pf_sched *s, struct pf_req *r, int res);
+
+static void req_release_owner(struct pf_req *r)
+{
+	if (r->released)
+		return;
+	r->released = true;
+	if (r->o->released)
+		r->o->released(r->o, r);
+}
+
+void pf_sched_release(struct pf_sched *s, struct pf_req *r)
+{
+	if (r->slot_freed)
+		return;
+	r->slot_freed = true;
+	pthread_mutex_lock(&s->lock);
+	s->bg_inflight--;
+	r->u->inflight--;
+	pthread_mutex_unlock(&s->lock);
+	req_release_owner(r);
+}
+
+void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
+{
+
+	if (res == PF_FETCHED || res == -ENOSPC)
+		atomic_fetch_add(&s->st_kind[r->kind], 1);	/* fetched, kept or not */
+	else if (res == -ECANCELED)
+		atomic_fetch_add(&s->st_cancelled, 1);
+	else if (res < 0)
+		atomic_fetch_add(&s->st_errors, 1);
+	pf_sched_release(s, r);
+	req_finish(s, r, res);
+}
+
+struct pf_engine *pf_sched_engine(struct pf_sched *s)
+{
+	return s->engine;
+}
+
+bool pf_sched_stopping(struct pf_sched *s)
+{
+	return atomic_load(&s->stopping);
+}
+
+void pf_note_demand_fetch(struct pf_sched *s)
+{
+	atomic_fetch_add(&s->st_demand, 1);
+}
+
 static void req_finish(struct pf_sched *s, struct pf_req *r, int res)
 {
+	req_release_owner(r);
 	r->o->done(r->o, r, res);
 	pf_owner_put(r->o);
 	pf_file_put(r->f);
@@ -449,11 +529,11 @@ static int run_req(struct pf_sched *s, struct pf_req *r)
 	return PF_FETCHED;
 }
 
+/* Without the engine: one worker thread per fetch in flight. */
 static void *worker_main(void *arg)
 {
 	struct pf_sched *s = arg;
 
-	pf_engine_thread_is_worker();
 	pthread_mutex_lock(&s->lock);
 	for (;;) {
 		struct pf_req *r = NULL;
@@ -563,18 +643,25 @@ int pf_sched_create(const struct pf_opts *o, struct cache *c,
 		s->tokens = s->burst;
 		s->last_ns = now_ns();
 	}
+	s->hints = pf_hints_create(s);
+	if (!s->hints) {
+		ret = -ENOMEM;
+		snprintf(err, errlen, "prefetch: out of memory");
+		goto out_destroy;
+	}
 	if (o->io_uring) {
 		char eerr[256];
 
-		ret = pf_engine_create(&s->engine, eerr, sizeof(eerr));
+		ret = pf_engine_create(s, c, &s->o, &s->engine, eerr, sizeof(eerr));
 		if (ret)
-			log_warn("prefetch: no io_uring engine (%s): pwrite/pread", eerr);
-		else
-			cache_set_io(c, &pf_engine_io, s->engine);
+			log_warn("prefetch: no I/O engine (%s): a worker thread per fetch", eerr);
 	}
-	s->hints = pf_hints_create(s);
+	if (s->engine) {
+		*out = s;
+		return 0;
+	}
 	s->workers = calloc(s->o.inflight, sizeof(*s->workers));
-	if (!s->hints || !s->workers) {
+	if (!s->workers) {
 		ret = -ENOMEM;
 		snprintf(err, errlen, "prefetch: out of memory");
 		goto out_destroy;
@@ -610,6 +697,8 @@ void pf_sched_destroy(struct pf_sched *s)
 	pthread_mutex_unlock(&s->lock);
 	for (uint32_t i = 0; i < s->nworkers; i++)
 		pthread_join(s->workers[i], NULL);
+	/* fills in flight finish; nothing new starts */
+	pf_engine_destroy(s->engine);
 	/* what is still queued is dropped: owners hear -ECANCELED */
 	for (size_t i = 0; i < s->nusers; i++) {
 		struct pf_user *u = s->users[i];
@@ -626,10 +715,6 @@ void pf_sched_destroy(struct pf_sched *s)
 	}
 	if (s->hints)
 		pf_hints_destroy(s->hints);
-	if (s->engine) {
-		cache_set_io(s->c, NULL, NULL);
-		pf_engine_destroy(s->engine);
-	}
 	free(s->users);
 	free(s->workers);
 	free(s->wt);
@@ -654,8 +739,7 @@ void pf_get_stats(struct pf_sched *s, struct pf_stats *st)
 	st->demand_inflight = atomic_load(&s->demand_inflight);
 	st->warmup_jobs = (uint64_t)atomic_load(&s->jobs);
 	st->hint_sessions = pf_hints_count(s->hints);
-	pf_engine_get_stats(s->engine, &st->uring_ops, &st->uring_direct,
-			    &st->uring_submits);
+	pf_engine_get_stats(s->engine, st);
 	pthread_mutex_lock(&s->lock);
 	st->queued = s->queued;
 	st->inflight = s->bg_inflight;

@@ -9,9 +9,10 @@
  * total and an ETA from the start; check and evict need only this walk),
  * the second queues every chunk still missing at warmup priority, charged
  * to the caller's uid.
- * The job keeps at most max_inflight requests outstanding, so a walk over
- * ten million files holds a bounded queue, and stops when its caller goes
- * away (tick returns false).  The walk checks POSIX permissions for the
+ * The job keeps at most max_inflight requests queued or fetching (a request
+ * whose chunk is fetched and only being written does not count: the I/O
+ * engine's buffers bound those), so a walk over ten million files holds a
+ * bounded queue, and stops when its caller goes away (tick returns false).  The walk checks POSIX permissions for the
  * caller the way the kernel's default_permissions does for reads through
  * the mount: search on directories walked through, read on files.
  *
@@ -51,6 +52,8 @@ struct pf_job {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* a request settled */
 	uint32_t outstanding;		/* protected by lock: queued or running */
+	uint32_t fetching;		/* protected by lock: ... not yet released */
+	uint32_t sleepers;		/* protected by lock: threads waiting on cond */
 	struct pf_job_progress p;	/* protected by lock */
 	struct pf_job_failure *fails;	/* protected by lock: not yet taken */
 	size_t nfails, capfails;	/* protected by lock */
@@ -139,7 +142,7 @@ static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
 	uint64_t len = backend_chunk_len(r->f->attr.size, r->f->be->chunk_size, r->idx);
 
 	pthread_mutex_lock(&j->lock);
-	j->outstanding--;
+	j->outstanding--;	/* ->released came first: fetching too */
 	if (res != -ECANCELED) {
 		j->p.done_chunks++;
 		j->p.done_bytes += len;
@@ -152,7 +155,20 @@ static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
 		if (!atomic_exchange(&r->f->failed, true))
 			record_failure_locked(j, r->f->path, -res);
 	}
-	pthread_cond_broadcast(&j->cond);
+	if (j->sleepers)
+		pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* The request's fetch is over (only its cache write may be left): room. */
+static void job_released(struct pf_owner *o, const struct pf_req *r)
+{
+	struct pf_job *j = (struct pf_job *)o;
+
+	pthread_mutex_lock(&j->lock);
+	j->fetching--;
+	if (j->sleepers)
+		pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -176,6 +192,7 @@ int pf_job_create(struct pf_sched *s, const struct pf_job_opts *o,
 	if (!j)
 		return -ENOMEM;
 	atomic_init(&j->o.refs, 1);
+	j->o.released = job_released;
 	j->o.done = job_done;
 	j->o.free = job_free;
 	j->s = s;
@@ -233,7 +250,7 @@ static void maybe_tick(struct pf_job *j)
 static int wait_room(struct pf_job *j)
 {
 	pthread_mutex_lock(&j->lock);
-	while (j->outstanding >= j->max && !cancelled(j)) {
+	while (j->fetching >= j->max && !cancelled(j)) {
 		struct timespec ts;
 
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -242,7 +259,9 @@ static int wait_room(struct pf_job *j)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
+		j->sleepers++;
 		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		j->sleepers--;
 		pthread_mutex_unlock(&j->lock);
 		maybe_tick(j);
 		pthread_mutex_lock(&j->lock);
@@ -252,6 +271,7 @@ static int wait_room(struct pf_job *j)
 		return -ECANCELED;
 	}
 	j->outstanding++;
+	j->fetching++;
 	pthread_mutex_unlock(&j->lock);
 	return 0;
 }
@@ -335,6 +355,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	if (j->opts.mode == PF_JOB_EVICT) {
 		uint32_t n = cache_file_evict(c, f->cf);
 
+		pf_forget(j->s, &a->content);	/* and from the engine's memory */
 		pthread_mutex_lock(&j->lock);
 		j->p.evicted += n;
 		pthread_mutex_unlock(&j->lock);
@@ -362,6 +383,7 @@ queue:
 		if (err) {
 			pthread_mutex_lock(&j->lock);
 			j->outstanding--;
+			j->fetching--;
 			j->p.failed++;
 			if (!atomic_exchange(&f->failed, true))
 				record_failure_locked(j, path, -err);
@@ -538,7 +560,12 @@ bool pf_job_wait(struct pf_job *j, uint32_t ms)
 	}
 	pthread_mutex_lock(&j->lock);
 	while (j->outstanding) {
-		if (pthread_cond_timedwait(&j->cond, &j->lock, &ts) == ETIMEDOUT)
+		int r;
+
+		j->sleepers++;
+		r = pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		j->sleepers--;
+		if (r == ETIMEDOUT)
 			break;
 	}
 	done = !j->outstanding;

@@ -20,6 +20,7 @@
 #ifndef STAGEFS_BACKEND_H
 #define STAGEFS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/statvfs.h>
@@ -58,13 +59,7 @@ struct sfs_dirlist {
 void sfs_dirlist_release(struct sfs_dirlist *dl);
 
 struct backend;
-
-/*
- * Called once per finished asynchronous chunk read, possibly on a thread the
- * daemon does not own (librados): it must only hand the result over.
- * @res is the byte count or -errno.
- */
-typedef void (*backend_done_fn)(void *arg, int res);
+struct backend_aio;	/* one asynchronous chunk read in flight */
 
 struct backend_ops {
 	const char *scheme;	/* "dir", "rados" */
@@ -100,13 +95,41 @@ struct backend_ops {
 			  uint32_t idx, void *buf, size_t len);
 
 	/*
-	 * Optional asynchronous form of read_chunk: start the read and return
-	 * 0; @done(@arg, res) runs exactly once later.  Returns -errno if the
-	 * read could not be started (then @done is not called).
+	 * Optional asynchronous form of read_chunk, in two steps, for an
+	 * engine that keeps many reads in flight on one thread.  ->aio_start
+	 * begins reading chunk @idx into @buf (@len as for read_chunk) and
+	 * returns 0 with a handle in *@out, or -errno (nothing started, @done
+	 * never runs).  @done(@arg) then runs exactly once, possibly before
+	 * aio_start returns and on a thread the daemon does not own
+	 * (librados): it must only hand over.  Until then @buf may still be
+	 * written.  The caller then calls ->aio_finish on its own thread: it
+	 * checks the bytes as read_chunk does (-EIO, logged, on a bad one),
+	 * releases the handle and returns @len or -errno.  Where the bytes
+	 * were checked against their XXH3-128 (a content address), that hash
+	 * is stored in *@hash and *@hashed set, so the caller need not hash
+	 * them again.  ->destroy waits for every read started to be finished.
 	 */
-	int (*read_chunk_async)(struct backend *be, const struct sfs_attr *file,
-				uint32_t idx, void *buf, size_t len,
-				backend_done_fn done, void *arg);
+	int (*aio_start)(struct backend *be, const struct sfs_attr *file,
+			 uint32_t idx, void *buf, size_t len,
+			 void (*done)(void *arg), void *arg,
+			 struct backend_aio **out);
+	int (*aio_finish)(struct backend *be, struct backend_aio *h,
+			  struct sfs_id *hash, bool *hashed);
+
+	/*
+	 * Optional, for sources that are plain files (dir://): chunk @idx of
+	 * @file lies as is at *@off of the file ->source_open opens for the
+	 * caller, who reads it itself (through io_uring).  Checks that the
+	 * file is still the version mounted; returns 0 with *@fd and *@off
+	 * set, or -errno (logged).  The caller then passes what its read of
+	 * @len bytes returned (the byte count or -errno) to ->source_close,
+	 * which closes @fd and returns @len, or -EIO (logged) for a failed or
+	 * short read.
+	 */
+	int (*source_open)(struct backend *be, const struct sfs_attr *file,
+			   uint32_t idx, size_t len, int *fd, off_t *off);
+	int (*source_close)(struct backend *be, const struct sfs_attr *file,
+			    int fd, ssize_t res, size_t len);
 
 	/* Optional: dataset totals for statfs (bytes, files). */
 	int (*statfs)(struct backend *be, uint64_t *bytes, uint64_t *files);

@@ -366,19 +366,30 @@ static int dir_readlink(struct backend *be, uint64_t ino, char *buf, size_t size
 	return manifest_readlink(to_dir(be)->m, ino, buf, size);
 }
 
-static int dir_read_chunk(struct backend *be, const struct sfs_attr *file,
-			  uint32_t idx, void *buf, size_t len)
+/* The source path of @file, for logs.  Returns 0 or -errno. */
+static int source_path(struct backend_dir *d, const struct sfs_attr *file,
+		       char *path, size_t len)
 {
-	struct backend_dir *d = to_dir(be);
-	char rel[PATH_MAX], path[PATH_MAX * 2];
-	struct stat st;
-	ssize_t n;
-	int fd, ret;
+	char rel[PATH_MAX];
+	int ret = manifest_path(d->m, file->ino, rel, sizeof(rel));
 
-	ret = manifest_path(d->m, file->ino, rel, sizeof(rel));
 	if (ret < 0)
 		return ret;
-	snprintf(path, sizeof(path), "%s/%s", d->root, rel);
+	snprintf(path, len, "%s/%s", d->root, rel);
+	return 0;
+}
+
+static int dir_source_open(struct backend *be, const struct sfs_attr *file,
+			   uint32_t idx, size_t len, int *fdp, off_t *off)
+{
+	struct backend_dir *d = to_dir(be);
+	char path[PATH_MAX * 2];
+	struct stat st;
+	int fd, ret;
+
+	ret = source_path(d, file, path, sizeof(path));
+	if (ret < 0)
+		return ret;
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		ret = errno;
@@ -395,18 +406,38 @@ static int dir_read_chunk(struct backend *be, const struct sfs_attr *file,
 		close(fd);
 		return -EIO;
 	}
-	posix_fadvise(fd, (off_t)idx * be->chunk_size, (off_t)len, POSIX_FADV_SEQUENTIAL);
-	n = pread_full(fd, buf, len, (off_t)idx * be->chunk_size);
+	*off = (off_t)idx * be->chunk_size;
+	posix_fadvise(fd, *off, (off_t)len, POSIX_FADV_SEQUENTIAL);
+	*fdp = fd;
+	return 0;
+}
+
+static int dir_source_close(struct backend *be, const struct sfs_attr *file,
+			    int fd, ssize_t res, size_t len)
+{
+	char path[PATH_MAX * 2] = "?";
+
 	close(fd);
-	if (n < 0) {
-		log_err("source %s: read: %s", path, strerror((int)-n));
-		return -EIO;
-	}
-	if ((size_t)n != len) {
+	if (res == (ssize_t)len)
+		return (int)len;
+	source_path(to_dir(be), file, path, sizeof(path));
+	if (res < 0)
+		log_err("source %s: read: %s", path, strerror((int)-res));
+	else
 		log_err("source %s: short read (file truncated since mount?)", path);
-		return -EIO;
-	}
-	return (int)len;
+	return -EIO;
+}
+
+static int dir_read_chunk(struct backend *be, const struct sfs_attr *file,
+			  uint32_t idx, void *buf, size_t len)
+{
+	off_t off;
+	int fd, ret;
+
+	ret = dir_source_open(be, file, idx, len, &fd, &off);
+	if (ret)
+		return ret;
+	return dir_source_close(be, file, fd, pread_full(fd, buf, len, off), len);
 }
 
 static int dir_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
@@ -424,5 +455,7 @@ const struct backend_ops backend_dir_ops = {
 	.readdir = dir_readdir,
 	.readlink = dir_readlink,
 	.read_chunk = dir_read_chunk,
+	.source_open = dir_source_open,
+	.source_close = dir_source_close,
 	.statfs = dir_statfs,
 };

@@ -29,9 +29,11 @@
  * rados.h), so a dead OSD yields -EIO after rados_timeout, never a hang.
  *
  * Threads: any FUSE thread may call in; the manifest is immutable and needs
- * no lock.  Asynchronous reads: the librados completion callback only queues
- * the read and signals (STYLE 8); two backend-owned threads verify the hash
- * and call the caller's done function.
+ * no lock.  Asynchronous reads (aio_start/aio_finish): the librados
+ * completion callback only calls the caller's done function, which hands
+ * the read over to its owner (STYLE 8); the owner's thread then checks the
+ * hash in aio_finish and passes the verified id on, so the bytes are hashed
+ * once.
  */
 #include "backend.h"
 
@@ -54,7 +56,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define RB_WORKERS		2
 #define RB_STAT_INFLIGHT	64
 
 struct rados_backend {
@@ -69,13 +70,9 @@ struct rados_backend {
 	uint64_t version;
 
 	pthread_mutex_t lock;
-	pthread_cond_t work;		/* queue non-empty or stopping */
 	pthread_cond_t idle;		/* inflight dropped to 0 */
-	struct rread *head, *tail;	/* protected by lock */
-	uint64_t inflight;		/* async reads started, not done; protected by lock */
+	uint64_t inflight;		/* async reads started, not finished; protected by lock */
 	bool stopping;			/* protected by lock */
-	pthread_t workers[RB_WORKERS];
-	int nworkers;
 };
 
 /* One chunk read in flight; its object name is allocated alongside. */
@@ -93,9 +90,8 @@ struct rread {
 	time_t got_mtime;
 	size_t bytes_read;
 	int stat_rval, read_rval;
-	backend_done_fn done;
+	void (*done)(void *arg);	/* async: the caller's hand-over */
 	void *arg;
-	struct rread *next;		/* protected by rb->lock while queued */
 	char oid[];
 };
 
@@ -567,62 +563,22 @@ static void rread_free(struct rread *rr)
 	free(rr);
 }
 
-/* librados thread: queue the read for a worker, nothing else. */
+/* librados thread: hand the read back to its owner, nothing else. */
 static void rread_complete_cb(rados_completion_t c, void *arg)
 {
 	struct rread *rr = arg;
-	struct rados_backend *rb = rr->rb;
 
-	pthread_mutex_lock(&rb->lock);
-	rr->next = NULL;
-	if (rb->tail)
-		rb->tail->next = rr;
-	else
-		rb->head = rr;
-	rb->tail = rr;
-	pthread_cond_signal(&rb->work);
-	pthread_mutex_unlock(&rb->lock);
-}
-
-static void *rb_worker(void *arg)
-{
-	struct rados_backend *rb = arg;
-
-	pthread_mutex_lock(&rb->lock);
-	for (;;) {
-		struct rread *rr;
-		int res;
-
-		while (!rb->head && !rb->stopping)
-			pthread_cond_wait(&rb->work, &rb->lock);
-		if (!rb->head)
-			break;
-		rr = rb->head;
-		rb->head = rr->next;
-		if (!rb->head)
-			rb->tail = NULL;
-		pthread_mutex_unlock(&rb->lock);
-
-		res = rread_result(rr, rados_aio_get_return_value(rr->c));
-		rr->done(rr->arg, res);
-		rread_free(rr);
-
-		pthread_mutex_lock(&rb->lock);
-		if (--rb->inflight == 0)
-			pthread_cond_broadcast(&rb->idle);
-	}
-	pthread_mutex_unlock(&rb->lock);
-	return NULL;
+	rr->done(rr->arg);	/* rr may be finished and freed from here on */
 }
 
 /*
  * Prepare and start the read of chunk @idx of @file.  @cb NULL: synchronous
- * (the caller waits on rr->c); else @cb queues it for a worker, which
- * calls @done(@arg).  Returns 0 with *@out set, or -errno.
+ * (the caller waits on rr->c); else @cb runs on completion and calls
+ * @done(@arg).  Returns 0 with *@out set, or -errno.
  */
 static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
 		       uint32_t idx, void *buf, size_t len, rados_callback_t cb,
-		       backend_done_fn done, void *arg, struct rread **out)
+		       void (*done)(void *arg), void *arg, struct rread **out)
 {
 	struct sfs_attr a;
 	struct rread *rr;
@@ -711,9 +667,10 @@ static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
 	return rc;
 }
 
-static int rb_read_chunk_async(struct backend *be, const struct sfs_attr *file,
-			       uint32_t idx, void *buf, size_t len,
-			       backend_done_fn done, void *arg)
+static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
+			uint32_t idx, void *buf, size_t len,
+			void (*done)(void *arg), void *arg,
+			struct backend_aio **out)
 {
 	struct rados_backend *rb = RB(be);
 	struct rread *rr;
@@ -728,8 +685,7 @@ static int rb_read_chunk_async(struct backend *be, const struct sfs_attr *file,
 	rb->inflight++;
 	pthread_mutex_unlock(&rb->lock);
 
-	rc = rread_start(rb, file, idx, buf, len, rread_complete_cb, done, arg,
-			 &rr);
+	rc = rread_start(rb, file, idx, buf, len, rread_complete_cb, done, arg, &rr);
 	if (rc) {
 		pthread_mutex_lock(&rb->lock);
 		if (--rb->inflight == 0)
@@ -737,8 +693,29 @@ static int rb_read_chunk_async(struct backend *be, const struct sfs_attr *file,
 		pthread_mutex_unlock(&rb->lock);
 		return rc;
 	}
-	/* rr may be done and freed already */
+	*out = (struct backend_aio *)rr;	/* done() may have run already */
 	return 0;
+}
+
+static int rb_aio_finish(struct backend *be, struct backend_aio *h,
+			 struct sfs_id *hash, bool *hashed)
+{
+	struct rados_backend *rb = RB(be);
+	struct rread *rr = (struct rread *)h;
+	int res;
+
+	/* done() ran, but the callback may not have returned: let it */
+	rados_aio_wait_for_complete_and_cb(rr->c);
+	res = rread_result(rr, rados_aio_get_return_value(rr->c));
+	*hashed = res >= 0 && !rb->plain;
+	if (*hashed)
+		*hash = rr->id;		/* rread_result checked the bytes hash to it */
+	rread_free(rr);
+	pthread_mutex_lock(&rb->lock);
+	if (--rb->inflight == 0)
+		pthread_cond_broadcast(&rb->idle);
+	pthread_mutex_unlock(&rb->lock);
+	return res;
 }
 
 /* ---- metadata ---- */
@@ -780,7 +757,6 @@ static void rb_free(struct rados_backend *rb)
 	if (rb->cl)
 		rados_shutdown(rb->cl);
 	pthread_cond_destroy(&rb->idle);
-	pthread_cond_destroy(&rb->work);
 	pthread_mutex_destroy(&rb->lock);
 	free(rb->pool);
 	free(rb->nspace);
@@ -795,13 +771,10 @@ static void rb_destroy(struct backend *be)
 
 	pthread_mutex_lock(&rb->lock);
 	rb->stopping = true;
-	/* every started read completes within the op timeout */
+	/* every started read completes within the op timeout; its owner finishes it */
 	while (rb->inflight)
 		pthread_cond_wait(&rb->idle, &rb->lock);
-	pthread_cond_broadcast(&rb->work);
 	pthread_mutex_unlock(&rb->lock);
-	for (int i = 0; i < rb->nworkers; i++)
-		pthread_join(rb->workers[i], NULL);
 	rb_free(rb);
 }
 
@@ -835,7 +808,6 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 		goto out_uri;
 	}
 	pthread_mutex_init(&rb->lock, NULL);
-	pthread_cond_init(&rb->work, NULL);
 	pthread_cond_init(&rb->idle, NULL);
 	rb->be.ops = &backend_rados_ops;
 	rb->plain = u.plain;
@@ -861,14 +833,6 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 	if (rc)
 		goto out_free;
 	rb->be.chunk_size = manifest_chunk_size(rb->m);
-
-	for (; rb->nworkers < RB_WORKERS; rb->nworkers++) {
-		rc = -pthread_create(&rb->workers[rb->nworkers], NULL, rb_worker, rb);
-		if (rc) {
-			errf(err, errlen, rc, "cannot start a thread: %s", strerror(-rc));
-			goto out_stop;
-		}
-	}
 	if (rb->plain)
 		log_notice("%s: %" PRIu64 " entries (plain objects), chunk size %u",
 			   uri, manifest_nentries(rb->m), rb->be.chunk_size);
@@ -880,10 +844,6 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 	*out = &rb->be;
 	return 0;
 
-out_stop:
-	rb_destroy(&rb->be);
-	uri_release(&u);
-	return rc;
 out_free:
 	rb_free(rb);
 out_uri:
@@ -900,6 +860,7 @@ const struct backend_ops backend_rados_ops = {
 	.readdir = rb_readdir,
 	.readlink = rb_readlink,
 	.read_chunk = rb_read_chunk,
-	.read_chunk_async = rb_read_chunk_async,
+	.aio_start = rb_aio_start,
+	.aio_finish = rb_aio_finish,
 	.statfs = rb_statfs,
 };

@@ -20,12 +20,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#define CACHE_LAYOUT	"stagefs-cache 1\n"
+#define CACHE_LAYOUT	"stagefs-cache 2\n"
+#define CACHE_LAYOUT_1	"stagefs-cache 1\n"	/* upgraded in place at start */
 #define JREC_MAGIC	0x53464a31u	/* "SFJ1" */
 #define ALLOC_UNIT	4096ULL
 
@@ -49,7 +51,15 @@ struct cchunk {
 	uint16_t readers;	/* hits reading it now: not evictable */
 	uint8_t state;
 	bool verified;		/* checked against hash since daemon start */
+	uint8_t hkind;		/* enum hash_kind of @hash */
 };
+
+/*
+ * What a chunk's recorded hash is.  Records written by layout 1 hold
+ * XXH3-64; everything filled since holds cache_chunk_hash() (the low half
+ * of XXH3-128).  The kind is the journal record's first pad byte.
+ */
+enum hash_kind { HK_XXH3_64 = 0, HK_XXH3_128_LO = 1 };
 
 struct cfile {
 	struct cfile *hnext;
@@ -61,6 +71,7 @@ struct cfile {
 	uint32_t present;
 	int refs;
 	int fd;
+	int dfd;		/* O_DIRECT twin of fd, or -1; closed with it */
 	int fd_users;
 	int writers;		/* our own writes in flight: ctime is ours */
 	int pins;		/* outside readers: no eviction */
@@ -73,7 +84,8 @@ struct cfile {
 struct jrec {
 	uint32_t magic;
 	uint8_t type;
-	uint8_t pad[3];
+	uint8_t hkind;		/* enum hash_kind; 0 in layout 1 */
+	uint8_t pad[2];
 	uint64_t id_hi, id_lo;
 	uint64_t file_size;
 	uint32_t chunk_size;
@@ -141,8 +153,8 @@ struct cache {
 	struct bypass_slot bp[BYPASS_SLOTS];
 	uint64_t bp_clock;
 
-	const struct cache_io_ops *io;	/* cache_set_io(); set before use */
-	void *io_arg;
+	struct cache_waiter *waiters;	/* protected by lock: async waits */
+	_Atomic bool direct_ok;		/* O_DIRECT not refused yet */
 };
 
 /* Copy @n bytes at @coff of a recently bypassed chunk; false if not held. */
@@ -362,6 +374,9 @@ static void fd_close_locked(struct cache *c, struct cfile *cf)
 		return;
 	close(cf->fd);
 	cf->fd = -1;
+	if (cf->dfd >= 0)
+		close(cf->dfd);
+	cf->dfd = -1;
 	/* ctime_seen stays: an outside write while closed is still noticed */
 	fdlist_unlink(cf);
 	c->nfds--;
@@ -445,6 +460,7 @@ static struct cfile *cfile_new(struct cache *c, const struct sfs_id *id,
 	cf->chunk_size = chunk_size;
 	cf->nchunks = (uint32_t)n;
 	cf->fd = -1;
+	cf->dfd = -1;
 	for (uint32_t i = 0; i < cf->nchunks; i++) {
 		cf->chunks[i].file = cf;
 		cf->chunks[i].idx = i;
@@ -491,6 +507,7 @@ static void jrec_fill(struct jrec *r, int type, const struct cfile *cf,
 	memset(r, 0, sizeof(*r));
 	r->magic = JREC_MAGIC;
 	r->type = (uint8_t)type;
+	r->hkind = ch->hkind;
 	r->id_hi = cf->id.hi;
 	r->id_lo = cf->id.lo;
 	r->file_size = cf->size;
@@ -587,6 +604,7 @@ static int journal_load(struct cache *c)
 			    r->len == chunk_len(cf, r->idx)) {
 				ch->state = CH_PRESENT;
 				ch->hash = r->hash;
+				ch->hkind = r->hkind;
 				ch->owner = r->owner;
 				ch->own = owner_get(c, r->owner);
 				ch->verified = false;
@@ -679,7 +697,8 @@ static uint64_t effective_limit(struct cache *c)
 	struct statvfs sv;
 	uint64_t limit = c->opts.size_limit ? c->opts.size_limit : UINT64_MAX;
 
-	if (statvfs(c->dir, &sv) == 0) {
+	/* a filesystem that reports no size (ramfs) is bounded by cache_size alone */
+	if (statvfs(c->dir, &sv) == 0 && sv.f_blocks) {
 		uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
 		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
 		uint64_t reserve = (uint64_t)((double)total * c->opts.free_ratio);
@@ -859,6 +878,19 @@ static int cfile_open_fd(struct cache *c, struct cfile *cf, int *out)
 	if (errno != ENOENT)
 		return -errno;
 	pthread_mutex_lock(&c->lock);
+	if (cf->present && cf->fd >= 0) {
+		/*
+		 * Not vanished: another thread created it after our open failed,
+		 * and filled chunks through its descriptor since.  Open it again.
+		 */
+		pthread_mutex_unlock(&c->lock);
+		fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd >= 0)
+			goto out;
+		if (errno != ENOENT)
+			return -errno;
+		pthread_mutex_lock(&c->lock);
+	}
 	if (cf->present) {
 		log_warn("cache file %s vanished: refetching its chunks", path);
 		cfile_forget_chunks(c, cf);
@@ -987,199 +1019,419 @@ static void note_own_write(struct cfile *cf, int fd)
 	}
 }
 
-/* ---- the read path ---- */
+/* ---- fills in steps (cache.h), shared by the synchronous path ---- */
 
-/* Write a filled chunk (and fdatasync it with cache_sync): the I/O hook or pwrite. */
-static ssize_t io_write(struct cache *c, int fd, const void *buf, size_t len, off_t off)
+uint64_t cache_chunk_hash(const void *buf, size_t len)
 {
-	ssize_t w = -ENOSYS;
+	struct sfs_id id;
 
-	if (c->io)
-		w = c->io->write_chunk(c->io_arg, fd, buf, len, off, c->opts.sync);
-	if (w != -ENOSYS)
-		return w;
-	w = pwrite_full(fd, buf, len, off);
-	if (w == (ssize_t)len && c->opts.sync && fdatasync(fd) < 0)
-		return -errno;
-	return w;
+	sfs_id_of(buf, len, &id);
+	return id.lo;
 }
 
-/* Read a whole chunk back (@buf has room for @cap): the I/O hook or pread. */
-static ssize_t io_read(struct cache *c, int fd, void *buf, size_t len, size_t cap,
-		       off_t off)
+static uint64_t hash_of_kind(int kind, const void *buf, size_t len)
 {
-	ssize_t r = -ENOSYS;
-
-	if (c->io)
-		r = c->io->read_chunk(c->io_arg, fd, buf, len, cap, off);
-	return r != -ENOSYS ? r : pread_full(fd, buf, len, off);
+	return kind == HK_XXH3_64 ? sfs_hash64(buf, len) : cache_chunk_hash(buf, len);
 }
 
 /*
+ * Chunk @idx of @cf left FILLING or CHECKING: wake the threads waiting on
+ * c->cond and hand every async waiter of that chunk back.  c->lock held.
+ */
+static void wake_locked(struct cache *c, const struct cfile *cf, uint32_t idx)
+{
+	struct cache_waiter **pp = &c->waiters;
+
+	pthread_cond_broadcast(&c->cond);
+	while (*pp) {
+		struct cache_waiter *w = *pp;
+
+		if (w->cf != cf || w->idx != idx) {
+			pp = &w->next;
+			continue;
+		}
+		*pp = w->next;
+		w->next = NULL;
+		w->cf = NULL;
+		w->fn(w);	/* may be reused by its owner from here on */
+	}
+}
+
+bool cache_waiter_cancel(struct cache *c, struct cache_waiter *w)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&c->lock);
+	for (struct cache_waiter **pp = &c->waiters; *pp; pp = &(*pp)->next) {
+		if (*pp == w) {
+			*pp = w->next;
+			w->next = NULL;
+			w->cf = NULL;
+			found = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return found;
+}
+
+/* Decide what chunk @idx of @cf needs and claim it (cache.h).  c->lock held. */
+static int claim_locked(struct cache *c, struct cfile *cf, uint32_t idx,
+			uint32_t uid, bool nothrash, struct cache_fill *f)
+{
+	struct cchunk *ch = &cf->chunks[idx];
+
+	switch (ch->state) {
+	case CH_FILLING:
+	case CH_CHECKING:
+		return CACHE_BUSY;
+	case CH_PRESENT:
+		lru_touch(c, ch);
+		if (ch->verified)
+			return CACHE_HIT;
+		/* present but not checked since start (or distrusted) */
+		ch->state = CH_CHECKING;
+		f->kind = CACHE_CHECK;
+		break;
+	default:
+		ch->state = CH_FILLING;
+		ch->owner = uid;
+		ch->own = owner_get(c, uid);
+		f->kind = CACHE_FETCH;
+		break;
+	}
+	f->cf = cf;
+	f->idx = idx;
+	f->off = (off_t)idx * cf->chunk_size;
+	f->len = chunk_len(cf, idx);
+	f->sync = c->opts.sync;
+	f->nothrash = nothrash;
+	f->own_fd = false;
+	f->reserved = false;
+	f->write_tries = 0;
+	f->hash = 0;
+	f->need = 0;
+	return f->kind;
+}
+
+/* The claim is over: give back the descriptor use it took. */
+static void claim_end(struct cache *c, struct cache_fill *f)
+{
+	if (f->own_fd)
+		fd_release(c, f->cf);
+	f->own_fd = false;
+}
+
+int cache_fill_claim(struct cache *c, struct cfile *cf, uint32_t idx,
+		     uint32_t uid, bool nothrash, struct cache_fill *f,
+		     struct cache_waiter *w)
+{
+	int fd, ret;
+
+	if (idx >= cf->nchunks)
+		return -EINVAL;
+	ret = fd_acquire(c, cf, &fd);
+	if (ret)
+		return ret;
+	pthread_mutex_lock(&c->lock);
+	ret = claim_locked(c, cf, idx, uid, nothrash, f);
+	if (ret == CACHE_BUSY && w) {
+		w->cf = cf;
+		w->idx = idx;
+		w->next = c->waiters;
+		c->waiters = w;
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (ret == CACHE_FETCH || ret == CACHE_CHECK) {
+		f->fd = fd;
+		f->own_fd = true;
+		return ret;
+	}
+	fd_release(c, cf);
+	return ret;
+}
+
+int cache_fill_direct_fd(struct cache *c, struct cache_fill *f)
+{
+	struct cfile *cf = f->cf;
+	char path[64];
+	int dfd;
+
+	pthread_mutex_lock(&c->lock);
+	dfd = cf->dfd;
+	pthread_mutex_unlock(&c->lock);
+	if (dfd >= 0 || !atomic_load(&c->direct_ok))
+		return dfd >= 0 ? dfd : -1;
+	/* the same inode as f->fd, whatever happened to the path since */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", f->fd);
+	dfd = open(path, O_RDWR | O_DIRECT | O_CLOEXEC);
+	if (dfd < 0) {
+		int e = errno;
+
+		/* out of descriptors or memory: this time only; else for good */
+		if (e != EMFILE && e != ENFILE && e != ENOMEM && e != EINTR &&
+		    atomic_exchange(&c->direct_ok, false))
+			log_info("cache %s: %s: buffered I/O", c->dir,
+				 e == EINVAL ? "the filesystem refuses O_DIRECT" : strerror(e));
+		return -1;
+	}
+	pthread_mutex_lock(&c->lock);
+	if (cf->dfd >= 0) {
+		close(dfd);
+		dfd = cf->dfd;
+	} else {
+		cf->dfd = dfd;	/* our fd use keeps cf->fd, and so this, open */
+	}
+	pthread_mutex_unlock(&c->lock);
+	return dfd;
+}
+
+int cache_fill_commit(struct cache *c, struct cache_fill *f, uint64_t hash)
+{
+	struct cfile *cf = f->cf;
+	struct cchunk *ch = &cf->chunks[f->idx];
+
+	f->hash = hash;
+	f->need = alloc_size(f->len);
+	pthread_mutex_lock(&c->lock);
+	c->st.misses++;
+	c->st.fetched_bytes += f->len;
+	f->reserved = reserve_locked(c, ch->own, f->need, f->nothrash);
+	if (!f->reserved) {
+		/* no room (quota, no-thrash, full): served, not kept */
+		c->st.bypass++;
+		ch->state = CH_ABSENT;
+		wake_locked(c, cf, f->idx);
+		pthread_mutex_unlock(&c->lock);
+		claim_end(c, f);
+		return CACHE_BYPASS;
+	}
+	cf->writers++;
+	pthread_mutex_unlock(&c->lock);
+	return CACHE_WRITE;
+}
+
+int cache_fill_written(struct cache *c, struct cache_fill *f, ssize_t res)
+{
+	struct cfile *cf = f->cf;
+	struct cchunk *ch = &cf->chunks[f->idx];
+
+	if (res >= 0 && res != (ssize_t)f->len)
+		res = -ENOSPC;
+	if ((res == -ENOSPC || res == -EDQUOT) && f->write_tries++ == 0) {
+		/* the disk filled under us: make room and try once more */
+		pthread_mutex_lock(&c->lock);
+		for (int k = 0; k < 8 && evict_one(c, ch->own); k++)
+			;
+		pthread_mutex_unlock(&c->lock);
+		return CACHE_WRITE;
+	}
+	if (res < 0 && res != -ENOSPC && res != -EDQUOT)
+		log_warn("cache: writing chunk %u of %016" PRIx64 "%016" PRIx64 " failed: %s",
+			 f->idx, cf->id.hi, cf->id.lo, strerror((int)-res));
+
+	pthread_mutex_lock(&c->lock);
+	cf->writers--;
+	if (res >= 0) {
+		ch->hash = f->hash;
+		ch->hkind = HK_XXH3_128_LO;
+		ch->state = CH_PRESENT;
+		ch->verified = true;
+		cf->present++;
+		account(c, ch->own, 0, 1);
+		lru_push(c, ch);
+		/* only now: the bytes (and with cache_sync their fdatasync) are done */
+		journal_append(c, JREC_ADD, cf, ch);
+		note_own_write(cf, f->fd);
+	} else {
+		account(c, ch->own, -(int64_t)f->need, 0);
+		c->st.bypass++;
+		ch->state = CH_ABSENT;
+		/* a partly written chunk is a hole again, never served */
+		fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, f->off,
+			  (off_t)f->len);
+		note_own_write(cf, f->fd);
+	}
+	wake_locked(c, cf, f->idx);
+	pthread_mutex_unlock(&c->lock);
+	claim_end(c, f);
+	return res >= 0 ? CACHE_STORED : CACHE_BYPASS;
+}
+
+int cache_check_done(struct cache *c, struct cache_fill *f, const void *buf,
+		     ssize_t res)
+{
+	struct cfile *cf = f->cf;
+	struct cchunk *ch = &cf->chunks[f->idx];
+	/* hash and hkind do not change while we hold the chunk CHECKING */
+	bool ok = res == (ssize_t)f->len && hash_of_kind(ch->hkind, buf, f->len) == ch->hash;
+	int ret;
+
+	pthread_mutex_lock(&c->lock);
+	if (ok) {
+		ch->state = CH_PRESENT;
+		ch->verified = true;
+		c->st.hits++;
+		ret = CACHE_HIT;
+	} else {
+		log_warn("cache: chunk %u of %016" PRIx64 "%016" PRIx64
+			 " is corrupt on disk (%s): refetching", f->idx,
+			 cf->id.hi, cf->id.lo,
+			 res < 0 ? strerror((int)-res) :
+			 res != (ssize_t)f->len ? "short" : "hash mismatch");
+		c->st.corrupt++;
+		ch->state = CH_PRESENT;
+		chunk_drop(c, ch, false);
+		ret = CACHE_CORRUPT;
+	}
+	wake_locked(c, cf, f->idx);
+	pthread_mutex_unlock(&c->lock);
+	claim_end(c, f);
+	return ret;
+}
+
+void cache_fill_abort(struct cache *c, struct cache_fill *f, int err)
+{
+	struct cfile *cf = f->cf;
+	struct cchunk *ch = &cf->chunks[f->idx];
+
+	pthread_mutex_lock(&c->lock);
+	if (f->kind == CACHE_CHECK) {
+		ch->state = CH_PRESENT;		/* still unverified */
+	} else {
+		ch->state = CH_ABSENT;
+		if (err != -ECANCELED)
+			c->st.fetch_errors++;
+	}
+	wake_locked(c, cf, f->idx);
+	pthread_mutex_unlock(&c->lock);
+	claim_end(c, f);
+}
+
+/* ---- the synchronous read path ---- */
+
+/*
  * Bring chunk @idx of @cf to PRESENT+verified and copy @n bytes at @coff of
- * it to @dst (if @dst).  Returns @n (0 when @dst is NULL) or -errno.
+ * it to @dst (if @dst).  Returns @n (0 when @dst is NULL) or -errno.  With
+ * @src NULL only a present, verified chunk is read (else -EAGAIN).  @fd is
+ * a use of the cache file's descriptor the caller holds.
  */
 static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t idx,
 			  size_t coff, void *dst, size_t n,
 			  const struct cache_source *src)
 {
 	struct cchunk *ch = &cf->chunks[idx];
-	size_t clen = chunk_len(cf, idx);
 	off_t base = (off_t)idx * cf->chunk_size;
-	void *scratch;
+	struct cache_fill f;
+	void *scratch = NULL;
 	ssize_t r;
+	int st;
 
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		switch (ch->state) {
-		case CH_FILLING:
-		case CH_CHECKING:
+		if (ch->state == CH_PRESENT && ch->verified) {
+			lru_touch(c, ch);
+			if (!dst) {
+				pthread_mutex_unlock(&c->lock);
+				return 0;
+			}
+			ch->readers++;
+			pthread_mutex_unlock(&c->lock);
+			r = pread_full(fd, dst, n, base + (off_t)coff);
+			pthread_mutex_lock(&c->lock);
+			ch->readers--;
+			if (r == (ssize_t)n) {
+				c->st.hits++;
+				pthread_mutex_unlock(&c->lock);
+				return r;
+			}
+			/* short or failed: let the check path decide */
+			ch->verified = false;
+			continue;
+		}
+		if (ch->state == CH_ABSENT && dst && bypass_get(c, cf, idx, coff, dst, n)) {
+			c->st.bypass++;
+			pthread_mutex_unlock(&c->lock);
+			return (ssize_t)n;
+		}
+		if (!src || (ch->state == CH_ABSENT && !src->fetch)) {
+			pthread_mutex_unlock(&c->lock);
+			return src ? -ENOSYS : -EAGAIN;
+		}
+		st = claim_locked(c, cf, idx, src->uid, src->nothrash, &f);
+		if (st == CACHE_BUSY) {
 			pthread_cond_wait(&c->cond, &c->lock);
 			continue;
-		case CH_PRESENT:
-			if (ch->verified) {
-				lru_touch(c, ch);
-				if (!dst) {
-					pthread_mutex_unlock(&c->lock);
-					return 0;
-				}
-				ch->readers++;
-				pthread_mutex_unlock(&c->lock);
-				r = pread_full(fd, dst, n, base + (off_t)coff);
-				pthread_mutex_lock(&c->lock);
-				ch->readers--;
-				if (r == (ssize_t)n) {
-					c->st.hits++;
-					pthread_mutex_unlock(&c->lock);
-					return r;
-				}
-				/* short or failed: let the check path decide */
-				ch->verified = false;
-				continue;
-			}
-			/* present but not checked since start (or distrusted) */
-			ch->state = CH_CHECKING;
-			lru_touch(c, ch);
-			pthread_mutex_unlock(&c->lock);
-			scratch = scratch_get(cf->chunk_size);
-			r = scratch ? io_read(c, fd, scratch, clen, cf->chunk_size, base) : -ENOMEM;
-			pthread_mutex_lock(&c->lock);
-			if (r == (ssize_t)clen && sfs_hash64(scratch, clen) == ch->hash) {
-				ch->state = CH_PRESENT;
-				ch->verified = true;
-				c->st.hits++;
-				pthread_cond_broadcast(&c->cond);
-				pthread_mutex_unlock(&c->lock);
-				if (dst)
-					memcpy(dst, (char *)scratch + coff, n);
-				return dst ? (ssize_t)n : 0;
-			}
-			if (r == -ENOMEM) {
-				ch->state = CH_PRESENT;
-				pthread_cond_broadcast(&c->cond);
-				pthread_mutex_unlock(&c->lock);
-				return -ENOMEM;
-			}
-			log_warn("cache: chunk %u of %016" PRIx64 "%016" PRIx64
-				 " is corrupt on disk (%s): refetching", idx,
-				 cf->id.hi, cf->id.lo,
-				 r < 0 ? strerror((int)-r) :
-				 r != (ssize_t)clen ? "short" : "hash mismatch");
-			c->st.corrupt++;
-			ch->state = CH_PRESENT;
-			chunk_drop(c, ch, false);
-			pthread_cond_broadcast(&c->cond);
+		}
+		if (st == CACHE_HIT)
 			continue;
-		case CH_ABSENT:
-			if (dst && bypass_get(c, cf, idx, coff, dst, n)) {
-				c->st.bypass++;
-				pthread_mutex_unlock(&c->lock);
-				return (ssize_t)n;
-			}
-			goto fill;
-		}
-	}
-
-fill:
-	ch->state = CH_FILLING;
-	ch->owner = src->uid;
-	ch->own = owner_get(c, src->uid);
-	pthread_mutex_unlock(&c->lock);
-
-	scratch = scratch_get(cf->chunk_size);
-	if (!src->fetch)
-		r = -ENOSYS;
-	else
-		r = scratch ? src->fetch(src->arg, idx, scratch, clen) : -ENOMEM;
-	if (r != (ssize_t)clen) {
-		if (r >= 0)
-			r = -EIO;
-		pthread_mutex_lock(&c->lock);
-		ch->state = CH_ABSENT;
-		c->st.fetch_errors++;
-		pthread_cond_broadcast(&c->cond);
+		f.fd = fd;
 		pthread_mutex_unlock(&c->lock);
-		return r;
-	}
-	uint64_t h = sfs_hash64(scratch, clen);
-	uint64_t need = alloc_size(clen);
-	bool stored = false;
 
-	pthread_mutex_lock(&c->lock);
-	c->st.misses++;
-	c->st.fetched_bytes += clen;
-	bool room = reserve_locked(c, ch->own, need, src->nothrash);
-
-	cf->writers++;
-	pthread_mutex_unlock(&c->lock);
-	if (room) {
-		for (int attempt = 0; attempt < 2 && !stored; attempt++) {
-			ssize_t w = io_write(c, fd, scratch, clen, base);
-
-			if (w == (ssize_t)clen) {
-				stored = true;
-				break;
-			}
-			if (w != -ENOSPC && w != -EDQUOT) {
-				log_warn("cache: writing chunk failed: %s",
-					 strerror(w < 0 ? (int)-w : EIO));
-				break;
-			}
-			/* the disk filled under us: make room and try once more */
-			pthread_mutex_lock(&c->lock);
-			for (int k = 0; k < 8 && evict_one(c, ch->own); k++)
-				;
-			pthread_mutex_unlock(&c->lock);
+		scratch = scratch_get(cf->chunk_size);
+		if (!scratch) {
+			cache_fill_abort(c, &f, -ENOMEM);
+			return -ENOMEM;
 		}
-	}
+		if (st == CACHE_CHECK) {
+			r = pread_full(fd, scratch, f.len, f.off);
+			if (cache_check_done(c, &f, scratch, r) == CACHE_HIT)
+				break;
+			/* dropped: fetch it again */
+			pthread_mutex_lock(&c->lock);
+			continue;
+		}
+		r = src->fetch(src->arg, idx, scratch, f.len);
+		if (r != (ssize_t)f.len) {
+			if (r >= 0)
+				r = -EIO;
+			cache_fill_abort(c, &f, (int)r);
+			return r;
+		}
+		st = cache_fill_commit(c, &f, cache_chunk_hash(scratch, f.len));
+		while (st == CACHE_WRITE) {
+			ssize_t w = pwrite_full(fd, scratch, f.len, f.off);
 
-	pthread_mutex_lock(&c->lock);
-	cf->writers--;
-	if (stored) {
-		ch->hash = h;
-		ch->state = CH_PRESENT;
-		ch->verified = true;
-		cf->present++;
-		account(c, ch->own, 0, 1);
-		lru_push(c, ch);
-		journal_append(c, JREC_ADD, cf, ch);
-		note_own_write(cf, fd);
-	} else {
-		if (room)
-			account(c, ch->own, -(int64_t)need, 0);
-		c->st.bypass++;
-		ch->state = CH_ABSENT;
-		/* a partly written chunk is a hole again, never served */
-		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, base,
-			  (off_t)clen);
-		note_own_write(cf, fd);
-		bypass_put(c, cf, idx, scratch, clen);
+			if (w == (ssize_t)f.len && f.sync && fdatasync(fd) < 0)
+				w = -errno;
+			st = cache_fill_written(c, &f, w);
+		}
+		if (st == CACHE_BYPASS)
+			bypass_put(c, cf, idx, scratch, f.len);
+		break;
 	}
-	pthread_cond_broadcast(&c->cond);
-	pthread_mutex_unlock(&c->lock);
 	if (dst)
 		memcpy(dst, (char *)scratch + coff, n);
 	return dst ? (ssize_t)n : 0;
+}
+
+ssize_t cache_read_cached(struct cache *c, struct cfile *cf, uint64_t off,
+			  void *buf, size_t len)
+{
+	size_t done = 0;
+	int fd, ret;
+
+	if (off >= cf->size || !len)
+		return 0;
+	len = (size_t)MIN((uint64_t)len, cf->size - off);
+	ret = fd_acquire(c, cf, &fd);
+	if (ret)
+		return ret;
+	while (done < len) {
+		uint64_t pos = off + done;
+		uint32_t idx = (uint32_t)(pos / cf->chunk_size);
+		size_t coff = (size_t)(pos % cf->chunk_size);
+		size_t n = MIN(len - done, (size_t)cf->chunk_size - coff);
+		ssize_t r = chunk_read(c, cf, fd, idx, coff, (char *)buf + done, n, NULL);
+
+		if (r < 0) {
+			fd_release(c, cf);
+			return done ? (ssize_t)done : r;
+		}
+		done += n;
+	}
+	fd_release(c, cf);
+	return (ssize_t)done;
 }
 
 ssize_t cache_read(struct cache *c, struct cfile *cf, uint64_t off, void *buf,
@@ -1401,12 +1653,6 @@ void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid)
 	pthread_mutex_unlock(&c->lock);
 }
 
-void cache_set_io(struct cache *c, const struct cache_io_ops *ops, void *arg)
-{
-	c->io = ops;
-	c->io_arg = arg;
-}
-
 void cache_quota_changed(struct cache *c)
 {
 	pthread_mutex_lock(&c->lock);
@@ -1446,10 +1692,38 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 
 /* ---- setup ---- */
 
+/* Write LAYOUT as @dir's layout, atomically (aside, fsynced, renamed over). */
+static int write_layout(const char *dir)
+{
+	char path[PATH_MAX], tmp[PATH_MAX];
+	size_t len = strlen(CACHE_LAYOUT);
+	int fd, ret = 0;
+
+	snprintf(path, sizeof(path), "%s/LAYOUT", dir);
+	snprintf(tmp, sizeof(tmp), "%s/LAYOUT.tmp", dir);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, CACHE_LAYOUT, len) != (ssize_t)len || fsync(fd) < 0)
+		ret = errno ? -errno : -EIO;
+	close(fd);
+	if (!ret && rename(tmp, path) < 0)
+		ret = -errno;
+	if (ret)
+		unlink(tmp);
+	return ret;
+}
+
+/*
+ * Layout 2 differs from 1 only in the hash its records carry (the record's
+ * hkind byte, 0 in layout 1, tells them apart), so a layout-1 directory is
+ * taken over as is; LAYOUT then says 2, and a daemon of layout 1 refuses
+ * the directory instead of distrusting every chunk filled since.
+ */
 static int check_layout(const char *dir, char *err, size_t errlen)
 {
 	char path[PATH_MAX], buf[64] = "";
-	int fd;
+	int fd, ret;
 	ssize_t n;
 
 	snprintf(path, sizeof(path), "%s/LAYOUT", dir);
@@ -1457,24 +1731,31 @@ static int check_layout(const char *dir, char *err, size_t errlen)
 	if (fd < 0) {
 		if (errno != ENOENT)
 			goto fail_errno;
-		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0)
-			goto fail_errno;
-		n = write(fd, CACHE_LAYOUT, strlen(CACHE_LAYOUT));
-		close(fd);
-		return n == (ssize_t)strlen(CACHE_LAYOUT) ? 0 : -EIO;
+		ret = write_layout(dir);
+		if (ret)
+			snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+		return ret;
 	}
 	n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
-	if (n < 0 || strcmp(buf, CACHE_LAYOUT)) {
-		snprintf(err, errlen, "%s: not a stagefs cache of layout 1 (%s)", dir,
-			 n < 0 ? "unreadable" : "other layout");
-		return -EINVAL;
+	if (n >= 0 && !strcmp(buf, CACHE_LAYOUT))
+		return 0;
+	if (n >= 0 && !strcmp(buf, CACHE_LAYOUT_1)) {
+		ret = write_layout(dir);
+		if (ret)
+			snprintf(err, errlen, "%s: upgrading to layout 2: %s", path,
+				 strerror(-ret));
+		else
+			log_notice("cache %s: layout 1 upgraded to 2", dir);
+		return ret;
 	}
-	return 0;
+	snprintf(err, errlen, "%s: not a stagefs cache of layout 2 (%s)", dir,
+		 n < 0 ? "unreadable" : "other layout");
+	return -EINVAL;
 fail_errno:
+	ret = -errno;
 	snprintf(err, errlen, "%s: %s", path, strerror(errno));
-	return -errno;
+	return ret;
 }
 
 static int take_lock(struct cache *c, char *err, size_t errlen)
@@ -1532,6 +1813,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	c->lru.lru_next = c->lru.lru_prev = &c->lru;
 	c->quota_gen = 1;
 	c->fds.fd_next = c->fds.fd_prev = &c->fds;
+	atomic_init(&c->direct_ok, true);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->bp_lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
@@ -1616,6 +1898,8 @@ void cache_destroy(struct cache *c)
 
 			if (cf->fd >= 0)
 				close(cf->fd);
+			if (cf->dfd >= 0)
+				close(cf->dfd);
 			free(cf->chunks);
 			free(cf);
 			cf = next;

@@ -7,15 +7,15 @@
  * is therefore a plain file the kernel (FUSE passthrough) or a GPU reader
  * (O_DIRECT) can read directly.  Evicting a chunk punches a hole.
  *
- * The index (which chunks are present, their XXH3-64 hash, the uid charged,
+ * The index (which chunks are present, their hash, the uid charged,
  * last use) lives in memory and in an append-only journal,
  * CACHE_DIR/index/journal, of fixed-size checksummed records (docs/cache.md).
  * A chunk is recorded only after its bytes are written (and, with
  * cache_sync, made durable), so a crash at any point leaves no chunk marked
  * present that is not fully on disk; a torn journal tail is dropped at start.
  *
- * Integrity: a chunk's hash is computed when it is filled (and checked
- * against the source's own hash where the backend has one).  The first read
+ * Integrity: a chunk's hash (cache_chunk_hash()) is taken when it is filled,
+ * from the source's own check where the backend has one.  The first read
  * of a chunk after the daemon starts reads the whole chunk back and checks
  * the hash; a cache file whose ctime moved without the daemon writing it is
  * re-verified the same way.  A mismatch is counted, the chunk dropped and
@@ -23,7 +23,9 @@
  *
  * Concurrency: one mutex (c->lock) guards the index; disk and backend I/O run
  * outside it.  A missing chunk is fetched once however many readers want it:
- * the first marks it FILLING, the others wait on c->cond.
+ * the first marks it FILLING, the others wait on c->cond (or queue a
+ * cache_waiter).  The same fill is offered in steps to an I/O engine that
+ * does the transfers itself (cache_fill_claim() and below).
  *
  * Capacity: cache_size and cache_free_ratio are enforced in filesystem blocks
  * before every fill by evicting least recently used chunks.  ENOSPC on a
@@ -174,21 +176,151 @@ uint32_t cache_file_evict(struct cache *c, struct cfile *cf);
 void cache_get_stats(struct cache *c, struct cache_stats *st);
 
 /*
- * An optional engine for the cache's two bulk disk transfers: writing a
- * filled chunk (then fdatasync when @sync) and reading a whole chunk back to
- * check its hash.  @buf is 4096-aligned with room for @cap >= @len bytes;
- * @off is the chunk's offset.  Each returns the bytes transferred or -errno,
- * or -ENOSYS to decline (the cache then uses pwrite/fdatasync and pread, the
- * default).  Called from any thread that reads or fills, outside the lock.
+ * The hash the index records for a chunk: the low 64 bits of the XXH3-128
+ * of its bytes (sfs_id_of()), which is the content address a RADOS chunk
+ * object is named by.  A fill whose bytes a backend already checked against
+ * their XXH3-128 passes that on, so no byte is hashed twice.
  */
-struct cache_io_ops {
-	ssize_t (*write_chunk)(void *arg, int fd, const void *buf, size_t len,
-			       off_t off, bool sync);
-	ssize_t (*read_chunk)(void *arg, int fd, void *buf, size_t len, size_t cap,
-			      off_t off);
+uint64_t cache_chunk_hash(const void *buf, size_t len);
+
+/* ---- asynchronous fills: an I/O engine doing the transfers itself ----
+ *
+ * cache_read()/cache_fill() fetch and write on the calling thread.  An
+ * engine that keeps many fills in flight on one thread (prefetch/engine.c)
+ * takes the same path in steps instead, doing each transfer itself (the
+ * descriptors, offset and length are in struct cache_fill):
+ *
+ *   cache_fill_claim()      ABSENT -> FILLING by this caller (CACHE_FETCH),
+ *                           PRESENT but not verified since the start ->
+ *                           CHECKING (CACHE_CHECK); CACHE_HIT: nothing to do;
+ *                           CACHE_BUSY: someone else fills or checks it
+ *   fetch the chunk ...     then cache_fill_commit() with its hash:
+ *                           CACHE_WRITE (room reserved under the quota and
+ *                           no-thrash rules: write it) or CACHE_BYPASS (no
+ *                           room: the chunk is absent again; serve the bytes
+ *                           from the buffer and keep nothing)
+ *   write it (+fdatasync    then cache_fill_written() with the result:
+ *   when f->sync) ...       CACHE_STORED (journaled, verified, waiters
+ *                           woken), CACHE_WRITE (the disk was full: room
+ *                           was made, write once more) or CACHE_BYPASS
+ *   read it back (CHECK)    then cache_check_done(): CACHE_HIT (verified:
+ *                           the buffer holds the chunk) or CACHE_CORRUPT
+ *                           (dropped, counted: claim again to refetch)
+ *   on any failure          cache_fill_abort(): the claim is undone
+ *
+ * Every claim that returned CACHE_FETCH or CACHE_CHECK ends in exactly one
+ * of CACHE_STORED, CACHE_BYPASS, cache_check_done() or cache_fill_abort();
+ * until then the caller holds a use of the descriptors (never closed under
+ * it) and other readers of the chunk wait.  The guarantees of the
+ * synchronous path hold, since it is built on the same steps: one fetch
+ * however many ask, the record appended only after cache_fill_written()
+ * reported the bytes (and their fdatasync) done, no chunk served that is
+ * not verified, ENOSPC bypass.  The buffer is the caller's throughout.
+ *
+ * Thread safety: any thread; each claim is used by one thread at a time.
+ */
+enum {
+	CACHE_HIT = 0,		/* present and verified */
+	CACHE_FETCH,		/* claimed: fetch it */
+	CACHE_CHECK,		/* claimed: read it back to verify it */
+	CACHE_BUSY,		/* another caller fills or checks it */
+	CACHE_WRITE,		/* write the chunk (again) */
+	CACHE_STORED,		/* written and recorded */
+	CACHE_BYPASS,		/* not kept: no room */
+	CACHE_CORRUPT,		/* failed its check: dropped */
 };
 
-/* Install @ops with @arg (NULL: the default) before reads or fills start. */
-void cache_set_io(struct cache *c, const struct cache_io_ops *ops, void *arg);
+/* One claimed chunk.  The caller embeds it in its I/O context. */
+struct cache_fill {
+	/* set by cache_fill_claim(); read-only for the caller */
+	int fd;			/* the cache file, buffered */
+	off_t off;		/* the chunk's offset in it */
+	size_t len;		/* the chunk's length */
+	bool sync;		/* cache_sync: fdatasync after the write */
+	/* the cache's own */
+	struct cfile *cf;
+	uint32_t idx;
+	uint8_t kind;		/* CACHE_FETCH or CACHE_CHECK */
+	bool nothrash;
+	bool own_fd;		/* the claim took an fd use */
+	bool reserved;		/* room is charged to the chunk's owner */
+	uint8_t write_tries;
+	uint64_t hash;
+	uint64_t need;		/* bytes charged */
+};
+
+/*
+ * Waits for a chunk that another caller fills or checks (CACHE_BUSY).
+ * @fn runs once, when that chunk's state changes, on the thread that
+ * changed it and with the cache's lock held: it must only hand over (queue
+ * and wake), never call into the cache.  The caller then claims again.
+ */
+struct cache_waiter {
+	void (*fn)(struct cache_waiter *w);
+	/* the cache's own */
+	struct cache_waiter *next;
+	const struct cfile *cf;
+	uint32_t idx;
+};
+
+/*
+ * Claim chunk @idx of @cf for a fill charged to @uid (@nothrash: the
+ * dataset's policy).  Returns CACHE_HIT, CACHE_FETCH or CACHE_CHECK (@f
+ * set up: go on with the steps above), CACHE_BUSY (@w, if not NULL, is
+ * queued: see struct cache_waiter), or -errno (the cache file cannot be
+ * opened).  Counts as a use of the chunk for eviction.
+ */
+int cache_fill_claim(struct cache *c, struct cfile *cf, uint32_t idx,
+		     uint32_t uid, bool nothrash, struct cache_fill *f,
+		     struct cache_waiter *w);
+/*
+ * Take @w off its chunk if it is still queued.  Returns true if it was
+ * (its fn will not run), false if its fn has run already.
+ */
+bool cache_waiter_cancel(struct cache *c, struct cache_waiter *w);
+
+/*
+ * An O_DIRECT descriptor of @f's cache file, opened on first use and kept
+ * with the buffered one (valid until the claim ends), or -1 where the
+ * filesystem refuses O_DIRECT (ramfs) or the file cannot be opened again:
+ * then use f->fd.  Once refused, it is not asked again.
+ */
+int cache_fill_direct_fd(struct cache *c, struct cache_fill *f);
+
+/*
+ * The fetch of a CACHE_FETCH claim brought f->len bytes whose
+ * cache_chunk_hash() is @hash.  Returns CACHE_WRITE or CACHE_BYPASS (the
+ * claim is over).  Counts the fetch (misses, fetched_bytes).
+ */
+int cache_fill_commit(struct cache *c, struct cache_fill *f, uint64_t hash);
+/*
+ * The write after CACHE_WRITE ended: @res is f->len (and, with f->sync,
+ * its fdatasync succeeded) or -errno (a short write is -ENOSPC).  Returns
+ * CACHE_STORED, CACHE_WRITE (write again) or CACHE_BYPASS; after
+ * CACHE_STORED and CACHE_BYPASS the claim is over.
+ */
+int cache_fill_written(struct cache *c, struct cache_fill *f, ssize_t res);
+/*
+ * The read-back of a CACHE_CHECK claim ended: @res bytes (or -errno) are
+ * in @buf.  Returns CACHE_HIT (verified) or CACHE_CORRUPT (the chunk was
+ * dropped and counted: claim again to refetch it).  The claim is over.
+ */
+int cache_check_done(struct cache *c, struct cache_fill *f, const void *buf,
+		     ssize_t res);
+/*
+ * Give a claim up (fetch failed, out of buffers, shutting down).  A fill
+ * leaves the chunk absent (counted in fetch_errors unless @err is
+ * -ECANCELED); a check leaves it present and unverified.  Waiters wake.
+ */
+void cache_fill_abort(struct cache *c, struct cache_fill *f, int err);
+
+/*
+ * Copy @len bytes at @off of @cf into @buf if every chunk they touch is
+ * present and verified; never fetches, checks or waits.  Returns @len (or
+ * less at end of file), or -EAGAIN when a chunk needs a fill or a check
+ * (go through the engine), or -errno.
+ */
+ssize_t cache_read_cached(struct cache *c, struct cfile *cf, uint64_t off,
+			  void *buf, size_t len);
 
 #endif

@@ -60,7 +60,8 @@ struct sfs_config {
 	uint32_t readahead_max;		/* chunks read ahead of a sequential reader */
 	uint32_t hint_window;		/* files prefetched ahead of a hinted reader */
 	uint64_t hint_window_bytes;	/* bytes prefetched ahead of a hinted reader */
-	bool prefetch_io_uring;		/* background cache I/O through io_uring */
+	bool prefetch_io_uring;		/* every fetch through the I/O engine */
+	uint64_t prefetch_buffers;	/* the engine's buffer region, bytes */
 	/* feed-rate metrics (fuse/metrics.c) */
 	uint32_t metrics_port;		/* 127.0.0.1:PORT/metrics; 0 = off */
 	char *metrics_file;		/* textfile-collector file; "" = off */

@@ -556,6 +556,7 @@ void stats_read_begin(struct stats *st, struct stats_read *rd, const void *file,
 	rd->misses = 0;
 	rd->backend_bytes = 0;
 	rd->pending = false;
+	rd->detached = false;
 	rd->fills0 = fills_seen(rd, &rd->pending);
 	rd->outer = cur_read;
 	cur_read = rd;
@@ -570,7 +571,8 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 
 	if (!st)
 		return;
-	cur_read = rd->outer;
+	if (!rd->detached)
+		cur_read = rd->outer;
 	t1 = now_ns();
 	v[STATS_READS] = 1;
 	v[STATS_READ_NS] = t1 - rd->t0;
@@ -609,6 +611,25 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		atomic_fetch_add_explicit(&st->untracked, 1, memory_order_relaxed);
 	}
 	ent_put(ref);
+}
+
+void stats_read_detach(struct stats_read *rd)
+{
+	if (!rd->st || rd->detached)
+		return;
+	cur_read = rd->outer;
+	rd->detached = true;
+}
+
+bool stats_read_stalled(struct stats_read *rd)
+{
+	return rd->st && (rd->pending || rd->misses || fills_seen(rd, NULL) != rd->fills0);
+}
+
+void stats_read_fetched(struct stats_read *rd, uint64_t bytes)
+{
+	rd->misses++;
+	rd->backend_bytes += bytes;
 }
 
 void stats_fetch_begin(struct stats *st, const void *file, uint32_t idx)

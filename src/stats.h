@@ -146,6 +146,7 @@ struct stats_read {
 	uint32_t chunk_size;
 	uint64_t fills0;		/* fill starts seen at begin */
 	bool pending;			/* a fill was running at begin */
+	bool detached;			/* ends on another thread */
 	uint32_t misses;		/* chunks this READ fetched */
 	uint64_t backend_bytes;
 };
@@ -160,6 +161,21 @@ void stats_read_begin(struct stats *st, struct stats_read *rd, const void *file,
 		      uint64_t off, size_t len, uint32_t chunk_size);
 void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		    uint32_t uid, ssize_t n);
+/*
+ * The READ of @rd will be answered by another thread (the I/O engine): it
+ * stops being this thread's current READ now; stats_read_end() may then
+ * run on any thread.  Fetches made for it elsewhere are charged with
+ * stats_read_fetched().
+ */
+void stats_read_detach(struct stats_read *rd);
+/* A fetch of @bytes made for @rd's READ by another thread (its miss). */
+void stats_read_fetched(struct stats_read *rd, uint64_t bytes);
+/*
+ * Has @rd's READ waited on data not in the cache so far (it fetched a
+ * chunk, or a chunk it needs was or is being fetched by anyone)?  What
+ * stats_read_end() will count as stall_ns.
+ */
+bool stats_read_stalled(struct stats_read *rd);
 
 /*
  * Bracket a backend fetch of chunk @idx of @file (any thread).  A fetch

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kill -9 during fills, then restart: every byte right, whole chunks not fetched again; truncated and deleted cache files are refetched, never served.
+# kill -9 during fills (a reader's, then an engine warmup's), then restart: every byte right, whole chunks not fetched again; truncated and deleted cache files are refetched, never served.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
@@ -32,6 +32,30 @@ fetched=$(stat_get "$MNT" backend_reads)
 log "refetched after restart: $fetched of $TOTAL chunks"
 [[ $((fetched + loaded)) -le $TOTAL ]] || die "whole chunks were fetched again: $fetched fetched + $loaded kept > $TOTAL"
 assert_eq "$(stat_get "$MNT" corrupt_chunks)" 0 "corrupt chunks after a clean kill -9"
+sfs_umount "$MNT"
+
+# kill -9 while the I/O engine has many fills in flight (a warmup, cache_sync
+# off: the default): nothing recorded that is not whole, nothing whole lost
+rm -rf "$T/cache-w"
+sfs_mount "dir://$T/src" "$MNT" chunk_size=1M "cache_dir=$T/cache-w" backend_max_rate=100M
+"$STAGEFS" warmup --quiet -t 32 "$MNT" >/dev/null 2>&1 &
+warm=$!
+wait_for -t 30 bash -c "[[ \$(cat '$MNT/.stagefs/stats' | grep -o '\"warmup_fetches\": [0-9]*' | grep -o '[0-9]*$') -ge 20 ]]"
+inflight=$(stat_get "$MNT" engine_inflight)
+pid=$(sfs_pid "$MNT")
+kill -9 "$pid"
+wait "$warm" || true
+fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+wait_pid_exit "$pid" || true
+unset "SFS_PID[$(cd "$MNT" && pwd -P)]" 2>/dev/null || true
+sfs_mount "dir://$T/src" "$MNT" chunk_size=1M "cache_dir=$T/cache-w"
+wloaded=$(stat_get "$MNT" cache_loaded_chunks)
+log "kill -9 with $inflight engine fills in flight: $wloaded chunks kept"
+assert_gt "$wloaded" 0 "no chunk survived kill -9 of the engine"
+treecmp "$T/src" "$MNT"
+wfetched=$(stat_get "$MNT" backend_reads)
+[[ $((wfetched + wloaded)) -le $TOTAL ]] || die "whole chunks were fetched again: $wfetched fetched + $wloaded kept > $TOTAL"
+assert_eq "$(stat_get "$MNT" corrupt_chunks)" 0 "corrupt chunks after kill -9 of the engine"
 sfs_umount "$MNT"
 
 # while stopped: truncate one cache file, delete another, corrupt a third

@@ -4,8 +4,10 @@
  * fetch for many concurrent readers, reload and first-read verification,
  * corrupt / truncated / deleted cache files (between sessions and while
  * open), torn journal tails and crashes, size limit and LRU eviction,
- * fetch errors, verify/pin/evict, the directory lock, permissions, and the
- * time to load a large journal.
+ * fetch errors, verify/pin/evict, the directory lock, permissions, the
+ * time to load a large journal; the fill in steps (claim, commit, written,
+ * check, abort, waiters) with crashes between the steps, and the takeover
+ * of a layout-1 directory.
  *
  * Each test gets its own temp dir.  Scenarios that may crash the process
  * (or simulate a crash) run in a forked child.
@@ -1190,7 +1192,7 @@ static void test_layout_mismatch(void **state)
 	cache_destroy(c);
 	snprintf(path, sizeof(path), "%s/LAYOUT", t->cdir);
 	f = fopen(path, "w");
-	fputs("stagefs-cache 2\n", f);
+	fputs("stagefs-cache 3\n", f);
 	fclose(f);
 	assert_int_equal(open_cache_r(t->cdir, 0, 64, false, &c, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, t->cdir));
@@ -1420,6 +1422,392 @@ static void test_journal_load_time(void **state)
 	cache_destroy(c);
 }
 
+/* ---- asynchronous fills in steps (cache_fill_claim and friends) ---- */
+
+struct awaiter {
+	struct cache_waiter w;
+	atomic_int fired;
+};
+
+static void awaiter_fn(struct cache_waiter *w)
+{
+	atomic_fetch_add(&((struct awaiter *)w)->fired, 1);
+}
+
+/* Do what an engine does with a claimed chunk: fetch (pattern), commit, write. */
+static int async_fill(struct cache *c, struct cache_fill *f, uint32_t seed)
+{
+	void *buf = malloc(f->len);
+	int st;
+
+	assert_non_null(buf);
+	pattern(seed, f->off, buf, f->len);
+	st = cache_fill_commit(c, f, cache_chunk_hash(buf, f->len));
+	while (st == CACHE_WRITE)
+		st = cache_fill_written(c, f, pwrite_full(f->fd, buf, f->len, f->off));
+	free(buf);
+	return st;
+}
+
+struct blocked_reader {
+	pthread_t th;
+	struct cache *c;
+	struct cfile *cf;
+	struct fsrc *s;
+	ssize_t ret;
+	bool bad;
+};
+
+static void *blocked_reader_main(void *arg)
+{
+	struct blocked_reader *b = arg;
+	unsigned char got[1000], want[1000];
+
+	b->ret = cache_read(b->c, b->cf, 2ull * CS + 5, got, sizeof(got), &b->s->cs);
+	pattern(1, 2ull * CS + 5, want, sizeof(want));
+	b->bad = memcmp(got, want, sizeof(got)) != 0;
+	return NULL;
+}
+
+static void test_async_fill(void **state)
+{
+	struct tctx *t = *state;
+	struct cache *c = open_cache(t->cdir, 0, 64);
+	struct cfile *cf = get_file(c, 1, FSIZE, CS);
+	struct cache_fill f, g;
+	struct awaiter aw = { .w.fn = awaiter_fn };
+	struct blocked_reader br = { .c = c, .cf = cf };
+	struct fsrc s;
+	char path[PATH_MAX];
+	unsigned char buf[CS];
+
+	fsrc_init(&s, 1, CS);
+	br.s = &s;
+	assert_int_equal(cache_fill_claim(c, cf, NCH, 1000, false, &f, NULL), -EINVAL);
+	assert_int_equal(cache_read_cached(c, cf, 2ull * CS, buf, 100), -EAGAIN);
+
+	/* claimed: a second claim is busy and queues its waiter */
+	assert_int_equal(cache_fill_claim(c, cf, 2, 1000, false, &f, NULL), CACHE_FETCH);
+	assert_int_equal(f.off, 2 * CS);
+	assert_int_equal(f.len, CS);
+	assert_true(f.fd >= 0);
+	assert_int_equal(cache_fill_claim(c, cf, 2, 1000, false, &g, &aw.w), CACHE_BUSY);
+	assert_int_equal(cache_read_cached(c, cf, 2ull * CS, buf, 100), -EAGAIN);
+
+	/* a synchronous reader of the same chunk waits for us, fetches nothing */
+	assert_int_equal(pthread_create(&br.th, NULL, blocked_reader_main, &br), 0);
+	usleep(20000);
+	assert_int_equal(atomic_load(&aw.fired), 0);
+	assert_int_equal(async_fill(c, &f, 1), CACHE_STORED);
+	pthread_join(br.th, NULL);
+	assert_int_equal(br.ret, 1000);
+	assert_false(br.bad);
+	assert_int_equal(atomic_load(&s.fetches), 0);
+	assert_int_equal(atomic_load(&aw.fired), 1);
+	assert_false(cache_waiter_cancel(c, &aw.w));	/* it ran: nothing to cancel */
+
+	assert_int_equal(cache_fill_claim(c, cf, 2, 1000, false, &g, &aw.w), CACHE_HIT);
+	assert_true(cache_chunk_present(c, cf, 2));
+	assert_int_equal(cache_read_cached(c, cf, 2ull * CS + 10, buf, 100), 100);
+	assert_int_equal(stats(c).misses, 1);
+	assert_int_equal(stats(c).chunks, 1);
+	file_path(c, cf, path, sizeof(path));
+	check_disk(path, 1, 2ull * CS, CS);
+
+	/* the short last chunk, written through the O_DIRECT twin where there is one */
+	assert_int_equal(cache_fill_claim(c, cf, NCH - 1, 1000, false, &f, NULL), CACHE_FETCH);
+	assert_int_equal(f.len, 123);
+	int dfd = cache_fill_direct_fd(c, &f);
+
+	assert_true(dfd >= -1);
+	assert_int_equal(cache_fill_direct_fd(c, &f), dfd);	/* kept */
+	assert_int_equal(async_fill(c, &f, 1), CACHE_STORED);
+	check_read(c, cf, &s, FSIZE, FSIZE - 123, 123);
+	assert_int_equal(atomic_load(&s.fetches), 0);
+
+	/* a cancelled waiter never runs */
+	assert_int_equal(cache_fill_claim(c, cf, 4, 1000, false, &f, NULL), CACHE_FETCH);
+	atomic_store(&aw.fired, 0);
+	assert_int_equal(cache_fill_claim(c, cf, 4, 1000, false, &g, &aw.w), CACHE_BUSY);
+	assert_true(cache_waiter_cancel(c, &aw.w));
+	assert_false(cache_waiter_cancel(c, &aw.w));
+	assert_int_equal(async_fill(c, &f, 1), CACHE_STORED);
+	assert_int_equal(atomic_load(&aw.fired), 0);
+
+	/* the synchronous path reads what the steps wrote */
+	read_whole(c, cf, &s, FSIZE, 30000);
+	assert_int_equal(atomic_load(&s.fetches), NCH - 3);
+	assert_int_equal(stats(c).corrupt, 0);
+	cache_file_put(c, cf);
+	cache_destroy(c);
+
+	/* and so does the next session, checking each chunk's hash first */
+	c = open_cache(t->cdir, 0, 64);
+	cf = get_file(c, 1, FSIZE, CS);
+	fsrc_init(&s, 1, CS);
+	read_whole(c, cf, &s, FSIZE, CS);
+	assert_int_equal(atomic_load(&s.fetches), 0);
+	assert_int_equal(stats(c).corrupt, 0);
+	cache_file_put(c, cf);
+	cache_destroy(c);
+}
+
+static void test_async_abort_and_errors(void **state)
+{
+	struct tctx *t = *state;
+	int fds = count_fds();
+	struct cache *c = open_cache(t->cdir, 0, 64);
+	struct cfile *cf = get_file(c, 1, FSIZE, CS);
+	struct awaiter aw = { .w.fn = awaiter_fn };
+	struct cache_fill f, g;
+	struct cache_stats st;
+
+	/* a failed fetch: absent again, counted, the waiter runs */
+	assert_int_equal(cache_fill_claim(c, cf, 1, 1000, false, &f, NULL), CACHE_FETCH);
+	assert_int_equal(cache_fill_claim(c, cf, 1, 1000, false, &g, &aw.w), CACHE_BUSY);
+	cache_fill_abort(c, &f, -EIO);
+	assert_int_equal(atomic_load(&aw.fired), 1);
+	assert_int_equal(stats(c).fetch_errors, 1);
+	assert_false(cache_chunk_present(c, cf, 1));
+	/* a cancelled one is not an error */
+	assert_int_equal(cache_fill_claim(c, cf, 1, 1000, false, &f, NULL), CACHE_FETCH);
+	cache_fill_abort(c, &f, -ECANCELED);
+	assert_int_equal(stats(c).fetch_errors, 1);
+
+	/* ENOSPC: room is made and the write tried once more, then bypass */
+	assert_int_equal(cache_fill_claim(c, cf, 1, 1000, false, &f, NULL), CACHE_FETCH);
+	assert_int_equal(cache_fill_commit(c, &f, 42), CACHE_WRITE);
+	assert_int_equal(stats(c).used_bytes, CS);	/* reserved */
+	assert_int_equal(cache_fill_written(c, &f, -ENOSPC), CACHE_WRITE);
+	assert_int_equal(cache_fill_written(c, &f, 100), CACHE_BYPASS);	/* short */
+	st = stats(c);
+	assert_int_equal(st.used_bytes, 0);
+	assert_int_equal(st.chunks, 0);
+	assert_int_equal(st.bypass, 1);
+	assert_false(cache_chunk_present(c, cf, 1));
+
+	/* every claim gave its descriptor use back: destroy closes them all */
+	cache_file_put(c, cf);
+	cache_destroy(c);
+	assert_int_equal(count_fds(), fds);
+}
+
+/* A cache whose limit holds exactly @n chunks of CS, on any filesystem. */
+static struct cache *open_small(const char *dir, unsigned n)
+{
+	return open_cache(dir, (uint64_t)n * CS, 64);
+}
+
+static void test_async_quota_bypass(void **state)
+{
+	struct tctx *t = *state;
+	struct cache *c = open_small(t->cdir, 2);
+	struct cfile *cf = get_file(c, 1, FSIZE, CS);
+	struct cache_fill f;
+	struct fsrc s;
+
+	fsrc_init(&s, 1, CS);
+	for (uint32_t i = 0; i < 2; i++) {
+		assert_int_equal(cache_fill_claim(c, cf, i, 1000, true, &f, NULL), CACHE_FETCH);
+		assert_int_equal(async_fill(c, &f, 1), CACHE_STORED);
+	}
+	/* no-thrash and full: the fetched chunk is not kept, nothing is evicted */
+	assert_int_equal(cache_fill_claim(c, cf, 2, 1000, true, &f, NULL), CACHE_FETCH);
+	assert_int_equal(async_fill(c, &f, 1), CACHE_BYPASS);
+	assert_false(cache_chunk_present(c, cf, 2));
+	assert_int_equal(stats(c).chunks, 2);
+	assert_int_equal(stats(c).evicted, 0);
+	/* LRU: room is made */
+	assert_int_equal(cache_fill_claim(c, cf, 2, 1000, false, &f, NULL), CACHE_FETCH);
+	assert_int_equal(async_fill(c, &f, 1), CACHE_STORED);
+	assert_int_equal(stats(c).chunks, 2);
+	assert_int_equal(stats(c).evicted, 1);
+	check_read(c, cf, &s, FSIZE, 2ull * CS, CS);
+	assert_int_equal(atomic_load(&s.fetches), 0);
+	cache_file_put(c, cf);
+	cache_destroy(c);
+}
+
+static void test_async_check(void **state)
+{
+	struct tctx *t = *state;
+	char path[PATH_MAX];
+	unsigned char *buf = malloc(CS);
+	struct cache_fill f, g;
+	struct awaiter aw = { .w.fn = awaiter_fn };
+	struct cache *c;
+	struct cfile *cf;
+	struct fsrc s;
+
+	fill_session(t, path, sizeof(path));
+	flip_byte(path, 5ull * CS + 3);
+	c = open_cache(t->cdir, 0, 64);
+	cf = get_file(c, 1, FSIZE, CS);
+	fsrc_init(&s, 1, CS);
+
+	/* loaded, so not verified: a claim checks it; a check abandoned stays unverified */
+	assert_int_equal(cache_read_cached(c, cf, 0, buf, 10), -EAGAIN);
+	assert_int_equal(cache_fill_claim(c, cf, 0, 1000, false, &f, NULL), CACHE_CHECK);
+	assert_int_equal(cache_fill_claim(c, cf, 0, 1000, false, &g, &aw.w), CACHE_BUSY);
+	cache_fill_abort(c, &f, -ENOMEM);
+	assert_int_equal(atomic_load(&aw.fired), 1);
+	assert_true(cache_chunk_present(c, cf, 0));
+	assert_int_equal(stats(c).fetch_errors, 0);
+	assert_int_equal(cache_fill_claim(c, cf, 0, 1000, false, &f, NULL), CACHE_CHECK);
+	assert_int_equal(cache_check_done(c, &f, buf, pread_full(f.fd, buf, f.len, f.off)),
+			 CACHE_HIT);
+	assert_int_equal(cache_read_cached(c, cf, 10, buf, 10), 10);
+	assert_int_equal(cache_fill_claim(c, cf, 0, 1000, false, &f, NULL), CACHE_HIT);
+
+	/* the damaged chunk fails its check, is dropped, and is claimed for a refetch */
+	assert_int_equal(cache_fill_claim(c, cf, 5, 1000, false, &f, NULL), CACHE_CHECK);
+	assert_int_equal(cache_check_done(c, &f, buf, pread_full(f.fd, buf, f.len, f.off)),
+			 CACHE_CORRUPT);
+	assert_int_equal(stats(c).corrupt, 1);
+	assert_false(cache_chunk_present(c, cf, 5));
+	assert_int_equal(cache_fill_claim(c, cf, 5, 1000, false, &f, NULL), CACHE_FETCH);
+	assert_int_equal(async_fill(c, &f, 1), CACHE_STORED);
+	/* a short read-back fails too */
+	assert_int_equal(cache_fill_claim(c, cf, 6, 1000, false, &f, NULL), CACHE_CHECK);
+	assert_int_equal(cache_check_done(c, &f, buf, 100), CACHE_CORRUPT);
+	read_whole(c, cf, &s, FSIZE, CS);
+	assert_int_equal(atomic_load(&s.fetches), 1);	/* chunk 6 */
+	check_disk(path, 1, 0, FSIZE);
+	cache_file_put(c, cf);
+	cache_destroy(c);
+	free(buf);
+}
+
+struct child_write {
+	const char *dir;
+	bool record;	/* report the write done (cache_fill_written) before dying */
+};
+
+/* In a child: claim chunk 0, write its bytes, maybe report it, die. */
+static int child_write_and_crash(void *arg)
+{
+	struct child_write *w = arg;
+	struct cache_opts o = { .dir = w->dir, .fd_cache = 64 };
+	struct sfs_id id = file_id(1);
+	struct cache_fill f;
+	struct cache *c;
+	struct cfile *cf;
+	char err[512];
+	void *buf = malloc(CS);
+
+	if (!buf || cache_create(&o, &c, err, sizeof(err)))
+		return 2;
+	if (cache_file_get(c, &id, FSIZE, CS, &cf))
+		return 3;
+	if (cache_fill_claim(c, cf, 0, 1000, false, &f, NULL) != CACHE_FETCH)
+		return 4;
+	pattern(1, 0, buf, CS);
+	if (cache_fill_commit(c, &f, cache_chunk_hash(buf, CS)) != CACHE_WRITE)
+		return 5;
+	if (pwrite_full(f.fd, buf, CS, 0) != CS)
+		return 6;
+	if (w->record && cache_fill_written(c, &f, CS) != CACHE_STORED)
+		return 7;
+	_exit(0);	/* a crash: no cache_destroy */
+}
+
+/* The record is appended by cache_fill_written(), never before. */
+static void test_async_crash(void **state)
+{
+	struct tctx *t = *state;
+	struct child_write w = { t->cdir, false };
+	char jpath[PATH_MAX];
+	struct cache *c;
+	struct cfile *cf;
+	struct fsrc s;
+
+	journal_path(t, jpath, sizeof(jpath));
+	assert_int_equal(in_child(child_write_and_crash, &w), 0);
+	assert_int_equal(file_size(jpath), 0);
+	c = open_cache(t->cdir, 0, 64);
+	assert_int_equal(stats(c).loaded_chunks, 0);
+	cache_destroy(c);
+
+	w.record = true;
+	assert_int_equal(in_child(child_write_and_crash, &w), 0);
+	assert_int_equal(file_size(jpath), 64);
+	c = open_cache(t->cdir, 0, 64);
+	assert_int_equal(stats(c).loaded_chunks, 1);
+	cf = get_file(c, 1, FSIZE, CS);
+	fsrc_init(&s, 1, CS);
+	check_read(c, cf, &s, FSIZE, 0, CS);
+	assert_int_equal(atomic_load(&s.fetches), 0);
+	assert_int_equal(stats(c).corrupt, 0);
+	cache_file_put(c, cf);
+	cache_destroy(c);
+}
+
+/* A journal record as docs/cache.md describes it. */
+struct test_jrec {
+	uint32_t magic;
+	uint8_t type, hkind, pad[2];
+	uint64_t id_hi, id_lo, file_size;
+	uint32_t chunk_size, idx;
+	uint64_t hash;
+	uint32_t len, owner;
+	uint64_t crc;
+};
+
+/*
+ * A cache directory of layout 1 (XXH3-64 chunk hashes, hkind 0) is taken
+ * over: LAYOUT says 2 afterwards, its chunks verify against their old
+ * hashes, a damaged one is still caught.
+ */
+static void test_layout1_upgrade(void **state)
+{
+	struct tctx *t = *state;
+	char path[PATH_MAX], jpath[PATH_MAX], lpath[PATH_MAX + 16], buf[64] = "";
+	unsigned char *chunk = malloc(CS);
+	struct test_jrec r;
+	struct cache *c;
+	struct cfile *cf;
+	struct fsrc s;
+	int jfd, dfd;
+	FILE *f;
+
+	assert_int_equal(sizeof(r), 64);
+	fill_session(t, path, sizeof(path));
+	journal_path(t, jpath, sizeof(jpath));
+	jfd = open(jpath, O_RDWR);
+	dfd = open(path, O_RDONLY);
+	assert_true(jfd >= 0 && dfd >= 0);
+	for (off_t off = 0; pread(jfd, &r, sizeof(r), off) == sizeof(r); off += 64) {
+		assert_int_equal(r.hkind, 1);
+		assert_int_equal(pread_full(dfd, chunk, r.len, (off_t)r.idx * CS), r.len);
+		r.hkind = 0;
+		r.hash = sfs_hash64(chunk, r.len);
+		r.crc = sfs_hash64(&r, offsetof(struct test_jrec, crc));
+		assert_int_equal(pwrite(jfd, &r, sizeof(r), off), sizeof(r));
+	}
+	close(jfd);
+	close(dfd);
+	snprintf(lpath, sizeof(lpath), "%s/LAYOUT", t->cdir);
+	f = fopen(lpath, "w");
+	fputs("stagefs-cache 1\n", f);
+	fclose(f);
+	flip_byte(path, 7ull * CS + 99);
+
+	c = open_cache(t->cdir, 0, 64);
+	f = fopen(lpath, "r");
+	assert_non_null(fgets(buf, sizeof(buf), f));
+	fclose(f);
+	assert_string_equal(buf, "stagefs-cache 2\n");
+	assert_int_equal(stats(c).loaded_chunks, NCH);
+	cf = get_file(c, 1, FSIZE, CS);
+	fsrc_init(&s, 1, CS);
+	read_whole(c, cf, &s, FSIZE, 50000);
+	assert_int_equal(stats(c).corrupt, 1);
+	assert_int_equal(atomic_load(&s.fetches), 1);	/* chunk 7 only */
+	cache_file_put(c, cf);
+	cache_destroy(c);
+	free(chunk);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1444,6 +1832,12 @@ int main(void)
 		T(test_permissions),
 		T(test_evict_while_checking),
 		T(test_journal_load_time),
+		T(test_async_fill),
+		T(test_async_abort_and_errors),
+		T(test_async_quota_bypass),
+		T(test_async_check),
+		T(test_async_crash),
+		T(test_layout1_upgrade),
 #undef T
 	};
 

@@ -85,7 +85,7 @@ static void assert_defaults(const struct sfs_config *c)
 	assert_int_equal(c->cache_size, 0);
 	assert_true(c->cache_free_ratio > 0.0999 && c->cache_free_ratio < 0.1001);
 	assert_int_equal(c->chunk_size, 4 * MiB);
-	assert_true(c->cache_sync);
+	assert_false(c->cache_sync);	/* the first-read check catches lost writes */
 	assert_int_equal(c->fd_cache, 1024);
 	assert_int_equal(c->threads, 0);	/* from the CPU count at start */
 	assert_int_equal(c->entry_timeout_ms, 3600000);
@@ -438,7 +438,7 @@ static void test_load_good(void **state)
 		"chunk_size   =   1M   \n"
 		"threads = 32\n"
 		"cache_free_ratio = 5%\n"
-		"cache_sync = off\n"
+		"cache_sync = on\n"
 		"entry_timeout = 10s\n"
 		"log_level = debug\n"
 		"client_id = reader ; inline comments need a ';' after a blank\n"
@@ -453,7 +453,7 @@ static void test_load_good(void **state)
 	assert_int_equal(cfg.chunk_size, MiB);
 	assert_int_equal(cfg.threads, 8);
 	assert_true(cfg.cache_free_ratio > 0.0499 && cfg.cache_free_ratio < 0.0501);
-	assert_false(cfg.cache_sync);
+	assert_true(cfg.cache_sync);
 	assert_int_equal(cfg.entry_timeout_ms, 10000);
 	assert_int_equal(cfg.log_level, LOG_DEBUG);
 	assert_string_equal(cfg.client_id, "reader");
