@@ -109,7 +109,9 @@ src=$TEST_TMPDIR/src3 cache=$TEST_TMPDIR/cache3
 mkdir -p "$src"
 head -c $((4 * M + 123)) /dev/urandom >"$src/file.bin"
 want=$(sha256 "$src/file.bin")
-sfs_mount "dir://$src" "$mnt" chunk_size=1M "cache_dir=$cache" passthrough=off
+# (prefetch_buffers=1M: the I/O engine keeps recently filled chunks in its
+# buffers and would serve them from memory, right but without a refetch)
+sfs_mount "dir://$src" "$mnt" chunk_size=1M "cache_dir=$cache" passthrough=off prefetch_buffers=1M
 [[ $(sha256 "$mnt/file.bin") == "$want" ]] || die "first read: wrong content"
 r0=$(stat_get "$mnt" backend_reads)
 cf=$(cache_file "$cache")
