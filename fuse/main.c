@@ -541,7 +541,13 @@ int main(int argc, char **argv)
 	fuse_loop_cfg_set_clone_fd(lcfg, 0);
 	log_info("up to %u FUSE worker threads", fs.cfg.threads);
 	fuse_loop_cfg_set_max_threads(lcfg, fs.cfg.threads);
-	fuse_loop_cfg_set_idle_threads(lcfg, MAX(fs.cfg.threads / 2, 1u));
+	/*
+	 * A worker that is never idle-limited is never destroyed.  With half
+	 * the pool as the idle limit, libfuse 3.14 ended a thread each time a
+	 * burst left more idle and started one at the next burst: 765
+	 * clone()s per 20,000 small files read by 4 readers.
+	 */
+	fuse_loop_cfg_set_idle_threads(lcfg, fs.cfg.threads);
 	ret = fuse_session_loop_mt(fs.se, lcfg);
 	fuse_loop_cfg_destroy(lcfg);
 
