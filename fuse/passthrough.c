@@ -111,7 +111,7 @@ struct passthrough {
 	struct sfs *fs;
 	enum cfg_auto mode;
 	int fuse_fd;
-	uint64_t min_size;	/* files up to this size stay on the daemon path */
+	uint64_t min_size;	/* passthrough_min_size: smaller files stay on the daemon path */
 	bool test_refuse;	/* STAGEFS_TEST_NO_PASSTHROUGH=1 */
 	/*
 	 * Set while the kernel's INIT is handled, in the main thread, before
@@ -147,7 +147,7 @@ int passthrough_create(struct sfs *fs, struct passthrough **out)
 	pt->fs = fs;
 	pt->mode = fs->cfg.passthrough;
 	pt->fuse_fd = -1;
-	pt->min_size = (uint64_t)fs->cfg.max_read_kb * 1024;
+	pt->min_size = fs->cfg.passthrough_min_size;
 	pt->test_refuse = env && env[0] && strcmp(env, "0");
 	pthread_mutex_init(&pt->lock, NULL);
 	pthread_cond_init(&pt->cond, NULL);
@@ -524,11 +524,13 @@ int passthrough_open(struct passthrough *pt, fuse_req_t req, uint64_t ino,
 		pthread_mutex_unlock(&pt->lock);
 		goto out_passthrough;
 	}
-	if (e->daemon_opens || size <= pt->min_size || atomic_load(&pt->broken)) {
+	if (e->daemon_opens || !size || size <= pt->min_size ||
+	    atomic_load(&pt->broken)) {
 		/*
-		 * Through the page cache: the kernel would refuse a mix, and a
-		 * file that fits in one READ gains nothing from a backing file
-		 * (docs/passthrough.md: small files were slower with it).
+		 * Through the page cache: the kernel would refuse a mix; an
+		 * empty file has nothing to read; passthrough_min_size keeps
+		 * small files where keep_cache serves hot re-reads without a
+		 * backing file (docs/passthrough.md).
 		 */
 		e->daemon_opens++;
 		pthread_mutex_unlock(&pt->lock);

@@ -6,9 +6,9 @@
  * is registered as the open's backing file and the kernel reads it itself,
  * so no READ for that open reaches the daemon.  Partially cached files stay
  * on the daemon path; the first open after a file became complete goes
- * passthrough.  Files no larger than one READ (max_read_kb) stay on the
- * daemon path too: for them a backing file costs more than it saves.  docs/passthrough.md has the design, the guarantees and the
- * figures.
+ * passthrough.  Files no larger than passthrough_min_size (default 0: every
+ * non-empty file may go) stay on the daemon path too.  docs/passthrough.md
+ * has the design, the guarantees and the figures.
  *
  * Two builds:
  *  - libfuse >= 3.17 (CONFIG_FUSE_PASSTHROUGH_API): FUSE_CAP_PASSTHROUGH,

@@ -63,6 +63,8 @@ static const struct opt opts[] = {
 	  "reply to cache hits by splicing from the cache file instead of copying" },
 	{ "passthrough", OPT_AUTO, O(passthrough), "auto", 0, 0,
 	  "let the kernel read fully cached files itself (FUSE passthrough); auto = where the kernel and privileges allow" },
+	{ "passthrough_min_size", OPT_SIZE, O(passthrough_min_size), "0", 0, 0,
+	  "files up to this size stay on the daemon path even when fully cached (keep_cache there makes hot re-reads cost no READ)" },
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,
 	  "let users other than the mounter read (access rules still apply)" },
 	{ "runtime_dir", OPT_STR, O(runtime_dir), "/run/stagefs", 0, 0,
