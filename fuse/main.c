@@ -17,6 +17,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "noopen.h"
 #include "passthrough.h"
 #include "policy.h"
 
@@ -442,6 +443,11 @@ int main(int argc, char **argv)
 	if (fs.multi && !fs.policy->nds)
 		fail("no SOURCE given and %s lists no [dataset NAME] with a source",
 		     cli.config ? cli.config : "no config file (-c)");
+	if (fs.multi && fs.cfg.no_open == CFG_ON)
+		fail("no_open=on needs a single-dataset mount (SOURCE MOUNTPOINT): "
+		     "access rules are checked at open");
+	if (fs.cfg.no_open == CFG_ON)
+		fs.cfg.passthrough = CFG_OFF;	/* it needs OPEN */
 	fs.start_ms = now_ms();
 	fs.entry_timeout = (double)fs.cfg.entry_timeout_ms / 1000.0;
 	fs.attr_timeout = (double)fs.cfg.attr_timeout_ms / 1000.0;
@@ -497,7 +503,7 @@ int main(int argc, char **argv)
 	    (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, cli.fuse_opts)))
 		fail("out of memory");
 
-	if (passthrough_create(&fs, &fs.pt))
+	if (passthrough_create(&fs, &fs.pt) || noopen_create(&fs, &fs.no))
 		fail("out of memory");
 	fs.se = fuse_session_new(&args, &sfs_ops, sizeof(sfs_ops), &fs);
 	if (!fs.se)
@@ -515,7 +521,8 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
 	}
-	if (passthrough_handshake(fs.pt, fs.se, err, sizeof(err))) {
+	if (passthrough_handshake(fs.pt, fs.se, err, sizeof(err)) ||
+	    noopen_handshake(fs.no, fs.se, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
 	}
@@ -556,6 +563,7 @@ int main(int argc, char **argv)
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
 	passthrough_destroy(fs.pt);
+	noopen_destroy(fs.no);
 	sfs_metrics_stop(&fs);
 	sfs_ctlsock_stop(&fs);
 	sfs_prefetch_stop(&fs);

@@ -65,6 +65,8 @@ static const struct opt opts[] = {
 	  "let the kernel read fully cached files itself (FUSE passthrough); auto = where the kernel and privileges allow" },
 	{ "passthrough_min_size", OPT_SIZE, O(passthrough_min_size), "0", 0, 0,
 	  "files up to this size stay on the daemon path even when fully cached (keep_cache there makes hot re-reads cost no READ)" },
+	{ "no_open", OPT_AUTO, O(no_open), "auto", 0, 0,
+	  "read files with no OPEN or RELEASE request (FUSE no-open mode); auto = on a single-dataset mount where passthrough is not active" },
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,
 	  "let users other than the mounter read (access rules still apply)" },
 	{ "runtime_dir", OPT_STR, O(runtime_dir), "/run/stagefs", 0, 0,
@@ -349,6 +351,9 @@ int config_validate(const struct sfs_config *cfg, char *err, size_t errlen)
 		return errf(err, errlen, "chunk_size must be a power of two");
 	if (!cfg->cache_dir[0] || cfg->cache_dir[0] != '/')
 		return errf(err, errlen, "cache_dir must be an absolute path");
+	if (cfg->passthrough == CFG_ON && cfg->no_open == CFG_ON)
+		return errf(err, errlen, "passthrough=on and no_open=on exclude each other "
+			    "(passthrough is set up at OPEN)");
 	return 0;
 }
 
