@@ -43,7 +43,7 @@ static const struct opt opts[] = {
 	  "most bytes of disk the cache may use (real blocks); 0 = limited by cache_free_ratio only" },
 	{ "cache_free_ratio", OPT_RATIO, O(cache_free_ratio), "0.10", 0, 0.95,
 	  "share of the cache filesystem always left free" },
-	{ "chunk_size", OPT_SIZE, O(chunk_size), "4M", 64 * 1024, 64 * 1024 * 1024,
+	{ "chunk_size", OPT_SIZE, O(chunk_size), "4M", 4 * 1024, 64 * 1024 * 1024,
 	  "cache fill unit for dir:// sources (power of two)" },
 	{ "cache_sync", OPT_BOOL, O(cache_sync), "yes", 0, 0,
 	  "fdatasync chunk data before recording it in the index (crash safety)" },

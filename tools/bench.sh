@@ -31,9 +31,12 @@
 #   BENCH_RADOS_4M_N, BENCH_RADOS_128K_N   objects per size (default 384, 8192)
 #   BENCH_PUBLISH_MB publish: MiB per round (default 1024)
 #   BENCH_INDEX_CHUNKS  index: chunks wanted (default 1000000)
+#   BENCH_INDEX_CHUNK_KB  index: chunk size in KiB (default 4: 1M chunks = 4 GiB;
+#                    64 with a stagefs whose chunk_size minimum is 64K)
 #   BENCH_INDEX_MAX_GB  index: most GiB of disk the index fill may write
-#                    (default 16, and at most 40% of the free space); with
+#                    (default 8, and at most 40% of the free space); with
 #                    fewer chunks than wanted the 1M figure is extrapolated
+#   BENCH_INDEX_READERS  index: readers filling the cache (default 4)
 #   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
 #                    hint (default: `stagefs warmup --order ORDERFILE MNT`)
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
@@ -67,7 +70,9 @@ R4M_N=${BENCH_RADOS_4M_N:-384}
 R128K_N=${BENCH_RADOS_128K_N:-8192}
 PUB_MB=${BENCH_PUBLISH_MB:-1024}
 IDX_CHUNKS=${BENCH_INDEX_CHUNKS:-1000000}
-IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-16}
+IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-8}
+IDX_CHUNK_KB=${BENCH_INDEX_CHUNK_KB:-4}
+IDX_READERS=${BENCH_INDEX_READERS:-4}
 POOL=stagefs
 
 ALL="warm smallfiles passthrough rados publish index warmup hints"
@@ -580,31 +585,49 @@ bench_publish() {
 # ---------------------------------------------------------------------------
 # index: start-up with many cached chunks
 
+# chunk_accepted BYTES: does this stagefs take chunk_size=BYTES?  (It fails
+# later, on the missing mount point, unless the value itself is refused.)
+chunk_accepted() {
+	local out
+	out=$("$STAGEFS" -f -o "chunk_size=$1,cache_dir=$WORK/nonexistent" dir:///nonexistent \
+		"$WORK/nonexistent-mnt" 2>&1)
+	case $out in *chunk_size*) return 1 ;; esac
+	return 0
+}
+
 bench_index() {
-	local d=$WORK/index cs=65536 want=$IDX_CHUNKS n maxb free files i r loaded lms=() wms=() lm wm est
-	hdr index "daemon start-up with $IDX_CHUNKS cached chunks (64 KiB chunks, dir://)"
+	local d=$WORK/index cs=$((IDX_CHUNK_KB * 1024)) want=$IDX_CHUNKS n maxb free files fsz i r t0 loaded lms=() wms=() lm wm est
+	if ! chunk_accepted "$cs"; then
+		printf '  note: this stagefs refuses chunk_size=%s KiB; using 64 KiB\n' "$IDX_CHUNK_KB"
+		cs=65536
+	fi
+	hdr index "daemon start-up with $IDX_CHUNKS cached chunks ($((cs >> 10)) KiB chunks, dir://)"
 	free=$(df -B1 --output=avail "$WORK" | tail -1)
 	maxb=$(awk -v g="$IDX_MAX_GB" -v f="$free" 'BEGIN { m = g * 1073741824; if (f * 0.4 < m) m = f * 0.4; printf "%.0f", m }')
 	n=$want
 	[ $((n * cs)) -le "$maxb" ] || n=$((maxb / cs))
 	[ "$n" -ge 1000 ] || { skipped "not enough free disk for a useful index"; return; }
-	# source: sparse files of 1 GiB (zeros read fast), the last one shorter
+	# source: sparse files (zeros read fast), at least one per filling reader
 	mkdir -p "$d/src"
-	files=$(((n * cs + (1 << 30) - 1) >> 30))
+	fsz=$(((n * cs / IDX_READERS + cs - 1) / cs * cs))
+	[ "$fsz" -le $((1 << 30)) ] || fsz=$((1 << 30))
+	files=$(((n * cs + fsz - 1) / fsz))
 	for i in $(seq "$files"); do
-		truncate -s $((i < files ? 1 << 30 : n * cs - (files - 1) * (1 << 30))) "$d/src/f$i"
+		truncate -s $((i < files ? fsz : n * cs - (files - 1) * fsz)) "$d/src/f$i"
 	done
-	log "index: filling $n chunks ($((n * cs >> 20)) MiB) through the mount"
-	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=64K,cache_sync=no" ||
+	log "index: filling $n chunks ($((n * cs >> 20)) MiB in $files files) through the mount, $IDX_READERS readers"
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=$cs,cache_sync=no" ||
 		{ skipped "mount failed"; return; }
 	list_files "$d/src" "$d/mnt" "$d/mnt.list"
-	rb bytes_per_s files -t 2 -s 0 "$d/mnt.list" >/dev/null || { failed "filling the cache: $(rb_why)"; sfs_umount "$d/mnt"; return; }
+	t0=$(now_ms)
+	rb bytes_per_s files -t "$IDX_READERS" -s 0 "$d/mnt.list" >/dev/null || { failed "filling the cache: $(rb_why)"; sfs_umount "$d/mnt"; return; }
 	loaded=$(stat_get "$d/mnt" cache_chunks)
+	log "index: $loaded chunks cached in $(($(now_ms) - t0)) ms"
 	sfs_umount "$d/mnt"
 	row "" "cache_load_ms" "ready (ms)" "chunks"
 	for r in $(seq "$ROUNDS"); do
 		drop_caches
-		sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=64K" || { skipped "remount failed"; return; }
+		sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=$cs" || { skipped "remount failed"; return; }
 		lm=$(stat_get "$d/mnt" cache_load_ms) wm=$MOUNT_MS
 		loaded=$(stat_get "$d/mnt" cache_loaded_chunks)
 		sfs_umount "$d/mnt"
