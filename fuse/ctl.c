@@ -80,6 +80,8 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"no_open\": %d,\n"
 		"  \"passthrough_opens\": %" PRIu64 ",\n"
 		"  \"passthrough_bytes_estimate\": %" PRIu64 ",\n"
+		"  \"passthrough_reused\": %" PRIu64 ",\n"
+		"  \"passthrough_idle_ids\": %u,\n"
 		"  \"cache_hits\": %" PRIu64 ",\n"
 		"  \"cache_misses\": %" PRIu64 ",\n"
 		"  \"corrupt_chunks\": %" PRIu64 ",\n"
@@ -100,7 +102,8 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		LD(read_requests), LD(read_bytes), LD(read_errors), LD(opens),
 		LD(open_requests),
 		passthrough_active(fs->pt), noopen_active(fs->no),
-		LD(passthrough_opens), LD(passthrough_bytes),
+		LD(passthrough_opens), LD(passthrough_bytes), LD(passthrough_reused),
+		passthrough_idle_ids(fs->pt),
 		cs.hits, cs.misses, cs.corrupt, cs.bypass, cs.evicted,
 		LD(backend_reads), LD(backend_bytes), LD(backend_errors),
 		LD(stall_ns) / 1000000,

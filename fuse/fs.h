@@ -57,6 +57,7 @@ struct sfs_counters {
 	_Atomic uint64_t stall_ns;	/* time readers waited on backend fetches */
 	_Atomic uint64_t passthrough_opens;	/* opens the kernel serves itself */
 	_Atomic uint64_t passthrough_bytes;	/* their file sizes: an estimate */
+	_Atomic uint64_t passthrough_reused;	/* of them, on a kept backing id */
 };
 
 struct passthrough;
