@@ -2,12 +2,16 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|rados|publish|index|warmup|hints|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|rados|publish|index|warmup|hints|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
 #                mount / the cache files read directly (files/s)
-#   passthrough  warm + smallfiles with -o passthrough=off vs the default
+#   passthrough  warm + smallfiles with -o passthrough=off (no-open mode where the
+#                daemon has it), with passthrough=off,no_open=off (the daemon path
+#                with OPEN), and with the default
+#   smallhot     smallfiles with the page cache hot (both sides read once first):
+#                default, passthrough=off (no-open) and the daemon path with OPEN
 #   rados        cold reads through the mount (empty cache, OSD restarted) /
 #                `rados bench seq` at the same concurrency; 4 MiB and 128 KiB objects
 #   publish      `stagefs publish` MB/s / `rados bench write` at the same concurrency
@@ -75,7 +79,7 @@ IDX_CHUNK_KB=${BENCH_INDEX_CHUNK_KB:-4}
 IDX_READERS=${BENCH_INDEX_READERS:-4}
 POOL=stagefs
 
-ALL="warm smallfiles passthrough rados publish index warmup hints"
+ALL="warm smallfiles passthrough smallhot rados publish index warmup hints"
 
 # ---------------------------------------------------------------------------
 # output
@@ -435,18 +439,25 @@ small_prepare() {
 	SMALL_READY=1
 }
 
-# measure_small OPTS READERS: sets S_DIRECT, S_FUSE (median files/s), S_RATIO
+# measure_small OPTS READERS [hot]: sets S_DIRECT, S_FUSE (median files/s),
+# S_RATIO.  With "hot" the page cache is not dropped: both sides are read
+# once first and stay in memory.
 measure_small() {
-	local d=$WORK/small r a b rs=() as=() bs=()
+	local d=$WORK/small r a b rs=() as=() bs=() hot=${3:-}
+	drop_caches
 	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache${1:+,$1}" || { echo "mount failed" >"$WORK/log/rb.err"; return 1; }
 	# the first read after start verifies the chunks: not timed
 	rb files_per_s files -t 4 "$d/mnt.list" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+	if [ -n "$hot" ]; then
+		rb files_per_s files -t 4 "$d/cache.list" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+		rb files_per_s files -t 4 "$d/mnt.list" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+	fi
 	for r in $(seq "$ROUNDS"); do
-		drop_caches
+		[ -n "$hot" ] || drop_caches
 		a=$(rb files_per_s files -t "$2" -s "$r" "$d/cache.list") || { sfs_umount "$d/mnt"; return 1; }
-		drop_caches
+		[ -n "$hot" ] || drop_caches
 		b=$(rb files_per_s files -t "$2" -s "$r" "$d/mnt.list") || { sfs_umount "$d/mnt"; return 1; }
-		row "round $r, $2 readers${1:+ ($1)}" "$(fps "$a")" "$(fps "$b")" "$(ratio "$b" "$a")"
+		row "round $r, $2 readers${1:+ ($1)}${hot:+, hot}" "$(fps "$a")" "$(fps "$b")" "$(ratio "$b" "$a")"
 		as+=("$a") bs+=("$b") rs+=("$(ratio "$b" "$a")")
 	done
 	sfs_umount "$d/mnt"
@@ -495,10 +506,18 @@ bench_passthrough() {
 	for n in $READERS; do
 		if measure_small "passthrough=off" "$n"; then
 			off=$S_RATIO
-			result "passthrough: small $n rd, off" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$off" ">=0.75"
+			result "passthrough: small $n rd, off$(has_option no_open && echo ' (no-open)')" \
+				"$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$off" ">=0.75"
 		else
 			failed "smallfiles $n readers, passthrough=off: $(rb_why)"
 			off=0
+		fi
+		if has_option no_open; then
+			if measure_small "passthrough=off,no_open=off" "$n"; then
+				result "passthrough: small $n rd, off + OPEN" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$S_RATIO" ">=0.75"
+			else
+				failed "smallfiles $n readers, passthrough=off,no_open=off: $(rb_why)"
+			fi
 		fi
 		if measure_small "" "$n"; then
 			row "smallfiles, $n readers" "$off" "$S_RATIO" "$(ratio "$S_RATIO" "$off")"
@@ -506,6 +525,28 @@ bench_passthrough() {
 		else
 			failed "smallfiles $n readers, default: $(rb_why)"
 		fi
+	done
+}
+
+# ---------------------------------------------------------------------------
+# smallhot: small files with the page cache hot
+
+bench_smallhot() {
+	local n mode label
+	hdr smallhot "$SMALL_N files of $SMALL_KB KiB, shuffled, page cache hot (read once first on both sides)"
+	small_prepare || { failed "preparing: $(rb_why)"; return; }
+	row "" "cache files" "mount" "ratio"
+	for n in $READERS; do
+		for mode in "" "passthrough=off" "passthrough=off,no_open=off"; do
+			case $mode in
+			"") label=default ;;
+			passthrough=off) label="passthrough=off" ;;
+			*) has_option no_open || continue; label="daemon path + OPEN" ;;
+			esac
+			measure_small "$mode" "$n" hot || { failed "$n readers, $label: $(rb_why)"; continue; }
+			row "median of $ROUNDS, $n rd, $label" "$(fps "$S_DIRECT")" "$(fps "$S_FUSE")" "$S_RATIO"
+			result "smallhot: $n rd, $label" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$S_RATIO" ""
+		done
 	done
 }
 
@@ -781,7 +822,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | rados | publish | index | warmup | hints) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | rados | publish | index | warmup | hints) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac
@@ -808,13 +849,13 @@ main() {
 	done
 
 	printf '\n== summary (ratio = stagefs / baseline, same run; median of %s)\n' "$ROUNDS"
-	printf '  %-34s %-16s %-16s %7s %7s  %s\n' benchmark stagefs baseline ratio target ""
+	printf '  %-40s %-16s %-16s %7s %7s  %s\n' benchmark stagefs baseline ratio target ""
 	for b in "${SUMMARY[@]}"; do
 		IFS='|' read -r n m bl ra ta v <<<"$b"
 		if [ "${m#skipped}" != "$m" ] || [ "${m#FAILED}" != "$m" ]; then
-			printf '  %-34s %s\n' "$n" "$m"
+			printf '  %-40s %s\n' "$n" "$m"
 		else
-			printf '  %-34s %-16s %-16s %7s %7s  %s\n' "$n" "$m" "$bl" "$ra" "$ta" "$v"
+			printf '  %-40s %-16s %-16s %7s %7s  %s\n' "$n" "$m" "$bl" "$ra" "$ta" "$v"
 		fi
 	done
 }
