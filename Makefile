@@ -37,7 +37,12 @@ TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
 LIBS_CORE = $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(URING_LIBS) -lm
 LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
-all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so
+# the GPU benchmark (tools/bench.sh gpu) needs the CUDA runtime
+ifeq ($(HAVE_CUDA),y)
+GPU_BENCH     = tools/gpubench
+endif
+
+all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so $(GPU_BENCH)
 
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
@@ -55,12 +60,16 @@ stagefs-%: tools/stagefs-%.o $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
 
 # the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads it)
-gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/pinned.o src/libsfs.a
+gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 # the reader tools/bench.sh times (plain C, no stagefs code)
 tools/readbench: tools/readbench.o
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $<
+
+# libstagefs's GPU feed rate against its ceilings (tools/bench.sh gpu)
+tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 tests/unit/test_%: tests/unit/test_%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_CORE) $(CMOCKA_LIBS)
@@ -76,10 +85,19 @@ check: test-progs
 demo: all
 	$(Q)tools/demo.sh
 
+# `make install PREFIX=/opt/stagefs` moves the tree at install time (the
+# binary also finds its subcommands in BINDIR/../libexec/stagefs); the
+# compiled-in default is ./configure --prefix.
+PREFIX ?= $(prefix)
 install: all
-	install -d $(DESTDIR)$(bindir) $(DESTDIR)$(libexecdir) $(DESTDIR)$(sysconfdir)/stagefs
-	install -m 0755 stagefs $(DESTDIR)$(bindir)/stagefs
-	for t in $(TOOLS); do install -m 0755 $$t $(DESTDIR)$(libexecdir)/$$t; done
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/stagefs \
+		$(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
+		$(DESTDIR)$(PREFIX)/share/stagefs/python $(DESTDIR)$(sysconfdir)/stagefs
+	install -m 0755 stagefs $(DESTDIR)$(PREFIX)/bin/stagefs
+	for t in $(TOOLS); do install -m 0755 $$t $(DESTDIR)$(PREFIX)/libexec/stagefs/$$t; done
+	install -m 0755 gpudirect/libstagefs.so $(DESTDIR)$(PREFIX)/lib/libstagefs.so
+	install -m 0644 gpudirect/libstagefs.h $(DESTDIR)$(PREFIX)/include/libstagefs.h
+	install -m 0644 gpudirect/stagefs.py tools/stagefs_hints.py $(DESTDIR)$(PREFIX)/share/stagefs/python/
 	install -m 0644 conf/stagefs.conf.example $(DESTDIR)$(sysconfdir)/stagefs/stagefs.conf.example
 
 # conf/stagefs.conf.example is generated from the option table in src/config.c
@@ -87,7 +105,7 @@ conf/stagefs.conf.example: stagefs
 	./stagefs --print-config > $@
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS)
+	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench
 
 distclean: clean
 	rm -f config.h config.mk config.log

@@ -86,6 +86,9 @@ static void exec_subcommand(const char *cmd, int argc, char **argv)
 		*strrchr(self, '/') = '\0';
 		snprintf(path, sizeof(path), "%s/stagefs-%s", self, cmd);
 		execv(path, argv);
+		/* an installed tree moved as a whole: BINDIR/../libexec/stagefs */
+		snprintf(path, sizeof(path), "%s/../libexec/stagefs/stagefs-%s", self, cmd);
+		execv(path, argv);
 	}
 	snprintf(path, sizeof(path), "%s/stagefs-%s", CONFIG_LIBEXECDIR, cmd);
 	execv(path, argv);

@@ -154,9 +154,17 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = fs->cfg.max_read_kb * 1024;
 	conn->max_read = fs->cfg.max_read_kb * 1024;
 	conn->max_readahead = MAX(fs->cfg.read_ahead_kb, fs->cfg.max_read_kb) * 1024;
-	log_info("FUSE session: proto %u.%u, max_read %u, max_readahead %u, splice %s",
+	/*
+	 * The kernel's readahead READs are "background" requests, 12 in flight
+	 * by default: fewer than the worker threads, and fewer than a few
+	 * sequential readers with a 4 MiB window each want.  Let every worker
+	 * have work (root mounts may raise it; the kernel caps the value).
+	 */
+	conn->max_background = (uint16_t)MIN(MAX(fs->cfg.threads * 2, 64u), 1024u);
+	conn->congestion_threshold = (uint16_t)(conn->max_background * 3 / 4);
+	log_info("FUSE session: proto %u.%u, max_read %u, max_readahead %u, max_background %u, splice %s",
 		 conn->proto_major, conn->proto_minor, conn->max_read,
-		 conn->max_readahead,
+		 conn->max_readahead, conn->max_background,
 		 conn->want & FUSE_CAP_SPLICE_WRITE ? "on" : "off");
 }
 

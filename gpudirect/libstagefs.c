@@ -12,15 +12,31 @@
  *   widened to 4 KiB alignment for O_DIRECT and the edges are trimmed when
  *   copying out.
  *
- * Reads go through the mount.  If the mount refuses O_DIRECT (open or the
- * first read fails with EINVAL) the handle falls back to buffered reads on
- * the same pipeline and counts it in odirect_fallbacks.
+ * The source of a read is chosen when it starts: the cache file the daemon
+ * handed over at open (f->cfd, O_DIRECT set with fcntl where the cache's
+ * filesystem allows it), else the file through the mount, O_DIRECT (a
+ * second open, made on first need) or buffered.  A source that refuses
+ * O_DIRECT (EINVAL on the first read) is read buffered from then on, and
+ * counted in odirect_fallbacks.
+ *
+ * The daemon's side (libstagefs_ctl.[ch]): the cache file comes with a pin,
+ * held on one of the process's control connections to that mount.  While
+ * ctlc_conn_alive() says the pin holds, reads go to the cache file; once
+ * it does not (the daemon stopped), the handle closes it and reads through
+ * the mount.  What a handle delivers is counted per mount for the daemon's
+ * feed rate (ctlc_mount_add) and reported from the read path at most once
+ * a second, when a process's last file of a mount is closed, and at exit.
+ *
+ * Fork: a handle remembers its process; in a child it lets go of what it
+ * shares with the parent (forked_reset) before doing anything else.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -32,9 +48,11 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "ctlproto.h"
 #include "log.h"
 #include "util.h"
 #include "gpudirect/libstagefs.h"
+#include "gpudirect/libstagefs_ctl.h"
 #include "gpudirect/pinned.h"
 
 #define SFS_ALIGN		4096
@@ -48,6 +66,14 @@ static uint64_t g_unlocked_pools;
 
 #define STAT_ADD(field, n)	__atomic_add_fetch(&g_stats.field, (n), __ATOMIC_RELAXED)
 #define STAT_SUB(field, n)	__atomic_sub_fetch(&g_stats.field, (n), __ATOMIC_RELAXED)
+#define STAT_SET(field, v)	__atomic_store_n(&g_stats.field, (v), __ATOMIC_RELAXED)
+
+static bool env_off(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && !strcmp(v, "0");
+}
 
 /* ---- cuFile (GPUDirect Storage), loaded at run time ---- */
 
@@ -117,15 +143,27 @@ struct slot {
 	void *buf;
 	int64_t foff;		/* file offset of the read (aligned) */
 	size_t want, got;
-	bool direct;		/* the read in flight went to the O_DIRECT fd */
+	bool direct;		/* the read in flight went to an O_DIRECT source */
 };
 
 struct sfs_file {
 	pthread_mutex_t lock;	/* serialises every call on the handle */
-	int fd;			/* buffered */
-	int dfd;		/* O_DIRECT, or -1 */
+	pid_t pid;		/* the process that opened it (see forked_reset) */
+	char *path;		/* absolute, for the open through the mount */
+	int fd;			/* through the mount, buffered; -1: not open (yet) */
+	int dfd;		/* through the mount, O_DIRECT; -1: none (yet) */
+	bool dfd_tried;
+	int cfd;		/* the cache file the daemon handed over, or -1 */
+	bool cfd_direct;	/* O_DIRECT is set on cfd */
+	struct ctlc_mount *mount;	/* its daemon, for reports; NULL outside a mount */
+	struct ctlc_conn *conn;	/* where cfd's pin is (a reference), or NULL */
+	uint64_t pin;		/* the pin's handle on conn */
+	bool delivered;		/* a byte came out of cfd: the file was read */
 	int64_t size;
+	bool sized;		/* size is final (what sfs_client_size says) */
 	size_t nbuf, bufsize;
+	int rfd;		/* the source of the read in progress */
+	bool rdirect;		/* ... is O_DIRECT */
 	/* the pipeline, set up by the first sfs_read_device */
 	bool piped;
 	struct io_uring ring;
@@ -138,6 +176,7 @@ struct sfs_file {
 	cudaEvent_t *ev;
 	bool cufile_tried;
 	bool cufile_ok;
+	int cufile_fd;		/* the descriptor cfh was registered for */
 	cufile_handle_t cfh;
 #endif
 };
@@ -156,22 +195,85 @@ static size_t env_size(const char *name, size_t def, size_t lo, size_t hi)
 	return v;
 }
 
-int sfs_client_open(const char *path, struct sfs_file **out)
+/*
+ * Ask the daemon of the mount holding @path for its cache file.  On
+ * success f->cfd, f->conn and f->pin are set; otherwise the handle reads
+ * through the mount.  f->mount is set whenever @path is in a stagefs mount.
+ */
+static void cache_fd_setup(struct sfs_file *f, const char *path, const struct stat *st)
 {
-	struct sfs_file *f;
-	const char *env;
-	struct stat st;
-	int err;
+	char root[PATH_MAX], rel[PATH_MAX], why[512] = "";
+	int r, fl;
 
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return -ENOMEM;
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (f->fd < 0) {
-		err = -errno;
-		goto out_free;
+	r = ctl_find_mount(path, root, sizeof(root), rel, sizeof(rel));
+	if (!r) {
+		f->mount = ctlc_mount_get(root);
+		r = f->mount ? ctlc_mount_socket(f->mount) : -ENOMEM;
+		if (r == -ENOENT)
+			snprintf(why, sizeof(why), "the mount has no control socket");
+	} else if (r == -ENOENT) {
+		snprintf(why, sizeof(why), "not in a stagefs mount");
 	}
-	if (fstat(f->fd, &st) < 0) {
+	if (!r)
+		r = ctlc_cache_fd(f->mount, rel, st, &f->cfd, &f->conn, &f->pin, why,
+				 sizeof(why));
+	if (r) {
+		STAT_ADD(fd_fallbacks, 1);
+		STAT_SET(fd_last_error, -r);
+		log_debug("libstagefs: %s: reading through the mount: %s", path,
+			  why[0] ? why : strerror(-r));
+		return;
+	}
+	STAT_ADD(fd_opens, 1);
+	if (env_off("STAGEFS_ODIRECT"))
+		return;
+	fl = fcntl(f->cfd, F_GETFL);
+	if (fl >= 0 && fcntl(f->cfd, F_SETFL, fl | O_DIRECT) == 0) {
+		f->cfd_direct = true;
+	} else {
+		log_debug("libstagefs: %s: the cache file takes no O_DIRECT (%s): buffered reads",
+			  path, strerror(errno));
+		STAT_ADD(odirect_fallbacks, 1);
+	}
+}
+
+/*
+ * @path made absolute against the current directory, nothing else: the
+ * same file opens later whatever the process's directory is then.
+ */
+static int abs_path(const char *path, char *out, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	if (path[0] == '/') {
+		if (strlen(path) >= len)
+			return -ENAMETOOLONG;
+		strcpy(out, path);
+		return 0;
+	}
+	if (!getcwd(cwd, sizeof(cwd)))
+		return -errno;
+	if ((size_t)snprintf(out, len, "%s/%s", cwd, path) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/*
+ * Open the file through the mount, once: at open when there is no cache
+ * file, else on first need (sfs_read_host, or the daemon went away).
+ * 0 or -errno.  f->lock held, or the handle not published yet.
+ */
+static int mount_open(struct sfs_file *f)
+{
+	struct stat st;
+	int fd, err;
+
+	if (f->fd >= 0)
+		return 0;
+	fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
 		err = -errno;
 		goto out_close;
 	}
@@ -179,37 +281,78 @@ int sfs_client_open(const char *path, struct sfs_file **out)
 		err = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
 		goto out_close;
 	}
-	f->size = st.st_size;
-	/*
-	 * TODO(fd passing): ask the daemon over the control socket for the
-	 * cache file's fd (docs/control.md, when it has such a request) and
-	 * read the NVMe file directly.  Until then, and as the fallback
-	 * after, O_DIRECT through the mount.
-	 */
-	env = getenv("STAGEFS_ODIRECT");
-	if (env && !strcmp(env, "0"))
-		f->dfd = -1;	/* buffered on request (tests, odd mounts) */
-	else
-		f->dfd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-	if (f->dfd < 0) {
-		log_debug("libstagefs: %s: no O_DIRECT (%s): buffered reads",
-			  path, strerror(errno));
-		STAT_ADD(odirect_fallbacks, 1);
+	if (f->sized && st.st_size != f->size) {
+		/* sfs_client_size() said otherwise: not the file we opened */
+		err = -ESTALE;
+		goto out_close;
 	}
+	f->size = st.st_size;
+	f->sized = true;
+	__atomic_store_n(&f->fd, fd, __ATOMIC_RELEASE);
+	return 0;
+
+out_close:
+	close(fd);
+	return err;
+}
+
+int sfs_client_open(const char *path, struct sfs_file **out)
+{
+	struct sfs_file *f;
+	struct stat st;
+	int err;
+
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->fd = f->cfd = f->dfd = -1;
+	f->pid = getpid();
+	f->path = malloc(PATH_MAX);
+	if (!f->path) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	err = abs_path(path, f->path, PATH_MAX);
+	if (err)
+		goto out_free;
 	f->nbuf = env_size("STAGEFS_PINNED_BUFS", DEFAULT_NBUF, 2, 64);
 	f->bufsize = env_size("STAGEFS_PINNED_BUF_SIZE", DEFAULT_BUFSIZE,
 			      SFS_ALIGN, 256 * MiB);
 	f->bufsize = DIV_ROUND_UP(f->bufsize, SFS_ALIGN) * SFS_ALIGN;
 #ifdef CONFIG_HAVE_CUDA
 	f->cuda_dev = -1;
+	f->cufile_fd = -1;
 #endif
+	/*
+	 * The cache file first: the daemon checks access as the mount would,
+	 * and a file read that way is never opened through the mount.  An
+	 * empty file has nothing to read, so no cache file to ask for.
+	 */
+	if (!env_off("STAGEFS_FD_PASSING")) {
+		if (stat(f->path, &st) < 0) {
+			err = -errno;
+			goto out_free;
+		}
+		if (S_ISREG(st.st_mode) && st.st_size > 0) {
+			f->size = st.st_size;
+			cache_fd_setup(f, f->path, &st);
+			f->sized = f->cfd >= 0;
+		}
+	}
+	if (f->cfd < 0) {
+		err = mount_open(f);
+		if (err)
+			goto out_free;
+	}
+	if (f->mount) {
+		ctlc_mount_hold(f->mount);
+	}
 	pthread_mutex_init(&f->lock, NULL);
 	*out = f;
 	return 0;
 
-out_close:
-	close(f->fd);
 out_free:
+	free(f->path);
 	free(f);
 	return err;
 }
@@ -259,39 +402,111 @@ out_events:
 	cudaStreamDestroy(f->stream);
 	return -EIO;
 }
+
+static void cufile_drop(struct sfs_file *f)
+{
+	if (f->cufile_ok)
+		cufile.handle_deregister(f->cfh);
+	f->cufile_ok = f->cufile_tried = false;
+	f->cufile_fd = -1;
+}
 #endif
+
+/* The pipeline's pool, ring and slots go (and their memory from the counts). */
+static void pipe_teardown(struct sfs_file *f, bool forked)
+{
+	struct pinned_stats st;
+
+	if (!f->piped)
+		return;
+	pinned_pool_stats(f->pool, &st);
+	STAT_SUB(pinned_bytes, st.bytes);
+	if (!f->pool_locked)
+		__atomic_sub_fetch(&g_unlocked_pools, 1, __ATOMIC_RELAXED);
+	if (forked)
+		pinned_pool_forget(f->pool);	/* the ring's buffers are the parent's too */
+	else
+		pinned_pool_destroy(f->pool);	/* unregisters: before the ring goes */
+	io_uring_queue_exit(&f->ring);
+	free(f->slots);
+	f->slots = NULL;
+	f->piped = false;
+}
+
+/* Stop reading the cache file: its pin is gone, or is going. */
+static void cache_fd_drop(struct sfs_file *f)
+{
+	if (f->cfd < 0)
+		return;
+#ifdef CONFIG_HAVE_CUDA
+	if (f->cufile_fd == f->cfd)
+		cufile_drop(f);
+#endif
+	close(f->cfd);
+	f->cfd = -1;
+	if (f->conn && f->pid == getpid())
+		ctlc_drop_pin(f->conn, f->pin);
+	f->conn = NULL;
+}
+
+/*
+ * The first call in a child after fork(): let go of what the handle shares
+ * with the parent without touching it: the pin (the parent's connection's),
+ * the ring and its registered buffers, CUDA objects (unusable in a forked
+ * child; left as they are).  The child then reads through the mount with
+ * a pipeline of its own.
+ */
+static void forked_reset(struct sfs_file *f)
+{
+	f->conn = NULL;		/* the parent's; mount_reap drops our copy of its socket */
+	if (f->cfd >= 0) {
+		close(f->cfd);
+		f->cfd = -1;
+		STAT_ADD(fd_lost, 1);
+	}
+	pipe_teardown(f, true);
+#ifdef CONFIG_HAVE_CUDA
+	f->cuda_dev = -1;
+	f->cufile_ok = f->cufile_tried = false;
+	f->cufile_fd = -1;
+#endif
+	f->pid = getpid();
+}
 
 void sfs_client_close(struct sfs_file *f)
 {
 	if (!f)
 		return;
+	if (f->pid != getpid())
+		forked_reset(f);
+	cache_fd_drop(f);
 #ifdef CONFIG_HAVE_CUDA
 	cuda_teardown(f);
 	free(f->ev);
-	if (f->cufile_ok)
-		cufile.handle_deregister(f->cfh);
+	cufile_drop(f);
 #endif
-	if (f->piped) {
-		struct pinned_stats st;
-
-		pinned_pool_stats(f->pool, &st);
-		STAT_SUB(pinned_bytes, st.bytes);
-		if (!f->pool_locked)
-			__atomic_sub_fetch(&g_unlocked_pools, 1, __ATOMIC_RELAXED);
-		pinned_pool_destroy(f->pool);	/* unregisters: before the ring goes */
-		io_uring_queue_exit(&f->ring);
-		free(f->slots);
-	}
+	pipe_teardown(f, false);
 	if (f->dfd >= 0)
 		close(f->dfd);
-	close(f->fd);
+	if (f->fd >= 0)
+		close(f->fd);
+	if (f->mount) {
+		/* a process's last file of a mount closed: report now */
+		ctlc_mount_report(f->mount, ctlc_mount_unhold(f->mount));
+	}
 	pthread_mutex_destroy(&f->lock);
+	free(f->path);
 	free(f);
 }
 
 int64_t sfs_client_size(const struct sfs_file *f)
 {
 	return f->size;
+}
+
+int sfs_client_via(const struct sfs_file *f)
+{
+	return f->cfd >= 0 ? SFS_VIA_CACHE_FD : SFS_VIA_MOUNT;
 }
 
 /* Clamp [off, off+len) to the file; returns the new length or -EINVAL. */
@@ -307,13 +522,90 @@ static ssize_t clamp(const struct sfs_file *f, int64_t off, size_t len)
 ssize_t sfs_read_host(struct sfs_file *f, int64_t off, size_t len, void *dst)
 {
 	ssize_t n = clamp(f, off, len);
+	int fd = __atomic_load_n(&f->fd, __ATOMIC_ACQUIRE), err;
 
 	if (n <= 0)
 		return n;
-	n = pread_full(f->fd, dst, (size_t)n, off);
+	if (fd < 0) {
+		/* read through the cache file so far: open the mount now */
+		pthread_mutex_lock(&f->lock);
+		err = mount_open(f);
+		fd = f->fd;
+		pthread_mutex_unlock(&f->lock);
+		if (err)
+			return err;
+	}
+	n = pread_full(fd, dst, (size_t)n, off);
 	if (n > 0)
 		STAT_ADD(host_read_bytes, (uint64_t)n);
 	return n;
+}
+
+/*
+ * Pick the source of the next pipeline read: the cache file while its pin
+ * holds, else the mount (O_DIRECT unless refused or turned off).  0, or
+ * -errno when the mount cannot be opened.
+ */
+static int choose_source(struct sfs_file *f)
+{
+	int err;
+
+	if (f->cfd >= 0 && !ctlc_conn_alive(f->conn)) {
+		log_warn("libstagefs: the stagefs daemon dropped its pins (stopped?): "
+			 "reading through the mount");
+		STAT_ADD(fd_lost, 1);
+		cache_fd_drop(f);
+	}
+	if (f->cfd >= 0) {
+		f->rfd = f->cfd;
+		f->rdirect = f->cfd_direct;
+		return 0;
+	}
+	err = mount_open(f);
+	if (err)
+		return err;
+	if (!f->dfd_tried) {
+		char self[64];
+
+		f->dfd_tried = true;
+		if (env_off("STAGEFS_ODIRECT")) {
+			STAT_ADD(odirect_fallbacks, 1);
+		} else {
+			/* a second open of the same file, whatever its path is now */
+			snprintf(self, sizeof(self), "/proc/self/fd/%d", f->fd);
+			f->dfd = open(self, O_RDONLY | O_CLOEXEC | O_DIRECT);
+			if (f->dfd < 0) {
+				log_debug("libstagefs: no O_DIRECT through the mount (%s): "
+					  "buffered reads", strerror(errno));
+				STAT_ADD(odirect_fallbacks, 1);
+			}
+		}
+	}
+	f->rfd = f->dfd >= 0 ? f->dfd : f->fd;
+	f->rdirect = f->dfd >= 0;
+	return 0;
+}
+
+/* The source refused an O_DIRECT read (EINVAL): read it buffered from now on. */
+static void drop_direct(struct sfs_file *f)
+{
+	if (!f->rdirect)
+		return;
+	log_debug("libstagefs: O_DIRECT read refused: buffered reads");
+	STAT_ADD(odirect_fallbacks, 1);
+	f->rdirect = false;
+	if (f->rfd == f->cfd) {
+		int fl = fcntl(f->cfd, F_GETFL);
+
+		if (fl >= 0 && fcntl(f->cfd, F_SETFL, fl & ~O_DIRECT) == 0)
+			f->cfd_direct = false;
+		return;
+	}
+	if (f->rfd == f->dfd) {
+		close(f->dfd);
+		f->dfd = -1;
+		f->rfd = f->fd;
+	}
 }
 
 static int pipe_setup(struct sfs_file *f)
@@ -352,24 +644,22 @@ static void queue_read(struct sfs_file *f, int idx)
 {
 	struct slot *s = &f->slots[idx];
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
-	int fd = f->dfd >= 0 ? f->dfd : f->fd;
 	char *buf = (char *)s->buf + s->got;
 	unsigned n = (unsigned)(s->want - s->got);
 	off_t off = s->foff + (off_t)s->got;
 
 	/* The ring has 2 * nbuf entries and at most nbuf reads in flight. */
 	if (pinned_pool_registered(f->pool))
-		io_uring_prep_read_fixed(sqe, fd, buf, n, off, idx);
+		io_uring_prep_read_fixed(sqe, f->rfd, buf, n, off, idx);
 	else
-		io_uring_prep_read(sqe, fd, buf, n, off);
+		io_uring_prep_read(sqe, f->rfd, buf, n, off);
 	io_uring_sqe_set_data64(sqe, (uint64_t)idx);
-	s->direct = f->dfd >= 0;
+	s->direct = f->rdirect;
 	if (s->direct)
 		STAT_ADD(direct_reads, 1);
 	else
 		STAT_ADD(buffered_reads, 1);
 }
-
 /* Hand slot @idx's useful bytes to the destination; frees host slots. */
 static int deliver(struct sfs_file *f, int idx, int64_t off, int64_t end,
 		   char *dst, int device)
@@ -502,13 +792,8 @@ static ssize_t pipe_read(struct sfs_file *f, int64_t off, size_t len,
 			s = &f->slots[idx];
 
 			if (res == -EINVAL && s->direct) {
-				/* the mount refused O_DIRECT: buffered from now on */
-				if (f->dfd >= 0) {
-					log_debug("libstagefs: O_DIRECT read refused: buffered reads");
-					close(f->dfd);
-					f->dfd = -1;
-					STAT_ADD(odirect_fallbacks, 1);
-				}
+				/* the source refused O_DIRECT: buffered from now on */
+				drop_direct(f);
 			} else if (res == -EINTR || res == -EAGAIN) {
 				/* retry as is */
 			} else if (res < 0 || (res == 0 && s->foff + (int64_t)s->got < f->size)) {
@@ -555,20 +840,28 @@ static ssize_t pipe_read(struct sfs_file *f, int64_t off, size_t len,
 }
 
 #ifdef CONFIG_HAVE_CUDA
-/* cuFile path: returns bytes, or < 0 to fall back to the pipeline. */
+/*
+ * cuFile path, on the source choose_source() picked if it is O_DIRECT: the
+ * cache file (real GPUDirect Storage from the NVMe) or the mount (cuFile's
+ * compatibility mode: FUSE has no GDS).  Returns bytes, or < 0 to fall back
+ * to the pipeline.
+ */
 static ssize_t cufile_read(struct sfs_file *f, int64_t off, size_t len,
 			   void *dev_ptr)
 {
 	ssize_t n;
 
 	pthread_once(&cufile_once, cufile_load);
-	if (!cufile.ok || f->dfd < 0)
+	if (!cufile.ok || !f->rdirect)
 		return -ENOTSUP;
+	if (f->cufile_tried && f->cufile_fd != f->rfd)
+		cufile_drop(f);	/* the source changed */
 	if (!f->cufile_tried) {
 		cufile_descr_t d = { .type = CUFILE_HANDLE_TYPE_OPAQUE_FD };
 
 		f->cufile_tried = true;
-		d.handle.fd = f->dfd;
+		f->cufile_fd = f->rfd;
+		d.handle.fd = f->rfd;
 		f->cufile_ok = cufile.handle_register(&f->cfh, &d).err == 0;
 		if (!f->cufile_ok)
 			log_warn("libstagefs: cuFileHandleRegister failed: pinned pipeline");
@@ -586,10 +879,33 @@ static ssize_t cufile_read(struct sfs_file *f, int64_t off, size_t len,
 }
 #endif
 
+/*
+ * Count @n bytes just delivered to @device (SFS_HOST_DEVICE: host memory),
+ * read from the cache file when @via_cfd: for sfs_client_stats() and for
+ * the daemon's feed rate (reported by ctlc_mount_report()).
+ */
+static void account(struct sfs_file *f, bool via_cfd, int device, uint64_t n)
+{
+	uint64_t files = 0;
+
+	if (device >= 0 && device < SFS_MAX_DEVICES)
+		STAT_ADD(device_bytes[device], n);
+	else if (device < 0)
+		STAT_ADD(pinned_host_bytes, n);
+	if (via_cfd) {
+		STAT_ADD(fd_bytes, n);
+		files = !f->delivered;
+		f->delivered = true;
+	}
+	if (f->mount)
+		ctlc_mount_add(f->mount, via_cfd ? n : 0, files, device, device >= 0 ? n : 0);
+}
+
 ssize_t sfs_read_device(struct sfs_file *f, int64_t off, size_t len,
 			void *dev_ptr, int device)
 {
 	ssize_t n = clamp(f, off, len);
+	bool via_cfd;
 	int err;
 
 	if (device < SFS_HOST_DEVICE)
@@ -605,6 +921,8 @@ ssize_t sfs_read_device(struct sfs_file *f, int64_t off, size_t len,
 		return n;
 
 	pthread_mutex_lock(&f->lock);
+	if (f->pid != getpid())
+		forked_reset(f);
 	if (!f->piped) {
 		err = pipe_setup(f);
 		if (err) {
@@ -612,6 +930,12 @@ ssize_t sfs_read_device(struct sfs_file *f, int64_t off, size_t len,
 			goto out_unlock;
 		}
 	}
+	err = choose_source(f);
+	if (err) {
+		n = err;
+		goto out_unlock;
+	}
+	via_cfd = f->cfd >= 0;
 #ifdef CONFIG_HAVE_CUDA
 	if (device >= 0) {
 		int prev = 0;
@@ -621,6 +945,7 @@ ssize_t sfs_read_device(struct sfs_file *f, int64_t off, size_t len,
 			n = -ENODEV;
 			goto out_unlock;
 		}
+		ctlc_note_pci(device);
 		ssize_t r = cufile_read(f, off, (size_t)n, dev_ptr);
 
 		if (r < 0) {
@@ -631,28 +956,42 @@ ssize_t sfs_read_device(struct sfs_file *f, int64_t off, size_t len,
 		}
 		cudaSetDevice(prev);
 		n = r;
-		if (n > 0 && device < SFS_MAX_DEVICES)
-			STAT_ADD(device_bytes[device], (uint64_t)n);
+		if (n > 0)
+			account(f, via_cfd, device, (uint64_t)n);
 		goto out_unlock;
 	}
 #endif
 	n = pipe_read(f, off, (size_t)n, dev_ptr, SFS_HOST_DEVICE);
 	if (n > 0)
-		STAT_ADD(pinned_host_bytes, (uint64_t)n);
+		account(f, via_cfd, SFS_HOST_DEVICE, (uint64_t)n);
 out_unlock:
 	pthread_mutex_unlock(&f->lock);
+	if (n > 0 && f->mount)
+		ctlc_mount_report(f->mount, false);
 	return n;
 }
 
 void sfs_client_stats(struct sfs_client_stats *st)
 {
-	uint64_t *dst = (uint64_t *)st;
-	const uint64_t *src = (const uint64_t *)&g_stats;
-	size_t nwords = offsetof(struct sfs_client_stats, pinned_locked) / sizeof(uint64_t);
-
-	for (size_t i = 0; i < nwords; i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+#define LD(x)	__atomic_load_n(&g_stats.x, __ATOMIC_RELAXED)
+	memset(st, 0, sizeof(*st));
+	st->host_read_bytes = LD(host_read_bytes);
+	st->pinned_host_bytes = LD(pinned_host_bytes);
+	for (int i = 0; i < SFS_MAX_DEVICES; i++)
+		st->device_bytes[i] = LD(device_bytes[i]);
+	st->cufile_bytes = LD(cufile_bytes);
+	st->direct_reads = LD(direct_reads);
+	st->buffered_reads = LD(buffered_reads);
+	st->odirect_fallbacks = LD(odirect_fallbacks);
+	st->pinned_bytes = LD(pinned_bytes);
 	st->pinned_locked = __atomic_load_n(&g_unlocked_pools, __ATOMIC_RELAXED) == 0;
 	st->cuda_available = pinned_cuda_available();
-	st->cufile_loaded = __atomic_load_n(&g_stats.cufile_loaded, __ATOMIC_RELAXED);
+	st->cufile_loaded = LD(cufile_loaded);
+	st->fd_last_error = LD(fd_last_error);
+	st->fd_opens = LD(fd_opens);
+	st->fd_fallbacks = LD(fd_fallbacks);
+	st->fd_lost = LD(fd_lost);
+	st->fd_bytes = LD(fd_bytes);
+	ctlc_stats(&st->reports, &st->report_errors);
+#undef LD
 }

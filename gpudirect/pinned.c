@@ -173,6 +173,16 @@ void pinned_pool_destroy(struct pinned_pool *p)
 	free(p);
 }
 
+void pinned_pool_forget(struct pinned_pool *p)
+{
+	if (!p)
+		return;
+	if (!p->cuda)
+		free(p->base);	/* the child's copy; mlock is not inherited */
+	free(p->busy);
+	free(p);
+}
+
 int pinned_pool_get(struct pinned_pool *p, void **buf)
 {
 	int idx = -EBUSY;

@@ -53,6 +53,15 @@ int pinned_pool_create(size_t nbuf, size_t bufsize, struct io_uring *ring,
 		       struct pinned_pool **out);
 /* Unregister, unlock and free everything.  NULL is a no-op. */
 void pinned_pool_destroy(struct pinned_pool *p);
+/*
+ * In a child after fork(): drop the pool inherited from the parent without
+ * touching what the two processes share: the io_uring it is registered
+ * with (unregistering would unregister the parent's buffers) and CUDA
+ * host memory (CUDA is unusable in a forked child; that mapping is left
+ * alone).  Private copies (the malloc'ed block, bookkeeping) are freed.
+ * NULL is a no-op.
+ */
+void pinned_pool_forget(struct pinned_pool *p);
 
 /*
  * Take a free buffer: returns its index (0..nbuf-1) and its address in

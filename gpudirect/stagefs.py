@@ -2,21 +2,23 @@
 
     import stagefs
     with stagefs.open("/mnt/data/train/shard-0001.tar") as f:
-        head = f.read(0, 4096)                  # bytes, buffered read
+        head = f.read(0, 4096)                  # bytes, buffered read through the mount
         buf = bytearray(1 << 20)
-        n = f.read_into(0, buf)                 # pinned O_DIRECT pipeline
+        n = f.read_into(0, buf)                 # pinned O_DIRECT pipeline, from the
+                                                # cache file (f.via == "cache_fd")
         f.read_device(0, nbytes, tensor.data_ptr(), tensor.device.index)
     print(stagefs.stats())
 
-The library is found in $STAGEFS_LIB, else next to this file, else by the
-dynamic loader ("libstagefs.so").  Errors raise OSError with the errno the
+The library is found in $STAGEFS_LIB, else next to this file, else in
+PREFIX/lib of an installed tree (`make install`), else by the dynamic
+loader ("libstagefs.so").  Errors raise OSError with the errno the
 library returned.  A File serialises its own calls; use one per thread.
 """
 import ctypes
 import errno as _errno
 import os
 
-__all__ = ["File", "open", "stats", "HOST_DEVICE"]
+__all__ = ["File", "open", "stats", "stats_fd_last_error", "HOST_DEVICE"]
 
 HOST_DEVICE = -1
 _MAX_DEVICES = 16
@@ -35,6 +37,13 @@ class _Stats(ctypes.Structure):
         ("pinned_locked", ctypes.c_uint32),
         ("cuda_available", ctypes.c_uint32),
         ("cufile_loaded", ctypes.c_uint32),
+        ("fd_last_error", ctypes.c_int32),
+        ("fd_opens", ctypes.c_uint64),
+        ("fd_fallbacks", ctypes.c_uint64),
+        ("fd_lost", ctypes.c_uint64),
+        ("fd_bytes", ctypes.c_uint64),
+        ("reports", ctypes.c_uint64),
+        ("report_errors", ctypes.c_uint64),
     ]
 
 
@@ -42,6 +51,8 @@ def _load():
     here = os.path.dirname(os.path.abspath(__file__))
     for cand in (os.environ.get("STAGEFS_LIB"),
                  os.path.join(here, "libstagefs.so"),
+                 # installed: PREFIX/share/stagefs/python -> PREFIX/lib
+                 os.path.join(here, "..", "..", "..", "lib", "libstagefs.so"),
                  "libstagefs.so"):
         if not cand:
             continue
@@ -65,6 +76,8 @@ def _load():
     lib.sfs_read_device.restype = ctypes.c_ssize_t
     lib.sfs_client_stats.argtypes = [ctypes.POINTER(_Stats)]
     lib.sfs_client_stats.restype = None
+    lib.sfs_client_via.argtypes = [vp]
+    lib.sfs_client_via.restype = ctypes.c_int
     return lib
 
 
@@ -90,6 +103,12 @@ class File:
     @property
     def size(self):
         return _lib.sfs_client_size(self._handle())
+
+    @property
+    def via(self):
+        """Where read_into/read_device read from: "cache_fd" (the NVMe
+        cache file the daemon handed over) or "mount" (through FUSE)."""
+        return "cache_fd" if _lib.sfs_client_via(self._handle()) == 1 else "mount"
 
     def _handle(self):
         if self._h is None:
@@ -156,3 +175,10 @@ def stats():
     d = {name: getattr(st, name) for name, _ in _Stats._fields_}
     d["device_bytes"] = list(st.device_bytes)
     return d
+
+
+def stats_fd_last_error():
+    """The errno name of the daemon's last refusal to hand over a cache
+    file ("" if none), e.g. "ENOSPC" for a file that cannot be cached whole."""
+    e = stats()["fd_last_error"]
+    return _errno.errorcode.get(e, str(e)) if e else ""

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -141,7 +142,52 @@ bool ctl_conn_pending(const struct ctl_conn *c)
 	return memchr(c->buf + c->start, '\n', c->end - c->start) != NULL;
 }
 
-int ctl_read_line(struct ctl_conn *c, char **line, int timeout_ms)
+/*
+ * Read into @c's buffer: read(2), or with @fd recvmsg(2) taking a passed
+ * descriptor into *@fd (a second one is closed).  Returns bytes or -errno.
+ */
+static ssize_t conn_recv(struct ctl_conn *c, int *fd)
+{
+	union {
+		struct cmsghdr hdr;
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+	} ctrl;
+	struct iovec iov = { c->buf + c->end, CTL_LINE_MAX - c->end };
+	struct msghdr mh = {
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+		.msg_control = ctrl.buf,
+		.msg_controllen = sizeof(ctrl.buf),
+	};
+	ssize_t n;
+
+	if (!fd) {
+		n = read(c->fd, iov.iov_base, iov.iov_len);
+		return n < 0 ? -errno : n;
+	}
+	n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return -errno;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		size_t k;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int got;
+
+			memcpy(&got, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (*fd < 0)
+				*fd = got;
+			else
+				close(got);	/* the protocol passes one at a time */
+		}
+	}
+	return n;
+}
+
+static int read_line(struct ctl_conn *c, char **line, int timeout_ms, int *fd)
 {
 	uint64_t deadline = timeout_ms >= 0 ? now_ms() + (uint64_t)timeout_ms : 0;
 
@@ -182,55 +228,122 @@ int ctl_read_line(struct ctl_conn *c, char **line, int timeout_ms)
 		}
 		if (r == 0)
 			return -ETIMEDOUT;
-		n = read(c->fd, c->buf + c->end, CTL_LINE_MAX - c->end);
-		if (n < 0) {
-			if (errno == EINTR || errno == EAGAIN)
-				continue;
-			return -errno;
-		}
+		n = conn_recv(c, fd);
+		if (n == -EINTR || n == -EAGAIN)
+			continue;
+		if (n < 0)
+			return (int)n;
 		if (n == 0)
 			return -ECONNRESET;
 		c->end += (size_t)n;
 	}
 }
 
-int ctl_sendf(int fd, const char *fmt, ...)
+int ctl_read_line(struct ctl_conn *c, char **line, int timeout_ms)
 {
-	char stackbuf[4096], *buf = stackbuf;
-	va_list ap;
-	size_t off = 0;
-	int n;
+	return read_line(c, line, timeout_ms, NULL);
+}
 
-	va_start(ap, fmt);
-	n = vsnprintf(stackbuf, sizeof(stackbuf), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return -EINVAL;
-	if ((size_t)n >= sizeof(stackbuf)) {
-		buf = malloc((size_t)n + 1);
-		if (!buf)
-			return -ENOMEM;
-		va_start(ap, fmt);
-		vsnprintf(buf, (size_t)n + 1, fmt, ap);
-		va_end(ap);
+int ctl_read_line_fd(struct ctl_conn *c, char **line, int timeout_ms, int *fd)
+{
+	int r;
+
+	*fd = -1;
+	r = read_line(c, line, timeout_ms, fd);
+	if (r < 0 && *fd >= 0) {
+		close(*fd);
+		*fd = -1;
 	}
-	while (off < (size_t)n) {
-		ssize_t w = send(fd, buf + off, (size_t)n - off, MSG_NOSIGNAL);
+	return r;
+}
 
-		if (w < 0) {
-			int e = errno;
+/* Send @buf in full; the first send carries @pass (SCM_RIGHTS) if >= 0. */
+static int send_all(int fd, int pass, const char *buf, size_t len)
+{
+	union {
+		struct cmsghdr hdr;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctrl;
+	size_t off = 0;
 
-			if (e == EINTR)
-				continue;
-			if (buf != stackbuf)
-				free(buf);
-			return -e;
+	while (off < len) {
+		struct iovec iov = { (char *)buf + off, len - off };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+		ssize_t w;
+
+		if (pass >= 0) {
+			struct cmsghdr *cm;
+
+			memset(&ctrl, 0, sizeof(ctrl));
+			mh.msg_control = ctrl.buf;
+			mh.msg_controllen = sizeof(ctrl.buf);
+			cm = CMSG_FIRSTHDR(&mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &pass, sizeof(int));
 		}
+		w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		pass = -1;	/* sent with the bytes just accepted */
 		off += (size_t)w;
 	}
+	return 0;
+}
+
+static int vsend(int fd, int pass, const char *fmt, va_list ap)
+{
+	char stackbuf[4096], *buf = stackbuf;
+	va_list ap2;
+	int n, ret;
+
+	va_copy(ap2, ap);
+	n = vsnprintf(stackbuf, sizeof(stackbuf), fmt, ap);
+	if (n < 0) {
+		va_end(ap2);
+		return -EINVAL;
+	}
+	if ((size_t)n >= sizeof(stackbuf)) {
+		buf = malloc((size_t)n + 1);
+		if (!buf) {
+			va_end(ap2);
+			return -ENOMEM;
+		}
+		vsnprintf(buf, (size_t)n + 1, fmt, ap2);
+	}
+	va_end(ap2);
+	ret = send_all(fd, pass, buf, (size_t)n);
 	if (buf != stackbuf)
 		free(buf);
-	return 0;
+	return ret;
+}
+
+int ctl_sendf(int fd, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	va_start(ap, fmt);
+	ret = vsend(fd, -1, fmt, ap);
+	va_end(ap);
+	return ret;
+}
+
+int ctl_sendf_fd(int fd, int pass, const char *fmt, ...)
+{
+	va_list ap;
+	int ret;
+
+	if (pass < 0)
+		return -EBADF;
+	va_start(ap, fmt);
+	ret = vsend(fd, pass, fmt, ap);
+	va_end(ap);
+	return ret;
 }
 
 const char *ctl_errname(int err)

@@ -74,6 +74,19 @@ void ctl_conn_init(struct ctl_conn *c, int fd);
  * stream, -E2BIG for an over-long line, or -errno.
  */
 int ctl_read_line(struct ctl_conn *c, char **line, int timeout_ms);
+/*
+ * ctl_read_line for clients that may be sent a descriptor (ctl_sendf_fd):
+ * *@fd is the descriptor that came with the bytes this call read (it is
+ * O_CLOEXEC and the caller's to close), or -1.  The protocol attaches one
+ * only to a one-line reply, so it belongs to the line returned.  A second
+ * descriptor in the same call is closed.  If the kernel had to drop one
+ * (MSG_CTRUNC: the caller is at RLIMIT_NOFILE) the line is still returned,
+ * with *@fd == -1.  On error nothing is held (*@fd == -1).
+ *
+ * The daemon reads with ctl_read_line(): read(2) never installs a
+ * descriptor a peer sends (the kernel drops it).
+ */
+int ctl_read_line_fd(struct ctl_conn *c, char **line, int timeout_ms, int *fd);
 /* True if a full line is already buffered (a read would not block). */
 bool ctl_conn_pending(const struct ctl_conn *c);
 
@@ -82,6 +95,13 @@ bool ctl_conn_pending(const struct ctl_conn *c);
  * raises SIGPIPE.  Returns 0 or -errno (-EPIPE: the peer went away).
  */
 int ctl_sendf(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * ctl_sendf with descriptor @pass attached to the line (SCM_RIGHTS, with
+ * its first byte): the peer gets its own descriptor for the same open file;
+ * the caller keeps @pass and closes it when it likes.  Returns 0 or -errno.
+ */
+int ctl_sendf_fd(int fd, int pass, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* "ENOENT" for ENOENT ("E123" if unnamed).  Static storage. */
 const char *ctl_errname(int err);

@@ -635,14 +635,70 @@ void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t b
 	}
 }
 
-int stats_gpu_account(struct stats *st, uint32_t uid, const char *job, int gpu,
-		      uint64_t bytes)
+/*
+ * Charge @v to the library's peer: @pid's reader record (see stats.h) or,
+ * for a @job other than its own, user @uid and that job.  0 or -ENOSPC.
+ */
+static int charge_peer(struct stats *st, pid_t pid, uint32_t uid, const char *job,
+		       const uint64_t *v)
+{
+	struct stats_ent *p = pid > 0 ? proc_get(st, pid, uid) : NULL, *user, *j = NULL;
+	char clean[PROCINFO_JOB_MAX];
+
+	if (job)
+		clean_name(clean, sizeof(clean), job[0] ? job : "unknown");
+	if (p && (!job || !strcmp(p->job->name, clean))) {
+		add_fields(p->c, v);
+		atomic_store_explicit(&p->last_ms, now_ms(), memory_order_relaxed);
+		ent_put(p);
+		return 0;
+	}
+	ent_put(p);
+	user = user_get(st, uid);
+	if (user)
+		j = job_get(st, user, job);
+	if (user)
+		add_fields(user->c, v);
+	if (j)
+		add_fields(j->c, v);
+	ent_put(j);
+	ent_put(user);
+	return user && j ? 0 : -ENOSPC;
+}
+
+int stats_client_account(struct stats *st, pid_t pid, uint32_t uid, const char *job,
+			 uint64_t bytes, uint64_t files)
+{
+	uint64_t v[STATS_NFIELDS] = {
+		[STATS_READ_BYTES] = bytes,
+		[STATS_CLIENT_BYTES] = bytes,
+		[STATS_FILES] = files,
+	};
+
+	if (!st)
+		return 0;
+	node_add(st, v);
+	return charge_peer(st, pid, uid, job, v);
+}
+
+void stats_client_open(struct stats *st, pid_t pid, uint32_t uid)
+{
+	uint64_t v[STATS_NFIELDS] = { [STATS_OPENS] = 1 };
+
+	if (!st)
+		return;
+	node_add(st, v);
+	charge_peer(st, pid, uid, NULL, v);
+}
+
+int stats_gpu_account(struct stats *st, pid_t pid, uint32_t uid, const char *job,
+		      int gpu, uint64_t bytes)
 {
 	uint64_t v[STATS_NFIELDS] = { [STATS_GPU_BYTES] = bytes };
 	struct key key = { .gpu = gpu };
-	struct stats_ent *g, *user, *j = NULL;
+	struct stats_ent *g;
 	uint32_t h;
-	int ret = 0;
+	int ret;
 
 	if (!st)
 		return 0;
@@ -655,21 +711,13 @@ int stats_gpu_account(struct stats *st, uint32_t uid, const char *job, int gpu,
 		g->gpu = gpu;
 		g = ent_insert(st, g, &key);
 	}
-	user = user_get(st, uid);
-	if (user)
-		j = job_get(st, user, job);
-	if (!g || !user || !j)
-		ret = -ENOSPC;
-	if (g)
+	if (g) {
 		add_fields(g->c, v);
-	if (user)
-		add_fields(user->c, v);
-	if (j)
-		add_fields(j->c, v);
+		atomic_store_explicit(&g->last_ms, now_ms(), memory_order_relaxed);
+	}
+	ret = charge_peer(st, pid, uid, job, v);
 	ent_put(g);
-	ent_put(j);
-	ent_put(user);
-	return ret;
+	return g ? ret : -ENOSPC;
 }
 
 /* ---- ticker ---- */
@@ -1128,6 +1176,7 @@ static const struct {
 	[STATS_PT_BYTES] = { "passthrough_bytes_estimated",
 			     "passthrough_bytes_estimated_per_s" },
 	[STATS_GPU_BYTES] = { "gpu_bytes", "gpu_bytes_per_s" },
+	[STATS_CLIENT_BYTES] = { "client_read_bytes", "client_read_bytes_per_s" },
 };
 
 static void json_ratio(FILE *f, double r)
@@ -1247,7 +1296,8 @@ static const struct {
 	double scale;		/* 0: an integer count */
 } prom_job[] = {
 	{ STATS_READ_BYTES, "stagefs_read_bytes_total",
-	  "Bytes returned to READ requests (page-cache and passthrough reads excluded).", 0 },
+	  "Bytes delivered to readers: READ replies and client-library reads of cache "
+	  "files (page-cache and passthrough reads excluded).", 0 },
 	{ STATS_FILES, "stagefs_files_read_total",
 	  "Opens through which at least one byte was read (samples delivered).", 0 },
 	{ STATS_OPENS, "stagefs_opens_total", "Opens of regular files.", 0 },
@@ -1269,6 +1319,9 @@ static const struct {
 	  "Estimated bytes read through passthrough opens (file size at open).", 0 },
 	{ STATS_GPU_BYTES, "stagefs_job_gpu_bytes_total",
 	  "Bytes the GPU client library copied to GPU memory for this job.", 0 },
+	{ STATS_CLIENT_BYTES, "stagefs_client_read_bytes_total",
+	  "Bytes the client library read itself from cache files the daemon handed it "
+	  "(part of stagefs_read_bytes_total).", 0 },
 };
 
 static void prom_value(FILE *f, uint64_t v, double scale)
@@ -1307,7 +1360,7 @@ void stats_render_prom(const struct stats_snap *s, const struct cache_stats *cs,
 	fprintf(f, "stagefs_fetched_bytes_total %" PRIu64 "\n",
 		s->node.total[STATS_BACKEND_BYTES]);
 	prom_family(f, "stagefs_feed_bytes_per_second", "gauge",
-		    "Bytes per second returned to READs, over the window.");
+		    "Bytes per second delivered to readers (stagefs_read_bytes_total), over the window.");
 	for (int w = 0; w < STATS_NWIN; w++)
 		fprintf(f, "stagefs_feed_bytes_per_second{window=\"%s\"} %.1f\n",
 			stats_window_name[w], s->node.rate[w][STATS_READ_BYTES]);

@@ -4,12 +4,16 @@
  * the cache had the data, and how long readers waited for data it had not.
  *
  * What is counted (docs/feedrate.md has the full story):
- *  - read_bytes, read_requests: what READ requests returned.  Reads the
- *    kernel serves from its page cache (keep_cache) or from a passthrough
- *    backing file never reach the daemon and are not in these.
+ *  - read_bytes: bytes delivered to readers: what READ requests returned,
+ *    plus what the client library reports it read itself from cache files
+ *    the daemon handed it (client_read_bytes, stats_client_account()).
+ *    read_requests: READ requests only.  Reads the kernel serves from its
+ *    page cache (keep_cache) or from a passthrough backing file never reach
+ *    the daemon and are not in these.
  *  - files_read: opens through which at least one byte was read, counted
- *    once per open, at its first READ that returned data.  opens: every
- *    open of a regular file.
+ *    once per open, at its first READ that returned data, or reported by
+ *    the client library for its handles.  opens: every open of a regular
+ *    file, through the mount or by the client library (stats_client_open).
  *  - cache_hits / cache_misses: chunk level, as cache.c counts them: each
  *    chunk a READ touches is a hit, except the chunks that READ fetched
  *    from the backend itself (misses).  backend_bytes: what those fetches
@@ -24,8 +28,10 @@
  *    passthrough, whose reads never reach the daemon; bytes are estimated
  *    as the file's size at open.
  *  - gpu_bytes: bytes the client library reports it copied to GPU memory
- *    (stats_gpu_account()).  They are not in read_bytes: the GPU path reads
- *    cache files itself.
+ *    (stats_gpu_account()), whichever way it read them.  A byte read from a
+ *    handed-over cache file into a GPU is in read_bytes, client_read_bytes
+ *    and gpu_bytes; one read through the mount into a GPU is in read_bytes
+ *    (its READ) and gpu_bytes.
  *
  * Who: a READ is charged to the thread FUSE names in the request (its
  * pid and uid).  Threads are identified once, from /proc (procinfo.h:
@@ -72,6 +78,7 @@ enum stats_field {
 	STATS_PT_OPENS,
 	STATS_PT_BYTES,		/* estimated */
 	STATS_GPU_BYTES,
+	STATS_CLIENT_BYTES,	/* read by the client library itself (also in READ_BYTES) */
 	STATS_NFIELDS
 };
 
@@ -163,12 +170,37 @@ void stats_fetch_begin(struct stats *st, const void *file, uint32_t idx);
 void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t bytes);
 
 /*
- * The GPU client library copied @bytes to GPU @gpu (its device index) for
- * user @uid, job @job (NULL: "unknown").  Returns 0, -EINVAL for a bad
- * index, or -ENOSPC when the tables are full (counted node-wide then).
+ * Reports of the client library (gpudirect/), made over the control socket
+ * by process @pid of user @uid (its SO_PEERCRED).  With @job NULL the bytes
+ * are charged like @pid's READs: to its reader record, so its process, its
+ * user and its job by the job rule see them.  With a @job (the library's
+ * STAGEFS_JOB, set after exec) they go to user @uid and that job, and to no
+ * process row unless it is @pid's own job.  Each returns 0, or -ENOSPC
+ * when a table is full (then counted where possible, node-wide always).
  */
-int stats_gpu_account(struct stats *st, uint32_t uid, const char *job, int gpu,
-		      uint64_t bytes);
+
+/*
+ * The library read @bytes itself from cache files the daemon handed it
+ * (no READ request saw them), through @files handles that delivered their
+ * first byte since the last report.  They count as read_bytes and
+ * files_read, and as client_read_bytes.
+ */
+int stats_client_account(struct stats *st, pid_t pid, uint32_t uid, const char *job,
+			 uint64_t bytes, uint64_t files);
+
+/*
+ * The library opened a file by asking for its cache file (CACHE_FD), not
+ * through the mount: one of @pid's opens, as a FUSE OPEN would count.
+ */
+void stats_client_open(struct stats *st, pid_t pid, uint32_t uid);
+
+/*
+ * The library copied @bytes to GPU @gpu (the node's index of the device,
+ * 0-65535): gpu_bytes of the GPU's row and of the reader's rows.
+ * -EINVAL for a bad index.
+ */
+int stats_gpu_account(struct stats *st, pid_t pid, uint32_t uid, const char *job,
+		      int gpu, uint64_t bytes);
 
 /* ---- reading the counters ---- */
 

@@ -2,7 +2,7 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|rados|publish|index|warmup|hints|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|rados|publish|index|warmup|hints|gpu|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
@@ -17,7 +17,11 @@
 #   publish      `stagefs publish` MB/s / `rados bench write` at the same concurrency
 #   index        daemon start-up with 1,000,000 cached chunks (cache_load_ms, wall)
 #   warmup       `stagefs warmup` / `rados bench seq`, and / `cp -r` of a cold mount
-#   hints        shuffled epochs over a dataset 2x the cache: with order hints / without
+#   hints        shuffled epochs over a dataset 2x the cache (from Ceph where
+#                there is one): with order hints / without
+#   gpu          the warm 2 GiB file into GPU memory with libstagefs (tools/gpubench):
+#                feed rate / min(disk, pinned H2D), and / read() + cudaMemcpy,
+#                all measured in the same run; "skipped: no GPU" without one
 #
 # Each prints a table; at the end one summary table of ratio vs target.  A
 # sub-benchmark whose piece is not built yet prints "skipped: <why>".  The
@@ -41,9 +45,13 @@
 #                    (default 8, and at most 40% of the free space); with
 #                    fewer chunks than wanted the 1M figure is extrapolated
 #   BENCH_INDEX_READERS  index: readers filling the cache (default 4)
+#   BENCH_HINT_STEP_US  hints: the training step a reader spends after each
+#                    sample in the second measurement (default 2000 us)
 #   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
 #                    hint (default: `stagefs warmup --order ORDERFILE MNT`)
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
+#   BENCH_GPU_DEV    gpu: the CUDA device (default 0)
+#   BENCH_GPU_REQ    gpu: sfs_read_device request size (default 64M)
 #   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
 #   BENCH_OSD_SIZE   apparent size of the throwaway OSD (default 48G, sparse)
 #   BENCH_MOUNT_OPTS extra -o options for every stagefs mount (experiments)
@@ -55,6 +63,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 STAGEFS=${BENCH_STAGEFS:-$REPO/stagefs}
 RB=$REPO/tools/readbench
+GB=$REPO/tools/gpubench
 CLUSTER_SH=$REPO/tools/ceph-cluster.sh
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -77,9 +86,12 @@ IDX_CHUNKS=${BENCH_INDEX_CHUNKS:-1000000}
 IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-8}
 IDX_CHUNK_KB=${BENCH_INDEX_CHUNK_KB:-4}
 IDX_READERS=${BENCH_INDEX_READERS:-4}
+HINT_STEP_US=${BENCH_HINT_STEP_US:-2000}
+GPU_DEV=${BENCH_GPU_DEV:-0}
+GPU_REQ=${BENCH_GPU_REQ:-64M}
 POOL=stagefs
 
-ALL="warm smallfiles passthrough smallhot rados publish index warmup hints"
+ALL="warm smallfiles passthrough smallhot rados publish index warmup hints gpu"
 
 # ---------------------------------------------------------------------------
 # output
@@ -123,6 +135,7 @@ rb() {
 	local key=$1 out
 	shift
 	out=$("$RB" "$@" 2>"$WORK/log/rb.stderr")
+	printf '%s\n' "$out" >"$WORK/log/rb.json"	# the whole JSON, for callers wanting more
 	if [ $? -ne 0 ] || [ -z "$out" ]; then
 		{ printf '%s read errors, e.g. ' "$(jget "$out" errors)"; head -1 "$WORK/log/rb.stderr"; } >"$WORK/log/rb.err"
 		return 1
@@ -776,37 +789,104 @@ bench_hints() {
 	gen_files "$d/src" "$n" $((SMALL_KB * 1024)) || { skipped "could not write the data"; return; }
 	list_files "$d/src" "$d/mnt" "$d/mnt.list"
 	limit=$((n * SMALL_KB * 1024 / 2))
-	row "" "no hints" "hints" "ratio"
-	for r in $(seq "$ROUNDS"); do
-		# alternate which goes first, so a drift in the machine's load
-		# does not always favour the same side
-		modes="plain hinted"
-		[ $((r % 2)) = 1 ] || modes="hinted plain"
-		for mode in $modes; do
-			rm -rf "$d/cache"
-			drop_caches
-			sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,cache_size=$limit" || { skipped "mount failed"; return; }
-			t0=$(now_ms)
-			for e in 1 2; do
-				if [ $mode = hinted ]; then
-					"$RB" files -P -s $((r * 10 + e)) "$d/mnt.list" >"$d/order.$e"
-					$hint "$d/mnt" "$d/order.$e" >>"$WORK/log/hint.log" 2>&1 || { skipped "BENCH_HINT_CMD failed"; sfs_umount "$d/mnt"; return; }
+	# hints pay where a miss costs a round trip to remote storage: read the
+	# dataset from Ceph where there is one (a dir:// source on the local
+	# disk is nearly as fast as the cache, so hints can gain little there)
+	local src=dir://$d/src mopts=""
+	if need_rados && publish_set "$d/src" bench-hints 4M; then
+		src=rados://$POOL/bench-hints mopts=",ceph_conf=$CEPH_CONF"
+	else
+		printf '  note: no rados:// source (%s): hinting a dir:// source\n' "${RADOS_WHY:-publish failed}"
+	fi
+	printf '  source %s\n' "$src"
+	# two kinds of reader: flat out (the input pipeline alone), and one
+	# that spends a training step after every sample (sleeping, as a job
+	# waits on its GPU): there the question is how long it stalls on input
+	local step steps="0 $HINT_STEP_US" stall sa sb out
+	for step in $steps; do
+		row "step ${step} us/sample" "no hints" "hints" "ratio"
+		as=() bs=() rs=()
+		for r in $(seq "$ROUNDS"); do
+			# alternate which goes first, so a drift in the machine's load
+			# does not always favour the same side
+			modes="plain hinted"
+			[ $((r % 2)) = 1 ] || modes="hinted plain"
+			for mode in $modes; do
+				rm -rf "$d/cache"
+				drop_caches
+				sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache,cache_size=$limit$mopts" || { skipped "mount failed"; return; }
+				t0=$(now_ms) stall=0
+				for e in 1 2; do
+					if [ $mode = hinted ]; then
+						"$RB" files -P -s $((r * 10 + e)) "$d/mnt.list" >"$d/order.$e"
+						$hint "$d/mnt" "$d/order.$e" >>"$WORK/log/hint.log" 2>&1 || { skipped "BENCH_HINT_CMD failed"; sfs_umount "$d/mnt"; return; }
+					fi
+					rb files_per_s files -t 4 -c "$step" -s $((r * 10 + e)) "$d/mnt.list" >/dev/null ||
+						{ failed "$(rb_why)"; sfs_umount "$d/mnt"; return; }
+					out=$(cat "$WORK/log/rb.json")
+					stall=$(awk -v a="$stall" -v b="$(jget "$out" io_seconds)" 'BEGIN { printf "%.1f", a + b }')
+				done
+				ms=$(($(now_ms) - t0))
+				[ $mode = plain ] || hf=$(stat_get "$d/mnt" hint_fetches)
+				sfs_umount "$d/mnt"
+				if [ $mode = plain ]; then
+					ta=$((2 * n * 1000 / (ms ? ms : 1))) sa=$stall
+				else
+					tb=$((2 * n * 1000 / (ms ? ms : 1))) sb=$stall
 				fi
-				rb files_per_s files -t 4 -s $((r * 10 + e)) "$d/mnt.list" >/dev/null ||
-					{ failed "$(rb_why)"; sfs_umount "$d/mnt"; return; }
 			done
-			ms=$(($(now_ms) - t0))
-			[ $mode = plain ] || hf=$(stat_get "$d/mnt" hint_fetches)
-			sfs_umount "$d/mnt"
-			if [ $mode = plain ]; then ta=$((2 * n * 1000 / (ms ? ms : 1))); else tb=$((2 * n * 1000 / (ms ? ms : 1))); fi
+			row "round $r (hint_fetches ${hf:-?})" "$(fps "$ta")" "$(fps "$tb")" "$(ratio "$tb" "$ta")"
+			row "  reader stall, s (4 readers)" "$sa" "$sb" ""
+			as+=("$ta") bs+=("$tb") rs+=("$(ratio "$tb" "$ta")")
 		done
-		row "round $r (hint_fetches ${hf:-?})" "$(fps "$ta")" "$(fps "$tb")" "$(ratio "$tb" "$ta")"
-		as+=("$ta") bs+=("$tb") rs+=("$(ratio "$tb" "$ta")")
+		a=$(median "${as[@]}") b=$(median "${bs[@]}")
+		row "median of $ROUNDS" "$(fps "$a")" "$(fps "$b")" "$(median "${rs[@]}")"
+		if [ "$step" = 0 ]; then
+			result "hints: 2 epochs, flat out" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
+		else
+			result "hints: 2 epochs, ${step}us step" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
+		fi
 	done
 	rm -rf "$d"
-	a=$(median "${as[@]}") b=$(median "${bs[@]}")
-	row "median of $ROUNDS" "$(fps "$a")" "$(fps "$b")" "$(median "${rs[@]}")"
-	result "hints: 2 epochs, 2x cache" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
+}
+
+# ---------------------------------------------------------------------------
+# gpu: libstagefs into GPU memory, against the ceilings of the same run
+
+bench_gpu() {
+	local d=$WORK/warm out rc feed disk h2d naive lo
+	hdr gpu "$BIG_MB MiB file, warm stagefs cache, into GPU $GPU_DEV: sfs_read_device / min(disk, pinned H2D), / read() + cudaMemcpy"
+	if [ ! -x "$GB" ]; then
+		if ls /proc/driver/nvidia/gpus/* >/dev/null 2>&1; then
+			skipped "tools/gpubench is not built (configure found no CUDA toolkit)"
+		else
+			skipped "no GPU"
+		fi
+		return
+	fi
+	"$GB" -p -d "$GPU_DEV" >/dev/null || { skipped "no GPU"; return; }
+	warm_prepare || { failed "preparing: $(rb_why)"; return; }
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache" || { failed "mount failed"; return; }
+	out=$("$GB" -d "$GPU_DEV" -b "$GPU_REQ" -r "$ROUNDS" -D "$d/mnt/big" 2>"$WORK/log/gpubench.err")
+	rc=$?
+	sfs_umount "$d/mnt"
+	case $rc in
+	0) ;;
+	77) skipped "no GPU"; return ;;
+	*) failed "gpubench: $(tail -1 "$WORK/log/gpubench.err")"; return ;;
+	esac
+	sed -n 's/^gpubench: /  /p' "$WORK/log/gpubench.err"
+	feed=$(jget "$out" feed_bytes_per_s) disk=$(jget "$out" disk_bytes_per_s)
+	h2d=$(jget "$out" h2d_bytes_per_s) naive=$(jget "$out" naive_bytes_per_s)
+	lo=$(awk -v a="$disk" -v b="$h2d" 'BEGIN { print (a + 0 < b + 0) ? a : b }')
+	row "" "feed" "baseline" "ratio"
+	row "vs min(disk, pinned H2D) (median)" "$(mbs "$feed")" "$(mbs "$lo")" "$(jget "$out" feed_vs_min_disk_h2d)"
+	row "vs read() + cudaMemcpy (median)" "$(mbs "$feed")" "$(mbs "$naive")" "$(jget "$out" feed_vs_naive)"
+	row "source: $(sed -n 's/.*"via": "\([a-z_]*\)".*/\1/p' <<<"$out"), cuFile bytes $(jget "$out" cufile_bytes)" "" "" ""
+	result "gpu: feed / min(disk, H2D)" "$(mbs "$feed")" "$(mbs "$lo")" \
+		"$(jget "$out" feed_vs_min_disk_h2d)" ">=0.9"
+	result "gpu: feed / read()+cudaMemcpy" "$(mbs "$feed")" "$(mbs "$naive")" \
+		"$(jget "$out" feed_vs_naive)" ">=2"
 }
 
 # ---------------------------------------------------------------------------
@@ -822,7 +902,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | smallhot | rados | publish | index | warmup | hints) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | rados | publish | index | warmup | hints | gpu) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac

@@ -5,12 +5,14 @@
 #      directories plus a few 64 MiB shards
 #   2. start a throwaway Ceph cluster (tools/ceph-cluster.sh) in a temp dir
 #      and publish the dataset into it (`stagefs publish`)
-#   3. mount it (`stagefs rados://stagefs/NAME MNT`), warm it (`stagefs
-#      warmup`, where built)
-#   4. read it for two epochs as a training loop would (tools/demo_train.py:
-#      shuffled, several readers, a torch DataLoader if torch is installed),
-#      checking every byte, and print samples/s and MB/s per epoch
-#   5. print the feed rate as stagefs reports it (`stagefs top`, or the
+#   3. mount it (`stagefs rados://stagefs/NAME MNT`)
+#   4. read one epoch on the cold node as a training loop would
+#      (tools/demo_train.py: shuffled, several readers, a torch DataLoader if
+#      torch is installed), checking every byte
+#   5. evict it and stage it again with `stagefs warmup` (progress shown)
+#   6. read two more epochs from the warm NVMe cache; print samples/s and
+#      MB/s per epoch, cold vs warm
+#   7. print the feed rate as stagefs reports it (`stagefs top`, or the
 #      counters of MNT/.stagefs/stats), unmount, stop the cluster
 #
 # Where Ceph or the rados:// pieces are missing it says so and mounts the
@@ -170,9 +172,19 @@ fi
 echo "   mounted: $(find "$MNT" -type f | wc -l) files, source $(getfattr --only-values -n user.stagefs.source "$MNT" 2>/dev/null || echo "$SRC")"
 
 # ---------------------------------------------------------------------------
-step "4. warm the cache"
-labels=()
+step "4. epoch 1 on a cold node: every sample comes from the source through stagefs"
+"$PY" -c 'import torch' 2>/dev/null && echo "   torch found: a real DataLoader" ||
+	echo "   (no torch for $PY: plain reader threads stand in for DataLoader workers)"
+: >"$T/results"
+"$PY" "$REPO/tools/demo_train.py" "$MNT" --epochs 1 --workers "$WORKERS" \
+	--sums "$T/sums" --drop-caches --results "$T/results" --label "cold: from the source through stagefs"
+
+# ---------------------------------------------------------------------------
 if [ -x "$REPO/stagefs-warmup" ]; then
+	step "5. stage the dataset before the next job: stagefs warmup"
+	"$STAGEFS" warmup --check "$MNT" | tail -1
+	echo "   (evicting it first, so the warmup below fetches everything from the source again)"
+	"$STAGEFS" warmup -q --evict "$MNT"
 	sync; echo 3 >/proc/sys/vm/drop_caches
 	t0=$(date +%s%N)
 	"$STAGEFS" warmup "$MNT"
@@ -180,21 +192,22 @@ if [ -x "$REPO/stagefs-warmup" ]; then
 	bytes=$(du -sb --apparent-size "$T/data" | cut -f1)
 	echo "   warmup: $((bytes / 1000000)) MB in $((ms / 1000)).$((ms % 1000 / 100)) s:" \
 		"$((bytes / 1000 / (ms ? ms : 1))) MB/s from the source"
-	labels=(--label "warm: NVMe cache (after warmup)" --label "warm again")
 else
-	note "stagefs warmup is not built yet: epoch 1 warms the cache as it reads"
-	labels=(--label "cold: from the source through stagefs" --label "warm: from stagefs's NVMe cache")
+	step "5. (stagefs warmup is not built: epoch 1 warmed the cache as it read)"
 fi
 
 # ---------------------------------------------------------------------------
-step "5. two training epochs over the mount (page cache dropped before each)"
-"$PY" -c 'import torch' 2>/dev/null && echo "   torch found: a real DataLoader" ||
-	echo "   (no torch for $PY: plain reader threads stand in for DataLoader workers)"
-"$PY" "$REPO/tools/demo_train.py" "$MNT" --epochs 2 --workers "$WORKERS" \
-	--sums "$T/sums" --drop-caches "${labels[@]}"
+step "6. epochs 2 and 3 from the node's NVMe cache (page cache dropped before each)"
+"$PY" "$REPO/tools/demo_train.py" "$MNT" --epochs 2 --workers "$WORKERS" --seed 2 \
+	--sums "$T/sums" --drop-caches --results "$T/results" \
+	--label "warm: stagefs NVMe cache" --label "warm again"
+
+echo
+echo "   cold vs warm (samples/s, MB/s; page cache dropped before every epoch):"
+awk 'NR == 1 { c = $1 } { printf "   %-40s %8d %6d MB/s  %5.2fx cold\n", substr($0, index($0, $3)), $1, $2, c ? $1 / c : 0 }' "$T/results"
 
 # ---------------------------------------------------------------------------
-step "6. the feed rate, as stagefs reports it"
+step "7. the feed rate, as stagefs reports it"
 if [ -x "$REPO/stagefs-top" ]; then
 	"$STAGEFS" top "$MNT" --once
 else
@@ -212,6 +225,6 @@ else
 	fi
 fi
 
-step "7. clean up"
+step "8. clean up"
 umount_ds
 echo "   unmounted $MNT"

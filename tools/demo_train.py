@@ -2,7 +2,7 @@
 """demo_train.py: read a dataset the way a training loop does, and time it.
 
     demo_train.py ROOT [--epochs 2] [--workers 4] [--sums FILE] [--drop-caches]
-                       [--label TEXT]...
+                       [--label TEXT]... [--results FILE]
 
 Each epoch reads every file under ROOT once, in a new shuffled order, with
 WORKERS readers: a torch DataLoader (worker processes, batches of 32) when
@@ -16,6 +16,8 @@ feed rate, not a model's.
                figure shows where the bytes came from (stagefs's cache or
                its source), not RAM
 --label TEXT   a name for epoch 1, 2, ... in the summary (repeatable)
+--results FILE append one "samples/s MB/s label" line per epoch to FILE, so
+               a caller running several invocations can compare them
 
 Prints one line per epoch and a summary table; exits 1 if a file could not
 be read or a checksum did not match.
@@ -104,6 +106,7 @@ def main():
     ap.add_argument("--sums")
     ap.add_argument("--drop-caches", action="store_true")
     ap.add_argument("--label", action="append", default=[])
+    ap.add_argument("--results")
     ap.add_argument("--no-torch", action="store_true", help="use threads even if torch is there")
     a = ap.parse_args()
 
@@ -127,7 +130,7 @@ def main():
     classes = {os.path.relpath(os.path.dirname(p), a.root) for p in files}
     total = sum(os.stat(p).st_size for p in files)
     print(f"dataset: {len(files)} files, {total / 1e6:.0f} MB, {len(classes)} directories; "
-          f"{a.workers} readers ({loader}), {a.epochs} epochs")
+          f"{a.workers} readers ({loader}), {a.epochs} epoch{'s' if a.epochs != 1 else ''}")
 
     results, bad = [], 0
     for e in range(a.epochs):
@@ -152,6 +155,10 @@ def main():
         print(f"  epoch {e + 1} ({label}): {n} samples, {nbytes / 1e6:.0f} MB in {dt:.2f} s: "
               f"{n / dt:.0f} samples/s, {nbytes / 1e6 / dt:.0f} MB/s")
 
+    if a.results:
+        with open(a.results, "a") as f:
+            for label, n, nbytes, dt in results:
+                f.write(f"{n / dt:.0f} {nbytes / 1e6 / dt:.0f} {label}\n")
     print()
     print(f"  {'epoch':<44} {'samples/s':>10} {'MB/s':>8} {'x epoch 1':>10}")
     for label, n, nbytes, dt in results:

@@ -14,11 +14,15 @@
  *       the cache files behind them) are read in the same order.  -s 0 keeps
  *       LIST's order.  -n reads only the first COUNT files of that order.
  *       -P prints that order (one path a line) and reads nothing: the list
- *       to hand to a prefetcher as an order hint.
+ *       to hand to a prefetcher as an order hint.  -c USEC makes each reader
+ *       spend USEC after every file (sleeping, as a training step waits on
+ *       the GPU), so a prefetcher has time to hide the source's latency.
  *
  * Prints one JSON object on stdout:
  *   {"mode": ..., "threads": T, "files": N, "bytes": B, "seconds": S,
- *    "bytes_per_s": ..., "files_per_s": ..., "errors": E}
+ *    "bytes_per_s": ..., "files_per_s": ..., "io_seconds": W, "errors": E}
+ * where io_seconds is the readers' time in open/read/close, summed: with
+ * -c, the time the "training loop" stalled on its input.
  * and exits 1 if any file could not be opened or read (errors > 0), 2 on a
  * usage error.  It never writes: caches are the caller's business (bench.sh
  * drops the page cache before each run).
@@ -46,6 +50,8 @@ struct job {
 	atomic_uint_fast64_t bytes;
 	atomic_uint_fast64_t files;
 	atomic_uint_fast64_t errors;
+	atomic_uint_fast64_t io_ns;	/* time in open/read/close, all readers */
+	uint64_t step_ns;		/* -c: "compute" after each file */
 };
 
 static double now_s(void)
@@ -112,7 +118,19 @@ static void *reader(void *arg)
 		return NULL;
 	}
 	while ((i = atomic_fetch_add(&j->next, 1)) < j->npaths) {
+		double t = now_s();
 		int64_t n = read_file(j->paths[i], buf, j->bufsize);
+
+		atomic_fetch_add(&j->io_ns, (uint64_t)((now_s() - t) * 1e9));
+		if (j->step_ns) {
+			struct timespec ts = {
+				.tv_sec = (time_t)(j->step_ns / 1000000000u),
+				.tv_nsec = (long)(j->step_ns % 1000000000u),
+			};
+
+			while (nanosleep(&ts, &ts) && errno == EINTR)
+				;
+		}
 
 		if (n < 0) {
 			/* name the first few; the count says the rest */
@@ -199,7 +217,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: readbench seq [-b SIZE] FILE...\n"
-		"       readbench files [-t THREADS] [-s SEED] [-b SIZE] [-n COUNT] [-P] LIST\n"
+		"       readbench files [-t THREADS] [-s SEED] [-b SIZE] [-n COUNT] [-c USEC] [-P] LIST\n"
 		"Reads and prints {bytes_per_s, files_per_s, ...} as JSON.\n");
 }
 
@@ -225,7 +243,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "b:t:s:n:P")) != -1) {
+	while ((opt = getopt(argc, argv, "b:t:s:n:c:P")) != -1) {
 		switch (opt) {
 		case 'b':
 			if (parse_size(optarg, &j.bufsize)) {
@@ -245,6 +263,9 @@ int main(int argc, char **argv)
 			break;
 		case 'n':
 			count = strtoul(optarg, NULL, 10);
+			break;
+		case 'c':
+			j.step_ns = strtoull(optarg, NULL, 10) * 1000u;
 			break;
 		case 'P':
 			print_order = true;
@@ -297,11 +318,12 @@ int main(int argc, char **argv)
 
 	printf("{\"mode\": \"%s\", \"threads\": %lu, \"files\": %" PRIu64
 	       ", \"bytes\": %" PRIu64 ", \"seconds\": %.6f, \"bytes_per_s\": %.0f"
-	       ", \"files_per_s\": %.1f, \"errors\": %" PRIu64 "}\n",
+	       ", \"files_per_s\": %.1f, \"io_seconds\": %.6f, \"errors\": %" PRIu64 "}\n",
 	       mode, threads, (uint64_t)atomic_load(&j.files),
 	       (uint64_t)atomic_load(&j.bytes), dt,
 	       (double)atomic_load(&j.bytes) / dt,
 	       (double)atomic_load(&j.files) / dt,
+	       (double)atomic_load(&j.io_ns) / 1e9,
 	       (uint64_t)atomic_load(&j.errors));
 	return atomic_load(&j.errors) ? 1 : 0;
 }

@@ -244,10 +244,10 @@ static size_t sorted(const struct json *arr, const struct json ***out)
 static void entity_row(struct screen *s, const char *who, const char *job,
 		       const struct json *o)
 {
-	char r1[32], r10[32], be[32], hit[16], stall[16], tot[32];
+	char r1[32], r10[32], be[32], hit[16], stall[16], tot[32], gpu[32];
 	double pt = rate(o, "10s", "passthrough_bytes_estimated_per_s");
 
-	put(s, "%-12.12s %-22.22s %10s%s %11s %8.1f %7s %7s %11s %10s", who, job,
+	put(s, "%-12.12s %-22.22s %10s%s %11s %8.1f %7s %7s %11s %10s %11s", who, job,
 	    fmt_rate(rate(o, "1s", "read_bytes_per_s") + rate(o, "1s", "passthrough_bytes_estimated_per_s"),
 		     r1, sizeof(r1)),
 	    pt > 0 ? "~" : " ",
@@ -256,7 +256,8 @@ static void entity_row(struct screen *s, const char *who, const char *job,
 	    fmt_pct(json_get(o, "hit_ratio"), hit, sizeof(hit)),
 	    fmt_pct(json_get(o, "stall_ratio"), stall, sizeof(stall)),
 	    fmt_rate(rate(o, "10s", "backend_bytes_per_s"), be, sizeof(be)),
-	    fmt_size(json_u64(json_get(o, "read_bytes"), 0), tot, sizeof(tot)));
+	    fmt_size(json_u64(json_get(o, "read_bytes"), 0), tot, sizeof(tot)),
+	    fmt_rate(rate(o, "10s", "gpu_bytes_per_s"), gpu, sizeof(gpu)));
 }
 
 static void draw(struct screen *s, const char *mnt, const struct json *r, const char *error)
@@ -297,10 +298,12 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 	    fmt_pct(json_get(json_get(json_get(node, "rates"), "10s"), "stall_ratio"), d, sizeof(d)),
 	    fmt_rate(rate(node, "10s", "backend_bytes_per_s"), e, sizeof(e)),
 	    fmt_size(used, u, sizeof(u)), limit ? fmt_size(limit, l, sizeof(l)) : "?");
-	put(s, "total   %s in %" PRIu64 " files read, %" PRIu64 " opens; passthrough ~%s in %" PRIu64
-	    " opens; GPUs %s",
+	put(s, "total   %s in %" PRIu64 " files read (%s from cache files), %" PRIu64
+	    " opens; passthrough ~%s in %" PRIu64 " opens; GPUs %s",
 	    fmt_size(json_u64(json_get(node, "read_bytes"), 0), a, sizeof(a)),
-	    json_u64(json_get(node, "files_read"), 0), json_u64(json_get(node, "opens"), 0),
+	    json_u64(json_get(node, "files_read"), 0),
+	    fmt_size(json_u64(json_get(node, "client_read_bytes"), 0), d, sizeof(d)),
+	    json_u64(json_get(node, "opens"), 0),
 	    fmt_size(json_u64(json_get(node, "passthrough_bytes_estimated"), 0), b, sizeof(b)),
 	    json_u64(json_get(node, "passthrough_opens"), 0),
 	    fmt_size(json_u64(json_get(node, "gpu_bytes"), 0), c, sizeof(c)));
@@ -313,8 +316,8 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 		    json_u64(json_get(r, "prefetch_inflight"), 0));
 	}
 	put(s, "%s", "");
-	put(s, "%-12s %-22s %11s %11s %8s %7s %7s %11s %10s", "USER", "JOB", "1s", "10s",
-	    "files/s", "hit", "stall", "backend", "read");
+	put(s, "%-12s %-22s %11s %11s %8s %7s %7s %11s %10s %11s", "USER", "JOB", "1s", "10s",
+	    "files/s", "hit", "stall", "backend", "read", "GPU 10s");
 	n = sorted(json_get(r, "users"), &rows);
 	for (size_t i = 0; rows && i < n; i++)
 		entity_row(s, json_str(json_get(rows[i], "user"), "?"), "(all jobs)", rows[i]);

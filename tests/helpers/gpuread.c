@@ -14,7 +14,8 @@
  *   -b BYTES    request size (default 1000003: odd, so requests are unaligned)
  *   -r N        instead of copying out, N random (offset, length) requests
  *               checked against pread(2) of FILE; exit 1 on a mismatch
- *   -s          print sfs_client_stats to stderr at the end
+ *   -s          print sfs_client_stats to stderr at the end, and via=cache_fd
+ *               or via=mount: where the handle's device reads went
  *   LIB defaults to $STAGEFS_LIB, else gpudirect/libstagefs.so next to the
  *   repository this program was built in.
  *
@@ -44,6 +45,7 @@ static struct {
 	__typeof__(sfs_read_host) *read_host;
 	__typeof__(sfs_read_device) *read_device;
 	__typeof__(sfs_client_stats) *stats;
+	__typeof__(sfs_client_via) *via;
 } L;
 
 enum mode { M_HOST, M_PINNED, M_DEVICE };
@@ -89,6 +91,7 @@ static void load(const char *lib)
 	SYM(read_host, "sfs_read_host");
 	SYM(read_device, "sfs_read_device");
 	SYM(stats, "sfs_client_stats");
+	SYM(via, "sfs_client_via");
 #undef SYM
 }
 
@@ -114,7 +117,7 @@ static ssize_t do_read(struct sfs_file *f, enum mode mode, int dev, void *devbuf
 	return -EINVAL;
 }
 
-static void print_stats(void)
+static void print_stats(const char *via)
 {
 	struct sfs_client_stats st;
 
@@ -122,10 +125,14 @@ static void print_stats(void)
 	fprintf(stderr, "stats: host_read_bytes=%" PRIu64 " pinned_host_bytes=%" PRIu64
 		" device0_bytes=%" PRIu64 " cufile_bytes=%" PRIu64 " direct_reads=%" PRIu64
 		" buffered_reads=%" PRIu64 " odirect_fallbacks=%" PRIu64
-		" pinned_bytes=%" PRIu64 " pinned_locked=%u cuda_available=%u cufile_loaded=%u\n",
+		" pinned_bytes=%" PRIu64 " pinned_locked=%u cuda_available=%u cufile_loaded=%u"
+		" fd_opens=%" PRIu64 " fd_fallbacks=%" PRIu64 " fd_last_error=%s fd_lost=%" PRIu64
+		" fd_bytes=%" PRIu64 " reports=%" PRIu64 " report_errors=%" PRIu64 " via=%s\n",
 		st.host_read_bytes, st.pinned_host_bytes, st.device_bytes[0], st.cufile_bytes,
 		st.direct_reads, st.buffered_reads, st.odirect_fallbacks, st.pinned_bytes,
-		st.pinned_locked, st.cuda_available, st.cufile_loaded);
+		st.pinned_locked, st.cuda_available, st.cufile_loaded, st.fd_opens,
+		st.fd_fallbacks, st.fd_last_error ? strerrorname_np(st.fd_last_error) : "0",
+		st.fd_lost, st.fd_bytes, st.reports, st.report_errors, via);
 }
 
 int main(int argc, char **argv)
@@ -256,7 +263,7 @@ int main(int argc, char **argv)
 			close(outfd);
 	}
 	if (want_stats)
-		print_stats();
+		print_stats(L.via(f) == SFS_VIA_CACHE_FD ? "cache_fd" : "mount");
 	L.close(f);
 	free(buf);
 	free(ref);

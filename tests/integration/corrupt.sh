@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bytes flipped in a cache file are detected (corrupt_chunks), refetched from the source and never served; the repair sticks.
+# Bytes flipped, cut off or deleted in a cache file (stopped or mounted) are detected, refetched from the source and never served; the repair sticks.
 # timeout: 300
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -99,4 +99,33 @@ sfs_mount "dir://$src" "$mnt" chunk_size=1M "cache_dir=$cache"
 c2=$(stat_get "$mnt" corrupt_chunks)
 # Either the live mount caught it (and repaired it), or this mount does.
 [[ $((c + c2)) -ge 1 ]] || die "corruption was never detected (corrupt_chunks $c while mounted, $c2 after the remount)"
+sfs_umount "$mnt"
+
+# --- 3: truncate and delete while mounted ----------------------------------
+# Files the daemon serves itself (passthrough off): a cache file cut short
+# under the running mount is noticed (its ctime moved) and the missing
+# chunks refetched; a deleted one is recreated.  No wrong or short read.
+src=$TEST_TMPDIR/src3 cache=$TEST_TMPDIR/cache3
+mkdir -p "$src"
+head -c $((4 * M + 123)) /dev/urandom >"$src/file.bin"
+want=$(sha256 "$src/file.bin")
+sfs_mount "dir://$src" "$mnt" chunk_size=1M "cache_dir=$cache" passthrough=off
+[[ $(sha256 "$mnt/file.bin") == "$want" ]] || die "first read: wrong content"
+r0=$(stat_get "$mnt" backend_reads)
+cf=$(cache_file "$cache")
+truncate -s $((M + 5)) "$cf"
+drop_caches
+[[ $(sha256 "$mnt/file.bin") == "$want" ]] || die "served wrong bytes after the cache file was truncated"
+r1=$(stat_get "$mnt" backend_reads)
+log "truncated while mounted: $((r1 - r0)) chunks refetched, corrupt_chunks $(stat_get "$mnt" corrupt_chunks)"
+[[ $r1 -gt $r0 ]] || die "a truncated cache file was not refetched (backend_reads $r0 -> $r1)"
+rm -f "$cf"
+drop_caches
+[[ $(sha256 "$mnt/file.bin") == "$want" ]] || die "served wrong bytes after the cache file was deleted"
+assert_eq "$(stat_get "$mnt" read_errors)" 0 "reader errors"
+sfs_umount "$mnt"
+# and the next start does not trust what the journal says about it
+drop_caches
+sfs_mount "dir://$src" "$mnt" chunk_size=1M "cache_dir=$cache" passthrough=off
+[[ $(sha256 "$mnt/file.bin") == "$want" ]] || die "served wrong bytes after the remount"
 sfs_umount "$mnt"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libstagefs (gpudirect/): files of every size class read through a mount with gpuread (host, pinned pipeline, random requests) and the Python binding match the source sha256.
+# libstagefs (gpudirect/): files of every size class read from a mount with gpuread (host, pinned pipeline from the handed-over cache file, random requests, buffered) and the Python binding match the source sha256.
 # timeout: 300
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -81,7 +81,7 @@ done
 log "buffered pipeline: ok"
 
 PYTHONPATH=$REPO/gpudirect "$PYTHON" - "$src" "$mnt" "${files[@]}" <<'PY'
-import ctypes, hashlib, sys
+import ctypes, hashlib, os, sys
 import stagefs
 
 src, mnt, files = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -92,6 +92,9 @@ for rel in files:
     want = hashlib.sha256(data).hexdigest()
     with stagefs.open(f"{mnt}/{rel}") as f:
         assert f.size == len(data), (rel, f.size, len(data))
+        # the daemon handed over the cache file (an empty file needs none)
+        if f.via != ("cache_fd" if data else "mount"):
+            print(f"{rel}: reads go via {f.via}"); bad += 1
         # read(): buffered, in 1 MiB + 1 pieces
         got = b"".join(f.read(o, (1 << 20) + 1) for o in range(0, f.size, (1 << 20) + 1))
         if hashlib.sha256(got).hexdigest() != want:
@@ -117,6 +120,10 @@ for rel in files:
 st = stagefs.stats()
 print("python: %d files, %d wrong; stats %s" % (len(files), bad,
       {k: v for k, v in st.items() if k != "device_bytes"}))
+if st["fd_opens"] != sum(1 for rel in files if os.path.getsize(f"{src}/{rel}")):
+    print("fd_opens %d: not every non-empty file got its cache file" % st["fd_opens"]); bad += 1
+if stagefs.stats_fd_last_error() != "":
+    print("a refusal: %s" % stagefs.stats_fd_last_error()); bad += 1
 sys.exit(1 if bad else 0)
 PY
 

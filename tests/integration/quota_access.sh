@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two real users share a small cache: quotas hold within one chunk, neither pushes out the other's in-quota data, a denied user gets EACCES, SIGHUP reloads rules and refuses a bad file.
+# Two real users share a small cache: quotas hold within one chunk (reads and warmups), neither pushes out the other's in-quota data, a denied user gets EACCES (reads and warmups), SIGHUP reloads rules and refuses a bad file.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
@@ -77,6 +77,21 @@ used=$(stat_get "$MNT" cache_used_bytes)
 [[ $used -le $((8 * MiB + MiB)) ]] || die "cache holds $used bytes, cache_size 8M (+1 chunk)"
 assert_eq "$(stat_get "$MNT" read_errors)" 0 "reader errors"
 "$STAGEFS" quota "$MNT" | grep -q sfs_bob || die "stagefs quota table lacks bob"
+
+# --- warmup is held to the same rules: alice's warmup of a dataset she is
+# denied fails with EACCES and stages nothing; her warmup of 10 MiB against a
+# 3M quota stays within it and pushes none of bob's in-quota chunks out
+chunks_before=$(stat_get "$MNT" cache_chunks)
+if as sfs_alice "$STAGEFS" warmup -q "$MNT/secret" >"$T/wdeny.out" 2>&1; then
+	die "alice's warmup of a denied dataset succeeded: $(cat "$T/wdeny.out")"
+fi
+grep -qi 'permission denied\|EACCES' "$T/wdeny.out" || die "no EACCES for the denied warmup: $(cat "$T/wdeny.out")"
+assert_eq "$(stat_get "$MNT" cache_chunks)" "$chunks_before" "chunks staged by a denied warmup"
+as sfs_alice "$STAGEFS" warmup --json "$MNT/open" >"$T/walice.json" 2>"$T/walice.err" || true
+alice_w=$(usage sfs_alice)
+log "alice's warmup of 10 MiB with a 3M quota: holds $alice_w bytes; $(tail -1 "$T/walice.err")"
+[[ $alice_w -le $((3 * MiB + MiB)) ]] || die "alice's warmup holds $alice_w bytes, quota 3M (+1 chunk)"
+assert_eq "$(usage sfs_bob)" "$bob_before" "bob's in-quota chunks were pushed out by alice's warmup"
 
 # --- reload: a bad file is refused, the old rules stay ---
 pid=$(sfs_pid "$MNT")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph end to end: publish -> mount -> every byte and stat field equal; v2 beside v1; unchanged republish uploads 0 chunks; garbage chunk -> EIO; stopped OSD -> EIO within the timeout, then reads again; plain mode; bad sources fail the mount.
+# Ceph end to end: publish -> mount -> every byte and stat field equal; v2 beside v1; unchanged republish uploads 0 chunks; garbage chunk -> EIO; stopped OSD -> EIO within the timeout, then reads again; plain mode; bad sources and bad credentials fail the mount.
 # needs: ceph
 # timeout: 600
 . "$(dirname "$0")/../lib.sh"
@@ -108,6 +108,21 @@ for src in "rados://nopool$$/$NAME" "rados://$POOL/nosuch$$" "rados://$POOL/$NAM
 		die "mount of $src succeeded"
 	fi
 	[[ -s $T/bad.err ]] || die "no message for $src"
+done
+
+# --- a bad key or an unknown client fails the mount at once, with a message
+ceph-authtool --create-keyring "$T/bad.keyring" --gen-key -n client.admin >/dev/null ||
+	die "ceph-authtool failed"
+for kopts in "keyring=$T/bad.keyring" "client_id=nosuchuser$$"; do
+	t0=$SECONDS
+	if timeout 120 "$STAGEFS" -o "ceph_conf=$CEPH_CONF,cache_dir=$T/cache7,$kopts" \
+		"rados://$POOL/$NAME" "$T/m1" 2>"$T/bad.err"; then
+		die "mount with $kopts succeeded"
+	fi
+	[[ $? != 124 ]] || die "mount with $kopts hung"
+	grep -qi 'permission\|auth\|denied\|key\|connect' "$T/bad.err" ||
+		die "no clear message for $kopts: $(cat "$T/bad.err")"
+	log "bad credentials ($kopts): refused in $((SECONDS - t0)) s: $(tail -1 "$T/bad.err")"
 done
 sfs_umount "$M1"
 echo "ok: publish/mount/versions/garbage/OSD-down/plain/bad sources"

@@ -2,8 +2,9 @@
  * test_ctlproto: the control-socket protocol helpers: escaping round trips
  * (every byte value), truncation never splitting an escape, parsing of
  * words and KEY=VALUE pairs, the line reader over a socketpair (split and
- * joined lines, over-long lines, end of stream, timeouts), errno names and
- * path normalization.
+ * joined lines, over-long lines, end of stream, timeouts), descriptor
+ * passing (received by ctl_read_line_fd, never installed by ctl_read_line),
+ * errno names and path normalization.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -161,6 +164,69 @@ static void test_read_line(void **state)
 	free(c);
 }
 
+/* Descriptors open in this process now. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n - 1;	/* the DIR's own */
+}
+
+static void test_pass_fd(void **state)
+{
+	struct ctl_conn *c = malloc(sizeof(*c));
+	char *line, buf[8];
+	int sv[2], pp[2], fd, before;
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(pipe(pp), 0);
+	ctl_conn_init(c, sv[0]);
+	assert_int_equal(ctl_sendf_fd(sv[1], -1, "OK\n"), -EBADF);
+
+	/* the reader gets its own descriptor of the same pipe, close-on-exec */
+	assert_int_equal(ctl_sendf_fd(sv[1], pp[0], "OK handle=%d\n", 7), 0);
+	assert_int_equal(ctl_read_line_fd(c, &line, 1000, &fd), 11);
+	assert_string_equal(line, "OK handle=7");
+	assert_true(fd >= 0 && fd != pp[0]);
+	assert_true(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+	assert_int_equal(write(pp[1], "abc", 3), 3);
+	assert_int_equal(read(fd, buf, sizeof(buf)), 3);
+	close(fd);
+
+	/* a line without one gives -1; so does a line already buffered */
+	assert_int_equal(ctl_sendf(sv[1], "ERR code=EACCES\nOK\n"), 0);
+	assert_int_equal(ctl_read_line_fd(c, &line, 1000, &fd), 15);
+	assert_int_equal(fd, -1);
+	assert_int_equal(ctl_read_line_fd(c, &line, 1000, &fd), 2);
+	assert_int_equal(fd, -1);
+
+	/* the daemon's reader (read(2)) never installs a descriptor sent to it */
+	before = count_fds();
+	assert_int_equal(ctl_sendf_fd(sv[1], pp[0], "PING\n"), 0);
+	assert_int_equal(ctl_read_line(c, &line, 1000), 4);
+	assert_string_equal(line, "PING");
+	assert_int_equal(count_fds(), before);
+
+	/* an error leaves nothing held */
+	assert_int_equal(ctl_read_line_fd(c, &line, 20, &fd), -ETIMEDOUT);
+	assert_int_equal(fd, -1);
+	close(sv[1]);
+	assert_int_equal(ctl_read_line_fd(c, &line, 1000, &fd), -ECONNRESET);
+	assert_int_equal(fd, -1);
+	assert_int_equal(count_fds(), before - 1);
+	close(sv[0]);
+	close(pp[0]);
+	close(pp[1]);
+	free(c);
+}
+
 static void test_errnames(void **state)
 {
 	(void)state;
@@ -210,6 +276,7 @@ int main(void)
 		cmocka_unit_test(test_parse),
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_read_line),
+		cmocka_unit_test(test_pass_fd),
 		cmocka_unit_test(test_errnames),
 		cmocka_unit_test(test_abspath),
 		cmocka_unit_test(test_find_mount_outside),

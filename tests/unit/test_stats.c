@@ -389,9 +389,10 @@ static void test_threads_and_gone(void **state)
 	assert_string_equal(row(s, STATS_JOB, UID + 2, NULL)->job, "unknown");
 	stats_snap_free(s);
 
-	assert_int_equal(stats_gpu_account(st, UID, "train42", 1, 1000), 0);
-	assert_int_equal(stats_gpu_account(st, UID, NULL, 0, 24), 0);
-	assert_int_equal(stats_gpu_account(st, UID, NULL, -1, 24), -EINVAL);
+	/* pid 0: a peer in another pid namespace; NULL job: "unknown" */
+	assert_int_equal(stats_gpu_account(st, 0, UID, "train42", 1, 1000), 0);
+	assert_int_equal(stats_gpu_account(st, 0, UID, NULL, 0, 24), 0);
+	assert_int_equal(stats_gpu_account(st, 0, UID, NULL, -1, 24), -EINVAL);
 	s = snap(st);
 	assert_int_equal(s->nkind[STATS_GPU], 2);
 	assert_int_equal(row(s, STATS_GPU, 0, NULL)->gpu, 0);
@@ -403,6 +404,53 @@ static void test_threads_and_gone(void **state)
 	assert_int_equal(s->node.total[STATS_GPU_BYTES], 1024);
 	stats_snap_free(s);
 	stats_open_release(st, &so);
+	stats_destroy(st);
+}
+
+/* What the client library reports over the control socket. */
+static void test_client_reports(void **state)
+{
+	struct stats *st = mkstats(60);
+	struct stats_snap *s;
+	const struct stats_row *p;
+	pid_t child = spawn_with_job("jobA");
+
+	/* charged like the peer's own READs: its process, user and job */
+	stats_client_open(st, child, UID);
+	assert_int_equal(stats_client_account(st, child, UID, NULL, 1000, 1), 0);
+	assert_int_equal(stats_client_account(st, child, UID, "jobA", 24, 0), 0);
+	assert_int_equal(stats_gpu_account(st, child, UID, NULL, 2, 4096), 0);
+	/* a job the library names (STAGEFS_JOB set after exec): no process row */
+	assert_int_equal(stats_client_account(st, child, UID, "late", 50, 1), 0);
+	assert_int_equal(stats_gpu_account(st, child, UID, "late", 2, 10), 0);
+	assert_int_equal(stats_gpu_account(st, child, UID, NULL, 70000, 1), -EINVAL);
+	s = snap(st);
+	p = row(s, STATS_PROC, UID, NULL);
+	assert_non_null(p);
+	assert_int_equal(p->pid, child);
+	assert_int_equal(p->total[STATS_READ_BYTES], 1024);
+	assert_int_equal(p->total[STATS_CLIENT_BYTES], 1024);
+	assert_int_equal(p->total[STATS_FILES], 1);
+	assert_int_equal(p->total[STATS_GPU_BYTES], 4096);
+	assert_int_equal(p->total[STATS_READS], 0);
+	assert_int_equal(p->total[STATS_OPENS], 1);
+	assert_int_equal(s->node.total[STATS_OPENS], 1);
+	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_CLIENT_BYTES], 1024);
+	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_GPU_BYTES], 4096);
+	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_READ_BYTES], 50);
+	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_FILES], 1);
+	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_GPU_BYTES], 10);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_CLIENT_BYTES], 1074);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_FILES], 2);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_GPU_BYTES], 4106);
+	assert_int_equal(row(s, STATS_GPU, 0, NULL)->gpu, 2);
+	assert_int_equal(row(s, STATS_GPU, 0, NULL)->total[STATS_GPU_BYTES], 4106);
+	assert_int_equal(s->nkind[STATS_GPU], 1);
+	assert_int_equal(s->node.total[STATS_READ_BYTES], 1074);
+	assert_int_equal(s->node.total[STATS_CLIENT_BYTES], 1074);
+	assert_int_equal(s->node.total[STATS_GPU_BYTES], 4106);
+	stats_snap_free(s);
+	reap(child);
 	stats_destroy(st);
 }
 
@@ -437,21 +485,23 @@ static void test_render(void **state)
 
 	stats_open_init(st, &so, child, UID);
 	do_read(st, &so, &file, child, UID, 0, 123456789, 2);
-	stats_gpu_account(st, UID, "x", 3, 77);
+	stats_gpu_account(st, 0, UID, "x", 3, 77);
+	stats_client_account(st, child, UID, NULL, 5000, 1);
 	s = snap(st);
 	text = render(s, false);
 	if (json_parse(text, strlen(text), &doc, err, sizeof(err)))
 		fail_msg("%s\n%s", err, text);
 	r = json_root(doc);
-	assert_true(json_u64(json_get(json_get(r, "node"), "read_bytes"), 0) == 123456789);
+	assert_true(json_u64(json_get(json_get(r, "node"), "read_bytes"), 0) == 123456789 + 5000);
 	assert_non_null(json_get(json_get(json_get(r, "node"), "rates"), "10s"));
 	jobs = json_get(r, "jobs");
 	for (size_t i = 0; i < json_len(jobs); i++)
 		if (!strcmp(json_str(json_get(json_at(jobs, i), "job"), ""), "we\"ird\\job__"))
 			job = json_at(jobs, i);
 	assert_non_null(job);
-	assert_true(json_u64(json_get(job, "read_bytes"), 0) == 123456789);
-	assert_true(json_u64(json_get(job, "files_read"), 0) == 1);
+	assert_true(json_u64(json_get(job, "read_bytes"), 0) == 123456789 + 5000);
+	assert_true(json_u64(json_get(job, "client_read_bytes"), 0) == 5000);
+	assert_true(json_u64(json_get(job, "files_read"), 0) == 2);
 	assert_true(json_u64(json_get(job, "cache_misses"), 0) == 2);
 	assert_string_equal(json_str(json_get(job, "user"), ""), "4242");
 	assert_int_equal(json_len(json_get(r, "users")), 1);
@@ -462,12 +512,14 @@ static void test_render(void **state)
 
 	text = render(s, true);
 	snprintf(line, sizeof(line),
-		 "stagefs_read_bytes_total{user=\"4242\",job=\"we\\\"ird\\\\job__\"} 123456789\n");
+		 "stagefs_read_bytes_total{user=\"4242\",job=\"we\\\"ird\\\\job__\"} 123461789\n");
 	if (!strstr(text, line))
 		fail_msg("no line %s in\n%s", line, text);
 	assert_non_null(strstr(text, "# TYPE stagefs_read_bytes_total counter\n"));
 	assert_non_null(strstr(text, "# HELP stagefs_files_read_total "));
 	assert_non_null(strstr(text, "stagefs_gpu_bytes_total{gpu=\"3\"} 77\n"));
+	assert_non_null(strstr(text, "stagefs_client_read_bytes_total{user=\"4242\",job=\"x\"} 0\n"));
+	assert_non_null(strstr(text, "# TYPE stagefs_client_read_bytes_total counter\n"));
 	assert_non_null(strstr(text, "stagefs_cache_used_bytes 4096\n"));
 	assert_non_null(strstr(text, "stagefs_cache_limit_bytes 0\n"));
 	assert_non_null(strstr(text, "stagefs_fetched_bytes_total 2097152\n"));
@@ -572,6 +624,7 @@ int main(void)
 		cmocka_unit_test(test_accounting),
 		cmocka_unit_test(test_stall_on_others),
 		cmocka_unit_test(test_threads_and_gone),
+		cmocka_unit_test(test_client_reports),
 		cmocka_unit_test(test_render),
 		cmocka_unit_test(test_concurrent_exact),
 	};
