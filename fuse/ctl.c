@@ -11,6 +11,7 @@
 
 #include "ctlsock.h"
 #include "metrics.h"
+#include "noopen.h"
 #include "passthrough.h"
 #include "prefetch/prefetch.h"
 
@@ -85,9 +86,13 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"read_bytes\": %" PRIu64 ",\n"
 		"  \"read_errors\": %" PRIu64 ",\n"
 		"  \"opens\": %" PRIu64 ",\n"
+		"  \"open_requests\": %" PRIu64 ",\n"
 		"  \"passthrough_active\": %d,\n"
+		"  \"no_open\": %d,\n"
 		"  \"passthrough_opens\": %" PRIu64 ",\n"
 		"  \"passthrough_bytes_estimate\": %" PRIu64 ",\n"
+		"  \"passthrough_reused\": %" PRIu64 ",\n"
+		"  \"passthrough_idle_ids\": %u,\n"
 		"  \"cache_hits\": %" PRIu64 ",\n"
 		"  \"cache_misses\": %" PRIu64 ",\n"
 		"  \"corrupt_chunks\": %" PRIu64 ",\n"
@@ -106,7 +111,10 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		(now_ms() - fs->start_ms) / 1000,
 		ds0 ? ds0->be->chunk_size : 0,
 		LD(read_requests), LD(read_bytes), LD(read_errors), LD(opens),
-		passthrough_active(fs->pt), LD(passthrough_opens), LD(passthrough_bytes),
+		LD(open_requests),
+		passthrough_active(fs->pt), noopen_active(fs->no),
+		LD(passthrough_opens), LD(passthrough_bytes), LD(passthrough_reused),
+		passthrough_idle_ids(fs->pt),
 		cs.hits, cs.misses, cs.corrupt, cs.bypass, cs.evicted,
 		LD(backend_reads), LD(backend_bytes), LD(backend_errors),
 		LD(stall_ns) / 1000000,

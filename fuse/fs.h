@@ -37,12 +37,20 @@
 /* Inode of the i-th file of sfs_vfiles[] (in MOUNTPOINT/.stagefs/). */
 #define SFS_CTL_FILE_INO(i) (SFS_VIRT_BASE + 2 + (i))
 #define SFS_CTL_STATS_INO SFS_CTL_FILE_INO(0)
+/*
+ * .stagefs/.no_open: a regular file the daemon opens on its own mount at
+ * start-up to switch the kernel into no-open mode (fuse/noopen.h).  Not
+ * listed; a later open by anyone else is refused.
+ */
+#define SFS_NOOPEN_PROBE_NAME ".no_open"
+#define SFS_NOOPEN_PROBE_INO (SFS_VIRT_BASE + 0x10000)
 
 struct sfs_counters {
 	_Atomic uint64_t read_requests;
 	_Atomic uint64_t read_bytes;
 	_Atomic uint64_t read_errors;
 	_Atomic uint64_t opens;
+	_Atomic uint64_t open_requests;	/* OPENs of dataset files received */
 	_Atomic uint64_t backend_reads;
 	_Atomic uint64_t backend_bytes;
 	_Atomic uint64_t backend_errors;
@@ -50,9 +58,12 @@ struct sfs_counters {
 	_Atomic uint64_t reads_async;	/* READs the engine thread will answer */
 	_Atomic uint64_t passthrough_opens;	/* opens the kernel serves itself */
 	_Atomic uint64_t passthrough_bytes;	/* their file sizes: an estimate */
+	_Atomic uint64_t passthrough_reused;	/* of them, on a kept backing id */
 };
 
 struct passthrough;
+struct noopen;
+struct sfs_fh;
 
 /* One mounted dataset: immutable once published in fs->ds. */
 struct sfs_dataset {
@@ -77,6 +88,7 @@ struct sfs {
 	struct cache *cache;
 	struct fuse_session *se;
 	struct passthrough *pt;		/* fuse/passthrough.h */
+	struct noopen *no;		/* fuse/noopen.h */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct sfs_ctlsock *ctl;	/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* feed-rate counters (src/stats.h) */
@@ -87,6 +99,15 @@ struct sfs {
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
+
+/*
+ * The handle READ uses for regular file @ino when the kernel sent no OPEN
+ * (no-open mode): attributes, cache entry and readahead state, charged to
+ * no opener.  Returns 0 or -errno (-ENOENT, -EISDIR for a non-file);
+ * release with sfs_fh_destroy().  (fuse/ops.c, for fuse/noopen.c)
+ */
+int sfs_fh_create_noopen(struct sfs *fs, uint64_t ino, struct sfs_fh **out);
+void sfs_fh_destroy(struct sfs *fs, struct sfs_fh *fh);
 
 /*
  * The dataset owning FUSE inode @ino (not virtual, not the multi root) and

@@ -17,12 +17,17 @@
  * cache_read() fetches on the worker, as before.  -o splice=yes only
  * negotiates the kernel's splice capability; READ replies are not spliced.
  *
+ * In no-open mode (fuse/noopen.h) the kernel sends no OPEN and no RELEASE
+ * for regular files: a READ with no file handle uses the inode's handle
+ * from noopen_get(), and .stagefs/ files are rendered at LOOKUP.
+ *
  * Every request is replied to exactly once, by its handler or, for a READ
  * handed to the engine, by aread_finish(); helpers return -errno.
  */
 #include "fs.h"
 
 #include "log.h"
+#include "noopen.h"
 #include "passthrough.h"
 #include "stats.h"
 #include "prefetch/prefetch.h"
@@ -90,6 +95,22 @@ static void virt_attr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 	}
 }
 
+/*
+ * No-open mode: .stagefs/ file @idx has the size and mtime of its latest
+ * rendering, or of a new one when @render (LOOKUP).
+ */
+static int vfile_attr(struct sfs *fs, int idx, bool render, struct sfs_attr *a)
+{
+	int ret;
+
+	if (!noopen_wanted(fs->no))
+		return 0;
+	ret = render ? noopen_vfile_render(fs->no, idx, &a->size, &a->mtime) :
+		       noopen_vfile_attr(fs->no, idx, &a->size, &a->mtime);
+	a->ctime = a->mtime;
+	return ret;
+}
+
 static int do_getattr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 {
 	struct sfs_dataset *ds;
@@ -97,9 +118,12 @@ static int do_getattr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 	int ret;
 
 	if (ino >= SFS_VIRT_BASE) {
-		if (ino != SFS_CTL_DIR_INO && sfs_vfile_index(ino) < 0)
+		if (ino != SFS_CTL_DIR_INO && ino != SFS_NOOPEN_PROBE_INO &&
+		    sfs_vfile_index(ino) < 0)
 			return -ENOENT;
 		virt_attr(fs, ino, a);
+		if (sfs_vfile_index(ino) >= 0)
+			return vfile_attr(fs, sfs_vfile_index(ino), false, a);
 		return 0;
 	}
 	if (sfs_is_multi_root(fs, ino)) {
@@ -132,6 +156,7 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	passthrough_init(fs->pt, conn);
+	noopen_init(fs->no, conn);
 	/* max_pages follows max_write in libfuse 3.14: ask for 1 MiB requests */
 	conn->max_write = fs->cfg.max_read_kb * 1024;
 	conn->max_read = fs->cfg.max_read_kb * 1024;
@@ -157,6 +182,9 @@ static void fill_entry(struct sfs *fs, const struct sfs_attr *a,
 	e->ino = a->ino;
 	e->attr_timeout = fs->attr_timeout;
 	e->entry_timeout = fs->entry_timeout;
+	/* rendered at LOOKUP in no-open mode: looked up again at every open */
+	if (sfs_vfile_index(a->ino) >= 0 && noopen_wanted(fs->no))
+		e->entry_timeout = 0;
 	attr_to_stat(a, &e->attr);
 }
 
@@ -171,8 +199,12 @@ static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 		for (size_t i = 0; parent == SFS_CTL_DIR_INO && i < sfs_nvfiles; i++) {
 			if (!strcmp(name, sfs_vfiles[i].name)) {
 				virt_attr(fs, SFS_CTL_FILE_INO(i), a);
-				return 0;
+				return vfile_attr(fs, (int)i, true, a);
 			}
+		}
+		if (parent == SFS_CTL_DIR_INO && !strcmp(name, SFS_NOOPEN_PROBE_NAME)) {
+			virt_attr(fs, SFS_NOOPEN_PROBE_INO, a);
+			return 0;
 		}
 		return -ENOENT;
 	}
@@ -205,6 +237,8 @@ static void do_forget(struct sfs *fs, fuse_ino_t ino, uint64_t nlookup)
 
 	if (ino >= SFS_VIRT_BASE || sfs_is_multi_root(fs, ino))
 		return;
+	noopen_forget(fs->no, ino);
+	passthrough_forget(fs->pt, ino);
 	ds = sfs_ds(fs, ino, &bino);
 	if (ds && ds->be->ops->forget)
 		ds->be->ops->forget(ds->be, bino, nlookup);
@@ -503,6 +537,62 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	return r;
 }
 
+/*
+ * A handle on regular file @bino of @ds: its attributes and cache entry.
+ * The caller sets the rest; sfs_fh_destroy() releases it.
+ */
+static int fh_create(struct sfs *fs, struct sfs_dataset *ds, uint64_t bino,
+		     struct sfs_fh **out)
+{
+	struct sfs_fh *fh = calloc(1, sizeof(*fh));
+	int ret;
+
+	if (!fh)
+		return -ENOMEM;
+	fh->fs = fs;
+	fh->ds = ds;
+	ret = ds->be->ops->getattr(ds->be, bino, &fh->attr);
+	if (!ret && !S_ISREG(fh->attr.mode))
+		ret = -EISDIR;
+	if (!ret)
+		ret = cache_file_get(fs->cache, &fh->attr.content, fh->attr.size,
+				     ds->be->chunk_size, &fh->cf);
+	if (ret) {
+		free(fh);
+		return ret;
+	}
+	*out = fh;
+	return 0;
+}
+
+void sfs_fh_destroy(struct sfs *fs, struct sfs_fh *fh)
+{
+	stats_open_release(fs->stats, &fh->so);
+	pf_ra_release(fh->ra);
+	cache_file_put(fs->cache, fh->cf);
+	free(fh);
+}
+
+int sfs_fh_create_noopen(struct sfs *fs, uint64_t ino, struct sfs_fh **out)
+{
+	struct sfs_dataset *ds = NULL;
+	struct sfs_fh *fh;
+	uint64_t bino;
+	int ret;
+
+	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
+		ds = sfs_ds(fs, ino, &bino);
+	if (!ds)
+		return -ENOENT;
+	ret = fh_create(fs, ds, bino, &fh);
+	if (ret)
+		return ret;
+	/* so stays empty: no opener; READs are charged to their readers */
+	fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
+	*out = fh;
+	return 0;
+}
+
 static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sfs *fs = fs_of(req);
@@ -512,6 +602,11 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
 	    (fi->flags & (O_TRUNC | O_APPEND | O_CREAT))) {
 		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (ino == SFS_NOOPEN_PROBE_INO) {
+		/* ENOSYS switches the kernel to no-open mode (fuse/noopen.h) */
+		fuse_reply_err(req, noopen_probe_open(fs->no) ? ENOSYS : EACCES);
 		return;
 	}
 	if (sfs_vfile_index(ino) >= 0) {
@@ -538,33 +633,25 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
+	atomic_fetch_add(&fs->ctr.open_requests, 1);
 	ret = sfs_check_req(fs, req, ds);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fh = calloc(1, sizeof(*fh));
-	if (!fh) {
-		fuse_reply_err(req, ENOMEM);
+	if (noopen_active(fs->no)) {
+		/* sent before the switch took effect: it switches again */
+		fuse_reply_err(req, ENOSYS);
 		return;
 	}
-	fh->fs = fs;
-	fh->ds = ds;
-	ret = ds->be->ops->getattr(ds->be, bino, &fh->attr);
-	if (!ret && !S_ISREG(fh->attr.mode))
-		ret = -EISDIR;
-	if (!ret)
-		ret = cache_file_get(fs->cache, &fh->attr.content, fh->attr.size,
-				     ds->be->chunk_size, &fh->cf);
+	ret = fh_create(fs, ds, bino, &fh);
 	if (ret) {
-		free(fh);
 		fuse_reply_err(req, -ret);
 		return;
 	}
 	ret = passthrough_open(fs->pt, req, ino, fh->cf, fh->attr.size, fi);
 	if (ret < 0) {
-		cache_file_put(fs->cache, fh->cf);
-		free(fh);
+		sfs_fh_destroy(fs, fh);
 		fuse_reply_err(req, -ret);
 		return;
 	}
@@ -583,10 +670,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		passthrough_release(fs->pt, ino, fh->passthrough);
-		stats_open_release(fs->stats, &fh->so);
-		pf_ra_release(fh->ra);
-		cache_file_put(fs->cache, fh->cf);
-		free(fh);
+		sfs_fh_destroy(fs, fh);
 	}
 }
 
@@ -615,10 +699,12 @@ static void *reply_buffer(size_t size)
 
 /*
  * A READ on the worker thread through cache_read(): the path without the
- * engine.  @t0: when the READ arrived.
+ * engine, and of no-open mode.  @so: the open file's stats (NULL: none).
+ * @t0: when the READ arrived.
  */
 static void read_sync(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
-		      size_t size, off_t off, uint32_t uid, uint64_t t0)
+		      struct stats_open *so, size_t size, off_t off, uint32_t uid,
+		      uint64_t t0)
 {
 	struct stats_read rd;
 	struct cache_source src = {
@@ -639,7 +725,7 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
 	/* its own fetch, or a wait for someone else's (readahead, warmup) */
 	if (stats_read_stalled(&rd))
 		atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
-	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, uid, n);
+	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, n);
 	if (n < 0) {
 		atomic_fetch_add(&fs->ctr.read_errors, 1);
 		fuse_reply_err(req, (int)-n);
@@ -831,12 +917,16 @@ out_sync:
 	return false;
 }
 
-static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+/* READ of a virtual file: rendered at OPEN, or (no-open mode) at LOOKUP. */
+static void read_virtual(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			 struct fuse_file_info *fi)
 {
 	struct sfs *fs = fs_of(req);
+	int idx = sfs_vfile_index(ino);
+	void *buf;
+	ssize_t n;
 
-	if (sfs_vfile_index(ino) >= 0) {
+	if (idx >= 0 && fi->fh) {
 		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
 
 		if ((size_t)off >= v->len)
@@ -845,17 +935,61 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			fuse_reply_buf(req, v->data + off, MIN(size, v->len - (size_t)off));
 		return;
 	}
+	if (idx < 0) {
+		fuse_reply_buf(req, NULL, 0);	/* the no-open probe */
+		return;
+	}
+	buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = noopen_vfile_read(fs->no, idx, (uint64_t)off, buf, size);
+	fuse_reply_buf(req, buf, (size_t)n);
+	if (size > (1u << 20))
+		free(buf);
+}
+
+static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct sfs *fs = fs_of(req);
+
+	if (ino >= SFS_VIRT_BASE) {
+		read_virtual(req, ino, size, off, fi);
+		return;
+	}
 
 	struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
+	struct noopen_ent *noe = NULL;
+	struct stats_open *so = fh ? &fh->so : NULL, first = { 0 };
 	uint32_t uid = fuse_req_ctx(req)->uid;
 	uint64_t t0 = now_ns();
 
+	if (!fh) {
+		/* no-open mode: the inode's handle; a READ at 0 starts a file */
+		int ret = noopen_get(fs->no, ino, &noe, &fh);
+
+		if (ret) {
+			fuse_reply_err(req, -ret);
+			return;
+		}
+		if (!off) {
+			so = &first;
+			pf_hint_open(fs->pf, ino, uid, fuse_req_ctx(req)->pid);
+		}
+	}
 	atomic_fetch_add(&fs->ctr.read_requests, 1);
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
-	if (pf_has_engine(fs->pf) && size <= (1u << 20) &&
+	/*
+	 * No-open READs stay on the worker: their handle reference and the
+	 * per-READ stats record live on this stack.
+	 */
+	if (!noe && pf_has_engine(fs->pf) && size <= (1u << 20) &&
 	    read_engine(req, fs, fh, size, off, uid, t0))
 		return;
-	read_sync(req, fs, fh, size, off, uid, t0);
+	read_sync(req, fs, fh, so, size, off, uid, t0);
+	noopen_put(fs->no, noe);
 }
 
 static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -871,10 +1005,7 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
 
 		passthrough_release(fs->pt, ino, fh->passthrough);
-		stats_open_release(fs->stats, &fh->so);
-		pf_ra_release(fh->ra);
-		cache_file_put(fs->cache, fh->cf);
-		free(fh);
+		sfs_fh_destroy(fs, fh);
 	}
 	fuse_reply_err(req, 0);
 }

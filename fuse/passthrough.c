@@ -15,6 +15,18 @@
  * Locking: pt->lock guards the inode table; registering a backing file and
  * verifying a cache file run outside it, with the inode marked busy so
  * that other opens of the same inode wait for the verdict.
+ *
+ * Backing ids outlive their opens: after the last RELEASE of an inode its
+ * id stays registered ("idle"), so that the next open of the inode costs
+ * no cache-file open(2), no whole-file check and no ioctl, only a stat(2)
+ * of the cache file, compared with the one taken at registration (same
+ * inode, same ctime: nobody wrote it since, not even our own refetch), and
+ * a look at the index (every chunk still present and verified).  An idle
+ * id holds no pin: eviction punches holes, which moves ctime, so the next
+ * open registers anew.  It is closed at the inode's FORGET, when the check
+ * fails, or when more than PT_IDLE_MAX are idle (least recently used
+ * first).  The kernel keeps its own reference for every open file, so
+ * closing an idle id never affects a reader.
  */
 #include "passthrough.h"
 
@@ -94,24 +106,43 @@ _Static_assert(offsetof(struct pt_init_out, flags2) ==
  */
 #define PT_MAX_STACK_DEPTH	1
 
-#define PT_BUCKETS		1024	/* open inodes hash: chains stay short */
+#define PT_BUCKETS		4096	/* inodes hash: chains stay short */
+/*
+ * Idle backing ids kept.  Each holds an open file of the kernel's (not one
+ * of our descriptors), and with it the cache file's inode in memory.
+ */
+#define PT_IDLE_MAX		65536
 
-/* A FUSE inode with opens, as far as this daemon has answered them. */
+/* What the cache file was when its backing id was registered. */
+struct pt_sig {
+	dev_t dev;
+	ino_t ino;
+	struct timespec ctime;
+};
+
+/*
+ * A FUSE inode with opens, or with an idle backing id, as far as this
+ * daemon has answered them.  Protected by pt->lock, except the fields a
+ * thread that set busy works on outside it (backing_id, sig).
+ */
 struct pt_inode {
 	struct pt_inode *next;
+	struct pt_inode *idle_prev, *idle_next;	/* on pt->idle iff idle */
 	uint64_t ino;
-	struct cfile *cf;	/* pinned while backing_id > 0 */
-	int32_t backing_id;	/* > 0 while pt_opens > 0 */
+	struct cfile *cf;	/* pinned while pt_opens > 0 */
+	int32_t backing_id;	/* > 0 while pt_opens > 0, or idle */
+	struct pt_sig sig;	/* of the file behind backing_id */
 	uint32_t pt_opens;	/* opens answered with passthrough */
 	uint32_t daemon_opens;	/* opens answered on the daemon path */
 	bool busy;		/* a thread is deciding; others wait */
+	bool forgotten;		/* FORGET came while opens were left */
 };
 
 struct passthrough {
 	struct sfs *fs;
 	enum cfg_auto mode;
 	int fuse_fd;
-	uint64_t min_size;	/* files up to this size stay on the daemon path */
+	uint64_t min_size;	/* passthrough_min_size: smaller files stay on the daemon path */
 	bool test_refuse;	/* STAGEFS_TEST_NO_PASSTHROUGH=1 */
 	/*
 	 * Set while the kernel's INIT is handled, in the main thread, before
@@ -126,6 +157,8 @@ struct passthrough {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;	/* an inode stopped being busy */
 	struct pt_inode *buckets[PT_BUCKETS];	/* protected by lock */
+	struct pt_inode idle;	/* sentinel: idle ids, most recent first; lock */
+	uint32_t nidle;		/* protected by lock */
 };
 
 #ifndef CONFIG_FUSE_PASSTHROUGH_API
@@ -147,10 +180,11 @@ int passthrough_create(struct sfs *fs, struct passthrough **out)
 	pt->fs = fs;
 	pt->mode = fs->cfg.passthrough;
 	pt->fuse_fd = -1;
-	pt->min_size = (uint64_t)fs->cfg.max_read_kb * 1024;
+	pt->min_size = fs->cfg.passthrough_min_size;
 	pt->test_refuse = env && env[0] && strcmp(env, "0");
 	pthread_mutex_init(&pt->lock, NULL);
 	pthread_cond_init(&pt->cond, NULL);
+	pt->idle.idle_next = pt->idle.idle_prev = &pt->idle;
 	*out = pt;
 	return 0;
 }
@@ -165,7 +199,7 @@ void passthrough_destroy(struct passthrough *pt)
 		for (; e; e = next) {
 			next = e->next;
 			/* the backing ids go with the /dev/fuse descriptor */
-			if (e->backing_id > 0)
+			if (e->pt_opens)
 				cache_file_unpin(pt->fs->cache, e->cf);
 			free(e);
 		}
@@ -178,6 +212,18 @@ void passthrough_destroy(struct passthrough *pt)
 bool passthrough_active(const struct passthrough *pt)
 {
 	return pt && pt->active && !atomic_load(&pt->broken);
+}
+
+uint32_t passthrough_idle_ids(struct passthrough *pt)
+{
+	uint32_t n;
+
+	if (!pt)
+		return 0;
+	pthread_mutex_lock(&pt->lock);
+	n = pt->nidle;
+	pthread_mutex_unlock(&pt->lock);
+	return n;
 }
 
 /* ---- the session I/O hooks (libfuse without the passthrough API) ---- */
@@ -428,10 +474,10 @@ int passthrough_handshake(struct passthrough *pt, struct fuse_session *se,
 
 static struct pt_inode **bucket(struct passthrough *pt, uint64_t ino)
 {
-	return &pt->buckets[(ino * 0x9e3779b97f4a7c15ULL) >> 54];
+	return &pt->buckets[(ino * 0x9e3779b97f4a7c15ULL) >> 52];
 }
 
-_Static_assert(PT_BUCKETS == 1 << 10, "bucket() takes the top 10 bits");
+_Static_assert(PT_BUCKETS == 1 << 12, "bucket() takes the top 12 bits");
 
 /* The entry of @ino, created if @create.  pt->lock held. */
 static struct pt_inode *inode_get(struct passthrough *pt, uint64_t ino, bool create)
@@ -454,7 +500,7 @@ static void inode_maybe_free(struct passthrough *pt, struct pt_inode *e)
 {
 	struct pt_inode **p;
 
-	if (e->pt_opens || e->daemon_opens || e->busy)
+	if (e->pt_opens || e->daemon_opens || e->busy || e->backing_id > 0)
 		return;
 	for (p = bucket(pt, e->ino); *p != e; p = &(*p)->next)
 		;
@@ -467,10 +513,12 @@ static void inode_maybe_free(struct passthrough *pt, struct pt_inode *e)
  * and register it.  Returns the backing id (> 0), with @cf pinned, or
  * -errno, with nothing held.  -ENODATA means "not fully cached".
  */
-static int backing_setup(struct passthrough *pt, fuse_req_t req, struct cfile *cf)
+static int backing_setup(struct passthrough *pt, fuse_req_t req, struct cfile *cf,
+			 struct pt_sig *sig)
 {
 	struct cache *c = pt->fs->cache;
 	char path[PATH_MAX];
+	struct stat st;
 	int fd, ret;
 
 	/* pinned first: nothing may be evicted between the check and the use */
@@ -485,6 +533,12 @@ static int backing_setup(struct passthrough *pt, fuse_req_t req, struct cfile *c
 		ret = -errno;
 		goto out_unpin;
 	}
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		close(fd);
+		goto out_unpin;
+	}
+	*sig = (struct pt_sig){ st.st_dev, st.st_ino, st.st_ctim };
 	/* the kernel keeps its own reference: no descriptor per open file */
 	ret = backing_open(pt, req, fd);
 	close(fd);
@@ -499,6 +553,38 @@ static int backing_setup(struct passthrough *pt, fuse_req_t req, struct cfile *c
 out_unpin:
 	cache_file_unpin(c, cf);
 	return ret;
+}
+
+/*
+ * Can the idle id of @e serve an open of @cf again?  Pins @cf and returns
+ * true when every chunk is still present and verified and the cache file
+ * is the one registered, untouched since (see the top); otherwise returns
+ * false with nothing held.  @e is busy (its fields are ours).
+ */
+static bool backing_reusable(struct passthrough *pt, struct pt_inode *e,
+			     struct cfile *cf)
+{
+	struct cache *c = pt->fs->cache;
+	char path[PATH_MAX];
+	struct stat st;
+
+	cache_file_pin(c, cf);
+	if (cache_file_all_verified(c, cf) &&
+	    !cache_file_path(c, cf, path, sizeof(path)) && !stat(path, &st) &&
+	    st.st_dev == e->sig.dev && st.st_ino == e->sig.ino &&
+	    st.st_ctim.tv_sec == e->sig.ctime.tv_sec &&
+	    st.st_ctim.tv_nsec == e->sig.ctime.tv_nsec)
+		return true;
+	cache_file_unpin(c, cf);
+	return false;
+}
+
+static void idle_unlink(struct passthrough *pt, struct pt_inode *e)
+{
+	e->idle_prev->idle_next = e->idle_next;
+	e->idle_next->idle_prev = e->idle_prev;
+	e->idle_prev = e->idle_next = NULL;
+	pt->nidle--;
 }
 
 int passthrough_open(struct passthrough *pt, fuse_req_t req, uint64_t ino,
@@ -517,27 +603,43 @@ int passthrough_open(struct passthrough *pt, fuse_req_t req, uint64_t ino,
 	}
 	while (e->busy)
 		pthread_cond_wait(&pt->cond, &pt->lock);
-	if (e->backing_id > 0) {
+	if (e->backing_id > 0 && e->pt_opens) {
 		/* the inode is in passthrough mode: same backing file */
 		e->pt_opens++;
 		id = e->backing_id;
 		pthread_mutex_unlock(&pt->lock);
 		goto out_passthrough;
 	}
-	if (e->daemon_opens || size <= pt->min_size || atomic_load(&pt->broken)) {
+	if (e->daemon_opens || !size || size <= pt->min_size ||
+	    atomic_load(&pt->broken)) {
 		/*
-		 * Through the page cache: the kernel would refuse a mix, and a
-		 * file that fits in one READ gains nothing from a backing file
-		 * (docs/passthrough.md: small files were slower with it).
+		 * Through the page cache: the kernel would refuse a mix; an
+		 * empty file has nothing to read; passthrough_min_size keeps
+		 * small files where keep_cache serves hot re-reads without a
+		 * backing file (docs/passthrough.md).
 		 */
 		e->daemon_opens++;
 		pthread_mutex_unlock(&pt->lock);
 		return 0;
 	}
 	e->busy = true;
+	if (e->backing_id > 0)
+		idle_unlink(pt, e);
 	pthread_mutex_unlock(&pt->lock);
 
-	id = backing_setup(pt, req, cf);
+	id = -ENOENT;
+	if (e->backing_id > 0) {
+		/* registered by an earlier open and kept since */
+		if (backing_reusable(pt, e, cf)) {
+			id = e->backing_id;
+			atomic_fetch_add(&pt->fs->ctr.passthrough_reused, 1);
+		} else {
+			backing_close(pt, e->backing_id);
+			e->backing_id = 0;
+		}
+	}
+	if (id < 0)
+		id = backing_setup(pt, req, cf, &e->sig);
 
 	pthread_mutex_lock(&pt->lock);
 	e->busy = false;
@@ -566,11 +668,25 @@ out_passthrough:
 	return 1;
 }
 
+/* Close the least recently used idle ids beyond PT_IDLE_MAX.  pt->lock held. */
+static void idle_trim(struct passthrough *pt, int32_t *ids, size_t *n, size_t cap)
+{
+	while (pt->nidle > PT_IDLE_MAX && *n < cap) {
+		struct pt_inode *e = pt->idle.idle_prev;
+
+		idle_unlink(pt, e);
+		ids[(*n)++] = e->backing_id;
+		e->backing_id = 0;
+		inode_maybe_free(pt, e);
+	}
+}
+
 void passthrough_release(struct passthrough *pt, uint64_t ino, bool was_passthrough)
 {
 	struct pt_inode *e;
 	struct cfile *cf = NULL;
-	int32_t id = 0;
+	int32_t ids[2];
+	size_t n = 0;
 
 	if (!pt || !pt->active)
 		return;
@@ -583,16 +699,56 @@ void passthrough_release(struct passthrough *pt, uint64_t ino, bool was_passthro
 	if (!was_passthrough) {
 		e->daemon_opens--;
 	} else if (--e->pt_opens == 0) {
-		/* the kernel dropped the inode's backing file before RELEASE */
-		id = e->backing_id;
+		/*
+		 * The kernel dropped the inode's backing file before RELEASE:
+		 * the id may be closed, or kept idle for the next open.
+		 */
 		cf = e->cf;
-		e->backing_id = 0;
 		e->cf = NULL;
+		if (e->forgotten || atomic_load(&pt->broken)) {
+			ids[n++] = e->backing_id;
+			e->backing_id = 0;
+			e->forgotten = false;
+		} else {
+			e->idle_next = pt->idle.idle_next;
+			e->idle_prev = &pt->idle;
+			pt->idle.idle_next->idle_prev = e;
+			pt->idle.idle_next = e;
+			pt->nidle++;
+			idle_trim(pt, ids, &n, 1);
+		}
 	}
 	inode_maybe_free(pt, e);
 	pthread_mutex_unlock(&pt->lock);
-	if (id > 0) {
-		backing_close(pt, id);
+	for (size_t i = 0; i < n; i++)
+		backing_close(pt, ids[i]);
+	if (cf)
 		cache_file_unpin(pt->fs->cache, cf);
+}
+
+void passthrough_forget(struct passthrough *pt, uint64_t ino)
+{
+	struct pt_inode *e;
+	int32_t id = 0;
+
+	if (!pt || !pt->active)
+		return;
+	pthread_mutex_lock(&pt->lock);
+	e = inode_get(pt, ino, false);
+	while (e && e->busy) {
+		pthread_cond_wait(&pt->cond, &pt->lock);
+		e = inode_get(pt, ino, false);
 	}
+	if (e && e->pt_opens) {
+		/* a RELEASE still to come (it may be handled after the FORGET) */
+		e->forgotten = true;
+	} else if (e && e->backing_id > 0) {
+		idle_unlink(pt, e);
+		id = e->backing_id;
+		e->backing_id = 0;
+		inode_maybe_free(pt, e);
+	}
+	pthread_mutex_unlock(&pt->lock);
+	if (id > 0)
+		backing_close(pt, id);
 }

@@ -6,9 +6,9 @@
  * is registered as the open's backing file and the kernel reads it itself,
  * so no READ for that open reaches the daemon.  Partially cached files stay
  * on the daemon path; the first open after a file became complete goes
- * passthrough.  Files no larger than one READ (max_read_kb) stay on the
- * daemon path too: for them a backing file costs more than it saves.  docs/passthrough.md has the design, the guarantees and the
- * figures.
+ * passthrough.  Files no larger than passthrough_min_size (default 0: every
+ * non-empty file may go) stay on the daemon path too.  docs/passthrough.md
+ * has the design, the guarantees and the figures.
  *
  * Two builds:
  *  - libfuse >= 3.17 (CONFIG_FUSE_PASSTHROUGH_API): FUSE_CAP_PASSTHROUGH,
@@ -24,7 +24,9 @@
  * fails with EIO in the opener).  So this module keeps a table of the
  * inodes it has seen open: while an inode has daemon-path opens, new opens
  * stay on the daemon path; while it has passthrough opens, new opens share
- * its one backing id.  The table holds only open inodes.
+ * its one backing id.  The table holds open inodes, and inodes whose backing
+ * id is kept registered after their last RELEASE for the next open ("idle",
+ * at most 65,536, closed at FORGET).
  *
  * Lifetime: passthrough_create() before the session is mounted,
  * passthrough_attach() right after fuse_session_mount(),
@@ -77,6 +79,9 @@ int passthrough_handshake(struct passthrough *pt, struct fuse_session *se,
 /* True once the handshake enabled passthrough, until a registration fails. */
 bool passthrough_active(const struct passthrough *pt);
 
+/* Backing ids kept registered with no open (see passthrough_release()). */
+uint32_t passthrough_idle_ids(struct passthrough *pt);
+
 /*
  * Decide how the open of FUSE inode @ino, a regular file of @size bytes
  * whose cache entry is @cf, is served.  Returns 1 when it goes passthrough:
@@ -90,5 +95,11 @@ bool passthrough_active(const struct passthrough *pt);
 int passthrough_open(struct passthrough *pt, fuse_req_t req, uint64_t ino,
 		     struct cfile *cf, uint64_t size, struct fuse_file_info *fi);
 void passthrough_release(struct passthrough *pt, uint64_t ino, bool was_passthrough);
+
+/*
+ * The kernel forgot FUSE inode @ino: close its idle backing id, if any
+ * (or, with a RELEASE still to come, at that RELEASE).
+ */
+void passthrough_forget(struct passthrough *pt, uint64_t ino);
 
 #endif

@@ -1598,6 +1598,20 @@ int cache_file_verify(struct cache *c, struct cfile *cf)
 	return ret;
 }
 
+bool cache_file_all_verified(struct cache *c, struct cfile *cf)
+{
+	bool ok;
+
+	pthread_mutex_lock(&c->lock);
+	ok = cf->present == cf->nchunks;
+	for (uint32_t i = 0; ok && i < cf->nchunks; i++)
+		ok = cf->chunks[i].state == CH_PRESENT && cf->chunks[i].verified;
+	for (uint32_t i = 0; ok && i < cf->nchunks; i++)
+		lru_touch(c, &cf->chunks[i]);
+	pthread_mutex_unlock(&c->lock);
+	return ok;
+}
+
 void cache_file_pin(struct cache *c, struct cfile *cf)
 {
 	pthread_mutex_lock(&c->lock);

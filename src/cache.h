@@ -160,6 +160,14 @@ bool cache_chunk_present(struct cache *c, struct cfile *cf, uint32_t idx);
 int cache_file_verify(struct cache *c, struct cfile *cf);
 
 /*
+ * True when every chunk of @cf is present and was verified since the daemon
+ * started; counts as a use of each (LRU) like cache_file_verify(), but reads
+ * and opens nothing, and does not look at the cache file's ctime: for a
+ * caller that checks the file itself (a kept passthrough backing file).
+ */
+bool cache_file_all_verified(struct cache *c, struct cfile *cf);
+
+/*
  * Pin @cf: while pinned none of its chunks is evicted, because a reader we
  * do not see (the kernel through passthrough, a client holding the fd) may
  * be reading the cache file.  Every pin is undone with cache_file_unpin().

@@ -43,7 +43,7 @@ static const struct opt opts[] = {
 	  "most bytes of disk the cache may use (real blocks); 0 = limited by cache_free_ratio only" },
 	{ "cache_free_ratio", OPT_RATIO, O(cache_free_ratio), "0.10", 0, 0.95,
 	  "share of the cache filesystem always left free" },
-	{ "chunk_size", OPT_SIZE, O(chunk_size), "4M", 64 * 1024, 64 * 1024 * 1024,
+	{ "chunk_size", OPT_SIZE, O(chunk_size), "4M", 4 * 1024, 64 * 1024 * 1024,
 	  "cache fill unit for dir:// sources (power of two)" },
 	{ "cache_sync", OPT_BOOL, O(cache_sync), "no", 0, 0,
 	  "fdatasync chunk data before recording it in the index; no: after a power cut, chunks whose bytes were lost fail their first-read check and are refetched" },
@@ -63,6 +63,10 @@ static const struct opt opts[] = {
 	  "reply to cache hits by splicing from the cache file instead of copying" },
 	{ "passthrough", OPT_AUTO, O(passthrough), "auto", 0, 0,
 	  "let the kernel read fully cached files itself (FUSE passthrough); auto = where the kernel and privileges allow" },
+	{ "passthrough_min_size", OPT_SIZE, O(passthrough_min_size), "0", 0, 0,
+	  "files up to this size stay on the daemon path even when fully cached (keep_cache there makes hot re-reads cost no READ)" },
+	{ "no_open", OPT_AUTO, O(no_open), "auto", 0, 0,
+	  "read files with no OPEN or RELEASE request (FUSE no-open mode); auto = on a single-dataset mount where passthrough is not active" },
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,
 	  "let users other than the mounter read (access rules still apply)" },
 	{ "runtime_dir", OPT_STR, O(runtime_dir), "/run/stagefs", 0, 0,
@@ -349,6 +353,9 @@ int config_validate(const struct sfs_config *cfg, char *err, size_t errlen)
 		return errf(err, errlen, "chunk_size must be a power of two");
 	if (!cfg->cache_dir[0] || cfg->cache_dir[0] != '/')
 		return errf(err, errlen, "cache_dir must be an absolute path");
+	if (cfg->passthrough == CFG_ON && cfg->no_open == CFG_ON)
+		return errf(err, errlen, "passthrough=on and no_open=on exclude each other "
+			    "(passthrough is set up at OPEN)");
 	return 0;
 }
 

@@ -42,6 +42,8 @@ struct sfs_config {
 	uint32_t max_read_kb;		/* largest READ request */
 	bool splice;			/* reply to cache hits with splice */
 	enum cfg_auto passthrough;	/* FUSE passthrough for fully cached files */
+	uint64_t passthrough_min_size;	/* files up to this size stay on the daemon path */
+	enum cfg_auto no_open;		/* FUSE no-open mode (fuse/noopen.h) */
 	bool allow_other;
 	char *runtime_dir;
 	/* ceph */

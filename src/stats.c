@@ -43,7 +43,7 @@
 #define NSTRIPES	64
 #define NSHARDS		16
 #define FILL_SLOTS	4096	/* power of two */
-#define FILL_SCAN	32	/* chunks of one READ looked at (a READ is <= 1 MiB) */
+#define FILL_SCAN	256	/* chunks of one READ looked at: a READ is <= 1 MiB, a chunk >= 4 KiB */
 #define CHECK_EVERY	10	/* ticks between full liveness checks of a thread */
 
 const unsigned stats_window_s[STATS_NWIN] = { 1, 10, 60 };

@@ -2,12 +2,16 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|rados|publish|index|warmup|hints|gpu|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|rados|publish|index|warmup|hints|gpu|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
 #                mount / the cache files read directly (files/s)
-#   passthrough  warm + smallfiles with -o passthrough=off vs the default
+#   passthrough  warm + smallfiles with -o passthrough=off (no-open mode where the
+#                daemon has it), with passthrough=off,no_open=off (the daemon path
+#                with OPEN), and with the default
+#   smallhot     smallfiles with the page cache hot (both sides read once first):
+#                default, passthrough=off (no-open) and the daemon path with OPEN
 #   rados        cold reads through the mount (empty cache, OSD restarted) /
 #                `rados bench seq` at the same concurrency; 4 MiB and 128 KiB objects
 #   publish      `stagefs publish` MB/s / `rados bench write` at the same concurrency
@@ -35,9 +39,12 @@
 #   BENCH_RADOS_4M_N, BENCH_RADOS_128K_N   objects per size (default 384, 8192)
 #   BENCH_PUBLISH_MB publish: MiB per round (default 1024)
 #   BENCH_INDEX_CHUNKS  index: chunks wanted (default 1000000)
+#   BENCH_INDEX_CHUNK_KB  index: chunk size in KiB (default 4: 1M chunks = 4 GiB;
+#                    64 with a stagefs whose chunk_size minimum is 64K)
 #   BENCH_INDEX_MAX_GB  index: most GiB of disk the index fill may write
-#                    (default 16, and at most 40% of the free space); with
+#                    (default 8, and at most 40% of the free space); with
 #                    fewer chunks than wanted the 1M figure is extrapolated
+#   BENCH_INDEX_READERS  index: readers filling the cache (default 4)
 #   BENCH_HINT_STEP_US  hints: the training step a reader spends after each
 #                    sample in the second measurement (default 2000 us)
 #   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
@@ -76,13 +83,15 @@ R4M_N=${BENCH_RADOS_4M_N:-384}
 R128K_N=${BENCH_RADOS_128K_N:-8192}
 PUB_MB=${BENCH_PUBLISH_MB:-1024}
 IDX_CHUNKS=${BENCH_INDEX_CHUNKS:-1000000}
-IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-16}
+IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-8}
+IDX_CHUNK_KB=${BENCH_INDEX_CHUNK_KB:-4}
+IDX_READERS=${BENCH_INDEX_READERS:-4}
 HINT_STEP_US=${BENCH_HINT_STEP_US:-2000}
 GPU_DEV=${BENCH_GPU_DEV:-0}
 GPU_REQ=${BENCH_GPU_REQ:-64M}
 POOL=stagefs
 
-ALL="warm smallfiles passthrough rados publish index warmup hints gpu"
+ALL="warm smallfiles passthrough smallhot rados publish index warmup hints gpu"
 
 # ---------------------------------------------------------------------------
 # output
@@ -443,18 +452,25 @@ small_prepare() {
 	SMALL_READY=1
 }
 
-# measure_small OPTS READERS: sets S_DIRECT, S_FUSE (median files/s), S_RATIO
+# measure_small OPTS READERS [hot]: sets S_DIRECT, S_FUSE (median files/s),
+# S_RATIO.  With "hot" the page cache is not dropped: both sides are read
+# once first and stay in memory.
 measure_small() {
-	local d=$WORK/small r a b rs=() as=() bs=()
+	local d=$WORK/small r a b rs=() as=() bs=() hot=${3:-}
+	drop_caches
 	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache${1:+,$1}" || { echo "mount failed" >"$WORK/log/rb.err"; return 1; }
 	# the first read after start verifies the chunks: not timed
 	rb files_per_s files -t 4 "$d/mnt.list" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+	if [ -n "$hot" ]; then
+		rb files_per_s files -t 4 "$d/cache.list" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+		rb files_per_s files -t 4 "$d/mnt.list" >/dev/null || { sfs_umount "$d/mnt"; return 1; }
+	fi
 	for r in $(seq "$ROUNDS"); do
-		drop_caches
+		[ -n "$hot" ] || drop_caches
 		a=$(rb files_per_s files -t "$2" -s "$r" "$d/cache.list") || { sfs_umount "$d/mnt"; return 1; }
-		drop_caches
+		[ -n "$hot" ] || drop_caches
 		b=$(rb files_per_s files -t "$2" -s "$r" "$d/mnt.list") || { sfs_umount "$d/mnt"; return 1; }
-		row "round $r, $2 readers${1:+ ($1)}" "$(fps "$a")" "$(fps "$b")" "$(ratio "$b" "$a")"
+		row "round $r, $2 readers${1:+ ($1)}${hot:+, hot}" "$(fps "$a")" "$(fps "$b")" "$(ratio "$b" "$a")"
 		as+=("$a") bs+=("$b") rs+=("$(ratio "$b" "$a")")
 	done
 	sfs_umount "$d/mnt"
@@ -503,10 +519,18 @@ bench_passthrough() {
 	for n in $READERS; do
 		if measure_small "passthrough=off" "$n"; then
 			off=$S_RATIO
-			result "passthrough: small $n rd, off" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$off" ">=0.75"
+			result "passthrough: small $n rd, off$(has_option no_open && echo ' (no-open)')" \
+				"$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$off" ">=0.75"
 		else
 			failed "smallfiles $n readers, passthrough=off: $(rb_why)"
 			off=0
+		fi
+		if has_option no_open; then
+			if measure_small "passthrough=off,no_open=off" "$n"; then
+				result "passthrough: small $n rd, off + OPEN" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$S_RATIO" ">=0.75"
+			else
+				failed "smallfiles $n readers, passthrough=off,no_open=off: $(rb_why)"
+			fi
 		fi
 		if measure_small "" "$n"; then
 			row "smallfiles, $n readers" "$off" "$S_RATIO" "$(ratio "$S_RATIO" "$off")"
@@ -514,6 +538,28 @@ bench_passthrough() {
 		else
 			failed "smallfiles $n readers, default: $(rb_why)"
 		fi
+	done
+}
+
+# ---------------------------------------------------------------------------
+# smallhot: small files with the page cache hot
+
+bench_smallhot() {
+	local n mode label
+	hdr smallhot "$SMALL_N files of $SMALL_KB KiB, shuffled, page cache hot (read once first on both sides)"
+	small_prepare || { failed "preparing: $(rb_why)"; return; }
+	row "" "cache files" "mount" "ratio"
+	for n in $READERS; do
+		for mode in "" "passthrough=off" "passthrough=off,no_open=off"; do
+			case $mode in
+			"") label=default ;;
+			passthrough=off) label="passthrough=off" ;;
+			*) has_option no_open || continue; label="daemon path + OPEN" ;;
+			esac
+			measure_small "$mode" "$n" hot || { failed "$n readers, $label: $(rb_why)"; continue; }
+			row "median of $ROUNDS, $n rd, $label" "$(fps "$S_DIRECT")" "$(fps "$S_FUSE")" "$S_RATIO"
+			result "smallhot: $n rd, $label" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$S_RATIO" ""
+		done
 	done
 }
 
@@ -593,31 +639,49 @@ bench_publish() {
 # ---------------------------------------------------------------------------
 # index: start-up with many cached chunks
 
+# chunk_accepted BYTES: does this stagefs take chunk_size=BYTES?  (It fails
+# later, on the missing mount point, unless the value itself is refused.)
+chunk_accepted() {
+	local out
+	out=$("$STAGEFS" -f -o "chunk_size=$1,cache_dir=$WORK/nonexistent" dir:///nonexistent \
+		"$WORK/nonexistent-mnt" 2>&1)
+	case $out in *chunk_size*) return 1 ;; esac
+	return 0
+}
+
 bench_index() {
-	local d=$WORK/index cs=65536 want=$IDX_CHUNKS n maxb free files i r loaded lms=() wms=() lm wm est
-	hdr index "daemon start-up with $IDX_CHUNKS cached chunks (64 KiB chunks, dir://)"
+	local d=$WORK/index cs=$((IDX_CHUNK_KB * 1024)) want=$IDX_CHUNKS n maxb free files fsz i r t0 loaded lms=() wms=() lm wm est
+	if ! chunk_accepted "$cs"; then
+		printf '  note: this stagefs refuses chunk_size=%s KiB; using 64 KiB\n' "$IDX_CHUNK_KB"
+		cs=65536
+	fi
+	hdr index "daemon start-up with $IDX_CHUNKS cached chunks ($((cs >> 10)) KiB chunks, dir://)"
 	free=$(df -B1 --output=avail "$WORK" | tail -1)
 	maxb=$(awk -v g="$IDX_MAX_GB" -v f="$free" 'BEGIN { m = g * 1073741824; if (f * 0.4 < m) m = f * 0.4; printf "%.0f", m }')
 	n=$want
 	[ $((n * cs)) -le "$maxb" ] || n=$((maxb / cs))
 	[ "$n" -ge 1000 ] || { skipped "not enough free disk for a useful index"; return; }
-	# source: sparse files of 1 GiB (zeros read fast), the last one shorter
+	# source: sparse files (zeros read fast), at least one per filling reader
 	mkdir -p "$d/src"
-	files=$(((n * cs + (1 << 30) - 1) >> 30))
+	fsz=$(((n * cs / IDX_READERS + cs - 1) / cs * cs))
+	[ "$fsz" -le $((1 << 30)) ] || fsz=$((1 << 30))
+	files=$(((n * cs + fsz - 1) / fsz))
 	for i in $(seq "$files"); do
-		truncate -s $((i < files ? 1 << 30 : n * cs - (files - 1) * (1 << 30))) "$d/src/f$i"
+		truncate -s $((i < files ? fsz : n * cs - (files - 1) * fsz)) "$d/src/f$i"
 	done
-	log "index: filling $n chunks ($((n * cs >> 20)) MiB) through the mount"
-	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=64K,cache_sync=no" ||
+	log "index: filling $n chunks ($((n * cs >> 20)) MiB in $files files) through the mount, $IDX_READERS readers"
+	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=$cs,cache_sync=no" ||
 		{ skipped "mount failed"; return; }
 	list_files "$d/src" "$d/mnt" "$d/mnt.list"
-	rb bytes_per_s files -t 2 -s 0 "$d/mnt.list" >/dev/null || { failed "filling the cache: $(rb_why)"; sfs_umount "$d/mnt"; return; }
+	t0=$(now_ms)
+	rb bytes_per_s files -t "$IDX_READERS" -s 0 "$d/mnt.list" >/dev/null || { failed "filling the cache: $(rb_why)"; sfs_umount "$d/mnt"; return; }
 	loaded=$(stat_get "$d/mnt" cache_chunks)
+	log "index: $loaded chunks cached in $(($(now_ms) - t0)) ms"
 	sfs_umount "$d/mnt"
 	row "" "cache_load_ms" "ready (ms)" "chunks"
 	for r in $(seq "$ROUNDS"); do
 		drop_caches
-		sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=64K" || { skipped "remount failed"; return; }
+		sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,chunk_size=$cs" || { skipped "remount failed"; return; }
 		lm=$(stat_get "$d/mnt" cache_load_ms) wm=$MOUNT_MS
 		loaded=$(stat_get "$d/mnt" cache_loaded_chunks)
 		sfs_umount "$d/mnt"
@@ -838,7 +902,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | rados | publish | index | warmup | hints | gpu) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | rados | publish | index | warmup | hints | gpu) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac
@@ -865,13 +929,13 @@ main() {
 	done
 
 	printf '\n== summary (ratio = stagefs / baseline, same run; median of %s)\n' "$ROUNDS"
-	printf '  %-34s %-16s %-16s %7s %7s  %s\n' benchmark stagefs baseline ratio target ""
+	printf '  %-40s %-16s %-16s %7s %7s  %s\n' benchmark stagefs baseline ratio target ""
 	for b in "${SUMMARY[@]}"; do
 		IFS='|' read -r n m bl ra ta v <<<"$b"
 		if [ "${m#skipped}" != "$m" ] || [ "${m#FAILED}" != "$m" ]; then
-			printf '  %-34s %s\n' "$n" "$m"
+			printf '  %-40s %s\n' "$n" "$m"
 		else
-			printf '  %-34s %-16s %-16s %7s %7s  %s\n' "$n" "$m" "$bl" "$ra" "$ta" "$v"
+			printf '  %-40s %-16s %-16s %7s %7s  %s\n' "$n" "$m" "$bl" "$ra" "$ta" "$v"
 		fi
 	done
 }

@@ -23,7 +23,8 @@ for i in "${!b_sizes[@]}"; do head -c "${b_sizes[$i]}" /dev/urandom >"$src/b/g$i
 chmod -R a+rX "$src"
 
 port=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=off \
+# no_open=off: this test counts opens (no-open mode has none: noopen.sh)
+sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=off no_open=off \
 	metrics_port="$port" metrics_file="$prom" metrics_interval=1s
 [[ -f $prom ]] || die "metrics_file $prom was not written at mount"
 
@@ -181,7 +182,7 @@ sfs_umount "$mnt"
 # Passthrough opens (where the kernel and privileges allow them): the reads
 # bypass the daemon, so they are counted as opens with the file size as an
 # estimate.  f6 is fully cached by now.
-sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto
+sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto no_open=off
 for i in 1 2; do
 	drop_caches
 	runuser -u $A -- env STAGEFS_JOB=train42 "$PYTHON" "$T/reader.py" "$mnt/a/f6"

@@ -68,6 +68,29 @@ for fd in fds:
     os.close(fd)
 PY
 
+# --- 1b: the backing id outlives the open, until it is not safe to reuse ----
+# After the last RELEASE the id stays registered ("idle"); the next open of
+# the inode reuses it.  An outside write to the cache file (its ctime moves)
+# must make the next open check the file again instead.
+stat_ge() { [[ $(stat_get "$mnt" "$1") -ge $2 ]]; }
+wait_for -t 20 stat_ge passthrough_idle_ids 1 || die "no idle backing id after the opens were released"
+r0=$(stat_get "$mnt" passthrough_reused)
+[[ $(sha256 "$mnt/full.bin") == "$want_full" ]] || die "read through a kept backing id: wrong content"
+assert_eq "$(stat_get "$mnt" passthrough_reused)" $((r0 + 1)) "passthrough_reused after an open of an idle inode"
+wait_for -t 20 stat_ge passthrough_idle_ids 1 || die "the id did not go idle again"
+cf=$(find "$TEST_TMPDIR/cache/data" -type f -name "$(getfattr --only-values -n user.stagefs.content "$mnt/full.bin")")
+[[ -f $cf ]] || die "cannot find the cache file of full.bin"
+flip_bytes "$cf" $((3 * M + 100)) 16
+r0=$(stat_get "$mnt" passthrough_reused)
+c0=$(stat_get "$mnt" corrupt_chunks)
+[[ $(sha256 "$mnt/full.bin") == "$want_full" ]] || die "after an outside write to an idle backing file: wrong content"
+assert_eq "$(stat_get "$mnt" passthrough_reused)" "$r0" "passthrough_reused after the cache file changed"
+assert_gt "$(stat_get "$mnt" corrupt_chunks)" "$c0" "corrupt_chunks found by the check that replaced the reuse"
+# FORGET (the kernel drops its inodes) closes the idle ids
+drop_caches
+stat_zero() { [[ $(stat_get "$mnt" passthrough_idle_ids) -eq 0 ]]; }
+wait_for -t 20 stat_zero || die "idle backing ids left after drop_caches: $(stat_get "$mnt" passthrough_idle_ids)"
+
 # --- 2: a partially cached file stays on the daemon path --------------------
 head -c $M "$mnt/part.bin" >/dev/null
 cached=$(getfattr --only-values -n user.stagefs.cached "$mnt/part.bin" 2>/dev/null || true)

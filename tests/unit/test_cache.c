@@ -1053,7 +1053,9 @@ static void test_verify_pin_evict(void **state)
 	for (uint32_t i = 0; i < 5; i++)
 		assert_int_equal(cache_fill(c, a, i, &s.cs), 0);
 	assert_int_equal(cache_file_verify(c, a), -ENODATA);
+	assert_false(cache_file_all_verified(c, a));
 	assert_int_equal(cache_fill(c, a, 5, &s.cs), 0);
+	assert_true(cache_file_all_verified(c, a));	/* filled: hashed as written */
 	assert_int_equal(cache_file_verify(c, a), 0);
 	cache_file_put(c, a);
 	cache_destroy(c);
@@ -1061,7 +1063,9 @@ static void test_verify_pin_evict(void **state)
 	/* after a restart verify reads every chunk back */
 	c = open_cache(t->cdir, 6ull * CS, 64);
 	a = get_file(c, 1, size, CS);
+	assert_false(cache_file_all_verified(c, a));	/* present, not checked yet */
 	assert_int_equal(cache_file_verify(c, a), 0);
+	assert_true(cache_file_all_verified(c, a));
 	st = stats(c);
 	assert_int_equal(st.hits, 6);
 	assert_int_equal(st.corrupt, 0);
@@ -1108,6 +1112,7 @@ static void test_verify_pin_evict(void **state)
 	assert_int_equal(sst.st_blocks, 0);
 	assert_int_equal(sst.st_size, size);
 	assert_int_equal(cache_file_verify(c, a), -ENODATA);
+	assert_false(cache_file_all_verified(c, a));
 	assert_int_equal(cache_file_evict(c, a), 0);
 
 	/* room again: b is cached now (chunk 1: chunk 0 was just served) */

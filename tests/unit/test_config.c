@@ -190,15 +190,17 @@ static void test_set_size(void **state)
 	set_bad(&cfg, "cache_size", "lots");
 	set_bad(&cfg, "cache_size", "");
 
-	/* chunk_size: [64K, 64M] */
+	/* chunk_size: [4K, 64M] */
+	set_ok(&cfg, "chunk_size", "4K");
+	assert_int_equal(cfg.chunk_size, 4 * KiB);
 	set_ok(&cfg, "chunk_size", "64K");
 	assert_int_equal(cfg.chunk_size, 64 * KiB);
 	set_ok(&cfg, "chunk_size", "64M");
 	assert_int_equal(cfg.chunk_size, 64 * MiB);
 	set_ok(&cfg, "chunk_size", "1M");
 	assert_int_equal(cfg.chunk_size, MiB);
-	set_bad(&cfg, "chunk_size", "65535");
-	set_bad(&cfg, "chunk_size", "32K");
+	set_bad(&cfg, "chunk_size", "4095");
+	set_bad(&cfg, "chunk_size", "1K");
 	set_bad(&cfg, "chunk_size", "128M");
 	set_bad(&cfg, "chunk_size", "0");
 	set_bad(&cfg, "chunk_size", "4Q");
