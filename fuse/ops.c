@@ -763,6 +763,8 @@ struct aread {
 	_Atomic unsigned left;	/* wants not done yet */
 	char *dbuf;		/* pieces read from disk, when the reply is async */
 	struct stats_read rd;
+	struct stats_open *so;	/* &fh->so, &so_own, or NULL (no-open mode) */
+	struct stats_open so_own;	/* a no-open READ at 0: its own "open" */
 	struct piece p[READ_PIECES];
 };
 
@@ -796,7 +798,7 @@ static void aread_reply(struct aread *ar, const char *dbuf)
 	}
 	if (!n && err)
 		n = err;
-	stats_read_end(&ar->rd, &ar->fh->so, ar->pid, ar->uid, n);
+	stats_read_end(&ar->rd, ar->so, ar->pid, ar->uid, n);
 	if (n < 0) {
 		atomic_fetch_add(&fs->ctr.read_errors, 1);
 		fuse_reply_err(ar->req, (int)-n);
@@ -834,7 +836,8 @@ static void aread_want_done(struct pf_want *w)
  * false if it must take read_sync() instead.
  */
 static bool read_engine(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
-			size_t size, off_t off, uint32_t uid, uint64_t t0)
+			struct stats_open *so, size_t size, off_t off,
+			uint32_t uid, uint64_t t0)
 {
 	uint32_t csize = fh->ds->be->chunk_size;
 	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
@@ -858,6 +861,12 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
 	ar->req = req;
 	ar->fs = fs;
 	ar->fh = fh;
+	ar->so = so;
+	if (so && so != &fh->so) {
+		/* the caller's is on its stack: the READ may outlive it */
+		ar->so_own = *so;
+		ar->so = &ar->so_own;
+	}
 	ar->pid = fuse_req_ctx(req)->pid;
 	ar->uid = uid;
 	ar->t0 = t0;
@@ -982,13 +991,13 @@ static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	atomic_fetch_add(&fs->ctr.read_requests, 1);
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
 	/*
-	 * No-open READs stay on the worker: their handle reference and the
-	 * per-READ stats record live on this stack.
+	 * A READ handed to the engine may be answered after we drop the
+	 * no-open handle reference: the kernel's open file pins the inode,
+	 * so no FORGET (which frees the handle) comes while a READ is out.
 	 */
-	if (!noe && pf_has_engine(fs->pf) && size <= (1u << 20) &&
-	    read_engine(req, fs, fh, size, off, uid, t0))
-		return;
-	read_sync(req, fs, fh, so, size, off, uid, t0);
+	if (!(pf_has_engine(fs->pf) && size <= (1u << 20) &&
+	      read_engine(req, fs, fh, so, size, off, uid, t0)))
+		read_sync(req, fs, fh, so, size, off, uid, t0);
 	noopen_put(fs->no, noe);
 }
 
