@@ -114,11 +114,13 @@ needs_ceph() {
 # --- cleanup -----------------------------------------------------------------
 
 # FUSE mount points at or under $1, deepest first.
-fuse_mounts_under() {
-	local root=$1
+# mounts_under DIR [TYPE_REGEX]: mount points under DIR (deepest first) whose
+# filesystem type matches TYPE_REGEX (default: any)
+mounts_under() {
+	local root=$1 re=${2:-.}
 	# mountinfo field 5 is the mount point (octal escapes), the fs type follows " - ".
-	awk '{ split($0, a, " - "); split(a[2], b, " ");
-	       if (b[1] ~ /^fuse/) print $5 }' /proc/self/mountinfo |
+	awk -v re="$re" '{ split($0, a, " - "); split(a[2], b, " ");
+	       if (b[1] ~ re) print $5 }' /proc/self/mountinfo |
 	while IFS= read -r m; do
 		m=$(printf '%b' "$m")
 		[[ $m == "$root" || $m == "$root"/* ]] && say "$m"
@@ -156,9 +158,14 @@ cleanup_test() {
 		[[ -n $pids ]] && kill -KILL $pids 2>/dev/null
 	fi
 	[[ -n $dir ]] || return 0
-	for m in $(fuse_mounts_under "$dir"); do
+	for m in $(mounts_under "$dir" '^fuse'); do
 		say "runner: unmounting leftover mount $m" >>"$CUR_LOG"
 		fusermount3 -u -z "$m" >>"$CUR_LOG" 2>&1 || umount -l "$m" >>"$CUR_LOG" 2>&1
+	done
+	# then whatever else a test mounted there (tmpfs, ramfs, loop devices)
+	for m in $(mounts_under "$dir"); do
+		say "runner: unmounting leftover mount $m" >>"$CUR_LOG"
+		umount -l "$m" >>"$CUR_LOG" 2>&1
 	done
 }
 
