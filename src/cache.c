@@ -1405,35 +1405,6 @@ static ssize_t chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t id
 	return dst ? (ssize_t)n : 0;
 }
 
-ssize_t cache_read_cached(struct cache *c, struct cfile *cf, uint64_t off,
-			  void *buf, size_t len)
-{
-	size_t done = 0;
-	int fd, ret;
-
-	if (off >= cf->size || !len)
-		return 0;
-	len = (size_t)MIN((uint64_t)len, cf->size - off);
-	ret = fd_acquire(c, cf, &fd);
-	if (ret)
-		return ret;
-	while (done < len) {
-		uint64_t pos = off + done;
-		uint32_t idx = (uint32_t)(pos / cf->chunk_size);
-		size_t coff = (size_t)(pos % cf->chunk_size);
-		size_t n = MIN(len - done, (size_t)cf->chunk_size - coff);
-		ssize_t r = chunk_read(c, cf, fd, idx, coff, (char *)buf + done, n, NULL);
-
-		if (r < 0) {
-			fd_release(c, cf);
-			return done ? (ssize_t)done : r;
-		}
-		done += n;
-	}
-	fd_release(c, cf);
-	return (ssize_t)done;
-}
-
 ssize_t cache_read(struct cache *c, struct cfile *cf, uint64_t off, void *buf,
 		   size_t len, const struct cache_source *src)
 {
@@ -1461,6 +1432,13 @@ ssize_t cache_read(struct cache *c, struct cfile *cf, uint64_t off, void *buf,
 	}
 	fd_release(c, cf);
 	return (ssize_t)done;
+}
+
+/* cache_read without a source: chunk_read() answers -EAGAIN for a miss. */
+ssize_t cache_read_cached(struct cache *c, struct cfile *cf, uint64_t off,
+			  void *buf, size_t len)
+{
+	return cache_read(c, cf, off, buf, len, NULL);
 }
 
 int cache_fill(struct cache *c, struct cfile *cf, uint32_t idx,
