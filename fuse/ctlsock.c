@@ -902,6 +902,18 @@ static int hello(struct ctl_client *cl)
 			 CTL_PROTO_VERSION, STAGEFS_VERSION, cl->cred.uid);
 }
 
+/* Take @cl off the list of connections.  Called with cs->lock held. */
+static void client_unlink_locked(struct sfs_ctlsock *cs, struct ctl_client *cl)
+{
+	if (cl->prev)
+		cl->prev->next = cl->next;
+	else
+		cs->clients = cl->next;
+	if (cl->next)
+		cl->next->prev = cl->prev;
+	cs->nclients--;
+}
+
 static void *client_main(void *arg)
 {
 	struct ctl_client *cl = arg;
@@ -930,13 +942,7 @@ static void *client_main(void *arg)
 	handles_release(cl);
 	close(cl->fd);
 	pthread_mutex_lock(&cs->lock);
-	if (cl->prev)
-		cl->prev->next = cl->next;
-	else
-		cs->clients = cl->next;
-	if (cl->next)
-		cl->next->prev = cl->prev;
-	cs->nclients--;
+	client_unlink_locked(cs, cl);
 	pthread_cond_broadcast(&cs->gone);
 	pthread_mutex_unlock(&cs->lock);
 	free(cl);
@@ -985,13 +991,7 @@ static void start_client(struct sfs_ctlsock *cs, int fd)
 	if (pthread_create(&t, &at, client_main, cl)) {
 		log_warn("control: cannot start a connection thread");
 		pthread_mutex_lock(&cs->lock);
-		if (cl->prev)
-			cl->prev->next = cl->next;
-		else
-			cs->clients = cl->next;
-		if (cl->next)
-			cl->next->prev = cl->prev;
-		cs->nclients--;
+		client_unlink_locked(cs, cl);
 		pthread_mutex_unlock(&cs->lock);
 		close(fd);
 		free(cl);
