@@ -4,6 +4,7 @@
 #include "backend.h"
 
 #include "config.h"
+#include "manifest.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -51,4 +52,31 @@ void backend_close(struct backend *be)
 {
 	if (be)
 		be->ops->destroy(be);
+}
+
+int backend_manifest_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
+{
+	return manifest_getattr(be->m, ino, out);
+}
+
+int backend_manifest_lookup(struct backend *be, uint64_t parent, const char *name,
+			    struct sfs_attr *out)
+{
+	return manifest_lookup(be->m, parent, name, out);
+}
+
+int backend_manifest_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
+{
+	return manifest_readdir(be->m, ino, out);
+}
+
+int backend_manifest_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
+{
+	return manifest_readlink(be->m, ino, buf, size);
+}
+
+int backend_manifest_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
+{
+	manifest_totals(be->m, bytes, files);
+	return 0;
 }

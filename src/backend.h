@@ -30,6 +30,7 @@
 #include "util.h"
 
 struct sfs_config;
+struct manifest;
 
 #define SFS_ROOT_INO	1ULL
 
@@ -145,7 +146,19 @@ struct backend {
 	const struct backend_ops *ops;
 	uint32_t chunk_size;	/* fixed for the dataset's lifetime */
 	char *uri;		/* as given, for logs and stats */
+	struct manifest *m;	/* the dataset's tree (both backends keep one) */
 };
+
+/*
+ * The metadata ops of a backend whose tree is ->m (src/manifest.h): both
+ * backends point their ops table at these.
+ */
+int backend_manifest_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out);
+int backend_manifest_lookup(struct backend *be, uint64_t parent, const char *name,
+			    struct sfs_attr *out);
+int backend_manifest_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out);
+int backend_manifest_readlink(struct backend *be, uint64_t ino, char *buf, size_t size);
+int backend_manifest_statfs(struct backend *be, uint64_t *bytes, uint64_t *files);
 
 /*
  * Open the backend whose scheme prefixes @uri ("dir:///data",

@@ -38,7 +38,6 @@
 struct backend_dir {
 	struct backend be;
 	char *root;		/* absolute source path */
-	struct manifest *m;
 	bool offline;		/* serving a saved snapshot */
 };
 
@@ -266,7 +265,7 @@ static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 	if (ret)
 		log_warn("cannot save the snapshot of %s in the cache: %s (offline remounts will not work)",
 			 d->root, strerror(-ret));
-	ret = manifest_open(buf, len, &d->m, err, errlen);
+	ret = manifest_open(buf, len, &d->be.m, err, errlen);
 	if (ret) {
 		free(buf);
 		return ret;
@@ -311,7 +310,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 		int e = errno;
 		char serr[256] = "";
 
-		ret = snapshot_load(cfg, d->root, &d->m, serr, sizeof(serr));
+		ret = snapshot_load(cfg, d->root, &d->be.m, serr, sizeof(serr));
 		if (ret) {
 			snprintf(err, errlen, "%s: %s%s%s", d->root, strerror(e),
 				 serr[0] ? " (saved snapshot: " : "", serr[0] ? serr : "");
@@ -321,7 +320,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 			goto out_free;
 		}
 		d->offline = true;
-		d->be.chunk_size = manifest_chunk_size(d->m);
+		d->be.chunk_size = manifest_chunk_size(d->be.m);
 		log_notice("source %s is unavailable (%s): serving its snapshot from the cache; uncached data reads fail with EIO",
 			   d->root, strerror(e));
 	}
@@ -339,31 +338,10 @@ static void dir_destroy(struct backend *be)
 {
 	struct backend_dir *d = to_dir(be);
 
-	manifest_close(d->m);
+	manifest_close(d->be.m);
 	free(d->root);
 	free(d->be.uri);
 	free(d);
-}
-
-static int dir_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
-{
-	return manifest_getattr(to_dir(be)->m, ino, out);
-}
-
-static int dir_lookup(struct backend *be, uint64_t parent, const char *name,
-		      struct sfs_attr *out)
-{
-	return manifest_lookup(to_dir(be)->m, parent, name, out);
-}
-
-static int dir_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
-{
-	return manifest_readdir(to_dir(be)->m, ino, out);
-}
-
-static int dir_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
-{
-	return manifest_readlink(to_dir(be)->m, ino, buf, size);
 }
 
 /* The source path of @file, for logs.  Returns 0 or -errno. */
@@ -371,7 +349,7 @@ static int source_path(struct backend_dir *d, const struct sfs_attr *file,
 		       char *path, size_t len)
 {
 	char rel[PATH_MAX];
-	int ret = manifest_path(d->m, file->ino, rel, sizeof(rel));
+	int ret = manifest_path(d->be.m, file->ino, rel, sizeof(rel));
 
 	if (ret < 0)
 		return ret;
@@ -440,22 +418,16 @@ static int dir_read_chunk(struct backend *be, const struct sfs_attr *file,
 	return dir_source_close(be, file, fd, pread_full(fd, buf, len, off), len);
 }
 
-static int dir_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
-{
-	manifest_totals(to_dir(be)->m, bytes, files);
-	return 0;
-}
-
 const struct backend_ops backend_dir_ops = {
 	.scheme = "dir",
 	.create = dir_create,
 	.destroy = dir_destroy,
-	.getattr = dir_getattr,
-	.lookup = dir_lookup,
-	.readdir = dir_readdir,
-	.readlink = dir_readlink,
+	.getattr = backend_manifest_getattr,
+	.lookup = backend_manifest_lookup,
+	.readdir = backend_manifest_readdir,
+	.readlink = backend_manifest_readlink,
 	.read_chunk = dir_read_chunk,
 	.source_open = dir_source_open,
 	.source_close = dir_source_close,
-	.statfs = dir_statfs,
+	.statfs = backend_manifest_statfs,
 };

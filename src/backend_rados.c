@@ -62,7 +62,6 @@ struct rados_backend {
 	struct backend be;		/* first: struct backend * casts to this */
 	rados_t cl;
 	rados_ioctx_t io;
-	struct manifest *m;
 	bool plain;
 	char *pool;
 	char *nspace;
@@ -447,7 +446,7 @@ static int plain_build(struct rados_backend *rb, uint32_t chunk_size,
 	if (!rc) {
 		char msg[256];
 
-		rc = manifest_open(buf, len, &rb->m, msg, sizeof(msg));
+		rc = manifest_open(buf, len, &rb->be.m, msg, sizeof(msg));
 		if (rc) {
 			free(buf);
 			errf(err, errlen, -EIO, "cannot open the object tree: %s", msg);
@@ -491,16 +490,16 @@ static int dataset_open(struct rados_backend *rb, uint64_t version,
 	if (rc)
 		return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
 			    "%s (pool '%s')", msg, rb->pool);
-	rc = manifest_open(buf, len, &rb->m, msg, sizeof(msg));
+	rc = manifest_open(buf, len, &rb->be.m, msg, sizeof(msg));
 	if (rc) {
 		free(buf);
 		return errf(err, errlen, -EIO, "%s@%" PRIu64 ": bad manifest: %s",
 			    rb->name, version, msg);
 	}
-	if (manifest_version(rb->m) != version)
+	if (manifest_version(rb->be.m) != version)
 		return errf(err, errlen, -EIO,
 			    "%s@%" PRIu64 ": the manifest says it is version %" PRIu64,
-			    rb->name, version, manifest_version(rb->m));
+			    rb->name, version, manifest_version(rb->be.m));
 	rb->version = version;
 	return 0;
 }
@@ -587,7 +586,7 @@ static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
 	size_t oidlen;
 	int rc;
 
-	rc = manifest_getattr(rb->m, file->ino, &a);
+	rc = manifest_getattr(rb->be.m, file->ino, &a);
 	if (rc)
 		return rc;
 	if (!S_ISREG(a.mode))
@@ -595,12 +594,12 @@ static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
 	if (len == 0 || len != backend_chunk_len(a.size, rb->be.chunk_size, idx))
 		return -EINVAL;
 	if (rb->plain) {
-		rc = manifest_path(rb->m, file->ino, path, sizeof(path));
+		rc = manifest_path(rb->be.m, file->ino, path, sizeof(path));
 		if (rc < 0)
 			return rc == -ERANGE ? -ENAMETOOLONG : rc;
 		oidlen = (size_t)rc;
 	} else {
-		rc = manifest_chunk(rb->m, file->ino, idx, &id);
+		rc = manifest_chunk(rb->be.m, file->ino, idx, &id);
 		if (rc) {
 			log_err("rados: %s@%" PRIu64 ": no chunk id for chunk %u of inode %" PRIu64,
 				rb->name, rb->version, idx, file->ino);
@@ -718,40 +717,13 @@ static int rb_aio_finish(struct backend *be, struct backend_aio *h,
 	return res;
 }
 
-/* ---- metadata ---- */
-
-static int rb_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
-{
-	return manifest_getattr(RB(be)->m, ino, out);
-}
-
-static int rb_lookup(struct backend *be, uint64_t parent, const char *name,
-		     struct sfs_attr *out)
-{
-	return manifest_lookup(RB(be)->m, parent, name, out);
-}
-
-static int rb_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
-{
-	return manifest_readdir(RB(be)->m, ino, out);
-}
-
-static int rb_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
-{
-	return manifest_readlink(RB(be)->m, ino, buf, size);
-}
-
-static int rb_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
-{
-	manifest_totals(RB(be)->m, bytes, files);
-	return 0;
-}
+/* ---- metadata: backend_manifest_* (src/backend.c) read be.m ---- */
 
 /* ---- lifetime ---- */
 
 static void rb_free(struct rados_backend *rb)
 {
-	manifest_close(rb->m);
+	manifest_close(rb->be.m);
 	if (rb->io)
 		rados_ioctx_destroy(rb->io);
 	if (rb->cl)
@@ -832,13 +804,13 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 		rc = dataset_open(rb, u.version, err, errlen);
 	if (rc)
 		goto out_free;
-	rb->be.chunk_size = manifest_chunk_size(rb->m);
+	rb->be.chunk_size = manifest_chunk_size(rb->be.m);
 	if (rb->plain)
 		log_notice("%s: %" PRIu64 " entries (plain objects), chunk size %u",
-			   uri, manifest_nentries(rb->m), rb->be.chunk_size);
+			   uri, manifest_nentries(rb->be.m), rb->be.chunk_size);
 	else
 		log_notice("%s: %s@%" PRIu64 ", %" PRIu64 " entries, chunk size %u",
-			   uri, rb->name, rb->version, manifest_nentries(rb->m),
+			   uri, rb->name, rb->version, manifest_nentries(rb->be.m),
 			   rb->be.chunk_size);
 	uri_release(&u);
 	*out = &rb->be;
@@ -855,12 +827,12 @@ const struct backend_ops backend_rados_ops = {
 	.scheme = "rados",
 	.create = rb_create,
 	.destroy = rb_destroy,
-	.getattr = rb_getattr,
-	.lookup = rb_lookup,
-	.readdir = rb_readdir,
-	.readlink = rb_readlink,
+	.getattr = backend_manifest_getattr,
+	.lookup = backend_manifest_lookup,
+	.readdir = backend_manifest_readdir,
+	.readlink = backend_manifest_readlink,
 	.read_chunk = rb_read_chunk,
 	.aio_start = rb_aio_start,
 	.aio_finish = rb_aio_finish,
-	.statfs = rb_statfs,
+	.statfs = backend_manifest_statfs,
 };
