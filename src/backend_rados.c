@@ -332,9 +332,7 @@ static int plain_stat(struct rados_backend *rb, struct pobj *v, size_t n,
 		}
 		if (done == next)
 			break;
-		rados_aio_wait_for_complete_and_cb(c[done % RB_STAT_INFLIGHT]);
-		v[done].rc = rados_aio_get_return_value(c[done % RB_STAT_INFLIGHT]);
-		rados_aio_release(c[done % RB_STAT_INFLIGHT]);
+		v[done].rc = sfs_rados_aio_reap(c[done % RB_STAT_INFLIGHT]);
 		if (!rc && v[done].rc < 0 && v[done].rc != -ENOENT)
 			rc = errf(err, errlen, v[done].rc == -ETIMEDOUT ? -EIO : v[done].rc,
 				  "cannot stat '%s': %s", v[done].name,

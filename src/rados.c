@@ -166,6 +166,16 @@ bool sfs_rados_name_ok(const char *name)
 			    "0123456789_-") == n;
 }
 
+int sfs_rados_aio_reap(rados_completion_t c)
+{
+	int r;
+
+	rados_aio_wait_for_complete_and_cb(c);
+	r = rados_aio_get_return_value(c);
+	rados_aio_release(c);
+	return r;
+}
+
 void sfs_rados_chunk_oid(const struct sfs_id *id, char *out)
 {
 	char hex[SFS_ID_HEX_LEN + 1];
@@ -262,9 +272,7 @@ static int read_pieces(rados_ioctx_t io, const char *oid, char *buf, size_t len)
 			size_t k = done % IO_INFLIGHT;
 			int r;
 
-			rados_aio_wait_for_complete_and_cb(c[k]);
-			r = rados_aio_get_return_value(c[k]);
-			rados_aio_release(c[k]);
+			r = sfs_rados_aio_reap(c[k]);
 			if (!rc && r < 0)
 				rc = r;
 			else if (!rc && (size_t)r != want[k])
@@ -426,9 +434,7 @@ static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
 			size_t k = done % IO_INFLIGHT;
 			int r;
 
-			rados_aio_wait_for_complete_and_cb(c[k]);
-			r = rados_aio_get_return_value(c[k]);
-			rados_aio_release(c[k]);
+			r = sfs_rados_aio_reap(c[k]);
 			if (!rc && r < 0) {
 				rc = r;
 				part_oid(name, version, done, oid);

@@ -72,6 +72,12 @@ int sfs_rados_ioctx(rados_t cl, const char *pool, const char *nspace,
 bool sfs_rados_name_ok(const char *name);
 
 /* Object names.  @out must hold SFS_RADOS_OID_MAX bytes. */
+/*
+ * Wait for aio completion @c (and its callback), release it, and return its
+ * result: the op's byte count or -errno.
+ */
+int sfs_rados_aio_reap(rados_completion_t c);
+
 void sfs_rados_chunk_oid(const struct sfs_id *id, char *out);
 void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out);
 void sfs_rados_dataset_oid(const char *name, char *out);
