@@ -93,6 +93,13 @@ int sfs_rados_connect(const struct sfs_rados_opts *o, rados_t *out,
 			 conf, strerror(-rc));
 		goto out_shutdown;
 	}
+	/* like the ceph tools: CEPH_ARGS overrides the file, -o overrides both */
+	rc = rados_conf_parse_env(cl, NULL);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot parse CEPH_ARGS (\"%s\"): %s",
+			 getenv("CEPH_ARGS") ?: "", strerror(-rc));
+		goto out_shutdown;
+	}
 	if (!empty(o->keyring)) {
 		rc = rados_conf_set(cl, "keyring", o->keyring);
 		if (rc < 0) {
