@@ -21,10 +21,13 @@
  * current; chunks uploaded so far are reused by the next run.
  *
  * A file that changes while it is read (size or mtime) fails the publish: a
- * manifest never describes bytes that were not uploaded.
+ * manifest never describes bytes that were not uploaded.  The names of one
+ * file (st_nlink > 1, same st_dev and st_ino) are read once and recorded as
+ * hard links of the first name walked.
  *
  * Exit status: 0 published, 1 anything else (with a message on stderr).
  */
+#include "inomap.h"
 #include "log.h"
 #include "manifest.h"
 #include "rados.h"
@@ -84,6 +87,7 @@ struct pub {
 	rados_ioctx_t io;
 	struct manifest_builder *mb;
 	struct idset seen;
+	struct inomap links;	/* files with st_nlink > 1: their first name */
 
 	struct slot *slots;
 	int *freelist;		/* indexes of free slots, owned by the main thread */
@@ -95,7 +99,7 @@ struct pub {
 	int dq_head, dq_n;	/* protected by lock */
 
 	/* statistics, main thread only */
-	uint64_t files, dirs, symlinks, skipped;
+	uint64_t files, dirs, symlinks, hardlinks, skipped;
 	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks;
 	uint64_t t0, last_progress;
 	bool tty;
@@ -459,6 +463,32 @@ out_close:
 	return rc;
 }
 
+/* A regular file, or one more name of a file published already. */
+static int publish_name(struct pub *p, int dirfd, const char *name,
+			const char *rel, const struct stat *st)
+{
+	const char *first;
+	int rc = 0;
+
+	if (st->st_nlink < 2)
+		return publish_file(p, dirfd, name, rel, st);
+	first = inomap_first(&p->links, st->st_dev, st->st_ino, rel, &rc);
+	if (rc) {
+		fail(p, "out of memory");
+		return -1;
+	}
+	if (!first)
+		return publish_file(p, dirfd, name, rel, st);
+	rc = manifest_builder_link(p->mb, rel, first);
+	if (rc) {
+		fail(p, "cannot add hard link %s (to %s) to the manifest: %s",
+		     rel, first, strerror(-rc));
+		return -1;
+	}
+	p->hardlinks++;
+	return 0;
+}
+
 static int name_cmp(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -563,7 +593,7 @@ static int walk(struct pub *p, int fd, char *rel, size_t rlen)
 				close(sub);
 			}
 		} else if (S_ISREG(st.st_mode)) {
-			rc = publish_file(p, fd, name, rel, &st);
+			rc = publish_name(p, fd, name, rel, &st);
 		} else if (S_ISLNK(st.st_mode)) {
 			char target[PATH_MAX];
 			ssize_t tl = readlinkat(fd, name, target, sizeof(target) - 1);
@@ -778,20 +808,22 @@ static void summary(struct pub *p)
 		json_str(stdout, p->name);
 		printf(", \"version\": %" PRIu64 ", \"files\": %" PRIu64
 		       ", \"dirs\": %" PRIu64 ", \"symlinks\": %" PRIu64
+		       ", \"hardlinks\": %" PRIu64
 		       ", \"skipped\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"chunks\": %" PRIu64 ", \"new_chunks\": %" PRIu64
 		       ", \"new_bytes\": %" PRIu64 ", \"chunk_size\": %u"
 		       ", \"manifest_bytes\": %zu, \"seconds\": %.3f"
 		       ", \"mb_per_s\": %.1f}\n",
-		       p->version, p->files, p->dirs, p->symlinks, p->skipped,
+		       p->version, p->files, p->dirs, p->symlinks, p->hardlinks,
+		       p->skipped,
 		       p->bytes, p->chunks, p->new_chunks, p->new_bytes,
 		       p->chunk_size, p->manifest_len, secs, mbps(p->bytes, ns));
 		return;
 	}
 	if (!p->quiet) {
 		printf("files      %" PRIu64 " (%" PRIu64 " directories, %" PRIu64
-		       " symlinks, %" PRIu64 " skipped)\n",
-		       p->files, p->dirs, p->symlinks, p->skipped);
+		       " symlinks, %" PRIu64 " hard links, %" PRIu64 " skipped)\n",
+		       p->files, p->dirs, p->symlinks, p->hardlinks, p->skipped);
 		printf("bytes      %s\n", fmt_size(p->bytes, b1, sizeof(b1)));
 		printf("chunks     %" PRIu64 " of %s (%" PRIu64 " new, %" PRIu64
 		       " already in the pool, %" PRIu64 " repeated in this tree)\n",
@@ -894,6 +926,7 @@ out_shutdown:
 	free(p.freelist);
 	free(p.doneq);
 	free(p.seen.v);
+	inomap_release(&p.links);
 	free(p.pool);
 	free(p.name);
 	free(p.nspace);
