@@ -27,6 +27,7 @@
  *
  * Exit status: 0 published, 1 anything else (with a message on stderr).
  */
+#include "idset.h"
 #include "inomap.h"
 #include "log.h"
 #include "manifest.h"
@@ -65,13 +66,6 @@ struct slot {
 	time_t omtime;
 };
 
-/* Set of chunk ids handled in this run (open addressing; zero = empty). */
-struct idset {
-	struct sfs_id *v;
-	size_t n, cap;		/* cap: power of two */
-	bool has_zero;
-};
-
 struct pub {
 	/* options */
 	uint32_t chunk_size;
@@ -86,7 +80,7 @@ struct pub {
 	rados_t cl;
 	rados_ioctx_t io;
 	struct manifest_builder *mb;
-	struct idset seen;
+	struct idset seen;	/* chunk ids handled in this run */
 	struct inomap links;	/* files with st_nlink > 1: their first name */
 
 	struct slot *slots;
@@ -164,49 +158,6 @@ static void fail(struct pub *p, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-/* ---- id set ---- */
-
-static size_t idset_slot(const struct idset *s, const struct sfs_id *id)
-{
-	size_t mask = s->cap - 1, i = (size_t)(id->lo ^ id->hi) & mask;
-
-	while (!sfs_id_is_zero(&s->v[i]) && !sfs_id_eq(&s->v[i], id))
-		i = (i + 1) & mask;
-	return i;
-}
-
-/* Insert @id; returns 1 if it was new, 0 if present, -ENOMEM. */
-static int idset_add(struct idset *s, const struct sfs_id *id)
-{
-	size_t i;
-
-	if (sfs_id_is_zero(id)) {
-		if (s->has_zero)
-			return 0;
-		s->has_zero = true;
-		return 1;
-	}
-	if ((s->n + 1) * 2 > s->cap) {
-		struct idset ns = { .cap = s->cap ? s->cap * 2 : 4096 };
-
-		ns.v = calloc(ns.cap, sizeof(*ns.v));
-		if (!ns.v)
-			return -ENOMEM;
-		for (size_t k = 0; k < s->cap; k++)
-			if (!sfs_id_is_zero(&s->v[k]))
-				ns.v[idset_slot(&ns, &s->v[k])] = s->v[k];
-		free(s->v);
-		s->v = ns.v;
-		s->cap = ns.cap;
-	}
-	i = idset_slot(s, id);
-	if (!sfs_id_is_zero(&s->v[i]))
-		return 0;
-	s->v[i] = *id;
-	s->n++;
-	return 1;
 }
 
 /* ---- progress ---- */
@@ -925,7 +876,7 @@ out_shutdown:
 	free(p.slots);
 	free(p.freelist);
 	free(p.doneq);
-	free(p.seen.v);
+	idset_release(&p.seen);
 	inomap_release(&p.links);
 	free(p.pool);
 	free(p.name);
