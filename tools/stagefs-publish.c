@@ -7,7 +7,10 @@
  * each regular file in chunk_size pieces into one of -j slots, and names
  * each piece by XXH3-128 of its bytes.  For a chunk not seen earlier in this
  * run it starts an aio stat of sfs.chunk.<id>; if the object is missing (or
- * has the wrong size) it starts an aio write_full of it.  Up to -j chunks
+ * has the wrong size) it starts an aio write_full of it; if it is there but
+ * older than SFS_RADOS_FRESHEN_S, it sets the object's sfs.seen xattr, which
+ * renews its mtime, so `stagefs gc` leaves it alone until the manifest that
+ * names it is written (docs/gc.md).  Up to -j chunks
  * are in flight at once; the librados completion callback only queues the
  * slot and signals (STYLE 8), and the walking thread handles completions
  * whenever it needs a free slot.  Chunk objects are content-addressed and
@@ -52,13 +55,14 @@
 #define DEFAULT_JOBS	16
 #define DEFAULT_TIMEOUT	30000
 
-enum slot_state { SLOT_FREE, SLOT_STAT, SLOT_WRITE };
+enum slot_state { SLOT_FREE, SLOT_STAT, SLOT_FRESHEN, SLOT_WRITE };
 
 /* One chunk in flight; its buffer is allocated with the publisher. */
 struct slot {
 	struct pub *p;
 	enum slot_state state;
 	rados_completion_t c;
+	rados_write_op_t op;	/* SLOT_FRESHEN */
 	char *buf;
 	size_t len;
 	char oid[SFS_RADOS_OID_MAX];
@@ -94,7 +98,7 @@ struct pub {
 
 	/* statistics, main thread only */
 	uint64_t files, dirs, symlinks, hardlinks, skipped;
-	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks;
+	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks, fresh_chunks;
 	uint64_t t0, last_progress;
 	bool tty;
 	size_t manifest_len;
@@ -221,6 +225,39 @@ static int slot_start_write(struct pub *p, struct slot *s)
 	return rc;
 }
 
+/*
+ * The chunk is stored but its mtime is old: set its sfs.seen xattr, which
+ * makes the mtime now, so that a concurrent `stagefs gc` (which spares
+ * chunks younger than its grace period) cannot remove it before the
+ * manifest naming it is written (rados.h, SFS_RADOS_FRESHEN_S).  The op
+ * asserts the object exists: if gc removed it meanwhile, it is written.
+ */
+static void slot_start_freshen(struct pub *p, struct slot *s)
+{
+	char now[32];
+	int rc;
+
+	snprintf(now, sizeof(now), "%020" PRIu64, wall_s());
+	s->op = rados_create_write_op();
+	if (!s->op) {
+		fail(p, "out of memory");
+		slot_free(p, s);
+		return;
+	}
+	rados_write_op_assert_exists(s->op);
+	rados_write_op_setxattr(s->op, SFS_RADOS_SEEN_XATTR, now, strlen(now));
+	rados_aio_create_completion2(s, slot_complete_cb, &s->c);
+	s->state = SLOT_FRESHEN;
+	rc = rados_aio_write_op_operate(s->op, p->io, s->c, s->oid, NULL, 0);
+	if (rc < 0) {
+		rados_aio_release(s->c);
+		rados_release_write_op(s->op);
+		s->op = NULL;
+		fail(p, "cannot update %s: %s", s->oid, strerror(-rc));
+		slot_free(p, s);
+	}
+}
+
 static void slot_start_stat(struct pub *p, struct slot *s)
 {
 	int rc;
@@ -242,9 +279,36 @@ static void slot_done(struct pub *p, struct slot *s)
 
 	rados_aio_release(s->c);
 	s->c = NULL;
+	if (s->op) {
+		rados_release_write_op(s->op);
+		s->op = NULL;
+	}
+	if (s->state == SLOT_STAT && rc == 0 && s->osize == s->len &&
+	    (uint64_t)s->omtime + SFS_RADOS_FRESHEN_S < wall_s()) {
+		if (!p->failed)
+			slot_start_freshen(p, s);
+		else
+			slot_free(p, s);
+		return;
+	}
+	if (s->state == SLOT_FRESHEN) {
+		if (rc == 0) {
+			p->fresh_chunks++;
+			slot_free(p, s);
+			return;
+		}
+		if (rc != -ENOENT) {
+			fail(p, "cannot update %s: %s", s->oid, strerror(-rc));
+			slot_free(p, s);
+			return;
+		}
+		/* removed by gc after our stat: store it again */
+		rc = -ENOENT;
+		s->state = SLOT_STAT;
+	}
 	if (s->state == SLOT_STAT) {
 		if (rc == 0 && s->osize == s->len) {
-			slot_free(p, s);	/* already in the pool */
+			slot_free(p, s);	/* already in the pool, fresh */
 			return;
 		}
 		if (rc == 0)
@@ -762,13 +826,14 @@ static void summary(struct pub *p)
 		       ", \"hardlinks\": %" PRIu64
 		       ", \"skipped\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"chunks\": %" PRIu64 ", \"new_chunks\": %" PRIu64
-		       ", \"new_bytes\": %" PRIu64 ", \"chunk_size\": %u"
+		       ", \"new_bytes\": %" PRIu64 ", \"freshened_chunks\": %" PRIu64
+		       ", \"chunk_size\": %u"
 		       ", \"manifest_bytes\": %zu, \"seconds\": %.3f"
 		       ", \"mb_per_s\": %.1f}\n",
 		       p->version, p->files, p->dirs, p->symlinks, p->hardlinks,
 		       p->skipped,
 		       p->bytes, p->chunks, p->new_chunks, p->new_bytes,
-		       p->chunk_size, p->manifest_len, secs, mbps(p->bytes, ns));
+		       p->fresh_chunks, p->chunk_size, p->manifest_len, secs, mbps(p->bytes, ns));
 		return;
 	}
 	if (!p->quiet) {
