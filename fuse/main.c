@@ -2,7 +2,7 @@
  * main: the `stagefs` command.
  *
  *   stagefs [options] SOURCE MOUNTPOINT     mount a dataset (the daemon)
- *   stagefs publish|warmup|top|quota ...    run stagefs-CMD (git style)
+ *   stagefs publish|gc|warmup|top|quota ... run stagefs-CMD (git style)
  *
  * Start-up order matters: without -f the process forks first, before any
  * thread exists (librados and the FUSE loop start threads, and fork keeps
@@ -37,7 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *const subcommands[] = { "publish", "warmup", "top", "quota" };
+static const char *const subcommands[] = { "publish", "gc", "warmup", "top", "quota" };
 
 /* FUSE mount options passed through to the kernel/libfuse as they are. */
 static const char *const fuse_passthrough_opts[] = {
@@ -51,6 +51,7 @@ static void usage(FILE *f)
 		"usage: stagefs [options] SOURCE MOUNTPOINT\n"
 		"       stagefs [options] -c CONFIG MOUNTPOINT   (every [dataset NAME] of CONFIG)\n"
 		"       stagefs publish DIR rados://POOL/NAME   (stagefs publish --help)\n"
+		"       stagefs gc [--keep N] rados://POOL      (stagefs gc --help)\n"
 		"\n"
 		"Mount an immutable dataset read-only, cached in chunks on local disk.\n"
 		"\n"

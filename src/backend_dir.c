@@ -10,7 +10,9 @@
  * is still served.
  *
  * A file's content id is XXH3-128 of its path, size, mtime, ctime, device
- * and inode: any change to the file gives it a new cache file.  Chunk reads
+ * and inode: any change to the file gives it a new cache file.  Names of
+ * one file (st_nlink > 1, same device and inode) become hard links in the
+ * manifest: one inode number, the source's nlink, one cache file.  Chunk reads
  * open the file by path and check that size, mtime and ctime still match the
  * snapshot; a file changed after the mount yields EIO (remount to see the
  * new version) instead of mixing two versions in the cache.
@@ -18,6 +20,7 @@
 #include "backend.h"
 
 #include "config.h"
+#include "inomap.h"
 #include "log.h"
 #include "manifest.h"
 
@@ -80,6 +83,7 @@ static void attr_from_stat(const struct stat *st, struct sfs_attr *a)
 
 struct scan {
 	struct manifest_builder *b;
+	struct inomap links;	/* files with st_nlink > 1: their first name */
 	uint64_t entries, bytes, skipped;
 	int dev_err;
 };
@@ -119,6 +123,22 @@ static int scan_dir(struct scan *sc, int dfd, const char *rel, int depth)
 			break;
 		}
 		attr_from_stat(&st, &a);
+		if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
+			const char *first = inomap_first(&sc->links, st.st_dev,
+							 st.st_ino, path, &ret);
+
+			if (ret)
+				break;
+			if (first) {
+				ret = manifest_builder_link(sc->b, path, first);
+				if (ret) {
+					log_err("scan %s: %s", path, strerror(-ret));
+					break;
+				}
+				sc->entries++;
+				continue;
+			}
+		}
 		if (S_ISREG(st.st_mode)) {
 			content_id(path, &st, &a.content);
 			sc->bytes += (uint64_t)st.st_size;
@@ -257,6 +277,7 @@ static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 	if (!ret)
 		ret = manifest_builder_finish(sc.b, 0, &buf, &len);
 	manifest_builder_destroy(sc.b);
+	inomap_release(&sc.links);
 	if (ret) {
 		snprintf(err, errlen, "scanning %s failed: %s", d->root, strerror(-ret));
 		return ret;

@@ -52,8 +52,10 @@
 #define MF_HEADER_SIZE		160u	/* what v1 writers emit */
 #define MF_HEADER_MAX		4096u	/* larger headers are rejected */
 #define MF_ENTRY_SIZE		104u	/* v1 record; readers accept larger */
+#define MF_ENTRY_SIZE_LINKS	112u	/* v1 record + inode field (hard links) */
 #define MF_ID_SIZE		16u
 #define MF_INCOMPAT_KNOWN	0u	/* incompat flag bits this reader knows */
+#define MF_COMPAT_HARDLINKS	(1u << 0)	/* some entries share an inode */
 #define MF_NAME_MAX		255u
 #define MF_TARGET_MAX		4095u
 #define MF_MAX_ENTRIES		(UINT32_MAX - 1u)
@@ -104,6 +106,9 @@ enum {
 	E_COUNT = 76,	/* dir: children; file: chunks; symlink: target length */
 	E_FIRST = 80,	/* dir: first child; file: first chunk; symlink: target offset */
 	E_CONTENT = 88,
+	/* records of MF_ENTRY_SIZE_LINKS bytes or more */
+	E_INODE = 104,	/* index of the entry holding this name's inode; 0: itself */
+	/* 108..111 reserved, written as zero */
 };
 
 static inline uint32_t ld32(const uint8_t *p)
@@ -226,6 +231,7 @@ struct ment {
 	uint32_t count;
 	uint64_t first;
 	struct sfs_id content;
+	uint32_t inode;		/* another name of entry @inode; 0: its own inode */
 };
 
 static bool str_in_range(const struct manifest *m, uint64_t off, uint64_t len)
@@ -263,6 +269,7 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 	e->count = ld32(p + E_COUNT);
 	e->first = ld64(p + E_FIRST);
 	ld_id(p + E_CONTENT, &e->content);
+	e->inode = m->entry_size >= MF_ENTRY_SIZE_LINKS ? ld32(p + E_INODE) : 0;
 
 	if (!str_in_range(m, name_off, e->name_len))
 		goto bad;
@@ -294,6 +301,9 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 	default:
 		goto bad;
 	}
+	/* a hard link names an earlier regular file (checked in ent_inode) */
+	if (e->inode && (e->inode >= idx || !S_ISREG(e->mode)))
+		goto bad;
 	return 0;
 bad:
 	log_err("manifest v%llu: entry %llu is corrupt",
@@ -301,12 +311,38 @@ bad:
 	return -EIO;
 }
 
-/* Load the entry of inode @ino. */
+/*
+ * The entry holding the inode of name @e: @e itself, or for a hard link the
+ * entry it names, which must be a regular file that is its own inode (one
+ * step, no chains).  @e and @out may be the same.  Returns 0 or -EIO.
+ */
+static int ent_inode(const struct manifest *m, const struct ment *e,
+		     struct ment *out)
+{
+	uint32_t name_idx = e->idx, inode = e->inode;
+
+	if (!inode) {
+		if (out != e)
+			*out = *e;
+		return 0;
+	}
+	if (ent_load(m, inode, out) || !S_ISREG(out->mode) || out->inode) {
+		log_err("manifest v%llu: entry %u is a hard link to entry %u, which is not a file",
+			(unsigned long long)m->version, name_idx, inode);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Load the entry holding inode @ino (for a hard link's own index: its file's). */
 static int ino_load(const struct manifest *m, uint64_t ino, struct ment *e)
 {
+	int rc;
+
 	if (ino == 0 || ino > m->nentries)
 		return -ENOENT;
-	return ent_load(m, ino - 1, e);
+	rc = ent_load(m, ino - 1, e);
+	return rc ? rc : ent_inode(m, e, e);
 }
 
 static void ent_attr(const struct ment *e, struct sfs_attr *out)
@@ -543,6 +579,9 @@ int manifest_lookup(const struct manifest *m, uint64_t parent, const char *name,
 			return rc;
 		c_ = name_cmp(name, nlen, c.name, c.name_len);
 		if (c_ == 0) {
+			rc = ent_inode(m, &c, &c);
+			if (rc)
+				return rc;
 			ent_attr(&c, out);
 			return 0;
 		}
@@ -593,7 +632,7 @@ int manifest_readdir(const struct manifest *m, uint64_t ino, struct sfs_dirlist 
 			rc = -ENOMEM;
 			goto out_free;
 		}
-		ent[n].ino = (uint64_t)c.idx + 1;
+		ent[n].ino = (uint64_t)(c.inode ? c.inode : c.idx) + 1;
 		ent[n].mode = c.mode;
 		n++;
 	}
@@ -656,6 +695,20 @@ int manifest_chunk(const struct manifest *m, uint64_t ino, uint32_t idx,
 	return 0;
 }
 
+uint64_t manifest_nids(const struct manifest *m)
+{
+	return m->nchunks;
+}
+
+void manifest_id(const struct manifest *m, uint64_t i, struct sfs_id *id)
+{
+	if (i >= m->nchunks) {
+		memset(id, 0, sizeof(*id));
+		return;
+	}
+	ld_id(m->chunks + i * MF_ID_SIZE, id);
+}
+
 int manifest_path(const struct manifest *m, uint64_t ino, char *buf, size_t size)
 {
 	struct ment e;
@@ -713,6 +766,7 @@ struct bent {
 	int64_t sec[3];
 	uint32_t nsec[3];
 	struct sfs_id content;
+	bool link;		/* a hard link: target_off/len hold the file's path */
 	uint32_t parent;	/* set by finish */
 };
 
@@ -956,6 +1010,88 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 	return 0;
 }
 
+int manifest_builder_link(struct manifest_builder *b, const char *path,
+			  const char *target)
+{
+	size_t len = strlen(path), tlen = strlen(target), slot;
+	struct bent *e;
+	uint32_t name_at, tname_at;
+	int rc;
+
+	rc = path_check(path, len, &name_at);
+	if (!rc)
+		rc = path_check(target, tlen, &tname_at);
+	if (rc)
+		return rc;
+	if (len == 0 || tlen == 0 || (len == tlen && !memcmp(path, target, len)))
+		return -EINVAL;
+	if (b->n >= MF_MAX_ENTRIES)
+		return -EOVERFLOW;
+	if (b->n + 1 > b->nslots / 2) {
+		rc = slots_grow(b);
+		if (rc)
+			return rc;
+	}
+	slot = slot_find(b, path, len);
+	if (b->slots[slot])
+		return -EEXIST;
+	if (grow((void **)&b->ents, &b->cap, b->n + 1, sizeof(*b->ents)))
+		return -ENOMEM;
+	e = &b->ents[b->n];
+	memset(e, 0, sizeof(*e));
+	if (arena_put(b, path, len, &e->path_off) ||
+	    arena_put(b, target, tlen, &e->target_off))
+		return -ENOMEM;
+	e->path_len = (uint32_t)len;
+	e->name_at = name_at;
+	e->target_len = (uint32_t)tlen;
+	e->mode = S_IFREG;	/* the rest is the file's, copied at finish */
+	e->link = true;
+	b->slots[slot] = (uint32_t)(b->n + 1);
+	b->n++;
+	return 0;
+}
+
+/*
+ * Resolve the hard links: @inode[i] is the builder entry whose file entry i
+ * names (i itself for all but links), @names[i] the number of names of file
+ * i.  Returns 0, or -ENOENT / -EINVAL (logged) for a link whose target is
+ * missing or is not a regular file added with manifest_builder_add().
+ */
+static int links_resolve(struct manifest_builder *b, uint32_t *inode,
+			 uint32_t *names, bool *any)
+{
+	*any = false;
+	for (size_t i = 0; i < b->n; i++) {
+		inode[i] = (uint32_t)i;
+		names[i] = 1;
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		const struct bent *e = &b->ents[i];
+		const char *t = b->arena + e->target_off;
+		uint32_t v;
+
+		if (!e->link)
+			continue;
+		v = b->slots[slot_find(b, t, e->target_len)];
+		if (!v) {
+			log_err("manifest: hard link '%s' names '%s', which is not in the tree",
+				bent_path(b, e), t);
+			return -ENOENT;
+		}
+		if (!S_ISREG(b->ents[v - 1].mode) || b->ents[v - 1].link) {
+			log_err("manifest: hard link '%s' names '%s', which is not a regular file%s",
+				bent_path(b, e), t,
+				b->ents[v - 1].link ? " (it is a hard link itself)" : "");
+			return -EINVAL;
+		}
+		inode[i] = v - 1;
+		names[v - 1]++;
+		*any = true;
+	}
+	return 0;
+}
+
 static int bent_name_cmp(const void *pa, const void *pb, void *arg)
 {
 	const struct manifest_builder *b = arg;
@@ -970,10 +1106,12 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 			    void **bufp, size_t *lenp)
 {
 	uint32_t *count = NULL, *start = NULL, *sorted = NULL, *order = NULL,
-		 *final = NULL;
+		 *final = NULL, *inode = NULL, *names = NULL, *lowest = NULL;
+	uint64_t *chunk_first = NULL;
 	uint64_t strs_len = 0, total_bytes = 0, nids = 0;
 	uint64_t ent_off, chk_off, str_off, total;
-	uint32_t root;
+	uint32_t root, esize;
+	bool links;
 	size_t slot, n;
 	uint8_t *buf = NULL, *ents, *chk;
 	char *strs;
@@ -1006,8 +1144,17 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 	sorted = malloc(n * sizeof(*sorted));
 	order = malloc(n * sizeof(*order));
 	final = malloc(n * sizeof(*final));
-	if (!count || !start || !sorted || !order || !final)
+	inode = malloc(n * sizeof(*inode));
+	names = malloc(n * sizeof(*names));
+	lowest = malloc(n * sizeof(*lowest));
+	chunk_first = malloc(n * sizeof(*chunk_first));
+	if (!count || !start || !sorted || !order || !final || !inode ||
+	    !names || !lowest || !chunk_first)
 		goto out;
+	rc = links_resolve(b, inode, names, &links);
+	if (rc)
+		goto out;
+	rc = -ENOMEM;
 
 	/* parents */
 	for (size_t i = 0; i < n; i++) {
@@ -1073,18 +1220,28 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 	}
 	for (size_t i = 0; i < n; i++)
 		final[order[i]] = (uint32_t)i;
+	/* the first name of a file in entry order holds its inode */
+	for (size_t i = 0; i < n; i++)
+		lowest[i] = UINT32_MAX;
+	for (size_t i = 0; i < n; i++)
+		lowest[inode[i]] = MIN(lowest[inode[i]], final[i]);
 
 	for (size_t i = 0; i < n; i++) {
 		const struct bent *e = &b->ents[i];
 
-		strs_len += e->path_len - e->name_at + e->target_len;
-		nids += e->nchunks;
-		if (S_ISREG(e->mode))
+		strs_len += e->path_len - e->name_at;
+		if (S_ISLNK(e->mode))
+			strs_len += e->target_len;
+		if (S_ISREG(e->mode) && !e->link) {
+			nids += e->nchunks;
 			total_bytes += e->size;
+		}
 	}
 
+	/* v1 records unless there are hard links, so old trees keep their bytes */
+	esize = links ? MF_ENTRY_SIZE_LINKS : MF_ENTRY_SIZE;
 	ent_off = MF_HEADER_SIZE;
-	chk_off = ent_off + (uint64_t)n * MF_ENTRY_SIZE;
+	chk_off = ent_off + (uint64_t)n * esize;
 	str_off = chk_off + nids * MF_ID_SIZE;
 	total = str_off + strs_len;
 	if (total > SIZE_MAX) {
@@ -1101,11 +1258,27 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 	{
 		uint64_t soff = 0, coff = 0;
 
+		/* each file's chunk run once, in entry order; its links share it */
 		for (size_t i = 0; i < n; i++) {
 			const struct bent *e = &b->ents[order[i]];
-			uint8_t *p = ents + i * MF_ENTRY_SIZE;
+
+			if (!S_ISREG(e->mode) || e->link)
+				continue;
+			chunk_first[order[i]] = coff;
+			for (uint32_t k = 0; k < e->nchunks; k++)
+				st_id(chk + (coff + k) * MF_ID_SIZE,
+				      &b->ids[e->chunk_at + k]);
+			coff += e->nchunks;
+		}
+
+		for (size_t i = 0; i < n; i++) {
+			/* @e gives the name and parent, @f (its file) the rest */
+			const struct bent *e = &b->ents[order[i]];
+			uint32_t fi = inode[order[i]];
+			const struct bent *f = &b->ents[fi];
+			uint8_t *p = ents + i * esize;
 			uint32_t nlen = e->path_len - e->name_at;
-			uint32_t nlink = e->nlink, cnt = 0;
+			uint32_t nlink = f->nlink, cnt = 0;
 			uint64_t first = 0;
 
 			switch (e->mode & S_IFMT) {
@@ -1120,12 +1293,12 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 				}
 				break;
 			case S_IFREG:
-				cnt = e->nchunks;
-				first = coff;
-				for (uint32_t k = 0; k < cnt; k++)
-					st_id(chk + (coff + k) * MF_ID_SIZE,
-					      &b->ids[e->chunk_at + k]);
-				coff += cnt;
+				cnt = f->nchunks;
+				first = chunk_first[fi];
+				if (names[fi] > 1)
+					nlink = MAX(nlink, names[fi]);
+				if (esize >= MF_ENTRY_SIZE_LINKS && lowest[fi] != i)
+					st32(p + E_INODE, lowest[fi]);
 				break;
 			case S_IFLNK:
 				cnt = e->target_len;
@@ -1134,14 +1307,14 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 				soff += cnt;
 				break;
 			}
-			st32(p + E_MODE, e->mode);
+			st32(p + E_MODE, f->mode);
 			st32(p + E_NLINK, nlink);
-			st32(p + E_UID, e->uid);
-			st32(p + E_GID, e->gid);
-			st64(p + E_SIZE, e->size);
+			st32(p + E_UID, f->uid);
+			st32(p + E_GID, f->gid);
+			st64(p + E_SIZE, f->size);
 			for (int t = 0; t < 3; t++) {
-				st64(p + E_ATIME + 8 * t, (uint64_t)e->sec[t]);
-				st32(p + E_ATIME_NS + 4 * t, e->nsec[t]);
+				st64(p + E_ATIME + 8 * t, (uint64_t)f->sec[t]);
+				st32(p + E_ATIME_NS + 4 * t, f->nsec[t]);
 			}
 			st32(p + E_PARENT, final[e->parent]);
 			st64(p + E_NAME_OFF, soff);
@@ -1150,7 +1323,7 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 			soff += nlen;
 			st32(p + E_COUNT, cnt);
 			st64(p + E_FIRST, first);
-			st_id(p + E_CONTENT, &e->content);
+			st_id(p + E_CONTENT, &f->content);
 		}
 	}
 
@@ -1158,16 +1331,16 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 	st32(buf + H_FORMAT, MF_FORMAT_VERSION);
 	st32(buf + H_HDRSIZE, MF_HEADER_SIZE);
 	st32(buf + H_INCOMPAT, 0);
-	st32(buf + H_COMPAT, 0);
+	st32(buf + H_COMPAT, links ? MF_COMPAT_HARDLINKS : 0);
 	st32(buf + H_CHUNKSIZE, b->chunk_size);
-	st32(buf + H_ENTSIZE, MF_ENTRY_SIZE);
+	st32(buf + H_ENTSIZE, esize);
 	st64(buf + H_VERSION, version);
 	st64(buf + H_NENTRIES, n);
 	st64(buf + H_NCHUNKS, nids);
 	st64(buf + H_BYTES, total_bytes);
 	st64(buf + H_ENT_OFF, ent_off);
-	st64(buf + H_ENT_LEN, (uint64_t)n * MF_ENTRY_SIZE);
-	st64(buf + H_ENT_SUM, XXH3_64bits(buf + ent_off, (uint64_t)n * MF_ENTRY_SIZE));
+	st64(buf + H_ENT_LEN, (uint64_t)n * esize);
+	st64(buf + H_ENT_SUM, XXH3_64bits(buf + ent_off, (uint64_t)n * esize));
 	st64(buf + H_CHK_OFF, chk_off);
 	st64(buf + H_CHK_LEN, nids * MF_ID_SIZE);
 	st64(buf + H_CHK_SUM, XXH3_64bits(buf + chk_off, nids * MF_ID_SIZE));
@@ -1185,5 +1358,9 @@ out:
 	free(sorted);
 	free(order);
 	free(final);
+	free(inode);
+	free(names);
+	free(lowest);
+	free(chunk_first);
 	return rc;
 }

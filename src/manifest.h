@@ -12,7 +12,10 @@
  * building any in-memory tree.  The on-disk layout is documented in
  * docs/manifest.md.
  *
- * Inode numbers are entry indexes + 1; the root is entry 0, inode 1.
+ * Inode numbers are entry indexes + 1; the root is entry 0, inode 1.  A
+ * regular file with several names (hard links) has one entry per name; all
+ * of them report the inode number, nlink and attributes of the first name
+ * in entry order.
  *
  * Every field read from the buffer is bounds-checked: a truncated, fuzzed or
  * hostile manifest is rejected by manifest_open() or yields -EIO from the
@@ -52,8 +55,22 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 			 const struct sfs_id *chunks, uint32_t nchunks);
 
 /*
+ * Add @path as one more name of the regular file @target: a hard link.
+ * @target is a path given to manifest_builder_add() before or after this
+ * call (not another link).  Every name of the file then has one inode
+ * number, the file's attributes and chunks, and nlink = the number of its
+ * names (or the nlink given for @target, if larger).  Returns 0 or -errno
+ * (-EEXIST for a duplicate path, -EINVAL for a bad one); a @target that is
+ * missing or not a regular file fails manifest_builder_finish().
+ */
+int manifest_builder_link(struct manifest_builder *b, const char *path,
+			  const char *target);
+
+/*
  * Serialize.  On success *@buf (malloc'ed, caller frees) holds *@len bytes.
- * Returns 0 or -errno (-ENOENT if a parent directory is missing).
+ * Returns 0 or -errno (-ENOENT if a parent directory or a link's file is
+ * missing, -EINVAL if a link names something other than a regular file).
+ * May be called again, e.g. for the next version.
  */
 int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 			    void **buf, size_t *len);
@@ -86,6 +103,13 @@ int manifest_readlink(const struct manifest *m, uint64_t ino, char *buf, size_t 
 uint32_t manifest_nchunks(const struct manifest *m, uint64_t ino);
 int manifest_chunk(const struct manifest *m, uint64_t ino, uint32_t idx,
 		   struct sfs_id *id);
+/*
+ * The chunk table: every chunk id any file of the manifest names (a file's
+ * ids are a run of it; runs may repeat ids).  manifest_id() gives id @i,
+ * @i < manifest_nids(), or a zero id past the end.  For garbage collection.
+ */
+uint64_t manifest_nids(const struct manifest *m);
+void manifest_id(const struct manifest *m, uint64_t i, struct sfs_id *id);
 /* Path of @ino relative to the root, NUL-terminated; returns its length or -errno. */
 int manifest_path(const struct manifest *m, uint64_t ino, char *buf, size_t size);
 

@@ -197,8 +197,8 @@ void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out)
 		 name, version);
 }
 
-static void part_oid(const char *name, uint64_t version, uint64_t part,
-		     char *out)
+void sfs_rados_part_oid(const char *name, uint64_t version, uint64_t part,
+			char *out)
 {
 	snprintf(out, SFS_RADOS_OID_MAX,
 		 SFS_RADOS_MANIFEST_PREFIX "%s.%" PRIu64 ".%" PRIu64,
@@ -224,6 +224,57 @@ static int parse_u64(const char *s, const char *end, uint64_t *v)
 	}
 	*v = x;
 	return 0;
+}
+
+enum sfs_rados_kind sfs_rados_oid_parse(const char *oid, struct sfs_rados_oid *o)
+{
+	static const size_t cpl = sizeof(SFS_RADOS_CHUNK_PREFIX) - 1,
+			    mpl = sizeof(SFS_RADOS_MANIFEST_PREFIX) - 1,
+			    dpl = sizeof(SFS_RADOS_DATASET_PREFIX) - 1;
+	char again[SFS_RADOS_OID_MAX];
+	const char *p, *dot, *dot2, *end = oid + strlen(oid);
+
+	memset(o, 0, sizeof(*o));
+	o->part = -1;
+	if (!strncmp(oid, SFS_RADOS_CHUNK_PREFIX, cpl)) {
+		if (strlen(oid + cpl) != SFS_ID_HEX_LEN ||
+		    sfs_id_parse(oid + cpl, &o->id))
+			return o->kind = SFS_RADOS_OTHER;
+		sfs_rados_chunk_oid(&o->id, again);
+		return o->kind = strcmp(again, oid) ? SFS_RADOS_OTHER : SFS_RADOS_CHUNK;
+	}
+	if (!strncmp(oid, SFS_RADOS_DATASET_PREFIX, dpl)) {
+		p = oid + dpl;
+		if ((size_t)(end - p) > SFS_RADOS_NAME_MAX)
+			return o->kind = SFS_RADOS_OTHER;
+		memcpy(o->name, p, (size_t)(end - p));
+		return o->kind = sfs_rados_name_ok(o->name) ? SFS_RADOS_DATASET
+							   : SFS_RADOS_OTHER;
+	}
+	if (strncmp(oid, SFS_RADOS_MANIFEST_PREFIX, mpl))
+		return o->kind = SFS_RADOS_OTHER;
+	/* NAME has no '.', so the first dot ends it */
+	p = oid + mpl;
+	dot = strchr(p, '.');
+	if (!dot || (size_t)(dot - p) > SFS_RADOS_NAME_MAX)
+		return o->kind = SFS_RADOS_OTHER;
+	memcpy(o->name, p, (size_t)(dot - p));
+	dot2 = strchr(dot + 1, '.');
+	if (!sfs_rados_name_ok(o->name) ||
+	    parse_u64(dot + 1, dot2 ? dot2 : end, &o->version) || o->version == 0)
+		return o->kind = SFS_RADOS_OTHER;
+	if (dot2) {
+		uint64_t part;
+
+		if (parse_u64(dot2 + 1, end, &part) || part > INT64_MAX)
+			return o->kind = SFS_RADOS_OTHER;
+		o->part = (int64_t)part;
+		sfs_rados_part_oid(o->name, o->version, part, again);
+	} else {
+		sfs_rados_manifest_oid(o->name, o->version, again);
+	}
+	/* the same spelling back: no leading zeros, nothing after */
+	return o->kind = strcmp(again, oid) ? SFS_RADOS_OTHER : SFS_RADOS_MANIFEST;
 }
 
 int sfs_rados_latest(rados_ioctx_t io, const char *name, uint64_t *version)
@@ -375,7 +426,7 @@ int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
 	for (uint64_t i = 0; i < nparts; i++) {
 		uint64_t off = i * SFS_RADOS_PART_SIZE;
 
-		part_oid(name, version, i, poid);
+		sfs_rados_part_oid(name, version, i, poid);
 		rc = read_pieces(io, poid, buf + off,
 				 (size_t)MIN((uint64_t)SFS_RADOS_PART_SIZE, size - off));
 		if (rc) {
@@ -423,7 +474,7 @@ static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
 			size_t off = next * (size_t)SFS_RADOS_PART_SIZE;
 			int r;
 
-			part_oid(name, version, next, oid);
+			sfs_rados_part_oid(name, version, next, oid);
 			rados_aio_create_completion2(NULL, NULL, &c[k]);
 			r = rados_aio_write_full(io, oid, c[k], buf + off,
 						 MIN((size_t)SFS_RADOS_PART_SIZE, len - off));
@@ -444,7 +495,7 @@ static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
 			r = sfs_rados_aio_reap(c[k]);
 			if (!rc && r < 0) {
 				rc = r;
-				part_oid(name, version, done, oid);
+				sfs_rados_part_oid(name, version, done, oid);
 				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-r));
 			}
 			done++;

@@ -33,12 +33,40 @@ struct sfs_config;
 #define SFS_RADOS_MANIFEST_PREFIX	"sfs.manifest."
 #define SFS_RADOS_DATASET_PREFIX	"sfs.dataset."
 #define SFS_RADOS_VERSION_XATTR		"sfs.version"
+/* on chunks: the time publish last found the chunk already there */
+#define SFS_RADOS_SEEN_XATTR		"sfs.seen"
 /* manifests larger than this are split into parts of this size */
 #define SFS_RADOS_PART_SIZE		(32u * 1024 * 1024)
 /* dataset names: [A-Za-z0-9_-], 1 to this many bytes */
 #define SFS_RADOS_NAME_MAX		100
 /* big enough for any object name built here */
 #define SFS_RADOS_OID_MAX		192
+
+/*
+ * Chunk freshness, the rule that lets `stagefs gc` run beside a publish
+ * (docs/gc.md): when publish finds a chunk it needs already stored with an
+ * object mtime older than this, it rewrites the chunk's sfs.seen xattr
+ * (which sets the mtime to now) before it counts the chunk as stored; gc
+ * never removes a chunk whose mtime is within its grace period, and gives
+ * the grace period a floor of this plus the longest publish it protects.
+ */
+#define SFS_RADOS_FRESHEN_S		600
+
+/* What an object name in a stagefs pool is. */
+enum sfs_rados_kind {
+	SFS_RADOS_OTHER,	/* not named the way stagefs names objects */
+	SFS_RADOS_CHUNK,	/* sfs.chunk.<id> */
+	SFS_RADOS_MANIFEST,	/* sfs.manifest.NAME.V, or a part .V.PART */
+	SFS_RADOS_DATASET,	/* sfs.dataset.NAME */
+};
+
+struct sfs_rados_oid {
+	enum sfs_rados_kind kind;
+	struct sfs_id id;			/* CHUNK */
+	char name[SFS_RADOS_NAME_MAX + 1];	/* MANIFEST, DATASET */
+	uint64_t version;			/* MANIFEST */
+	int64_t part;				/* MANIFEST: -1 for the head (or only) object */
+};
 
 struct sfs_rados_opts {
 	const char *conf;	/* ceph.conf; NULL/"": $CEPH_CONF, then /etc/ceph/ceph.conf */
@@ -81,6 +109,17 @@ int sfs_rados_aio_reap(rados_completion_t c);
 void sfs_rados_chunk_oid(const struct sfs_id *id, char *out);
 void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out);
 void sfs_rados_dataset_oid(const char *name, char *out);
+/* The object name of part @part of a split manifest. */
+void sfs_rados_part_oid(const char *name, uint64_t version, uint64_t part,
+			char *out);
+
+/*
+ * Classify object name @oid into *@out and return its kind.  Only names
+ * spelled exactly as the functions above build them count (lowercase hex,
+ * no leading zeros, a valid dataset name); anything else is
+ * SFS_RADOS_OTHER, so a tool that removes objects never touches it.
+ */
+enum sfs_rados_kind sfs_rados_oid_parse(const char *oid, struct sfs_rados_oid *out);
 
 /*
  * Latest published version of dataset @name, from its pointer object.

@@ -9,6 +9,9 @@ Walks both trees without following symlinks and compares:
   - for every entry: file type (from lstat, and the d_type readdir gave),
     mode, uid, gid, mtime to the nanosecond; size for files and symlinks;
     nlink for regular files and directories; symlink targets;
+  - hard links: regular files share an inode number on MNT exactly when
+    they share (st_dev, st_ino) in SRC (the names of one file are one inode,
+    different files are different inodes);
   - the full content of every regular file (sha256 of both sides, read in
     1 MiB blocks by a pool of --jobs threads), and that as many bytes were
     read as lstat promised.
@@ -73,6 +76,8 @@ class Cmp:
         self.entries = 0
         self.bytes = 0
         self.files = []  # relative paths of regular files present on both sides
+        self.src_inos = {}  # (st_dev, st_ino) in SRC -> (first path, its st_ino on MNT)
+        self.mnt_inos = {}  # st_ino on MNT -> (first path, its (st_dev, st_ino) in SRC)
 
     def diff(self, rel, what):
         self.diffs.append(f"{rel or '.'}: {what}")
@@ -146,6 +151,17 @@ class Cmp:
                 self.walk(r)
             elif stat.S_ISREG(a.st_mode):
                 self.files.append(r)
+                self.compare_inode(r, a, b)
+
+    def compare_inode(self, rel, a, b):
+        """Names of one source file are one mount inode, and only they."""
+        key = (a.st_dev, a.st_ino)
+        first, ino = self.src_inos.setdefault(key, (rel, b.st_ino))
+        if ino != b.st_ino:
+            self.diff(rel, f"hard link of {first} in the source, but inode {b.st_ino} != {ino} on the mount")
+        first, src = self.mnt_inos.setdefault(b.st_ino, (rel, key))
+        if src != key:
+            self.diff(rel, f"shares inode {b.st_ino} with {first} on the mount, but not in the source")
 
     def compare_link(self, rel):
         try:

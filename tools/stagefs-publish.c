@@ -7,7 +7,10 @@
  * each regular file in chunk_size pieces into one of -j slots, and names
  * each piece by XXH3-128 of its bytes.  For a chunk not seen earlier in this
  * run it starts an aio stat of sfs.chunk.<id>; if the object is missing (or
- * has the wrong size) it starts an aio write_full of it.  Up to -j chunks
+ * has the wrong size) it starts an aio write_full of it; if it is there but
+ * older than SFS_RADOS_FRESHEN_S, it sets the object's sfs.seen xattr, which
+ * renews its mtime, so `stagefs gc` leaves it alone until the manifest that
+ * names it is written (docs/gc.md).  Up to -j chunks
  * are in flight at once; the librados completion callback only queues the
  * slot and signals (STYLE 8), and the walking thread handles completions
  * whenever it needs a free slot.  Chunk objects are content-addressed and
@@ -21,10 +24,14 @@
  * current; chunks uploaded so far are reused by the next run.
  *
  * A file that changes while it is read (size or mtime) fails the publish: a
- * manifest never describes bytes that were not uploaded.
+ * manifest never describes bytes that were not uploaded.  The names of one
+ * file (st_nlink > 1, same st_dev and st_ino) are read once and recorded as
+ * hard links of the first name walked.
  *
  * Exit status: 0 published, 1 anything else (with a message on stderr).
  */
+#include "idset.h"
+#include "inomap.h"
 #include "log.h"
 #include "manifest.h"
 #include "rados.h"
@@ -48,25 +55,19 @@
 #define DEFAULT_JOBS	16
 #define DEFAULT_TIMEOUT	30000
 
-enum slot_state { SLOT_FREE, SLOT_STAT, SLOT_WRITE };
+enum slot_state { SLOT_FREE, SLOT_STAT, SLOT_FRESHEN, SLOT_WRITE };
 
 /* One chunk in flight; its buffer is allocated with the publisher. */
 struct slot {
 	struct pub *p;
 	enum slot_state state;
 	rados_completion_t c;
+	rados_write_op_t op;	/* SLOT_FRESHEN */
 	char *buf;
 	size_t len;
 	char oid[SFS_RADOS_OID_MAX];
 	uint64_t osize;		/* aio stat output */
 	time_t omtime;
-};
-
-/* Set of chunk ids handled in this run (open addressing; zero = empty). */
-struct idset {
-	struct sfs_id *v;
-	size_t n, cap;		/* cap: power of two */
-	bool has_zero;
 };
 
 struct pub {
@@ -83,7 +84,8 @@ struct pub {
 	rados_t cl;
 	rados_ioctx_t io;
 	struct manifest_builder *mb;
-	struct idset seen;
+	struct idset seen;	/* chunk ids handled in this run */
+	struct inomap links;	/* files with st_nlink > 1: their first name */
 
 	struct slot *slots;
 	int *freelist;		/* indexes of free slots, owned by the main thread */
@@ -95,8 +97,8 @@ struct pub {
 	int dq_head, dq_n;	/* protected by lock */
 
 	/* statistics, main thread only */
-	uint64_t files, dirs, symlinks, skipped;
-	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks;
+	uint64_t files, dirs, symlinks, hardlinks, skipped;
+	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks, fresh_chunks;
 	uint64_t t0, last_progress;
 	bool tty;
 	size_t manifest_len;
@@ -162,49 +164,6 @@ static void fail(struct pub *p, const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-/* ---- id set ---- */
-
-static size_t idset_slot(const struct idset *s, const struct sfs_id *id)
-{
-	size_t mask = s->cap - 1, i = (size_t)(id->lo ^ id->hi) & mask;
-
-	while (!sfs_id_is_zero(&s->v[i]) && !sfs_id_eq(&s->v[i], id))
-		i = (i + 1) & mask;
-	return i;
-}
-
-/* Insert @id; returns 1 if it was new, 0 if present, -ENOMEM. */
-static int idset_add(struct idset *s, const struct sfs_id *id)
-{
-	size_t i;
-
-	if (sfs_id_is_zero(id)) {
-		if (s->has_zero)
-			return 0;
-		s->has_zero = true;
-		return 1;
-	}
-	if ((s->n + 1) * 2 > s->cap) {
-		struct idset ns = { .cap = s->cap ? s->cap * 2 : 4096 };
-
-		ns.v = calloc(ns.cap, sizeof(*ns.v));
-		if (!ns.v)
-			return -ENOMEM;
-		for (size_t k = 0; k < s->cap; k++)
-			if (!sfs_id_is_zero(&s->v[k]))
-				ns.v[idset_slot(&ns, &s->v[k])] = s->v[k];
-		free(s->v);
-		s->v = ns.v;
-		s->cap = ns.cap;
-	}
-	i = idset_slot(s, id);
-	if (!sfs_id_is_zero(&s->v[i]))
-		return 0;
-	s->v[i] = *id;
-	s->n++;
-	return 1;
-}
-
 /* ---- progress ---- */
 
 static double mbps(uint64_t bytes, uint64_t ns)
@@ -266,6 +225,39 @@ static int slot_start_write(struct pub *p, struct slot *s)
 	return rc;
 }
 
+/*
+ * The chunk is stored but its mtime is old: set its sfs.seen xattr, which
+ * makes the mtime now, so that a concurrent `stagefs gc` (which spares
+ * chunks younger than its grace period) cannot remove it before the
+ * manifest naming it is written (rados.h, SFS_RADOS_FRESHEN_S).  The op
+ * asserts the object exists: if gc removed it meanwhile, it is written.
+ */
+static void slot_start_freshen(struct pub *p, struct slot *s)
+{
+	char now[32];
+	int rc;
+
+	snprintf(now, sizeof(now), "%020" PRIu64, wall_s());
+	s->op = rados_create_write_op();
+	if (!s->op) {
+		fail(p, "out of memory");
+		slot_free(p, s);
+		return;
+	}
+	rados_write_op_assert_exists(s->op);
+	rados_write_op_setxattr(s->op, SFS_RADOS_SEEN_XATTR, now, strlen(now));
+	rados_aio_create_completion2(s, slot_complete_cb, &s->c);
+	s->state = SLOT_FRESHEN;
+	rc = rados_aio_write_op_operate(s->op, p->io, s->c, s->oid, NULL, 0);
+	if (rc < 0) {
+		rados_aio_release(s->c);
+		rados_release_write_op(s->op);
+		s->op = NULL;
+		fail(p, "cannot update %s: %s", s->oid, strerror(-rc));
+		slot_free(p, s);
+	}
+}
+
 static void slot_start_stat(struct pub *p, struct slot *s)
 {
 	int rc;
@@ -287,9 +279,36 @@ static void slot_done(struct pub *p, struct slot *s)
 
 	rados_aio_release(s->c);
 	s->c = NULL;
+	if (s->op) {
+		rados_release_write_op(s->op);
+		s->op = NULL;
+	}
+	if (s->state == SLOT_STAT && rc == 0 && s->osize == s->len &&
+	    (uint64_t)s->omtime + SFS_RADOS_FRESHEN_S < wall_s()) {
+		if (!p->failed)
+			slot_start_freshen(p, s);
+		else
+			slot_free(p, s);
+		return;
+	}
+	if (s->state == SLOT_FRESHEN) {
+		if (rc == 0) {
+			p->fresh_chunks++;
+			slot_free(p, s);
+			return;
+		}
+		if (rc != -ENOENT) {
+			fail(p, "cannot update %s: %s", s->oid, strerror(-rc));
+			slot_free(p, s);
+			return;
+		}
+		/* removed by gc after our stat: store it again */
+		rc = -ENOENT;
+		s->state = SLOT_STAT;
+	}
 	if (s->state == SLOT_STAT) {
 		if (rc == 0 && s->osize == s->len) {
-			slot_free(p, s);	/* already in the pool */
+			slot_free(p, s);	/* already in the pool, fresh */
 			return;
 		}
 		if (rc == 0)
@@ -459,6 +478,32 @@ out_close:
 	return rc;
 }
 
+/* A regular file, or one more name of a file published already. */
+static int publish_name(struct pub *p, int dirfd, const char *name,
+			const char *rel, const struct stat *st)
+{
+	const char *first;
+	int rc = 0;
+
+	if (st->st_nlink < 2)
+		return publish_file(p, dirfd, name, rel, st);
+	first = inomap_first(&p->links, st->st_dev, st->st_ino, rel, &rc);
+	if (rc) {
+		fail(p, "out of memory");
+		return -1;
+	}
+	if (!first)
+		return publish_file(p, dirfd, name, rel, st);
+	rc = manifest_builder_link(p->mb, rel, first);
+	if (rc) {
+		fail(p, "cannot add hard link %s (to %s) to the manifest: %s",
+		     rel, first, strerror(-rc));
+		return -1;
+	}
+	p->hardlinks++;
+	return 0;
+}
+
 static int name_cmp(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -563,7 +608,7 @@ static int walk(struct pub *p, int fd, char *rel, size_t rlen)
 				close(sub);
 			}
 		} else if (S_ISREG(st.st_mode)) {
-			rc = publish_file(p, fd, name, rel, &st);
+			rc = publish_name(p, fd, name, rel, &st);
 		} else if (S_ISLNK(st.st_mode)) {
 			char target[PATH_MAX];
 			ssize_t tl = readlinkat(fd, name, target, sizeof(target) - 1);
@@ -778,20 +823,23 @@ static void summary(struct pub *p)
 		json_str(stdout, p->name);
 		printf(", \"version\": %" PRIu64 ", \"files\": %" PRIu64
 		       ", \"dirs\": %" PRIu64 ", \"symlinks\": %" PRIu64
+		       ", \"hardlinks\": %" PRIu64
 		       ", \"skipped\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"chunks\": %" PRIu64 ", \"new_chunks\": %" PRIu64
-		       ", \"new_bytes\": %" PRIu64 ", \"chunk_size\": %u"
+		       ", \"new_bytes\": %" PRIu64 ", \"freshened_chunks\": %" PRIu64
+		       ", \"chunk_size\": %u"
 		       ", \"manifest_bytes\": %zu, \"seconds\": %.3f"
 		       ", \"mb_per_s\": %.1f}\n",
-		       p->version, p->files, p->dirs, p->symlinks, p->skipped,
+		       p->version, p->files, p->dirs, p->symlinks, p->hardlinks,
+		       p->skipped,
 		       p->bytes, p->chunks, p->new_chunks, p->new_bytes,
-		       p->chunk_size, p->manifest_len, secs, mbps(p->bytes, ns));
+		       p->fresh_chunks, p->chunk_size, p->manifest_len, secs, mbps(p->bytes, ns));
 		return;
 	}
 	if (!p->quiet) {
 		printf("files      %" PRIu64 " (%" PRIu64 " directories, %" PRIu64
-		       " symlinks, %" PRIu64 " skipped)\n",
-		       p->files, p->dirs, p->symlinks, p->skipped);
+		       " symlinks, %" PRIu64 " hard links, %" PRIu64 " skipped)\n",
+		       p->files, p->dirs, p->symlinks, p->hardlinks, p->skipped);
 		printf("bytes      %s\n", fmt_size(p->bytes, b1, sizeof(b1)));
 		printf("chunks     %" PRIu64 " of %s (%" PRIu64 " new, %" PRIu64
 		       " already in the pool, %" PRIu64 " repeated in this tree)\n",
@@ -893,7 +941,8 @@ out_shutdown:
 	free(p.slots);
 	free(p.freelist);
 	free(p.doneq);
-	free(p.seen.v);
+	idset_release(&p.seen);
+	inomap_release(&p.links);
 	free(p.pool);
 	free(p.name);
 	free(p.nspace);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph end to end: publish -> mount -> every byte and stat field equal; v2 beside v1; unchanged republish uploads 0 chunks; garbage chunk -> EIO; stopped OSD -> EIO within the timeout, then reads again; plain mode; bad sources and bad credentials fail the mount.
+# Ceph end to end: publish -> mount -> every byte and stat field equal; hard links are one inode, fetched once; v2 beside v1; unchanged republish uploads 0 chunks; garbage chunk -> EIO; stopped OSD -> EIO within the timeout, then reads again; plain mode; bad sources and bad credentials fail the mount.
 # needs: ceph
 # timeout: 600
 . "$(dirname "$0")/../lib.sh"
@@ -13,12 +13,32 @@ pub() { "$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M "$@"; }
 
 # --- v1: the generated tree (chunk 1M keeps it quick), publish, mount, compare
 gentree "$T/v1" --small 2000 --big-mb 24 --chunk 1M
-# publish stores hard links as separate files (docs/publish.md): break them
-find "$T/v1" -type f -links +1 -exec sh -c 'cp -p "$1" "$1.t" && mv "$1.t" "$1"' _ {} \;
+# besides gentree's pair, a file with three names in three directories
+HL=(hl/x/one hl/y/two hl/three)
+mkdir -p "$T/v1/hl/x" "$T/v1/hl/y"
+head -c 2500000 /dev/urandom >"$T/v1/${HL[0]}"
+ln "$T/v1/${HL[0]}" "$T/v1/${HL[1]}"
+ln "$T/v1/${HL[0]}" "$T/v1/${HL[2]}"
 pub "$T/v1" "rados://$POOL/$NAME" >"$T/pub1.out" 2>&1 || { cat "$T/pub1.out"; die "publish v1 failed"; }
 grep -q "published rados://$POOL/$NAME@1" "$T/pub1.out" || die "publish did not report version 1: $(tail -3 "$T/pub1.out")"
+grep -q " 3 hard links," "$T/pub1.out" || die "publish did not count 3 hard links: $(grep '^files' "$T/pub1.out")"
 M1=$T/m1
 sfs_mount "rados://$POOL/$NAME" "$M1" "ceph_conf=$CEPH_CONF" rados_timeout=5s
+
+# --- hard links: one inode, nlink 3, the same bytes, fetched once
+[[ $(stat -c %i "${HL[@]/#/$M1/}" | sort -u | wc -l) == 1 ]] ||
+	die "the names of one file have different inodes: $(stat -c '%n %i' "${HL[@]/#/$M1/}")"
+for f in "${HL[@]}"; do
+	[[ $(stat -c %h "$M1/$f") == 3 ]] || die "$f: nlink $(stat -c %h "$M1/$f"), expected 3"
+done
+b0=$(stat_get "$M1" backend_bytes)
+for f in "${HL[@]}"; do
+	cmp "$M1/$f" "$T/v1/${HL[0]}" || die "$f: wrong bytes"
+done
+assert_eq $(($(stat_get "$M1" backend_bytes) - b0)) 2500000 "bytes fetched for three names of one 2500000-byte file"
+[[ $(stat -c %h "$M1/links/hard-a") == 2 && $(stat -c %i "$M1/links/hard-a") == $(stat -c %i "$M1/links/hard-b") ]] ||
+	die "gentree's hard-linked pair is not one inode with nlink 2"
+log "hard links: one inode, nlink 3, 2500000 bytes fetched for three names"
 treecmp "$T/v1" "$M1"
 
 # --- an unchanged republish uploads nothing; v2 with a change is a new version

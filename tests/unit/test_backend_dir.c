@@ -1,7 +1,8 @@
 /*
  * test_backend_dir: the dir:// backend on a temp tree: scan, lookup,
  * getattr, readdir, readlink and statfs through the ops table; read_chunk
- * bytes; files changed after the scan give -EIO; a removed source is served
+ * bytes; hard links (one inode, the source's nlink, one content id); files
+ * changed after the scan give -EIO; a removed source is served
  * from the snapshot saved in the cache dir (with the cache still serving
  * its bytes); URI forms and errors.
  */
@@ -648,6 +649,63 @@ static void test_uris(void **state)
 	backend_close(NULL);
 }
 
+/* Names of one file are one inode with the source's nlink and content id. */
+static void test_hard_links(void **state)
+{
+	static const char *const names[] = { "a.txt", "hard b", "sub/deeper/hard-c" };
+	struct tctx *t = *state;
+	char p[PATH_MAX * 2], q[PATH_MAX * 2];
+	struct sfs_attr a, first, other;
+	struct sfs_dirlist dl;
+	struct backend *be;
+	uint64_t bytes;
+	bool seen = false;
+
+	sub(t, "a.txt", p, sizeof(p));
+	for (size_t i = 1; i < ARRAY_SIZE(names); i++) {
+		sub(t, names[i], q, sizeof(q));
+		assert_int_equal(link(p, q), 0);
+	}
+	/* a file whose other name is outside the dataset */
+	sub(t, "exact", p, sizeof(p));
+	snprintf(q, sizeof(q), "%s/outside", t->dir);
+	assert_int_equal(link(p, q), 0);
+
+	be = open_be(t->uri, &t->cfg);
+	lookup_path(be, names[0], &first);
+	assert_int_equal(first.nlink, 3);
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		lookup_path(be, names[i], &a);
+		assert_int_equal(a.ino, first.ino);
+		assert_int_equal(a.nlink, 3);
+		assert_int_equal(a.size, 3ull * CS + 5);
+		assert_true(sfs_id_eq(&a.content, &first.content));
+		assert_int_equal(be->ops->getattr(be, a.ino, &a), 0);
+		assert_int_equal(a.ino, first.ino);
+		check_chunks(be, names[i], 1);
+	}
+	lookup_path(be, "sub/deeper", &a);
+	assert_int_equal(be->ops->readdir(be, a.ino, &dl), 0);
+	for (size_t i = 0; i < dl.n; i++) {
+		if (strcmp(dl.ent[i].name, "hard-c"))
+			continue;
+		assert_int_equal(dl.ent[i].ino, first.ino);
+		seen = true;
+	}
+	sfs_dirlist_release(&dl);
+	assert_true(seen);
+
+	/* one name in the tree: an inode of its own, nlink as the source says */
+	lookup_path(be, "exact", &other);
+	assert_int_not_equal(other.ino, first.ino);
+	assert_int_equal(other.nlink, 2);
+
+	/* the data counts once */
+	assert_int_equal(be->ops->statfs(be, &bytes, NULL), 0);
+	assert_int_equal(bytes, 3ull * CS + 5 + CS + 10 + 7 + 2ull * CS + 1);
+	backend_close(be);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -655,6 +713,7 @@ int main(void)
 		T(test_scan_and_metadata),
 		T(test_readdir),
 		T(test_read_chunk),
+		T(test_hard_links),
 		T(test_changed_after_scan),
 		T(test_changed_mtime_restored),
 		T(test_offline_snapshot),

@@ -1,6 +1,8 @@
 /*
  * test_manifest: manifest build/open round trip, lookups, readdir order,
- * paths, totals, truncation and byte-flip fuzzing, and a 1 M-entry open.
+ * paths, totals, hard links (one inode, several names; what an old reader
+ * sees; hostile link fields), truncation and byte-flip fuzzing, and a
+ * 1 M-entry open.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -354,13 +356,259 @@ static void test_deterministic(void **state)
 	free(b2);
 }
 
-static void test_truncation(void **state)
+/* A tree with hard links: a file with three names and one with two. */
+static void build_links(void **buf, size_t *len)
+{
+	struct manifest_builder *b = manifest_builder_create(CHUNK);
+	struct sfs_attr d = mkattr(S_IFDIR | 0755, 4096);
+
+	assert_non_null(b);
+	/* links before and after their file, from deeper and shallower dirs */
+	assert_int_equal(manifest_builder_link(b, "top", "d/e/data"), 0);
+	assert_int_equal(manifest_builder_add(b, "d", &d, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_add(b, "d/e", &d, NULL, NULL, 0), 0);
+	add_file(b, "d/e/data", 2 * CHUNK + 7, 1);
+	assert_int_equal(manifest_builder_link(b, "d/twin", "d/e/data"), 0);
+	add_file(b, "d/one", 100, 2);
+	add_file(b, "d/pair-a", 5, 3);
+	assert_int_equal(manifest_builder_link(b, "d/pair-b", "d/pair-a"), 0);
+	assert_int_equal(manifest_builder_finish(b, 2, buf, len), 0);
+	manifest_builder_destroy(b);
+}
+
+static uint32_t hdr32(const void *buf, size_t off)
+{
+	uint32_t v;
+
+	memcpy(&v, (const uint8_t *)buf + off, 4);
+	return le32toh(v);
+}
+
+static uint64_t hdr64(const void *buf, size_t off)
+{
+	uint64_t v;
+
+	memcpy(&v, (const uint8_t *)buf + off, 8);
+	return le64toh(v);
+}
+
+static void reseal(uint8_t *b, size_t len);
+
+static void test_links(void **state)
+{
+	static const char *const names[] = { "top", "d/e/data", "d/twin" };
+	struct manifest *m;
+	struct sfs_attr a, first;
+	struct sfs_dirlist dl;
+	struct sfs_id id0, id;
+	uint64_t ino, bytes;
+	char path[64];
+	void *buf;
+	size_t len;
+
+	/* a tree without links keeps the v1 record and no flag */
+	build_small(&buf, &len);
+	assert_int_equal(hdr32(buf, 36), 104);
+	assert_int_equal(hdr32(buf, 28), 0);
+	free(buf);
+
+	build_links(&buf, &len);
+	assert_int_equal(hdr32(buf, 8), 1);	/* format version unchanged */
+	assert_int_equal(hdr32(buf, 36), 112);	/* entry size: + inode field */
+	assert_int_equal(hdr32(buf, 28), 1);	/* compat flag: hard links */
+	assert_int_equal(hdr32(buf, 24), 0);	/* nothing incompatible */
+	assert_int_equal(manifest_open(buf, len, &m, NULL, 0), 0);
+
+	ino = ino_of(m, "top");
+	assert_int_not_equal(ino, 0);
+	/* "top" comes first in entry order, so it holds the inode */
+	assert_int_equal(manifest_path(m, ino, path, sizeof(path)), 3);
+	assert_string_equal(path, "top");
+	assert_int_equal(manifest_getattr(m, ino, &first), 0);
+	assert_int_equal(first.nlink, 3);
+	assert_int_equal(first.size, 2 * CHUNK + 7);
+	assert_int_equal(first.mode, S_IFREG | 0644);
+	assert_int_equal(manifest_nchunks(m, ino), 3);
+	assert_int_equal(manifest_chunk(m, ino, 0, &id0), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		const char *slash = strrchr(names[i], '/');
+		char dir[64] = "";
+
+		if (slash)
+			snprintf(dir, sizeof(dir), "%.*s", (int)(slash - names[i]), names[i]);
+		assert_int_equal(ino_of(m, names[i]), ino);
+		assert_int_equal(manifest_lookup(m, ino_of(m, dir),
+						 slash ? slash + 1 : names[i], &a), 0);
+		assert_int_equal(a.ino, ino);
+		assert_int_equal(a.nlink, 3);
+		assert_int_equal(a.size, first.size);
+		assert_int_equal(a.mtime.tv_nsec, first.mtime.tv_nsec);
+		assert_true(sfs_id_eq(&a.content, &first.content));
+	}
+	/* the other group, and a file with one name */
+	assert_int_equal(ino_of(m, "d/pair-a"), ino_of(m, "d/pair-b"));
+	assert_int_not_equal(ino_of(m, "d/pair-a"), ino);
+	assert_int_equal(manifest_getattr(m, ino_of(m, "d/pair-b"), &a), 0);
+	assert_int_equal(a.nlink, 2);
+	assert_int_equal(manifest_getattr(m, ino_of(m, "d/one"), &a), 0);
+	assert_int_equal(a.nlink, 1);
+
+	/* readdir reports the shared inode for every name */
+	assert_int_equal(manifest_readdir(m, ino_of(m, "d"), &dl), 0);
+	assert_int_equal(dl.n, 5);	/* e one pair-a pair-b twin */
+	for (size_t i = 0; i < dl.n; i++) {
+		assert_int_equal(manifest_lookup(m, ino_of(m, "d"), dl.ent[i].name, &a), 0);
+		assert_int_equal(dl.ent[i].ino, a.ino);
+		assert_int_equal(dl.ent[i].mode & S_IFMT, a.mode & S_IFMT);
+	}
+	sfs_dirlist_release(&dl);
+
+	/* the data is in the chunk table and the totals once */
+	assert_int_equal(manifest_nids(m), 3 + 1 + 1);
+	manifest_totals(m, &bytes, NULL);
+	assert_int_equal(bytes, (2 * CHUNK + 7) + 100 + 5);
+	for (uint64_t i = 0; i < manifest_nids(m); i++) {
+		manifest_id(m, i, &id);
+		assert_false(sfs_id_is_zero(&id));
+	}
+	manifest_id(m, manifest_nids(m), &id);
+	assert_true(sfs_id_is_zero(&id));
+	manifest_close(m);
+
+	/*
+	 * What a reader that does not know the inode field sees: zero it and
+	 * every name is a file of its own, with the same bytes, chunks,
+	 * content id (one cache file) and nlink.
+	 */
+	build_links(&buf, &len);
+	{
+		uint64_t eoff = hdr64(buf, 72), n = hdr64(buf, 48);
+
+		for (uint64_t i = 0; i < n; i++)
+			memset((uint8_t *)buf + eoff + i * 112 + 104, 0, 4);
+		reseal(buf, len);
+	}
+	assert_int_equal(manifest_open(buf, len, &m, NULL, 0), 0);
+	assert_int_not_equal(ino_of(m, "top"), ino_of(m, "d/twin"));
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++) {
+		ino = ino_of(m, names[i]);
+		assert_int_equal(manifest_getattr(m, ino, &a), 0);
+		assert_int_equal(a.nlink, 3);
+		assert_true(sfs_id_eq(&a.content, &first.content));
+		assert_int_equal(manifest_nchunks(m, ino), 3);
+		assert_int_equal(manifest_chunk(m, ino, 0, &id), 0);
+		assert_true(sfs_id_eq(&id, &id0));
+	}
+	manifest_close(m);
+}
+
+/* Point the inode field of entry "d/@name" at @to: its lookup is -EIO. */
+static void bad_link(const char *name, uint32_t to)
+{
+	struct manifest *m;
+	struct sfs_attr a;
+	uint8_t *b;
+	size_t len;
+	uint64_t eoff, soff, n;
+	int hit = 0;
+
+	build_links((void **)&b, &len);
+	eoff = hdr64(b, 72);
+	soff = hdr64(b, 120);
+	n = hdr64(b, 48);
+	for (uint64_t i = 0; i < n; i++) {
+		uint8_t *p = b + eoff + i * 112;
+		uint32_t v = htole32(to);
+
+		if (hdr32(p, 72) == strlen(name) &&
+		    !memcmp(b + soff + hdr64(p, 64), name, strlen(name))) {
+			memcpy(p + 104, &v, 4);
+			hit++;
+		}
+	}
+	assert_int_equal(hit, 1);
+	reseal(b, len);
+	assert_int_equal(manifest_open(b, len, &m, NULL, 0), 0);
+	assert_int_equal(manifest_lookup(m, ino_of(m, "d"), name, &a), -EIO);
+	manifest_close(m);
+}
+
+static void test_links_hostile(void **state)
+{
+	log_level = LOG_CRIT;
+	/* entry order: 0 root, 1 d, 2 top, 3 e, 4 one, 5 pair-a, 6 pair-b,
+	 * 7 twin, 8 data */
+	bad_link("twin", 7);		/* itself */
+	bad_link("twin", 8);		/* a later entry */
+	bad_link("twin", 1);		/* a directory */
+	bad_link("twin", 6);		/* another link (a chain) */
+	bad_link("twin", 1000);		/* out of range */
+	bad_link("e", 4);		/* a directory as a link */
+	log_level = LOG_NOTICE;
+}
+
+static void test_links_errors(void **state)
+{
+	struct manifest_builder *b = manifest_builder_create(CHUNK);
+	struct sfs_attr d = mkattr(S_IFDIR | 0755, 0);
+	struct sfs_attr l = mkattr(S_IFLNK | 0777, 0);
+	void *buf;
+	size_t len;
+
+	assert_int_equal(manifest_builder_add(b, "dir", &d, NULL, NULL, 0), 0);
+	add_file(b, "f", 10, 1);
+	assert_int_equal(manifest_builder_add(b, "sym", &l, "f", NULL, 0), 0);
+	assert_int_equal(manifest_builder_link(b, "f", "f"), -EINVAL);
+	assert_int_equal(manifest_builder_link(b, "g", "f"), 0);
+	assert_int_equal(manifest_builder_link(b, "g", "f"), -EEXIST);
+	assert_int_equal(manifest_builder_link(b, "f", "dir"), -EEXIST);
+	assert_int_equal(manifest_builder_link(b, "", "f"), -EINVAL);
+	assert_int_equal(manifest_builder_link(b, "x", ""), -EINVAL);
+	assert_int_equal(manifest_builder_link(b, "x/../y", "f"), -EINVAL);
+	assert_int_equal(manifest_builder_link(b, "dir/h", "/f"), -EINVAL);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), 0);
+	free(buf);
+
+	log_level = LOG_CRIT;
+	assert_int_equal(manifest_builder_link(b, "h1", "nosuch"), 0);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), -ENOENT);
+	manifest_builder_destroy(b);
+
+	b = manifest_builder_create(CHUNK);
+	assert_int_equal(manifest_builder_add(b, "dir", &d, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_link(b, "h", "dir"), 0);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), -EINVAL);
+	manifest_builder_destroy(b);
+
+	b = manifest_builder_create(CHUNK);
+	assert_int_equal(manifest_builder_add(b, "sym", &l, "x", NULL, 0), 0);
+	assert_int_equal(manifest_builder_link(b, "h", "sym"), 0);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), -EINVAL);
+	manifest_builder_destroy(b);
+
+	b = manifest_builder_create(CHUNK);
+	add_file(b, "f", 10, 1);
+	assert_int_equal(manifest_builder_link(b, "g", "f"), 0);
+	assert_int_equal(manifest_builder_link(b, "h", "g"), 0);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), -EINVAL);
+	manifest_builder_destroy(b);
+
+	/* a link in a directory that is missing */
+	b = manifest_builder_create(CHUNK);
+	add_file(b, "f", 10, 1);
+	assert_int_equal(manifest_builder_link(b, "nodir/g", "f"), 0);
+	assert_int_equal(manifest_builder_finish(b, 1, &buf, &len), -ENOENT);
+	manifest_builder_destroy(b);
+	log_level = LOG_NOTICE;
+}
+
+static void truncations(void (*build)(void **, size_t *))
 {
 	void *buf;
 	size_t len;
 	char err[128];
 
-	build_small(&buf, &len);
+	build(&buf, &len);
 	for (size_t n = 0; n < len; n++) {
 		void *copy = malloc(n + 1);
 		struct manifest *m = (void *)1;
@@ -372,6 +620,12 @@ static void test_truncation(void **state)
 		free(copy);
 	}
 	free(buf);
+}
+
+static void test_truncation(void **state)
+{
+	truncations(build_small);
+	truncations(build_links);
 }
 
 /* Recompute every checksum, as a hostile writer would. */
@@ -413,6 +667,11 @@ static void walk_all(struct manifest *m)
 	char buf[4096];
 
 	manifest_totals(m, &bytes, &files);
+	for (uint64_t i = 0; i <= manifest_nids(m); i++) {
+		struct sfs_id id;
+
+		manifest_id(m, i, &id);
+	}
 	for (uint64_t ino = 0; ino <= n + 1; ino++) {
 		struct sfs_attr a;
 		struct sfs_dirlist dl;
@@ -432,18 +691,18 @@ static void walk_all(struct manifest *m)
 			sfs_dirlist_release(&dl);
 		}
 		(void)manifest_lookup(m, ino, "f1", &a);
+		(void)manifest_lookup(m, ino, "twin", &a);
 		(void)manifest_lookup(m, ino, "zzz", &a);
 	}
 }
 
-static void test_fuzz(void **state)
+static void fuzz(void (*build)(void **, size_t *), unsigned seed)
 {
 	void *buf;
 	size_t len;
-	unsigned seed = 12345;
 	int opened = 0;
 
-	build_small(&buf, &len);
+	build(&buf, &len);
 	log_level = LOG_CRIT;	/* corrupt entries are logged at LOG_ERR */
 	for (int it = 0; it < 20000; it++) {
 		uint8_t *copy = malloc(len);
@@ -456,7 +715,7 @@ static void test_fuzz(void **state)
 
 			/* bias toward the header and the entry table */
 			if (rand_r(&seed) % 2)
-				at %= MIN(len, (size_t)160 + 12 * 104);
+				at %= MIN(len, (size_t)160 + 12 * 112);
 			copy[at] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
 			if (rand_r(&seed) % 4 == 0)
 				copy[at] = (uint8_t)rand_r(&seed);
@@ -476,6 +735,12 @@ static void test_fuzz(void **state)
 		      opened);
 	assert_true(opened > 1000);
 	free(buf);
+}
+
+static void test_fuzz(void **state)
+{
+	fuzz(build_small, 12345);
+	fuzz(build_links, 54321);
 }
 
 static void test_big(void **state)
@@ -533,6 +798,9 @@ int main(void)
 		cmocka_unit_test(test_totals),
 		cmocka_unit_test(test_builder_errors),
 		cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_links),
+		cmocka_unit_test(test_links_hostile),
+		cmocka_unit_test(test_links_errors),
 		cmocka_unit_test(test_truncation),
 		cmocka_unit_test(test_fuzz),
 		cmocka_unit_test(test_big),
