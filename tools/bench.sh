@@ -47,6 +47,10 @@
 #   BENCH_INDEX_READERS  index: readers filling the cache (default 4)
 #   BENCH_HINT_STEP_US  hints: the training step a reader spends after each
 #                    sample in the second measurement (default 2000 us)
+#   BENCH_HINT_REMOTE_MS  hints: also measure with this much latency (ms,
+#                    at most) injected into every OSD reply the daemon gets
+#                    (librados ms_inject_delay through CEPH_ARGS), as from a
+#                    remote, busy cluster (default 4; 0: local only)
 #   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
 #                    hint (default: `stagefs warmup --order ORDERFILE MNT`)
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
@@ -87,6 +91,7 @@ IDX_MAX_GB=${BENCH_INDEX_MAX_GB:-8}
 IDX_CHUNK_KB=${BENCH_INDEX_CHUNK_KB:-4}
 IDX_READERS=${BENCH_INDEX_READERS:-4}
 HINT_STEP_US=${BENCH_HINT_STEP_US:-2000}
+HINT_REMOTE_MS=${BENCH_HINT_REMOTE_MS:-4}
 GPU_DEV=${BENCH_GPU_DEV:-0}
 GPU_REQ=${BENCH_GPU_REQ:-64M}
 POOL=stagefs
@@ -204,7 +209,7 @@ sfs_mount() {
 	mkdir -p "$mnt" "$WORK/run/$NMOUNT" "$WORK/log"
 	MOUNT_LOG=$WORK/log/mount.$NMOUNT.log
 	t0=$(now_ms)
-	"$STAGEFS" -f -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}${BENCH_MOUNT_OPTS:+,$BENCH_MOUNT_OPTS}" \
+	CEPH_ARGS=${MOUNT_CEPH_ARGS:-${CEPH_ARGS:-}} "$STAGEFS" -f -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}${BENCH_MOUNT_OPTS:+,$BENCH_MOUNT_OPTS}" \
 		"$src" "$mnt" </dev/null >"$MOUNT_LOG" 2>&1 &
 	pid=$!
 	MNT_PID[$mnt]=$pid
@@ -706,7 +711,8 @@ bench_index() {
 # warmup: stagefs warmup vs rados bench seq and cp -r of a cold mount
 
 bench_warmup() {
-	local d=$WORK/warmup r a b c t0 ms bytes src mopts base wargs rs=() cs=() bs=() as=()
+	local d=$WORK/warmup r a b c t w t0 ms bytes src mopts base wargs shm=/dev/shm/stagefs-bench.$$
+	local rs=() cs=() bs=() as=() ts=() ws=()
 	hdr warmup "stagefs warmup -t $T of a cold mount vs rados bench seq -t $T and cp -r"
 	[ -x "$(dirname "$STAGEFS")/stagefs-warmup" ] || { skipped "stagefs-warmup is not built yet"; return; }
 	mkdir -p "$d/src"
@@ -724,20 +730,50 @@ bench_warmup() {
 		list_files "$d/src" "$d/src" "$d/src.list"
 	fi
 	cold() {	# a cold start: empty cache, cold OSD, no page cache
-		rm -rf "$d/cache" "$d/cp"
+		rm -rf "$d/cache" "$d/cp" "$shm"
 		[ -z "$CLUSTER_DIR" ] || [ "$base" != "rados bench" ] || osd_restart
 		drop_caches
 	}
+	baseline() {
+		if [ "$base" = "rados bench" ]; then
+			rados_bench_bw 600 seq -t "$T" --run-name wb
+		else
+			rb bytes_per_s files -t "$T" -s 0 "$d/src.list"
+		fi
+	}
+	warmup() {	# warmup CACHE_DIR: sets WU (bytes/s)
+		sfs_mount "$src" "$d/mnt" "cache_dir=$1${mopts:+,$mopts}" || return 1
+		t0=$(now_ms)
+		# shellcheck disable=SC2086
+		"$STAGEFS" warmup $wargs ${BENCH_WARMUP_ARGS:-} "$d/mnt" >"$WORK/log/warmup.$r.log" 2>&1 ||
+			{ echo "stagefs warmup failed: $(tail -1 "$WORK/log/warmup.$r.log")" >"$WORK/log/rb.err"; sfs_umount "$d/mnt"; return 1; }
+		ms=$(($(now_ms) - t0))
+		sfs_umount "$d/mnt"
+		WU=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
+	}
 	wargs=-q
 	"$STAGEFS" warmup --help 2>&1 | grep -c -- '--threads' >/dev/null && wargs="-q -t $T"
-	row "" "$base" "cp -r" "warmup"
+	# A warmup reads every byte from the source *and* writes it to the
+	# cache.  Here the OSD and the cache share one disk, so the second
+	# baseline is the source read with the same bytes written to the cache
+	# disk at the same time (4 dd, O_DIRECT): about the most this machine
+# allows.
+	# The last column has the cache on tmpfs, as if on a device of its own.
+	row "" "$base" "+cache write" "cp -r"
+	row "" "warmup" "warmup, tmpfs" ""
 	for r in $(seq "$ROUNDS"); do
 		cold
-		if [ "$base" = "rados bench" ]; then
-			a=$(rados_bench_bw 600 seq -t "$T" --run-name wb) || { skipped "rados bench seq failed"; return; }
-		else
-			a=$(rb bytes_per_s files -t "$T" -s 0 "$d/src.list") || { failed "$(rb_why)"; return; }
-		fi
+		a=$(baseline) || { skipped "$base failed: $(rb_why)"; return; }
+		cold
+		mkdir -p "$d/cache"
+		t0=$(now_ms)
+		for w in 0 1 2 3; do	# 4 writers: a queue depth like the engine's
+			dd if=/dev/zero of="$d/cache/dd$w" bs=4M count=$((bytes >> 24)) oflag=direct status=none &
+		done
+		baseline >/dev/null || { wait; skipped "$base failed: $(rb_why)"; return; }
+		wait
+		ms=$(($(now_ms) - t0))
+		w=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
 		cold
 		sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache${mopts:+,$mopts}" || { skipped "mount failed"; return; }
 		t0=$(now_ms)
@@ -746,22 +782,24 @@ bench_warmup() {
 		c=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
 		sfs_umount "$d/mnt"
 		cold
-		sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache${mopts:+,$mopts}" || { skipped "mount failed"; return; }
-		t0=$(now_ms)
-		# shellcheck disable=SC2086
-		"$STAGEFS" warmup $wargs ${BENCH_WARMUP_ARGS:-} "$d/mnt" >"$WORK/log/warmup.$r.log" 2>&1 ||
-			{ skipped "stagefs warmup failed: $(tail -1 "$WORK/log/warmup.$r.log")"; sfs_umount "$d/mnt"; return; }
-		ms=$(($(now_ms) - t0))
-		b=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
-		sfs_umount "$d/mnt"
-		row "round $r" "$(mbs "$a")" "$(mbs "$c")" "$(mbs "$b")"
-		as+=("$a") cs+=("$c") bs+=("$b") rs+=("$(ratio "$b" "$a")")
+		warmup "$d/cache" || { skipped "$(rb_why)"; return; }
+		b=$WU
+		cold
+		warmup "$shm" || { skipped "$(rb_why)"; rm -rf "$shm"; return; }
+		t=$WU
+		rm -rf "$shm"
+		row "round $r" "$(mbs "$a")" "$(mbs "$w")" "$(mbs "$c")"
+		row "" "$(mbs "$b")" "$(mbs "$t")" ""
+		as+=("$a") ws+=("$w") cs+=("$c") bs+=("$b") ts+=("$t") rs+=("$(ratio "$b" "$a")")
 	done
-	rm -rf "$d/cp"
+	rm -rf "$d/cp" "$d/cache"
 	[ "$base" != "rados bench" ] || rados -p "$POOL" cleanup --run-name wb >/dev/null 2>&1
-	a=$(median "${as[@]}") c=$(median "${cs[@]}") b=$(median "${bs[@]}")
-	row "median of $ROUNDS" "$(mbs "$a")" "$(mbs "$c")" "$(mbs "$b")"
+	a=$(median "${as[@]}") w=$(median "${ws[@]}") c=$(median "${cs[@]}") b=$(median "${bs[@]}") t=$(median "${ts[@]}")
+	row "median of $ROUNDS" "$(mbs "$a")" "$(mbs "$w")" "$(mbs "$c")"
+	row "" "$(mbs "$b")" "$(mbs "$t")" ""
 	result "warmup vs $base" "$(mbs "$b")" "$(mbs "$a")" "$(median "${rs[@]}")" ">=0.95"
+	result "warmup vs $base + cache write" "$(mbs "$b")" "$(mbs "$w")" "$(ratio "$b" "$w")" ""
+	result "warmup, cache on tmpfs, vs $base" "$(mbs "$t")" "$(mbs "$a")" "$(ratio "$t" "$a")" ">=0.95"
 	result "warmup vs cp -r" "$(mbs "$b")" "$(mbs "$c")" "$(ratio "$b" "$c")" ""
 }
 
@@ -802,51 +840,66 @@ bench_hints() {
 	# two kinds of reader: flat out (the input pipeline alone), and one
 	# that spends a training step after every sample (sleeping, as a job
 	# waits on its GPU): there the question is how long it stalls on input
-	local step steps="0 $HINT_STEP_US" stall sa sb out
-	for step in $steps; do
-		row "step ${step} us/sample" "no hints" "hints" "ratio"
-		as=() bs=() rs=()
-		for r in $(seq "$ROUNDS"); do
-			# alternate which goes first, so a drift in the machine's load
-			# does not always favour the same side
-			modes="plain hinted"
-			[ $((r % 2)) = 1 ] || modes="hinted plain"
-			for mode in $modes; do
-				rm -rf "$d/cache"
-				drop_caches
-				sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache,cache_size=$limit$mopts" || { skipped "mount failed"; return; }
-				t0=$(now_ms) stall=0
-				for e in 1 2; do
-					if [ $mode = hinted ]; then
-						"$RB" files -P -s $((r * 10 + e)) "$d/mnt.list" >"$d/order.$e"
-						$hint "$d/mnt" "$d/order.$e" >>"$WORK/log/hint.log" 2>&1 || { skipped "BENCH_HINT_CMD failed"; sfs_umount "$d/mnt"; return; }
-					fi
-					rb files_per_s files -t 4 -c "$step" -s $((r * 10 + e)) "$d/mnt.list" >/dev/null ||
-						{ failed "$(rb_why)"; sfs_umount "$d/mnt"; return; }
-					out=$(cat "$WORK/log/rb.json")
-					stall=$(awk -v a="$stall" -v b="$(jget "$out" io_seconds)" 'BEGIN { printf "%.1f", a + b }')
-				done
-				ms=$(($(now_ms) - t0))
-				[ $mode = plain ] || hf=$(stat_get "$d/mnt" hint_fetches)
-				sfs_umount "$d/mnt"
-				if [ $mode = plain ]; then
-					ta=$((2 * n * 1000 / (ms ? ms : 1))) sa=$stall
-				else
-					tb=$((2 * n * 1000 / (ms ? ms : 1))) sb=$stall
-				fi
-			done
-			row "round $r (hint_fetches ${hf:-?})" "$(fps "$ta")" "$(fps "$tb")" "$(ratio "$tb" "$ta")"
-			row "  reader stall, s (4 readers)" "$sa" "$sb" ""
-			as+=("$ta") bs+=("$tb") rs+=("$(ratio "$tb" "$ta")")
-		done
-		a=$(median "${as[@]}") b=$(median "${bs[@]}")
-		row "median of $ROUNDS" "$(fps "$a")" "$(fps "$b")" "$(median "${rs[@]}")"
-		if [ "$step" = 0 ]; then
-			result "hints: 2 epochs, flat out" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
-		else
-			result "hints: 2 epochs, ${step}us step" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
+	local step steps="0 $HINT_STEP_US" stall sa sb out where wheres=local what
+	# and, where the source is Ceph, once more with a remote cluster's
+	# latency put between the daemon and the local OSD: that is where a
+	# miss costs what it costs on a real cluster (order hints exist for it)
+	if [ "${src#rados://}" != "$src" ] && [ "$HINT_REMOTE_MS" != 0 ]; then
+		wheres="local remote"
+	fi
+	for where in $wheres; do
+		MOUNT_CEPH_ARGS= what=""
+		if [ $where = remote ]; then
+			MOUNT_CEPH_ARGS="--ms_inject_delay_type=osd --ms_inject_delay_probability=1 --ms_inject_delay_max=$(awk -v m="$HINT_REMOTE_MS" 'BEGIN { print m / 1000 }')"
+			what=", OSD replies delayed <=${HINT_REMOTE_MS} ms"
+			printf '  remote: librados %s\n' "$MOUNT_CEPH_ARGS"
 		fi
+		for step in $steps; do
+			row "step ${step} us/sample$what" "no hints" "hints" "ratio"
+			as=() bs=() rs=()
+			for r in $(seq "$ROUNDS"); do
+				# alternate which goes first, so a drift in the machine's load
+				# does not always favour the same side
+				modes="plain hinted"
+				[ $((r % 2)) = 1 ] || modes="hinted plain"
+				for mode in $modes; do
+					rm -rf "$d/cache"
+					drop_caches
+					sfs_mount "$src" "$d/mnt" "cache_dir=$d/cache,cache_size=$limit$mopts" || { skipped "mount failed"; return; }
+					t0=$(now_ms) stall=0
+					for e in 1 2; do
+						if [ $mode = hinted ]; then
+							"$RB" files -P -s $((r * 10 + e)) "$d/mnt.list" >"$d/order.$e"
+							$hint "$d/mnt" "$d/order.$e" >>"$WORK/log/hint.log" 2>&1 || { skipped "BENCH_HINT_CMD failed"; sfs_umount "$d/mnt"; return; }
+						fi
+						rb files_per_s files -t 4 -c "$step" -s $((r * 10 + e)) "$d/mnt.list" >/dev/null ||
+							{ failed "$(rb_why)"; sfs_umount "$d/mnt"; return; }
+						out=$(cat "$WORK/log/rb.json")
+						stall=$(awk -v a="$stall" -v b="$(jget "$out" io_seconds)" 'BEGIN { printf "%.1f", a + b }')
+					done
+					ms=$(($(now_ms) - t0))
+					[ $mode = plain ] || hf=$(stat_get "$d/mnt" hint_fetches)
+					sfs_umount "$d/mnt"
+					if [ $mode = plain ]; then
+						ta=$((2 * n * 1000 / (ms ? ms : 1))) sa=$stall
+					else
+						tb=$((2 * n * 1000 / (ms ? ms : 1))) sb=$stall
+					fi
+				done
+				row "round $r (hint_fetches ${hf:-?})" "$(fps "$ta")" "$(fps "$tb")" "$(ratio "$tb" "$ta")"
+				row "  reader stall, s (4 readers)" "$sa" "$sb" ""
+				as+=("$ta") bs+=("$tb") rs+=("$(ratio "$tb" "$ta")")
+			done
+			a=$(median "${as[@]}") b=$(median "${bs[@]}")
+			row "median of $ROUNDS" "$(fps "$a")" "$(fps "$b")" "$(median "${rs[@]}")"
+			if [ "$step" = 0 ]; then
+				result "hints ($where): 2 epochs, flat out" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
+			else
+				result "hints ($where): 2 epochs, ${step}us step" "$(fps "$b")" "$(fps "$a")" "$(median "${rs[@]}")" ">=2"
+			fi
+		done
 	done
+	MOUNT_CEPH_ARGS=
 	rm -rf "$d"
 }
 
@@ -925,6 +978,7 @@ main() {
 		"$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$ROUNDS"
 	for b in "${todo[@]}"; do
 		CUR=$b
+		MOUNT_CEPH_ARGS=
 		"bench_$b"
 	done
 
