@@ -144,5 +144,19 @@ for kopts in "keyring=$T/bad.keyring" "client_id=nosuchuser$$"; do
 		die "no clear message for $kopts: $(cat "$T/bad.err")"
 	log "bad credentials ($kopts): refused in $((SECONDS - t0)) s: $(tail -1 "$T/bad.err")"
 done
+# CEPH_ARGS is read like the ceph tools read it: the bad key given there
+# is refused the same way, and an -o keyring= wins over it
+if CEPH_ARGS="--keyring=$T/bad.keyring" timeout 120 "$STAGEFS" -o "ceph_conf=$CEPH_CONF,cache_dir=$T/cache7" \
+	"rados://$POOL/$NAME" "$T/m1" 2>"$T/bad.err"; then
+	die "mount with the bad key in CEPH_ARGS succeeded"
+fi
+grep -qi 'permission\|denied' "$T/bad.err" || die "CEPH_ARGS not honoured: $(cat "$T/bad.err")"
+if [[ -n ${STAGEFS_CEPH_DIR:-} && -r $STAGEFS_CEPH_DIR/keyring ]]; then
+	CEPH_ARGS="--keyring=$T/bad.keyring" sfs_mount "rados://$POOL/$NAME@1" "$T/m9" \
+		"ceph_conf=$CEPH_CONF" "cache_dir=$T/cache9" "keyring=$STAGEFS_CEPH_DIR/keyring"
+	f=$(cd "$T/v1" && find . -type f -size +1k -size -64k | LC_ALL=C sort | tail -1)	# not the garbage one
+	cmp "$T/v1/$f" "$T/m9/$f" || die "wrong bytes through the CEPH_ARGS mount"
+	sfs_umount "$T/m9"
+fi
 sfs_umount "$M1"
 echo "ok: publish/mount/versions/garbage/OSD-down/plain/bad sources"
