@@ -93,6 +93,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"passthrough_bytes_estimate\": %" PRIu64 ",\n"
 		"  \"passthrough_reused\": %" PRIu64 ",\n"
 		"  \"passthrough_idle_ids\": %u,\n"
+		"  \"lookup_readaheads\": %" PRIu64 ",\n"
 		"  \"cache_hits\": %" PRIu64 ",\n"
 		"  \"cache_misses\": %" PRIu64 ",\n"
 		"  \"corrupt_chunks\": %" PRIu64 ",\n"
@@ -114,7 +115,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		LD(open_requests),
 		passthrough_active(fs->pt), noopen_active(fs->no),
 		LD(passthrough_opens), LD(passthrough_bytes), LD(passthrough_reused),
-		passthrough_idle_ids(fs->pt),
+		passthrough_idle_ids(fs->pt), LD(lookup_readaheads),
 		cs.hits, cs.misses, cs.corrupt, cs.bypass, cs.evicted,
 		LD(backend_reads), LD(backend_bytes), LD(backend_errors),
 		LD(stall_ns) / 1000000,

@@ -59,6 +59,7 @@ struct sfs_counters {
 	_Atomic uint64_t passthrough_opens;	/* opens the kernel serves itself */
 	_Atomic uint64_t passthrough_bytes;	/* their file sizes: an estimate */
 	_Atomic uint64_t passthrough_reused;	/* of them, on a kept backing id */
+	_Atomic uint64_t lookup_readaheads;	/* cache files read ahead at LOOKUP */
 };
 
 struct passthrough;

@@ -262,6 +262,30 @@ static int check_access(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
 	return ds ? sfs_check_req(fs, req, ds) : 0;
 }
 
+/*
+ * After the LOOKUP reply of a small regular file: start reading its cache
+ * file into the page cache (if whole and verified), since an OPEN and a
+ * READ, or passthrough reads, usually follow at once.  The disk read then
+ * overlaps those round trips instead of following them.
+ */
+static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
+{
+	struct sfs_dataset *ds;
+	struct cfile *cf;
+	uint64_t bino;
+
+	if (!S_ISREG(a->mode) || !a->size || a->size > fs->cfg.lookup_readahead_max ||
+	    a->ino >= SFS_VIRT_BASE || sfs_is_multi_root(fs, a->ino))
+		return;
+	ds = sfs_ds(fs, a->ino, &bino);
+	if (!ds || cache_file_get(fs->cache, &a->content, a->size,
+				  ds->be->chunk_size, &cf))
+		return;
+	if (!cache_file_prefetch(fs->cache, cf))
+		atomic_fetch_add(&fs->ctr.lookup_readaheads, 1);
+	cache_file_put(fs->cache, cf);
+}
+
 static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct sfs *fs = fs_of(req);
@@ -285,6 +309,7 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	fill_entry(fs, &a, &e);
 	fuse_reply_entry(req, &e);
+	lookup_readahead(fs, &a);
 }
 
 static void sfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)

@@ -509,47 +509,46 @@ static void inode_maybe_free(struct passthrough *pt, struct pt_inode *e)
 }
 
 /*
- * Make @cf a backing file: pin it, check it is whole and verified, open
- * and register it.  Returns the backing id (> 0), with @cf pinned, or
- * -errno, with nothing held.  -ENODATA means "not fully cached".
+ * Make @cf a backing file: pin it, check it is whole and verified, and
+ * register the descriptor the check used (the cache's own, from its fd
+ * cache: opening the path again cost a second path walk per open).
+ * Returns the backing id (> 0), with @cf pinned, or -errno, with nothing
+ * held.  -ENODATA means "not fully cached".
  */
 static int backing_setup(struct passthrough *pt, fuse_req_t req, struct cfile *cf,
 			 struct pt_sig *sig)
 {
 	struct cache *c = pt->fs->cache;
-	char path[PATH_MAX];
 	struct stat st;
 	int fd, ret;
 
 	/* pinned first: nothing may be evicted between the check and the use */
 	cache_file_pin(c, cf);
-	ret = cache_file_verify(c, cf);
-	if (!ret)
-		ret = cache_file_path(c, cf, path, sizeof(path));
+	ret = cache_file_verify_fd(c, cf, &fd);
 	if (ret)
 		goto out_unpin;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		ret = -errno;
-		goto out_unpin;
-	}
 	if (fstat(fd, &st) < 0) {
 		ret = -errno;
-		close(fd);
-		goto out_unpin;
+		goto out_release_fd;
 	}
 	*sig = (struct pt_sig){ st.st_dev, st.st_ino, st.st_ctim };
-	/* the kernel keeps its own reference: no descriptor per open file */
+	/*
+	 * The kernel keeps its own reference to the file: no descriptor per
+	 * open file.  Passthrough opens read it with the FUSE file's flags
+	 * (read-only), not with this descriptor's.
+	 */
 	ret = backing_open(pt, req, fd);
-	close(fd);
 	if (ret < 0) {
 		if (!atomic_exchange(&pt->broken, true))
 			log_warn("passthrough: cannot register a backing file (%s): off from now on",
 				 strerror(-ret));
-		goto out_unpin;
+		goto out_release_fd;
 	}
+	cache_file_fd_release(c, cf);
 	return ret;
 
+out_release_fd:
+	cache_file_fd_release(c, cf);
 out_unpin:
 	cache_file_unpin(c, cf);
 	return ret;

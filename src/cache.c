@@ -1525,7 +1525,8 @@ bool cache_chunk_present(struct cache *c, struct cfile *cf, uint32_t idx)
 	return p;
 }
 
-int cache_file_verify(struct cache *c, struct cfile *cf)
+/* cache_file_verify(); on success with @out, the fd use is handed back. */
+static int file_verify(struct cache *c, struct cfile *cf, int *out)
 {
 	static const struct cache_source none = { 0 };
 	int fd, ret = 0;
@@ -1566,14 +1567,34 @@ int cache_file_verify(struct cache *c, struct cfile *cf)
 		if (r < 0)
 			ret = r == -EIO || r == -ENOSYS ? -ENODATA : (int)r;
 	}
-	fd_release(c, cf);
 	if (!ret) {
 		pthread_mutex_lock(&c->lock);
 		if (cf->present != cf->nchunks)
 			ret = -ENODATA;
 		pthread_mutex_unlock(&c->lock);
 	}
+	if (ret || !out)
+		fd_release(c, cf);
+	else
+		*out = fd;
 	return ret;
+}
+
+int cache_file_verify(struct cache *c, struct cfile *cf)
+{
+	return file_verify(c, cf, NULL);
+}
+
+int cache_file_verify_fd(struct cache *c, struct cfile *cf, int *fd)
+{
+	if (!cf->nchunks)
+		return -ENODATA;	/* no descriptor to hand back */
+	return file_verify(c, cf, fd);
+}
+
+void cache_file_fd_release(struct cache *c, struct cfile *cf)
+{
+	fd_release(c, cf);
 }
 
 bool cache_file_all_verified(struct cache *c, struct cfile *cf)
@@ -1588,6 +1609,22 @@ bool cache_file_all_verified(struct cache *c, struct cfile *cf)
 		lru_touch(c, &cf->chunks[i]);
 	pthread_mutex_unlock(&c->lock);
 	return ok;
+}
+
+int cache_file_prefetch(struct cache *c, struct cfile *cf)
+{
+	int fd, ret;
+
+	if (!cf->nchunks || !cache_file_all_verified(c, cf))
+		return -ENODATA;
+	ret = fd_acquire(c, cf, &fd);
+	if (ret)
+		return ret;
+	/* only starts the I/O: the reader's page cache lookups wait for it */
+	if (readahead(fd, 0, (size_t)cf->size) < 0)
+		ret = -errno;
+	fd_release(c, cf);
+	return ret;
 }
 
 void cache_file_pin(struct cache *c, struct cfile *cf)

@@ -158,6 +158,15 @@ bool cache_chunk_present(struct cache *c, struct cfile *cf, uint32_t idx);
  * also counts as a use of every chunk for eviction (LRU).
  */
 int cache_file_verify(struct cache *c, struct cfile *cf);
+/*
+ * cache_file_verify(), and on 0 a use of the cache file's descriptor in
+ * *@fd (opened read-write, shared with the cache's own I/O: never close
+ * it), valid until cache_file_fd_release(@c, @cf).  An empty file gives
+ * -ENODATA.  For a caller that hands the verified file on (FUSE
+ * passthrough registers it) without opening its path again.
+ */
+int cache_file_verify_fd(struct cache *c, struct cfile *cf, int *fd);
+void cache_file_fd_release(struct cache *c, struct cfile *cf);
 
 /*
  * True when every chunk of @cf is present and was verified since the daemon
@@ -166,6 +175,16 @@ int cache_file_verify(struct cache *c, struct cfile *cf);
  * caller that checks the file itself (a kept passthrough backing file).
  */
 bool cache_file_all_verified(struct cache *c, struct cfile *cf);
+
+/*
+ * Start reading the whole cache file of @cf into the page cache
+ * (readahead(2)) if every chunk is present and verified, opening its
+ * descriptor into the fd cache: for a file about to be read (a LOOKUP of a
+ * small file), so the disk read overlaps the reader's next round trips.
+ * Never waits for the data; counts as a use of every chunk (LRU).  Returns
+ * 0, -ENODATA (not whole or not verified: nothing done) or -errno.
+ */
+int cache_file_prefetch(struct cache *c, struct cfile *cf);
 
 /*
  * Pin @cf: while pinned none of its chunks is evicted, because a reader we

@@ -1813,6 +1813,72 @@ static void test_layout1_upgrade(void **state)
 	free(chunk);
 }
 
+/*
+ * cache_file_prefetch() acts only on a whole, verified file; a corrupt one
+ * is not read ahead (nor verified: it stays for the check at its read).
+ * cache_file_verify_fd() hands back the cache's descriptor of the file it
+ * verified, or nothing.
+ */
+static void test_prefetch_verify_fd(void **state)
+{
+	struct tctx *t = *state;
+	const uint64_t size = 3ull * CS + 7;
+	struct cache *c = open_cache(t->cdir, 0, 64);
+	struct cfile *a = get_file(c, 1, size, CS), *e = get_file(c, 2, 0, CS);
+	char path[PATH_MAX];
+	struct stat st1, st2;
+	struct fsrc s;
+	int fd;
+
+	fsrc_init(&s, 1, CS);
+	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);	/* nothing cached */
+	assert_int_equal(cache_file_verify_fd(c, a, &fd), -ENODATA);
+	assert_int_equal(cache_file_prefetch(c, e), -ENODATA);	/* empty */
+	assert_int_equal(cache_file_verify_fd(c, e, &fd), -ENODATA);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(cache_fill(c, a, i, &s.cs), 0);
+	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);	/* one chunk missing */
+	assert_int_equal(cache_fill(c, a, 3, &s.cs), 0);
+	assert_int_equal(cache_file_prefetch(c, a), 0);
+
+	/* the descriptor is the cache file's, and stays usable until released */
+	fd = -1;
+	assert_int_equal(cache_file_verify_fd(c, a, &fd), 0);
+	assert_true(fd >= 0);
+	file_path(c, a, path, sizeof(path));
+	assert_int_equal(fstat(fd, &st1), 0);
+	assert_int_equal(stat(path, &st2), 0);
+	assert_true(st1.st_dev == st2.st_dev && st1.st_ino == st2.st_ino);
+	assert_int_equal(st1.st_size, size);
+	cache_file_fd_release(c, a);
+	cache_file_put(c, e);
+	cache_file_put(c, a);
+	cache_destroy(c);
+
+	/* after a restart: not verified yet, so no readahead; corrupt: no fd */
+	flip_byte(path, CS + 3);
+	c = open_cache(t->cdir, 0, 64);
+	a = get_file(c, 1, size, CS);
+	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);
+	assert_int_equal(stats(c).corrupt, 0);
+	fd = -1;
+	assert_int_equal(cache_file_verify_fd(c, a, &fd), -ENODATA);
+	assert_int_equal(fd, -1);
+	assert_int_equal(stats(c).corrupt, 1);
+	assert_false(cache_chunk_present(c, a, 1));
+	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);
+	/* refetched: whole again, and verified once the rest is checked */
+	assert_int_equal(cache_fill(c, a, 1, &s.cs), 0);
+	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);
+	assert_int_equal(cache_file_verify_fd(c, a, &fd), 0);
+	cache_file_fd_release(c, a);
+	assert_int_equal(cache_file_prefetch(c, a), 0);
+	assert_int_equal(stats(c).corrupt, 1);
+	check_disk(path, 1, 0, size);
+	cache_file_put(c, a);
+	cache_destroy(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1831,6 +1897,7 @@ int main(void)
 		T(test_size_limit),
 		T(test_fetch_error),
 		T(test_verify_pin_evict),
+		T(test_prefetch_verify_fd),
 		T(test_shape_change),
 		T(test_second_create_busy),
 		T(test_layout_mismatch),
