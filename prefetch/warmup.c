@@ -28,6 +28,7 @@
  */
 #include "prefetch_i.h"
 
+#include "idset.h"
 #include "log.h"
 #include "util.h"
 
@@ -48,6 +49,8 @@ struct pf_job {
 	uint64_t start_ms;
 	uint64_t last_tick_ms;
 	bool queueing;			/* second walk: queue, count nothing */
+	struct idset links;		/* hard-linked files seen this walk
+					 * (backend, inode): one name each */
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;		/* a request settled */
@@ -179,6 +182,7 @@ static void job_free(struct pf_owner *o)
 	for (size_t i = 0; i < j->nfails; i++)
 		free(j->fails[i].path);
 	free(j->fails);
+	idset_release(&j->links);
 	pthread_cond_destroy(&j->cond);
 	pthread_mutex_destroy(&j->lock);
 	free(j);
@@ -307,6 +311,17 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	struct pf_file *f;
 	int err = 0;
 
+	if (a->nlink > 1) {
+		/* another name of a file this walk has had: once, as du counts */
+		struct sfs_id key = { (uint64_t)(uintptr_t)be, a->ino };
+		int r;
+
+		pthread_mutex_lock(&j->lock);
+		r = idset_add(&j->links, &key);
+		pthread_mutex_unlock(&j->lock);
+		if (r == 0)
+			return 0;
+	}
 	if (!pf_cred_may(&j->opts.cred, a, 4)) {
 		pf_job_fail(j, path, EACCES);
 		return 0;
@@ -541,6 +556,7 @@ bool pf_job_walk_done(struct pf_job *j)
 {
 	pthread_mutex_lock(&j->lock);
 	j->p.walk_done = true;
+	idset_release(&j->links);	/* the second walk meets them again */
 	pthread_mutex_unlock(&j->lock);
 	j->queueing = j->opts.mode == PF_JOB_FETCH;
 	return j->queueing;
