@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# stagefs gc on a real pool: --keep 1 drops A@1; with --grace 0 exactly the chunks only A@1 named are removed (rados ls), A@2 and dataset B still read byte-exact; dry-run and the default grace remove no chunk; publish renews old chunks so gc spares them; bad versions and unreadable manifests fail with nothing removed.
+# stagefs gc on a real pool: --keep 1 drops A@1; with --grace 0 exactly the chunks only A@1 named are removed (rados ls), A@2 and dataset B still read byte-exact; dry-run and the default grace remove no chunk; publish renews old chunks so gc spares them; gc over and over beside a publish leaves it whole; bad versions and unreadable manifests fail with nothing removed.
 # needs: ceph
 # timeout: 400
 . "$(dirname "$0")/../lib.sh"
@@ -144,6 +144,25 @@ assert_eq "$(json "$T/d2.json" kept_young)" 4 "renewed chunks kept by the grace 
 gc --grace 0 --json "$URI" >"$T/d3.json" 2>/dev/null || die "gc --grace 0 failed"
 assert_eq "$(json "$T/d3.json" chunks_removed)" 4 "unnamed chunks removed with --grace 0"
 log "publish renewed 4 two-hour-old chunks; gc kept them within the grace period"
+
+# --- gc running over and over beside a publish (default grace): the new
+# dataset, made of chunks A@2 already has and new ones, reads byte-exact
+mkdir -p "$T/c"
+cp -a "$T/v2/." "$T/c/"
+for i in 1 2 3 4 5 6; do head -c 3000000 /dev/urandom >"$T/c/new$i.bin"; done
+pub -j 2 "$T/c" "rados://$POOL/C?ns=$NS" >"$T/pubC.out" 2>&1 &
+ppid=$!
+runs=0
+while kill -0 "$ppid" 2>/dev/null || [[ $runs = 0 ]]; do
+	gc --keep 1 "$URI" >/dev/null 2>"$T/gcC.err" || die "gc beside a publish failed: $(cat "$T/gcC.err")"
+	runs=$((runs + 1))
+done
+wait "$ppid" || die "publish beside gc failed: $(tail -3 "$T/pubC.out")"
+MC=$T/mc
+sfs_mount "rados://$POOL/C?ns=$NS" "$MC" "ceph_conf=$CEPH_CONF" "cache_dir=$T/cache-c"
+treecmp "$T/c" "$MC"
+sfs_umount "$MC"
+log "publish beside $runs gc runs: the new dataset reads byte-exact"
 
 # leave the shared test cluster as we found it
 "$PYTHON" - "$CEPH_CONF" "$POOL" "$NS" "$NS-v1" "$NS-v2" "$NS-b" <<'PY' || die "cleanup failed"
