@@ -53,6 +53,32 @@ static int set_timeouts(rados_t cl, uint64_t ms)
 	return 0;
 }
 
+int sfs_rados_cli_opt(int opt, const char *arg, struct sfs_rados_opts *o,
+		      char *err, size_t errlen)
+{
+	uint64_t v;
+
+	switch (opt) {
+	case SFS_RADOS_OPT_CONF:
+		o->conf = arg;
+		return 1;
+	case SFS_RADOS_OPT_ID:
+		o->client_id = arg;
+		return 1;
+	case SFS_RADOS_OPT_KEYRING:
+		o->keyring = arg;
+		return 1;
+	case SFS_RADOS_OPT_TIMEOUT:
+		if (parse_duration_ms(arg, &v) || v < 1000) {
+			snprintf(err, errlen, "--timeout: '%s' is not a duration of at least 1s", arg);
+			return -EINVAL;
+		}
+		o->timeout_ms = v;
+		return 1;
+	}
+	return 0;
+}
+
 int sfs_rados_connect(const struct sfs_rados_opts *o, rados_t *out,
 		      char *err, size_t errlen)
 {

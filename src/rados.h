@@ -75,6 +75,27 @@ struct sfs_rados_opts {
 	uint64_t timeout_ms;	/* every mon/osd op and the mount; 0: 30 s */
 };
 
+/*
+ * The Ceph connection options every rados tool takes (publish, gc), for
+ * its getopt_long table: --ceph-conf FILE, --id CLIENT, --keyring FILE,
+ * --timeout DURATION.  The tool includes <getopt.h>.
+ */
+enum {
+	SFS_RADOS_OPT_CONF = 0x1000, SFS_RADOS_OPT_ID, SFS_RADOS_OPT_KEYRING,
+	SFS_RADOS_OPT_TIMEOUT,
+};
+#define SFS_RADOS_LONGOPTS \
+	{ "ceph-conf", required_argument, NULL, SFS_RADOS_OPT_CONF }, \
+	{ "id", required_argument, NULL, SFS_RADOS_OPT_ID }, \
+	{ "keyring", required_argument, NULL, SFS_RADOS_OPT_KEYRING }, \
+	{ "timeout", required_argument, NULL, SFS_RADOS_OPT_TIMEOUT }
+/*
+ * Take getopt's option @opt with @arg into @o.  Returns 1 if it was one of
+ * SFS_RADOS_LONGOPTS, 0 if not, -EINVAL for a bad value (message in @err).
+ */
+int sfs_rados_cli_opt(int opt, const char *arg, struct sfs_rados_opts *o,
+		      char *err, size_t errlen);
+
 /* Fill @o from the [stagefs] settings (pointers into @cfg). */
 void sfs_rados_opts_from_config(struct sfs_rados_opts *o,
 				const struct sfs_config *cfg);

@@ -90,8 +90,7 @@ struct gc {
 	/* options */
 	const char *uri;
 	char *pool, *nspace;
-	const char *conf, *client_id, *keyring;
-	uint64_t timeout_ms;
+	struct sfs_rados_opts ro;	/* --ceph-conf, --id, --keyring, --timeout */
 	uint64_t keep;		/* 0: --keep not given */
 	struct dropreq *drops;
 	size_t ndrops;
@@ -682,25 +681,23 @@ static void parse_drop(struct gc *g, const char *arg)
 
 static void parse_args(struct gc *g, int argc, char **argv)
 {
-	enum { O_KEEP = 256, O_DROP, O_GRACE, O_CONF, O_ID, O_KEYRING, O_TIMEOUT, O_JSON };
+	enum { O_KEEP = 256, O_DROP, O_GRACE, O_JSON };
 	static const struct option lopts[] = {
 		{ "keep", required_argument, NULL, O_KEEP },
 		{ "drop", required_argument, NULL, O_DROP },
 		{ "grace", required_argument, NULL, O_GRACE },
 		{ "dry-run", no_argument, NULL, 'n' },
-		{ "ceph-conf", required_argument, NULL, O_CONF },
-		{ "id", required_argument, NULL, O_ID },
-		{ "keyring", required_argument, NULL, O_KEYRING },
-		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		SFS_RADOS_LONGOPTS,
 		{ "json", no_argument, NULL, O_JSON },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	char msg[256];
 	uint64_t v;
 	char *end;
-	int c;
+	int c, r;
 
 	while ((c = getopt_long(argc, argv, "nj:vqh", lopts, NULL)) != -1) {
 		switch (c) {
@@ -732,20 +729,6 @@ static void parse_args(struct gc *g, int argc, char **argv)
 				die_usage("-j: '%s' is not a number from 1 to 1024", optarg);
 			g->jobs = (int)v;
 			break;
-		case O_CONF:
-			g->conf = optarg;
-			break;
-		case O_ID:
-			g->client_id = optarg;
-			break;
-		case O_KEYRING:
-			g->keyring = optarg;
-			break;
-		case O_TIMEOUT:
-			if (parse_duration_ms(optarg, &v) || v < 1000)
-				die_usage("--timeout: '%s' is not a duration of at least 1s", optarg);
-			g->timeout_ms = v;
-			break;
 		case O_JSON:
 			g->json = true;
 			break;
@@ -759,7 +742,11 @@ static void parse_args(struct gc *g, int argc, char **argv)
 			usage(stdout);
 			exit(0);
 		default:
-			die_usage("bad option");
+			r = sfs_rados_cli_opt(c, optarg, &g->ro, msg, sizeof(msg));
+			if (r < 0)
+				die_usage("%s", msg);
+			if (!r)
+				die_usage("bad option");
 		}
 	}
 	if (argc - optind != 1)
@@ -815,11 +802,10 @@ int main(int argc, char **argv)
 {
 	struct gc g = {
 		.jobs = DEFAULT_JOBS,
-		.timeout_ms = DEFAULT_TIMEOUT,
+		.ro.timeout_ms = DEFAULT_TIMEOUT,
 		.grace_s = DEFAULT_GRACE,
 		.marked = IDSET_INIT,
 	};
-	struct sfs_rados_opts o;
 	char msg[512];
 	int rc = 1;
 
@@ -828,11 +814,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stagefs gc: warning: a grace period of %" PRIu64 " s is safe only while no publish runs on this pool (docs/gc.md)\n",
 			g.grace_s);
 	g.t0 = now_ns();
-	o = (struct sfs_rados_opts){
-		.conf = g.conf, .client_id = g.client_id, .keyring = g.keyring,
-		.timeout_ms = g.timeout_ms,
-	};
-	if (sfs_rados_connect(&o, &g.cl, msg, sizeof(msg)) ||
+	if (sfs_rados_connect(&g.ro, &g.cl, msg, sizeof(msg)) ||
 	    sfs_rados_ioctx(g.cl, g.pool, g.nspace, &g.io, msg, sizeof(msg))) {
 		fprintf(stderr, "stagefs gc: error: %s\n", msg);
 		goto out_shutdown;

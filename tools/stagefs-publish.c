@@ -74,8 +74,7 @@ struct pub {
 	/* options */
 	uint32_t chunk_size;
 	int jobs;
-	const char *conf, *client_id, *keyring;
-	uint64_t timeout_ms;
+	struct sfs_rados_opts ro;	/* --ceph-conf, --id, --keyring, --timeout */
 	bool quiet, json;
 	const char *dir;
 	const char *uri;
@@ -723,21 +722,19 @@ static void parse_target(struct pub *p, const char *uri)
 
 static void parse_args(struct pub *p, int argc, char **argv)
 {
-	enum { O_CHUNK = 256, O_CONF, O_ID, O_KEYRING, O_TIMEOUT, O_JSON };
+	enum { O_CHUNK = 256, O_JSON };
 	static const struct option lopts[] = {
 		{ "chunk-size", required_argument, NULL, O_CHUNK },
-		{ "ceph-conf", required_argument, NULL, O_CONF },
-		{ "id", required_argument, NULL, O_ID },
-		{ "keyring", required_argument, NULL, O_KEYRING },
-		{ "timeout", required_argument, NULL, O_TIMEOUT },
+		SFS_RADOS_LONGOPTS,
 		{ "json", no_argument, NULL, O_JSON },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	char msg[256];
 	uint64_t v;
 	char *end;
-	int c;
+	int c, r;
 
 	while ((c = getopt_long(argc, argv, "j:qh", lopts, NULL)) != -1) {
 		switch (c) {
@@ -754,20 +751,6 @@ static void parse_args(struct pub *p, int argc, char **argv)
 				die_usage("-j: '%s' is not a number from 1 to 1024", optarg);
 			p->jobs = (int)v;
 			break;
-		case O_CONF:
-			p->conf = optarg;
-			break;
-		case O_ID:
-			p->client_id = optarg;
-			break;
-		case O_KEYRING:
-			p->keyring = optarg;
-			break;
-		case O_TIMEOUT:
-			if (parse_duration_ms(optarg, &v) || v < 1000)
-				die_usage("--timeout: '%s' is not a duration of at least 1s", optarg);
-			p->timeout_ms = v;
-			break;
 		case O_JSON:
 			p->json = true;
 			break;
@@ -778,7 +761,11 @@ static void parse_args(struct pub *p, int argc, char **argv)
 			usage(stdout);
 			exit(0);
 		default:
-			die_usage("bad option");
+			r = sfs_rados_cli_opt(c, optarg, &p->ro, msg, sizeof(msg));
+			if (r < 0)
+				die_usage("%s", msg);
+			if (!r)
+				die_usage("bad option");
 		}
 	}
 	if (argc - optind != 2)
@@ -860,9 +847,8 @@ int main(int argc, char **argv)
 	struct pub p = {
 		.chunk_size = DEFAULT_CHUNK,
 		.jobs = DEFAULT_JOBS,
-		.timeout_ms = DEFAULT_TIMEOUT,
+		.ro.timeout_ms = DEFAULT_TIMEOUT,
 	};
-	struct sfs_rados_opts o;
 	char err[512], rel[PATH_MAX] = "";
 	struct sfs_attr a;
 	struct stat st;
@@ -899,11 +885,7 @@ int main(int argc, char **argv)
 		p.freelist[p.nfree++] = i;
 	}
 
-	o = (struct sfs_rados_opts){
-		.conf = p.conf, .client_id = p.client_id, .keyring = p.keyring,
-		.timeout_ms = p.timeout_ms,
-	};
-	if (sfs_rados_connect(&o, &p.cl, err, sizeof(err)) ||
+	if (sfs_rados_connect(&p.ro, &p.cl, err, sizeof(err)) ||
 	    sfs_rados_ioctx(p.cl, p.pool, p.nspace, &p.io, err, sizeof(err))) {
 		fprintf(stderr, "stagefs publish: error: %s\n", err);
 		goto out_shutdown;
