@@ -882,6 +882,30 @@ static int slots_grow(struct manifest_builder *b)
 	return 0;
 }
 
+/*
+ * Room for one more entry named @path: its hash slot in *@slot (free),
+ * and b->ents grown.  -EEXIST if the name is taken.
+ */
+static int entry_reserve(struct manifest_builder *b, const char *path,
+			 size_t len, size_t *slot)
+{
+	int rc;
+
+	if (b->n >= MF_MAX_ENTRIES)
+		return -EOVERFLOW;
+	if (b->n + 1 > b->nslots / 2) {
+		rc = slots_grow(b);
+		if (rc)
+			return rc;
+	}
+	*slot = slot_find(b, path, len);
+	if (b->slots[*slot])
+		return -EEXIST;
+	if (grow((void **)&b->ents, &b->cap, b->n + 1, sizeof(*b->ents)))
+		return -ENOMEM;
+	return 0;
+}
+
 /* Check a relative path; sets *name_at to the start of its last component. */
 static int path_check(const char *path, size_t len, uint32_t *name_at)
 {
@@ -952,20 +976,9 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 	    (long)attr->mtime.tv_nsec < 0 || attr->mtime.tv_nsec >= 1000000000L ||
 	    (long)attr->ctime.tv_nsec < 0 || attr->ctime.tv_nsec >= 1000000000L)
 		return -EINVAL;
-	if (b->n >= MF_MAX_ENTRIES)
-		return -EOVERFLOW;
-
-	if (b->n + 1 > b->nslots / 2) {
-		rc = slots_grow(b);
-		if (rc)
-			return rc;
-	}
-	slot = slot_find(b, path, len);
-	if (b->slots[slot])
-		return -EEXIST;
-
-	if (grow((void **)&b->ents, &b->cap, b->n + 1, sizeof(*b->ents)))
-		return -ENOMEM;
+	rc = entry_reserve(b, path, len, &slot);
+	if (rc)
+		return rc;
 	if (nchunks && grow((void **)&b->ids, &b->ids_cap, b->nids + nchunks,
 			    sizeof(*b->ids)))
 		return -ENOMEM;
@@ -1025,18 +1038,9 @@ int manifest_builder_link(struct manifest_builder *b, const char *path,
 		return rc;
 	if (len == 0 || tlen == 0 || (len == tlen && !memcmp(path, target, len)))
 		return -EINVAL;
-	if (b->n >= MF_MAX_ENTRIES)
-		return -EOVERFLOW;
-	if (b->n + 1 > b->nslots / 2) {
-		rc = slots_grow(b);
-		if (rc)
-			return rc;
-	}
-	slot = slot_find(b, path, len);
-	if (b->slots[slot])
-		return -EEXIST;
-	if (grow((void **)&b->ents, &b->cap, b->n + 1, sizeof(*b->ents)))
-		return -ENOMEM;
+	rc = entry_reserve(b, path, len, &slot);
+	if (rc)
+		return rc;
 	e = &b->ents[b->n];
 	memset(e, 0, sizeof(*e));
 	if (arena_put(b, path, len, &e->path_off) ||
