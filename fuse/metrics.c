@@ -167,32 +167,14 @@ out:
 /* Rewrite metrics_file through FILE.tmp and rename.  Returns 0 or -errno. */
 static int write_file(struct sfs *fs)
 {
-	const char *path = fs->cfg.metrics_file;
-	char tmp[PATH_MAX + 8], *body = NULL;
-	int fd, n, ret = 0;
+	char *body = NULL;
+	int n, ret;
 
 	n = sfs_metrics_text(fs, &body);
 	if (n < 0)
 		return n;
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-		free(body);
-		return -ENAMETOOLONG;
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		ret = -errno;
-		goto out_free;
-	}
-	/* the daemon's umask may be 077: node_exporter must read the file */
-	if (fchmod(fd, 0644) || pwrite_full(fd, body, (size_t)n, 0) != n)
-		ret = -EIO;
-	if (close(fd) && !ret)
-		ret = -errno;
-	if (!ret && rename(tmp, path))
-		ret = -errno;
-	if (ret)
-		unlink(tmp);
-out_free:
+	/* 0644 whatever the daemon's umask: node_exporter must read the file */
+	ret = write_file_atomic(fs->cfg.metrics_file, body, (size_t)n, 0644, false);
 	free(body);
 	return ret;
 }

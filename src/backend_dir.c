@@ -197,26 +197,15 @@ static void snapshot_path(const struct sfs_config *cfg, const char *root,
 static int snapshot_save(const struct sfs_config *cfg, const char *root,
 			 const void *buf, size_t len)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 8], dir[PATH_MAX];
-	int fd, ret = 0;
+	char path[PATH_MAX], dir[PATH_MAX];
+	int ret;
 
 	snprintf(dir, sizeof(dir), "%s/snapshots", cfg->cache_dir);
 	ret = mkdir_p(dir, 0700);
 	if (ret)
 		return ret;
 	snapshot_path(cfg, root, path, sizeof(path));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	if (pwrite_full(fd, buf, len, 0) != (ssize_t)len || fsync(fd) < 0)
-		ret = -EIO;
-	close(fd);
-	if (!ret && rename(tmp, path) < 0)
-		ret = -errno;
-	if (ret)
-		unlink(tmp);
-	return ret;
+	return write_file_atomic(path, buf, len, 0600, true);
 }
 
 static int snapshot_load(const struct sfs_config *cfg, const char *root,

@@ -1724,23 +1724,10 @@ void cache_get_stats(struct cache *c, struct cache_stats *st)
 /* Write LAYOUT as @dir's layout, atomically (aside, fsynced, renamed over). */
 static int write_layout(const char *dir)
 {
-	char path[PATH_MAX], tmp[PATH_MAX];
-	size_t len = strlen(CACHE_LAYOUT);
-	int fd, ret = 0;
+	char path[PATH_MAX];
 
 	snprintf(path, sizeof(path), "%s/LAYOUT", dir);
-	snprintf(tmp, sizeof(tmp), "%s/LAYOUT.tmp", dir);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	if (write(fd, CACHE_LAYOUT, len) != (ssize_t)len || fsync(fd) < 0)
-		ret = errno ? -errno : -EIO;
-	close(fd);
-	if (!ret && rename(tmp, path) < 0)
-		ret = -errno;
-	if (ret)
-		unlink(tmp);
-	return ret;
+	return write_file_atomic(path, CACHE_LAYOUT, strlen(CACHE_LAYOUT), 0600, true);
 }
 
 /*

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -231,6 +232,32 @@ ssize_t pwrite_full(int fd, const void *buf, size_t len, off_t off)
 		done += (size_t)n;
 	}
 	return (ssize_t)done;
+}
+
+int write_file_atomic(const char *path, const void *buf, size_t len,
+		      mode_t mode, bool durable)
+{
+	char tmp[PATH_MAX];
+	int fd, ret = 0;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -errno;
+	if (fchmod(fd, mode) < 0)
+		ret = -errno;
+	else if (pwrite_full(fd, buf, len, 0) != (ssize_t)len)
+		ret = -EIO;
+	else if (durable && fsync(fd) < 0)
+		ret = -errno;
+	if (close(fd) < 0 && !ret)
+		ret = -errno;
+	if (!ret && rename(tmp, path) < 0)
+		ret = -errno;
+	if (ret)
+		unlink(tmp);
+	return ret;
 }
 
 int mkdir_p(const char *path, mode_t mode)

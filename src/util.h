@@ -59,6 +59,15 @@ uint64_t wall_s(void);		/* CLOCK_REALTIME seconds */
 ssize_t pread_full(int fd, void *buf, size_t len, off_t off);
 ssize_t pwrite_full(int fd, const void *buf, size_t len, off_t off);
 
+/*
+ * Replace @path with @len bytes of @buf, all or nothing: written to
+ * "@path.tmp" (mode @mode, whatever the umask), fsync'ed if @durable, then
+ * renamed over @path.  On failure the temporary file is removed and @path
+ * is as it was.  Returns 0 or -errno.
+ */
+int write_file_atomic(const char *path, const void *buf, size_t len,
+		      mode_t mode, bool durable);
+
 /* mkdir -p with @mode for each created component.  Returns 0 or -errno. */
 int mkdir_p(const char *path, mode_t mode);
 

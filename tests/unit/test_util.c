@@ -478,6 +478,35 @@ static void test_mkdir_p_existing_file(void **state)
 		fail_msg("mkdir_p(existing regular file) = %d, expected -EEXIST or -ENOTDIR", r);
 }
 
+static void test_write_file_atomic(void **state)
+{
+	const char *dir = *state;
+	char path[PATH_MAX], tmp[PATH_MAX + 8], buf[16] = { 0 };
+	struct stat st;
+	mode_t um;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/f", dir);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	/* the mode holds whatever the umask */
+	um = umask(077);
+	assert_int_equal(write_file_atomic(path, "first", 5, 0644, true), 0);
+	umask(um);
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 0777, 0644);
+	/* replaced whole, no temporary left */
+	assert_int_equal(write_file_atomic(path, "2nd", 3, 0600, false), 0);
+	fd = open(path, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pread_full(fd, buf, sizeof(buf), 0), 3);
+	close(fd);
+	assert_memory_equal(buf, "2nd", 3);
+	assert_int_equal(access(tmp, F_OK), -1);
+	/* a failure leaves nothing behind */
+	snprintf(path, sizeof(path), "%s/no/such/dir/f", dir);
+	assert_int_equal(write_file_atomic(path, "x", 1, 0600, true), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -495,6 +524,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pread_pwrite, setup_tmp, teardown_tmp),
 		cmocka_unit_test_setup_teardown(test_mkdir_p, setup_tmp, teardown_tmp),
 		cmocka_unit_test_setup_teardown(test_mkdir_p_existing_file, setup_tmp, teardown_tmp),
+		cmocka_unit_test_setup_teardown(test_write_file_atomic, setup_tmp, teardown_tmp),
 	};
 
 	printf("test_util: size/duration/bool parsing, ids and hashes, full pread/pwrite, mkdir_p\n");
