@@ -574,7 +574,7 @@ bench_smallhot() {
 
 # rados_size LABEL BYTES N TARGET
 rados_size() {
-	local label=$1 size=$2 n=$3 target=$4 d=$WORK/rados-$1 r a b t rs=() as=() bs=() ts=() shm=/dev/shm/stagefs-bench.$$
+	local label=$1 size=$2 n=$3 target=$4 d=$WORK/rados-$1 r a b t cdir got rs=() as=() bs=() ts=() shm=/dev/shm/stagefs-bench.$$
 	mkdir -p "$d/src"
 	log "rados $label: writing and publishing $n files of $label"
 	gen_files "$d/src" "$n" "$size" 64 || return 1
@@ -586,23 +586,21 @@ rados_size() {
 		osd_restart || { skipped "$label: OSD restart failed"; return 0; }
 		drop_caches
 		a=$(rados_bench_bw 600 seq -t "$T" --run-name "rb-$label") || { skipped "$label: rados bench seq failed"; return 0; }
-		rm -rf "$d/cache"
-		osd_restart || { skipped "$label: OSD restart failed"; return 0; }
-		drop_caches
-		sfs_mount "rados://$POOL/bench-$label" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" ||
-			{ skipped "$label: mount failed"; return 0; }
-		b=$(rb bytes_per_s files -t "$T" -s "$r" "$d/mnt.list") || { failed "$label: $(rb_why)"; sfs_umount "$d/mnt"; return 0; }
-		sfs_umount "$d/mnt"
-		# the same with the cache on tmpfs: the OSD and the cache share
-		# this machine's one disk, a node's NVMe is not the OSDs' disk
-		rm -rf "$d/cache" "$shm"
-		osd_restart || { skipped "$label: OSD restart failed"; return 0; }
-		drop_caches
-		sfs_mount "rados://$POOL/bench-$label" "$d/mnt" "cache_dir=$shm,ceph_conf=$CEPH_CONF" ||
-			{ skipped "$label: mount failed"; return 0; }
-		t=$(rb bytes_per_s files -t "$T" -s "$r" "$d/mnt.list") || { failed "$label: $(rb_why)"; sfs_umount "$d/mnt"; rm -rf "$shm"; return 0; }
-		sfs_umount "$d/mnt"
-		rm -rf "$shm"
+		# once with the cache on disk, once on tmpfs: the OSD and the cache
+		# share this machine's one disk, a node's NVMe is not the OSDs' disk
+		got=()
+		for cdir in "$d/cache" "$shm"; do
+			rm -rf "$cdir"
+			osd_restart || { skipped "$label: OSD restart failed"; return 0; }
+			drop_caches
+			sfs_mount "rados://$POOL/bench-$label" "$d/mnt" "cache_dir=$cdir,ceph_conf=$CEPH_CONF" ||
+				{ skipped "$label: mount failed"; return 0; }
+			got+=("$(rb bytes_per_s files -t "$T" -s "$r" "$d/mnt.list")") ||
+				{ failed "$label: $(rb_why)"; sfs_umount "$d/mnt"; rm -rf "$shm"; return 0; }
+			sfs_umount "$d/mnt"
+			rm -rf "$cdir"
+		done
+		b=${got[0]} t=${got[1]}
 		row5 "round $r, $label" "$(mbs "$a")" "$(mbs "$b")" "$(mbs "$t")" "$(ratio "$b" "$a")"
 		as+=("$a") bs+=("$b") ts+=("$t") rs+=("$(ratio "$b" "$a")")
 	done
