@@ -199,9 +199,7 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		*(uint64_t *)p = u;
 		return 0;
 	case OPT_UINT:
-		errno = 0;
-		u = strtoull(value, &end, 10);
-		if (errno || end == value || *end || value[0] == '-')
+		if (parse_uint(value, &u))
 			return errf(err, len, "%s: '%s' is not a whole number",
 				    o->name, value);
 		if (check_range(o, (double)u, err, len))

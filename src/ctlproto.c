@@ -120,15 +120,10 @@ const char *ctl_get(const struct ctl_msg *m, const char *key)
 int ctl_get_u64(const struct ctl_msg *m, const char *key, uint64_t *out)
 {
 	const char *v = ctl_get(m, key);
-	char *end;
 
 	if (!v)
 		return -ENOENT;
-	errno = 0;
-	*out = strtoull(v, &end, 10);
-	if (errno || end == v || *end || *v == '-')
-		return -EINVAL;
-	return 0;
+	return parse_uint(v, out);
 }
 
 void ctl_conn_init(struct ctl_conn *c, int fd)

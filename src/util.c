@@ -143,6 +143,24 @@ int parse_duration_ms(const char *s, uint64_t *out)
 	return 0;
 }
 
+int parse_uint(const char *s, uint64_t *out)
+{
+	const char *p = s;
+	char *end;
+	uint64_t v;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p == '-')
+		return -EINVAL;	/* strtoull would wrap it */
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
 int parse_bool(const char *s, bool *out)
 {
 	static const char *const yes[] = { "1", "yes", "true", "on" };

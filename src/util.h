@@ -45,6 +45,11 @@ uint64_t sfs_hash64(const void *buf, size_t len);
 int parse_size(const char *s, uint64_t *out);
 /* Parse "30", "30s", "500ms", "2m", "1h" into milliseconds. */
 int parse_duration_ms(const char *s, uint64_t *out);
+/*
+ * Parse a whole decimal number: no sign, nothing after it, no overflow.
+ * Returns 0 or -EINVAL.  Ranges are the caller's.
+ */
+int parse_uint(const char *s, uint64_t *out);
 /* Parse "yes/no/true/false/on/off/1/0". */
 int parse_bool(const char *s, bool *out);
 /* Format @bytes as "1.50 GiB" into @buf. Returns @buf. */

@@ -696,15 +696,12 @@ static void parse_args(struct gc *g, int argc, char **argv)
 	};
 	char msg[256];
 	uint64_t v;
-	char *end;
 	int c, r;
 
 	while ((c = getopt_long(argc, argv, "nj:vqh", lopts, NULL)) != -1) {
 		switch (c) {
 		case O_KEEP:
-			errno = 0;
-			v = strtoull(optarg, &end, 10);
-			if (errno || *end || end == optarg || optarg[0] == '-' || v < 1)
+			if (parse_uint(optarg, &v) || v < 1)
 				die_usage("--keep: '%s' is not a number from 1 (the latest version is always kept)",
 					  optarg);
 			g->keep = v;
@@ -723,9 +720,7 @@ static void parse_args(struct gc *g, int argc, char **argv)
 			g->dry_run = true;
 			break;
 		case 'j':
-			errno = 0;
-			v = strtoull(optarg, &end, 10);
-			if (errno || *end || end == optarg || v < 1 || v > 1024)
+			if (parse_uint(optarg, &v) || v < 1 || v > 1024)
 				die_usage("-j: '%s' is not a number from 1 to 1024", optarg);
 			g->jobs = (int)v;
 			break;

@@ -733,7 +733,6 @@ static void parse_args(struct pub *p, int argc, char **argv)
 	};
 	char msg[256];
 	uint64_t v;
-	char *end;
 	int c, r;
 
 	while ((c = getopt_long(argc, argv, "j:qh", lopts, NULL)) != -1) {
@@ -745,9 +744,7 @@ static void parse_args(struct pub *p, int argc, char **argv)
 			p->chunk_size = (uint32_t)v;
 			break;
 		case 'j':
-			errno = 0;
-			v = strtoull(optarg, &end, 10);
-			if (errno || *end || end == optarg || v < 1 || v > 1024)
+			if (parse_uint(optarg, &v) || v < 1 || v > 1024)
 				die_usage("-j: '%s' is not a number from 1 to 1024", optarg);
 			p->jobs = (int)v;
 			break;

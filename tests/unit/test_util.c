@@ -478,6 +478,25 @@ static void test_mkdir_p_existing_file(void **state)
 		fail_msg("mkdir_p(existing regular file) = %d, expected -EEXIST or -ENOTDIR", r);
 }
 
+static void test_parse_uint(void **state)
+{
+	static const char *const bad[] = {
+		"", "-1", " -1", "1x", "0x10", "1.5", "18446744073709551616",
+	};
+	uint64_t v;
+
+	(void)state;
+	assert_int_equal(parse_uint("0", &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(parse_uint("42", &v), 0);
+	assert_int_equal(v, 42);
+	assert_int_equal(parse_uint("18446744073709551615", &v), 0);
+	assert_true(v == UINT64_MAX);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		if (parse_uint(bad[i], &v) != -EINVAL)
+			fail_msg("parse_uint(\"%s\") accepted", bad[i]);
+}
+
 static void test_write_file_atomic(void **state)
 {
 	const char *dir = *state;
@@ -515,6 +534,7 @@ int main(void)
 		cmocka_unit_test(test_parse_size_nan_and_overflow),
 		cmocka_unit_test(test_parse_duration),
 		cmocka_unit_test(test_parse_duration_nan_and_overflow),
+		cmocka_unit_test(test_parse_uint),
 		cmocka_unit_test(test_parse_bool),
 		cmocka_unit_test(test_fmt_size),
 		cmocka_unit_test(test_id_round_trip),
