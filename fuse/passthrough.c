@@ -26,7 +26,9 @@
  * open registers anew.  It is closed at the inode's FORGET, when the check
  * fails, or when more than PT_IDLE_MAX are idle (least recently used
  * first).  The kernel keeps its own reference for every open file, so
- * closing an idle id never affects a reader.
+ * closing an idle id never affects a reader.  An idle id does keep the
+ * cache file's inode alive: eviction truncates a cache file before
+ * unlinking it, so that its blocks are freed all the same.
  */
 #include "passthrough.h"
 

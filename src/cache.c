@@ -766,9 +766,16 @@ static void evict_chunk(struct cache *c, struct cchunk *ch)
 	char path[PATH_MAX];
 
 	if (cf->present == 1 && !cf->fd_users) {
-		/* last chunk: remove the whole cache file */
+		/*
+		 * Last chunk: remove the whole cache file.  Truncated first: an
+		 * idle passthrough backing id may still hold the inode, and its
+		 * blocks must be freed now, not when that id is closed.  (No one
+		 * reads through it: a passthrough open pins the file.)
+		 */
 		fd_close_locked(c, cf);
 		cfile_path(c, &cf->id, path, sizeof(path));
+		if (truncate(path, 0) < 0 && errno != ENOENT)
+			log_warn("cache: truncating %s failed: %s", path, strerror(errno));
 		unlink(path);
 		cf->ctime_valid = false;
 		chunk_drop(c, ch, false);
