@@ -155,7 +155,13 @@ struct cache {
 
 	struct cache_waiter *waiters;	/* protected by lock: async waits */
 	_Atomic bool direct_ok;		/* O_DIRECT not refused yet */
+
+	/* protected by lock: what the filesystem allows us (effective_limit) */
+	uint64_t fs_cap;		/* used + free - reserve, at fs_cap_ns */
+	uint64_t fs_cap_ns;		/* 0: never sampled */
 };
+
+#define FS_CAP_MAX_AGE_NS	(100 * 1000000ull)	/* statvfs at most 10/s on the fast path */
 
 /* Copy @n bytes at @coff of a recently bypassed chunk; false if not held. */
 static bool bypass_get(struct cache *c, const struct cfile *cf, uint32_t idx,
@@ -692,20 +698,33 @@ out_close:
 
 /* ---- capacity ---- */
 
-static uint64_t effective_limit(struct cache *c)
+/*
+ * The most the cache may hold: cache_size, and what the filesystem has
+ * (our bytes + free - cache_free_ratio's reserve).  Our own writes and
+ * evictions move "used" and "free" by the same amount, so the sum holds
+ * between samples: with !@exact a sample up to 100 ms old is used, which
+ * keeps statvfs() off every fill; room taken by others since is what the
+ * ENOSPC bypass is for.  Callers ask @exact before evicting.  c->lock held.
+ */
+static uint64_t effective_limit(struct cache *c, bool exact)
 {
 	struct statvfs sv;
 	uint64_t limit = c->opts.size_limit ? c->opts.size_limit : UINT64_MAX;
+	uint64_t now = now_ns();
 
-	/* a filesystem that reports no size (ramfs) is bounded by cache_size alone */
-	if (statvfs(c->dir, &sv) == 0 && sv.f_blocks) {
-		uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
-		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-		uint64_t reserve = (uint64_t)((double)total * c->opts.free_ratio);
-		uint64_t fs_cap = c->st.used_bytes + (avail > reserve ? avail - reserve : 0);
+	if (exact || !c->fs_cap_ns || now - c->fs_cap_ns > FS_CAP_MAX_AGE_NS) {
+		c->fs_cap = UINT64_MAX;
+		/* a filesystem that reports no size (ramfs) is bounded by cache_size alone */
+		if (statvfs(c->dir, &sv) == 0 && sv.f_blocks) {
+			uint64_t total = (uint64_t)sv.f_blocks * sv.f_frsize;
+			uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+			uint64_t reserve = (uint64_t)((double)total * c->opts.free_ratio);
 
-		limit = MIN(limit, fs_cap);
+			c->fs_cap = c->st.used_bytes + (avail > reserve ? avail - reserve : 0);
+		}
+		c->fs_cap_ns = now;
 	}
+	limit = MIN(limit, c->fs_cap);
 	c->st.limit_bytes = limit;
 	return limit;
 }
@@ -845,12 +864,16 @@ static bool reserve_locked(struct cache *c, struct owner *o, uint64_t bytes,
 			if (nothrash || !evict_own(c, o))
 				return false;
 	}
-	limit = effective_limit(c);
-	while (c->st.used_bytes + bytes > limit) {
+	/* a recent sample where it fits; the filesystem asked again where not */
+	for (bool exact = false;; exact = true) {
+		limit = effective_limit(c, exact);
+		if (c->st.used_bytes + bytes <= limit)
+			break;
+		if (!exact)
+			continue;
+		/* evicting from the same filesystem also frees room there */
 		if (nothrash || !evict_one(c, o))
 			return false;
-		/* evicting from the same filesystem also frees room there */
-		limit = effective_limit(c);
 	}
 	account(c, o, (int64_t)bytes, 0);
 	return true;
@@ -873,12 +896,20 @@ static void cfile_forget_chunks(struct cache *c, struct cfile *cf)
 			chunk_drop(c, &cf->chunks[i], false);
 }
 
-static int cfile_open_fd(struct cache *c, struct cfile *cf, int *out)
+/*
+ * Open @cf's cache file, creating it (sized) if needed.  @had_chunks: the
+ * index held chunks of it when the caller looked; without any there is no
+ * vanished file to notice, so go straight to O_CREAT (a cold fill creates
+ * one file per small object: one path walk fewer each).
+ */
+static int cfile_open_fd(struct cache *c, struct cfile *cf, bool had_chunks, int *out)
 {
 	char path[PATH_MAX];
 	int fd;
 
 	cfile_path(c, &cf->id, path, sizeof(path));
+	if (!had_chunks)
+		goto create;
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd >= 0)
 		goto out;
@@ -903,6 +934,7 @@ static int cfile_open_fd(struct cache *c, struct cfile *cf, int *out)
 		cfile_forget_chunks(c, cf);
 	}
 	pthread_mutex_unlock(&c->lock);
+create:
 	for (int tries = 0; tries < 2; tries++) {
 		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd >= 0)
@@ -943,8 +975,10 @@ static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
 
 	pthread_mutex_lock(&c->lock);
 	if (cf->fd < 0) {
+		bool had_chunks = cf->present > 0;
+
 		pthread_mutex_unlock(&c->lock);
-		ret = cfile_open_fd(c, cf, &fd);
+		ret = cfile_open_fd(c, cf, had_chunks, &fd);
 		if (ret)
 			return ret;
 		pthread_mutex_lock(&c->lock);
@@ -1721,7 +1755,7 @@ int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n)
 void cache_get_stats(struct cache *c, struct cache_stats *st)
 {
 	pthread_mutex_lock(&c->lock);
-	effective_limit(c);
+	effective_limit(c, true);
 	*st = c->st;
 	pthread_mutex_unlock(&c->lock);
 }
@@ -1883,7 +1917,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 		goto out_unlock;
 	}
 	c->st.load_ms = (now_ns() - t0) / 1000000;
-	effective_limit(c);
+	effective_limit(c, true);
 	log_info("cache %s: %" PRIu64 " chunks in %" PRIu64 " files (%" PRIu64
 		 " bytes) loaded in %" PRIu64 " ms", c->dir, c->st.chunks,
 		 (uint64_t)c->nfiles, c->st.used_bytes, c->st.load_ms);
