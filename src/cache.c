@@ -383,26 +383,51 @@ static void fd_close_locked(struct cache *c, struct cfile *cf)
 		return;
 	close(cf->fd);
 	cf->fd = -1;
-	if (cf->dfd >= 0)
+	if (cf->dfd >= 0) {
 		close(cf->dfd);
+		c->nfds--;
+	}
 	cf->dfd = -1;
 	/* ctime_seen stays: an outside write while closed is still noticed */
 	fdlist_unlink(cf);
 	c->nfds--;
 }
 
-/* Close idle descriptors beyond the configured bound. */
-static void fd_trim_locked(struct cache *c)
+/* Close idle descriptors (O_DIRECT twins count) down to @keep, LRU first. */
+static void fd_trim_to_locked(struct cache *c, uint32_t keep)
 {
 	struct cfile *cf = c->fds.fd_prev;
 
-	while (c->nfds > c->opts.fd_cache && cf != &c->fds) {
+	while (c->nfds > keep && cf != &c->fds) {
 		struct cfile *prev = cf->fd_prev;
 
 		if (!cf->fd_users)
 			fd_close_locked(c, cf);
 		cf = prev;
 	}
+}
+
+/* Close idle descriptors beyond the configured bound. */
+static void fd_trim_locked(struct cache *c)
+{
+	fd_trim_to_locked(c, c->opts.fd_cache);
+}
+
+/*
+ * open(2) of a cache file failed with @err: out of descriptors (the
+ * process's or the system's) is answered by closing half of the idle ones,
+ * and the caller retries once.  True if it should.
+ */
+static bool fd_shed(struct cache *c, int err)
+{
+	if (err != EMFILE && err != ENFILE)
+		return false;
+	pthread_mutex_lock(&c->lock);
+	log_notice("cache: out of file descriptors (%s) with %u cache files open: "
+		   "closing half of them", strerror(err), c->nfds);
+	fd_trim_to_locked(c, c->nfds / 2);
+	pthread_mutex_unlock(&c->lock);
+	return true;
 }
 
 /* ---- the file table (c->lock held) ---- */
@@ -914,6 +939,8 @@ static int cfile_open_fd(struct cache *c, struct cfile *cf, bool had_chunks, int
 	if (!had_chunks)
 		goto create;
 	fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && fd_shed(c, errno))
+		fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd >= 0)
 		goto out;
 	if (errno != ENOENT)
@@ -939,11 +966,16 @@ static int cfile_open_fd(struct cache *c, struct cfile *cf, bool had_chunks, int
 	pthread_mutex_unlock(&c->lock);
 create:
 	for (int tries = 0; tries < 2; tries++) {
+		int e;
+
 		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		if (fd >= 0)
 			break;
-		if (errno != ENOENT)
-			return -errno;
+		e = errno;
+		if (!tries && fd_shed(c, e))
+			continue;
+		if (e != ENOENT)
+			return -e;
 		/* the cache directory (or its fan-out dir) was removed: rebuild */
 		char dir[PATH_MAX];
 
@@ -1046,7 +1078,12 @@ static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
 static void fd_release(struct cache *c, struct cfile *cf)
 {
 	pthread_mutex_lock(&c->lock);
-	cf->fd_users--;
+	if (!--cf->fd_users && cf->dfd >= 0) {
+		/* the O_DIRECT twin serves fills and checks only: one descriptor a file when idle */
+		close(cf->dfd);
+		cf->dfd = -1;
+		c->nfds--;
+	}
 	fd_trim_locked(c);
 	pthread_mutex_unlock(&c->lock);
 }
@@ -1225,6 +1262,8 @@ int cache_fill_direct_fd(struct cache *c, struct cache_fill *f)
 		dfd = cf->dfd;
 	} else {
 		cf->dfd = dfd;	/* our fd use keeps cf->fd, and so this, open */
+		c->nfds++;
+		fd_trim_locked(c);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return dfd;

@@ -47,8 +47,8 @@ static const struct opt opts[] = {
 	  "cache fill unit for dir:// sources (power of two)" },
 	{ "cache_sync", OPT_BOOL, O(cache_sync), "no", 0, 0,
 	  "fdatasync chunk data before recording it in the index; no: after a power cut, chunks whose bytes were lost fail their first-read check and are refetched" },
-	{ "fd_cache", OPT_UINT, O(fd_cache), "1024", 16, 16384,
-	  "cache-file descriptors kept open (bounded: never one per inode)" },
+	{ "fd_cache", OPT_UINT, O(fd_cache), "0", 0, 1048576,
+	  "cache-file descriptors kept open (bounded: never one per inode); 0 = from RLIMIT_NOFILE (raised to its hard limit at start): all but an eighth + 1024, at most 65536" },
 	{ "threads", OPT_UINT, O(threads), "0", 0, 256,
 	  "most FUSE worker threads; 0 = from the CPUs this process may run on (4 each, 16 to 64)" },
 	{ "entry_timeout", OPT_DURATION, O(entry_timeout_ms), "1h", 0, 0,
@@ -353,6 +353,8 @@ int config_validate(const struct sfs_config *cfg, char *err, size_t errlen)
 		return errf(err, errlen, "chunk_size must be a power of two");
 	if (!cfg->cache_dir[0] || cfg->cache_dir[0] != '/')
 		return errf(err, errlen, "cache_dir must be an absolute path");
+	if (cfg->fd_cache && cfg->fd_cache < 16)
+		return errf(err, errlen, "fd_cache must be 0 (auto) or at least 16");
 	if (cfg->passthrough == CFG_ON && cfg->no_open == CFG_ON)
 		return errf(err, errlen, "passthrough=on and no_open=on exclude each other "
 			    "(passthrough is set up at OPEN)");

@@ -33,7 +33,7 @@ struct sfs_config {
 	double cache_free_ratio;	/* share of the cache filesystem kept free */
 	uint64_t chunk_size;		/* bytes, power of two */
 	bool cache_sync;		/* fdatasync chunk data before recording it */
-	uint32_t fd_cache;		/* cache-file descriptors kept open */
+	uint32_t fd_cache;		/* cache-file descriptors kept open; 0 = auto */
 	/* fuse */
 	uint32_t threads;		/* max FUSE worker threads; 0 = from nproc */
 	uint64_t entry_timeout_ms;

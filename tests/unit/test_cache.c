@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -728,6 +729,38 @@ static void test_corrupt_while_open(void **state)
 	assert_int_equal(atomic_load(&s.fetches), NCH + 1);
 	check_disk(path, 1, 0, FSIZE);
 	cache_file_put(c, cf);
+	cache_destroy(c);
+}
+
+/*
+ * Out of descriptors: with fd_cache far above RLIMIT_NOFILE, opening a
+ * cache file fails with EMFILE; the cache closes half of its idle
+ * descriptors and retries, so every read still succeeds, right bytes.
+ */
+static void test_fd_exhaustion(void **state)
+{
+	struct tctx *t = *state;
+	struct cache *c = open_cache(t->cdir, 0, 100000);
+	struct rlimit old, low;
+	enum { NF = 200 };
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint32_t i = 0; i < NF; i++) {
+			struct cfile *cf = get_file(c, 100 + i, 2 * CS, CS);
+			struct fsrc s;
+
+			fsrc_init(&s, 100 + i, CS);
+			read_whole(c, cf, &s, 2 * CS, CS / 3);
+			assert_int_equal(atomic_load(&s.fetches), pass ? 0 : 2);
+			cache_file_put(c, cf);
+		}
+	}
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(stats(c).chunks, 2 * NF);
 	cache_destroy(c);
 }
 
@@ -1891,6 +1924,7 @@ int main(void)
 		T(test_truncate_while_open),
 		T(test_delete_while_open),
 		T(test_corrupt_while_open),
+		T(test_fd_exhaustion),
 		T(test_corrupt_after_fd_closed),
 		T(test_crash_and_torn_journal),
 		T(test_journal_compaction),

@@ -86,7 +86,7 @@ static void assert_defaults(const struct sfs_config *c)
 	assert_true(c->cache_free_ratio > 0.0999 && c->cache_free_ratio < 0.1001);
 	assert_int_equal(c->chunk_size, 4 * MiB);
 	assert_false(c->cache_sync);	/* the first-read check catches lost writes */
-	assert_int_equal(c->fd_cache, 1024);
+	assert_int_equal(c->fd_cache, 0);	/* from RLIMIT_NOFILE at start */
 	assert_int_equal(c->threads, 0);	/* from the CPU count at start */
 	assert_int_equal(c->entry_timeout_ms, 3600000);
 	assert_int_equal(c->attr_timeout_ms, 3600000);
@@ -230,12 +230,13 @@ static void test_set_uint(void **state)
 	set_bad(&cfg, "threads", "18446744073709551616");	/* 2^64 */
 	assert_int_equal(cfg.threads, 256);
 
-	/* fd_cache: [16, 16384] */
+	/* fd_cache: [0, 1048576]; 1..15 are refused by config_validate */
+	set_ok(&cfg, "fd_cache", "0");
 	set_ok(&cfg, "fd_cache", "16");
-	set_ok(&cfg, "fd_cache", "16384");
-	assert_int_equal(cfg.fd_cache, 16384);
-	set_bad(&cfg, "fd_cache", "15");
-	set_bad(&cfg, "fd_cache", "16385");
+	set_ok(&cfg, "fd_cache", "1048576");
+	assert_int_equal(cfg.fd_cache, 1048576);
+	set_bad(&cfg, "fd_cache", "1048577");
+	set_bad(&cfg, "fd_cache", "-1");
 
 	/* read_ahead_kb: [0, 65536] */
 	set_ok(&cfg, "read_ahead_kb", "0");
@@ -421,6 +422,12 @@ static void test_validate(void **state)
 	assert_non_null(strstr(err, "cache_dir"));
 	set_ok(&cfg, "cache_dir", "");
 	assert_int_equal(config_validate(&cfg, err, sizeof(err)), -1);
+	set_ok(&cfg, "cache_dir", "/var/cache/stagefs");
+	set_ok(&cfg, "fd_cache", "15");
+	assert_int_equal(config_validate(&cfg, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "fd_cache"));
+	set_ok(&cfg, "fd_cache", "0");
+	assert_int_equal(config_validate(&cfg, err, sizeof(err)), 0);
 	config_release(&cfg);
 }
 
@@ -460,7 +467,7 @@ static void test_load_good(void **state)
 	assert_int_equal(cfg.log_level, LOG_DEBUG);
 	assert_string_equal(cfg.client_id, "reader");
 	/* untouched settings keep their defaults */
-	assert_int_equal(cfg.fd_cache, 1024);
+	assert_int_equal(cfg.fd_cache, 0);
 	assert_string_equal(cfg.runtime_dir, "/run/stagefs");
 
 	/* -o overrides applied after the file win */
