@@ -79,14 +79,18 @@ check_users 1
 assert_eq "$(stat_get "$mnt" open_requests)" 0 "OPEN requests that reached the daemon"
 
 log "hot pass: the page cache answers, no READ reaches the daemon"
-# the kernel's async readahead of the cold pass may still be arriving:
-# take the count once it has settled
-reads=$(stat_get "$mnt" read_requests)
-for _ in $(seq 50); do
+# the kernel's async readahead of the cold pass may still be arriving
+# (background requests queue in the kernel): take the count once it has
+# not moved for a whole second
+reads=$(stat_get "$mnt" read_requests) same=0
+for _ in $(seq 100); do
 	sleep 0.2
 	r=$(stat_get "$mnt" read_requests)
-	[[ $r == "$reads" ]] && break
-	reads=$r
+	if [[ $r == "$reads" ]]; then
+		((++same < 5)) || break
+	else
+		reads=$r same=0
+	fi
 done
 read_as $A "$mnt"/a/f*
 assert_eq "$(stat_get "$mnt" read_requests)" "$reads" "read_requests across a hot re-read"
