@@ -103,7 +103,11 @@ ALL="warm smallfiles passthrough smallhot rados publish index warmup hints gpu"
 
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" >&2; }
 hdr() { printf '\n== %s: %s\n' "$1" "$2"; }
-row() { printf '  %-34s %14s %14s %8s\n' "$@"; }
+row() {	# row LABEL A B RATIO [NOTE]
+	printf '  %-34s %14s %14s %8s' "${1-}" "${2-}" "${3-}" "${4-}"
+	[ -z "${5-}" ] || printf '  %s' "$5"
+	printf '\n'
+}
 row5() { printf '  %-34s %14s %14s %14s %8s\n' "$@"; }
 
 SUMMARY=()			# "name|measured|baseline|ratio|target|verdict"
@@ -313,20 +317,27 @@ list_files() { (cd "$1" && find . -type f | LC_ALL=C sort | sed "s|^\\.|$2|") >"
 
 # cache_paths CACHE_DIR IN OUT: the cache file behind each path of IN (same
 # order), from the user.stagefs.content xattr; fails unless every one is
-# fully cached.
+# fully cached within 30 s (a reader served from the fill buffers can
+# finish before the last cache writes have).
 cache_paths() {
 	"$PY" - "$1" "$2" "$3" <<'PY'
-import os, sys
+import os, sys, time
 cache, lin, lout = sys.argv[1:4]
-bad = 0
-with open(lin) as fi, open(lout, "w") as fo:
-    for line in fi:
-        p = line.rstrip("\n")
+paths = [line.rstrip("\n") for line in open(lin)]
+with open(lout, "w") as fo:
+    for p in paths:
         h = os.getxattr(p, "user.stagefs.content").decode()
-        present, total = os.getxattr(p, "user.stagefs.cached").decode().split("/")
-        if present != total:
-            bad += 1
         fo.write("%s/data/%s/%s\n" % (cache, h[:2], h))
+def uncached():
+    n = 0
+    for p in paths:
+        present, total = os.getxattr(p, "user.stagefs.cached").decode().split("/")
+        n += present != total
+    return n
+end = time.time() + 30
+while uncached() and time.time() < end:
+    time.sleep(0.2)
+bad = uncached()
 if bad:
     sys.exit("%d files are not fully cached" % bad)
 PY
@@ -484,7 +495,7 @@ small_prepare() {
 # S_RATIO.  With "hot" the page cache is not dropped: both sides are read
 # once first and stay in memory.
 measure_small() {
-	local d=$WORK/small r a b rs=() as=() bs=() hot=${3:-}
+	local d=$WORK/small r a b q l rs=() as=() bs=() hot=${3:-}
 	drop_caches
 	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache${1:+,$1}" || { echo "mount failed" >"$WORK/log/rb.err"; return 1; }
 	# the first read after start verifies the chunks: not timed
@@ -497,8 +508,12 @@ measure_small() {
 		[ -n "$hot" ] || drop_caches
 		a=$(rb files_per_s files -t "$2" -s "$r" "$d/cache.list") || { sfs_umount "$d/mnt"; return 1; }
 		[ -n "$hot" ] || drop_caches
+		q=$(stat_get "$d/mnt" read_requests) l=$(stat_get "$d/mnt" lookup_readaheads)
 		b=$(rb files_per_s files -t "$2" -s "$r" "$d/mnt.list") || { sfs_umount "$d/mnt"; return 1; }
-		row "round $r, $2 readers${1:+ ($1)}${hot:+, hot}" "$(fps "$a")" "$(fps "$b")" "$(ratio "$b" "$a")"
+		# what reached the daemon, per file: READs and LOOKUP readaheads
+		q=$(awk -v a="$q" -v b="$(stat_get "$d/mnt" read_requests)" -v n="$SMALL_N" 'BEGIN { printf "%.2f", (b - a) / n }')
+		l=$(awk -v a="$l" -v b="$(stat_get "$d/mnt" lookup_readaheads)" -v n="$SMALL_N" 'BEGIN { printf "%.2f", (b - a) / n }')
+		row "round $r, $2 readers${1:+ ($1)}${hot:+, hot}" "$(fps "$a")" "$(fps "$b")" "$(ratio "$b" "$a")" "READ/f $q, LOOKUP-ra/f $l"
 		as+=("$a") bs+=("$b") rs+=("$(ratio "$b" "$a")")
 	done
 	sfs_umount "$d/mnt"
