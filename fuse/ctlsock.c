@@ -152,7 +152,10 @@ static int send_fail(struct ctl_client *cl, const char *path, int err)
 	char esc[PATH_MAX * 3 + 1], msg[256];
 
 	ctl_escape(path, esc, sizeof(esc));
-	ctl_escape(strerror(err), msg, sizeof(msg));
+	/* ENOSPC from a fill is the cache's room, not (only) the disk's */
+	ctl_escape(err == ENOSPC ? "no room in the cache (its cache_size, cache_free_ratio "
+		   "or the user's quota: see limit_bytes and users in .stagefs/stats, and the "
+		   "daemon's log)" : strerror(err), msg, sizeof(msg));
 	return ctl_sendf(cl->fd, "FAIL path=%s code=%s msg=%s\n", esc, ctl_errname(err), msg);
 }
 

@@ -162,7 +162,11 @@ struct cache {
 	/* protected by lock: what the filesystem allows us (effective_limit) */
 	uint64_t fs_cap;		/* used + free - reserve, at fs_cap_ns */
 	uint64_t fs_cap_ns;		/* 0: never sampled */
+	bool fs_cramped;		/* fs_cap below FS_CRAMPED: said so */
 };
+
+/* Below this the filesystem leaves the cache no useful room: warn once. */
+#define FS_CRAMPED	(256ull << 20)
 
 #define FS_CAP_MAX_AGE_NS	(100 * 1000000ull)	/* statvfs at most 10/s on the fast path */
 
@@ -727,6 +731,34 @@ out_close:
 /* ---- capacity ---- */
 
 /*
+ * Others' data on the cache filesystem leaves the cache (almost) no room
+ * under cache_free_ratio: fills bypass the cache and warmups fail with
+ * ENOSPC.  Say why once, and once more when room comes back (hysteresis:
+ * below 256 MiB, above 512 MiB).  c->lock held.
+ */
+static void note_cramped(struct cache *c, uint64_t avail, uint64_t reserve)
+{
+	char a[32], r[32], u[32];
+
+	/* a cache_size below it is the operator's choice, not a shortage */
+	bool short_of_own = !c->opts.size_limit || c->fs_cap < c->opts.size_limit;
+
+	if (!c->fs_cramped && c->fs_cap < FS_CRAMPED && short_of_own) {
+		c->fs_cramped = true;
+		log_warn("cache %s: room for only %s: the filesystem has %s free and "
+			 "cache_free_ratio=%.2f keeps %s of it free; what does not fit is read "
+			 "past the cache and not staged by warmups (free space on it, or "
+			 "lower cache_free_ratio)",
+			 c->dir, fmt_size(c->fs_cap, u, sizeof(u)), fmt_size(avail, a, sizeof(a)),
+			 c->opts.free_ratio, fmt_size(reserve, r, sizeof(r)));
+	} else if (c->fs_cramped && c->fs_cap > 2 * FS_CRAMPED) {
+		c->fs_cramped = false;
+		log_notice("cache %s: room again (%s free on the filesystem)", c->dir,
+			   fmt_size(avail, a, sizeof(a)));
+	}
+}
+
+/*
  * The most the cache may hold: cache_size, and what the filesystem has
  * (our bytes + free - cache_free_ratio's reserve).  Our own writes and
  * evictions move "used" and "free" by the same amount, so the sum holds
@@ -749,6 +781,7 @@ static uint64_t effective_limit(struct cache *c, bool exact)
 			uint64_t reserve = (uint64_t)((double)total * c->opts.free_ratio);
 
 			c->fs_cap = c->st.used_bytes + (avail > reserve ? avail - reserve : 0);
+			note_cramped(c, avail, reserve);
 		}
 		c->fs_cap_ns = now;
 	}
