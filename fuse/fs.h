@@ -111,14 +111,16 @@ int sfs_fh_create_noopen(struct sfs *fs, uint64_t ino, struct sfs_fh **out);
 void sfs_fh_destroy(struct sfs *fs, struct sfs_fh *fh);
 
 /*
- * The dataset owning FUSE inode @ino (not virtual, not the multi root) and
- * the backend's inode number for it; NULL if there is none.
+ * The dataset owning FUSE inode @ino and the backend's inode number for it;
+ * NULL if there is none (a virtual inode, the multi root, no such dataset).
  */
 static inline struct sfs_dataset *sfs_ds(struct sfs *fs, uint64_t ino,
 					 uint64_t *bino)
 {
 	uint64_t k;
 
+	if (ino >= SFS_VIRT_BASE)
+		return NULL;
 	if (!fs->multi) {
 		*bino = ino;
 		return atomic_load(&fs->nds) ? fs->ds[0] : NULL;

@@ -274,8 +274,7 @@ static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 	struct cfile *cf;
 	uint64_t bino;
 
-	if (!S_ISREG(a->mode) || !a->size || a->size > fs->cfg.lookup_readahead_max ||
-	    a->ino >= SFS_VIRT_BASE || sfs_is_multi_root(fs, a->ino))
+	if (!S_ISREG(a->mode) || !a->size || a->size > fs->cfg.lookup_readahead_max)
 		return;
 	ds = sfs_ds(fs, a->ino, &bino);
 	if (!ds || cache_file_get(fs->cache, &a->content, a->size,
@@ -346,13 +345,12 @@ static void sfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 static void sfs_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	struct sfs *fs = fs_of(req);
-	struct sfs_dataset *ds = NULL;
+	struct sfs_dataset *ds;
 	char buf[PATH_MAX + 1];
 	uint64_t bino;
 	int n;
 
-	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
-		ds = sfs_ds(fs, ino, &bino);
+	ds = sfs_ds(fs, ino, &bino);
 	if (!ds) {
 		fuse_reply_err(req, EINVAL);
 		return;
@@ -600,13 +598,12 @@ void sfs_fh_destroy(struct sfs *fs, struct sfs_fh *fh)
 
 int sfs_fh_create_noopen(struct sfs *fs, uint64_t ino, struct sfs_fh **out)
 {
-	struct sfs_dataset *ds = NULL;
+	struct sfs_dataset *ds;
 	struct sfs_fh *fh;
 	uint64_t bino;
 	int ret;
 
-	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
-		ds = sfs_ds(fs, ino, &bino);
+	ds = sfs_ds(fs, ino, &bino);
 	if (!ds)
 		return -ENOENT;
 	ret = fh_create(fs, ds, bino, &fh);
@@ -650,10 +647,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	uint64_t bino;
-	struct sfs_dataset *ds = NULL;
+	struct sfs_dataset *ds = sfs_ds(fs, ino, &bino);
 
-	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
-		ds = sfs_ds(fs, ino, &bino);
 	if (!ds) {
 		fuse_reply_err(req, EISDIR);
 		return;
@@ -1080,13 +1075,12 @@ static const char *const xattr_names[] = {
 static int xattr_value(struct sfs *fs, fuse_ino_t ino, const char *name,
 		       char *buf, size_t len)
 {
-	struct sfs_dataset *ds = NULL;
+	struct sfs_dataset *ds;
 	struct sfs_attr a;
 	uint64_t bino;
 	int ret;
 
-	if (ino < SFS_VIRT_BASE && !sfs_is_multi_root(fs, ino))
-		ds = sfs_ds(fs, ino, &bino);
+	ds = sfs_ds(fs, ino, &bino);
 	if (!ds)
 		return -ENODATA;
 	ret = ds->be->ops->getattr(ds->be, bino, &a);
