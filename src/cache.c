@@ -957,6 +957,16 @@ static void cfile_forget_chunks(struct cache *c, struct cfile *cf)
 			chunk_drop(c, &cf->chunks[i], false);
 }
 
+/* open(2) an existing cache file; out of descriptors, shed some and retry once */
+static int cfile_reopen(struct cache *c, const char *path)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0 && fd_shed(c, errno))
+		fd = open(path, O_RDWR | O_CLOEXEC);
+	return fd;
+}
+
 /*
  * Open @cf's cache file, creating it (sized) if needed.  @had_chunks: the
  * index held chunks of it when the caller looked; without any there is no
@@ -971,9 +981,7 @@ static int cfile_open_fd(struct cache *c, struct cfile *cf, bool had_chunks, int
 	cfile_path(c, &cf->id, path, sizeof(path));
 	if (!had_chunks)
 		goto create;
-	fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0 && fd_shed(c, errno))
-		fd = open(path, O_RDWR | O_CLOEXEC);
+	fd = cfile_reopen(c, path);
 	if (fd >= 0)
 		goto out;
 	if (errno != ENOENT)
@@ -985,7 +993,7 @@ static int cfile_open_fd(struct cache *c, struct cfile *cf, bool had_chunks, int
 		 * and filled chunks through its descriptor since.  Open it again.
 		 */
 		pthread_mutex_unlock(&c->lock);
-		fd = open(path, O_RDWR | O_CLOEXEC);
+		fd = cfile_reopen(c, path);
 		if (fd >= 0)
 			goto out;
 		if (errno != ENOENT)
