@@ -335,9 +335,11 @@ def uncached():
         n += present != total
     return n
 end = time.time() + 30
-while uncached() and time.time() < end:
+while True:
+    bad = uncached()
+    if not bad or time.time() >= end:
+        break
     time.sleep(0.2)
-bad = uncached()
 if bad:
     sys.exit("%d files are not fully cached" % bad)
 PY
