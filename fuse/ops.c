@@ -27,6 +27,7 @@
 #include "fs.h"
 
 #include "log.h"
+#include "lra.h"
 #include "noopen.h"
 #include "passthrough.h"
 #include "stats.h"
@@ -263,10 +264,12 @@ static int check_access(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
 }
 
 /*
- * After the LOOKUP reply of a small regular file: start reading its cache
- * file into the page cache (if whole and verified), since an OPEN and a
- * READ, or passthrough reads, usually follow at once.  The disk read then
- * overlaps those round trips instead of following them.
+ * At the LOOKUP of a small regular file: have its cache file read into the
+ * page cache (if whole and verified), since an OPEN and a READ, or
+ * passthrough reads, usually follow at once.  The disk read then overlaps
+ * those round trips instead of following them.  Queued before the reply so
+ * that the I/O starts early, and done by the lra thread so that the reader
+ * does not wait for its CPU time (fuse/lra.h).
  */
 static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 {
@@ -274,15 +277,14 @@ static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 	struct cfile *cf;
 	uint64_t bino;
 
-	if (!S_ISREG(a->mode) || !a->size || a->size > fs->cfg.lookup_readahead_max)
+	if (!fs->lra || !S_ISREG(a->mode) || !a->size ||
+	    a->size > fs->cfg.lookup_readahead_max)
 		return;
 	ds = sfs_ds(fs, a->ino, &bino);
 	if (!ds || cache_file_get(fs->cache, &a->content, a->size,
 				  ds->be->chunk_size, &cf))
 		return;
-	if (!cache_file_prefetch(fs->cache, cf))
-		atomic_fetch_add(&fs->ctr.lookup_readaheads, 1);
-	cache_file_put(fs->cache, cf);
+	lra_push(fs->lra, cf);
 }
 
 static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -307,8 +309,8 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	fill_entry(fs, &a, &e);
-	fuse_reply_entry(req, &e);
 	lookup_readahead(fs, &a);
+	fuse_reply_entry(req, &e);
 }
 
 static void sfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
