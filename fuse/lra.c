@@ -84,10 +84,11 @@ bool lra_push(struct lra *l, struct cfile *cf)
 	if (l->n < LRA_DEPTH && !l->stop) {
 		l->q[(l->head + l->n++) % LRA_DEPTH] = cf;
 		queued = true;
-		pthread_cond_signal(&l->cond);
 	}
 	pthread_mutex_unlock(&l->lock);
-	if (!queued)
+	if (queued)	/* after the unlock: woken, it would block on the mutex */
+		pthread_cond_signal(&l->cond);
+	else
 		cache_file_put(l->cache, cf);
 	return queued;
 }
