@@ -64,7 +64,6 @@ struct sfs_counters {
 
 struct passthrough;
 struct noopen;
-struct lra;
 struct sfs_fh;
 
 /* One mounted dataset: immutable once published in fs->ds. */
@@ -91,7 +90,6 @@ struct sfs {
 	struct fuse_session *se;
 	struct passthrough *pt;		/* fuse/passthrough.h */
 	struct noopen *no;		/* fuse/noopen.h */
-	struct lra *lra;		/* LOOKUP readahead (fuse/lra.h); NULL when off */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct sfs_ctlsock *ctl;	/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* feed-rate counters (src/stats.h) */

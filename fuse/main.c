@@ -16,7 +16,6 @@
 #include "ctlsock.h"
 
 #include "log.h"
-#include "lra.h"
 #include "metrics.h"
 #include "noopen.h"
 #include "passthrough.h"
@@ -554,9 +553,6 @@ int main(int argc, char **argv)
 
 	if (passthrough_create(&fs, &fs.pt) || noopen_create(&fs, &fs.no))
 		fail("out of memory");
-	if (fs.cfg.lookup_readahead_max &&
-	    (ret = lra_create(fs.cache, &fs.ctr.lookup_readaheads, &fs.lra)))
-		fail("cannot start the LOOKUP readahead thread: %s", strerror(-ret));
 	fs.se = fuse_session_new(&args, &sfs_ops, sizeof(sfs_ops), &fs);
 	if (!fs.se)
 		fail("cannot create the FUSE session (bad mount option?)");
@@ -623,7 +619,6 @@ int main(int argc, char **argv)
 	fuse_session_destroy(fs.se);
 	passthrough_destroy(fs.pt);
 	noopen_destroy(fs.no);
-	lra_destroy(fs.lra);
 	sfs_metrics_stop(&fs);
 	sfs_ctlsock_stop(&fs);
 	sfs_prefetch_stop(&fs);

@@ -27,7 +27,6 @@
 #include "fs.h"
 
 #include "log.h"
-#include "lra.h"
 #include "noopen.h"
 #include "passthrough.h"
 #include "stats.h"
@@ -264,12 +263,12 @@ static int check_access(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
 }
 
 /*
- * At the LOOKUP of a small regular file: have its cache file read into the
- * page cache (if whole and verified), since an OPEN and a READ, or
+ * At the LOOKUP of a small regular file: start reading its cache file into
+ * the page cache (if whole and verified), since an OPEN and a READ, or
  * passthrough reads, usually follow at once.  The disk read then overlaps
- * those round trips instead of following them.  Queued before the reply so
- * that the I/O starts early, and done by the lra thread so that the reader
- * does not wait for its CPU time (fuse/lra.h).
+ * those round trips instead of following them.  Done before the reply, so
+ * that the I/O starts as early as it can: the reader would wait for it
+ * anyway (docs/passthrough.md, "Small files with a cold page cache").
  */
 static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 {
@@ -277,14 +276,15 @@ static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 	struct cfile *cf;
 	uint64_t bino;
 
-	if (!fs->lra || !S_ISREG(a->mode) || !a->size ||
-	    a->size > fs->cfg.lookup_readahead_max)
+	if (!S_ISREG(a->mode) || !a->size || a->size > fs->cfg.lookup_readahead_max)
 		return;
 	ds = sfs_ds(fs, a->ino, &bino);
 	if (!ds || cache_file_get(fs->cache, &a->content, a->size,
 				  ds->be->chunk_size, &cf))
 		return;
-	lra_push(fs->lra, cf);
+	if (!cache_file_prefetch(fs->cache, cf))
+		atomic_fetch_add(&fs->ctr.lookup_readaheads, 1);
+	cache_file_put(fs->cache, cf);
 }
 
 static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
