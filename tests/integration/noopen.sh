@@ -79,6 +79,33 @@ check_users 1
 assert_eq "$(stat_get "$mnt" open_requests)" 0 "OPEN requests that reached the daemon"
 
 log "hot pass: the page cache answers, no READ reaches the daemon"
+# Proactive reclaim can drop single pages of a file between the passes:
+# this VM runs a DAMON kdamond that pages out page cache it finds cold, and
+# a hot re-read then sent a few 4 KiB READs (1 run in ~8).  So a root
+# helper first maps and mlock()s alice's files, reading back (as root) any
+# page already gone, and holds them while she reads again.
+cat >"$T/pin.py" <<'PY'
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+PROT_READ, MAP_SHARED = 1, 1
+for path in sys.argv[2:]:
+    size = os.path.getsize(path)
+    if not size:
+        continue
+    fd = os.open(path, os.O_RDONLY)
+    addr = libc.mmap(None, size, PROT_READ, MAP_SHARED, fd, 0)
+    if addr in (None, ctypes.c_void_p(-1).value) or libc.mlock(addr, size):
+        sys.exit("pin %s: %s" % (path, os.strerror(ctypes.get_errno())))
+    os.close(fd)
+open(sys.argv[1], "w").close()
+time.sleep(600)
+PY
+"$PYTHON" "$T/pin.py" "$T/pinned" "$mnt"/a/f* &
+pin=$!
+wait_for test -e "$T/pinned" || die "could not pin alice's files in the page cache"
 # the kernel's async readahead of the cold pass may still be arriving
 # (background requests queue in the kernel): take the count once it has
 # not moved for a whole second
@@ -95,6 +122,8 @@ done
 read_as $A "$mnt"/a/f*
 assert_eq "$(stat_get "$mnt" read_requests)" "$reads" "read_requests across a hot re-read"
 check_users 1
+kill "$pin"
+wait "$pin" 2>/dev/null || true	# killed: 143
 
 log "after drop_caches: each file read counts again"
 drop_caches
