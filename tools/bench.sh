@@ -154,6 +154,23 @@ rb() {
 }
 rb_why() { cat "$WORK/log/rb.err" 2>/dev/null; }
 
+# machine_notes: what else on this machine moves the figures, one line each
+# (proactive reclaim of the page cache; the guest's idle polling)
+machine_notes() {
+	local k st act
+	for k in /sys/kernel/mm/damon/admin/kdamonds/[0-9]*; do
+		[ -r "$k/state" ] || continue
+		st=$(cat "$k/state" 2>/dev/null)
+		act=$(cat "$k"/contexts/0/schemes/*/action 2>/dev/null | sort -u | tr '\n' ' ')
+		[ "$st" = on ] && printf '  note: DAMON kdamond %s is on (actions: %s): it may page out cached pages mid-run\n' \
+			"${k##*/}" "${act% }"
+	done
+	[ -r /sys/module/haltpoll/parameters/guest_halt_poll_ns ] &&
+		printf '  note: guest_halt_poll_ns=%s (0: an idle vCPU halts at once; cross-CPU wake-ups cost more)\n' \
+			"$(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns)"
+	return 0
+}
+
 drop_caches() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
@@ -1029,6 +1046,7 @@ main() {
 	printf 'stagefs bench  %s  %s  %s vCPU  %s GiB RAM  rounds=%s\n' "$(date -u +%FT%TZ)" \
 		"$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null)" "$(nproc)" \
 		"$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$ROUNDS"
+	machine_notes
 	for b in "${todo[@]}"; do
 		CUR=$b
 		MOUNT_CEPH_ARGS=
