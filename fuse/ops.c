@@ -235,12 +235,12 @@ static void do_forget(struct sfs *fs, fuse_ino_t ino, uint64_t nlookup)
 	struct sfs_dataset *ds;
 	uint64_t bino;
 
-	if (ino >= SFS_VIRT_BASE || sfs_is_multi_root(fs, ino))
+	ds = sfs_ds(fs, ino, &bino);
+	if (!ds)
 		return;
 	noopen_forget(fs->no, ino);
 	passthrough_forget(fs->pt, ino);
-	ds = sfs_ds(fs, ino, &bino);
-	if (ds && ds->be->ops->forget)
+	if (ds->be->ops->forget)
 		ds->be->ops->forget(ds->be, bino, nlookup);
 }
 
