@@ -381,17 +381,23 @@ static void fdlist_push(struct cache *c, struct cfile *cf)
 	c->fds.fd_next = cf;
 }
 
+/* Close @cf's O_DIRECT twin, if open (it counts in nfds). */
+static void dfd_close_locked(struct cache *c, struct cfile *cf)
+{
+	if (cf->dfd < 0)
+		return;
+	close(cf->dfd);
+	cf->dfd = -1;
+	c->nfds--;
+}
+
 static void fd_close_locked(struct cache *c, struct cfile *cf)
 {
 	if (cf->fd < 0)
 		return;
 	close(cf->fd);
 	cf->fd = -1;
-	if (cf->dfd >= 0) {
-		close(cf->dfd);
-		c->nfds--;
-	}
-	cf->dfd = -1;
+	dfd_close_locked(c, cf);
 	/* ctime_seen stays: an outside write while closed is still noticed */
 	fdlist_unlink(cf);
 	c->nfds--;
@@ -1119,12 +1125,9 @@ static int fd_acquire(struct cache *c, struct cfile *cf, int *out)
 static void fd_release(struct cache *c, struct cfile *cf)
 {
 	pthread_mutex_lock(&c->lock);
-	if (!--cf->fd_users && cf->dfd >= 0) {
-		/* the O_DIRECT twin serves fills and checks only: one descriptor a file when idle */
-		close(cf->dfd);
-		cf->dfd = -1;
-		c->nfds--;
-	}
+	/* the O_DIRECT twin serves fills and checks only: one descriptor a file when idle */
+	if (!--cf->fd_users)
+		dfd_close_locked(c, cf);
 	fd_trim_locked(c);
 	pthread_mutex_unlock(&c->lock);
 }
