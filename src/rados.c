@@ -209,6 +209,17 @@ int sfs_rados_aio_reap(rados_completion_t c)
 	return r;
 }
 
+void sfs_rados_write_immutable(rados_write_op_t op, const void *buf,
+			       size_t len)
+{
+	rados_write_op_set_alloc_hint2(op, len, len,
+				       LIBRADOS_ALLOC_HINT_FLAG_SEQUENTIAL_WRITE |
+				       LIBRADOS_ALLOC_HINT_FLAG_SEQUENTIAL_READ |
+				       LIBRADOS_ALLOC_HINT_FLAG_APPEND_ONLY |
+				       LIBRADOS_ALLOC_HINT_FLAG_IMMUTABLE);
+	rados_write_op_write_full(op, buf, len);
+}
+
 void sfs_rados_chunk_oid(const struct sfs_id *id, char *out)
 {
 	char hex[SFS_ID_HEX_LEN + 1];
@@ -479,7 +490,7 @@ static int create_excl(rados_ioctx_t io, const char *oid, const void *buf,
 	if (!op)
 		return -ENOMEM;
 	rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
-	rados_write_op_write_full(op, buf, len);
+	sfs_rados_write_immutable(op, buf, len);
 	rc = rados_write_op_operate(op, io, oid, NULL, 0);
 	rados_release_write_op(op);
 	return rc;
@@ -490,6 +501,7 @@ static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
 		       const char *buf, size_t len, char *err, size_t errlen)
 {
 	rados_completion_t c[IO_INFLIGHT];
+	rados_write_op_t op[IO_INFLIGHT];
 	char oid[SFS_RADOS_OID_MAX];
 	size_t nparts = DIV_ROUND_UP(len, SFS_RADOS_PART_SIZE), next = 0, done = 0;
 	int rc = 0;
@@ -501,11 +513,19 @@ static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
 			int r;
 
 			sfs_rados_part_oid(name, version, next, oid);
+			op[k] = rados_create_write_op();
+			if (!op[k]) {
+				rc = -ENOMEM;
+				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(ENOMEM));
+				break;
+			}
+			sfs_rados_write_immutable(op[k], buf + off,
+						  MIN((size_t)SFS_RADOS_PART_SIZE, len - off));
 			rados_aio_create_completion2(NULL, NULL, &c[k]);
-			r = rados_aio_write_full(io, oid, c[k], buf + off,
-						 MIN((size_t)SFS_RADOS_PART_SIZE, len - off));
+			r = rados_aio_write_op_operate(op[k], io, c[k], oid, NULL, 0);
 			if (r < 0) {
 				rados_aio_release(c[k]);
+				rados_release_write_op(op[k]);
 				rc = r;
 				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-r));
 				break;
@@ -519,6 +539,7 @@ static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
 			int r;
 
 			r = sfs_rados_aio_reap(c[k]);
+			rados_release_write_op(op[k]);
 			if (!rc && r < 0) {
 				rc = r;
 				sfs_rados_part_oid(name, version, done, oid);

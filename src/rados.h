@@ -120,13 +120,23 @@ int sfs_rados_ioctx(rados_t cl, const char *pool, const char *nspace,
 /* True if @name is a valid dataset name. */
 bool sfs_rados_name_ok(const char *name);
 
-/* Object names.  @out must hold SFS_RADOS_OID_MAX bytes. */
 /*
  * Wait for aio completion @c (and its callback), release it, and return its
  * result: the op's byte count or -errno.
  */
 int sfs_rados_aio_reap(rados_completion_t c);
 
+/*
+ * Add to @op a write_full of @len bytes at @buf, hinted as the objects
+ * stagefs writes are: written once, then only ever read whole and in order
+ * (the hint `rados bench write` gives its objects).  BlueStore then keeps
+ * one checksum per blob rather than per 4 KiB, which makes the whole-object
+ * reads of a cold cache cheaper for the OSD (docs/publish.md).
+ */
+void sfs_rados_write_immutable(rados_write_op_t op, const void *buf,
+			       size_t len);
+
+/* Object names.  @out must hold SFS_RADOS_OID_MAX bytes. */
 void sfs_rados_chunk_oid(const struct sfs_id *id, char *out);
 void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out);
 void sfs_rados_dataset_oid(const char *name, char *out);

@@ -62,7 +62,7 @@ struct slot {
 	struct pub *p;
 	enum slot_state state;
 	rados_completion_t c;
-	rados_write_op_t op;	/* SLOT_FRESHEN */
+	rados_write_op_t op;	/* SLOT_FRESHEN, SLOT_WRITE */
 	char *buf;
 	size_t len;
 	char oid[SFS_RADOS_OID_MAX];
@@ -213,11 +213,20 @@ static int slot_start_write(struct pub *p, struct slot *s)
 {
 	int rc;
 
+	s->op = rados_create_write_op();
+	if (!s->op) {
+		fail(p, "out of memory");
+		slot_free(p, s);
+		return -ENOMEM;
+	}
+	sfs_rados_write_immutable(s->op, s->buf, s->len);
 	rados_aio_create_completion2(s, slot_complete_cb, &s->c);
 	s->state = SLOT_WRITE;
-	rc = rados_aio_write_full(p->io, s->oid, s->c, s->buf, s->len);
+	rc = rados_aio_write_op_operate(s->op, p->io, s->c, s->oid, NULL, 0);
 	if (rc < 0) {
 		rados_aio_release(s->c);
+		rados_release_write_op(s->op);
+		s->op = NULL;
 		fail(p, "cannot write %s: %s", s->oid, strerror(-rc));
 		slot_free(p, s);
 	}
