@@ -777,7 +777,7 @@ bench_index() {
 # warmup: stagefs warmup vs rados bench seq and cp -r of a cold mount
 
 bench_warmup() {
-	local d=$WORK/warmup r a b c t w t0 ms bytes src mopts base wargs shm=/dev/shm/stagefs-bench.$$
+	local d=$WORK/warmup r a b c t w t0 ms bytes sbytes=0 src mopts base wargs shm=/dev/shm/stagefs-bench.$$
 	local rs=() cs=() bs=() as=() ts=() ws=()
 	hdr warmup "stagefs warmup -t $T of a cold mount vs rados bench seq -t $T and cp -r"
 	[ -x "$(dirname "$STAGEFS")/stagefs-warmup" ] || { skipped "stagefs-warmup is not built yet"; return; }
@@ -788,7 +788,11 @@ bench_warmup() {
 	if need_rados; then
 		publish_set "$d/src" bench-warmup 4M || { skipped "stagefs publish failed"; return; }
 		src=rados://$POOL/bench-warmup mopts="ceph_conf=$CEPH_CONF" base="rados bench"
-		rados_bench_bw 600 write -b 4M -t "$T" --max-objects $((bytes >> 22)) --no-cleanup --run-name wb >/dev/null ||
+		# The baseline reads objects of the same sizes: one run of
+		# 4 MiB objects and one of 110 KiB ones.
+		sbytes=$(du -sb --apparent-size "$d/src/small" | cut -f1)
+		rados_bench_bw 600 write -b 4M -t "$T" --max-objects $(((bytes - sbytes) >> 22)) --no-cleanup --run-name wb >/dev/null &&
+			rados_bench_bw 600 write -b $((110 << 10)) -t "$T" --max-objects 2000 --no-cleanup --run-name wbs >/dev/null ||
 			{ skipped "rados bench write failed"; return; }
 	else
 		printf '  note: %s; warming a dir:// source instead, baseline = reading the source\n' "$RADOS_WHY"
@@ -802,7 +806,12 @@ bench_warmup() {
 	}
 	baseline() {
 		if [ "$base" = "rados bench" ]; then
-			rados_bench_bw 600 seq -t "$T" --run-name wb
+			local big small
+			big=$(rados_bench_bw 600 seq -t "$T" --run-name wb) &&
+				small=$(rados_bench_bw 600 seq -t "$T" --run-name wbs) || return 1
+			# the bytes of both over the time both took
+			awk -v b="$((bytes - sbytes))" -v s="$sbytes" -v bb="$big" -v sb="$small" \
+				'BEGIN { printf "%.0f\n", (b + s) / (b / bb + s / sb) }'
 		else
 			rb bytes_per_s files -t "$T" -s 0 "$d/src.list"
 		fi
@@ -859,7 +868,10 @@ bench_warmup() {
 		as+=("$a") ws+=("$w") cs+=("$c") bs+=("$b") ts+=("$t") rs+=("$(ratio "$b" "$a")")
 	done
 	rm -rf "$d/cp" "$d/cache"
-	[ "$base" != "rados bench" ] || rados -p "$POOL" cleanup --run-name wb >/dev/null 2>&1
+	[ "$base" != "rados bench" ] || {
+		rados -p "$POOL" cleanup --run-name wb >/dev/null 2>&1
+		rados -p "$POOL" cleanup --run-name wbs >/dev/null 2>&1
+	}
 	a=$(median "${as[@]}") w=$(median "${ws[@]}") c=$(median "${cs[@]}") b=$(median "${bs[@]}") t=$(median "${ts[@]}")
 	row "median of $ROUNDS" "$(mbs "$a")" "$(mbs "$w")" "$(mbs "$c")"
 	row "" "$(mbs "$b")" "$(mbs "$t")" ""
