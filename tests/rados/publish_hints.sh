@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# stagefs publish tells the OSD that what it writes is immutable and read whole: the OSD's own record of the ops (`ceph daemon osd.0 dump_historic_ops`) shows a set-alloc-hint of the object's size in every writefull of a chunk and of the manifest, and none on the dataset pointer, which every publish rewrites.
+# needs: ceph
+# timeout: 120
+. "$(dirname "$0")/../lib.sh"
+need_stagefs
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+command -v ceph >/dev/null || skip "no ceph command"
+
+T=$TEST_TMPDIR
+POOL=${CEPH_POOL:-stagefs}
+NS=hints$$
+
+# 4 chunks (1 MiB chunks): 300,000 B, 1 MiB + 476,000 B, 5 B
+mkdir -p "$T/src"
+head -c 300000 /dev/urandom >"$T/src/a"
+head -c 1524576 /dev/urandom >"$T/src/b"
+echo tiny >"$T/src/c"
+"$STAGEFS" publish -q --ceph-conf "$CEPH_CONF" --chunk-size 1M "$T/src" "rados://$POOL/h?ns=$NS" >/dev/null ||
+	die "publish failed"
+# The OSD keeps its last osd_op_history_size (20) ops; this publish made 11.
+ceph --conf "$CEPH_CONF" daemon osd.0 dump_historic_ops >"$T/ops.json" || die "cannot read the OSD's op history"
+
+"$PYTHON" - "$T/ops.json" "$NS" <<'PY' || die "allocation hints: see above"
+import json, re, sys
+ops = json.load(open(sys.argv[1]))["ops"]
+ns = sys.argv[2]
+bad, seen = [], {"chunk": [], "manifest": [], "dataset": []}
+for o in ops:
+    d = o["description"]
+    m = re.search(r":%s::sfs\.(chunk|manifest|dataset)\.[^:]*:head \[([^\]]*)\]" % re.escape(ns), d)
+    if not m or "writefull" not in m.group(2):
+        continue
+    kind, parts = m.group(1), m.group(2).split(",")
+    full = [p for p in parts if p.startswith("writefull ")]
+    size = int(full[0].split("~")[1])
+    hint = [p for p in parts if p.startswith("set-alloc-hint")]
+    seen[kind].append(size)
+    if kind == "dataset":
+        if hint:
+            bad.append("the dataset pointer got a hint: " + d)
+    elif hint != ["set-alloc-hint object_size %d write_size %d" % (size, size)]:
+        bad.append("no hint of its size: " + d)
+print("writefull sizes seen:", seen)
+if sorted(seen["chunk"]) != [5, 300000, 476000, 1048576]:
+    bad.append("expected the writes of 4 chunks of 5, 300000, 476000 and 1048576 bytes")
+if len(seen["manifest"]) != 1 or len(seen["dataset"]) < 1:
+    bad.append("expected one manifest write and a dataset pointer write")
+for b in bad:
+    print("FAIL:", b)
+sys.exit(1 if bad else 0)
+PY
+echo "PASS: chunks and manifest hinted, pointer not"
