@@ -59,6 +59,9 @@
 #   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
 #   BENCH_OSD_SIZE   apparent size of the throwaway OSD (default 48G, sparse)
 #   BENCH_MOUNT_OPTS extra -o options for every stagefs mount (experiments)
+#   BENCH_DROP       what "page cache dropped" drops: 3 (default: pages, dentries
+#                    and inodes, so every file costs a LOOKUP too) or 1 (pages
+#                    only: a later epoch, whose dentries the kernel still holds)
 #   BENCH_KEEP=1     keep the scratch directory
 #   BENCH_QUICK=1    small sizes everywhere (a smoke run of the harness)
 
@@ -173,7 +176,7 @@ machine_notes() {
 
 drop_caches() {
 	sync
-	echo 3 >/proc/sys/vm/drop_caches
+	echo "${BENCH_DROP:-3}" >/proc/sys/vm/drop_caches
 }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
