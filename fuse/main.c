@@ -43,7 +43,23 @@ static const char *const subcommands[] = { "publish", "gc", "warmup", "top", "qu
 /* FUSE mount options passed through to the kernel/libfuse as they are. */
 static const char *const fuse_passthrough_opts[] = {
 	"allow_root", "auto_unmount", "fsname", "subtype", "noatime",
-	"nodev", "nosuid", "dev", "suid", "max_read", "blkdev",
+	"nodev", "nosuid", "max_read", "blkdev", "noexec", "exec",
+	"sync", "async", "dirsync",
+};
+
+/*
+ * What mount(8) and mount.fuse3 pass on from an /etc/fstab line that means
+ * nothing to stagefs, or nothing beyond what it always does: accepted and
+ * dropped (as are x-* and comment=).  A dataset mount is always read-only,
+ * nosuid and nodev, so "rw", "suid" and "dev" change nothing: mount.fuse3
+ * adds "dev,suid" to every line that does not say nodev/nosuid, and no
+ * set-user-ID bit or device node a publisher put into a dataset is honoured.
+ */
+static const char *const mount_ignored_opts[] = {
+	"rw", "ro", "suid", "dev", "defaults", "auto", "noauto", "user",
+	"nouser", "users", "owner", "group", "_netdev", "nofail", "atime",
+	"relatime", "norelatime", "strictatime", "nostrictatime", "diratime",
+	"nodiratime", "lazytime", "nolazytime", "iversion", "noiversion",
 };
 
 static void usage(FILE *f)
@@ -75,7 +91,12 @@ static void usage(FILE *f)
 	fprintf(f, "\nFUSE mount options passed through with -o:");
 	for (size_t i = 0; i < ARRAY_SIZE(fuse_passthrough_opts); i++)
 		fprintf(f, " %s", fuse_passthrough_opts[i]);
-	fprintf(f, "\n\nUnmount with `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.\n");
+	fprintf(f, "\nfstab options accepted and ignored (the mount is always ro,nosuid,nodev):");
+	for (size_t i = 0; i < ARRAY_SIZE(mount_ignored_opts); i++)
+		fprintf(f, " %s", mount_ignored_opts[i]);
+	fprintf(f, " x-* comment=*\n"
+		"/etc/fstab: SOURCE MOUNTPOINT fuse.stagefs OPTIONS 0 0 (mount.fuse3 runs `stagefs`)\n"
+		"\nUnmount with `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.\n");
 }
 
 static void exec_subcommand(const char *cmd, int argc, char **argv)
@@ -190,6 +211,16 @@ struct cli {
 	const char *mountpoint;
 };
 
+static bool is_ignored_mount_opt(const char *name)
+{
+	if (!strncmp(name, "x-", 2) || !strncmp(name, "comment=", 8))
+		return true;
+	for (size_t i = 0; i < ARRAY_SIZE(mount_ignored_opts); i++)
+		if (!strcmp(name, mount_ignored_opts[i]))
+			return true;
+	return false;
+}
+
 static bool is_fuse_opt(const char *name)
 {
 	size_t n = strcspn(name, "=");
@@ -219,6 +250,8 @@ static void add_o(struct cli *cli, char *arg)
 	char *save = NULL;
 
 	for (char *tok = strtok_r(arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (is_ignored_mount_opt(tok))
+			continue;
 		if (is_fuse_opt(tok)) {
 			append_fuse_opt(cli, tok);
 			continue;
@@ -243,7 +276,7 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 	};
 	int c;
 
-	while ((c = getopt_long(argc, argv, "+fdc:o:hVs", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "fdc:o:hVs", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
 			cli->foreground = true;
@@ -541,7 +574,7 @@ int main(int argc, char **argv)
 			fsname[i] = '_';	/* a comma would split the option */
 	if (fuse_opt_add_arg(&args, argv[0]) ||
 	    fuse_opt_add_arg(&args, "-o") ||
-	    fuse_opt_add_arg(&args, "ro,default_permissions,noatime") ||
+	    fuse_opt_add_arg(&args, "ro,nosuid,nodev,default_permissions,noatime") ||
 	    fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, fsname))
 		fail("out of memory");
 	if (fs.cfg.allow_other &&
@@ -591,6 +624,16 @@ int main(int argc, char **argv)
 		redirect_stdio(&fs.cfg);
 	}
 	daemonize_end(true, NULL);
+	{
+		/* systemd's Type=notify (conf/stagefs.service); MAINPID for a forked daemon */
+		char note[PATH_MAX + 64];
+
+		snprintf(note, sizeof(note), "READY=1\nMAINPID=%d\nSTATUS=mounted on %s",
+			 (int)getpid(), mnt);
+		ret = sfs_sd_notify(note);
+		if (ret)
+			log_warn("NOTIFY_SOCKET: cannot tell the service manager: %s", strerror(-ret));
+	}
 
 	lcfg = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_clone_fd(lcfg, 0);
@@ -614,6 +657,7 @@ int main(int argc, char **argv)
 	}
 
 	log_notice("unmounting %s", mnt);
+	sfs_sd_notify("STOPPING=1");
 	fuse_session_unmount(fs.se);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);

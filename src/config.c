@@ -72,7 +72,7 @@ static const struct opt opts[] = {
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,
 	  "let users other than the mounter read (access rules still apply)" },
 	{ "runtime_dir", OPT_STR, O(runtime_dir), "/run/stagefs", 0, 0,
-	  "directory for the control socket and pid file" },
+	  "directory for the control sockets" },
 	{ "ceph_conf", OPT_STR, O(ceph_conf), "", 0, 0,
 	  "ceph.conf for rados:// sources (default $CEPH_CONF, then /etc/ceph/ceph.conf)" },
 	{ "client_id", OPT_STR, O(client_id), "admin", 0, 0,

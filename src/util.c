@@ -8,11 +8,14 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -305,4 +308,28 @@ int mkdir_p(const char *path, mode_t mode)
 			return -ENOTDIR;
 	}
 	return 0;
+}
+
+int sfs_sd_notify(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t n = path ? strlen(path) : 0;
+	int fd, ret = 0;
+
+	if (!n)
+		return 0;
+	if ((path[0] != '/' && path[0] != '@') || n >= sizeof(sa.sun_path))
+		return -EINVAL;
+	memcpy(sa.sun_path, path, n);
+	if (path[0] == '@')
+		sa.sun_path[0] = '\0';
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa,
+		   (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) < 0)
+		ret = -errno;
+	close(fd);
+	return ret;
 }

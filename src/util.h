@@ -76,4 +76,12 @@ int write_file_atomic(const char *path, const void *buf, size_t len,
 /* mkdir -p with @mode for each created component.  Returns 0 or -errno. */
 int mkdir_p(const char *path, mode_t mode);
 
+/*
+ * Tell the service manager our state, e.g. "READY=1": the sd_notify(3)
+ * protocol, one datagram to the socket $NOTIFY_SOCKET names (a path, or
+ * '@' for the abstract namespace).  Without NOTIFY_SOCKET it does nothing
+ * and returns 0; else 0 or -errno.
+ */
+int sfs_sd_notify(const char *state);
+
 #endif
