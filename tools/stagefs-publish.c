@@ -209,28 +209,42 @@ static void slot_free(struct pub *p, struct slot *s)
 	p->freelist[p->nfree++] = (int)(s - p->slots);
 }
 
-static int slot_start_write(struct pub *p, struct slot *s)
+/* A new write op for @s; false (the slot freed, the publish failed) without memory. */
+static bool slot_new_op(struct pub *p, struct slot *s)
 {
-	int rc;
-
 	s->op = rados_create_write_op();
 	if (!s->op) {
 		fail(p, "out of memory");
 		slot_free(p, s);
-		return -ENOMEM;
+		return false;
 	}
-	sfs_rados_write_immutable(s->op, s->buf, s->len);
+	return true;
+}
+
+/* Start s->op on chunk s->oid as @state; if it cannot start, "cannot @what" fails the publish. */
+static void slot_operate(struct pub *p, struct slot *s, enum slot_state state,
+			 const char *what)
+{
+	int rc;
+
 	rados_aio_create_completion2(s, slot_complete_cb, &s->c);
-	s->state = SLOT_WRITE;
+	s->state = state;
 	rc = rados_aio_write_op_operate(s->op, p->io, s->c, s->oid, NULL, 0);
 	if (rc < 0) {
 		rados_aio_release(s->c);
 		rados_release_write_op(s->op);
 		s->op = NULL;
-		fail(p, "cannot write %s: %s", s->oid, strerror(-rc));
+		fail(p, "cannot %s %s: %s", what, s->oid, strerror(-rc));
 		slot_free(p, s);
 	}
-	return rc;
+}
+
+static void slot_start_write(struct pub *p, struct slot *s)
+{
+	if (!slot_new_op(p, s))
+		return;
+	sfs_rados_write_immutable(s->op, s->buf, s->len);
+	slot_operate(p, s, SLOT_WRITE, "write");
 }
 
 /*
@@ -243,27 +257,13 @@ static int slot_start_write(struct pub *p, struct slot *s)
 static void slot_start_freshen(struct pub *p, struct slot *s)
 {
 	char now[32];
-	int rc;
 
 	snprintf(now, sizeof(now), "%020" PRIu64, wall_s());
-	s->op = rados_create_write_op();
-	if (!s->op) {
-		fail(p, "out of memory");
-		slot_free(p, s);
+	if (!slot_new_op(p, s))
 		return;
-	}
 	rados_write_op_assert_exists(s->op);
 	rados_write_op_setxattr(s->op, SFS_RADOS_SEEN_XATTR, now, strlen(now));
-	rados_aio_create_completion2(s, slot_complete_cb, &s->c);
-	s->state = SLOT_FRESHEN;
-	rc = rados_aio_write_op_operate(s->op, p->io, s->c, s->oid, NULL, 0);
-	if (rc < 0) {
-		rados_aio_release(s->c);
-		rados_release_write_op(s->op);
-		s->op = NULL;
-		fail(p, "cannot update %s: %s", s->oid, strerror(-rc));
-		slot_free(p, s);
-	}
+	slot_operate(p, s, SLOT_FRESHEN, "update");
 }
 
 static void slot_start_stat(struct pub *p, struct slot *s)
