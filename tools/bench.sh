@@ -781,12 +781,13 @@ bench_index() {
 
 bench_warmup() {
 	local d=$WORK/warmup r a b c t w t0 ms bytes sbytes=0 src mopts base wargs shm=/dev/shm/stagefs-bench.$$
+	local small_n=2000 small_size=$((110 << 10))	# the dataset's small files, and the baseline's
 	local rs=() cs=() bs=() as=() ts=() ws=()
 	hdr warmup "stagefs warmup -t $T of a cold mount vs rados bench seq -t $T and cp -r"
 	[ -x "$(dirname "$STAGEFS")/stagefs-warmup" ] || { skipped "stagefs-warmup is not built yet"; return; }
 	mkdir -p "$d/src"
 	gen_files "$d/src" $((R4M_N / 2)) $((4 << 20)) 16 || { skipped "could not write the data"; return; }
-	gen_files "$d/src/small" 2000 $((110 << 10)) 20 || { skipped "could not write the data"; return; }
+	gen_files "$d/src/small" "$small_n" "$small_size" 20 || { skipped "could not write the data"; return; }
 	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
 	if need_rados; then
 		publish_set "$d/src" bench-warmup 4M || { skipped "stagefs publish failed"; return; }
@@ -795,7 +796,7 @@ bench_warmup() {
 		# 4 MiB objects and one of 110 KiB ones.
 		sbytes=$(du -sb --apparent-size "$d/src/small" | cut -f1)
 		rados_bench_bw 600 write -b 4M -t "$T" --max-objects $(((bytes - sbytes) >> 22)) --no-cleanup --run-name wb >/dev/null &&
-			rados_bench_bw 600 write -b $((110 << 10)) -t "$T" --max-objects 2000 --no-cleanup --run-name wbs >/dev/null ||
+			rados_bench_bw 600 write -b "$small_size" -t "$T" --max-objects "$small_n" --no-cleanup --run-name wbs >/dev/null ||
 			{ skipped "rados bench write failed"; return; }
 	else
 		printf '  note: %s; warming a dir:// source instead, baseline = reading the source\n' "$RADOS_WHY"
