@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "noopen.h"
 #include "passthrough.h"
+#include "uring.h"
 #include "prefetch/prefetch.h"
 
 #include <errno.h>
@@ -94,6 +95,8 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		"  \"passthrough_reused\": %" PRIu64 ",\n"
 		"  \"passthrough_idle_ids\": %u,\n"
 		"  \"lookup_readaheads\": %" PRIu64 ",\n"
+		"  \"fuse_uring_active\": %d,\n"
+		"  \"fuse_uring_requests\": %" PRIu64 ",\n"
 		"  \"cache_hits\": %" PRIu64 ",\n"
 		"  \"cache_misses\": %" PRIu64 ",\n"
 		"  \"corrupt_chunks\": %" PRIu64 ",\n"
@@ -116,6 +119,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 		passthrough_active(fs->pt), noopen_active(fs->no),
 		LD(passthrough_opens), LD(passthrough_bytes), LD(passthrough_reused),
 		passthrough_idle_ids(fs->pt), LD(lookup_readaheads),
+		uring_active(fs->ur), uring_requests(fs->ur),
 		cs.hits, cs.misses, cs.corrupt, cs.bypass, cs.evicted,
 		LD(backend_reads), LD(backend_bytes), LD(backend_errors),
 		LD(stall_ns) / 1000000,

@@ -64,6 +64,7 @@ struct sfs_counters {
 
 struct passthrough;
 struct noopen;
+struct sfs_uring;
 struct sfs_fh;
 
 /* One mounted dataset: immutable once published in fs->ds. */
@@ -90,6 +91,7 @@ struct sfs {
 	struct fuse_session *se;
 	struct passthrough *pt;		/* fuse/passthrough.h */
 	struct noopen *no;		/* fuse/noopen.h */
+	struct sfs_uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct sfs_ctlsock *ctl;	/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* feed-rate counters (src/stats.h) */

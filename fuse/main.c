@@ -20,6 +20,7 @@
 #include "noopen.h"
 #include "passthrough.h"
 #include "policy.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -586,6 +587,9 @@ int main(int argc, char **argv)
 
 	if (passthrough_create(&fs, &fs.pt) || noopen_create(&fs, &fs.no))
 		fail("out of memory");
+	/* before the mount: INIT, sent at mount, offers io_uring or not */
+	if (uring_create(&fs, &fs.ur, err, sizeof(err)))
+		fail("%s", err);
 	fs.se = fuse_session_new(&args, &sfs_ops, sizeof(sfs_ops), &fs);
 	if (!fs.se)
 		fail("cannot create the FUSE session (bad mount option?)");
@@ -602,9 +606,15 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
 	}
+	/*
+	 * The rings before the no-open probe: once INIT said io_uring, the
+	 * kernel holds every request until each queue has an entry.
+	 */
 	if (passthrough_handshake(fs.pt, fs.se, err, sizeof(err)) ||
+	    uring_start(fs.ur, fs.se, err, sizeof(err)) ||
 	    noopen_handshake(fs.no, fs.se, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
+		uring_destroy(fs.ur);
 		fail("%s", err);
 	}
 	set_read_ahead(&fs);
@@ -659,6 +669,7 @@ int main(int argc, char **argv)
 	log_notice("unmounting %s", mnt);
 	sfs_sd_notify("STOPPING=1");
 	fuse_session_unmount(fs.se);
+	uring_destroy(fs.ur);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
 	passthrough_destroy(fs.pt);

@@ -33,6 +33,7 @@
 #include "passthrough.h"
 
 #include "log.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -153,6 +154,7 @@ struct passthrough {
 	uint64_t kernel_flags;	/* INIT request flags | flags2 << 32 */
 	bool offered;		/* the kernel offers FUSE_PASSTHROUGH */
 	bool asked;		/* our INIT reply asks for it */
+	bool hooked;		/* the session's I/O goes through the hooks */
 	bool active;		/* the handshake enabled it: opens are tracked */
 	atomic_bool broken;	/* a registration failed: no more tries */
 
@@ -257,13 +259,9 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 	return n;
 }
 
-static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
+/* The replies the hooks change: OPENs that go passthrough, and INIT. */
+static void patch_reply(struct sfs *fs, struct iovec *iov)
 {
-	struct sfs *fs = userdata;
-	struct fuse_out_header *out = iov[0].iov_base;
-
-	if (count < 2 || out->unique != cur.unique || !out->unique || out->error)
-		return writev(fd, iov, count);
 	if (cur.opcode == FUSE_OPEN && cur.backing_id > 0 &&
 	    iov[1].iov_len == sizeof(struct pt_open_out)) {
 		struct pt_open_out *arg = iov[1].iov_base;
@@ -271,14 +269,35 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 		arg->open_flags |= FOPEN_PASSTHROUGH;
 		arg->backing_id = cur.backing_id;
 		cur.backing_id = 0;
-	} else if (cur.opcode == FUSE_INIT && fs->pt->asked &&
+	} else if (cur.opcode == FUSE_INIT &&
 		   iov[1].iov_len >= offsetof(struct pt_init_out, unused)) {
 		struct pt_init_out *arg = iov[1].iov_base;
+		uint32_t flags2;
 
-		arg->flags |= FUSE_INIT_EXT;
-		arg->flags2 |= (uint32_t)(FUSE_PASSTHROUGH >> 32);
-		arg->max_stack_depth = PT_MAX_STACK_DEPTH;
+		flags2 = uring_init_reply(fs->ur, fs->pt->kernel_flags, arg->max_write,
+					  (arg->flags & FUSE_MAX_PAGES) ? arg->max_pages : 0);
+		if (fs->pt->asked) {
+			flags2 |= (uint32_t)(FUSE_PASSTHROUGH >> 32);
+			arg->max_stack_depth = PT_MAX_STACK_DEPTH;
+		}
+		if (flags2) {
+			arg->flags |= FUSE_INIT_EXT;
+			arg->flags2 |= flags2;
+		}
 	}
+}
+
+static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	struct sfs *fs = userdata;
+	struct fuse_out_header *out = iov[0].iov_base;
+	ssize_t n;
+
+	if (count >= 2 && out->unique && out->unique == cur.unique && !out->error)
+		patch_reply(fs, iov);
+	/* the request came from a ring: the reply goes back there */
+	if (uring_reply(fs->ur, iov, count, &n))
+		return n;
 	return writev(fd, iov, count);
 }
 
@@ -304,9 +323,22 @@ static const struct fuse_custom_io pt_io = {
 };
 #endif /* !CONFIG_FUSE_PASSTHROUGH_API */
 
+void passthrough_note_request(uint64_t unique, uint32_t opcode)
+{
+#ifndef CONFIG_FUSE_PASSTHROUGH_API
+	cur.unique = unique;
+	cur.opcode = opcode;
+	cur.backing_id = 0;
+#else
+	(void)unique;
+	(void)opcode;
+#endif
+}
+
 int passthrough_attach(struct passthrough *pt, struct fuse_session *se)
 {
-	if (!pt || pt->mode == CFG_OFF)
+	/* FUSE over io_uring needs the hooks too (fuse/uring.h) */
+	if (!pt || (pt->mode == CFG_OFF && !pt->fs->ur))
 		return 0;
 	pt->fuse_fd = fuse_session_fd(se);
 #ifndef CONFIG_FUSE_PASSTHROUGH_API
@@ -316,6 +348,7 @@ int passthrough_attach(struct passthrough *pt, struct fuse_session *se)
 	 * fuse_session_mount() (option parsing, auto_unmount, unmount) and
 	 * the hooks go on its descriptor before the first request is read.
 	 */
+	pt->hooked = true;
 	return fuse_session_custom_io(se, &pt_io, pt->fuse_fd);
 #else
 	return 0;
@@ -420,11 +453,12 @@ int passthrough_handshake(struct passthrough *pt, struct fuse_session *se,
 	const char *why = NULL;
 	int ret;
 
-	if (!pt || pt->mode == CFG_OFF)
+	if (!pt || (pt->mode == CFG_OFF && !pt->hooked))
 		return 0;
 	/*
 	 * The kernel queued INIT when it mounted: answer it here, so that the
-	 * verdict is known before the mount is reported up.
+	 * verdict is known before the mount is reported up, and before
+	 * uring_start() (the kernel takes ring commands only after INIT).
 	 */
 	do {
 		ret = fuse_session_receive_buf(se, &fbuf);
@@ -441,6 +475,8 @@ int passthrough_handshake(struct passthrough *pt, struct fuse_session *se,
 		snprintf(err, errlen, "the kernel's INIT failed");
 		return -EIO;
 	}
+	if (pt->mode == CFG_OFF)
+		return 0;
 
 	if (!pt->offered) {
 		why = pt->test_refuse ? "STAGEFS_TEST_NO_PASSTHROUGH is set" :

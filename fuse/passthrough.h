@@ -58,6 +58,12 @@ void passthrough_destroy(struct passthrough *pt);
  * API; a no-op with it or with passthrough=off).  Must run before the
  * first request is read.  Returns 0 or -errno.
  */
+/*
+ * A FUSE-over-io_uring worker (fuse/uring.c) is about to hand libfuse the
+ * request @unique: what the read hook notes for requests from /dev/fuse.
+ */
+void passthrough_note_request(uint64_t unique, uint32_t opcode);
+
 int passthrough_attach(struct passthrough *pt, struct fuse_session *se);
 
 /*

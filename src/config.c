@@ -67,6 +67,8 @@ static const struct opt opts[] = {
 	  "files up to this size stay on the daemon path even when fully cached (keep_cache there makes hot re-reads cost no READ)" },
 	{ "no_open", OPT_AUTO, O(no_open), "auto", 0, 0,
 	  "read files with no OPEN or RELEASE request (FUSE no-open mode); auto = on a single-dataset mount where passthrough is not active" },
+	{ "uring", OPT_AUTO, O(uring), "auto", 0, 0,
+	  "take FUSE requests through io_uring, one queue per CPU (Linux >= 6.14); auto = where the kernel parameter fuse.enable_uring is Y, on = set it" },
 	{ "lookup_readahead_max", OPT_SIZE, O(lookup_readahead_max), "1M", 0, 0,
 	  "a fully cached file of at most this size is read into the page cache when it is looked up, overlapping the disk read with the OPEN and READ that follow; 0 = never" },
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,

@@ -44,6 +44,7 @@ struct sfs_config {
 	enum cfg_auto passthrough;	/* FUSE passthrough for fully cached files */
 	uint64_t passthrough_min_size;	/* files up to this size stay on the daemon path */
 	enum cfg_auto no_open;		/* FUSE no-open mode (fuse/noopen.h) */
+	enum cfg_auto uring;		/* FUSE over io_uring (fuse/uring.h) */
 	uint64_t lookup_readahead_max;	/* cached files up to this size are read ahead at LOOKUP */
 	bool allow_other;
 	char *runtime_dir;

@@ -1,0 +1,76 @@
+/*
+ * uring: FUSE over io_uring (Linux >= 6.14) for the libfuse 3.14 build.
+ *
+ * With it, the kernel hands each request to a ring entry of the queue of
+ * the CPU the requesting process runs on, and the daemon answers and
+ * fetches the next request with one IORING_OP_URING_CMD
+ * (COMMIT_AND_FETCH) instead of a writev(2) and a read(2) on /dev/fuse.
+ * The worker threads of a queue are pinned to its CPU, so a reader's
+ * request wakes a thread on the reader's own CPU rather than one sleeping
+ * on another.  docs/passthrough.md, "FUSE over io_uring", has the design
+ * and the figures.
+ *
+ * libfuse 3.14 knows nothing of it: the session I/O hook (fuse/passthrough.c)
+ * adds FUSE_OVER_IO_URING to the INIT reply and sends every reply whose
+ * request came from a ring through uring_reply(); the workers here rebuild
+ * each ring request into the contiguous buffer that
+ * fuse_session_process_buf() parses, so every handler is unchanged.
+ * FORGET and INTERRUPT still come through /dev/fuse (the kernel sends them
+ * there), and so does everything before the rings are registered: the
+ * libfuse loop keeps running beside the rings.
+ *
+ * Option uring=auto|on|off: auto uses it when the kernel offers it in INIT
+ * (module parameter fuse.enable_uring=Y); on also sets that parameter
+ * before mounting and fails the mount if io_uring cannot be used; off
+ * never asks.  Builds against libfuse >= 3.17 (no session hook) log that
+ * it is unavailable.
+ *
+ * Lifetime: uring_create() before the mount (with uring=on it enables the
+ * kernel parameter), uring_init_reply() from the INIT reply hook,
+ * uring_start() after the handshakes (the kernel accepts ring commands
+ * only once INIT is answered), uring_stop() after the unmount, then
+ * uring_destroy().
+ */
+#ifndef STAGEFS_FUSE_URING_H
+#define STAGEFS_FUSE_URING_H
+
+#include "fs.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+struct sfs_uring;
+
+/* Returns 0 or -errno; with uring=on, @err says why it cannot be had. */
+int uring_create(struct sfs *fs, struct sfs_uring **out, char *err, size_t errlen);
+void uring_destroy(struct sfs_uring *u);
+
+/*
+ * The INIT hook: @kernel_flags is what the kernel offered; returns the
+ * flags2 bits to add to the reply (0 or FUSE_OVER_IO_URING's).  Notes
+ * the reply's max_write and max_pages, which size the ring buffers.
+ */
+uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
+			  uint32_t max_write, uint32_t max_pages);
+
+/*
+ * Start the queue threads and register their ring entries.  Returns 0
+ * (also when io_uring is not to be used: the log says why) or, with
+ * uring=on, -errno and @err.
+ */
+int uring_start(struct sfs_uring *u, struct fuse_session *se, char *err, size_t errlen);
+void uring_stop(struct sfs_uring *u);
+
+bool uring_active(const struct sfs_uring *u);
+uint64_t uring_requests(const struct sfs_uring *u);
+
+/*
+ * The writev hook: if the reply in @iov answers a request that came from
+ * a ring, commit it there, set *@ret to the bytes "written" and return
+ * true; otherwise return false (the caller writes it to /dev/fuse).
+ */
+bool uring_reply(struct sfs_uring *u, const struct iovec *iov, int count, ssize_t *ret);
+
+#endif

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# FUSE over io_uring: uring=on sets fuse.enable_uring and takes every request through per-CPU rings (passthrough opens, no-open READs, cold daemon-path READs answered from the I/O engine thread, errors, listings, xattrs) with the right bytes and a clean unmount; auto with the kernel parameter off and uring=off keep /dev/fuse.
+# timeout: 240
+. "$(dirname "$0")/../lib.sh"
+need_mount
+
+PARAM=/sys/module/fuse/parameters/enable_uring
+[[ -w $PARAM ]] || skip "$PARAM is missing or not writable: this kernel has no FUSE over io_uring"
+orig=$(cat "$PARAM")
+# the test's status survives the restore: _lib_on_exit reads it from $?
+restore_param() {
+	local rc=$?
+	echo "$orig" >"$PARAM" 2>/dev/null
+	(exit "$rc")
+	_lib_on_exit
+}
+trap restore_param EXIT
+
+T=$TEST_TMPDIR
+M=$((1 << 20))
+mkdir -p "$T/src/big"
+gentree --small 300 --big-mb 8 --chunk 1M "$T/src/tree" >/dev/null
+head -c $((48 * M + 12345)) /dev/urandom >"$T/src/big/file.bin"
+want=$(sha256 "$T/src/big/file.bin")
+kmsgs() { dmesg 2>/dev/null | grep -c -E 'fuse.*(commit_id|unique mismatch|io-uring|ring)' || true; }
+k0=$(kmsgs)
+
+# --- auto, kernel parameter off: /dev/fuse --------------------------------
+echo N >"$PARAM"
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=auto
+treecmp "$T/src/tree" "$T/mnt/tree"
+assert_eq "$(stat_get "$T/mnt" fuse_uring_active)" 0 "fuse_uring_active with enable_uring=N"
+assert_eq "$(stat_get "$T/mnt" fuse_uring_requests)" 0 "fuse_uring_requests with enable_uring=N"
+grep -q "uring: off ($PARAM is N)" "$(sfs_log "$T/mnt")" || die "no log line saying why uring is off"
+sfs_umount "$T/mnt"
+[[ $(cat "$PARAM") == N ]] || die "uring=auto changed $PARAM"
+
+# --- on: the daemon sets the parameter; every path goes through the rings ----
+# passthrough=off,no_open=off: the daemon path with OPEN, cold: READs wait for
+# the backend and are answered from the I/O engine's thread, not the ring's.
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=on passthrough=off no_open=off
+[[ $(cat "$PARAM") == Y ]] || die "uring=on did not set $PARAM"
+assert_eq "$(stat_get "$T/mnt" fuse_uring_active)" 1 "fuse_uring_active with uring=on"
+r0=$(stat_get "$T/mnt" fuse_uring_requests)
+[[ $(sha256 "$T/mnt/big/file.bin") == "$want" ]] || die "cold daemon-path read: wrong bytes"
+drop_caches
+[[ $(sha256 "$T/mnt/big/file.bin") == "$want" ]] || die "warm daemon-path read: wrong bytes"
+treecmp "$T/src/tree" "$T/mnt/tree"
+reads=$(stat_get "$T/mnt" read_requests)
+r1=$(stat_get "$T/mnt" fuse_uring_requests)
+log "daemon path: $reads READs, $((r1 - r0)) requests through the rings, async $(stat_get "$T/mnt" stall_ms) ms stalled"
+assert_gt "$reads" 0 "READs reaching the daemon"
+assert_ge $((r1 - r0)) "$reads" "requests through the rings (each READ is one)"
+# errors and metadata come back through the rings too
+rc=0
+cat "$T/mnt/tree/no-such-file" 2>"$T/err" || rc=$?
+[[ $rc -ne 0 ]] && grep -q "No such file" "$T/err" || die "a missing file: rc=$rc, $(cat "$T/err")"
+n_src=$(find "$T/src/tree" | wc -l)
+n_mnt=$(find "$T/mnt/tree" | wc -l)
+assert_eq "$n_mnt" "$n_src" "entries listed"
+f=$(cd "$T/src" && find tree -type f -print -quit)
+getfattr --absolute-names -n user.stagefs.content --only-values "$T/mnt/$f" >/dev/null ||
+	die "getxattr through the rings failed"
+sfs_umount "$T/mnt"
+
+# the default mount (passthrough for complete files), the cache now warm
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=on
+drop_caches
+treecmp "$T/src/tree" "$T/mnt/tree"
+[[ $(sha256 "$T/mnt/big/file.bin") == "$want" ]] || die "passthrough read: wrong bytes"
+if [[ $(stat_get "$T/mnt" passthrough_active) == 1 ]]; then
+	assert_gt "$(stat_get "$T/mnt" passthrough_opens)" 0 "passthrough opens through the rings"
+	assert_eq "$(stat_get "$T/mnt" read_requests)" 0 "READs reaching the daemon for cached files"
+else
+	log "passthrough not active here: $(grep passthrough "$(sfs_log "$T/mnt")")"
+fi
+assert_gt "$(stat_get "$T/mnt" fuse_uring_requests)" 0 "requests through the rings (passthrough)"
+sfs_umount "$T/mnt"
+
+# no-open mode (passthrough off, single dataset): READs without OPEN
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=on passthrough=off
+drop_caches
+treecmp "$T/src/tree" "$T/mnt/tree"
+assert_eq "$(stat_get "$T/mnt" fuse_uring_active)" 1 "fuse_uring_active in no-open mode"
+# the no-open probe runs after the rings are up (the kernel holds requests until then)
+assert_eq "$(stat_get "$T/mnt" no_open)" 1 "no_open with uring=on"
+log "no-open: $(stat_get "$T/mnt" fuse_uring_requests) requests through the rings"
+sfs_umount "$T/mnt"
+
+# SIGTERM while a reader is busy: the daemon unmounts and exits 0
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=on
+(while :; do cat "$T/mnt/big/file.bin" >/dev/null 2>&1 || break; done) &
+rd=$!
+sleep 0.5
+kill -TERM "$(sfs_pid "$T/mnt")"
+sfs_wait_exit "$T/mnt"
+wait "$rd" 2>/dev/null || true
+
+# SIGKILL: no hung reader; the stale mount reports an error and unmounts
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=on
+pid=$(sfs_pid "$T/mnt")
+kill -KILL "$pid"
+wait_pid_exit "$pid" 10 || die "the killed daemon is still there"
+unset "SFS_PID[$(_canon "$T/mnt")]"
+rc=0
+timeout 10 cat "$T/mnt/big/file.bin" >/dev/null 2>"$T/err" || rc=$?
+[[ $rc -ne 0 && $rc -ne 124 ]] || die "read of a dead mount: rc=$rc (124: hung)"
+log "read of the dead mount: $(cat "$T/err")"
+fusermount3 -u "$T/mnt" || umount -l "$T/mnt"
+
+# --- off: /dev/fuse although the kernel would allow the rings ------------------
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=off
+treecmp "$T/src/tree" "$T/mnt/tree"
+assert_eq "$(stat_get "$T/mnt" fuse_uring_active)" 0 "fuse_uring_active with uring=off"
+assert_eq "$(stat_get "$T/mnt" fuse_uring_requests)" 0 "fuse_uring_requests with uring=off"
+sfs_umount "$T/mnt"
+
+k1=$(kmsgs)
+[[ $k1 -eq $k0 ]] || die "the kernel logged FUSE ring errors: $(dmesg | grep -E 'fuse.*(commit_id|unique mismatch|io-uring|ring)' | tail -5)"
+
+# --- a bad value is refused before anything starts ------------------------------
+rc=0
+"$STAGEFS" -o "cache_dir=$T/cache,uring=maybe" "dir://$T/src" "$T/mnt" </dev/null >"$T/err" 2>&1 || rc=$?
+[[ $rc -ne 0 ]] && grep -q "not auto, on or off" "$T/err" || die "uring=maybe: rc=$rc, $(cat "$T/err")"
