@@ -27,7 +27,6 @@
  * the next request's copy in the task that submitted the entry, which must
  * not be one that may sleep elsewhere or exit.
  */
-
 #include "uring.h"
 
 #include "log.h"

@@ -2,7 +2,7 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|rados|publish|index|warmup|hints|gpu|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|index|warmup|hints|gpu|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
@@ -12,6 +12,9 @@
 #                with OPEN), and with the default
 #   smallhot     smallfiles with the page cache hot (both sides read once first):
 #                default, passthrough=off (no-open) and the daemon path with OPEN
+#   uring        warm (daemon path) and smallfiles (default, and the daemon path
+#                with OPEN) with -o uring=on / uring=off: FUSE over io_uring against
+#                /dev/fuse; sets fuse.enable_uring for the run, restores it after
 #   rados        cold reads through the mount (empty cache, OSD restarted) /
 #                `rados bench seq` at the same concurrency; 4 MiB and 128 KiB objects
 #   publish      `stagefs publish` MB/s / `rados bench write` at the same concurrency
@@ -99,7 +102,7 @@ GPU_DEV=${BENCH_GPU_DEV:-0}
 GPU_REQ=${BENCH_GPU_REQ:-64M}
 POOL=stagefs
 
-ALL="warm smallfiles passthrough smallhot rados publish index warmup hints gpu"
+ALL="warm smallfiles passthrough smallhot uring rados publish index warmup hints gpu"
 
 # ---------------------------------------------------------------------------
 # output
@@ -629,6 +632,49 @@ bench_smallhot() {
 }
 
 # ---------------------------------------------------------------------------
+# uring: FUSE over io_uring (-o uring=on) against /dev/fuse (uring=off)
+
+bench_uring() {
+	local n mode label off param=/sys/module/fuse/parameters/enable_uring orig
+	hdr uring "-o uring=on vs uring=off: warm daemon path, small files"
+	if ! has_option uring || [ ! -w "$param" ]; then
+		row "warm, smallfiles" "n/a" "" ""
+		skipped "n/a: no uring option, or no $param"
+		return
+	fi
+	warm_prepare || { failed "preparing: $(rb_why)"; return; }
+	small_prepare || { failed "preparing: $(rb_why)"; return; }
+	orig=$(cat "$param")
+	row "ratio to direct" "uring=off" "uring=on" "on/off"
+	mode="passthrough=off,no_open=off"
+	if measure_warm "$mode,uring=off"; then
+		off=$W_RATIO
+		if measure_warm "$mode,uring=on"; then
+			row "warm ${BIG_MB}M, daemon path" "$off" "$W_RATIO" "$(ratio "$W_RATIO" "$off")"
+			result "uring: warm, daemon path, on" "$(mbs "$W_FUSE")" "$(mbs "$W_DIRECT")" "$W_RATIO" ""
+			result "uring: warm, daemon path, off" "" "" "$off" ""
+		else
+			failed "warm, uring=on: $(rb_why)"
+		fi
+	else
+		failed "warm, uring=off: $(rb_why)"
+	fi
+	for n in $READERS; do
+		for mode in "" "passthrough=off,no_open=off"; do
+			label=${mode:+daemon path + OPEN}
+			label=${label:-default}
+			measure_small "${mode:+$mode,}uring=off" "$n" || { failed "$n rd, $label, off: $(rb_why)"; continue; }
+			off=$S_RATIO
+			measure_small "${mode:+$mode,}uring=on" "$n" || { failed "$n rd, $label, on: $(rb_why)"; continue; }
+			row "small, $n rd, $label" "$off" "$S_RATIO" "$(ratio "$S_RATIO" "$off")"
+			result "uring: small $n rd, $label, on" "$(fps "$S_FUSE")" "$(fps "$S_DIRECT")" "$S_RATIO" ""
+			result "uring: small $n rd, $label, off" "" "" "$off" ""
+		done
+	done
+	echo "$orig" >"$param"
+}
+
+# ---------------------------------------------------------------------------
 # rados: cold reads through the mount vs rados bench seq
 
 # rados_size LABEL BYTES N TARGET
@@ -1041,7 +1087,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | smallhot | rados | publish | index | warmup | hints | gpu) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | uring | rados | publish | index | warmup | hints | gpu) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac
