@@ -8,7 +8,10 @@
  * hook notes the request a thread is on (unique, opcode) in a thread-local,
  * passthrough_open() adds the backing id to it, and the writev hook patches
  * the reply carrying that unique.  Nothing is shared between threads and
- * no reply but INIT's and the chosen OPENs' is touched.  Splice receive
+ * no reply but INIT's and the chosen OPENs' is changed.  Requests that came
+ * through an io_uring ring (fuse/uring.c) are noted the same way by the
+ * ring's thread (passthrough_note_request()), and the writev hook sends
+ * their replies back to the ring instead of /dev/fuse.  Splice receive
  * would hide requests from the read hook, so SPLICE_READ is never asked for
  * (stagefs has no write_buf, libfuse does not ask for it either).
  *

@@ -55,16 +55,17 @@ void passthrough_destroy(struct passthrough *pt);
 
 /*
  * Install the I/O hooks on the mounted session @se (libfuse without the
- * API; a no-op with it or with passthrough=off).  Must run before the
- * first request is read.  Returns 0 or -errno.
+ * API; a no-op with it, or with passthrough=off unless FUSE over io_uring
+ * needs them: fuse/uring.h).  Must run before the first request is read.
+ * Returns 0 or -errno.
  */
+int passthrough_attach(struct passthrough *pt, struct fuse_session *se);
+
 /*
  * A FUSE-over-io_uring worker (fuse/uring.c) is about to hand libfuse the
  * request @unique: what the read hook notes for requests from /dev/fuse.
  */
 void passthrough_note_request(uint64_t unique, uint32_t opcode);
-
-int passthrough_attach(struct passthrough *pt, struct fuse_session *se);
 
 /*
  * Called from the INIT handler (sfs_init): ask for FUSE_PASSTHROUGH where

@@ -592,7 +592,7 @@ off:
 	return 0;
 }
 
-void uring_stop(struct sfs_uring *u)
+static void uring_stop(struct sfs_uring *u)
 {
 	if (!u || !u->w)
 		return;

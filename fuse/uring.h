@@ -27,9 +27,10 @@
  *
  * Lifetime: uring_create() before the mount (with uring=on it enables the
  * kernel parameter), uring_init_reply() from the INIT reply hook,
- * uring_start() after the handshakes (the kernel accepts ring commands
- * only once INIT is answered), uring_stop() after the unmount, then
- * uring_destroy().
+ * uring_start() once passthrough_handshake() has answered INIT (the kernel
+ * takes ring commands only then) and before the no-open probe (the kernel
+ * holds every request until each queue has an entry), uring_destroy() after the unmount (it stops
+ * the threads; the unmount has already ended their ring entries).
  */
 #ifndef STAGEFS_FUSE_URING_H
 #define STAGEFS_FUSE_URING_H
@@ -61,7 +62,6 @@ uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
  * uring=on, -errno and @err.
  */
 int uring_start(struct sfs_uring *u, struct fuse_session *se, char *err, size_t errlen);
-void uring_stop(struct sfs_uring *u);
 
 bool uring_active(const struct sfs_uring *u);
 uint64_t uring_requests(const struct sfs_uring *u);
