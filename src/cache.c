@@ -374,16 +374,14 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	c->dir = strdup(opts->dir);
 	snprintf(path, sizeof(path), "%s/data", opts->dir);
 	c->data_dir = strdup(path);
-	c->nbuckets = 1024;
-	c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
-	if (!c->dir || !c->data_dir || !c->buckets) {
+	if (!c->dir || !c->data_dir || cache_table_init(c)) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
 	c->opts.dir = c->dir;
-	c->lru.lru_next = c->lru.lru_prev = &c->lru;
+	list_init(&c->lru);
 	c->quota_gen = 1;
-	c->fds.fd_next = c->fds.fd_prev = &c->fds;
+	list_init(&c->fds);
 	atomic_init(&c->direct_ok, true);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->bp_lock, NULL);
@@ -435,14 +433,14 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	cache_effective_limit(c, true);
 	log_info("cache %s: %" PRIu64 " chunks in %" PRIu64 " files (%" PRIu64
 		 " bytes) loaded in %" PRIu64 " ms", c->dir, c->st.chunks,
-		 (uint64_t)c->nfiles, c->st.used_bytes, c->st.load_ms);
+		 (uint64_t)c->files.n, c->st.used_bytes, c->st.load_ms);
 	*out = c;
 	return 0;
 
 out_unlock:
 	close(c->lock_fd);
 out_free:
-	free(c->buckets);
+	cache_table_release(c);
 	free(c->data_dir);
 	free(c->dir);
 	free(c);
@@ -462,21 +460,7 @@ void cache_destroy(struct cache *c)
 	pthread_mutex_unlock(&c->lock);
 	if (c->journal_fd >= 0)
 		close(c->journal_fd);
-	for (size_t i = 0; i < c->nbuckets; i++) {
-		struct cfile *cf = c->buckets[i];
-
-		while (cf) {
-			struct cfile *next = cf->hnext;
-
-			if (cf->fd >= 0)
-				close(cf->fd);
-			if (cf->dfd >= 0)
-				close(cf->dfd);
-			free(cf->chunks);
-			free(cf);
-			cf = next;
-		}
-	}
+	cache_table_release(c);
 	for (size_t i = 0; i < c->nowners; i++)
 		free(c->owners[i]);
 	free(c->owners);
@@ -485,7 +469,6 @@ void cache_destroy(struct cache *c)
 	close(c->lock_fd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
-	free(c->buckets);
 	free(c->data_dir);
 	free(c->dir);
 	free(c);

@@ -35,20 +35,6 @@ void cache_cfile_path(const struct cache *c, const struct sfs_id *id,
 	sfs_id_hex(id, hex);
 	snprintf(buf, len, "%s/%.2s/%s", c->data_dir, hex, hex);
 }
-static void fdlist_unlink(struct cfile *cf)
-{
-	cf->fd_prev->fd_next = cf->fd_next;
-	cf->fd_next->fd_prev = cf->fd_prev;
-	cf->fd_prev = cf->fd_next = NULL;
-}
-
-static void fdlist_push(struct cache *c, struct cfile *cf)
-{
-	cf->fd_next = c->fds.fd_next;
-	cf->fd_prev = &c->fds;
-	c->fds.fd_next->fd_prev = cf;
-	c->fds.fd_next = cf;
-}
 
 /* Close @cf's O_DIRECT twin, if open (it counts in nfds). */
 static void dfd_close_locked(struct cache *c, struct cfile *cf)
@@ -68,21 +54,20 @@ void cache_fd_close_locked(struct cache *c, struct cfile *cf)
 	cf->fd = -1;
 	dfd_close_locked(c, cf);
 	/* ctime_seen stays: an outside write while closed is still noticed */
-	fdlist_unlink(cf);
+	list_del(&cf->fd_lru);
 	c->nfds--;
 }
 
 /* Close idle descriptors (O_DIRECT twins count) down to @keep, LRU first. */
 static void fd_trim_to_locked(struct cache *c, uint32_t keep)
 {
-	struct cfile *cf = c->fds.fd_prev;
+	list_for_each_reverse_safe(pos, prev, &c->fds) {
+		struct cfile *cf = list_entry(pos, struct cfile, fd_lru);
 
-	while (c->nfds > keep && cf != &c->fds) {
-		struct cfile *prev = cf->fd_prev;
-
+		if (c->nfds <= keep)
+			break;
 		if (!cf->fd_users)
 			cache_fd_close_locked(c, cf);
-		cf = prev;
 	}
 }
 
@@ -229,12 +214,11 @@ int cache_fd_acquire(struct cache *c, struct cfile *cf, int *out)
 			close(fd);
 		} else {
 			cf->fd = fd;
-			fdlist_push(c, cf);
+			list_add(&c->fds, &cf->fd_lru);
 			c->nfds++;
 		}
-	} else if (c->fds.fd_next != cf) {
-		fdlist_unlink(cf);
-		fdlist_push(c, cf);
+	} else {
+		list_move(&c->fds, &cf->fd_lru);
 	}
 	cf->fd_users++;
 	fd = cf->fd;

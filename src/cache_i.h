@@ -43,6 +43,8 @@
 #define STAGEFS_CACHE_I_H
 
 #include "cache.h"
+#include "htab.h"
+#include "list.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -62,8 +64,8 @@ struct owner;
 
 /* Every field: protected by c->lock. */
 struct cchunk {
-	struct cchunk *lru_prev, *lru_next;	/* on c->lru iff PRESENT */
-	struct cchunk *own_prev, *own_next;	/* on own->lru iff PRESENT */
+	struct list_node lru;		/* on c->lru iff PRESENT */
+	struct list_node own_lru;	/* on own->lru iff PRESENT and own */
 	struct owner *own;			/* charged user */
 	struct cfile *file;
 	uint64_t hash;		/* XXH3-64 of the chunk's bytes */
@@ -84,8 +86,8 @@ enum hash_kind { HK_XXH3_64 = 0, HK_XXH3_128_LO = 1 };
 
 struct cfile {
 	/* id, size, chunk_size, nchunks and chunks: fixed at cache_cfile_new() */
-	struct cfile *hnext;			/* c->buckets chain */
-	struct cfile *fd_prev, *fd_next;	/* on c->fds iff fd >= 0 */
+	struct htab_node hnode;		/* in c->files, under its id */
+	struct list_node fd_lru;	/* on c->fds iff fd >= 0 */
 	struct sfs_id id;
 	uint64_t size;
 	uint32_t chunk_size;
@@ -111,7 +113,7 @@ struct owner {
 	uint64_t used;		/* bytes of present (or reserved) chunks */
 	uint64_t chunks;
 	uint64_t limit;
-	struct cchunk lru;	/* sentinel (own_prev/own_next): this user's LRU */
+	struct list_node lru;	/* this user's chunks (cchunk.own_lru), most recent first */
 };
 
 /*
@@ -139,10 +141,9 @@ struct cache {
 	uint64_t journal_recs;		/* protected by lock */
 	struct cache_opts opts;		/* set at create, then read-only */
 
-	struct cfile **buckets;		/* protected by lock */
-	size_t nbuckets, nfiles;	/* protected by lock */
-	struct cchunk lru;		/* protected by lock; sentinel: next = most recent */
-	struct cfile fds;		/* protected by lock; sentinel of the open-fd LRU */
+	struct htab files;		/* protected by lock: id -> cfile (cache_table.c) */
+	struct list_node lru;		/* protected by lock: cchunk.lru, most recent first */
+	struct list_node fds;		/* protected by lock: cfile.fd_lru, most recent first */
 	uint32_t nfds;			/* protected by lock; O_DIRECT twins count */
 
 	struct cache_stats st;		/* protected by lock */
@@ -182,6 +183,8 @@ static inline size_t cache_chunk_len(const struct cfile *cf, uint32_t idx)
 }
 
 /* cache_table.c: the file table (c->lock held) */
+int cache_table_init(struct cache *c);
+void cache_table_release(struct cache *c);
 struct cfile *cache_cfile_find(struct cache *c, const struct sfs_id *id);
 struct cfile *cache_cfile_new(struct cache *c, const struct sfs_id *id,
 			      uint64_t size, uint32_t chunk_size);

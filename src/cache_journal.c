@@ -221,7 +221,9 @@ int cache_journal_compact(struct cache *c)
 		ret = -ENOMEM;
 		goto out_close;
 	}
-	for (struct cchunk *ch = c->lru.lru_prev; ch != &c->lru; ch = ch->lru_prev) {
+	list_for_each_reverse(pos, &c->lru) {
+		struct cchunk *ch = list_entry(pos, struct cchunk, lru);
+
 		jrec_fill(&buf[n++], JREC_ADD, ch->file, ch);
 		if (n == cap) {
 			ssize_t w = write(fd, buf, n * sizeof(*buf));

@@ -47,7 +47,7 @@ struct owner *cache_owner_get(struct cache *c, uint32_t uid)
 		return c->nowners ? c->owners[0] : NULL;
 	}
 	o->uid = uid;
-	o->lru.own_next = o->lru.own_prev = &o->lru;
+	list_init(&o->lru);
 	c->owners = no;
 	c->owners[c->nowners++] = o;
 	return o;
@@ -65,35 +65,21 @@ uint64_t cache_owner_limit(struct cache *c, struct owner *o)
 
 void cache_lru_unlink(struct cchunk *ch)
 {
-	ch->lru_prev->lru_next = ch->lru_next;
-	ch->lru_next->lru_prev = ch->lru_prev;
-	ch->lru_prev = ch->lru_next = NULL;
-	if (ch->own_prev) {
-		ch->own_prev->own_next = ch->own_next;
-		ch->own_next->own_prev = ch->own_prev;
-		ch->own_prev = ch->own_next = NULL;
-	}
+	list_del(&ch->lru);
+	if (list_linked(&ch->own_lru))
+		list_del(&ch->own_lru);
 }
 
 void cache_lru_push(struct cache *c, struct cchunk *ch)
 {
-	ch->lru_next = c->lru.lru_next;
-	ch->lru_prev = &c->lru;
-	c->lru.lru_next->lru_prev = ch;
-	c->lru.lru_next = ch;
-	if (ch->own) {
-		struct cchunk *head = &ch->own->lru;
-
-		ch->own_next = head->own_next;
-		ch->own_prev = head;
-		head->own_next->own_prev = ch;
-		head->own_next = ch;
-	}
+	list_add(&c->lru, &ch->lru);
+	if (ch->own)
+		list_add(&ch->own->lru, &ch->own_lru);
 }
 
 void cache_lru_touch(struct cache *c, struct cchunk *ch)
 {
-	if (c->lru.lru_next == ch)
+	if (c->lru.next == &ch->lru)
 		return;
 	cache_lru_unlink(ch);
 	cache_lru_push(c, ch);
@@ -264,7 +250,9 @@ static bool may_push_out(struct cache *c, const struct owner *self,
 /* Evict the least recently used chunk @self may push out.  c->lock held. */
 bool cache_evict_one(struct cache *c, const struct owner *self)
 {
-	for (struct cchunk *ch = c->lru.lru_prev; ch != &c->lru; ch = ch->lru_prev) {
+	list_for_each_reverse(pos, &c->lru) {
+		struct cchunk *ch = list_entry(pos, struct cchunk, lru);
+
 		if (evictable(ch) && may_push_out(c, self, ch)) {
 			evict_chunk(c, ch);
 			return true;
@@ -276,7 +264,9 @@ bool cache_evict_one(struct cache *c, const struct owner *self)
 /* Evict @o's own least recently used chunk.  c->lock held. */
 static bool evict_own(struct cache *c, struct owner *o)
 {
-	for (struct cchunk *ch = o->lru.own_prev; ch != &o->lru; ch = ch->own_prev) {
+	list_for_each_reverse(pos, &o->lru) {
+		struct cchunk *ch = list_entry(pos, struct cchunk, own_lru);
+
 		if (evictable(ch)) {
 			evict_chunk(c, ch);
 			return true;

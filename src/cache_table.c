@@ -3,9 +3,10 @@
  * of a struct cfile: created on first use (cache_file_get() or a journal
  * ADD), freed when nothing refers to it and it holds no data.
  *
- * A chained hash table of a power-of-two size that doubles when it holds
- * as many files as buckets.  It is on the READ hot path (every
- * cache_file_get()): no allocation but the entry's own.
+ * An intrusive hash table (htab.h) through cfile.hnode, of a power-of-two
+ * size that doubles when it holds as many files as buckets.  It is on the
+ * READ hot path (every cache_file_get()): nothing is allocated but the
+ * entry itself, and no lock is taken but c->lock, which the caller holds.
  *
  * Locking: everything here runs under c->lock (cache_i.h).
  */
@@ -13,55 +14,58 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 
-static size_t bucket_of(const struct cache *c, const struct sfs_id *id)
+#define TABLE_BUCKETS_MIN	1024
+
+/* Content ids are XXH3-128 outputs: their low bits are uniform already. */
+static uint64_t id_hash(const struct sfs_id *id)
 {
-	return (size_t)(id->lo ^ (id->hi >> 7)) & (c->nbuckets - 1);
+	return id->lo ^ (id->hi >> 7);
+}
+
+static bool cfile_eq(const struct htab_node *n, const void *key)
+{
+	return sfs_id_eq(&htab_entry(n, struct cfile, hnode)->id, key);
+}
+
+int cache_table_init(struct cache *c)
+{
+	return htab_init(&c->files, TABLE_BUCKETS_MIN);
+}
+
+/* Close and free every file still in the table, then the table. */
+void cache_table_release(struct cache *c)
+{
+	htab_for_each_safe(&c->files, i, pos, tmp) {
+		struct cfile *cf = htab_entry(pos, struct cfile, hnode);
+
+		if (cf->fd >= 0)
+			close(cf->fd);
+		if (cf->dfd >= 0)
+			close(cf->dfd);
+		free(cf->chunks);
+		free(cf);
+	}
+	htab_release(&c->files);
 }
 
 struct cfile *cache_cfile_find(struct cache *c, const struct sfs_id *id)
 {
-	for (struct cfile *cf = c->buckets[bucket_of(c, id)]; cf; cf = cf->hnext)
-		if (sfs_id_eq(&cf->id, id))
-			return cf;
-	return NULL;
-}
+	struct htab_node *n = htab_find(&c->files, id_hash(id), cfile_eq, id);
 
-static int table_grow(struct cache *c)
-{
-	size_t nb = c->nbuckets * 2;
-	struct cfile **b = calloc(nb, sizeof(*b));
-
-	if (!b)
-		return -ENOMEM;
-	for (size_t i = 0; i < c->nbuckets; i++) {
-		struct cfile *cf = c->buckets[i];
-
-		while (cf) {
-			struct cfile *next = cf->hnext;
-			size_t k = (size_t)(cf->id.lo ^ (cf->id.hi >> 7)) & (nb - 1);
-
-			cf->hnext = b[k];
-			b[k] = cf;
-			cf = next;
-		}
-	}
-	free(c->buckets);
-	c->buckets = b;
-	c->nbuckets = nb;
-	return 0;
+	return n ? htab_entry(n, struct cfile, hnode) : NULL;
 }
 
 struct cfile *cache_cfile_new(struct cache *c, const struct sfs_id *id,
-			       uint64_t size, uint32_t chunk_size)
+			      uint64_t size, uint32_t chunk_size)
 {
 	struct cfile *cf;
 	uint64_t n = size ? DIV_ROUND_UP(size, chunk_size) : 0;
-	size_t b;
 
 	if (n > UINT32_MAX || !chunk_size)
 		return NULL;
-	if (c->nfiles >= c->nbuckets && table_grow(c))
+	if (htab_reserve(&c->files, c->files.n + 1))
 		return NULL;
 	cf = calloc(1, sizeof(*cf));
 	if (!cf)
@@ -81,24 +85,9 @@ struct cfile *cache_cfile_new(struct cache *c, const struct sfs_id *id,
 		cf->chunks[i].file = cf;
 		cf->chunks[i].idx = i;
 	}
-	b = bucket_of(c, id);
-	cf->hnext = c->buckets[b];
-	c->buckets[b] = cf;
-	c->nfiles++;
-	c->st.files = c->nfiles;
+	htab_add(&c->files, &cf->hnode, id_hash(id));
+	c->st.files = c->files.n;
 	return cf;
-}
-
-static void cfile_unhash(struct cache *c, struct cfile *cf)
-{
-	struct cfile **pp = &c->buckets[bucket_of(c, &cf->id)];
-
-	while (*pp && *pp != cf)
-		pp = &(*pp)->hnext;
-	if (*pp)
-		*pp = cf->hnext;
-	c->nfiles--;
-	c->st.files = c->nfiles;
 }
 
 /* Free @cf if nothing refers to it and it holds no data. */
@@ -110,7 +99,8 @@ void cache_cfile_maybe_free(struct cache *c, struct cfile *cf)
 		if (cf->chunks[i].state != CH_ABSENT)
 			return;
 	cache_fd_close_locked(c, cf);
-	cfile_unhash(c, cf);
+	htab_del(&c->files, &cf->hnode);
+	c->st.files = c->files.n;
 	free(cf->chunks);
 	free(cf);
 }
