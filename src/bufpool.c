@@ -10,8 +10,10 @@
  * The buffer header of an allocation starting at block i is bufs[i], so the
  * region needs no allocation per buffer.
  *
- * Published buffers are on an LRU list (most recent first) and in a hash
- * table keyed by (content id, chunk index).
+ * Published buffers are on an LRU list (list.h, most recent first) and in
+ * a hash table keyed by (content id, chunk index) (htab.h, sized once at
+ * create to one bucket per block), both through the buffer's own nodes:
+ * publishing allocates nothing.
  *
  * Locking: p->lock guards everything but the constants (base, nblocks).
  */
@@ -40,9 +42,8 @@ struct bufpool {
 	uint32_t *fnext, *fprev;	/* per block: free lists */
 	uint32_t free_head[32];
 	struct bufpool_buf *bufs;	/* per block: the header of a buffer there */
-	struct bufpool_buf lru;		/* sentinel: lru_next = most recent */
-	struct bufpool_buf **buckets;
-	uint32_t nbuckets;
+	struct list_node lru;		/* published: bufpool_buf.lru, most recent first */
+	struct htab published;		/* (id, idx) -> bufpool_buf.hnode */
 	struct bufpool_stats st;
 };
 
@@ -105,27 +106,35 @@ static void blocks_free(struct bufpool *p, uint32_t i, uint8_t o)
 
 /* ---- published buffers (p->lock held) ---- */
 
-static uint32_t bucket_of(const struct bufpool *p, const struct sfs_id *id, uint32_t idx)
+struct buf_key {
+	const struct sfs_id *id;
+	uint32_t idx;
+};
+
+static uint64_t key_hash(const struct sfs_id *id, uint32_t idx)
 {
 	uint64_t h = id->lo ^ (id->hi * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)idx * 0xff51afd7ed558ccdULL);
 
 	h ^= h >> 29;
-	return (uint32_t)h & (p->nbuckets - 1);
+	return h;
 }
 
-static void lru_unlink(struct bufpool_buf *b)
+static bool buf_eq(const struct htab_node *n, const void *key)
 {
-	b->lru_prev->lru_next = b->lru_next;
-	b->lru_next->lru_prev = b->lru_prev;
-	b->lru_prev = b->lru_next = NULL;
+	const struct bufpool_buf *b = htab_entry(n, struct bufpool_buf, hnode);
+	const struct buf_key *k = key;
+
+	return b->idx == k->idx && sfs_id_eq(&b->id, k->id);
 }
 
-static void lru_push(struct bufpool *p, struct bufpool_buf *b)
+/* The published buffer of chunk @idx of @id, or NULL. */
+static struct bufpool_buf *published_find(struct bufpool *p, const struct sfs_id *id,
+					  uint32_t idx)
 {
-	b->lru_next = p->lru.lru_next;
-	b->lru_prev = &p->lru;
-	p->lru.lru_next->lru_prev = b;
-	p->lru.lru_next = b;
+	struct buf_key k = { id, idx };
+	struct htab_node *n = htab_find(&p->published, key_hash(id, idx), buf_eq, &k);
+
+	return n ? htab_entry(n, struct bufpool_buf, hnode) : NULL;
 }
 
 static void release_locked(struct bufpool *p, struct bufpool_buf *b)
@@ -143,13 +152,8 @@ static void release_locked(struct bufpool *p, struct bufpool_buf *b)
 /* Stop finding @b; free it if nobody holds it. */
 static void unpublish_locked(struct bufpool *p, struct bufpool_buf *b)
 {
-	struct bufpool_buf **pp = &p->buckets[bucket_of(p, &b->id, b->idx)];
-
-	while (*pp != b)
-		pp = &(*pp)->hnext;
-	*pp = b->hnext;
-	b->hnext = NULL;
-	lru_unlink(b);
+	htab_del(&p->published, &b->hnode);
+	list_del(&b->lru);
 	b->published = false;
 	p->st.published--;
 	if (!b->refs)
@@ -159,7 +163,9 @@ static void unpublish_locked(struct bufpool *p, struct bufpool_buf *b)
 /* Free the least recently used published buffer nobody holds. */
 static bool reuse_one(struct bufpool *p)
 {
-	for (struct bufpool_buf *b = p->lru.lru_prev; b != &p->lru; b = b->lru_prev) {
+	list_for_each_reverse(pos, &p->lru) {
+		struct bufpool_buf *b = list_entry(pos, struct bufpool_buf, lru);
+
 		if (!b->refs) {
 			unpublish_locked(p, b);
 			p->st.reused++;
@@ -180,6 +186,7 @@ int bufpool_create(size_t bytes, struct bufpool **out)
 	if (!p)
 		return -ENOMEM;
 	pthread_mutex_init(&p->lock, NULL);
+	list_init(&p->lru);
 	while ((uint64_t)n * 2 * BUFPOOL_MIN <= bytes && order < 24) {
 		n *= 2;
 		order++;
@@ -187,9 +194,6 @@ int bufpool_create(size_t bytes, struct bufpool **out)
 	p->nblocks = n;
 	p->max_order = order;
 	p->len = (size_t)n * BUFPOOL_MIN;
-	p->nbuckets = 64;
-	while (p->nbuckets < n)
-		p->nbuckets *= 2;
 	/* aligned for O_DIRECT and for huge pages (fewer pages to pin) */
 	p->map = mmap(NULL, p->len + ALIGN, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -204,8 +208,8 @@ int bufpool_create(size_t bytes, struct bufpool **out)
 	p->fnext = malloc(n * sizeof(*p->fnext));
 	p->fprev = malloc(n * sizeof(*p->fprev));
 	p->bufs = calloc(n, sizeof(*p->bufs));
-	p->buckets = calloc(p->nbuckets, sizeof(*p->buckets));
-	if (!p->free_order || !p->fnext || !p->fprev || !p->bufs || !p->buckets) {
+	if (!p->free_order || !p->fnext || !p->fprev || !p->bufs ||
+	    htab_init(&p->published, MAX(64u, n))) {
 		bufpool_destroy(p);
 		return -ENOMEM;
 	}
@@ -213,7 +217,6 @@ int bufpool_create(size_t bytes, struct bufpool **out)
 	for (size_t o = 0; o < ARRAY_SIZE(p->free_head); o++)
 		p->free_head[o] = NONE;
 	free_add(p, 0, order);
-	p->lru.lru_next = p->lru.lru_prev = &p->lru;
 	p->st.region_bytes = p->len;
 	*out = p;
 	return 0;
@@ -223,9 +226,10 @@ void bufpool_destroy(struct bufpool *p)
 {
 	if (!p)
 		return;
-	if (p->buckets) {
-		while (p->lru.lru_next != &p->lru && p->lru.lru_next) {
-			struct bufpool_buf *b = p->lru.lru_next;
+	if (p->published.buckets) {
+		while (!list_empty(&p->lru)) {
+			struct bufpool_buf *b = list_entry(list_first(&p->lru),
+							   struct bufpool_buf, lru);
 
 			if (b->refs)
 				log_warn("bufpool: a buffer is still held at destroy");
@@ -243,7 +247,7 @@ void bufpool_destroy(struct bufpool *p)
 	free(p->fnext);
 	free(p->fprev);
 	free(p->bufs);
-	free(p->buckets);
+	htab_release(&p->published);
 	free(p);
 }
 
@@ -331,7 +335,7 @@ void bufpool_put(struct bufpool *p, struct bufpool_buf *b)
 void bufpool_publish(struct bufpool *p, struct bufpool_buf *b,
 		     const struct sfs_id *id, uint32_t idx, size_t len)
 {
-	uint32_t k;
+	struct bufpool_buf *o;
 
 	if (b->block == NONE || len > b->cap)
 		return;
@@ -340,20 +344,15 @@ void bufpool_publish(struct bufpool *p, struct bufpool_buf *b,
 		pthread_mutex_unlock(&p->lock);
 		return;
 	}
-	k = bucket_of(p, id, idx);
-	for (struct bufpool_buf *o = p->buckets[k]; o; o = o->hnext) {
-		if (o->idx == idx && sfs_id_eq(&o->id, id)) {
-			unpublish_locked(p, o);
-			break;
-		}
-	}
+	o = published_find(p, id, idx);
+	if (o)
+		unpublish_locked(p, o);
 	b->id = *id;
 	b->idx = idx;
 	b->len = len;
 	b->published = true;
-	b->hnext = p->buckets[k];
-	p->buckets[k] = b;
-	lru_push(p, b);
+	htab_add(&p->published, &b->hnode, key_hash(id, idx));
+	list_add(&p->lru, &b->lru);
 	p->st.published++;
 	pthread_mutex_unlock(&p->lock);
 }
@@ -363,8 +362,9 @@ uint32_t bufpool_forget(struct bufpool *p, const struct sfs_id *id)
 	uint32_t n = 0;
 
 	pthread_mutex_lock(&p->lock);
-	for (struct bufpool_buf *b = p->lru.lru_next, *next; b != &p->lru; b = next) {
-		next = b->lru_next;
+	list_for_each_safe(pos, next, &p->lru) {
+		struct bufpool_buf *b = list_entry(pos, struct bufpool_buf, lru);
+
 		if (sfs_id_eq(&b->id, id)) {
 			unpublish_locked(p, b);
 			n++;
@@ -381,16 +381,11 @@ struct bufpool_buf *bufpool_find(struct bufpool *p, const struct sfs_id *id,
 
 	pthread_mutex_lock(&p->lock);
 	p->st.lookups++;
-	for (b = p->buckets[bucket_of(p, id, idx)]; b; b = b->hnext)
-		if (b->idx == idx && sfs_id_eq(&b->id, id))
-			break;
+	b = published_find(p, id, idx);
 	if (b) {
 		b->refs++;
 		p->st.hits++;
-		if (p->lru.lru_next != b) {
-			lru_unlink(b);
-			lru_push(p, b);
-		}
+		list_move(&p->lru, &b->lru);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return b;

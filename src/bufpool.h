@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "htab.h"
+#include "list.h"
 #include "util.h"
 
 #define BUFPOOL_MIN	(64u * 1024)	/* smallest buffer; alignment of all */
@@ -48,8 +50,8 @@ struct bufpool_buf {
 	uint32_t block;		/* first block in the region; UINT32_MAX: malloc'ed */
 	uint8_t order;
 	bool published;
-	struct bufpool_buf *lru_prev, *lru_next;	/* published ones */
-	struct bufpool_buf *hnext;			/* published ones */
+	struct list_node lru;		/* published ones: on the pool's LRU */
+	struct htab_node hnode;		/* published ones: in the pool's table */
 	struct sfs_id id;
 	uint32_t idx;
 	size_t len;		/* bytes of the chunk held */
