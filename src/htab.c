@@ -38,10 +38,10 @@ void htab_release(struct htab *t)
 
 int htab_reserve(struct htab *t, size_t n)
 {
-	size_t nb = t->nbuckets;
+	size_t nb = t->nbuckets ? t->nbuckets : 1;
 	struct htab_node **b;
 
-	if (n <= nb)
+	if (n <= t->nbuckets)
 		return 0;
 	while (nb < n)
 		nb *= 2;

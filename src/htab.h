@@ -12,7 +12,9 @@
  * must be mixed by the caller first.
  *
  * Contract:
- *  - htab_init() before use (0 or -ENOMEM); htab_release() frees the bucket
+ *  - htab_init() before use (0 or -ENOMEM), or start from HTAB_INIT (a
+ *    zeroed table: empty, answered by htab_find(), grown by htab_reserve()
+ *    before the first add); htab_release() frees the bucket
  *    array only: the entries are the caller's, to free before or after
  *    (htab_for_each_safe() walks them while they are freed).
  *  - The table never grows by itself: htab_reserve() before an add grows it
@@ -41,6 +43,8 @@ struct htab {
 	size_t nbuckets;		/* a power of two */
 	size_t n;			/* entries */
 };
+
+#define HTAB_INIT	{ NULL, 0, 0 }
 
 /* The struct of type @type whose member @member is at @ptr. */
 #define htab_entry(ptr, type, member) \
@@ -78,6 +82,8 @@ static inline struct htab_node *htab_find(const struct htab *t, uint64_t hash,
 						     const void *key),
 					  const void *key)
 {
+	if (!t->nbuckets)
+		return NULL;
 	for (struct htab_node *n = *htab_bucket(t, hash); n; n = n->next)
 		if (n->hash == hash && eq(n, key))
 			return n;

@@ -1,8 +1,10 @@
 /*
  * inomap: (st_dev, st_ino) -> first path, for finding hard links in a walk.
  *
- * Linear probing over a power-of-two table kept at most half full; only
- * files with st_nlink > 1 go in, so it stays small next to the tree.
+ * An intrusive hash table (htab.h) of entries that each hold their node,
+ * key and path in one allocation (the path is copied in, as inomap.h
+ * says); the table doubles at one entry per bucket, from 256 buckets.
+ * Only files with st_nlink > 1 go in, so it stays small next to the tree.
  */
 #include "inomap.h"
 
@@ -11,72 +13,71 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-struct inomap_slot {
+#define INOMAP_BUCKETS_MIN	256
+
+struct inomap_ent {
+	struct htab_node node;	/* in m->table */
 	dev_t dev;
 	ino_t ino;
-	char *path;		/* NULL: empty slot */
+	char path[];
 };
 
-static size_t slot_of(const struct inomap_slot *slots, size_t cap, dev_t dev,
-		      ino_t ino)
+struct ino_key {
+	dev_t dev;
+	ino_t ino;
+};
+
+static uint64_t ino_hash(dev_t dev, ino_t ino)
 {
 	uint64_t key[2] = { (uint64_t)dev, (uint64_t)ino };
-	size_t i = (size_t)XXH3_64bits(key, sizeof(key)) & (cap - 1);
 
-	while (slots[i].path && (slots[i].dev != dev || slots[i].ino != ino))
-		i = (i + 1) & (cap - 1);
-	return i;
+	return XXH3_64bits(key, sizeof(key));
 }
 
-static int grow(struct inomap *m)
+static bool ent_eq(const struct htab_node *n, const void *key)
 {
-	size_t ncap = m->cap ? m->cap * 2 : 256;
-	struct inomap_slot *ns = calloc(ncap, sizeof(*ns));
+	const struct inomap_ent *e = htab_entry(n, struct inomap_ent, node);
+	const struct ino_key *k = key;
 
-	if (!ns)
-		return -ENOMEM;
-	for (size_t i = 0; i < m->cap; i++)
-		if (m->slots[i].path)
-			ns[slot_of(ns, ncap, m->slots[i].dev, m->slots[i].ino)] =
-				m->slots[i];
-	free(m->slots);
-	m->slots = ns;
-	m->cap = ncap;
-	return 0;
+	return e->dev == k->dev && e->ino == k->ino;
 }
 
 const char *inomap_first(struct inomap *m, dev_t dev, ino_t ino,
 			 const char *path, int *err)
 {
-	struct inomap_slot *s;
+	struct ino_key k = { dev, ino };
+	uint64_t h = ino_hash(dev, ino);
+	struct htab_node *n = htab_find(&m->table, h, ent_eq, &k);
+	struct inomap_ent *e;
+	size_t len;
 
-	if ((m->n + 1) * 2 > m->cap && grow(m)) {
+	if (n)
+		return htab_entry(n, struct inomap_ent, node)->path;
+	len = strlen(path);
+	if (htab_reserve(&m->table, MAX(m->table.n + 1, (size_t)INOMAP_BUCKETS_MIN))) {
 		*err = -ENOMEM;
 		return NULL;
 	}
-	s = &m->slots[slot_of(m->slots, m->cap, dev, ino)];
-	if (s->path)
-		return s->path;
-	s->path = strdup(path);
-	if (!s->path) {
+	e = malloc(sizeof(*e) + len + 1);
+	if (!e) {
 		*err = -ENOMEM;
 		return NULL;
 	}
-	s->dev = dev;
-	s->ino = ino;
-	m->n++;
+	e->dev = dev;
+	e->ino = ino;
+	memcpy(e->path, path, len + 1);
+	htab_add(&m->table, &e->node, h);
 	return NULL;
 }
 
 void inomap_release(struct inomap *m)
 {
-	for (size_t i = 0; i < m->cap; i++)
-		free(m->slots[i].path);
-	free(m->slots);
-	m->slots = NULL;
-	m->n = 0;
-	m->cap = 0;
+	htab_for_each_safe(&m->table, i, pos, tmp)
+		free(htab_entry(pos, struct inomap_ent, node));
+	htab_release(&m->table);
 }

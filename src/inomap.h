@@ -2,20 +2,21 @@
  * inomap: the first path seen of each (st_dev, st_ino), so that a tree walk
  * (stagefs publish, the dir:// scan) can record the other names of a file
  * with st_nlink > 1 as hard links (manifest_builder_link()) instead of as
- * copies.  Open addressing; paths are copied in.  Not thread safe: one walk
- * owns it.
+ * copies.  An intrusive hash table (htab.h); paths are copied in.  Not
+ * thread safe: one walk owns it.
  */
 #ifndef STAGEFS_INOMAP_H
 #define STAGEFS_INOMAP_H
 
 #include <sys/types.h>
 
+#include "htab.h"
+
 struct inomap {
-	struct inomap_slot *slots;
-	size_t n, cap;		/* cap: 0 or a power of two */
+	struct htab table;	/* of struct inomap_ent (inomap.c) */
 };
 
-#define INOMAP_INIT	{ NULL, 0, 0 }
+#define INOMAP_INIT	{ HTAB_INIT }
 
 /*
  * The first path recorded for (@dev, @ino), or NULL: then @path is recorded

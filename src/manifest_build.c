@@ -5,7 +5,9 @@
  *
  * The builder keeps every added entry in one array (paths and targets in
  * an arena, chunk ids in one table) with an open-addressing index by path
- * for duplicate checks.  It sorts at finish: a counting sort by parent, a
+ * for duplicate checks.  The index holds array positions, not pointers,
+ * because the array moves when it grows: that is why it is not the
+ * intrusive table of htab.h.  It sorts at finish: a counting sort by parent, a
  * name sort inside each parent, then a breadth-first pass that assigns the
  * final indexes (manifest_i.h says why that order).  Its output is a pure
  * function of the entries added and the version: the same tree gives the

@@ -122,6 +122,22 @@ static void test_htab_grow_and_walk(void **state)
 	htab_release(&t);
 }
 
+/* A zeroed table is empty and grows on the first reserve. */
+static void test_htab_zeroed(void **state)
+{
+	struct htab t = HTAB_INIT;
+	struct item it = { .key = 7 };
+
+	(void)state;
+	assert_null(find(&t, 7, 7));
+	assert_int_equal(htab_reserve(&t, 3), 0);
+	assert_int_equal(t.nbuckets, 4);
+	htab_add(&t, &it.hnode, 7);
+	assert_ptr_equal(find(&t, 7, 7), &it);
+	htab_release(&t);
+	htab_release(&t);	/* twice: harmless */
+}
+
 static uint64_t key_at(struct list_node *n)
 {
 	return list_entry(n, struct item, lnode)->key;
@@ -185,6 +201,7 @@ int main(void)
 		cmocka_unit_test(test_htab_basic),
 		cmocka_unit_test(test_htab_collisions),
 		cmocka_unit_test(test_htab_grow_and_walk),
+		cmocka_unit_test(test_htab_zeroed),
 		cmocka_unit_test(test_list),
 	};
 
