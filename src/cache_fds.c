@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 void cache_cfile_path(const struct cache *c, const struct sfs_id *id,
-		       char *buf, size_t len)
+		      char *buf, size_t len)
 {
 	char hex[SFS_ID_HEX_LEN + 1];
 

@@ -80,7 +80,7 @@ bool cache_waiter_cancel(struct cache *c, struct cache_waiter *w)
 
 /* Decide what chunk @idx of @cf needs and claim it (cache.h).  c->lock held. */
 int cache_claim_locked(struct cache *c, struct cfile *cf, uint32_t idx,
-			uint32_t uid, bool nothrash, struct cache_fill *f)
+		       uint32_t uid, bool nothrash, struct cache_fill *f)
 {
 	struct cchunk *ch = &cf->chunks[idx];
 

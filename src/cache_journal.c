@@ -81,7 +81,7 @@ static void jrec_fill(struct jrec *r, int type, const struct cfile *cf,
 }
 
 void cache_journal_append(struct cache *c, int type, const struct cfile *cf,
-			   const struct cchunk *ch)
+			  const struct cchunk *ch)
 {
 	struct jrec r;
 

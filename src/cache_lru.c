@@ -62,7 +62,7 @@ uint64_t cache_owner_limit(struct cache *c, struct owner *o)
 	return o->limit;
 }
 
-
+/* Take @ch (present) off the cache's LRU and its owner's. */
 void cache_lru_unlink(struct cchunk *ch)
 {
 	list_del(&ch->lru);
@@ -70,6 +70,7 @@ void cache_lru_unlink(struct cchunk *ch)
 		list_del(&ch->own_lru);
 }
 
+/* Put @ch at the front (most recent) of both LRUs. */
 void cache_lru_push(struct cache *c, struct cchunk *ch)
 {
 	list_add(&c->lru, &ch->lru);
@@ -77,6 +78,7 @@ void cache_lru_push(struct cache *c, struct cchunk *ch)
 		list_add(&ch->own->lru, &ch->own_lru);
 }
 
+/* @ch was used: move it to the front. */
 void cache_lru_touch(struct cache *c, struct cchunk *ch)
 {
 	if (c->lru.next == &ch->lru)
@@ -282,7 +284,7 @@ static bool evict_own(struct cache *c, struct owner *o)
  * c->lock held.
  */
 bool cache_reserve_locked(struct cache *c, struct owner *o, uint64_t bytes,
-			   bool nothrash)
+			  bool nothrash)
 {
 	uint64_t limit;
 

@@ -117,8 +117,8 @@ static void *scratch_get(size_t size)
  * a use of the cache file's descriptor the caller holds.
  */
 ssize_t cache_chunk_read(struct cache *c, struct cfile *cf, int fd, uint32_t idx,
-			  size_t coff, void *dst, size_t n,
-			  const struct cache_source *src)
+			 size_t coff, void *dst, size_t n,
+			 const struct cache_source *src)
 {
 	struct cchunk *ch = &cf->chunks[idx];
 	off_t base = (off_t)idx * cf->chunk_size;
