@@ -120,7 +120,7 @@ static int file_verify(struct cache *c, struct cfile *cf, int *out)
 		pthread_mutex_unlock(&c->lock);
 		if (ret || !need)
 			continue;
-		/* chunk_read with no source: a present chunk is checked, an
+		/* cache_chunk_read() with no source: a present chunk is checked, an
 		 * absent one is not fetched */
 		pthread_mutex_lock(&c->lock);
 		bool absent = cf->chunks[i].state == CH_ABSENT;

@@ -161,7 +161,7 @@ struct cache {
 	struct cache_waiter *waiters;	/* protected by lock: async waits */
 	_Atomic bool direct_ok;		/* O_DIRECT not refused yet */
 
-	/* protected by lock: what the filesystem allows us (effective_limit) */
+	/* protected by lock: what the filesystem allows us (cache_effective_limit) */
 	uint64_t fs_cap;		/* used + free - reserve, at fs_cap_ns */
 	uint64_t fs_cap_ns;		/* 0: never sampled */
 	bool fs_cramped;		/* fs_cap below FS_CRAMPED: said so */

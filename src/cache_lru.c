@@ -32,6 +32,11 @@
 
 #define FS_CAP_MAX_AGE_NS	(100 * 1000000ull)	/* statvfs at most 10/s on the fast path */
 
+/*
+ * The owner record of @uid, made on first use (a linear search: a node has
+ * few users).  Out of memory, the first owner is charged instead; NULL
+ * only when there is none.
+ */
 struct owner *cache_owner_get(struct cache *c, uint32_t uid)
 {
 	struct owner *o, **no;
@@ -53,6 +58,7 @@ struct owner *cache_owner_get(struct cache *c, uint32_t uid)
 	return o;
 }
 
+/* @o's quota, asked of the quota function once per cache_quota_changed(). */
 uint64_t cache_owner_limit(struct cache *c, struct owner *o)
 {
 	if (o->gen != c->quota_gen) {
