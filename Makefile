@@ -4,7 +4,7 @@
 -include config.mk
 
 ifeq ($(CONFIGURED),)
-all check demo install:
+all check demo docs install:
 	@echo "run ./configure first (./configure --install-deps on a fresh machine)"; exit 1
 else
 
@@ -103,9 +103,11 @@ install: all
 	sed -e 's|@bindir@|$(PREFIX)/bin|g' -e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@prefix@|$(PREFIX)|g' \
 		conf/stagefs.service.in >$(DESTDIR)$(PREFIX)/lib/systemd/system/stagefs.service
 
-# conf/stagefs.conf.example is generated from the option table in src/config.c
-conf/stagefs.conf.example: stagefs
-	./stagefs --print-config > $@
+# conf/stagefs.conf.example and the settings reference in
+# docs/configuration.md are generated from the option table in src/config.c;
+# tests/integration/gendocs.sh fails when the committed copies are stale
+docs: stagefs
+	$(Q)tools/gendocs.sh ./stagefs
 
 clean:
 	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench
@@ -113,6 +115,6 @@ clean:
 distclean: clean
 	rm -f config.h config.mk config.log
 
-.PHONY: all check demo install clean distclean test-progs
+.PHONY: all check demo docs install clean distclean test-progs
 .SECONDARY:
 endif
