@@ -27,7 +27,6 @@ LDFLAGS_ALL = $(SANFLAGS) -pthread $(LDFLAGS)
 SRC_OBJS      = $(patsubst %.c,%.o,$(wildcard src/*.c))
 FUSE_OBJS     = $(patsubst %.c,%.o,$(wildcard fuse/*.c))
 PREFETCH_OBJS = $(patsubst %.c,%.o,$(wildcard prefetch/*.c))
-GPU_OBJS      = $(patsubst %.c,%.o,$(filter-out gpudirect/libstagefs%.c,$(wildcard gpudirect/*.c)))
 TOOL_SRCS     = $(wildcard tools/stagefs-*.c)
 TOOLS         = $(patsubst tools/%.c,%,$(TOOL_SRCS))
 UNIT_SRCS     = $(wildcard tests/unit/test_*.c)
@@ -51,13 +50,33 @@ src/libsfs.a: $(SRC_OBJS)
 	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
 
 prefetch/libprefetch.a: $(PREFETCH_OBJS)
-	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^ $(if $^,,)
+	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
 
-stagefs: $(FUSE_OBJS) $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $(FUSE_OBJS) $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
+# Each program links only what it uses.  prefetch/ and src/ stay archives, so
+# the linker takes only the members a program refers to; the object lists
+# are wildcards, so a new file in fuse/, prefetch/ or src/ is picked up.
 
-stagefs-%: tools/stagefs-%.o $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
+# the daemon: the FUSE front end, the prefetcher and the core (no gpudirect/:
+# pinned buffers belong to the client library)
+stagefs: $(FUSE_OBJS) prefetch/libprefetch.a src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(FUSE_LIBS) $(LIBS_CORE)
+
+# the subcommands (tools/stagefs-NAME.c): each links its own object and the
+# archives in stagefs-NAME_LINK, src/libsfs.a unless it says otherwise.  None
+# uses prefetch/, gpudirect/ or libfuse today (they talk to the daemon over
+# its control socket); a tool that starts to, names the archive here.
+TOOL_LINK_DEFAULT = src/libsfs.a
+stagefs-gc_LINK      = src/libsfs.a
+stagefs-publish_LINK = src/libsfs.a
+stagefs-quota_LINK   = src/libsfs.a
+stagefs-top_LINK     = src/libsfs.a
+stagefs-warmup_LINK  = src/libsfs.a
+
+define tool_rule
+$(1): tools/$(1).o $$(or $$($(1)_LINK),$$(TOOL_LINK_DEFAULT))
+	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS_ALL) -o $$@ $$^ $$(LIBS_CORE)
+endef
+$(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
 # the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads it)
 gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
