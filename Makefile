@@ -4,7 +4,7 @@
 -include config.mk
 
 ifeq ($(CONFIGURED),)
-all check demo install:
+all check demo docs install:
 	@echo "run ./configure first (./configure --install-deps on a fresh machine)"; exit 1
 else
 
@@ -27,7 +27,6 @@ LDFLAGS_ALL = $(SANFLAGS) -pthread $(LDFLAGS)
 SRC_OBJS      = $(patsubst %.c,%.o,$(wildcard src/*.c))
 FUSE_OBJS     = $(patsubst %.c,%.o,$(wildcard fuse/*.c))
 PREFETCH_OBJS = $(patsubst %.c,%.o,$(wildcard prefetch/*.c))
-GPU_OBJS      = $(patsubst %.c,%.o,$(filter-out gpudirect/libstagefs%.c,$(wildcard gpudirect/*.c)))
 TOOL_SRCS     = $(wildcard tools/stagefs-*.c)
 TOOLS         = $(patsubst tools/%.c,%,$(TOOL_SRCS))
 UNIT_SRCS     = $(wildcard tests/unit/test_*.c)
@@ -51,13 +50,33 @@ src/libsfs.a: $(SRC_OBJS)
 	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
 
 prefetch/libprefetch.a: $(PREFETCH_OBJS)
-	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^ $(if $^,,)
+	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
 
-stagefs: $(FUSE_OBJS) $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $(FUSE_OBJS) $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
+# Each program links only what it uses.  prefetch/ and src/ stay archives, so
+# the linker takes only the members a program refers to; the object lists
+# are wildcards, so a new file in fuse/, prefetch/ or src/ is picked up.
 
-stagefs-%: tools/stagefs-%.o $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< $(PREFETCH_OBJS) $(GPU_OBJS) src/libsfs.a $(LIBS_ALL)
+# the daemon: the FUSE front end, the prefetcher and the core (no gpudirect/:
+# pinned buffers belong to the client library)
+stagefs: $(FUSE_OBJS) prefetch/libprefetch.a src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(FUSE_LIBS) $(LIBS_CORE)
+
+# the subcommands (tools/stagefs-NAME.c): each links its own object and the
+# archives in stagefs-NAME_LINK, src/libsfs.a unless it says otherwise.  None
+# uses prefetch/, gpudirect/ or libfuse today (they talk to the daemon over
+# its control socket); a tool that starts to, names the archive here.
+TOOL_LINK_DEFAULT = src/libsfs.a
+stagefs-gc_LINK      = src/libsfs.a
+stagefs-publish_LINK = src/libsfs.a
+stagefs-quota_LINK   = src/libsfs.a
+stagefs-top_LINK     = src/libsfs.a
+stagefs-warmup_LINK  = src/libsfs.a
+
+define tool_rule
+$(1): tools/$(1).o $$(or $$($(1)_LINK),$$(TOOL_LINK_DEFAULT))
+	$$(call quiet,LD,$$@)$$(CC) $$(LDFLAGS_ALL) -o $$@ $$^ $$(LIBS_CORE)
+endef
+$(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
 # the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads it)
 gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
@@ -73,6 +92,10 @@ tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl
 
 tests/unit/test_%: tests/unit/test_%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_CORE) $(CMOCKA_LIBS)
+
+# the scheduler's tests drive prefetch/ through prefetch/prefetch.h
+tests/unit/test_prefetch_sched: tests/unit/test_prefetch_sched.o prefetch/libprefetch.a src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
 
 tests/helpers/%: tests/helpers/%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_ALL)
@@ -103,9 +126,11 @@ install: all
 	sed -e 's|@bindir@|$(PREFIX)/bin|g' -e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@prefix@|$(PREFIX)|g' \
 		conf/stagefs.service.in >$(DESTDIR)$(PREFIX)/lib/systemd/system/stagefs.service
 
-# conf/stagefs.conf.example is generated from the option table in src/config.c
-conf/stagefs.conf.example: stagefs
-	./stagefs --print-config > $@
+# conf/stagefs.conf.example and the settings reference in
+# docs/configuration.md are generated from the option table in src/config.c;
+# tests/integration/gendocs.sh fails when the committed copies are stale
+docs: stagefs
+	$(Q)tools/gendocs.sh ./stagefs
 
 clean:
 	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench
@@ -113,6 +138,6 @@ clean:
 distclean: clean
 	rm -f config.h config.mk config.log
 
-.PHONY: all check demo install clean distclean test-progs
+.PHONY: all check demo docs install clean distclean test-progs
 .SECONDARY:
 endif

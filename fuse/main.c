@@ -85,7 +85,8 @@ static void usage(FILE *f)
 		"    -o OPT[,OPT...]             settings as name=value (override the file)\n"
 		"    -h, --help                  this text\n"
 		"    -V, --version               print the version\n"
-		"        --print-config          print a complete example config\n"
+		"        --print-config[=ini|markdown]  print a complete example config,\n"
+		"                                or the settings reference of docs/configuration.md\n"
 		"\n"
 		"settings (-o name=value, or name = value in the config file):\n");
 	config_print_help(f);
@@ -272,7 +273,7 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 		{ "config", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
-		{ "print-config", no_argument, NULL, 'P' },
+		{ "print-config", optional_argument, NULL, 'P' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -302,7 +303,12 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 			       fuse_pkgversion());
 			exit(0);
 		case 'P':
-			config_print_example(stdout);
+			if (optarg && !strcmp(optarg, "markdown"))
+				config_print_markdown(stdout);
+			else if (!optarg || !strcmp(optarg, "ini"))
+				config_print_example(stdout);
+			else
+				fail("--print-config=%s: expected ini or markdown", optarg);
 			exit(0);
 		default:
 			fprintf(stderr, "Try 'stagefs --help'.\n");

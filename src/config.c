@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -31,90 +32,281 @@ struct opt {
 	size_t off;
 	const char *def;	/* default, in the syntax a user would write */
 	double min, max;	/* inclusive limits for numbers; 0/0 = none */
-	const char *help;
+	const char *help;	/* one line: --help and the example config */
+	const char *limits;	/* the limits in words where min/max do not say it all */
+	const char *doc;	/* the reference text (markdown) of docs/configuration.md */
+};
+
+/*
+ * The headings of docs/configuration.md's settings reference: a group
+ * starts at the setting @first and runs to the next group's first.  @after
+ * is markdown printed below the group's table.
+ */
+struct opt_group {
+	const char *first;
+	const char *title;
+	const char *after;
 };
 
 #define O(f) offsetof(struct sfs_config, f)
 
 static const struct opt opts[] = {
 	{ "cache_dir", OPT_STR, O(cache_dir), "/var/cache/stagefs", 0, 0,
-	  "directory on local NVMe holding the chunk cache (created 0700)" },
+	  "directory on local NVMe holding the chunk cache (created 0700)",
+	  .limits = "absolute path",
+	  .doc =
+		"Directory on local NVMe that holds the chunk cache. It is created "
+		"(0700) if needed and locked while the daemon runs, so two daemons "
+		"cannot share it. It also holds the dir:// snapshots. Layout: "
+		"`cache.md`." },
 	{ "cache_size", OPT_SIZE, O(cache_size), "0", 0, 0,
-	  "most bytes of disk the cache may use (real blocks); 0 = limited by cache_free_ratio only" },
+	  "most bytes of disk the cache may use (real blocks); 0 = limited by cache_free_ratio only",
+	  .doc =
+		"Most disk space the cache may use, counted in 4 KiB blocks of "
+		"present chunks. `0`: bounded by `cache_free_ratio` only." },
 	{ "cache_free_ratio", OPT_RATIO, O(cache_free_ratio), "0.10", 0, 0.95,
-	  "share of the cache filesystem always left free" },
+	  "share of the cache filesystem always left free",
+	  .doc =
+		"Share of the whole cache filesystem always left free, re-checked "
+		"before every fill. The cache shrinks when others fill the disk." },
 	{ "chunk_size", OPT_SIZE, O(chunk_size), "4M", 4 * 1024, 64 * 1024 * 1024,
-	  "cache fill unit for dir:// sources (power of two)" },
+	  "cache fill unit for dir:// sources (power of two)",
+	  .limits = "4K .. 64M, power of two (as `stagefs publish --chunk-size`)",
+	  .doc =
+		"Unit in which dir:// files (and plain RADOS namespaces) are "
+		"fetched and cached. Each chunk costs a backend read, a 64-byte "
+		"journal record and 72 bytes of memory while its file is known, so "
+		"small chunks suit only small files or tests (`tools/bench.sh "
+		"index` uses 4K to make a million chunks from 4 GiB). Published "
+		"RADOS datasets carry their own chunk size. A dir:// snapshot "
+		"mounted offline uses the chunk size it was scanned with." },
 	{ "cache_sync", OPT_BOOL, O(cache_sync), "no", 0, 0,
-	  "fdatasync chunk data before recording it in the index; no: after a power cut, chunks whose bytes were lost fail their first-read check and are refetched" },
+	  "fdatasync chunk data before recording it in the index; no: after a power cut, chunks whose bytes were lost fail their first-read check and are refetched",
+	  .doc =
+		"`fdatasync` a chunk's data before recording it in the journal. "
+		"With `no` (the default), a power cut may leave records for chunks "
+		"whose bytes never reached the disk; every chunk is checked against"
+		" its hash at its first read after a start, so they are refetched, "
+		"never served. `yes` costs a journal commit of the cache filesystem"
+		" per chunk (measured: cold reads of 128 KiB objects 0.47 -> 0.69 "
+		"of `rados bench` when turned off) to save those refetches; see "
+		"`cache.md`, \"Crash safety\"." },
 	{ "fd_cache", OPT_UINT, O(fd_cache), "0", 0, 1048576,
-	  "cache-file descriptors kept open (bounded: never one per inode); 0 = from RLIMIT_NOFILE (raised to its hard limit at start): all but an eighth + 1024, at most 65536" },
+	  "cache-file descriptors kept open (bounded: never one per inode); 0 = from RLIMIT_NOFILE (raised to its hard limit at start): all but an eighth + 1024, at most 65536",
+	  .limits = "0, 16 .. 1048576",
+	  .doc =
+		"Most cache-file descriptors kept open (an `O_DIRECT` twin opened "
+		"for fills counts as one more). Idle ones beyond it are closed in "
+		"LRU order, so a dataset of millions of files never costs one "
+		"descriptor per file. `0`: from `RLIMIT_NOFILE`, whose soft limit "
+		"the daemon raises to the hard one at start: the limit less an "
+		"eighth and 1024 (kept for FUSE, librados sockets, logs), at most "
+		"65,536. An explicit value above that is lowered, with a notice. "
+		"Out of descriptors anyway (`EMFILE`), the cache closes half of its"
+		" idle ones and retries." },
 	{ "threads", OPT_UINT, O(threads), "0", 0, 256,
-	  "most FUSE worker threads; 0 = from the CPUs this process may run on (4 each, 16 to 64)" },
+	  "most FUSE worker threads; 0 = from the CPUs this process may run on (4 each, 16 to 64)",
+	  .doc =
+		"Most FUSE worker threads; `0` = 4 per CPU the daemon may run on "
+		"(its affinity mask), at least 16, at most 64. Threads start on "
+		"demand and are kept (none is ended when idle)." },
 	{ "entry_timeout", OPT_DURATION, O(entry_timeout_ms), "1h", 0, 0,
-	  "kernel dentry cache lifetime (datasets are immutable)" },
+	  "kernel dentry cache lifetime (datasets are immutable)",
+	  .doc =
+		"How long the kernel caches name lookups. Datasets are immutable, "
+		"so long is safe." },
 	{ "attr_timeout", OPT_DURATION, O(attr_timeout_ms), "1h", 0, 0,
-	  "kernel attribute cache lifetime" },
+	  "kernel attribute cache lifetime",
+	  .doc =
+		"How long the kernel caches attributes." },
 	{ "read_ahead_kb", OPT_UINT, O(read_ahead_kb), "4096", 0, 65536,
-	  "bdi read_ahead_kb set on the mount (larger READ requests)" },
+	  "bdi read_ahead_kb set on the mount (larger READ requests)",
+	  .doc =
+		"Written to the mount's `/sys/class/bdi/.../read_ahead_kb` after "
+		"mounting, and used as FUSE `max_readahead` (at least "
+		"`max_read_kb`), so that sequential readers send large READs." },
 	{ "max_read_kb", OPT_UINT, O(max_read_kb), "1024", 4, 1024,
-	  "largest READ request in KiB" },
+	  "largest READ request in KiB",
+	  .doc =
+		"Largest READ request, in KiB (FUSE `max_read`)." },
 	{ "splice", OPT_BOOL, O(splice), "no", 0, 0,
-	  "reply to cache hits by splicing from the cache file instead of copying" },
+	  "ask the kernel for splice capabilities; READ replies are copied, never spliced, so this changes nothing measured",
+	  .doc =
+		"Ask the kernel for its splice capabilities (`SPLICE_WRITE`, "
+		"`SPLICE_MOVE`) where it offers them. READ replies are never "
+		"spliced: a cache hit is copied from the engine's buffer or a "
+		"per-thread buffer and sent with `fuse_reply_iov()`, so this "
+		"changes nothing measured (`passthrough.md`, Figures)." },
 	{ "passthrough", OPT_AUTO, O(passthrough), "auto", 0, 0,
-	  "let the kernel read fully cached files itself (FUSE passthrough); auto = where the kernel and privileges allow" },
+	  "let the kernel read fully cached files itself (FUSE passthrough); auto = where the kernel and privileges allow",
+	  .doc =
+		"Let the kernel read fully cached, verified files directly from the"
+		" cache file (FUSE passthrough); no READ then reaches the daemon. "
+		"`auto`: use it where the kernel and privileges allow, and say once"
+		" in the log when it cannot. `on`: fail the mount if it cannot be "
+		"used. `off`: never." },
 	{ "passthrough_min_size", OPT_SIZE, O(passthrough_min_size), "0", 0, 0,
-	  "files up to this size stay on the daemon path even when fully cached (keep_cache there makes hot re-reads cost no READ)" },
+	  "files up to this size stay on the daemon path even when fully cached (keep_cache there makes hot re-reads cost no READ)",
+	  .doc =
+		"Fully cached files of at most this many bytes stay on the daemon "
+		"path (where `keep_cache` serves hot re-reads with no READ) instead"
+		" of going passthrough. `0`: every non-empty file may go "
+		"passthrough, which measured faster for small files read with a "
+		"cold page cache (`passthrough.md`, Figures)." },
 	{ "no_open", OPT_AUTO, O(no_open), "auto", 0, 0,
-	  "read files with no OPEN or RELEASE request (FUSE no-open mode); auto = on a single-dataset mount where passthrough is not active" },
+	  "read files with no OPEN or RELEASE request (FUSE no-open mode); auto = on a single-dataset mount where passthrough is not active",
+	  .doc =
+		"FUSE no-open mode: the kernel reads files with no OPEN and no "
+		"RELEASE request (one READ round trip per small file instead of "
+		"three; hot re-reads reach the daemon not at all). Excludes "
+		"passthrough and access rules, so `auto` turns it on only for a "
+		"single-dataset mount where passthrough is not active; `on` fails "
+		"the mount where it cannot be had, and is refused on multi-dataset "
+		"mounts and with `passthrough=on`. See `noopen.md`." },
 	{ "uring", OPT_AUTO, O(uring), "auto", 0, 0,
-	  "take FUSE requests through io_uring, one queue per CPU (Linux >= 6.14); auto = where the kernel parameter fuse.enable_uring is Y, on = set it" },
+	  "take FUSE requests through io_uring, one queue per CPU (Linux >= 6.14); auto = where the kernel parameter fuse.enable_uring is Y, on = set it",
+	  .doc =
+		"FUSE over io_uring (Linux >= 6.14): requests come through one ring"
+		" queue per CPU, each served by threads pinned to that CPU, and a "
+		"reply and the next fetch are one `io_uring_enter`. `auto` uses it "
+		"where the kernel parameter "
+		"`/sys/module/fuse/parameters/enable_uring` is `Y` (the kernel's "
+		"default is `N`); `on` sets that parameter (it is system-wide and "
+		"stays set) and fails the mount where the rings cannot be had; "
+		"`off` keeps `/dev/fuse`. Only in builds against libfuse 3.14-3.16."
+		" See `fuse-uring.md`." },
 	{ "lookup_readahead_max", OPT_SIZE, O(lookup_readahead_max), "1M", 0, 0,
-	  "a fully cached file of at most this size is read into the page cache when it is looked up, overlapping the disk read with the OPEN and READ that follow; 0 = never" },
+	  "a fully cached file of at most this size is read into the page cache when it is looked up, overlapping the disk read with the OPEN and READ that follow; 0 = never",
+	  .doc =
+		"When a regular file of at most this size is looked up and its "
+		"cache file is whole and verified, the daemon starts reading the "
+		"cache file into the page cache (`readahead(2)`, no wait for the "
+		"data) before it answers the LOOKUP, so the disk read overlaps the "
+		"OPEN and READ round trips that follow instead of coming after "
+		"them. Costs a wasted read of the file for a LOOKUP that no read "
+		"follows (`stat` of many files). `0`: never. See `passthrough.md`, "
+		"\"Small files with a cold page cache\"." },
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,
-	  "let users other than the mounter read (access rules still apply)" },
+	  "let users other than the mounter read (access rules still apply)",
+	  .doc =
+		"Mount with `allow_other` so that users other than the mounter can "
+		"read. Access rules (permissions, `allow =` of `[dataset]`) still "
+		"apply." },
 	{ "runtime_dir", OPT_STR, O(runtime_dir), "/run/stagefs", 0, 0,
-	  "directory for the control sockets" },
+	  "directory for the control sockets",
+	  .doc =
+		"Directory for the control socket, `<hash of the mount "
+		"point>.sock`, through which the stagefs tools (warmup, ...) talk "
+		"to the daemon." },
 	{ "ceph_conf", OPT_STR, O(ceph_conf), "", 0, 0,
-	  "ceph.conf for rados:// sources (default $CEPH_CONF, then /etc/ceph/ceph.conf)" },
+	  "ceph.conf for rados:// sources (default $CEPH_CONF, then /etc/ceph/ceph.conf)",
+	  .doc =
+		"`ceph.conf` to use. Empty: `$CEPH_CONF`, then "
+		"`/etc/ceph/ceph.conf`." },
 	{ "client_id", OPT_STR, O(client_id), "admin", 0, 0,
-	  "cephx client id (client.ID)" },
+	  "cephx client id (client.ID)",
+	  .doc =
+		"cephx client id (`client.ID`)." },
 	{ "keyring", OPT_STR, O(keyring), "", 0, 0,
-	  "cephx keyring path (default: from ceph.conf)" },
+	  "cephx keyring path (default: from ceph.conf)",
+	  .doc =
+		"cephx keyring path. Empty: whatever `ceph.conf` says." },
 	{ "rados_timeout", OPT_DURATION, O(rados_timeout_ms), "30s", 1000, 0,
-	  "bound on any RADOS operation; a reader gets EIO after it" },
+	  "bound on any RADOS operation; a reader gets EIO after it",
+	  .doc =
+		"Bound on every RADOS operation (OSD and monitor ops). A reader "
+		"gets EIO after it instead of a hung mount." },
 	{ "log_level", OPT_LOGLEVEL, O(log_level), "notice", 0, 0,
-	  "error, warning, notice, info or debug" },
+	  "error, warning, notice, info or debug",
+	  .doc =
+		"Messages above this level are dropped. `-d` forces `debug`." },
 	{ "log_file", OPT_STR, O(log_file), "", 0, 0,
-	  "append log lines to this file (default: stderr in the foreground, syslog in the background)" },
+	  "append log lines to this file (default: stderr in the foreground, syslog in the background)",
+	  .doc =
+		"Append log lines to this file (created 0600). Empty: stderr in the"
+		" foreground (`-f`), syslog (ident `stagefs`) in the background." },
 	{ "prefetch_inflight", OPT_UINT, O(prefetch_inflight), "32", 1, 1024,
-	  "backend fetches in flight at once: background work starts only while readers' fetches leave room" },
+	  "backend fetches in flight at once: background work starts only while readers' fetches leave room",
+	  .doc =
+		"Backend fetches in flight at once, readers' and background ones "
+		"together. Background work starts only while readers' fetches leave"
+		" room." },
 	{ "prefetch_user_inflight", OPT_UINT, O(prefetch_user_inflight), "16", 1, 1024,
-	  "background (readahead, hint, warmup) fetches in flight for one user" },
+	  "background (readahead, hint, warmup) fetches in flight for one user",
+	  .doc =
+		"Background fetches (readahead, hints, warmup) in flight for one "
+		"user." },
 	{ "backend_max_rate", OPT_SIZE, O(backend_max_rate), "0", 0, 0,
-	  "bytes per second of all backend fetches (readers borrow ahead); 0 = no cap" },
+	  "bytes per second of all backend fetches (readers borrow ahead); 0 = no cap",
+	  .doc =
+		"Bytes per second of all backend fetches together; readers may "
+		"borrow ahead. `0`: no cap." },
 	{ "prefetch_weights", OPT_STR, O(prefetch_weights), "", 0, 0,
-	  "fair-share weights of users' background fetches, UID:WEIGHT,... (others 1)" },
+	  "fair-share weights of users' background fetches, UID:WEIGHT,... (others 1)",
+	  .doc =
+		"Fair-share weights of users' background fetches, `UID:WEIGHT,...`;"
+		" other users weigh 1. The value has commas, so set it in the "
+		"config file, not with `-o`." },
 	{ "readahead_max", OPT_UINT, O(readahead_max), "8", 0, 1024,
-	  "most chunks fetched ahead of a sequential reader; 0 = no readahead" },
+	  "most chunks fetched ahead of a sequential reader; 0 = no readahead",
+	  .doc =
+		"Most chunks fetched ahead of a sequential reader. `0`: no "
+		"readahead." },
 	{ "hint_window", OPT_UINT, O(hint_window), "64", 1, 1048576,
-	  "files prefetched ahead of a reader that announced its order" },
+	  "files prefetched ahead of a reader that announced its order",
+	  .doc =
+		"Files prefetched ahead of a reader that announced its read order." },
 	{ "hint_window_bytes", OPT_SIZE, O(hint_window_bytes), "2G", 0, 0,
-	  "bytes prefetched ahead of a reader that announced its order" },
+	  "bytes prefetched ahead of a reader that announced its order",
+	  .doc =
+		"Bytes prefetched ahead of such a reader." },
 	{ "prefetch_io_uring", OPT_BOOL, O(prefetch_io_uring), "yes", 0, 0,
-	  "run every fetch on one I/O engine thread: librados aio or io_uring source reads, O_DIRECT io_uring cache writes; no = a thread per fetch" },
+	  "run every fetch on one I/O engine thread: librados aio or io_uring source reads, O_DIRECT io_uring cache writes; no = a thread per fetch",
+	  .doc =
+		"Run every backend fetch on the I/O engine: one thread, librados "
+		"aio or io_uring reads of dir:// sources, `O_DIRECT` io_uring "
+		"writes of the cache from registered buffers. `no` (or no io_uring "
+		"on this kernel): a worker thread per background fetch, readers "
+		"fetch on their FUSE worker." },
 	{ "prefetch_buffers", OPT_SIZE, O(prefetch_buffers), "128M", 1024 * 1024, 1024.0 * 1024 * 1024,
-	  "memory of the I/O engine's chunk buffers, registered with io_uring; recently filled chunks are served from it" },
+	  "memory of the I/O engine's chunk buffers, registered with io_uring; recently filled chunks are served from it",
+	  .doc =
+		"Memory of the engine's chunk buffers, registered with io_uring "
+		"(needs that much `RLIMIT_MEMLOCK` or CAP_IPC_LOCK, else they are "
+		"used unregistered). Recently filled chunks are served to readers "
+		"from it." },
 	/* feed-rate metrics (fuse/metrics.c, docs/feedrate.md) */
 	{ "metrics_port", OPT_UINT, O(metrics_port), "0", 0, 65535,
-	  "serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 = off" },
+	  "serve Prometheus metrics at http://127.0.0.1:PORT/metrics; 0 = off",
+	  .doc =
+		"Serve Prometheus metrics at `http://127.0.0.1:PORT/metrics`. `0`: "
+		"off." },
 	{ "metrics_file", OPT_STR, O(metrics_file), "", 0, 0,
-	  "rewrite this file (node_exporter textfile collector) with the metrics; empty = off" },
+	  "rewrite this file (node_exporter textfile collector) with the metrics; empty = off",
+	  .doc =
+		"Rewrite this file (written aside, then renamed) with the same "
+		"metrics, for node_exporter's textfile collector. Empty: off." },
 	{ "metrics_interval", OPT_DURATION, O(metrics_interval_ms), "5s", 1000, 3600000,
-	  "how often metrics_file is rewritten" },
+	  "how often metrics_file is rewritten",
+	  .doc =
+		"How often `metrics_file` is rewritten." },
 };
 
 #undef O
+
+static const struct opt_group groups[] = {
+	{ "cache_dir", "Cache", NULL },
+	{ "threads", "FUSE and the kernel", NULL },
+	{ "ceph_conf", "Ceph (rados:// sources)",
+	  "A rados:// source can override these settings for itself: see\n"
+	  "[rados:// source options](#rados-source-options) below.\n" },
+	{ "log_level", "Logging", NULL },
+	{ "prefetch_inflight", "Prefetching and backend bandwidth",
+	  "Readahead, hints, warmup and the I/O engine are described in\n"
+	  "`docs/prefetch.md`, `prefetch/prefetch.h` and `docs/control.md`.\n" },
+	{ "metrics_port", "Metrics",
+	  "The metrics are described in `docs/feedrate.md`.\n" },
+};
 
 struct section_handler {
 	const char *prefix;
@@ -400,4 +592,96 @@ void config_print_example(FILE *f)
 		fprintf(f, "# %s (%s)\n", opts[i].help, type_hint(opts[i].type));
 		fprintf(f, "#%s = %s\n\n", opts[i].name, opts[i].def);
 	}
+}
+
+/* @v (a limit of @o) as a user would write it: 4K, 64M, 1s, 1h. */
+static void fmt_limit(const struct opt *o, double v, char *buf, size_t len)
+{
+	static const char units[] = "KMGTP";
+	uint64_t u = (uint64_t)v;
+	int i;
+
+	switch (o->type) {
+	case OPT_SIZE:
+		for (i = -1; i < 4 && u >= 1024 && !(u & 1023); i++)
+			u >>= 10;
+		if (i < 0)
+			snprintf(buf, len, "%" PRIu64, u);
+		else
+			snprintf(buf, len, "%" PRIu64 "%c", u, units[i]);
+		return;
+	case OPT_DURATION:
+		if (u && !(u % 3600000))
+			snprintf(buf, len, "%" PRIu64 "h", u / 3600000);
+		else if (u && !(u % 1000))
+			snprintf(buf, len, "%" PRIu64 "s", u / 1000);
+		else
+			snprintf(buf, len, "%" PRIu64 "ms", u);
+		return;
+	default:
+		snprintf(buf, len, "%.15g", v);
+	}
+}
+
+/* The "limits" cell of @o's row. */
+static void fmt_limits(const struct opt *o, char *buf, size_t len)
+{
+	char lo[32], hi[32];
+	bool number = o->type == OPT_SIZE || o->type == OPT_UINT ||
+		      o->type == OPT_DURATION || o->type == OPT_RATIO;
+
+	if (o->limits) {
+		snprintf(buf, len, "%s", o->limits);
+		return;
+	}
+	if (o->min == 0 && o->max == 0) {
+		snprintf(buf, len, "%s", number ? "—" : "");
+		return;
+	}
+	fmt_limit(o, o->min, lo, sizeof(lo));
+	fmt_limit(o, o->max, hi, sizeof(hi));
+	if (o->max == 0)
+		snprintf(buf, len, "≥ %s", lo);
+	else
+		snprintf(buf, len, "%s .. %s", lo, hi);
+}
+
+static void print_md_group_end(FILE *f, const struct opt_group *g)
+{
+	if (g && g->after)
+		fprintf(f, "\n%s", g->after);
+}
+
+void config_print_markdown(FILE *f)
+{
+	const struct opt_group *g = NULL;
+	size_t next = 0;
+
+	fprintf(f, "%s\n", CONFIG_MD_BEGIN);
+	fprintf(f, "## Settings\n\n"
+		   "The defaults below are the defaults of the table; the limits are its\n"
+		   "inclusive ranges. \"—\" means no limit.\n");
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++) {
+		const struct opt *o = &opts[i];
+		char limits[128];
+
+		if (next < ARRAY_SIZE(groups) && !strcmp(groups[next].first, o->name)) {
+			print_md_group_end(f, g);
+			g = &groups[next++];
+			fprintf(f, "\n### %s\n\n"
+				   "| setting | type | default | limits | what it does |\n"
+				   "|---|---|---|---|---|\n", g->title);
+		}
+		fmt_limits(o, limits, sizeof(limits));
+		fprintf(f, "| `%s` | %s | ", o->name,
+			o->type == OPT_AUTO ? "auto\\|on\\|off" : type_hint(o->type));
+		if (o->def[0])
+			fprintf(f, "`%s`", o->def);
+		else
+			fprintf(f, "(empty)");
+		fprintf(f, " | %s%s| %s |\n", limits, limits[0] ? " " : "",
+			o->doc ? o->doc : o->help);
+	}
+	print_md_group_end(f, g);
+	fprintf(f, "%s\n", CONFIG_MD_END);
 }

@@ -32,6 +32,7 @@
  */
 #include "idset.h"
 #include "inomap.h"
+#include "json.h"
 #include "log.h"
 #include "manifest.h"
 #include "rados.h"
@@ -781,22 +782,6 @@ static void parse_args(struct pub *p, int argc, char **argv)
 	parse_target(p, p->uri);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
-}
-
 static void summary(struct pub *p)
 {
 	uint64_t ns = now_ns() - p->t0;
@@ -807,13 +792,13 @@ static void summary(struct pub *p)
 
 	if (p->json) {
 		printf("{\"uri\": ");
-		json_str(stdout, p->uri);
+		json_write_str(stdout, p->uri);
 		printf(", \"pool\": ");
-		json_str(stdout, p->pool);
+		json_write_str(stdout, p->pool);
 		printf(", \"namespace\": ");
-		json_str(stdout, nsv);
+		json_write_str(stdout, nsv);
 		printf(", \"name\": ");
-		json_str(stdout, p->name);
+		json_write_str(stdout, p->name);
 		printf(", \"version\": %" PRIu64 ", \"files\": %" PRIu64
 		       ", \"dirs\": %" PRIu64 ", \"symlinks\": %" PRIu64
 		       ", \"hardlinks\": %" PRIu64

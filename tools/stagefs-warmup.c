@@ -16,6 +16,7 @@
  * 2 for a usage error.
  */
 #include "ctlproto.h"
+#include "json.h"
 #include "util.h"
 
 #include <errno.h>
@@ -93,20 +94,6 @@ static void usage(FILE *f)
 }
 
 /* ---- output ---- */
-
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(f, "\\%c", *p);
-		else if (*p < 0x20)
-			fprintf(f, "\\u%04x", *p);
-		else
-			fputc(*p, f);
-	}
-	fputc('"', f);
-}
 
 static void fmt_rate(double bytes_per_s, char *buf, size_t len)
 {
@@ -197,15 +184,15 @@ static void print_summary(const struct opts *o, const struct summary *s)
 		       s->cached_files, s->fetched, s->fetched_bytes, s->failed,
 		       s->failed_files, s->evicted, meanwhile, secs);
 		if (o->shard)
-			json_str(stdout, o->shard);
+			json_write_str(stdout, o->shard);
 		else
 			fputs("null", stdout);
 		fputs(", \"failures\": [", stdout);
 		for (size_t i = 0; i < nfailures; i++) {
 			fputs(i ? ", {\"path\": " : "{\"path\": ", stdout);
-			json_str(stdout, failures[i].path);
+			json_write_str(stdout, failures[i].path);
 			fputs(", \"error\": ", stdout);
-			json_str(stdout, failures[i].code);
+			json_write_str(stdout, failures[i].code);
 			fputs("}", stdout);
 		}
 		fputs("]}\n", stdout);

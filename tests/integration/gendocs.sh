@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The committed conf/stagefs.conf.example and docs/configuration.md are what the binary generates from its option table.
+# timeout: 30
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/../lib.sh"
+
+[[ -x $STAGEFS ]] || die "no $STAGEFS (run make)"
+"$REPO/tools/gendocs.sh" --check "$STAGEFS" ||
+	die "generated files are stale: run \`make docs\` and commit them"
+exit 0
