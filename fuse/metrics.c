@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "stats.h"
+#include "stats_render.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

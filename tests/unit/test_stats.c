@@ -23,6 +23,7 @@
 #include "json.h"
 #include "procinfo.h"
 #include "stats.h"
+#include "stats_render.h"
 #include "util.h"
 
 #define UID	4242	/* no such user here: the name is the number */
