@@ -1,7 +1,7 @@
 /*
  * stats_render: see stats_render.h.  The JSON and the Prometheus text of
- * a feed-rate snapshot, each with its own table of names (field_json,
- * prom_job).
+ * one struct stats_report; each walks the feed-rate rows with its own
+ * table of names (field_json, prom_job) and the daemon-wide table as given.
  */
 #include "stats_render.h"
 
@@ -114,7 +114,8 @@ static void json_rows(FILE *f, const struct stats_snap *s, enum stats_kind k,
 	fprintf(f, "%s%s]", first ? "" : "\n", first ? "" : indent);
 }
 
-void stats_render_json(const struct stats_snap *s, FILE *f, const char *indent)
+/* The feed-rate members: "node", "users", "jobs", "processes", "gpus". */
+static void json_feed(FILE *f, const struct stats_snap *s, const char *indent)
 {
 	fprintf(f, "%s\"node\": {\"uptime_ms\": %" PRIu64 ", \"untracked_reads\": %" PRIu64 ", ",
 		indent, s->uptime_ms, s->untracked_reads);
@@ -124,6 +125,28 @@ void stats_render_json(const struct stats_snap *s, FILE *f, const char *indent)
 	json_rows(f, s, STATS_JOB, "jobs", indent);
 	json_rows(f, s, STATS_PROC, "processes", indent);
 	json_rows(f, s, STATS_GPU, "gpus", indent);
+}
+
+void stats_render_json(const struct stats_report *r, FILE *f)
+{
+	fputs("{\n", f);
+	for (size_t i = 0; i < r->nmetrics; i++) {
+		const struct stats_metric *m = &r->metrics[i];
+
+		fprintf(f, "  \"%s\": ", m->key);
+		if (m->type == STATS_TEXT)
+			json_write_str(f, m->text ? m->text : "");
+		else
+			fprintf(f, "%" PRIu64, m->value);
+		fputs(",\n", f);
+	}
+	if (r->feed) {
+		json_feed(f, r->feed, "  ");
+	} else {
+		fputs("  \"node\": null, \"feedrate_error\": ", f);
+		json_write_str(f, strerror(-r->feed_error));
+	}
+	fputs("\n}\n", f);
 }
 
 /* ---- Prometheus ---- */
@@ -192,7 +215,8 @@ static void prom_value(FILE *f, uint64_t v, double scale)
 		fprintf(f, " %" PRIu64 "\n", v);
 }
 
-void stats_render_prom(const struct stats_snap *s, const struct cache_stats *cs, FILE *f)
+/* The feed-rate families: per (user, job), per GPU, node-wide. */
+static void prom_feed(FILE *f, const struct stats_snap *s)
 {
 	for (size_t m = 0; m < ARRAY_SIZE(prom_job); m++) {
 		prom_family(f, prom_job[m].name, "counter", prom_job[m].help);
@@ -232,15 +256,26 @@ void stats_render_prom(const struct stats_snap *s, const struct cache_stats *cs,
 	prom_family(f, "stagefs_untracked_reads_total", "counter",
 		    "READs whose reader could not be identified (counted node-wide only).");
 	fprintf(f, "stagefs_untracked_reads_total %" PRIu64 "\n", s->untracked_reads);
-	if (cs) {
-		prom_family(f, "stagefs_cache_used_bytes", "gauge",
-			    "Disk bytes held by cached chunks.");
-		fprintf(f, "stagefs_cache_used_bytes %" PRIu64 "\n", cs->used_bytes);
-		prom_family(f, "stagefs_cache_limit_bytes", "gauge",
-			    "Current cache capacity in bytes (0: unknown).");
-		fprintf(f, "stagefs_cache_limit_bytes %" PRIu64 "\n",
-			cs->limit_bytes == UINT64_MAX ? 0 : cs->limit_bytes);
-	}
 	prom_family(f, "stagefs_uptime_seconds", "gauge", "Seconds since the mount.");
 	fprintf(f, "stagefs_uptime_seconds %.3f\n", (double)s->uptime_ms / 1000.0);
+}
+
+/* The table's rows that have a Prometheus name. */
+static void prom_table(FILE *f, const struct stats_metric *m, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!m[i].prom || m[i].type == STATS_TEXT)
+			continue;
+		prom_family(f, m[i].prom, m[i].type == STATS_COUNTER ? "counter" : "gauge",
+			    m[i].help);
+		fputs(m[i].prom, f);
+		prom_value(f, m[i].value, m[i].prom_scale);
+	}
+}
+
+void stats_render_prom(const struct stats_report *r, FILE *f)
+{
+	if (r->feed)
+		prom_feed(f, r->feed);
+	prom_table(f, r->metrics, r->nmetrics);
 }
