@@ -162,7 +162,8 @@ struct sfs_dataset *sfs_dataset_find(struct sfs *fs, const char *name);
 struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name);
 
 /*
- * A read-only file in MOUNTPOINT/.stagefs/.  ->render writes its whole
+ * A read-only file in MOUNTPOINT/.stagefs/ (the table is fuse/vfiles.c's,
+ * which renders stats and metrics).  ->render writes its whole
  * content, as of now, into a malloc'ed buffer (the caller frees *@out) and
  * returns its length or -errno.  It runs at open, so one open sees one
  * consistent snapshot.  Entry 0 is "stats".
@@ -208,8 +209,5 @@ int sfs_reload_start(struct sfs *fs);
 
 /* .stagefs/quota: per-user cache usage, one tab-separated line per user. */
 int sfs_quota_text(struct sfs *fs, char **out);
-
-/* .stagefs/stats: JSON counters. */
-int sfs_stats_json(struct sfs *fs, char **out);
 
 #endif

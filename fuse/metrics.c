@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "stats.h"
+#include "vfiles.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,49 +38,6 @@ struct sfs_metrics {
 	pthread_t thread;
 	bool running;
 };
-
-void sfs_metrics_json(struct sfs *fs, FILE *f)
-{
-	struct stats_snap *s;
-	int ret = fs->stats ? stats_snapshot(fs->stats, &s) : -ENODEV;
-
-	if (ret) {
-		fprintf(f, "  \"node\": null, \"feedrate_error\": \"%s\"", strerror(-ret));
-		return;
-	}
-	stats_render_json(s, f, "  ");
-	stats_snap_free(s);
-}
-
-int sfs_metrics_text(struct sfs *fs, char **out)
-{
-	struct stats_snap *s;
-	struct cache_stats cs;
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *f;
-	int ret;
-
-	if (!fs->stats)
-		return -ENODEV;
-	ret = stats_snapshot(fs->stats, &s);
-	if (ret)
-		return ret;
-	cache_get_stats(fs->cache, &cs);
-	f = open_memstream(&buf, &len);
-	if (!f) {
-		stats_snap_free(s);
-		return -ENOMEM;
-	}
-	stats_render_prom(s, &cs, f);
-	stats_snap_free(s);
-	if (fclose(f)) {
-		free(buf);
-		return -ENOMEM;
-	}
-	*out = buf;
-	return (int)len;
-}
 
 /* Write all of @buf to socket @fd.  Returns 0 or -errno. */
 static int send_all(int fd, const char *buf, size_t len)
@@ -154,7 +112,7 @@ static void serve_one(struct sfs_metrics *m)
 		reply(fd, 404, "Not Found", "text/plain", "try /metrics\n", 13, head);
 		goto out;
 	}
-	n = sfs_metrics_text(m->fs, &body);
+	n = vfiles_metrics_text(m->fs, &body);
 	if (n < 0)
 		reply(fd, 500, "Internal Server Error", "text/plain", "out of memory\n", 14, head);
 	else
@@ -170,7 +128,7 @@ static int write_file(struct sfs *fs)
 	char *body = NULL;
 	int n, ret;
 
-	n = sfs_metrics_text(fs, &body);
+	n = vfiles_metrics_text(fs, &body);
 	if (n < 0)
 		return n;
 	/* 0644 whatever the daemon's umask: node_exporter must read the file */

@@ -50,6 +50,9 @@
  * Rates: a ticker thread samples every total once a second into a ring of
  * STATS_RING samples; the rate over W seconds is (now - the sample W s
  * ago) / elapsed time, using what exists for younger records.
+ *
+ * This module counts and takes snapshots (stats_snapshot()); turning a
+ * snapshot into JSON or Prometheus text is src/stats_render.h's job.
  */
 #ifndef STAGEFS_STATS_H
 #define STAGEFS_STATS_H
@@ -58,10 +61,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/types.h>
 
-#include "cache.h"
 #include "procinfo.h"
 
 enum stats_field {
@@ -256,20 +257,5 @@ extern const char *const stats_window_name[STATS_NWIN];
 /* hits / (hits + misses) and stall / busy time of @v; negative if undefined. */
 double stats_hit_ratio(const uint64_t *v);
 double stats_stall_ratio(const uint64_t *v);
-
-/*
- * Write the snapshot as JSON object members (no braces): "node", "users",
- * "jobs", "processes", "gpus", each line starting with @indent.  The
- * caller adds the surrounding object.
- */
-void stats_render_json(const struct stats_snap *snap, FILE *f, const char *indent);
-
-/*
- * Write the Prometheus text exposition (format 0.0.4) of @snap and the
- * cache figures in @cs (may be NULL) to @f: names, labels and escaping
- * per the Prometheus conventions (docs/feedrate.md lists the metrics).
- */
-void stats_render_prom(const struct stats_snap *snap, const struct cache_stats *cs,
-		       FILE *f);
 
 #endif

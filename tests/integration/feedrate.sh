@@ -104,7 +104,11 @@ else:
              "opens": "stagefs_opens"}
     for want_fam in ("stagefs_read_bytes", "stagefs_files_read", "stagefs_cache_hits",
                      "stagefs_cache_misses", "stagefs_backend_bytes", "stagefs_stall_seconds",
-                     "stagefs_gpu_bytes", "stagefs_cache_used_bytes", "stagefs_cache_limit_bytes"):
+                     "stagefs_gpu_bytes", "stagefs_cache_used_bytes", "stagefs_cache_limit_bytes",
+                     # what an operator alerts on, from the daemon-wide table (fuse/vfiles.c)
+                     "stagefs_backend_errors", "stagefs_backend_reads", "stagefs_corrupt_chunks",
+                     "stagefs_evicted_chunks", "stagefs_bypass_reads", "stagefs_node_read_errors",
+                     "stagefs_prefetch_errors", "stagefs_prefetch_queued", "stagefs_prefetch_inflight"):
         if want_fam not in fams:
             fail(f"no metric family {want_fam}: {sorted(fams)}")
     if fams["stagefs_read_bytes"].type != "counter":

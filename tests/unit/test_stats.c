@@ -2,7 +2,8 @@
  * test_stats: the feed-rate counters: the job rule, /proc identification of
  * processes and threads, exact per-user/job/process/GPU accounting (files
  * once per open, chunk hits and misses, stalls on own and others' fetches),
- * folding of gone threads, rates, the JSON and Prometheus renderers, and
+ * folding of gone threads, rates, the JSON and Prometheus renderers (the
+ * feed-rate rows and the daemon-wide table of a report), and
  * exact totals under 8 threads hammering one reader while snapshots run.
  */
 #include <setjmp.h>
@@ -23,6 +24,7 @@
 #include "json.h"
 #include "procinfo.h"
 #include "stats.h"
+#include "stats_render.h"
 #include "util.h"
 
 #define UID	4242	/* no such user here: the name is the number */
@@ -454,20 +456,39 @@ static void test_client_reports(void **state)
 	stats_destroy(st);
 }
 
+/* A daemon-wide table as fuse/vfiles.c gathers one: each kind of row. */
+static const struct stats_metric table[] = {
+	{ .key = "version", .type = STATS_TEXT, .text = "0.1 \"x\"" },
+	{ .key = "hint_fetches", .value = 12 },		/* JSON only */
+	{ .key = "backend_errors", .prom = "stagefs_backend_errors_total",
+	  .type = STATS_COUNTER, .help = "Chunk fetches that failed.", .value = 3 },
+	{ .key = "prefetch_queued", .prom = "stagefs_prefetch_queued",
+	  .type = STATS_GAUGE, .help = "Requests waiting now.", .value = 9 },
+	{ .key = "backend_throttle_ms", .prom = "stagefs_backend_throttle_seconds_total",
+	  .type = STATS_COUNTER, .help = "Time waited.", .value = 1500, .prom_scale = 1e-3 },
+	{ .key = "cache_used_bytes", .prom = "stagefs_cache_used_bytes",
+	  .type = STATS_GAUGE, .help = "Disk bytes held by cached chunks.", .value = 4096 },
+	{ .key = "cache_limit_bytes", .prom = "stagefs_cache_limit_bytes",
+	  .type = STATS_GAUGE, .help = "Current cache capacity in bytes (0: unknown).", .value = 0 },
+};
+
+/* The report of @s (NULL: no feed, as after a failed snapshot) and the table. */
 static char *render(struct stats_snap *s, bool prom)
 {
-	struct cache_stats cs = { .used_bytes = 4096, .limit_bytes = UINT64_MAX };
+	struct stats_report rep = {
+		.metrics = table,
+		.nmetrics = sizeof(table) / sizeof(table[0]),
+		.feed = s,
+		.feed_error = s ? 0 : -ENOMEM,
+	};
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
 
-	if (prom) {
-		stats_render_prom(s, &cs, f);
-	} else {
-		fputs("{\n", f);
-		stats_render_json(s, f, "  ");
-		fputs("\n}\n", f);
-	}
+	if (prom)
+		stats_render_prom(&rep, f);
+	else
+		stats_render_json(&rep, f);
 	fclose(f);
 	return buf;
 }
@@ -534,6 +555,61 @@ static void test_render(void **state)
 	stats_snap_free(s);
 	stats_open_release(st, &so);
 	reap(child);
+	stats_destroy(st);
+}
+
+/* The daemon-wide table: in both texts, each row as its kind says. */
+static void test_render_table(void **state)
+{
+	struct stats *st = mkstats(0);
+	struct stats_snap *s = snap(st);
+	struct json_doc *doc = NULL;
+	const struct json *r;
+	char err[128], *text;
+
+	text = render(s, false);
+	if (json_parse(text, strlen(text), &doc, err, sizeof(err)))
+		fail_msg("%s\n%s", err, text);
+	r = json_root(doc);
+	assert_string_equal(json_str(json_get(r, "version"), ""), "0.1 \"x\"");
+	assert_true(json_u64(json_get(r, "hint_fetches"), 0) == 12);
+	assert_true(json_u64(json_get(r, "backend_errors"), 0) == 3);
+	assert_true(json_u64(json_get(r, "backend_throttle_ms"), 0) == 1500);
+	assert_non_null(json_get(r, "node"));
+	/* one row a line: tools/bench.sh and tools/demo.sh read them so */
+	assert_non_null(strstr(text, "\n  \"backend_errors\": 3,\n"));
+	assert_non_null(strstr(text, "\n  \"version\": \"0.1 \\\"x\\\"\",\n"));
+	json_doc_free(doc);
+	free(text);
+
+	text = render(s, true);
+	assert_non_null(strstr(text, "# TYPE stagefs_backend_errors_total counter\n"
+				     "stagefs_backend_errors_total 3\n"));
+	assert_non_null(strstr(text, "# HELP stagefs_backend_errors_total Chunk fetches that failed.\n"));
+	assert_non_null(strstr(text, "# TYPE stagefs_prefetch_queued gauge\n"
+				     "stagefs_prefetch_queued 9\n"));
+	assert_non_null(strstr(text, "\nstagefs_backend_throttle_seconds_total 1.500000000\n"));
+	assert_null(strstr(text, "hint_fetches"));
+	assert_null(strstr(text, "version"));
+	assert_non_null(strstr(text, "stagefs_read_bytes_total"));
+	free(text);
+	stats_snap_free(s);
+
+	/* no feed-rate snapshot: the JSON says why, Prometheus has the table */
+	text = render(NULL, false);
+	if (json_parse(text, strlen(text), &doc, err, sizeof(err)))
+		fail_msg("%s\n%s", err, text);
+	r = json_root(doc);
+	assert_non_null(json_get(r, "node"));
+	assert_null(json_get(r, "users"));
+	assert_non_null(json_str(json_get(r, "feedrate_error"), NULL));
+	assert_true(json_u64(json_get(r, "backend_errors"), 0) == 3);
+	json_doc_free(doc);
+	free(text);
+	text = render(NULL, true);
+	assert_non_null(strstr(text, "stagefs_backend_errors_total 3\n"));
+	assert_null(strstr(text, "stagefs_read_bytes_total"));
+	free(text);
 	stats_destroy(st);
 }
 
@@ -626,6 +702,7 @@ int main(void)
 		cmocka_unit_test(test_threads_and_gone),
 		cmocka_unit_test(test_client_reports),
 		cmocka_unit_test(test_render),
+		cmocka_unit_test(test_render_table),
 		cmocka_unit_test(test_concurrent_exact),
 	};
 

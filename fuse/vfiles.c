@@ -1,0 +1,192 @@
+/*
+ * vfiles: see vfiles.h.
+ *
+ * .stagefs/stats and .stagefs/metrics render one report (struct
+ * stats_report, src/stats_render.h), taken once per rendering by
+ * report_render(): the feed-rate snapshot (src/stats.h) and the table of
+ * daemon-wide figures below, gathered from fs->ctr, the cache
+ * (cache_get_stats), the prefetcher (pf_get_stats) and the state of
+ * passthrough, no-open mode and FUSE over io_uring.  Each row names its
+ * JSON key once and, where an operator may alert on it, its Prometheus
+ * metric; the table's order is the order of the keys in .stagefs/stats.
+ */
+#include "vfiles.h"
+
+#include "ctlsock.h"
+#include "noopen.h"
+#include "passthrough.h"
+#include "stats.h"
+#include "stats_render.h"
+#include "uring.h"
+#include "prefetch/prefetch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define LD(x) atomic_load(&fs->ctr.x)
+
+/* Rows of the table: JSON only, a counter, a gauge, a string. */
+#define JSON_ONLY(k, v)		{ .key = (k), .value = (v) }
+#define COUNTER(k, p, h, v)	{ .key = (k), .prom = (p), .type = STATS_COUNTER, .help = (h), .value = (v) }
+#define GAUGE(k, p, h, v)	{ .key = (k), .prom = (p), .type = STATS_GAUGE, .help = (h), .value = (v) }
+#define TEXT(k, s)		{ .key = (k), .type = STATS_TEXT, .text = (s) }
+
+/*
+ * Take the node's report now and render it with @render into a malloc'ed
+ * buffer (*@out, the caller frees).  Without a feed-rate snapshot the JSON
+ * says why ("feedrate_error"); with @need_feed it is an error instead.
+ * Returns the length or -errno.
+ */
+static int report_render(struct sfs *fs, void (*render)(const struct stats_report *, FILE *),
+			 bool need_feed, char **out)
+{
+	struct sfs_dataset *ds0 = atomic_load(&fs->nds) ? fs->ds[0] : NULL;
+	struct stats_snap *feed = NULL;
+	struct stats_report rep;
+	struct cache_stats cs;
+	struct pf_stats ps;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f;
+	int ret;
+
+	ret = fs->stats ? stats_snapshot(fs->stats, &feed) : -ENODEV;
+	if (ret && need_feed)
+		return ret;
+	cache_get_stats(fs->cache, &cs);
+	pf_get_stats(fs->pf, &ps);
+
+	const struct stats_metric m[] = {
+		/* the background fetches and the I/O engine (prefetch/prefetch.h) */
+		JSON_ONLY("readahead_fetches", ps.readahead_fetches),
+		JSON_ONLY("hint_fetches", ps.hint_fetches),
+		JSON_ONLY("warmup_fetches", ps.warmup_fetches),
+		JSON_ONLY("demand_fetches", ps.demand_fetches),
+		COUNTER("prefetch_errors", "stagefs_prefetch_errors_total",
+			"Background fetches (readahead, hints, warmup) that failed.", ps.fetch_errors),
+		COUNTER("prefetch_cancelled", "stagefs_prefetch_cancelled_total",
+			"Background fetch requests dropped before they started.", ps.cancelled),
+		GAUGE("prefetch_queued", "stagefs_prefetch_queued",
+		      "Background fetch requests waiting in the queue now.", ps.queued),
+		GAUGE("prefetch_inflight", "stagefs_prefetch_inflight",
+		      "Background fetches in flight now.", ps.inflight),
+		GAUGE("demand_inflight", "stagefs_demand_inflight",
+		      "Fetches for waiting readers in flight now.", ps.demand_inflight),
+		{ .key = "backend_throttle_ms", .prom = "stagefs_backend_throttle_seconds_total",
+		  .type = STATS_COUNTER, .value = ps.throttle_ms, .prom_scale = 1e-3,
+		  .help = "Time fetches waited for the backend_max_rate cap." },
+		JSON_ONLY("hint_sessions", ps.hint_sessions),
+		JSON_ONLY("warmup_jobs", ps.warmup_jobs),
+		JSON_ONLY("uring_ops", ps.uring_ops),
+		JSON_ONLY("uring_direct_ops", ps.uring_direct),
+		JSON_ONLY("uring_fixed_ops", ps.uring_fixed),
+		JSON_ONLY("uring_submits", ps.uring_submits),
+		JSON_ONLY("engine_fills", ps.engine_fills),
+		JSON_ONLY("engine_inflight", ps.engine_inflight),
+		JSON_ONLY("engine_max_inflight", ps.engine_max_inflight),
+		JSON_ONLY("engine_buffer_bytes", ps.engine_buffer_bytes),
+		JSON_ONLY("engine_registered", ps.engine_registered),
+		JSON_ONLY("buffer_hits", ps.buffer_hits),
+		JSON_ONLY("async_reads", ps.async_reads),
+
+		/* the daemon */
+		TEXT("version", STAGEFS_VERSION),
+		TEXT("source", ds0 ? ds0->be->uri : ""),
+		JSON_ONLY("uptime_s", (now_ms() - fs->start_ms) / 1000),
+		JSON_ONLY("chunk_size", ds0 ? ds0->be->chunk_size : 0),
+
+		/* the FUSE requests (fs->ctr) and the kernel paths around them */
+		JSON_ONLY("read_requests", LD(read_requests)),
+		JSON_ONLY("read_bytes", LD(read_bytes)),
+		COUNTER("read_errors", "stagefs_node_read_errors_total",
+			"READ requests that failed, node-wide (stagefs_read_errors_total is per job).",
+			LD(read_errors)),
+		JSON_ONLY("opens", LD(opens)),
+		JSON_ONLY("open_requests", LD(open_requests)),
+		GAUGE("passthrough_active", "stagefs_passthrough_active",
+		      "1 while opens may be served by FUSE passthrough.",
+		      (uint64_t)passthrough_active(fs->pt)),
+		GAUGE("no_open", "stagefs_no_open_active",
+		      "1 while the kernel sends no OPEN (no-open mode).",
+		      (uint64_t)noopen_active(fs->no)),
+		JSON_ONLY("passthrough_opens", LD(passthrough_opens)),
+		JSON_ONLY("passthrough_bytes_estimate", LD(passthrough_bytes)),
+		JSON_ONLY("passthrough_reused", LD(passthrough_reused)),
+		JSON_ONLY("passthrough_idle_ids", passthrough_idle_ids(fs->pt)),
+		JSON_ONLY("lookup_readaheads", LD(lookup_readaheads)),
+		GAUGE("fuse_uring_active", "stagefs_fuse_uring_active",
+		      "1 while FUSE requests arrive over io_uring.", (uint64_t)uring_active(fs->ur)),
+		JSON_ONLY("fuse_uring_requests", uring_requests(fs->ur)),
+
+		/* the node cache (src/cache.h) and the backend fetches */
+		JSON_ONLY("cache_hits", cs.hits),
+		JSON_ONLY("cache_misses", cs.misses),
+		COUNTER("corrupt_chunks", "stagefs_corrupt_chunks_total",
+			"Cached chunks whose hash did not match (refetched).", cs.corrupt),
+		COUNTER("bypass_reads", "stagefs_bypass_reads_total",
+			"Reads served without caching (no cache space).", cs.bypass),
+		COUNTER("evicted_chunks", "stagefs_evicted_chunks_total",
+			"Chunks evicted from the node cache.", cs.evicted),
+		COUNTER("backend_reads", "stagefs_backend_reads_total",
+			"Chunk fetches from the backend that succeeded, for any reason.",
+			LD(backend_reads)),
+		JSON_ONLY("backend_bytes", LD(backend_bytes)),
+		COUNTER("backend_errors", "stagefs_backend_errors_total",
+			"Chunk fetches from the backend that failed.", LD(backend_errors)),
+		JSON_ONLY("stall_ms", LD(stall_ns) / 1000000),
+		GAUGE("cache_used_bytes", "stagefs_cache_used_bytes",
+		      "Disk bytes held by cached chunks.", cs.used_bytes),
+		GAUGE("cache_limit_bytes", "stagefs_cache_limit_bytes",
+		      "Current cache capacity in bytes (0: unknown).",
+		      cs.limit_bytes == UINT64_MAX ? 0 : cs.limit_bytes),
+		GAUGE("cache_chunks", "stagefs_cache_chunks",
+		      "Chunks present in the node cache.", cs.chunks),
+		GAUGE("cache_files", "stagefs_cache_files",
+		      "Cache files known to the node cache.", cs.files),
+		JSON_ONLY("cache_loaded_chunks", cs.loaded_chunks),
+		JSON_ONLY("cache_load_ms", cs.load_ms),
+	};
+
+	rep = (struct stats_report){
+		.metrics = m,
+		.nmetrics = ARRAY_SIZE(m),
+		.feed = feed,
+		.feed_error = ret,
+	};
+	f = open_memstream(&buf, &len);
+	if (!f) {
+		ret = -ENOMEM;
+		goto out_free_feed;
+	}
+	render(&rep, f);
+	if (fclose(f)) {
+		free(buf);
+		ret = -ENOMEM;
+		goto out_free_feed;
+	}
+	*out = buf;
+	ret = (int)len;
+out_free_feed:
+	stats_snap_free(feed);
+	return ret;
+}
+
+int vfiles_stats_json(struct sfs *fs, char **out)
+{
+	return report_render(fs, stats_render_json, false, out);
+}
+
+int vfiles_metrics_text(struct sfs *fs, char **out)
+{
+	return report_render(fs, stats_render_prom, true, out);
+}
+
+const struct sfs_vfile sfs_vfiles[] = {
+	{ "stats", vfiles_stats_json },
+	{ "quota", sfs_quota_text },
+	{ "metrics", vfiles_metrics_text },	/* Prometheus text format */
+	{ "socket", sfs_ctlsock_text },	/* the control socket's path */
+};
+
+const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);

@@ -1,0 +1,71 @@
+/*
+ * stats_render: the two texts a stagefs node reports itself in, both from
+ * one snapshot: the JSON object of MOUNT/.stagefs/stats and the Prometheus
+ * text exposition (format 0.0.4) of .stagefs/metrics, the metrics_port
+ * endpoint and the metrics_file (docs/feedrate.md).
+ *
+ * Design.  Everything a node reports is one struct stats_report, taken
+ * once per rendering: the feed-rate snapshot of src/stats.h (node, users,
+ * jobs, processes, GPUs) and a table of daemon-wide figures, one struct
+ * stats_metric (name, help, type, value) each, that the daemon gathers
+ * from its own counters, the cache's and the prefetcher's (fuse/vfiles.c).
+ * Both renderers walk the same report, so a figure is named once, in its
+ * row, and shows in both texts with the same value.  Counting lives in
+ * src/stats.c; this module only reads a report.
+ *
+ * Guarantees.
+ *  - JSON: one object.  The table's rows first, in table order, one member
+ *    per line ("  \"key\": value,"): tools/bench.sh and tools/demo.sh read
+ *    them line by line, tests and `stagefs top` by name.  Then "node",
+ *    "users", "jobs", "processes", "gpus" (or "node": null and
+ *    "feedrate_error" when the feed-rate snapshot failed).  Strings are
+ *    written with json_write_str() (src/json.h).
+ *  - Prometheus: every family has HELP and TYPE; counters end in _total;
+ *    label values escape backslash, quote and newline.  Table rows with no
+ *    Prometheus name are JSON only.
+ */
+#ifndef STAGEFS_STATS_RENDER_H
+#define STAGEFS_STATS_RENDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "stats.h"
+
+enum stats_mtype {
+	STATS_COUNTER,		/* only grows (Prometheus: a counter, NAME_total) */
+	STATS_GAUGE,		/* a level now */
+	STATS_TEXT,		/* a string (JSON only) */
+};
+
+/* One daemon-wide figure: a row of the report's table. */
+struct stats_metric {
+	const char *key;	/* member of .stagefs/stats */
+	const char *prom;	/* Prometheus name; NULL: JSON only */
+	enum stats_mtype type;
+	const char *help;	/* Prometheus HELP text (rows with ->prom) */
+	uint64_t value;		/* counters and gauges */
+	double prom_scale;	/* Prometheus shows value * prom_scale (ms -> s); 0: value */
+	const char *text;	/* STATS_TEXT: the string */
+};
+
+/* Everything a node reports, as of one moment.  The caller owns it all. */
+struct stats_report {
+	const struct stats_metric *metrics;	/* daemon-wide, in JSON order */
+	size_t nmetrics;
+	const struct stats_snap *feed;		/* feed rate; NULL: see feed_error */
+	int feed_error;				/* -errno why there is no feed */
+};
+
+/* Write @r as the JSON object of .stagefs/stats (braces included) to @f. */
+void stats_render_json(const struct stats_report *r, FILE *f);
+
+/*
+ * Write @r as the Prometheus text exposition to @f: the feed-rate families
+ * (per user and job, per GPU, node-wide) where r->feed is set, then the
+ * table's rows that have a Prometheus name (docs/feedrate.md lists them).
+ */
+void stats_render_prom(const struct stats_report *r, FILE *f);
+
+#endif
