@@ -19,12 +19,12 @@
  */
 #include "fs.h"
 
+#include "cred.h"
 #include "log.h"
 #include "policy.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <inttypes.h>
 #include <pwd.h>
 #include <signal.h>
@@ -60,48 +60,37 @@ static const struct policy_dataset *rules_of(struct sfs *fs, struct sfs_dataset 
 	return policy_dataset(atomic_load(&fs->policy), ds->rule_name);
 }
 
-bool sfs_may_read(struct sfs *fs, uint32_t uid, uint32_t gid,
-		  struct sfs_dataset *ds)
+bool sfs_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
 {
-	const struct policy_dataset *pd = rules_of(fs, ds);
-	gid_t groups[256];
-	int n = 0;
-
-	if (policy_may_read(pd, uid, gid, NULL, 0))
+	if (policy_may_read(rules_of(fs, ds), cr))
 		return true;
-	if (policy_needs_groups(pd)) {
-		struct passwd pw, *pwp = NULL;
-		char buf[4096];
-
-		n = ARRAY_SIZE(groups);
-		if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) || !pwp ||
-		    getgrouplist(pw.pw_name, gid, groups, &n) < 0)
-			n = 0;
-		if (policy_may_read(pd, uid, gid, groups, n))
-			return true;
-	}
-	log_refusal(uid, ds);
+	log_refusal(cr->uid, ds);
 	return false;
+}
+
+void sfs_req_cred(fuse_req_t req, bool groups, struct cred *cr)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	gid_t g[CRED_MAX_GROUPS];
+	int n = -1;
+
+	if (groups) {
+		/* libfuse reads them from /proc: only when a rule needs them */
+		n = fuse_req_getgroups(req, ARRAY_SIZE(g), g);
+		if (n > (int)ARRAY_SIZE(g))
+			n = ARRAY_SIZE(g);
+		if (n < 0)
+			n = 0;
+	}
+	cred_init(cr, ctx->uid, ctx->gid, ctx->pid, g, n);
 }
 
 int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
 {
-	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	const struct policy_dataset *pd = rules_of(fs, ds);
-	gid_t groups[256];
-	int n;
+	struct cred cr;
 
-	if (policy_may_read(pd, ctx->uid, ctx->gid, NULL, 0))
-		return 0;
-	if (policy_needs_groups(pd)) {
-		n = fuse_req_getgroups(req, ARRAY_SIZE(groups), groups);
-		if (n > (int)ARRAY_SIZE(groups))
-			n = ARRAY_SIZE(groups);
-		if (n > 0 && policy_may_read(pd, ctx->uid, ctx->gid, groups, n))
-			return 0;
-	}
-	log_refusal(ctx->uid, ds);
-	return -EACCES;
+	sfs_req_cred(req, policy_needs_groups(rules_of(fs, ds)), &cr);
+	return sfs_may_read(fs, &cr, ds) ? 0 : -EACCES;
 }
 
 int sfs_quota_text(struct sfs *fs, char **out)

@@ -21,6 +21,7 @@
  */
 #include "ctlsock.h"
 
+#include "cred.h"
 #include "ctlproto.h"
 #include "gpuid.h"
 #include "log.h"
@@ -63,7 +64,7 @@ struct ctl_client {
 	struct ctl_client *next, *prev;	/* protected by cs->lock */
 	struct sfs_ctlsock *cs;
 	int fd;
-	struct pf_cred cred;
+	struct cred cred;
 	struct ctl_conn conn;
 	/* a running WARMUP: where its progress goes */
 	struct pf_job *job;
@@ -225,7 +226,7 @@ static bool job_tick(void *arg)
  * Sets *@ds (NULL for the root of a multi-dataset mount) and *@ino (the
  * backend inode).  Returns 0 or -errno.
  */
-static int resolve(struct sfs *fs, const struct pf_cred *cr, const char *rel,
+static int resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 		   struct sfs_dataset **ds, uint64_t *ino)
 {
 	char buf[PATH_MAX], *save = NULL, *comp;
@@ -250,7 +251,7 @@ static int resolve(struct sfs *fs, const struct pf_cred *cr, const char *rel,
 		if (!*ds)
 			return -ENOENT;
 	}
-	if (!sfs_may_read(fs, cr->uid, cr->gid, *ds))
+	if (!sfs_may_read(fs, cr, *ds))
 		return -EACCES;
 	struct backend *be = (*ds)->be;
 
@@ -263,7 +264,7 @@ static int resolve(struct sfs *fs, const struct pf_cred *cr, const char *rel,
 			return -EINVAL;	/* clients send normal paths */
 		if (!S_ISDIR(a.mode))
 			return S_ISLNK(a.mode) ? -ELOOP : -ENOTDIR;
-		if (!pf_cred_may(cr, &a, 1))
+		if (!cred_may_access(cr, a.uid, a.gid, a.mode, CRED_MAY_EXEC))
 			return -EACCES;
 		ret = be->ops->lookup(be, *ino, comp, &a);
 		if (!ret) {
@@ -362,7 +363,7 @@ static int add_paths(struct ctl_client *cl, char **paths, size_t n)
 		/* the root of a multi-dataset mount: every dataset it lists */
 		for (uint32_t k = 0; k < atomic_load(&fs->nds) && ret != -ECANCELED; k++) {
 			ds = fs->ds[k];
-			if (ds->hidden || !sfs_may_read(fs, cl->cred.uid, cl->cred.gid, ds))
+			if (ds->hidden || !sfs_may_read(fs, &cl->cred, ds))
 				continue;
 			ret = pf_job_add(cl->job, ds->be, SFS_ROOT_INO, ds->name,
 					 atomic_load(&ds->nothrash));
@@ -763,7 +764,7 @@ static int handle_cache_fd(struct ctl_client *cl, const struct ctl_msg *m)
 		ret = ds->be->ops->getattr(ds->be, ino, &a);
 	if (!ret && !S_ISREG(a.mode))
 		ret = S_ISDIR(a.mode) ? -EISDIR : -EINVAL;
-	if (!ret && !pf_cred_may(&cl->cred, &a, 4))
+	if (!ret && !cred_may_access(&cl->cred, a.uid, a.gid, a.mode, CRED_MAY_READ))
 		ret = -EACCES;
 	if (ret)
 		return send_refusal(cl, path, -ret);
@@ -954,25 +955,25 @@ static void *client_main(void *arg)
 
 static void start_client(struct sfs_ctlsock *cs, int fd)
 {
-	struct ucred uc;
-	socklen_t ul = sizeof(uc);
 	struct ctl_client *cl;
 	pthread_attr_t at;
 	pthread_t t;
+	int ret;
 
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0) {
-		log_warn("control: SO_PEERCRED: %s", strerror(errno));
-		close(fd);
-		return;
-	}
 	cl = calloc(1, sizeof(*cl));
 	if (!cl) {
 		close(fd);
 		return;
 	}
+	ret = cred_from_socket(&cl->cred, fd);
+	if (ret) {
+		log_warn("control: SO_PEERCRED: %s", strerror(-ret));
+		close(fd);
+		free(cl);
+		return;
+	}
 	cl->cs = cs;
 	cl->fd = fd;
-	pf_cred_of(&cl->cred, uc.uid, uc.gid, uc.pid);
 	pthread_mutex_lock(&cs->lock);
 	if (cs->nclients >= MAX_CLIENTS || cs->stopping) {
 		pthread_mutex_unlock(&cs->lock);

@@ -190,16 +190,23 @@ struct policy;
 /* The cache quota of @uid under the current policy (cache quota callback). */
 uint64_t sfs_quota_of(void *fs, uint32_t uid);
 
-/*
- * May @uid (primary group @gid; supplementary groups looked up from the
- * user database) read dataset @ds?  Refusals are logged.
- */
-bool sfs_may_read(struct sfs *fs, uint32_t uid, uint32_t gid,
-		  struct sfs_dataset *ds);
+struct cred;
 
 /*
- * The same for the process behind FUSE request @req (its supplementary
- * groups from the kernel).  Returns 0 or -EACCES.
+ * May caller @cr (src/cred.h) read dataset @ds?  Refusals are logged.
+ */
+bool sfs_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds);
+
+/*
+ * The credential of the process behind FUSE request @req (src/cred.h); its
+ * supplementary groups only with @groups (libfuse reads them from /proc,
+ * so they are asked for only when a rule needs them; else unknown).
+ */
+void sfs_req_cred(fuse_req_t req, bool groups, struct cred *cr);
+
+/*
+ * sfs_may_read for the process behind FUSE request @req.  Returns 0 or
+ * -EACCES.
  */
 int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
 

@@ -50,6 +50,7 @@
 
 #include "backend.h"
 #include "cache.h"
+#include "cred.h"
 
 struct pf_sched;
 
@@ -186,23 +187,6 @@ void pf_ra_read(struct pf_ra *ra, uint64_t off, size_t size, uint32_t uid);
 /* The file was closed: queued readahead is dropped.  Never blocks. */
 void pf_ra_release(struct pf_ra *ra);
 
-/* ---- who asks: credentials of a control-socket peer ---- */
-
-struct pf_cred {
-	uint32_t uid, gid;
-	pid_t pid;
-	int ngroups;
-	uint32_t groups[64];
-};
-
-/* Fill @cr for process @pid (supplementary groups from /proc). */
-void pf_cred_of(struct pf_cred *cr, uint32_t uid, uint32_t gid, pid_t pid);
-/*
- * POSIX permission check of @a for @cr, as the kernel's default_permissions
- * does: @mask of 4 (read), 2 (write), 1 (search/execute).
- */
-bool pf_cred_may(const struct pf_cred *cr, const struct sfs_attr *a, int mask);
-
 /* ---- warmup jobs (warmup.c) ---- */
 
 enum pf_job_mode { PF_JOB_FETCH, PF_JOB_CHECK, PF_JOB_EVICT };
@@ -213,7 +197,7 @@ struct pf_job_opts {
 	enum pf_job_mode mode;
 	uint32_t shard_i, shard_n;	/* chunks with hash % n == i; n = 0: all */
 	uint32_t max_inflight;		/* this job's fetches at once; 0 = default */
-	struct pf_cred cred;		/* charged (uid) and checked */
+	struct cred cred;		/* charged (uid) and checked (src/cred.h) */
 	/*
 	 * Called every ~@tick_ms while the job walks or waits, on the thread
 	 * that called pf_job_add/pf_job_wait.  Returning false cancels the

@@ -13,7 +13,7 @@
  * whose chunk is fetched and only being written does not count: the I/O
  * engine's buffers bound those), so a walk over ten million files holds a
  * bounded queue, and stops when its caller goes away (tick returns false).  The walk checks POSIX permissions for the
- * caller the way the kernel's default_permissions does for reads through
+ * caller (src/cred.h) the way the kernel's default_permissions does for reads through
  * the mount: search on directories walked through, read on files.
  *
  * Chunks present when the walk reaches them are counted as cached_before and
@@ -62,58 +62,6 @@ struct pf_job {
 	size_t nfails, capfails;	/* protected by lock */
 	uint64_t fails_kept;		/* protected by lock */
 };
-
-/* ---- credentials ---- */
-
-void pf_cred_of(struct pf_cred *cr, uint32_t uid, uint32_t gid, pid_t pid)
-{
-	char path[64], line[4096];
-	FILE *f;
-
-	memset(cr, 0, sizeof(*cr));
-	cr->uid = uid;
-	cr->gid = gid;
-	cr->pid = pid;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *p, *end;
-
-		if (strncmp(line, "Groups:", 7))
-			continue;
-		p = line + 7;
-		while (cr->ngroups < (int)ARRAY_SIZE(cr->groups)) {
-			unsigned long g = strtoul(p, &end, 10);
-
-			if (end == p)
-				break;
-			cr->groups[cr->ngroups++] = (uint32_t)g;
-			p = end;
-		}
-		break;
-	}
-	fclose(f);
-}
-
-bool pf_cred_may(const struct pf_cred *cr, const struct sfs_attr *a, int mask)
-{
-	uint32_t bits;
-	bool ingroup = cr->gid == a->gid;
-
-	if (cr->uid == 0)
-		return true;
-	for (int i = 0; !ingroup && i < cr->ngroups; i++)
-		ingroup = cr->groups[i] == a->gid;
-	if (cr->uid == a->uid)
-		bits = (a->mode >> 6) & 7;
-	else if (ingroup)
-		bits = (a->mode >> 3) & 7;
-	else
-		bits = a->mode & 7;
-	return ((int)bits & mask) == mask;
-}
 
 /* ---- the job as owner of requests ---- */
 
@@ -322,7 +270,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 		if (r == 0)
 			return 0;
 	}
-	if (!pf_cred_may(&j->opts.cred, a, 4)) {
+	if (!cred_may_access(&j->opts.cred, a->uid, a->gid, a->mode, CRED_MAY_READ)) {
 		pf_job_fail(j, path, EACCES);
 		return 0;
 	}
@@ -489,7 +437,8 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 				free(p);
 				continue;
 			}
-			if (!pf_cred_may(&j->opts.cred, &a, 5)) {
+			if (!cred_may_access(&j->opts.cred, a.uid, a.gid, a.mode,
+					     CRED_MAY_READ | CRED_MAY_EXEC)) {
 				pf_job_fail(j, p, EACCES);
 				free(p);
 				continue;
@@ -542,7 +491,8 @@ int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
 		return do_file(j, be, &a, path, nothrash);
 	if (!S_ISDIR(a.mode))
 		return 0;
-	if (!pf_cred_may(&j->opts.cred, &a, 5)) {
+	if (!cred_may_access(&j->opts.cred, a.uid, a.gid, a.mode,
+			     CRED_MAY_READ | CRED_MAY_EXEC)) {
 		pf_job_fail(j, path, EACCES);
 		return -EACCES;
 	}
