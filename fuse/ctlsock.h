@@ -1,5 +1,5 @@
 /*
- * ctlsock: the daemon's control socket, and the daemon's side of prefetch/.
+ * ctlsock: the daemon's control socket.
  *
  * A Unix stream socket, RUNTIME_DIR/<XXH3-64 of the mount point>.sock,
  * speaks the protocol of docs/control.md (src/ctlproto.h): warmup, check and
@@ -29,14 +29,5 @@ int sfs_ctlsock_start(struct sfs *fs);
 void sfs_ctlsock_stop(struct sfs *fs);
 /* .stagefs/socket: the socket path and "\n"; -ENOENT without a socket. */
 int sfs_ctlsock_text(struct sfs *fs, char **out);
-
-/*
- * The scheduler of background fetches (prefetch/prefetch.h) from the
- * prefetch_* settings, its fetches counted in fs->ctr.  Returns 0 or -errno
- * with a message in @err; stopped by sfs_prefetch_stop() after the FUSE
- * loop and the control socket ended.
- */
-int sfs_prefetch_start(struct sfs *fs, char *err, size_t errlen);
-void sfs_prefetch_stop(struct sfs *fs);
 
 #endif

@@ -14,6 +14,7 @@
 #include "fs.h"
 
 #include "ctlsock.h"
+#include "daemon.h"
 
 #include "log.h"
 #include "metrics.h"
@@ -564,7 +565,7 @@ int main(int argc, char **argv)
 			fail("dataset %s: %s", pd->name, err);
 	}
 	cache_set_quota_fn(fs.cache, sfs_quota_of, &fs);
-	if (sfs_prefetch_start(&fs, err, sizeof(err)))
+	if (daemon_prefetch_start(&fs, err, sizeof(err)))
 		fail("%s", err);
 
 	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
@@ -676,7 +677,7 @@ int main(int argc, char **argv)
 	noopen_destroy(fs.no);
 	sfs_metrics_stop(&fs);
 	sfs_ctlsock_stop(&fs);
-	sfs_prefetch_stop(&fs);
+	daemon_prefetch_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {
 		backend_close(fs.ds[i]->be);
 		free(fs.ds[i]->name);

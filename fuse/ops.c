@@ -24,6 +24,7 @@
  * Every request is replied to exactly once, by its handler or, for a READ
  * handed to the engine, by aread_finish(); helpers return -errno.
  */
+#include "daemon.h"
 #include "fs.h"
 
 #include "log.h"
@@ -549,16 +550,10 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	int r;
 
 	pf_demand_begin(fs->pf, len);	/* the rate cap; background work yields */
-	stats_fetch_begin(fs->stats, fh->cf, idx);
+	daemon_fetch_begin(fs, fh->cf, idx);
 	r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
-	stats_fetch_end(fs->stats, fh->cf, idx, r);
+	daemon_fetch_end(fs, fh->cf, idx, r);	/* counted there, as the engine's */
 	pf_demand_end(fs->pf);
-	if (r < 0) {
-		atomic_fetch_add(&fs->ctr.backend_errors, 1);
-		return r;
-	}
-	atomic_fetch_add(&fs->ctr.backend_reads, 1);
-	atomic_fetch_add(&fs->ctr.backend_bytes, (uint64_t)r);
 	return r;
 }
 
