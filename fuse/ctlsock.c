@@ -284,36 +284,60 @@ static void free_paths(char **v, size_t n)
 
 /* ---- requests ---- */
 
-/* pf_job_add every path of a WARMUP.  0 or -ECANCELED. */
-static int add_paths(struct ctl_client *cl, char **paths, size_t n)
+/*
+ * The roots of a WARMUP's @paths for the peer, in order, into a malloc'ed
+ * array (*@out, *@nout): a path that does not resolve is a root with ->err
+ * set; the root of a multi-dataset mount is every dataset it lists.  The
+ * roots point into @paths and the datasets.  0 or -ENOMEM.
+ */
+static int paths_to_roots(struct ctl_client *cl, char **paths, size_t n,
+			  struct pf_job_root **out, size_t *nout)
 {
 	struct sfs *fs = cl->cs->fs;
-	int ret = 0;
+	struct pf_job_root *v = NULL;
+	size_t nv = 0, cap = 0;
 
-	for (size_t i = 0; i < n && ret != -ECANCELED; i++) {
+	for (size_t i = 0; i < n; i++) {
 		struct sfs_dataset *ds;
 		uint64_t ino;
+		int ret = resolve(fs, &cl->cred, paths[i], &ds, &ino);
+		uint32_t k = 0, nds = ds || ret ? 1 : atomic_load(&fs->nds);
 
-		ret = resolve(fs, &cl->cred, paths[i], &ds, &ino);
-		if (ret) {
-			pf_job_fail(cl->job, paths[i][0] ? paths[i] : ".", -ret);
-			continue;
-		}
-		if (ds) {
-			ret = pf_job_add(cl->job, ds->be, ino, paths[i],
-					 atomic_load(&ds->nothrash));
-			continue;
-		}
-		/* the root of a multi-dataset mount: every dataset it lists */
-		for (uint32_t k = 0; k < atomic_load(&fs->nds) && ret != -ECANCELED; k++) {
-			ds = fs->ds[k];
-			if (ds->hidden || !sfs_may_read(fs, &cl->cred, ds))
-				continue;
-			ret = pf_job_add(cl->job, ds->be, SFS_ROOT_INO, ds->name,
-					 atomic_load(&ds->nothrash));
+		for (; k < nds; k++) {
+			struct sfs_dataset *d = ds;
+			struct pf_job_root r;
+
+			if (ret) {
+				r = (struct pf_job_root){ .path = paths[i][0] ? paths[i] : ".",
+							  .err = -ret };
+			} else if (d) {
+				r = (struct pf_job_root){ .be = d->be, .ino = ino, .path = paths[i],
+							  .nothrash = atomic_load(&d->nothrash) };
+			} else {
+				/* the root of a multi-dataset mount: every dataset it lists */
+				d = fs->ds[k];
+				if (d->hidden || !sfs_may_read(fs, &cl->cred, d))
+					continue;
+				r = (struct pf_job_root){ .be = d->be, .ino = SFS_ROOT_INO,
+							  .path = d->name,
+							  .nothrash = atomic_load(&d->nothrash) };
+			}
+			if (nv == cap) {
+				struct pf_job_root *nr = realloc(v, (cap = cap ? cap * 2 : 16) *
+								 sizeof(*nr));
+
+				if (!nr) {
+					free(v);
+					return -ENOMEM;
+				}
+				v = nr;
+			}
+			v[nv++] = r;
 		}
 	}
-	return ret == -ECANCELED ? ret : 0;
+	*out = v;
+	*nout = nv;
+	return 0;
 }
 
 static int handle_warmup(struct ctl_client *cl, const struct ctl_msg *m)
@@ -326,6 +350,8 @@ static int handle_warmup(struct ctl_client *cl, const struct ctl_msg *m)
 		.tick_ms = 100,
 	};
 	const char *mode = ctl_get(m, "mode"), *shard = ctl_get(m, "shard");
+	struct pf_job_root *roots;
+	size_t nroots;
 	uint64_t v;
 	char **paths;
 	ssize_t n;
@@ -355,8 +381,13 @@ static int handle_warmup(struct ctl_client *cl, const struct ctl_msg *m)
 		free_paths(paths, (size_t)n);
 		return send_err(cl, ENOTSUP, "prefetch is not running");
 	}
+	if (paths_to_roots(cl, paths, (size_t)n, &roots, &nroots)) {
+		free_paths(paths, (size_t)n);
+		return send_err(cl, ENOMEM, "out of memory");
+	}
 	ret = pf_job_create(fs->pf, &o, &cl->job);
 	if (ret) {
+		free(roots);
 		free_paths(paths, (size_t)n);
 		return send_err(cl, -ret, "cannot start the job");
 	}
@@ -365,12 +396,8 @@ static int handle_warmup(struct ctl_client *cl, const struct ctl_msg *m)
 	log_info("control: uid %u pid %d: %s of %zd path(s)%s%s", cl->cred.uid,
 		 (int)cl->cred.pid, mode ? mode : "fetch", n, shard ? ", shard " : "",
 		 shard ? shard : "");
-	/* count first (totals for progress), then queue: see warmup.c */
-	for (bool queue = false;; queue = true) {
-		ret = add_paths(cl, paths, (size_t)n);
-		if (ret == -ECANCELED || queue || !pf_job_walk_done(cl->job))
-			break;
-	}
+	pf_job_run(cl->job, roots, nroots);
+	free(roots);
 	free_paths(paths, (size_t)n);
 	ret = 0;
 	while (!pf_job_wait(cl->job, cl->progress_ms)) {
@@ -590,7 +617,12 @@ static int stage_file(struct ctl_client *cl, struct sfs_dataset *ds, uint64_t in
 		.tick_arg = cl,
 		.tick_ms = 100,
 	};
-	bool nothrash = atomic_load(&ds->nothrash);
+	struct pf_job_root root = {
+		.be = ds->be,
+		.ino = ino,
+		.path = path,
+		.nothrash = atomic_load(&ds->nothrash),
+	};
 	struct pf_job_failure *fails;
 	struct pf_job_progress p;
 	struct pf_job *j;
@@ -600,10 +632,7 @@ static int stage_file(struct ctl_client *cl, struct sfs_dataset *ds, uint64_t in
 	ret = pf_job_create(cl->cs->fs->pf, &o, &j);
 	if (ret)
 		return ret;
-	/* the counting walk, then the one that queues (see warmup.c) */
-	ret = pf_job_add(j, ds->be, ino, path, nothrash);
-	if (!ret && pf_job_walk_done(j))
-		ret = pf_job_add(j, ds->be, ino, path, nothrash);
+	ret = pf_job_run(j, &root, 1);
 	while (!ret && !pf_job_wait(j, 100)) {
 		if (!peer_tick(cl))
 			ret = -ECONNRESET;

@@ -240,7 +240,8 @@ static bool in_shard(const struct pf_job *j, const struct sfs_id *id, uint32_t i
 	return sfs_hash64(&key, sizeof(key)) % j->opts.shard_n == j->opts.shard_i;
 }
 
-void pf_job_fail(struct pf_job *j, const char *path, int err)
+/* Record a failure (once: the counting walk records, the queueing one not). */
+static void job_fail(struct pf_job *j, const char *path, int err)
 {
 	if (j->queueing)
 		return;	/* the first walk recorded it */
@@ -271,12 +272,12 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 			return 0;
 	}
 	if (!cred_may_access(&j->opts.cred, a->uid, a->gid, a->mode, CRED_MAY_READ)) {
-		pf_job_fail(j, path, EACCES);
+		job_fail(j, path, EACCES);
 		return 0;
 	}
 	f = pf_file_create(j->s, be, a, nothrash, path, &err);
 	if (!f) {
-		pf_job_fail(j, path, -err);
+		job_fail(j, path, -err);
 		return 0;
 	}
 	for (uint32_t idx = 0; idx < nch; idx++) {
@@ -403,7 +404,7 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 		int r = be->ops->readdir(be, d.ino, &dl);
 
 		if (r) {
-			pf_job_fail(j, d.path, -r);
+			job_fail(j, d.path, -r);
 			free(d.path);
 			continue;
 		}
@@ -419,7 +420,7 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 			r = be->ops->lookup(be, d.ino, dl.ent[i].name, &a);
 			if (r) {
 				p = join(d.path, dl.ent[i].name);
-				pf_job_fail(j, p ? p : d.path, -r);
+				job_fail(j, p ? p : d.path, -r);
 				free(p);
 				continue;
 			}
@@ -439,7 +440,7 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 			}
 			if (!cred_may_access(&j->opts.cred, a.uid, a.gid, a.mode,
 					     CRED_MAY_READ | CRED_MAY_EXEC)) {
-				pf_job_fail(j, p, EACCES);
+				job_fail(j, p, EACCES);
 				free(p);
 				continue;
 			}
@@ -474,8 +475,12 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 	return ret;
 }
 
-int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
-	       const char *path, bool nothrash)
+/*
+ * Walk the tree or file at backend inode @ino of @be, the way the current
+ * walk does (count, or queue).  0, -ECANCELED or -errno for @ino itself.
+ */
+static int job_add(struct pf_job *j, struct backend *be, uint64_t ino,
+		   const char *path, bool nothrash)
 {
 	struct sfs_attr a;
 	int ret;
@@ -484,7 +489,7 @@ int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
 		return -ECANCELED;
 	ret = be->ops->getattr(be, ino, &a);
 	if (ret) {
-		pf_job_fail(j, path, -ret);
+		job_fail(j, path, -ret);
 		return ret;
 	}
 	if (S_ISREG(a.mode))
@@ -493,16 +498,17 @@ int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
 		return 0;
 	if (!cred_may_access(&j->opts.cred, a.uid, a.gid, a.mode,
 			     CRED_MAY_READ | CRED_MAY_EXEC)) {
-		pf_job_fail(j, path, EACCES);
+		job_fail(j, path, EACCES);
 		return -EACCES;
 	}
 	ret = walk_dir(j, be, ino, path, nothrash);
 	if (ret && ret != -ECANCELED)
-		pf_job_fail(j, path, -ret);
+		job_fail(j, path, -ret);
 	return ret;
 }
 
-bool pf_job_walk_done(struct pf_job *j)
+/* The counting walk is over.  True if the queueing walk follows. */
+static bool walk_done(struct pf_job *j)
 {
 	pthread_mutex_lock(&j->lock);
 	j->p.walk_done = true;
@@ -510,6 +516,32 @@ bool pf_job_walk_done(struct pf_job *j)
 	pthread_mutex_unlock(&j->lock);
 	j->queueing = j->opts.mode == PF_JOB_FETCH;
 	return j->queueing;
+}
+
+int pf_job_run(struct pf_job *j, const struct pf_job_root *roots, size_t n)
+{
+	int first = 0;
+
+	for (bool queue = false;; queue = true) {
+		for (size_t i = 0; i < n; i++) {
+			const struct pf_job_root *r = &roots[i];
+			int ret;
+
+			if (r->err) {
+				job_fail(j, r->path, r->err);
+				continue;
+			}
+			ret = job_add(j, r->be, r->ino, r->path, r->nothrash);
+
+			if (ret == -ECANCELED)
+				return ret;
+			if (ret && !first)
+				first = ret;
+		}
+		/* count first (totals for progress), then queue */
+		if (queue || !walk_done(j))
+			return first;
+	}
 }
 
 bool pf_job_wait(struct pf_job *j, uint32_t ms)
