@@ -26,11 +26,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 uint64_t sfs_quota_of(void *arg, uint32_t uid)
@@ -91,6 +93,56 @@ int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
 
 	sfs_req_cred(req, policy_needs_groups(rules_of(fs, ds)), &cr);
 	return sfs_may_read(fs, &cr, ds) ? 0 : -EACCES;
+}
+
+int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
+		   struct sfs_dataset **ds, uint64_t *ino)
+{
+	char buf[PATH_MAX], *save = NULL, *comp;
+	struct sfs_attr a;
+	int ret;
+
+	if (strlen(rel) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	strcpy(buf, rel);
+	comp = strtok_r(buf, "/", &save);
+	if (fs->multi) {
+		if (!comp) {
+			*ds = NULL;
+			return 0;
+		}
+		*ds = sfs_dataset_lookup(fs, comp);
+		if (!*ds)
+			return -ENOENT;
+		comp = strtok_r(NULL, "/", &save);
+	} else {
+		*ds = atomic_load(&fs->nds) ? fs->ds[0] : NULL;
+		if (!*ds)
+			return -ENOENT;
+	}
+	if (!sfs_may_read(fs, cr, *ds))
+		return -EACCES;
+	struct backend *be = (*ds)->be;
+
+	*ino = SFS_ROOT_INO;
+	ret = be->ops->getattr(be, *ino, &a);
+	for (; !ret && comp; comp = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(comp, "."))
+			continue;
+		if (!strcmp(comp, ".."))
+			return -EINVAL;	/* clients send normal paths */
+		if (!S_ISDIR(a.mode))
+			return S_ISLNK(a.mode) ? -ELOOP : -ENOTDIR;
+		if (!cred_may_access(cr, a.uid, a.gid, a.mode, CRED_MAY_EXEC))
+			return -EACCES;
+		ret = be->ops->lookup(be, *ino, comp, &a);
+		if (!ret) {
+			if (be->ops->forget)
+				be->ops->forget(be, a.ino, 1);
+			*ino = a.ino;
+		}
+	}
+	return ret;
 }
 
 int sfs_quota_text(struct sfs *fs, char **out)

@@ -139,7 +139,7 @@ const struct sfs_vfile sfs_vfiles[] = {
 	{ "stats", sfs_stats_json },
 	{ "quota", sfs_quota_text },
 	{ "metrics", sfs_metrics_text },	/* Prometheus text format */
-	{ "socket", sfs_ctlsock_text },	/* the control socket's path */
+	{ "socket", ctlsock_text },	/* the control socket's path */
 };
 
 const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);

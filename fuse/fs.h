@@ -93,7 +93,7 @@ struct sfs {
 	struct noopen *no;		/* fuse/noopen.h */
 	struct sfs_uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
-	struct sfs_ctlsock *ctl;	/* control socket (fuse/ctlsock.h) */
+	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* feed-rate counters (src/stats.h) */
 	struct sfs_metrics *metrics;	/* their exporters (fuse/metrics.h) */
 	struct sfs_counters ctr;
@@ -203,6 +203,16 @@ bool sfs_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
  * so they are asked for only when a rule needs them; else unknown).
  */
 void sfs_req_cred(fuse_req_t req, bool groups, struct cred *cr);
+
+/*
+ * Resolve @rel (relative to the mount root, "" for the root) for caller @cr
+ * as a read through the mount would be checked: the dataset's access rules
+ * (sfs_may_read) and search permission on every directory passed.  Sets
+ * *@ds (NULL for the root of a multi-dataset mount) and *@ino (the backend
+ * inode).  Returns 0 or -errno.
+ */
+int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
+		   struct sfs_dataset **ds, uint64_t *ino);
 
 /*
  * sfs_may_read for the process behind FUSE request @req.  Returns 0 or

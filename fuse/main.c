@@ -623,7 +623,7 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
 	}
-	sfs_ctlsock_start(&fs);
+	ctlsock_start(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
@@ -676,7 +676,7 @@ int main(int argc, char **argv)
 	passthrough_destroy(fs.pt);
 	noopen_destroy(fs.no);
 	sfs_metrics_stop(&fs);
-	sfs_ctlsock_stop(&fs);
+	ctlsock_stop(&fs);
 	daemon_prefetch_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {
 		backend_close(fs.ds[i]->be);
