@@ -7,7 +7,7 @@
  * of chunk data the daemon makes is counted here, whoever makes it: the
  * scheduler's engine and workers (readers' fetches included, with the
  * engine) through the pf_opts fetch_begin/fetch_end hooks, and a reader's
- * own fetch without the engine (fuse/ops.c) by calling daemon_fetch_begin
+ * own fetch without the engine (fuse/read.c) by calling daemon_fetch_begin
  * and daemon_fetch_end around it.  Counted: fs->ctr.backend_reads,
  * backend_bytes and backend_errors, and the feed-rate counters
  * (stats_fetch_begin/end, src/stats.h).

@@ -65,7 +65,6 @@ struct sfs_counters {
 struct passthrough;
 struct noopen;
 struct sfs_uring;
-struct sfs_fh;
 
 /* One mounted dataset: immutable once published in fs->ds. */
 struct sfs_dataset {
@@ -102,15 +101,6 @@ struct sfs {
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
-
-/*
- * The handle READ uses for regular file @ino when the kernel sent no OPEN
- * (no-open mode): attributes, cache entry and readahead state, charged to
- * no opener.  Returns 0 or -errno (-ENOENT, -EISDIR for a non-file);
- * release with sfs_fh_destroy().  (fuse/ops.c, for fuse/noopen.c)
- */
-int sfs_fh_create_noopen(struct sfs *fs, uint64_t ino, struct sfs_fh **out);
-void sfs_fh_destroy(struct sfs *fs, struct sfs_fh *fh);
 
 /*
  * The dataset owning FUSE inode @ino and the backend's inode number for it;

@@ -117,7 +117,7 @@ void pf_sched_destroy(struct pf_sched *s);
 void pf_get_stats(struct pf_sched *s, struct pf_stats *st);
 
 /*
- * Demand hooks, around every backend fetch a reader does (fuse/ops.c
+ * Demand hooks, around every backend fetch a reader does (fuse/read.c
  * fetch_chunk).  begin waits for the rate cap (borrowing) and counts the
  * fetch in flight; end undoes that.  Both accept a NULL scheduler.
  */
