@@ -63,6 +63,7 @@ struct sfs_counters {
 };
 
 struct passthrough;
+struct session_io;
 struct noopen;
 struct sfs_uring;
 
@@ -88,6 +89,7 @@ struct sfs {
 	const char *config_path;
 	struct cache *cache;
 	struct fuse_session *se;
+	struct session_io *sio;		/* fuse/session_io.h: session I/O hooks */
 	struct passthrough *pt;		/* fuse/passthrough.h */
 	struct noopen *no;		/* fuse/noopen.h */
 	struct sfs_uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */

@@ -21,6 +21,7 @@
 #include "noopen.h"
 #include "passthrough.h"
 #include "policy.h"
+#include "session_io.h"
 #include "uring.h"
 
 #include <errno.h>
@@ -586,7 +587,8 @@ int main(int argc, char **argv)
 	    (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, cli.fuse_opts)))
 		fail("out of memory");
 
-	if (passthrough_create(&fs, &fs.pt) || noopen_create(&fs, &fs.no))
+	if (session_io_create(&fs.sio) || passthrough_create(&fs, &fs.pt) ||
+	    noopen_create(&fs, &fs.no))
 		fail("out of memory");
 	/* before the mount: INIT, sent at mount, offers io_uring or not */
 	if (uring_create(&fs, &fs.ur, err, sizeof(err)))
@@ -602,7 +604,9 @@ int main(int argc, char **argv)
 		fail("cannot start the reload thread");
 	if (fuse_session_mount(fs.se, mnt))
 		fail("cannot mount %s (is /dev/fuse there, and are you root?)", mnt);
-	ret = passthrough_attach(fs.pt, fs.se);
+	ret = session_io_attach(fs.sio, fs.se);
+	if (!ret)
+		ret = passthrough_attach(fs.pt, fs.se);
 	if (ret) {
 		fuse_session_unmount(fs.se);
 		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
@@ -674,6 +678,7 @@ int main(int argc, char **argv)
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
 	passthrough_destroy(fs.pt);
+	session_io_destroy(fs.sio);
 	noopen_destroy(fs.no);
 	sfs_metrics_stop(&fs);
 	ctlsock_stop(&fs);
