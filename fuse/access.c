@@ -35,7 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-uint64_t sfs_quota_of(void *arg, uint32_t uid)
+uint64_t access_quota_of(void *arg, uint32_t uid)
 {
 	struct sfs *fs = arg;
 
@@ -62,7 +62,7 @@ static const struct policy_dataset *rules_of(struct sfs *fs, struct sfs_dataset 
 	return policy_dataset(atomic_load(&fs->policy), ds->rule_name);
 }
 
-bool sfs_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
+bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
 {
 	if (policy_may_read(rules_of(fs, ds), cr))
 		return true;
@@ -70,7 +70,7 @@ bool sfs_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
 	return false;
 }
 
-void sfs_req_cred(fuse_req_t req, bool groups, struct cred *cr)
+void access_req_cred(fuse_req_t req, bool groups, struct cred *cr)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
 	gid_t g[CRED_MAX_GROUPS];
@@ -87,12 +87,12 @@ void sfs_req_cred(fuse_req_t req, bool groups, struct cred *cr)
 	cred_init(cr, ctx->uid, ctx->gid, ctx->pid, g, n);
 }
 
-int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
+int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
 {
 	struct cred cr;
 
-	sfs_req_cred(req, policy_needs_groups(rules_of(fs, ds)), &cr);
-	return sfs_may_read(fs, &cr, ds) ? 0 : -EACCES;
+	access_req_cred(req, policy_needs_groups(rules_of(fs, ds)), &cr);
+	return access_may_read(fs, &cr, ds) ? 0 : -EACCES;
 }
 
 int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
@@ -111,7 +111,7 @@ int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 			*ds = NULL;
 			return 0;
 		}
-		*ds = sfs_dataset_lookup(fs, comp);
+		*ds = datasets_lookup(fs, comp);
 		if (!*ds)
 			return -ENOENT;
 		comp = strtok_r(NULL, "/", &save);
@@ -120,7 +120,7 @@ int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 		if (!*ds)
 			return -ENOENT;
 	}
-	if (!sfs_may_read(fs, cr, *ds))
+	if (!access_may_read(fs, cr, *ds))
 		return -EACCES;
 	struct backend *be = (*ds)->be;
 
@@ -145,7 +145,7 @@ int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 	return ret;
 }
 
-int sfs_quota_text(struct sfs *fs, char **out)
+int access_quota_text(struct sfs *fs, char **out)
 {
 	struct cache_usage *u;
 	size_t n;
@@ -231,9 +231,9 @@ static void reload(struct sfs *fs)
 		atomic_store(&fs->ds[i]->nothrash, pd && pd->evict == EVICT_NOTHRASH);
 	}
 	for (size_t i = 0; fs->multi && i < np->nds; i++) {
-		if (!np->ds[i].source || sfs_dataset_find(fs, np->ds[i].name))
+		if (!np->ds[i].source || datasets_find(fs, np->ds[i].name))
 			continue;
-		if (sfs_dataset_add(fs, np->ds[i].name, np->ds[i].source, false, NULL,
+		if (datasets_add(fs, np->ds[i].name, np->ds[i].source, false, NULL,
 				    err, sizeof(err)))
 			log_err("reload: dataset %s: %s", np->ds[i].name, err);
 		else
@@ -254,7 +254,7 @@ static void *reload_thread(void *arg)
 	return NULL;
 }
 
-int sfs_reload_start(struct sfs *fs)
+int access_reload_start(struct sfs *fs)
 {
 	struct sigaction sa = { .sa_handler = on_sighup };
 	pthread_t t;

@@ -137,7 +137,7 @@ int sfs_stats_json(struct sfs *fs, char **out)
 
 const struct sfs_vfile sfs_vfiles[] = {
 	{ "stats", sfs_stats_json },
-	{ "quota", sfs_quota_text },
+	{ "quota", access_quota_text },
 	{ "metrics", sfs_metrics_text },	/* Prometheus text format */
 	{ "socket", ctlsock_text },	/* the control socket's path */
 };

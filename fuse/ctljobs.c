@@ -101,7 +101,7 @@ static int paths_to_roots(struct ctlsock_client *cl, char **paths, size_t n,
 			} else {
 				/* the root of a multi-dataset mount: every dataset it lists */
 				d = fs->ds[k];
-				if (d->hidden || !sfs_may_read(fs, &cl->cred, d))
+				if (d->hidden || !access_may_read(fs, &cl->cred, d))
 					continue;
 				r = (struct pf_job_root){ .be = d->be, .ino = SFS_ROOT_INO,
 							  .path = d->name,

@@ -6,7 +6,7 @@
  * evict of trees and file lists, and epoch-order hints.  Each request is
  * answered for the peer's credential (src/cred.h: SO_PEERCRED and
  * SO_PEERGROUPS), with the same access rules as reads through the mount
- * (dataset rules: sfs_may_read; file modes: as default_permissions).
+ * (dataset rules: access_may_read; file modes: as default_permissions).
  * MOUNTPOINT/.stagefs/socket holds the socket's path so clients find it
  * from any path in the mount.
  *

@@ -139,19 +139,21 @@ static inline bool sfs_is_multi_root(const struct sfs *fs, uint64_t ino)
 	return fs->multi && ino == FUSE_ROOT_ID;
 }
 
+/* ---- the datasets served (fuse/datasets.c) ---- */
+
 /*
  * Open dataset @name from @source and publish it in fs->ds.  Returns 0 or
  * -errno with a message in @err.
  */
-int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
+int datasets_add(struct sfs *fs, const char *name, const char *source,
 		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen);
 /* Find a published dataset by name; NULL if none. */
-struct sfs_dataset *sfs_dataset_find(struct sfs *fs, const char *name);
+struct sfs_dataset *datasets_find(struct sfs *fs, const char *name);
 /*
- * Like sfs_dataset_find, but NAME@VERSION of a configured rados:// dataset
+ * Like datasets_find, but NAME@VERSION of a configured rados:// dataset
  * is opened on first use (and stays, hidden from the root listing).
  */
-struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name);
+struct sfs_dataset *datasets_lookup(struct sfs *fs, const char *name);
 
 /*
  * A read-only file in MOUNTPOINT/.stagefs/.  ->render writes its whole
@@ -180,26 +182,26 @@ static inline int sfs_vfile_index(uint64_t ino)
 struct policy;
 
 /* The cache quota of @uid under the current policy (cache quota callback). */
-uint64_t sfs_quota_of(void *fs, uint32_t uid);
+uint64_t access_quota_of(void *fs, uint32_t uid);
 
 struct cred;
 
 /*
  * May caller @cr (src/cred.h) read dataset @ds?  Refusals are logged.
  */
-bool sfs_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds);
+bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds);
 
 /*
  * The credential of the process behind FUSE request @req (src/cred.h); its
  * supplementary groups only with @groups (libfuse reads them from /proc,
  * so they are asked for only when a rule needs them; else unknown).
  */
-void sfs_req_cred(fuse_req_t req, bool groups, struct cred *cr);
+void access_req_cred(fuse_req_t req, bool groups, struct cred *cr);
 
 /*
  * Resolve @rel (relative to the mount root, "" for the root) for caller @cr
  * as a read through the mount would be checked: the dataset's access rules
- * (sfs_may_read) and search permission on every directory passed.  Sets
+ * (access_may_read) and search permission on every directory passed.  Sets
  * *@ds (NULL for the root of a multi-dataset mount) and *@ino (the backend
  * inode).  Returns 0 or -errno.
  */
@@ -207,16 +209,16 @@ int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 		   struct sfs_dataset **ds, uint64_t *ino);
 
 /*
- * sfs_may_read for the process behind FUSE request @req.  Returns 0 or
+ * access_may_read for the process behind FUSE request @req.  Returns 0 or
  * -EACCES.
  */
-int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
+int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
 
 /* Start the thread that reloads quotas and access rules on SIGHUP. */
-int sfs_reload_start(struct sfs *fs);
+int access_reload_start(struct sfs *fs);
 
 /* .stagefs/quota: per-user cache usage, one tab-separated line per user. */
-int sfs_quota_text(struct sfs *fs, char **out);
+int access_quota_text(struct sfs *fs, char **out);
 
 /* .stagefs/stats: JSON counters. */
 int sfs_stats_json(struct sfs *fs, char **out);

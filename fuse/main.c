@@ -551,7 +551,7 @@ int main(int argc, char **argv)
 	if (ret)
 		fail("%s", err);
 	if (!fs.multi) {
-		ret = sfs_dataset_add(&fs, "", cli.source, false, NULL, err, sizeof(err));
+		ret = datasets_add(&fs, "", cli.source, false, NULL, err, sizeof(err));
 		if (ret)
 			fail("%s", err);
 	}
@@ -560,12 +560,12 @@ int main(int argc, char **argv)
 
 		if (!pd->source)
 			fail("%s: [dataset %s] has no source", cli.config, pd->name);
-		ret = sfs_dataset_add(&fs, pd->name, pd->source, false,
+		ret = datasets_add(&fs, pd->name, pd->source, false,
 				      NULL, err, sizeof(err));
 		if (ret)
 			fail("dataset %s: %s", pd->name, err);
 	}
-	cache_set_quota_fn(fs.cache, sfs_quota_of, &fs);
+	cache_set_quota_fn(fs.cache, access_quota_of, &fs);
 	if (daemon_prefetch_start(&fs, err, sizeof(err)))
 		fail("%s", err);
 
@@ -600,7 +600,7 @@ int main(int argc, char **argv)
 		fail("cannot install signal handlers");
 	/* the daemon chdir()s to /: remember the file by its absolute path */
 	fs.config_path = cli.config ? realpath(cli.config, NULL) : NULL;
-	if (sfs_reload_start(&fs))
+	if (access_reload_start(&fs))
 		fail("cannot start the reload thread");
 	if (fuse_session_mount(fs.se, mnt))
 		fail("cannot mount %s (is /dev/fuse there, and are you root?)", mnt);

@@ -189,7 +189,7 @@ static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 		return 0;
 	}
 	if (sfs_is_multi_root(fs, parent)) {
-		ds = sfs_dataset_lookup(fs, name);
+		ds = datasets_lookup(fs, name);
 		if (!ds)
 			return -ENOENT;
 		ret = ds->be->ops->getattr(ds->be, SFS_ROOT_INO, a);
@@ -231,11 +231,11 @@ static int check_access(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
 		return 0;
 	if (sfs_is_multi_root(fs, ino)) {
 		if (name && strcmp(name, SFS_CTL_DIR_NAME))
-			ds = sfs_dataset_lookup(fs, name);
+			ds = datasets_lookup(fs, name);
 	} else {
 		ds = sfs_ds(fs, ino, &bino);
 	}
-	return ds ? sfs_check_req(fs, req, ds) : 0;
+	return ds ? access_check_req(fs, req, ds) : 0;
 }
 
 /*
@@ -355,7 +355,7 @@ static int list_datasets(struct sfs *fs, fuse_req_t req, struct sfs_dirlist *dl)
 	for (uint32_t i = 0; i < n; i++) {
 		struct sfs_dataset *ds = fs->ds[i];
 
-		if (ds->hidden || sfs_check_req(fs, req, ds))
+		if (ds->hidden || access_check_req(fs, req, ds))
 			continue;	/* users see only the datasets they may read */
 		dl->ent[dl->n].name = strdup(ds->name);
 		if (!dl->ent[dl->n].name)
@@ -556,7 +556,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	atomic_fetch_add(&fs->ctr.open_requests, 1);
-	ret = sfs_check_req(fs, req, ds);
+	ret = access_check_req(fs, req, ds);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
