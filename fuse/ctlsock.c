@@ -256,7 +256,7 @@ int ctlsock_start(struct sfs *fs)
 	/*
 	 * 0622: connect(2) on a Unix socket needs write permission on the
 	 * socket file and nothing else, so everyone may connect (each request
-	 * is then checked against the peer's SO_PEERCRED uid and gid, as reads
+	 * is then checked against the peer's credential, src/cred.h, as reads
 	 * through the mount are).  Read permission means nothing for a socket;
 	 * it is left off so nothing suggests the file could be read for data.
 	 */

@@ -65,7 +65,7 @@ struct sfs_counters {
 struct passthrough;
 struct session_io;
 struct noopen;
-struct sfs_uring;
+struct uring;
 
 /* One mounted dataset: immutable once published in fs->ds. */
 struct sfs_dataset {
@@ -92,7 +92,7 @@ struct sfs {
 	struct session_io *sio;		/* fuse/session_io.h: session I/O hooks */
 	struct passthrough *pt;		/* fuse/passthrough.h */
 	struct noopen *no;		/* fuse/noopen.h */
-	struct sfs_uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
+	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* feed-rate counters (src/stats.h) */

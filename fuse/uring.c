@@ -93,7 +93,7 @@ struct fuse_uring_cmd_req {
 #define TAG_EFD		2	/* user_data of the eventfd poll */
 
 struct uring_worker {
-	struct sfs_uring *u;
+	struct uring *u;
 	unsigned qid;
 	pthread_t tid;
 	bool started;
@@ -112,7 +112,7 @@ struct uring_worker {
 	uint64_t last_commit;
 };
 
-struct sfs_uring {
+struct uring {
 	struct sfs *fs;
 	struct fuse_session *se;
 	enum cfg_auto mode;
@@ -158,9 +158,9 @@ static int write_param(void)
 	return ret;
 }
 
-static uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
+static uint32_t uring_init_reply(struct uring *u, uint64_t kernel_flags,
 				 uint32_t max_write, uint32_t max_pages);
-static bool uring_reply(struct sfs_uring *u, const struct iovec *iov, int count,
+static bool uring_reply(struct uring *u, const struct iovec *iov, int count,
 			ssize_t *ret);
 
 /* The session I/O hooks (fuse/session_io.h). */
@@ -175,9 +175,9 @@ static bool hook_reply(void *arg, const struct iovec *iov, int count, ssize_t *r
 	return uring_reply(arg, iov, count, ret);
 }
 
-int uring_create(struct sfs *fs, struct sfs_uring **out, char *err, size_t errlen)
+int uring_create(struct sfs *fs, struct uring **out, char *err, size_t errlen)
 {
-	struct sfs_uring *u;
+	struct uring *u;
 	int on, ret;
 
 	*out = NULL;
@@ -234,7 +234,7 @@ int uring_create(struct sfs *fs, struct sfs_uring **out, char *err, size_t errle
  * FUSE_OVER_IO_URING's).  Notes the reply's max_write and max_pages, which
  * size the ring buffers.
  */
-static uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
+static uint32_t uring_init_reply(struct uring *u, uint64_t kernel_flags,
 				 uint32_t max_write, uint32_t max_pages)
 {
 	size_t sz;
@@ -251,12 +251,12 @@ static uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
 	return (uint32_t)(FUSE_OVER_IO_URING >> 32);
 }
 
-bool uring_active(const struct sfs_uring *u)
+bool uring_active(const struct uring *u)
 {
 	return u && atomic_load(&u->active);
 }
 
-uint64_t uring_requests(const struct sfs_uring *u)
+uint64_t uring_requests(const struct uring *u)
 {
 	return u ? atomic_load(&u->requests) : 0;
 }
@@ -300,7 +300,7 @@ static void arm_efd(struct uring_worker *w)
 
 static int worker_setup(struct uring_worker *w)
 {
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 	struct io_uring_params p = { .flags = IORING_SETUP_SQE128 };
 	struct io_uring_cqe *cqe;
 	int ret;
@@ -362,7 +362,7 @@ static void pin_to_queue_cpu(struct uring_worker *w)
 /* The ring handed us a request: rebuild it as /dev/fuse gives it, handle it. */
 static void handle_request(struct uring_worker *w)
 {
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 	const struct fuse_in_header *in = (const void *)w->hdr->in_out;
 	const struct fuse_uring_ent_in_out *eio = &w->hdr->ring_ent_in_out;
 	struct fuse_in_header *rin = (void *)w->req;
@@ -394,7 +394,7 @@ static void handle_request(struct uring_worker *w)
 
 static void worker_started(struct uring_worker *w, int err)
 {
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 
 	pthread_mutex_lock(&u->lock);
 	if (err) {
@@ -412,7 +412,7 @@ static void worker_started(struct uring_worker *w, int err)
 static void *worker_main(void *arg)
 {
 	struct uring_worker *w = arg;
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 	char name[16];
 	int ret;
 
@@ -473,7 +473,7 @@ static void *worker_main(void *arg)
 
 /* ---- replies ---- */
 
-static struct uring_worker *find_worker(struct sfs_uring *u, uint64_t unique)
+static struct uring_worker *find_worker(struct uring *u, uint64_t unique)
 {
 	if (self && self->u == u && atomic_load(&self->unique) == unique)
 		return self;
@@ -489,7 +489,7 @@ static struct uring_worker *find_worker(struct sfs_uring *u, uint64_t unique)
  * "written" and return true; otherwise return false (the reply goes to
  * /dev/fuse).
  */
-static bool uring_reply(struct sfs_uring *u, const struct iovec *iov, int count,
+static bool uring_reply(struct uring *u, const struct iovec *iov, int count,
 			ssize_t *ret)
 {
 	const struct fuse_out_header *out = iov[0].iov_base;
@@ -562,7 +562,7 @@ static unsigned possible_cpus(void)
 	return n ? n : 1;
 }
 
-int uring_start(struct sfs_uring *u, struct fuse_session *se, char *err, size_t errlen)
+int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errlen)
 {
 	const char *why = NULL;
 	bool refused;
@@ -630,7 +630,7 @@ off:
 	return 0;
 }
 
-static void uring_stop(struct sfs_uring *u)
+static void uring_stop(struct uring *u)
 {
 	if (!u || !u->w)
 		return;
@@ -647,7 +647,7 @@ static void uring_stop(struct sfs_uring *u)
 	atomic_store(&u->active, false);
 }
 
-void uring_destroy(struct sfs_uring *u)
+void uring_destroy(struct uring *u)
 {
 	if (!u)
 		return;

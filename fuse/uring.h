@@ -43,20 +43,20 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-struct sfs_uring;
+struct uring;
 
 /* Returns 0 or -errno; with uring=on, @err says why it cannot be had. */
-int uring_create(struct sfs *fs, struct sfs_uring **out, char *err, size_t errlen);
-void uring_destroy(struct sfs_uring *u);
+int uring_create(struct sfs *fs, struct uring **out, char *err, size_t errlen);
+void uring_destroy(struct uring *u);
 
 /*
  * Start the queue threads and register their ring entries.  Returns 0
  * (also when io_uring is not to be used: the log says why) or, with
  * uring=on, -errno and @err.
  */
-int uring_start(struct sfs_uring *u, struct fuse_session *se, char *err, size_t errlen);
+int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errlen);
 
-bool uring_active(const struct sfs_uring *u);
-uint64_t uring_requests(const struct sfs_uring *u);
+bool uring_active(const struct uring *u);
+uint64_t uring_requests(const struct uring *u);
 
 #endif
