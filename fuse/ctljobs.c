@@ -83,12 +83,13 @@ static int paths_to_roots(struct ctlsock_client *cl, char **paths, size_t n,
 	size_t nv = 0, cap = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		struct sfs_dataset *ds;
-		uint64_t ino;
+		struct sfs_dataset *ds = NULL;
+		uint64_t ino = 0;
 		int ret = access_resolve(fs, &cl->cred, paths[i], &ds, &ino);
-		uint32_t k = 0, nds = ds || ret ? 1 : atomic_load(&fs->nds);
+		/* the root of a multi-dataset mount stands for each dataset */
+		uint32_t nds = !ret && !ds ? atomic_load(&fs->nds) : 1;
 
-		for (; k < nds; k++) {
+		for (uint32_t k = 0; k < nds; k++) {
 			struct sfs_dataset *d = ds;
 			struct pf_job_root r;
 
