@@ -17,9 +17,10 @@
  * dataset takes a remount.  Old policies are kept until exit so a request
  * holding one never sees it freed.
  */
-#include "fs.h"
+#include "access.h"
 
 #include "cred.h"
+#include "datasets.h"
 #include "log.h"
 #include "policy.h"
 

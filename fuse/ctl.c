@@ -9,6 +9,7 @@
 #include "fs.h"
 #include "json.h"
 
+#include "access.h"
 #include "ctlsock.h"
 #include "metrics.h"
 #include "noopen.h"

@@ -20,6 +20,7 @@
 
 #include "ctlsock.h"
 
+#include "access.h"
 #include "cred.h"
 #include "ctlproto.h"
 #include "prefetch/prefetch.h"

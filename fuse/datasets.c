@@ -6,7 +6,7 @@
  * it without a lock.  Appends are serialized by fs->ds_lock.  NAME@VERSION of
  * a configured rados:// dataset is opened on its first lookup.
  */
-#include "fs.h"
+#include "datasets.h"
 
 #include "log.h"
 #include "policy.h"

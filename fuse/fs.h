@@ -139,22 +139,6 @@ static inline bool sfs_is_multi_root(const struct sfs *fs, uint64_t ino)
 	return fs->multi && ino == FUSE_ROOT_ID;
 }
 
-/* ---- the datasets served (fuse/datasets.c) ---- */
-
-/*
- * Open dataset @name from @source and publish it in fs->ds.  Returns 0 or
- * -errno with a message in @err.
- */
-int datasets_add(struct sfs *fs, const char *name, const char *source,
-		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen);
-/* Find a published dataset by name; NULL if none. */
-struct sfs_dataset *datasets_find(struct sfs *fs, const char *name);
-/*
- * Like datasets_find, but NAME@VERSION of a configured rados:// dataset
- * is opened on first use (and stays, hidden from the root listing).
- */
-struct sfs_dataset *datasets_lookup(struct sfs *fs, const char *name);
-
 /*
  * A read-only file in MOUNTPOINT/.stagefs/.  ->render writes its whole
  * content, as of now, into a malloc'ed buffer (the caller frees *@out) and
@@ -176,49 +160,6 @@ static inline int sfs_vfile_index(uint64_t ino)
 		return -1;
 	return (int)(ino - SFS_CTL_FILE_INO(0));
 }
-
-/* ---- access, quotas and reload (fuse/access.c) ---- */
-
-struct policy;
-
-/* The cache quota of @uid under the current policy (cache quota callback). */
-uint64_t access_quota_of(void *fs, uint32_t uid);
-
-struct cred;
-
-/*
- * May caller @cr (src/cred.h) read dataset @ds?  Refusals are logged.
- */
-bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds);
-
-/*
- * The credential of the process behind FUSE request @req (src/cred.h); its
- * supplementary groups only with @groups (libfuse reads them from /proc,
- * so they are asked for only when a rule needs them; else unknown).
- */
-void access_req_cred(fuse_req_t req, bool groups, struct cred *cr);
-
-/*
- * Resolve @rel (relative to the mount root, "" for the root) for caller @cr
- * as a read through the mount would be checked: the dataset's access rules
- * (access_may_read) and search permission on every directory passed.  Sets
- * *@ds (NULL for the root of a multi-dataset mount) and *@ino (the backend
- * inode).  Returns 0 or -errno.
- */
-int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
-		   struct sfs_dataset **ds, uint64_t *ino);
-
-/*
- * access_may_read for the process behind FUSE request @req.  Returns 0 or
- * -EACCES.
- */
-int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
-
-/* Start the thread that reloads quotas and access rules on SIGHUP. */
-int access_reload_start(struct sfs *fs);
-
-/* .stagefs/quota: per-user cache usage, one tab-separated line per user. */
-int access_quota_text(struct sfs *fs, char **out);
 
 /* .stagefs/stats: JSON counters. */
 int sfs_stats_json(struct sfs *fs, char **out);

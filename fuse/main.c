@@ -13,8 +13,10 @@
  */
 #include "fs.h"
 
+#include "access.h"
 #include "ctlsock.h"
 #include "daemon.h"
+#include "datasets.h"
 
 #include "log.h"
 #include "metrics.h"

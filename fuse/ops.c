@@ -16,6 +16,8 @@
  */
 #include "fs.h"
 
+#include "access.h"
+#include "datasets.h"
 #include "fh.h"
 #include "read.h"
 
