@@ -17,23 +17,26 @@
  * dataset takes a remount.  Old policies are kept until exit so a request
  * holding one never sees it freed.
  */
-#include "fs.h"
+#include "access.h"
 
+#include "cred.h"
+#include "datasets.h"
 #include "log.h"
 #include "policy.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-uint64_t sfs_quota_of(void *arg, uint32_t uid)
+uint64_t access_quota_of(void *arg, uint32_t uid)
 {
 	struct sfs *fs = arg;
 
@@ -60,51 +63,90 @@ static const struct policy_dataset *rules_of(struct sfs *fs, struct sfs_dataset 
 	return policy_dataset(atomic_load(&fs->policy), ds->rule_name);
 }
 
-bool sfs_may_read(struct sfs *fs, uint32_t uid, uint32_t gid,
-		  struct sfs_dataset *ds)
+bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
 {
-	const struct policy_dataset *pd = rules_of(fs, ds);
-	gid_t groups[256];
-	int n = 0;
-
-	if (policy_may_read(pd, uid, gid, NULL, 0))
+	if (policy_may_read(rules_of(fs, ds), cr))
 		return true;
-	if (policy_needs_groups(pd)) {
-		struct passwd pw, *pwp = NULL;
-		char buf[4096];
-
-		n = ARRAY_SIZE(groups);
-		if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) || !pwp ||
-		    getgrouplist(pw.pw_name, gid, groups, &n) < 0)
-			n = 0;
-		if (policy_may_read(pd, uid, gid, groups, n))
-			return true;
-	}
-	log_refusal(uid, ds);
+	log_refusal(cr->uid, ds);
 	return false;
 }
 
-int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
+void access_req_cred(fuse_req_t req, bool groups, struct cred *cr)
 {
 	const struct fuse_ctx *ctx = fuse_req_ctx(req);
-	const struct policy_dataset *pd = rules_of(fs, ds);
-	gid_t groups[256];
-	int n;
+	gid_t g[CRED_MAX_GROUPS];
+	int n = -1;
 
-	if (policy_may_read(pd, ctx->uid, ctx->gid, NULL, 0))
-		return 0;
-	if (policy_needs_groups(pd)) {
-		n = fuse_req_getgroups(req, ARRAY_SIZE(groups), groups);
-		if (n > (int)ARRAY_SIZE(groups))
-			n = ARRAY_SIZE(groups);
-		if (n > 0 && policy_may_read(pd, ctx->uid, ctx->gid, groups, n))
-			return 0;
+	if (groups) {
+		/* libfuse reads them from /proc: only when a rule needs them */
+		n = fuse_req_getgroups(req, ARRAY_SIZE(g), g);
+		if (n > (int)ARRAY_SIZE(g))
+			n = ARRAY_SIZE(g);
+		if (n < 0)
+			n = 0;
 	}
-	log_refusal(ctx->uid, ds);
-	return -EACCES;
+	cred_init(cr, ctx->uid, ctx->gid, ctx->pid, g, n);
 }
 
-int sfs_quota_text(struct sfs *fs, char **out)
+int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
+{
+	struct cred cr;
+
+	access_req_cred(req, policy_needs_groups(rules_of(fs, ds)), &cr);
+	return access_may_read(fs, &cr, ds) ? 0 : -EACCES;
+}
+
+int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
+		   struct sfs_dataset **ds, uint64_t *ino)
+{
+	char buf[PATH_MAX], *save = NULL, *comp;
+	struct sfs_attr a;
+	int ret;
+
+	if (strlen(rel) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	strcpy(buf, rel);
+	comp = strtok_r(buf, "/", &save);
+	if (fs->multi) {
+		if (!comp) {
+			*ds = NULL;
+			return 0;
+		}
+		*ds = datasets_lookup(fs, comp);
+		if (!*ds)
+			return -ENOENT;
+		comp = strtok_r(NULL, "/", &save);
+	} else {
+		*ds = atomic_load(&fs->nds) ? fs->ds[0] : NULL;
+		if (!*ds)
+			return -ENOENT;
+	}
+	if (!access_may_read(fs, cr, *ds))
+		return -EACCES;
+	struct backend *be = (*ds)->be;
+
+	*ino = SFS_ROOT_INO;
+	ret = be->ops->getattr(be, *ino, &a);
+	for (; !ret && comp; comp = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(comp, "."))
+			continue;
+		if (!strcmp(comp, ".."))
+			return -EINVAL;	/* clients send normal paths */
+		if (!S_ISDIR(a.mode))
+			return S_ISLNK(a.mode) ? -ELOOP : -ENOTDIR;
+		if (!cred_may_access(cr, a.uid, a.gid, a.mode, CRED_MAY_EXEC))
+			return -EACCES;
+		ret = be->ops->lookup(be, *ino, comp, &a);
+		if (!ret) {
+			if (be->ops->forget)
+				be->ops->forget(be, a.ino, 1);
+			*ino = a.ino;
+		}
+	}
+	return ret;
+}
+
+int access_quota_text(struct sfs *fs, char **out)
 {
 	struct cache_usage *u;
 	size_t n;
@@ -190,9 +232,9 @@ static void reload(struct sfs *fs)
 		atomic_store(&fs->ds[i]->nothrash, pd && pd->evict == EVICT_NOTHRASH);
 	}
 	for (size_t i = 0; fs->multi && i < np->nds; i++) {
-		if (!np->ds[i].source || sfs_dataset_find(fs, np->ds[i].name))
+		if (!np->ds[i].source || datasets_find(fs, np->ds[i].name))
 			continue;
-		if (sfs_dataset_add(fs, np->ds[i].name, np->ds[i].source, false, NULL,
+		if (datasets_add(fs, np->ds[i].name, np->ds[i].source, false, NULL,
 				    err, sizeof(err)))
 			log_err("reload: dataset %s: %s", np->ds[i].name, err);
 		else
@@ -213,7 +255,7 @@ static void *reload_thread(void *arg)
 	return NULL;
 }
 
-int sfs_reload_start(struct sfs *fs)
+int access_reload_start(struct sfs *fs)
 {
 	struct sigaction sa = { .sa_handler = on_sighup };
 	pthread_t t;

@@ -1,13 +1,14 @@
 /*
- * ctlsock: the daemon's control socket, and the daemon's side of prefetch/.
+ * ctlsock: the daemon's control socket.
  *
  * A Unix stream socket, RUNTIME_DIR/<XXH3-64 of the mount point>.sock,
  * speaks the protocol of docs/control.md (src/ctlproto.h): warmup, check and
  * evict of trees and file lists, and epoch-order hints.  Each request is
- * answered for the peer's uid/gid from SO_PEERCRED, with the same access
- * rules as reads through the mount (dataset rules: sfs_may_read; file modes:
- * as default_permissions).  MOUNTPOINT/.stagefs/socket holds the socket's
- * path so clients find it from any path in the mount.
+ * answered for the peer's credential (src/cred.h: SO_PEERCRED and
+ * SO_PEERGROUPS), with the same access rules as reads through the mount
+ * (dataset rules: access_may_read; file modes: as default_permissions).
+ * MOUNTPOINT/.stagefs/socket holds the socket's path so clients find it
+ * from any path in the mount.
  *
  * One accept thread, one thread per connection (at most 256 at once): a
  * client waiting on a long warmup holds only its own thread, never a FUSE
@@ -22,21 +23,12 @@
  * Create the socket and start serving.  A socket that cannot be created
  * (runtime_dir not writable, path too long) is logged and the daemon runs
  * without one: returns 0 either way unless out of memory.  Stopped by
- * sfs_ctlsock_stop().
+ * ctlsock_stop().
  */
-int sfs_ctlsock_start(struct sfs *fs);
+int ctlsock_start(struct sfs *fs);
 /* Close the socket, end every connection (cancelling its work), unlink. */
-void sfs_ctlsock_stop(struct sfs *fs);
+void ctlsock_stop(struct sfs *fs);
 /* .stagefs/socket: the socket path and "\n"; -ENOENT without a socket. */
-int sfs_ctlsock_text(struct sfs *fs, char **out);
-
-/*
- * The scheduler of background fetches (prefetch/prefetch.h) from the
- * prefetch_* settings, its fetches counted in fs->ctr.  Returns 0 or -errno
- * with a message in @err; stopped by sfs_prefetch_stop() after the FUSE
- * loop and the control socket ended.
- */
-int sfs_prefetch_start(struct sfs *fs, char *err, size_t errlen);
-void sfs_prefetch_stop(struct sfs *fs);
+int ctlsock_text(struct sfs *fs, char **out);
 
 #endif

@@ -6,7 +6,7 @@
  * it without a lock.  Appends are serialized by fs->ds_lock.  NAME@VERSION of
  * a configured rados:// dataset is opened on its first lookup.
  */
-#include "fs.h"
+#include "datasets.h"
 
 #include "log.h"
 #include "policy.h"
@@ -26,12 +26,12 @@ static struct sfs_dataset *find_locked(struct sfs *fs, const char *name)
 	return NULL;
 }
 
-struct sfs_dataset *sfs_dataset_find(struct sfs *fs, const char *name)
+struct sfs_dataset *datasets_find(struct sfs *fs, const char *name)
 {
 	return find_locked(fs, name);
 }
 
-int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
+int datasets_add(struct sfs *fs, const char *name, const char *source,
 		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen)
 {
 	struct sfs_dataset *ds;
@@ -90,9 +90,9 @@ out_free:
 	return ret;
 }
 
-struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name)
+struct sfs_dataset *datasets_lookup(struct sfs *fs, const char *name)
 {
-	struct sfs_dataset *ds = sfs_dataset_find(fs, name), *base;
+	struct sfs_dataset *ds = datasets_find(fs, name), *base;
 	char base_name[256], src[4096], err[1024];
 	const char *at = strchr(name, '@');
 
@@ -100,7 +100,7 @@ struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name)
 		return ds;
 	memcpy(base_name, name, (size_t)(at - name));
 	base_name[at - name] = '\0';
-	base = sfs_dataset_find(fs, base_name);
+	base = datasets_find(fs, base_name);
 	if (!base || strncmp(base->source, "rados://", 8) || strchr(base->source, '@') ||
 	    strchr(base->source, '?'))
 		return NULL;
@@ -108,9 +108,9 @@ struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name)
 		if (*p < '0' || *p > '9')
 			return NULL;
 	snprintf(src, sizeof(src), "%s%s", base->source, at);
-	if (sfs_dataset_add(fs, name, src, true, &ds, err, sizeof(err))) {
+	if (datasets_add(fs, name, src, true, &ds, err, sizeof(err))) {
 		/* a lost race with another lookup of the same name is fine */
-		ds = sfs_dataset_find(fs, name);
+		ds = datasets_find(fs, name);
 		if (!ds)
 			log_info("dataset %s: %s", name, err);
 	}

@@ -63,9 +63,9 @@ struct sfs_counters {
 };
 
 struct passthrough;
+struct session_io;
 struct noopen;
-struct sfs_uring;
-struct sfs_fh;
+struct uring;
 
 /* One mounted dataset: immutable once published in fs->ds. */
 struct sfs_dataset {
@@ -89,11 +89,12 @@ struct sfs {
 	const char *config_path;
 	struct cache *cache;
 	struct fuse_session *se;
+	struct session_io *sio;		/* fuse/session_io.h: session I/O hooks */
 	struct passthrough *pt;		/* fuse/passthrough.h */
 	struct noopen *no;		/* fuse/noopen.h */
-	struct sfs_uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
+	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
-	struct sfs_ctlsock *ctl;	/* control socket (fuse/ctlsock.h) */
+	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* feed-rate counters (src/stats.h) */
 	struct sfs_metrics *metrics;	/* their exporters (fuse/metrics.h) */
 	struct sfs_counters ctr;
@@ -102,15 +103,6 @@ struct sfs {
 };
 
 extern const struct fuse_lowlevel_ops sfs_ops;
-
-/*
- * The handle READ uses for regular file @ino when the kernel sent no OPEN
- * (no-open mode): attributes, cache entry and readahead state, charged to
- * no opener.  Returns 0 or -errno (-ENOENT, -EISDIR for a non-file);
- * release with sfs_fh_destroy().  (fuse/ops.c, for fuse/noopen.c)
- */
-int sfs_fh_create_noopen(struct sfs *fs, uint64_t ino, struct sfs_fh **out);
-void sfs_fh_destroy(struct sfs *fs, struct sfs_fh *fh);
 
 /*
  * The dataset owning FUSE inode @ino and the backend's inode number for it;
@@ -148,20 +140,6 @@ static inline bool sfs_is_multi_root(const struct sfs *fs, uint64_t ino)
 }
 
 /*
- * Open dataset @name from @source and publish it in fs->ds.  Returns 0 or
- * -errno with a message in @err.
- */
-int sfs_dataset_add(struct sfs *fs, const char *name, const char *source,
-		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen);
-/* Find a published dataset by name; NULL if none. */
-struct sfs_dataset *sfs_dataset_find(struct sfs *fs, const char *name);
-/*
- * Like sfs_dataset_find, but NAME@VERSION of a configured rados:// dataset
- * is opened on first use (and stays, hidden from the root listing).
- */
-struct sfs_dataset *sfs_dataset_lookup(struct sfs *fs, const char *name);
-
-/*
  * A read-only file in MOUNTPOINT/.stagefs/ (the table is fuse/vfiles.c's,
  * which renders stats and metrics).  ->render writes its whole
  * content, as of now, into a malloc'ed buffer (the caller frees *@out) and
@@ -183,31 +161,5 @@ static inline int sfs_vfile_index(uint64_t ino)
 		return -1;
 	return (int)(ino - SFS_CTL_FILE_INO(0));
 }
-
-/* ---- access, quotas and reload (fuse/access.c) ---- */
-
-struct policy;
-
-/* The cache quota of @uid under the current policy (cache quota callback). */
-uint64_t sfs_quota_of(void *fs, uint32_t uid);
-
-/*
- * May @uid (primary group @gid; supplementary groups looked up from the
- * user database) read dataset @ds?  Refusals are logged.
- */
-bool sfs_may_read(struct sfs *fs, uint32_t uid, uint32_t gid,
-		  struct sfs_dataset *ds);
-
-/*
- * The same for the process behind FUSE request @req (its supplementary
- * groups from the kernel).  Returns 0 or -EACCES.
- */
-int sfs_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
-
-/* Start the thread that reloads quotas and access rules on SIGHUP. */
-int sfs_reload_start(struct sfs *fs);
-
-/* .stagefs/quota: per-user cache usage, one tab-separated line per user. */
-int sfs_quota_text(struct sfs *fs, char **out);
 
 #endif

@@ -13,13 +13,17 @@
  */
 #include "fs.h"
 
+#include "access.h"
 #include "ctlsock.h"
+#include "daemon.h"
+#include "datasets.h"
 
 #include "log.h"
 #include "metrics.h"
 #include "noopen.h"
 #include "passthrough.h"
 #include "policy.h"
+#include "session_io.h"
 #include "uring.h"
 
 #include <errno.h>
@@ -555,7 +559,7 @@ int main(int argc, char **argv)
 	if (ret)
 		fail("%s", err);
 	if (!fs.multi) {
-		ret = sfs_dataset_add(&fs, "", cli.source, false, NULL, err, sizeof(err));
+		ret = datasets_add(&fs, "", cli.source, false, NULL, err, sizeof(err));
 		if (ret)
 			fail("%s", err);
 	}
@@ -564,13 +568,13 @@ int main(int argc, char **argv)
 
 		if (!pd->source)
 			fail("%s: [dataset %s] has no source", cli.config, pd->name);
-		ret = sfs_dataset_add(&fs, pd->name, pd->source, false,
+		ret = datasets_add(&fs, pd->name, pd->source, false,
 				      NULL, err, sizeof(err));
 		if (ret)
 			fail("dataset %s: %s", pd->name, err);
 	}
-	cache_set_quota_fn(fs.cache, sfs_quota_of, &fs);
-	if (sfs_prefetch_start(&fs, err, sizeof(err)))
+	cache_set_quota_fn(fs.cache, access_quota_of, &fs);
+	if (daemon_prefetch_start(&fs, err, sizeof(err)))
 		fail("%s", err);
 
 	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
@@ -591,7 +595,8 @@ int main(int argc, char **argv)
 	    (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, cli.fuse_opts)))
 		fail("out of memory");
 
-	if (passthrough_create(&fs, &fs.pt) || noopen_create(&fs, &fs.no))
+	if (session_io_create(&fs.sio) || passthrough_create(&fs, &fs.pt) ||
+	    noopen_create(&fs, &fs.no))
 		fail("out of memory");
 	/* before the mount: INIT, sent at mount, offers io_uring or not */
 	if (uring_create(&fs, &fs.ur, err, sizeof(err)))
@@ -603,11 +608,13 @@ int main(int argc, char **argv)
 		fail("cannot install signal handlers");
 	/* the daemon chdir()s to /: remember the file by its absolute path */
 	fs.config_path = cli.config ? realpath(cli.config, NULL) : NULL;
-	if (sfs_reload_start(&fs))
+	if (access_reload_start(&fs))
 		fail("cannot start the reload thread");
 	if (fuse_session_mount(fs.se, mnt))
 		fail("cannot mount %s (is /dev/fuse there, and are you root?)", mnt);
-	ret = passthrough_attach(fs.pt, fs.se);
+	ret = session_io_attach(fs.sio, fs.se);
+	if (!ret)
+		ret = passthrough_attach(fs.pt, fs.se);
 	if (ret) {
 		fuse_session_unmount(fs.se);
 		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
@@ -628,7 +635,7 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
 	}
-	sfs_ctlsock_start(&fs);
+	ctlsock_start(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
@@ -679,10 +686,11 @@ int main(int argc, char **argv)
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
 	passthrough_destroy(fs.pt);
+	session_io_destroy(fs.sio);
 	noopen_destroy(fs.no);
 	sfs_metrics_stop(&fs);
-	sfs_ctlsock_stop(&fs);
-	sfs_prefetch_stop(&fs);
+	ctlsock_stop(&fs);
+	daemon_prefetch_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {
 		backend_close(fs.ds[i]->be);
 		free(fs.ds[i]->name);

@@ -14,6 +14,8 @@
  */
 #include "noopen.h"
 
+#include "fh.h"
+
 #include "log.h"
 #include "passthrough.h"
 
@@ -37,7 +39,7 @@
 struct noopen_ent {
 	struct noopen_ent *next;	/* hash chain: protected by no->lock */
 	uint64_t ino;
-	struct sfs_fh *fh;
+	struct fh *fh;
 	uint32_t refs;			/* READs using fh: protected by no->lock */
 	bool unlinked;			/* forgotten: protected by no->lock */
 };
@@ -119,7 +121,7 @@ void noopen_destroy(struct noopen *no)
 
 		for (; e; e = next) {
 			next = e->next;
-			sfs_fh_destroy(no->fs, e->fh);
+			fh_destroy(no->fs, e->fh);
 			free(e);
 		}
 	}
@@ -390,10 +392,10 @@ static void ent_unlink(struct noopen *no, struct noopen_ent *e)
 }
 
 int noopen_get(struct noopen *no, uint64_t ino, struct noopen_ent **ent,
-	       struct sfs_fh **fh)
+	       struct fh **fh)
 {
 	struct noopen_ent *e;
-	struct sfs_fh *mine;
+	struct fh *mine;
 	int ret;
 
 	pthread_mutex_lock(&no->lock);
@@ -402,7 +404,7 @@ int noopen_get(struct noopen *no, uint64_t ino, struct noopen_ent **ent,
 		goto out_ref;
 	pthread_mutex_unlock(&no->lock);
 
-	ret = sfs_fh_create_noopen(no->fs, ino, &mine);
+	ret = fh_create_noopen(no->fs, ino, &mine);
 	if (ret)
 		return ret;
 
@@ -412,7 +414,7 @@ int noopen_get(struct noopen *no, uint64_t ino, struct noopen_ent **ent,
 		/* another READ of the inode made one meanwhile */
 		e->refs++;
 		pthread_mutex_unlock(&no->lock);
-		sfs_fh_destroy(no->fs, mine);
+		fh_destroy(no->fs, mine);
 		*ent = e;
 		*fh = e->fh;
 		return 0;
@@ -420,7 +422,7 @@ int noopen_get(struct noopen *no, uint64_t ino, struct noopen_ent **ent,
 	e = calloc(1, sizeof(*e));
 	if (!e) {
 		pthread_mutex_unlock(&no->lock);
-		sfs_fh_destroy(no->fs, mine);
+		fh_destroy(no->fs, mine);
 		return -ENOMEM;
 	}
 	e->ino = ino;
@@ -448,7 +450,7 @@ void noopen_put(struct noopen *no, struct noopen_ent *e)
 	last = --e->refs == 0 && e->unlinked;
 	pthread_mutex_unlock(&no->lock);
 	if (last) {
-		sfs_fh_destroy(no->fs, e->fh);
+		fh_destroy(no->fs, e->fh);
 		free(e);
 	}
 }
@@ -468,7 +470,7 @@ void noopen_forget(struct noopen *no, uint64_t ino)
 	}
 	pthread_mutex_unlock(&no->lock);
 	if (idle) {
-		sfs_fh_destroy(no->fs, e->fh);
+		fh_destroy(no->fs, e->fh);
 		free(e);
 	}
 }

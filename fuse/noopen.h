@@ -53,6 +53,7 @@
 
 struct noopen;
 struct noopen_ent;
+struct fh;
 
 /* Returns 0 or -ENOMEM; release with noopen_destroy(). */
 int noopen_create(struct sfs *fs, struct noopen **out);
@@ -90,7 +91,7 @@ bool noopen_probe_open(struct noopen *no);
  * valid until noopen_put(@no, *@ent).  Returns 0 or -errno.
  */
 int noopen_get(struct noopen *no, uint64_t ino, struct noopen_ent **ent,
-	       struct sfs_fh **fh);
+	       struct fh **fh);
 void noopen_put(struct noopen *no, struct noopen_ent *ent);
 /* The kernel forgot @ino: drop its handle (once no READ uses it). */
 void noopen_forget(struct noopen *no, uint64_t ino);

@@ -7,24 +7,19 @@
  * The dataset is immutable, so entries and attributes carry long timeouts
  * and open files keep the kernel page cache (keep_cache).
  *
- * READ: each chunk the request touches is taken from a chunk the I/O
- * engine filled recently (its buffer, no copy: the reply's iovec points
- * into it) or read from the cache file into a per-thread buffer (which
- * measured faster here than fuse_reply_data from an fd without splice).
- * Chunks that are neither are handed to the engine (pf_want_submit) and
- * the READ is answered from the engine thread once they are in: a FUSE
- * worker never waits for the backend.  Without the engine (no io_uring)
- * cache_read() fetches on the worker, as before.  -o splice=yes only
- * negotiates the kernel's splice capability; READ replies are not spliced.
- *
- * In no-open mode (fuse/noopen.h) the kernel sends no OPEN and no RELEASE
- * for regular files: a READ with no file handle uses the inode's handle
- * from noopen_get(), and .stagefs/ files are rendered at LOOKUP.
+ * READ is fuse/read.c's (read_op); file handles are fuse/fh.h's.  In
+ * no-open mode (fuse/noopen.h) the kernel sends no OPEN and no RELEASE for
+ * regular files, and .stagefs/ files are rendered at LOOKUP.
  *
  * Every request is replied to exactly once, by its handler or, for a READ
- * handed to the engine, by aread_finish(); helpers return -errno.
+ * handed to the engine, by read.c's aread_reply(); helpers return -errno.
  */
 #include "fs.h"
+
+#include "access.h"
+#include "datasets.h"
+#include "fh.h"
+#include "read.h"
 
 #include "log.h"
 #include "noopen.h"
@@ -40,23 +35,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* An open regular file. */
-struct sfs_fh {
-	struct sfs *fs;
-	struct sfs_dataset *ds;
-	struct sfs_attr attr;	/* attr.ino is the backend's inode */
-	struct cfile *cf;
-	bool passthrough;	/* the kernel reads the cache file: no READs */
-	struct stats_open so;	/* feed-rate accounting of this open */
-	struct pf_ra *ra;	/* readahead state; NULL where none */
-};
-
-/* An open virtual file: its content is rendered at open. */
-struct sfs_vfh {
-	char *data;
-	size_t len;
-};
 
 static struct sfs *fs_of(fuse_req_t req)
 {
@@ -213,7 +191,7 @@ static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 		return 0;
 	}
 	if (sfs_is_multi_root(fs, parent)) {
-		ds = sfs_dataset_lookup(fs, name);
+		ds = datasets_lookup(fs, name);
 		if (!ds)
 			return -ENOENT;
 		ret = ds->be->ops->getattr(ds->be, SFS_ROOT_INO, a);
@@ -255,11 +233,11 @@ static int check_access(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
 		return 0;
 	if (sfs_is_multi_root(fs, ino)) {
 		if (name && strcmp(name, SFS_CTL_DIR_NAME))
-			ds = sfs_dataset_lookup(fs, name);
+			ds = datasets_lookup(fs, name);
 	} else {
 		ds = sfs_ds(fs, ino, &bino);
 	}
-	return ds ? sfs_check_req(fs, req, ds) : 0;
+	return ds ? access_check_req(fs, req, ds) : 0;
 }
 
 /*
@@ -379,7 +357,7 @@ static int list_datasets(struct sfs *fs, fuse_req_t req, struct sfs_dirlist *dl)
 	for (uint32_t i = 0; i < n; i++) {
 		struct sfs_dataset *ds = fs->ds[i];
 
-		if (ds->hidden || sfs_check_req(fs, req, ds))
+		if (ds->hidden || access_check_req(fs, req, ds))
 			continue;	/* users see only the datasets they may read */
 		dl->ent[dl->n].name = strdup(ds->name);
 		if (!dl->ent[dl->n].name)
@@ -541,86 +519,10 @@ static void sfs_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 /* ---- files ---- */
 
-static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
-{
-	struct sfs_fh *fh = arg;
-	struct sfs *fs = fh->fs;
-	struct backend *be = fh->ds->be;
-	int r;
-
-	pf_demand_begin(fs->pf, len);	/* the rate cap; background work yields */
-	stats_fetch_begin(fs->stats, fh->cf, idx);
-	r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
-	stats_fetch_end(fs->stats, fh->cf, idx, r);
-	pf_demand_end(fs->pf);
-	if (r < 0) {
-		atomic_fetch_add(&fs->ctr.backend_errors, 1);
-		return r;
-	}
-	atomic_fetch_add(&fs->ctr.backend_reads, 1);
-	atomic_fetch_add(&fs->ctr.backend_bytes, (uint64_t)r);
-	return r;
-}
-
-/*
- * A handle on regular file @bino of @ds: its attributes and cache entry.
- * The caller sets the rest; sfs_fh_destroy() releases it.
- */
-static int fh_create(struct sfs *fs, struct sfs_dataset *ds, uint64_t bino,
-		     struct sfs_fh **out)
-{
-	struct sfs_fh *fh = calloc(1, sizeof(*fh));
-	int ret;
-
-	if (!fh)
-		return -ENOMEM;
-	fh->fs = fs;
-	fh->ds = ds;
-	ret = ds->be->ops->getattr(ds->be, bino, &fh->attr);
-	if (!ret && !S_ISREG(fh->attr.mode))
-		ret = -EISDIR;
-	if (!ret)
-		ret = cache_file_get(fs->cache, &fh->attr.content, fh->attr.size,
-				     ds->be->chunk_size, &fh->cf);
-	if (ret) {
-		free(fh);
-		return ret;
-	}
-	*out = fh;
-	return 0;
-}
-
-void sfs_fh_destroy(struct sfs *fs, struct sfs_fh *fh)
-{
-	stats_open_release(fs->stats, &fh->so);
-	pf_ra_release(fh->ra);
-	cache_file_put(fs->cache, fh->cf);
-	free(fh);
-}
-
-int sfs_fh_create_noopen(struct sfs *fs, uint64_t ino, struct sfs_fh **out)
-{
-	struct sfs_dataset *ds;
-	struct sfs_fh *fh;
-	uint64_t bino;
-	int ret;
-
-	ds = sfs_ds(fs, ino, &bino);
-	if (!ds)
-		return -ENOENT;
-	ret = fh_create(fs, ds, bino, &fh);
-	if (ret)
-		return ret;
-	/* so stays empty: no opener; READs are charged to their readers */
-	fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
-	*out = fh;
-	return 0;
-}
-
 static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sfs *fs = fs_of(req);
-	struct sfs_fh *fh;
+	struct fh *fh;
 	int ret;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY ||
@@ -634,7 +536,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (sfs_vfile_index(ino) >= 0) {
-		struct sfs_vfh *v = calloc(1, sizeof(*v));
+		struct vfh *v = calloc(1, sizeof(*v));
 		int n = v ? sfs_vfiles[sfs_vfile_index(ino)].render(fs, &v->data) : -ENOMEM;
 
 		if (n < 0) {
@@ -656,7 +558,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	atomic_fetch_add(&fs->ctr.open_requests, 1);
-	ret = sfs_check_req(fs, req, ds);
+	ret = access_check_req(fs, req, ds);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
@@ -673,7 +575,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	ret = passthrough_open(fs->pt, req, ino, fh->cf, fh->attr.size, fi);
 	if (ret < 0) {
-		sfs_fh_destroy(fs, fh);
+		fh_destroy(fs, fh);
 		fuse_reply_err(req, -ret);
 		return;
 	}
@@ -692,335 +594,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		passthrough_release(fs->pt, ino, fh->passthrough);
-		sfs_fh_destroy(fs, fh);
+		fh_destroy(fs, fh);
 	}
-}
-
-static pthread_key_t rbuf_key;
-static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
-
-static void rbuf_key_init(void)
-{
-	pthread_key_create(&rbuf_key, free);
-}
-
-/* The calling worker thread's reply buffer (1 MiB, reused for its life). */
-static void *reply_buffer(size_t size)
-{
-	void *b;
-
-	pthread_once(&rbuf_once, rbuf_key_init);
-	b = pthread_getspecific(rbuf_key);
-	if (!b) {
-		if (posix_memalign(&b, 4096, MAX(size, (size_t)1 << 20)))
-			return NULL;
-		pthread_setspecific(rbuf_key, b);
-	}
-	return b;
-}
-
-/*
- * A READ on the worker thread through cache_read(): the path without the
- * engine, and of no-open mode.  @so: the open file's stats (NULL: none).
- * @t0: when the READ arrived.
- */
-static void read_sync(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
-		      struct stats_open *so, size_t size, off_t off, uint32_t uid,
-		      uint64_t t0)
-{
-	struct stats_read rd;
-	struct cache_source src = {
-		.fetch = fetch_chunk,
-		.arg = fh,
-		.uid = uid,
-		.nothrash = atomic_load(&fh->ds->nothrash),
-	};
-	void *buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
-	ssize_t n;
-
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
-	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
-	/* its own fetch, or a wait for someone else's (readahead, warmup) */
-	if (stats_read_stalled(&rd))
-		atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
-	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, n);
-	if (n < 0) {
-		atomic_fetch_add(&fs->ctr.read_errors, 1);
-		fuse_reply_err(req, (int)-n);
-	} else {
-		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
-		fuse_reply_buf(req, buf, (size_t)n);
-	}
-	if (size > (1u << 20))
-		free(buf);
-}
-
-/* A READ is at most 1 MiB (max_read_kb) and chunks at least 64 KiB. */
-#define READ_PIECES	18
-
-/* One chunk's share of a READ. */
-struct piece {
-	struct pf_want w;	/* w.arg: the aread */
-	size_t coff;		/* offset in the chunk */
-	size_t len;
-	size_t pos;		/* offset in the reply */
-	bool from_disk;		/* read from the cache file into the reply buffer */
-	bool wanted;		/* handed to the engine */
-};
-
-/* A READ in progress; freed by whoever replies. */
-struct aread {
-	fuse_req_t req;
-	struct sfs *fs;
-	struct sfs_fh *fh;	/* the kernel sends no RELEASE while a READ is out */
-	pid_t pid;
-	uint32_t uid;
-	uint64_t t0;		/* when the READ arrived */
-	size_t size;		/* bytes asked, clipped at end of file */
-	unsigned n;
-	_Atomic unsigned left;	/* wants not done yet */
-	char *dbuf;		/* pieces read from disk, when the reply is async */
-	struct stats_read rd;
-	struct stats_open *so;	/* &fh->so, &so_own, or NULL (no-open mode) */
-	struct stats_open so_own;	/* a no-open READ at 0: its own "open" */
-	struct piece p[READ_PIECES];
-};
-
-/*
- * Reply to @ar with every piece up to the first failed one (a short read,
- * as cache_read gives), count it, release everything.
- */
-static void aread_reply(struct aread *ar, const char *dbuf)
-{
-	struct sfs *fs = ar->fs;
-	struct iovec iov[READ_PIECES];
-	ssize_t n = 0;
-	int err = 0;
-	unsigned k;
-
-	for (k = 0; k < ar->n; k++) {
-		struct piece *p = &ar->p[k];
-
-		if (p->from_disk) {
-			iov[k].iov_base = (void *)(dbuf + p->pos);
-		} else if (p->w.res < 0) {
-			err = p->w.res;
-			break;
-		} else {
-			iov[k].iov_base = (char *)p->w.data + p->coff;
-			if (p->w.fetched)
-				stats_read_fetched(&ar->rd, p->w.len);
-		}
-		iov[k].iov_len = p->len;
-		n += (ssize_t)p->len;
-	}
-	if (!n && err)
-		n = err;
-	stats_read_end(&ar->rd, ar->so, ar->pid, ar->uid, n);
-	if (n < 0) {
-		atomic_fetch_add(&fs->ctr.read_errors, 1);
-		fuse_reply_err(ar->req, (int)-n);
-	} else {
-		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
-		fuse_reply_iov(ar->req, iov, (int)k);
-	}
-	for (k = 0; k < ar->n; k++)
-		pf_want_release(fs->pf, &ar->p[k].w);
-}
-
-/* The engine thread: the last chunk of an async READ is in. */
-static void aread_want_done(struct pf_want *w)
-{
-	struct aread *ar = w->arg;
-	struct sfs *fs = ar->fs;
-
-	if (atomic_fetch_sub(&ar->left, 1) != 1)
-		return;
-	/*
-	 * The READ waited for the backend: its own fetch, or a fill that
-	 * readahead or warmup had started and it joined.
-	 */
-	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - ar->t0);
-	aread_reply(ar, ar->dbuf);
-	pf_note_async_read(fs->pf);
-	free(ar->dbuf);
-	free(ar);
-	atomic_fetch_sub(&fs->ctr.reads_async, 1);
-}
-
-/*
- * Serve what is at hand (recent fill buffers, the cache file); hand the rest
- * to the engine.  Returns true if the READ was answered or handed over,
- * false if it must take read_sync() instead.
- */
-static bool read_engine(fuse_req_t req, struct sfs *fs, struct sfs_fh *fh,
-			struct stats_open *so, size_t size, off_t off,
-			uint32_t uid, uint64_t t0)
-{
-	uint32_t csize = fh->ds->be->chunk_size;
-	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
-	struct pf_want *want[READ_PIECES];
-	unsigned nwant = 0;
-	struct aread *ar;
-	char *rbuf;
-
-	if ((uint64_t)off >= end) {
-		fuse_reply_buf(req, NULL, 0);
-		return true;
-	}
-	if ((end - 1) / csize - (uint64_t)off / csize + 1 > READ_PIECES)
-		return false;
-	rbuf = reply_buffer(size);
-	ar = calloc(1, sizeof(*ar));
-	if (!rbuf || !ar) {
-		free(ar);
-		return false;
-	}
-	ar->req = req;
-	ar->fs = fs;
-	ar->fh = fh;
-	ar->so = so;
-	if (so && so != &fh->so) {
-		/* the caller's is on its stack: the READ may outlive it */
-		ar->so_own = *so;
-		ar->so = &ar->so_own;
-	}
-	ar->pid = fuse_req_ctx(req)->pid;
-	ar->uid = uid;
-	ar->t0 = t0;
-	ar->size = (size_t)(end - (uint64_t)off);
-	stats_read_begin(fs->stats, &ar->rd, fh->cf, (uint64_t)off, ar->size, csize);
-	for (uint64_t pos = (uint64_t)off; pos < end; ar->n++) {
-		struct piece *p = &ar->p[ar->n];
-		uint32_t idx = (uint32_t)(pos / csize);
-
-		p->coff = (size_t)(pos % csize);
-		p->len = (size_t)MIN(end - pos, (uint64_t)csize - p->coff);
-		p->pos = (size_t)(pos - (uint64_t)off);
-		p->w = (struct pf_want){
-			.be = fh->ds->be, .attr = &fh->attr, .cf = fh->cf,
-			.idx = idx, .uid = uid,
-			.nothrash = atomic_load(&fh->ds->nothrash),
-			.done = aread_want_done, .arg = ar,
-		};
-		if (!pf_want_peek(fs->pf, &p->w)) {
-			ssize_t r = cache_read_cached(fs->cache, fh->cf, pos, rbuf + p->pos, p->len);
-
-			if (r == (ssize_t)p->len) {
-				p->from_disk = true;
-			} else {
-				p->wanted = true;
-				want[nwant++] = &p->w;
-			}
-		}
-		pos += p->len;
-	}
-	if (!nwant) {
-		/* all at hand: answer now, pointing into the fill buffers */
-		aread_reply(ar, rbuf);
-		free(ar);
-		return true;
-	}
-	for (unsigned k = 0; k < ar->n && !ar->dbuf; k++) {
-		if (ar->p[k].from_disk && !(ar->dbuf = malloc(ar->size)))
-			goto out_sync;
-	}
-	for (unsigned k = 0; ar->dbuf && k < ar->n; k++)
-		if (ar->p[k].from_disk)
-			memcpy(ar->dbuf + ar->p[k].pos, rbuf + ar->p[k].pos, ar->p[k].len);
-	atomic_init(&ar->left, nwant);
-	stats_read_detach(&ar->rd);
-	atomic_fetch_add(&fs->ctr.reads_async, 1);
-	if (pf_want_submit(fs->pf, want, nwant) == 0)
-		return true;	/* aread_want_done() replies */
-	atomic_fetch_sub(&fs->ctr.reads_async, 1);
-out_sync:
-	/* no engine after all (stopping): drop what we hold, go the slow way */
-	stats_read_detach(&ar->rd);
-	for (unsigned k = 0; k < ar->n; k++)
-		pf_want_release(fs->pf, &ar->p[k].w);
-	free(ar->dbuf);
-	free(ar);
-	return false;
-}
-
-/* READ of a virtual file: rendered at OPEN, or (no-open mode) at LOOKUP. */
-static void read_virtual(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-			 struct fuse_file_info *fi)
-{
-	struct sfs *fs = fs_of(req);
-	int idx = sfs_vfile_index(ino);
-	void *buf;
-	ssize_t n;
-
-	if (idx >= 0 && fi->fh) {
-		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
-
-		if ((size_t)off >= v->len)
-			fuse_reply_buf(req, NULL, 0);
-		else
-			fuse_reply_buf(req, v->data + off, MIN(size, v->len - (size_t)off));
-		return;
-	}
-	if (idx < 0) {
-		fuse_reply_buf(req, NULL, 0);	/* the no-open probe */
-		return;
-	}
-	buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	n = noopen_vfile_read(fs->no, idx, (uint64_t)off, buf, size);
-	fuse_reply_buf(req, buf, (size_t)n);
-	if (size > (1u << 20))
-		free(buf);
-}
-
-static void sfs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		     struct fuse_file_info *fi)
-{
-	struct sfs *fs = fs_of(req);
-
-	if (ino >= SFS_VIRT_BASE) {
-		read_virtual(req, ino, size, off, fi);
-		return;
-	}
-
-	struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
-	struct noopen_ent *noe = NULL;
-	struct stats_open *so = fh ? &fh->so : NULL, first = { 0 };
-	uint32_t uid = fuse_req_ctx(req)->uid;
-	uint64_t t0 = now_ns();
-
-	if (!fh) {
-		/* no-open mode: the inode's handle; a READ at 0 starts a file */
-		int ret = noopen_get(fs->no, ino, &noe, &fh);
-
-		if (ret) {
-			fuse_reply_err(req, -ret);
-			return;
-		}
-		if (!off) {
-			so = &first;
-			pf_hint_open(fs->pf, ino, uid, fuse_req_ctx(req)->pid);
-		}
-	}
-	atomic_fetch_add(&fs->ctr.read_requests, 1);
-	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
-	/*
-	 * A READ handed to the engine may be answered after we drop the
-	 * no-open handle reference: the kernel's open file pins the inode,
-	 * so no FORGET (which frees the handle) comes while a READ is out.
-	 */
-	if (!(pf_has_engine(fs->pf) && size <= (1u << 20) &&
-	      read_engine(req, fs, fh, so, size, off, uid, t0)))
-		read_sync(req, fs, fh, so, size, off, uid, t0);
-	noopen_put(fs->no, noe);
 }
 
 static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -1028,15 +603,15 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct sfs *fs = fs_of(req);
 
 	if (sfs_vfile_index(ino) >= 0) {
-		struct sfs_vfh *v = (struct sfs_vfh *)(uintptr_t)fi->fh;
+		struct vfh *v = (struct vfh *)(uintptr_t)fi->fh;
 
 		free(v->data);
 		free(v);
 	} else {
-		struct sfs_fh *fh = (struct sfs_fh *)(uintptr_t)fi->fh;
+		struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
 
 		passthrough_release(fs->pt, ino, fh->passthrough);
-		sfs_fh_destroy(fs, fh);
+		fh_destroy(fs, fh);
 	}
 	fuse_reply_err(req, 0);
 }
@@ -1238,7 +813,7 @@ const struct fuse_lowlevel_ops sfs_ops = {
 	.readdirplus = sfs_readdirplus,
 	.releasedir = sfs_releasedir,
 	.open = sfs_open,
-	.read = sfs_read,
+	.read = read_op,
 	.release = sfs_release,
 	.statfs = sfs_statfs,
 	.getxattr = sfs_getxattr,

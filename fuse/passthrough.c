@@ -2,18 +2,12 @@
  * passthrough: see passthrough.h for the contract, docs/passthrough.md for
  * the design and the figures.
  *
- * How the hook build (libfuse without the API) finds the replies to patch:
- * libfuse's multi-threaded loop reads a request and handles it on the same
- * worker thread, and our handlers reply before they return.  So the read
- * hook notes the request a thread is on (unique, opcode) in a thread-local,
- * passthrough_open() adds the backing id to it, and the writev hook patches
- * the reply carrying that unique.  Nothing is shared between threads and
- * no reply but INIT's and the chosen OPENs' is changed.  Requests that came
- * through an io_uring ring (fuse/uring.c) are noted the same way by the
- * ring's thread (passthrough_note_request()), and the writev hook sends
- * their replies back to the ring instead of /dev/fuse.  Splice receive
- * would hide requests from the read hook, so SPLICE_READ is never asked for
- * (stagefs has no write_buf, libfuse does not ask for it either).
+ * The hook build (libfuse without the API) goes through the session I/O
+ * hooks of fuse/session_io.h: passthrough_create() registers an INIT reply
+ * hook that asks for FUSE_PASSTHROUGH, and passthrough_open() names the
+ * backing id of the calling thread's OPEN reply
+ * (session_io_set_backing_id), which the writev hook patches in.  No reply
+ * but INIT's and the chosen OPENs' is changed.
  *
  * Locking: pt->lock guards the inode table; registering a backing file and
  * verifying a cache file run outside it, with the inode marked busy so
@@ -36,7 +30,7 @@
 #include "passthrough.h"
 
 #include "log.h"
-#include "uring.h"
+#include "session_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -58,9 +52,6 @@
 #ifndef FUSE_PASSTHROUGH
 #define FUSE_PASSTHROUGH	(1ULL << 37)
 #endif
-#ifndef FOPEN_PASSTHROUGH
-#define FOPEN_PASSTHROUGH	(1 << 7)
-#endif
 #ifndef FUSE_DEV_IOC_MAGIC
 #define FUSE_DEV_IOC_MAGIC	229
 #endif
@@ -73,36 +64,6 @@ struct fuse_backing_map {
 #define FUSE_DEV_IOC_BACKING_OPEN	_IOW(FUSE_DEV_IOC_MAGIC, 1, struct fuse_backing_map)
 #define FUSE_DEV_IOC_BACKING_CLOSE	_IOW(FUSE_DEV_IOC_MAGIC, 2, uint32_t)
 #endif
-
-/* The 7.40 layouts of the two replies the hooks patch. */
-struct pt_open_out {
-	uint64_t fh;
-	uint32_t open_flags;
-	int32_t backing_id;	/* "padding" before 7.40 */
-};
-
-struct pt_init_out {
-	uint32_t major;
-	uint32_t minor;
-	uint32_t max_readahead;
-	uint32_t flags;
-	uint16_t max_background;
-	uint16_t congestion_threshold;
-	uint32_t max_write;
-	uint32_t time_gran;
-	uint16_t max_pages;
-	uint16_t map_alignment;
-	uint32_t flags2;
-	uint32_t max_stack_depth;	/* "unused[0]" before 7.40 */
-	uint32_t unused[6];
-};
-
-_Static_assert(sizeof(struct pt_open_out) == sizeof(struct fuse_open_out),
-	       "fuse_open_out layout");
-_Static_assert(sizeof(struct pt_init_out) == sizeof(struct fuse_init_out),
-	       "fuse_init_out layout");
-_Static_assert(offsetof(struct pt_init_out, flags2) ==
-	       offsetof(struct fuse_init_out, flags2), "fuse_init_out.flags2");
 
 /*
  * Stacking depth we declare: our backing files live on a plain local
@@ -154,10 +115,8 @@ struct passthrough {
 	 * Set while the kernel's INIT is handled, in the main thread, before
 	 * any worker exists; read-only afterwards.
 	 */
-	uint64_t kernel_flags;	/* INIT request flags | flags2 << 32 */
 	bool offered;		/* the kernel offers FUSE_PASSTHROUGH */
 	bool asked;		/* our INIT reply asks for it */
-	bool hooked;		/* the session's I/O goes through the hooks */
 	bool active;		/* the handshake enabled it: opens are tracked */
 	atomic_bool broken;	/* a registration failed: no more tries */
 
@@ -168,14 +127,16 @@ struct passthrough {
 	uint32_t nidle;		/* protected by lock */
 };
 
-#ifndef CONFIG_FUSE_PASSTHROUGH_API
-/* The request the calling worker thread is handling (see the top). */
-static __thread struct {
-	uint64_t unique;
-	uint32_t opcode;
-	int32_t backing_id;	/* for this request's OPEN reply; 0 = none */
-} cur;
-#endif
+/* The INIT reply hook (fuse/session_io.h): ask for passthrough. */
+static void init_reply(void *arg, struct session_io_init *init)
+{
+	struct passthrough *pt = arg;
+
+	if (pt->asked) {
+		init->flags2 |= (uint32_t)(FUSE_PASSTHROUGH >> 32);
+		init->max_stack_depth = PT_MAX_STACK_DEPTH;
+	}
+}
 
 int passthrough_create(struct sfs *fs, struct passthrough **out)
 {
@@ -192,6 +153,15 @@ int passthrough_create(struct sfs *fs, struct passthrough **out)
 	pthread_mutex_init(&pt->lock, NULL);
 	pthread_cond_init(&pt->cond, NULL);
 	pt->idle.idle_next = pt->idle.idle_prev = &pt->idle;
+	if (pt->mode != CFG_OFF) {
+		struct session_io_hooks h = { .init_reply = init_reply, .arg = pt };
+		int ret = session_io_register(fs->sio, &h);
+
+		if (ret) {
+			passthrough_destroy(pt);
+			return ret;
+		}
+	}
 	*out = pt;
 	return 0;
 }
@@ -233,129 +203,11 @@ uint32_t passthrough_idle_ids(struct passthrough *pt)
 	return n;
 }
 
-/* ---- the session I/O hooks (libfuse without the passthrough API) ---- */
-
-#ifndef CONFIG_FUSE_PASSTHROUGH_API
-static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
-{
-	struct sfs *fs = userdata;
-	ssize_t n = read(fd, buf, len);
-	const struct fuse_in_header *in = buf;
-
-	if (n < (ssize_t)sizeof(*in))
-		return n;	/* errno is read(2)'s */
-	cur.unique = in->unique;
-	cur.opcode = in->opcode;
-	cur.backing_id = 0;
-	if (in->opcode == FUSE_INIT) {
-		const struct fuse_init_in *arg = (const void *)(in + 1);
-		size_t have = (size_t)n - sizeof(*in);
-		uint64_t flags = 0;
-
-		if (have >= offsetof(struct fuse_init_in, flags) + sizeof(arg->flags))
-			flags = arg->flags;
-		if ((flags & FUSE_INIT_EXT) &&
-		    have >= offsetof(struct fuse_init_in, flags2) + sizeof(arg->flags2))
-			flags |= (uint64_t)arg->flags2 << 32;
-		fs->pt->kernel_flags = flags;
-	}
-	return n;
-}
-
-/* The replies the hooks change: OPENs that go passthrough, and INIT. */
-static void patch_reply(struct sfs *fs, struct iovec *iov)
-{
-	if (cur.opcode == FUSE_OPEN && cur.backing_id > 0 &&
-	    iov[1].iov_len == sizeof(struct pt_open_out)) {
-		struct pt_open_out *arg = iov[1].iov_base;
-
-		arg->open_flags |= FOPEN_PASSTHROUGH;
-		arg->backing_id = cur.backing_id;
-		cur.backing_id = 0;
-	} else if (cur.opcode == FUSE_INIT &&
-		   iov[1].iov_len >= offsetof(struct pt_init_out, unused)) {
-		struct pt_init_out *arg = iov[1].iov_base;
-		uint32_t flags2;
-
-		flags2 = uring_init_reply(fs->ur, fs->pt->kernel_flags, arg->max_write,
-					  (arg->flags & FUSE_MAX_PAGES) ? arg->max_pages : 0);
-		if (fs->pt->asked) {
-			flags2 |= (uint32_t)(FUSE_PASSTHROUGH >> 32);
-			arg->max_stack_depth = PT_MAX_STACK_DEPTH;
-		}
-		if (flags2) {
-			arg->flags |= FUSE_INIT_EXT;
-			arg->flags2 |= flags2;
-		}
-	}
-}
-
-static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
-{
-	struct sfs *fs = userdata;
-	struct fuse_out_header *out = iov[0].iov_base;
-	ssize_t n;
-
-	if (count >= 2 && out->unique && out->unique == cur.unique && !out->error)
-		patch_reply(fs, iov);
-	/* the request came from a ring: the reply goes back there */
-	if (uring_reply(fs->ur, iov, count, &n))
-		return n;
-	return writev(fd, iov, count);
-}
-
-static ssize_t pt_splice_receive(int fdin, off_t *offin, int fdout,
-				 off_t *offout, size_t len, unsigned int flags,
-				 void *userdata)
-{
-	return splice(fdin, offin, fdout, offout, len, flags);
-}
-
-static ssize_t pt_splice_send(int fdin, off_t *offin, int fdout, off_t *offout,
-			      size_t len, unsigned int flags, void *userdata)
-{
-	/* READ replies only: nothing to patch */
-	return splice(fdin, offin, fdout, offout, len, flags);
-}
-
-static const struct fuse_custom_io pt_io = {
-	.read = pt_read,
-	.writev = pt_writev,
-	.splice_receive = pt_splice_receive,
-	.splice_send = pt_splice_send,
-};
-#endif /* !CONFIG_FUSE_PASSTHROUGH_API */
-
-void passthrough_note_request(uint64_t unique, uint32_t opcode)
-{
-#ifndef CONFIG_FUSE_PASSTHROUGH_API
-	cur.unique = unique;
-	cur.opcode = opcode;
-	cur.backing_id = 0;
-#else
-	(void)unique;
-	(void)opcode;
-#endif
-}
-
 int passthrough_attach(struct passthrough *pt, struct fuse_session *se)
 {
-	/* FUSE over io_uring needs the hooks too (fuse/uring.h) */
-	if (!pt || (pt->mode == CFG_OFF && !pt->fs->ur))
-		return 0;
-	pt->fuse_fd = fuse_session_fd(se);
-#ifndef CONFIG_FUSE_PASSTHROUGH_API
-	/*
-	 * fuse_session_custom_io() only records the callbacks and the fd;
-	 * libfuse does not care who opened /dev/fuse.  So the mount keeps
-	 * fuse_session_mount() (option parsing, auto_unmount, unmount) and
-	 * the hooks go on its descriptor before the first request is read.
-	 */
-	pt->hooked = true;
-	return fuse_session_custom_io(se, &pt_io, pt->fuse_fd);
-#else
+	if (pt)
+		pt->fuse_fd = fuse_session_fd(se);
 	return 0;
-#endif
 }
 
 void passthrough_init(struct passthrough *pt, struct fuse_conn_info *conn)
@@ -365,7 +217,7 @@ void passthrough_init(struct passthrough *pt, struct fuse_conn_info *conn)
 #ifdef CONFIG_FUSE_PASSTHROUGH_API
 	pt->offered = conn->capable & FUSE_CAP_PASSTHROUGH;
 #else
-	pt->offered = pt->kernel_flags & FUSE_PASSTHROUGH;
+	pt->offered = session_io_kernel_flags(pt->fs->sio) & FUSE_PASSTHROUGH;
 	/* the read hook must see every request */
 	conn->want &= ~FUSE_CAP_SPLICE_READ;
 #endif
@@ -456,7 +308,7 @@ int passthrough_handshake(struct passthrough *pt, struct fuse_session *se,
 	const char *why = NULL;
 	int ret;
 
-	if (!pt || (pt->mode == CFG_OFF && !pt->hooked))
+	if (!pt || (pt->mode == CFG_OFF && !session_io_hooked(pt->fs->sio)))
 		return 0;
 	/*
 	 * The kernel queued INIT when it mounted: answer it here, so that the
@@ -701,7 +553,7 @@ out_passthrough:
 #ifdef CONFIG_FUSE_PASSTHROUGH_API
 	fi->backing_id = id;
 #else
-	cur.backing_id = id;
+	session_io_set_backing_id(id);
 #endif
 	atomic_fetch_add(&pt->fs->ctr.passthrough_opens, 1);
 	atomic_fetch_add(&pt->fs->ctr.passthrough_bytes, size);

@@ -13,8 +13,8 @@
  * Two builds:
  *  - libfuse >= 3.17 (CONFIG_FUSE_PASSTHROUGH_API): FUSE_CAP_PASSTHROUGH,
  *    fuse_passthrough_open() and fi->backing_id.
- *  - libfuse 3.14-3.16 have no API, so the session's I/O is hooked with
- *    fuse_session_custom_io(): the hooks add FUSE_PASSTHROUGH to the INIT
+ *  - libfuse 3.14-3.16 have no API, so the session's I/O is hooked
+ *    (fuse/session_io.h): the hooks add FUSE_PASSTHROUGH to the INIT
  *    reply and FOPEN_PASSTHROUGH + backing_id to the OPEN replies that
  *    passthrough_open() chose, and the backing files are registered with
  *    the FUSE_DEV_IOC_BACKING_OPEN ioctl on /dev/fuse directly.
@@ -28,7 +28,8 @@
  * id is kept registered after their last RELEASE for the next open ("idle",
  * at most 65,536, closed at FORGET).
  *
- * Lifetime: passthrough_create() before the session is mounted,
+ * Lifetime: passthrough_create() after session_io_create() (it registers
+ * its INIT hook there) and before the session is mounted,
  * passthrough_attach() right after fuse_session_mount(),
  * passthrough_handshake() before the session loop starts (it answers the
  * kernel's INIT and decides), passthrough_destroy() after the loop ended.
@@ -54,18 +55,10 @@ int passthrough_create(struct sfs *fs, struct passthrough **out);
 void passthrough_destroy(struct passthrough *pt);
 
 /*
- * Install the I/O hooks on the mounted session @se (libfuse without the
- * API; a no-op with it, or with passthrough=off unless FUSE over io_uring
- * needs them: fuse/uring.h).  Must run before the first request is read.
- * Returns 0 or -errno.
+ * Note the mounted session @se's /dev/fuse descriptor (backing files are
+ * registered on it).  Right after fuse_session_mount().  Returns 0.
  */
 int passthrough_attach(struct passthrough *pt, struct fuse_session *se);
-
-/*
- * A FUSE-over-io_uring worker (fuse/uring.c) is about to hand libfuse the
- * request @unique: what the read hook notes for requests from /dev/fuse.
- */
-void passthrough_note_request(uint64_t unique, uint32_t opcode);
 
 /*
  * Called from the INIT handler (sfs_init): ask for FUSE_PASSTHROUGH where

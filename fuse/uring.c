@@ -17,9 +17,9 @@
  * fuse_session_process_buf().  The op header's size is the header's len
  * less the other two.
  *
- * Its reply: libfuse calls the session's writev hook, which calls
- * uring_reply().  That copies the reply behind the out header into the
- * payload buffer and commits it: at once if the handler replied from the
+ * Its reply: libfuse calls the session's writev hook (fuse/session_io.c),
+ * which calls uring_reply(), registered there by uring_create().  That
+ * copies the reply behind the out header into the payload buffer and commits it: at once if the handler replied from the
  * ring's own thread (the COMMIT_AND_FETCH goes with the thread's next
  * wait, one io_uring_enter), or, when it replied from another thread (a
  * READ the I/O engine answers), by waking the ring's thread through its
@@ -30,7 +30,7 @@
 #include "uring.h"
 
 #include "log.h"
-#include "passthrough.h"
+#include "session_io.h"
 #include "util.h"
 
 #include <errno.h>
@@ -93,7 +93,7 @@ struct fuse_uring_cmd_req {
 #define TAG_EFD		2	/* user_data of the eventfd poll */
 
 struct uring_worker {
-	struct sfs_uring *u;
+	struct uring *u;
 	unsigned qid;
 	pthread_t tid;
 	bool started;
@@ -112,7 +112,7 @@ struct uring_worker {
 	uint64_t last_commit;
 };
 
-struct sfs_uring {
+struct uring {
 	struct sfs *fs;
 	struct fuse_session *se;
 	enum cfg_auto mode;
@@ -158,10 +158,27 @@ static int write_param(void)
 	return ret;
 }
 
-int uring_create(struct sfs *fs, struct sfs_uring **out, char *err, size_t errlen)
+static uint32_t uring_init_reply(struct uring *u, uint64_t kernel_flags,
+				 uint32_t max_write, uint32_t max_pages);
+static bool uring_reply(struct uring *u, const struct iovec *iov, int count,
+			ssize_t *ret);
+
+/* The session I/O hooks (fuse/session_io.h). */
+static void hook_init_reply(void *arg, struct session_io_init *init)
 {
-	struct sfs_uring *u;
-	int on;
+	init->flags2 |= uring_init_reply(arg, init->kernel_flags, init->max_write,
+					 init->max_pages);
+}
+
+static bool hook_reply(void *arg, const struct iovec *iov, int count, ssize_t *ret)
+{
+	return uring_reply(arg, iov, count, ret);
+}
+
+int uring_create(struct sfs *fs, struct uring **out, char *err, size_t errlen)
+{
+	struct uring *u;
+	int on, ret;
 
 	*out = NULL;
 	if (fs->cfg.uring == CFG_OFF)
@@ -199,12 +216,26 @@ int uring_create(struct sfs *fs, struct sfs_uring **out, char *err, size_t errle
 	u->mode = fs->cfg.uring;
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_cond_init(&u->cond, NULL);
+	ret = session_io_register(fs->sio, &(struct session_io_hooks){
+		.init_reply = hook_init_reply, .reply = hook_reply, .arg = u });
+	if (ret) {
+		pthread_cond_destroy(&u->cond);
+		pthread_mutex_destroy(&u->lock);
+		free(u);
+		return ret;
+	}
 	*out = u;
 	return 0;
 }
 
-uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
-			  uint32_t max_write, uint32_t max_pages)
+/*
+ * The INIT reply hook (fuse/session_io.h): @kernel_flags is what the kernel
+ * offered; returns the flags2 bits to add to the reply (0 or
+ * FUSE_OVER_IO_URING's).  Notes the reply's max_write and max_pages, which
+ * size the ring buffers.
+ */
+static uint32_t uring_init_reply(struct uring *u, uint64_t kernel_flags,
+				 uint32_t max_write, uint32_t max_pages)
 {
 	size_t sz;
 
@@ -220,12 +251,12 @@ uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
 	return (uint32_t)(FUSE_OVER_IO_URING >> 32);
 }
 
-bool uring_active(const struct sfs_uring *u)
+bool uring_active(const struct uring *u)
 {
 	return u && atomic_load(&u->active);
 }
 
-uint64_t uring_requests(const struct sfs_uring *u)
+uint64_t uring_requests(const struct uring *u)
 {
 	return u ? atomic_load(&u->requests) : 0;
 }
@@ -269,7 +300,7 @@ static void arm_efd(struct uring_worker *w)
 
 static int worker_setup(struct uring_worker *w)
 {
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 	struct io_uring_params p = { .flags = IORING_SETUP_SQE128 };
 	struct io_uring_cqe *cqe;
 	int ret;
@@ -331,7 +362,7 @@ static void pin_to_queue_cpu(struct uring_worker *w)
 /* The ring handed us a request: rebuild it as /dev/fuse gives it, handle it. */
 static void handle_request(struct uring_worker *w)
 {
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 	const struct fuse_in_header *in = (const void *)w->hdr->in_out;
 	const struct fuse_uring_ent_in_out *eio = &w->hdr->ring_ent_in_out;
 	struct fuse_in_header *rin = (void *)w->req;
@@ -357,13 +388,13 @@ static void handle_request(struct uring_worker *w)
 	memcpy(w->req + sizeof(*in), w->hdr->op_in, opsz);
 	memcpy(w->req + sizeof(*in) + opsz, w->payload, psz);
 	fbuf.size = in->len;
-	passthrough_note_request(in->unique, in->opcode);
+	session_io_note_request(in->unique, in->opcode);
 	fuse_session_process_buf(u->se, &fbuf);
 }
 
 static void worker_started(struct uring_worker *w, int err)
 {
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 
 	pthread_mutex_lock(&u->lock);
 	if (err) {
@@ -381,7 +412,7 @@ static void worker_started(struct uring_worker *w, int err)
 static void *worker_main(void *arg)
 {
 	struct uring_worker *w = arg;
-	struct sfs_uring *u = w->u;
+	struct uring *u = w->u;
 	char name[16];
 	int ret;
 
@@ -442,7 +473,7 @@ static void *worker_main(void *arg)
 
 /* ---- replies ---- */
 
-static struct uring_worker *find_worker(struct sfs_uring *u, uint64_t unique)
+static struct uring_worker *find_worker(struct uring *u, uint64_t unique)
 {
 	if (self && self->u == u && atomic_load(&self->unique) == unique)
 		return self;
@@ -452,7 +483,14 @@ static struct uring_worker *find_worker(struct sfs_uring *u, uint64_t unique)
 	return NULL;
 }
 
-bool uring_reply(struct sfs_uring *u, const struct iovec *iov, int count, ssize_t *ret)
+/*
+ * The reply hook (fuse/session_io.h): if the reply in @iov answers a
+ * request that came from a ring, commit it there, set *@ret to the bytes
+ * "written" and return true; otherwise return false (the reply goes to
+ * /dev/fuse).
+ */
+static bool uring_reply(struct uring *u, const struct iovec *iov, int count,
+			ssize_t *ret)
 {
 	const struct fuse_out_header *out = iov[0].iov_base;
 	struct fuse_out_header *oh;
@@ -524,7 +562,7 @@ static unsigned possible_cpus(void)
 	return n ? n : 1;
 }
 
-int uring_start(struct sfs_uring *u, struct fuse_session *se, char *err, size_t errlen)
+int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errlen)
 {
 	const char *why = NULL;
 	bool refused;
@@ -592,7 +630,7 @@ off:
 	return 0;
 }
 
-static void uring_stop(struct sfs_uring *u)
+static void uring_stop(struct uring *u)
 {
 	if (!u || !u->w)
 		return;
@@ -609,7 +647,7 @@ static void uring_stop(struct sfs_uring *u)
 	atomic_store(&u->active, false);
 }
 
-void uring_destroy(struct sfs_uring *u)
+void uring_destroy(struct uring *u)
 {
 	if (!u)
 		return;

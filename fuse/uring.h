@@ -10,9 +10,10 @@
  * on another.  docs/passthrough.md, "FUSE over io_uring", has the design
  * and the figures.
  *
- * libfuse 3.14 knows nothing of it: the session I/O hook (fuse/passthrough.c)
- * adds FUSE_OVER_IO_URING to the INIT reply and sends every reply whose
- * request came from a ring through uring_reply(); the workers here rebuild
+ * libfuse 3.14 knows nothing of it: uring_create() registers with the
+ * session I/O hooks (fuse/session_io.h), which add FUSE_OVER_IO_URING to
+ * the INIT reply and send every reply whose request came from a ring back
+ * to it; the workers here rebuild
  * each ring request into the contiguous buffer that
  * fuse_session_process_buf() parses, so every handler is unchanged.
  * FORGET and INTERRUPT still come through /dev/fuse (the kernel sends them
@@ -26,7 +27,7 @@
  * it is unavailable.
  *
  * Lifetime: uring_create() before the mount (with uring=on it enables the
- * kernel parameter), uring_init_reply() from the INIT reply hook,
+ * kernel parameter; after session_io_create()), the INIT reply hook,
  * uring_start() once passthrough_handshake() has answered INIT (the kernel
  * takes ring commands only then) and before the no-open probe (the kernel
  * holds every request until each queue has an entry), uring_destroy() after the unmount (it stops
@@ -42,35 +43,20 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-struct sfs_uring;
+struct uring;
 
 /* Returns 0 or -errno; with uring=on, @err says why it cannot be had. */
-int uring_create(struct sfs *fs, struct sfs_uring **out, char *err, size_t errlen);
-void uring_destroy(struct sfs_uring *u);
-
-/*
- * The INIT hook: @kernel_flags is what the kernel offered; returns the
- * flags2 bits to add to the reply (0 or FUSE_OVER_IO_URING's).  Notes
- * the reply's max_write and max_pages, which size the ring buffers.
- */
-uint32_t uring_init_reply(struct sfs_uring *u, uint64_t kernel_flags,
-			  uint32_t max_write, uint32_t max_pages);
+int uring_create(struct sfs *fs, struct uring **out, char *err, size_t errlen);
+void uring_destroy(struct uring *u);
 
 /*
  * Start the queue threads and register their ring entries.  Returns 0
  * (also when io_uring is not to be used: the log says why) or, with
  * uring=on, -errno and @err.
  */
-int uring_start(struct sfs_uring *u, struct fuse_session *se, char *err, size_t errlen);
+int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errlen);
 
-bool uring_active(const struct sfs_uring *u);
-uint64_t uring_requests(const struct sfs_uring *u);
-
-/*
- * The writev hook: if the reply in @iov answers a request that came from
- * a ring, commit it there, set *@ret to the bytes "written" and return
- * true; otherwise return false (the caller writes it to /dev/fuse).
- */
-bool uring_reply(struct sfs_uring *u, const struct iovec *iov, int count, ssize_t *ret);
+bool uring_active(const struct uring *u);
+uint64_t uring_requests(const struct uring *u);
 
 #endif

@@ -12,6 +12,7 @@
  */
 #include "vfiles.h"
 
+#include "access.h"
 #include "ctlsock.h"
 #include "noopen.h"
 #include "passthrough.h"
@@ -184,9 +185,9 @@ int vfiles_metrics_text(struct sfs *fs, char **out)
 
 const struct sfs_vfile sfs_vfiles[] = {
 	{ "stats", vfiles_stats_json },
-	{ "quota", sfs_quota_text },
+	{ "quota", access_quota_text },
 	{ "metrics", vfiles_metrics_text },	/* Prometheus text format */
-	{ "socket", sfs_ctlsock_text },	/* the control socket's path */
+	{ "socket", ctlsock_text },	/* the control socket's path */
 };
 
 const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);

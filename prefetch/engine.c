@@ -1,6 +1,10 @@
 /*
  * engine: every backend fetch of the daemon, as a pipeline on one thread.
  *
+ * One file on purpose (over the ~900 lines a file otherwise keeps to): it
+ * is one state machine, the stages below, and its transitions read best
+ * side by side.
+ *
  * One engine thread owns an io_uring and every fill in flight (struct
  * fill: STYLE #7, one context per chunk, its buffer alongside).  A fill
  * goes through these stages, each a step of the cache's fill API

@@ -50,6 +50,7 @@
 
 #include "backend.h"
 #include "cache.h"
+#include "cred.h"
 
 struct pf_sched;
 
@@ -116,7 +117,7 @@ void pf_sched_destroy(struct pf_sched *s);
 void pf_get_stats(struct pf_sched *s, struct pf_stats *st);
 
 /*
- * Demand hooks, around every backend fetch a reader does (fuse/ops.c
+ * Demand hooks, around every backend fetch a reader does (fuse/read.c
  * fetch_chunk).  begin waits for the rate cap (borrowing) and counts the
  * fetch in flight; end undoes that.  Both accept a NULL scheduler.
  */
@@ -186,23 +187,6 @@ void pf_ra_read(struct pf_ra *ra, uint64_t off, size_t size, uint32_t uid);
 /* The file was closed: queued readahead is dropped.  Never blocks. */
 void pf_ra_release(struct pf_ra *ra);
 
-/* ---- who asks: credentials of a control-socket peer ---- */
-
-struct pf_cred {
-	uint32_t uid, gid;
-	pid_t pid;
-	int ngroups;
-	uint32_t groups[64];
-};
-
-/* Fill @cr for process @pid (supplementary groups from /proc). */
-void pf_cred_of(struct pf_cred *cr, uint32_t uid, uint32_t gid, pid_t pid);
-/*
- * POSIX permission check of @a for @cr, as the kernel's default_permissions
- * does: @mask of 4 (read), 2 (write), 1 (search/execute).
- */
-bool pf_cred_may(const struct pf_cred *cr, const struct sfs_attr *a, int mask);
-
 /* ---- warmup jobs (warmup.c) ---- */
 
 enum pf_job_mode { PF_JOB_FETCH, PF_JOB_CHECK, PF_JOB_EVICT };
@@ -213,10 +197,10 @@ struct pf_job_opts {
 	enum pf_job_mode mode;
 	uint32_t shard_i, shard_n;	/* chunks with hash % n == i; n = 0: all */
 	uint32_t max_inflight;		/* this job's fetches at once; 0 = default */
-	struct pf_cred cred;		/* charged (uid) and checked */
+	struct cred cred;		/* charged (uid) and checked (src/cred.h) */
 	/*
 	 * Called every ~@tick_ms while the job walks or waits, on the thread
-	 * that called pf_job_add/pf_job_wait.  Returning false cancels the
+	 * that called pf_job_run/pf_job_wait.  Returning false cancels the
 	 * job (the client went away).  May be NULL.
 	 */
 	bool (*tick)(void *arg);
@@ -246,25 +230,26 @@ struct pf_job_failure {
 
 int pf_job_create(struct pf_sched *s, const struct pf_job_opts *o,
 		  struct pf_job **out);
+/* One tree or file a job covers. */
+struct pf_job_root {
+	struct backend *be;
+	uint64_t ino;		/* backend inode */
+	const char *path;	/* how the client names it, for failures */
+	bool nothrash;		/* passed to the cache */
+	int err;		/* not 0: @path did not resolve (errno), a failure */
+};
+
 /*
- * Walk the tree or file at backend inode @ino of @be (@path: how the client
- * names it, for failures).  A job is walked twice: every pf_job_add before
- * pf_job_walk_done counts what is in scope (and evicts, in evict mode);
- * the same calls after it queue the missing chunks, blocking while the job
- * has max_inflight requests outstanding.  @nothrash is passed to the cache.
- * Returns 0, -ECANCELED, or -errno for @ino itself (also recorded as a
- * failure, once).
+ * Walk @roots[0..@n), twice, on this thread: the first walk counts what is
+ * in scope (and evicts, in evict mode), then the totals are final
+ * (walk_done in the progress); in fetch mode the second walk queues the
+ * missing chunks, blocking while the job has max_inflight requests
+ * outstanding.  A root with ->err set is recorded as a failure in its
+ * place.  Returns when both walks are over (then pf_job_wait() for
+ * the fetches): 0, -ECANCELED, or the -errno of the first root that could
+ * not be walked (each such failure is also recorded, once).
  */
-int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
-	       const char *path, bool nothrash);
-/* Record a failure the caller found (a PATH that does not resolve). */
-void pf_job_fail(struct pf_job *j, const char *path, int err);
-/*
- * The counting walk is over: the totals are final.  Returns true if the
- * job needs the queueing walk (fetch mode): the caller then makes the same
- * pf_job_add calls again.
- */
-bool pf_job_walk_done(struct pf_job *j);
+int pf_job_run(struct pf_job *j, const struct pf_job_root *roots, size_t n);
 /*
  * Wait up to @ms for every queued request to settle.  Returns true when
  * all have (the job is complete).

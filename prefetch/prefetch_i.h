@@ -6,6 +6,25 @@
  * or hint session that wants it).  Both are reference counted; each queued
  * or running request holds one reference on each, so an owner may be
  * released (file closed, client gone) while its requests are in flight.
+ *
+ * The arrows between the parts, and why two of them loop:
+ *   - readahead.c, warmup.c and hints.c are owners of requests: they call
+ *     sched.c (pf_submit, pf_cancel, pf_file_*) and hear results through
+ *     struct pf_owner's callbacks, never by name.  warmup.c and
+ *     readahead.c are used by nobody in prefetch/.
+ *   - sched.c <-> engine.c is the design: the scheduler owns the engine
+ *     (creates it, and destroys it at the one point of pf_sched_destroy
+ *     where the queues stop and the fills in flight must finish), and the
+ *     engine is the scheduler's consumer: its thread pulls the next request
+ *     (pf_sched_next, pf_bucket_try) and reports it done (pf_sched_release,
+ *     pf_sched_finish), as an event loop calls back into the server that
+ *     owns it.  Cutting it would need the queues in a module of their own
+ *     that both use; one consumer does not pay for that yet.
+ *   - sched.c -> hints.c covers lifetime and one number only: the hint
+ *     registry is created and destroyed with the scheduler (after every
+ *     queued request was cancelled, so no session is freed under a
+ *     request) and pf_get_stats reads its session count.  hints.c reaches
+ *     the registry through pf_sched_hints() and submits like any owner.
  */
 #ifndef STAGEFS_PREFETCH_I_H
 #define STAGEFS_PREFETCH_I_H

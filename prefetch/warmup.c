@@ -13,7 +13,7 @@
  * whose chunk is fetched and only being written does not count: the I/O
  * engine's buffers bound those), so a walk over ten million files holds a
  * bounded queue, and stops when its caller goes away (tick returns false).  The walk checks POSIX permissions for the
- * caller the way the kernel's default_permissions does for reads through
+ * caller (src/cred.h) the way the kernel's default_permissions does for reads through
  * the mount: search on directories walked through, read on files.
  *
  * Chunks present when the walk reaches them are counted as cached_before and
@@ -62,58 +62,6 @@ struct pf_job {
 	size_t nfails, capfails;	/* protected by lock */
 	uint64_t fails_kept;		/* protected by lock */
 };
-
-/* ---- credentials ---- */
-
-void pf_cred_of(struct pf_cred *cr, uint32_t uid, uint32_t gid, pid_t pid)
-{
-	char path[64], line[4096];
-	FILE *f;
-
-	memset(cr, 0, sizeof(*cr));
-	cr->uid = uid;
-	cr->gid = gid;
-	cr->pid = pid;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		char *p, *end;
-
-		if (strncmp(line, "Groups:", 7))
-			continue;
-		p = line + 7;
-		while (cr->ngroups < (int)ARRAY_SIZE(cr->groups)) {
-			unsigned long g = strtoul(p, &end, 10);
-
-			if (end == p)
-				break;
-			cr->groups[cr->ngroups++] = (uint32_t)g;
-			p = end;
-		}
-		break;
-	}
-	fclose(f);
-}
-
-bool pf_cred_may(const struct pf_cred *cr, const struct sfs_attr *a, int mask)
-{
-	uint32_t bits;
-	bool ingroup = cr->gid == a->gid;
-
-	if (cr->uid == 0)
-		return true;
-	for (int i = 0; !ingroup && i < cr->ngroups; i++)
-		ingroup = cr->groups[i] == a->gid;
-	if (cr->uid == a->uid)
-		bits = (a->mode >> 6) & 7;
-	else if (ingroup)
-		bits = (a->mode >> 3) & 7;
-	else
-		bits = a->mode & 7;
-	return ((int)bits & mask) == mask;
-}
 
 /* ---- the job as owner of requests ---- */
 
@@ -292,7 +240,8 @@ static bool in_shard(const struct pf_job *j, const struct sfs_id *id, uint32_t i
 	return sfs_hash64(&key, sizeof(key)) % j->opts.shard_n == j->opts.shard_i;
 }
 
-void pf_job_fail(struct pf_job *j, const char *path, int err)
+/* Record a failure (once: the counting walk records, the queueing one not). */
+static void job_fail(struct pf_job *j, const char *path, int err)
 {
 	if (j->queueing)
 		return;	/* the first walk recorded it */
@@ -322,13 +271,13 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 		if (r == 0)
 			return 0;
 	}
-	if (!pf_cred_may(&j->opts.cred, a, 4)) {
-		pf_job_fail(j, path, EACCES);
+	if (!cred_may_access(&j->opts.cred, a->uid, a->gid, a->mode, CRED_MAY_READ)) {
+		job_fail(j, path, EACCES);
 		return 0;
 	}
 	f = pf_file_create(j->s, be, a, nothrash, path, &err);
 	if (!f) {
-		pf_job_fail(j, path, -err);
+		job_fail(j, path, -err);
 		return 0;
 	}
 	for (uint32_t idx = 0; idx < nch; idx++) {
@@ -455,7 +404,7 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 		int r = be->ops->readdir(be, d.ino, &dl);
 
 		if (r) {
-			pf_job_fail(j, d.path, -r);
+			job_fail(j, d.path, -r);
 			free(d.path);
 			continue;
 		}
@@ -471,7 +420,7 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 			r = be->ops->lookup(be, d.ino, dl.ent[i].name, &a);
 			if (r) {
 				p = join(d.path, dl.ent[i].name);
-				pf_job_fail(j, p ? p : d.path, -r);
+				job_fail(j, p ? p : d.path, -r);
 				free(p);
 				continue;
 			}
@@ -489,8 +438,9 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 				free(p);
 				continue;
 			}
-			if (!pf_cred_may(&j->opts.cred, &a, 5)) {
-				pf_job_fail(j, p, EACCES);
+			if (!cred_may_access(&j->opts.cred, a.uid, a.gid, a.mode,
+					     CRED_MAY_READ | CRED_MAY_EXEC)) {
+				job_fail(j, p, EACCES);
 				free(p);
 				continue;
 			}
@@ -525,8 +475,12 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 	return ret;
 }
 
-int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
-	       const char *path, bool nothrash)
+/*
+ * Walk the tree or file at backend inode @ino of @be, the way the current
+ * walk does (count, or queue).  0, -ECANCELED or -errno for @ino itself.
+ */
+static int job_add(struct pf_job *j, struct backend *be, uint64_t ino,
+		   const char *path, bool nothrash)
 {
 	struct sfs_attr a;
 	int ret;
@@ -535,24 +489,26 @@ int pf_job_add(struct pf_job *j, struct backend *be, uint64_t ino,
 		return -ECANCELED;
 	ret = be->ops->getattr(be, ino, &a);
 	if (ret) {
-		pf_job_fail(j, path, -ret);
+		job_fail(j, path, -ret);
 		return ret;
 	}
 	if (S_ISREG(a.mode))
 		return do_file(j, be, &a, path, nothrash);
 	if (!S_ISDIR(a.mode))
 		return 0;
-	if (!pf_cred_may(&j->opts.cred, &a, 5)) {
-		pf_job_fail(j, path, EACCES);
+	if (!cred_may_access(&j->opts.cred, a.uid, a.gid, a.mode,
+			     CRED_MAY_READ | CRED_MAY_EXEC)) {
+		job_fail(j, path, EACCES);
 		return -EACCES;
 	}
 	ret = walk_dir(j, be, ino, path, nothrash);
 	if (ret && ret != -ECANCELED)
-		pf_job_fail(j, path, -ret);
+		job_fail(j, path, -ret);
 	return ret;
 }
 
-bool pf_job_walk_done(struct pf_job *j)
+/* The counting walk is over.  True if the queueing walk follows. */
+static bool walk_done(struct pf_job *j)
 {
 	pthread_mutex_lock(&j->lock);
 	j->p.walk_done = true;
@@ -560,6 +516,32 @@ bool pf_job_walk_done(struct pf_job *j)
 	pthread_mutex_unlock(&j->lock);
 	j->queueing = j->opts.mode == PF_JOB_FETCH;
 	return j->queueing;
+}
+
+int pf_job_run(struct pf_job *j, const struct pf_job_root *roots, size_t n)
+{
+	int first = 0;
+
+	for (bool queue = false;; queue = true) {
+		for (size_t i = 0; i < n; i++) {
+			const struct pf_job_root *r = &roots[i];
+			int ret;
+
+			if (r->err) {
+				job_fail(j, r->path, r->err);
+				continue;
+			}
+			ret = job_add(j, r->be, r->ino, r->path, r->nothrash);
+
+			if (ret == -ECANCELED)
+				return ret;
+			if (ret && !first)
+				first = ret;
+		}
+		/* count first (totals for progress), then queue */
+		if (queue || !walk_done(j))
+			return first;
+	}
 }
 
 bool pf_job_wait(struct pf_job *j, uint32_t ms)

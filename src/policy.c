@@ -4,6 +4,7 @@
 #include "policy.h"
 
 #include "config.h"
+#include "cred.h"
 #include "util.h"
 
 #include <errno.h>
@@ -308,23 +309,17 @@ bool policy_needs_groups(const struct policy_dataset *ds)
 	return false;
 }
 
-bool policy_may_read(const struct policy_dataset *ds, uint32_t uid, uint32_t gid,
-		     const gid_t *groups, int ngroups)
+bool policy_may_read(const struct policy_dataset *ds, const struct cred *cr)
 {
-	if (!ds || ds->allow_all || uid == 0)
+	if (!ds || ds->allow_all || cr->uid == 0)
 		return true;
 	for (size_t i = 0; i < ds->nallow; i++) {
 		const struct policy_rule *r = &ds->allow[i];
 
-		if (!r->group && r->id == uid)
+		if (!r->group && r->id == cr->uid)
 			return true;
-		if (r->group) {
-			if (r->id == gid)
-				return true;
-			for (int k = 0; k < ngroups; k++)
-				if ((uint32_t)groups[k] == r->id)
-					return true;
-		}
+		if (r->group && cred_in_group(cr, r->id))
+			return true;
 	}
 	return false;
 }

@@ -26,6 +26,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct cred;
+
 #define POLICY_UNLIMITED UINT64_MAX
 
 enum evict_policy {
@@ -77,11 +79,11 @@ const struct policy_dataset *policy_dataset(const struct policy *p, const char *
 uint64_t policy_quota(const struct policy *p, uint32_t uid);
 
 /*
- * May a process with @uid, primary @gid and supplementary @groups read
- * dataset @ds?  Root always may.  @ds NULL (no rules) allows everyone.
+ * May caller @cr (src/cred.h) read dataset @ds?  Root always may.  @ds NULL
+ * (no rules) allows everyone.  Group rules match @cr's primary group and,
+ * where known, its supplementary groups.
  */
-bool policy_may_read(const struct policy_dataset *ds, uint32_t uid, uint32_t gid,
-		     const gid_t *groups, int ngroups);
+bool policy_may_read(const struct policy_dataset *ds, const struct cred *cr);
 
 /* True if @ds's allow list needs the caller's supplementary groups. */
 bool policy_needs_groups(const struct policy_dataset *ds);

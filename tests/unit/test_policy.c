@@ -25,6 +25,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "cred.h"
 #include "policy.h"
 #include "util.h"
 
@@ -183,6 +184,16 @@ static const char datasets_ini[] =
 	"[dataset users]\n"
 	"allow = uid:2, uid:3\n";
 
+/* policy_may_read() for a caller built from plain values (src/cred.h). */
+static bool may_read(const struct policy_dataset *d, uint32_t uid, uint32_t gid,
+		     const gid_t *groups, int ngroups)
+{
+	struct cred cr;
+
+	cred_init(&cr, uid, gid, 0, groups, ngroups);
+	return policy_may_read(d, &cr);
+}
+
 /* allow = rules: users, primary and supplementary groups, root, everyone. */
 static void test_dataset_allow(void **state)
 {
@@ -203,36 +214,36 @@ static void test_dataset_allow(void **state)
 	assert_false(d->allow_all);
 	assert_int_equal(d->nallow, 2);
 	assert_true(policy_needs_groups(d));
-	assert_true(policy_may_read(d, 1, 1, NULL, 0));		/* user:daemon */
-	assert_false(policy_may_read(d, 2, 2, NULL, 0));		/* bin */
-	assert_false(policy_may_read(d, 2, 2, other, 2));
-	assert_true(policy_may_read(d, 2, 2, nogroup, 1));		/* supplementary */
-	assert_true(policy_may_read(d, 4, 65534, NULL, 0));		/* primary */
-	assert_true(policy_may_read(d, 0, 0, NULL, 0));		/* root always */
+	assert_true(may_read(d, 1, 1, NULL, 0));		/* user:daemon */
+	assert_false(may_read(d, 2, 2, NULL, 0));		/* bin */
+	assert_false(may_read(d, 2, 2, other, 2));
+	assert_true(may_read(d, 2, 2, nogroup, 1));		/* supplementary */
+	assert_true(may_read(d, 4, 65534, NULL, 0));		/* primary */
+	assert_true(may_read(d, 0, 0, NULL, 0));		/* root always */
 
 	d = policy_dataset(p, "coco");
 	assert_non_null(d);
 	assert_true(d->allow_all);
 	assert_int_equal(d->evict, EVICT_LRU);
 	assert_false(policy_needs_groups(d));
-	assert_true(policy_may_read(d, 2, 2, NULL, 0));
+	assert_true(may_read(d, 2, 2, NULL, 0));
 
 	d = policy_dataset(p, "mixed");
 	assert_non_null(d);
 	assert_true(d->allow_all);				/* "*" in the list */
-	assert_true(policy_may_read(d, 7, 7, NULL, 0));
+	assert_true(may_read(d, 7, 7, NULL, 0));
 
 	d = policy_dataset(p, "users");
 	assert_non_null(d);
 	assert_null(d->source);
 	assert_false(policy_needs_groups(d));			/* uid rules only */
-	assert_true(policy_may_read(d, 3, 3, NULL, 0));
-	assert_false(policy_may_read(d, 1, 3, NULL, 0));	/* gid 3 is not uid 3 */
+	assert_true(may_read(d, 3, 3, NULL, 0));
+	assert_false(may_read(d, 1, 3, NULL, 0));	/* gid 3 is not uid 3 */
 
 	/* no rules for a name: everyone */
 	assert_null(policy_dataset(p, "nope"));
 	assert_null(policy_dataset(NULL, "coco"));
-	assert_true(policy_may_read(NULL, 7, 7, NULL, 0));
+	assert_true(may_read(NULL, 7, 7, NULL, 0));
 	assert_false(policy_needs_groups(NULL));
 	policy_destroy(p);
 }
@@ -297,16 +308,16 @@ static void test_reload(void **state)
 	assert_int_equal(policy_quota(old, 7), 1 * GiB);
 	assert_int_equal(old->nds, 1);
 	d = policy_dataset(old, "a");
-	assert_true(policy_may_read(d, 1, 1, NULL, 0));
-	assert_false(policy_may_read(d, 2, 2, NULL, 0));
+	assert_true(may_read(d, 1, 1, NULL, 0));
+	assert_false(may_read(d, 2, 2, NULL, 0));
 	assert_int_equal(d->evict, EVICT_LRU);
 
 	/* the new one has the new rules only: uid:1's rule is gone */
 	assert_int_equal(policy_quota(np, 1), 3 * GiB);
 	assert_int_equal(np->nds, 2);
 	d = policy_dataset(np, "a");
-	assert_false(policy_may_read(d, 1, 1, NULL, 0));
-	assert_true(policy_may_read(d, 2, 2, NULL, 0));
+	assert_false(may_read(d, 1, 1, NULL, 0));
+	assert_true(may_read(d, 2, 2, NULL, 0));
 	assert_int_equal(d->evict, EVICT_NOTHRASH);
 	assert_non_null(policy_dataset(np, "b"));
 

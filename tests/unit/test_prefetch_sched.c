@@ -208,14 +208,14 @@ static struct pf_job *warm(struct tctx *t, const char *name, uint32_t uid)
 		.max_inflight = 4 * NCHUNKS,
 		.cred = { .uid = uid, .gid = uid },
 	};
+	struct pf_job_root root = { .be = t->be, .path = name };
 	struct sfs_attr a;
 	struct pf_job *j;
 
 	lookup(t, name, &a);
+	root.ino = a.ino;
 	assert_int_equal(pf_job_create(t->s, &o, &j), 0);
-	assert_int_equal(pf_job_add(j, t->be, a.ino, name, false), 0);
-	assert_true(pf_job_walk_done(j));
-	assert_int_equal(pf_job_add(j, t->be, a.ino, name, false), 0);
+	assert_int_equal(pf_job_run(j, &root, 1), 0);
 	return j;
 }
 

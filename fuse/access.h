@@ -1,0 +1,55 @@
+/*
+ * access: who may read what through the mount and the control socket,
+ * per-user cache quotas, and the configuration reload that changes both.
+ *
+ * Access is decided per dataset from the current policy (src/policy.h) for
+ * a caller's credential (src/cred.h): built from the FUSE request here
+ * (access_req_cred), or from the control socket's peer (cred_from_socket).
+ * Every refusal is logged once per (uid, dataset) per minute.  See
+ * access.c for the design.
+ */
+#ifndef STAGEFS_FUSE_ACCESS_H
+#define STAGEFS_FUSE_ACCESS_H
+
+#include "fs.h"
+
+struct cred;
+
+/* The cache quota of @uid under the current policy (cache quota callback). */
+uint64_t access_quota_of(void *fs, uint32_t uid);
+
+/*
+ * May caller @cr (src/cred.h) read dataset @ds?  Refusals are logged.
+ */
+bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds);
+
+/*
+ * The credential of the process behind FUSE request @req (src/cred.h); its
+ * supplementary groups only with @groups (libfuse reads them from /proc,
+ * so they are asked for only when a rule needs them; else unknown).
+ */
+void access_req_cred(fuse_req_t req, bool groups, struct cred *cr);
+
+/*
+ * Resolve @rel (relative to the mount root, "" for the root) for caller @cr
+ * as a read through the mount would be checked: the dataset's access rules
+ * (access_may_read) and search permission on every directory passed.  Sets
+ * *@ds (NULL for the root of a multi-dataset mount) and *@ino (the backend
+ * inode).  Returns 0 or -errno.
+ */
+int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
+		   struct sfs_dataset **ds, uint64_t *ino);
+
+/*
+ * access_may_read for the process behind FUSE request @req.  Returns 0 or
+ * -EACCES.
+ */
+int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
+
+/* Start the thread that reloads quotas and access rules on SIGHUP. */
+int access_reload_start(struct sfs *fs);
+
+/* .stagefs/quota: per-user cache usage, one tab-separated line per user. */
+int access_quota_text(struct sfs *fs, char **out);
+
+#endif

@@ -1,0 +1,102 @@
+/*
+ * ctlsock_i.h: what the parts of the control socket share and nobody else
+ * sees.
+ *
+ *   ctlsock.c   the server: listening socket, accept thread, one thread
+ *               per connection, HELLO, dispatch of requests
+ *   ctlconn.c   one connection's helpers: replies, liveness, PATH lists
+ *   ctljobs.c   the job requests: WARMUP, HINT, HINT_END, STATUS
+ *   handover.c  the client library's requests: CACHE_FD, CACHE_FD_CLOSE
+ *               (descriptor hand-over), CLIENT_READ, GPU_BYTES
+ *
+ * A connection (struct ctlsock_client) is used by its own thread only,
+ * apart from the list links and the server's stopping flag, which the
+ * server's lock protects.  Each handler returns 0 to go on serving the
+ * connection or -errno to close it (the peer is gone, or the request was
+ * unreadable); a refusal is sent as ERR and returns 0.
+ */
+#ifndef STAGEFS_FUSE_CTLSOCK_I_H
+#define STAGEFS_FUSE_CTLSOCK_I_H
+
+#include "ctlsock.h"
+
+#include "access.h"
+#include "cred.h"
+#include "ctlproto.h"
+#include "prefetch/prefetch.h"
+
+#include <sys/un.h>
+
+struct ctlsock_client;
+
+struct ctlsock {
+	struct sfs *fs;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int lfd;
+	int wake[2];			/* stop the accept thread */
+	pthread_t accept_thr;
+	pthread_mutex_t lock;
+	pthread_cond_t gone;		/* a client thread ended */
+	struct ctlsock_client *clients;	/* protected by lock */
+	unsigned nclients;		/* protected by lock */
+	bool stopping;			/* protected by lock */
+};
+
+/* A cache file handed over by CACHE_FD (handover.c). */
+struct handover_handle {
+	uint64_t id;
+	struct cfile *cf;		/* pinned (the pin holds its reference) */
+};
+
+struct ctlsock_client {
+	struct ctlsock_client *next, *prev;	/* protected by cs->lock */
+	struct ctlsock *cs;
+	int fd;
+	struct cred cred;		/* the peer's, from connect() (src/cred.h) */
+	struct ctl_conn conn;
+	/* a running WARMUP: where its progress goes (ctljobs.c) */
+	struct pf_job *job;
+	bool job_streaming;		/* END seen: send PROGRESS on ticks */
+	uint32_t progress_ms;
+	uint64_t last_progress_ms;
+	/* cache files handed over by CACHE_FD: pinned until closed (handover.c) */
+	struct handover_handle *handles;
+	size_t nhandles, caphandles;
+	uint64_t next_handle;
+};
+
+/* ---- ctlconn.c ---- */
+
+/* Send "ERR code=... msg=@msg".  0 or -errno (peer gone). */
+int ctlconn_send_err(struct ctlsock_client *cl, int err, const char *msg);
+/* Send "FAIL path=@path code=... msg=...".  0 or -errno (peer gone). */
+int ctlconn_send_fail(struct ctlsock_client *cl, const char *path, int err);
+/* False once the peer hung up. */
+bool ctlconn_alive(struct ctlsock_client *cl);
+/* Should the connection's work go on?  False once the daemon stops or the peer left. */
+bool ctlconn_tick(struct ctlsock_client *cl);
+/*
+ * Read PATH lines up to END into a malloc'ed array of strings (released
+ * with ctlconn_free_paths()).  Returns the count, or -errno (the connection
+ * is unusable or the request bad: then ERR was sent where possible).
+ */
+ssize_t ctlconn_read_paths(struct ctlsock_client *cl, char ***out);
+void ctlconn_free_paths(char **v, size_t n);
+
+/* ---- ctljobs.c ---- */
+
+int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m);
+int ctljobs_hint(struct ctlsock_client *cl, const struct ctl_msg *m);
+int ctljobs_hint_end(struct ctlsock_client *cl, const struct ctl_msg *m);
+int ctljobs_status(struct ctlsock_client *cl);
+
+/* ---- handover.c ---- */
+
+int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m);
+int handover_cache_fd_close(struct ctlsock_client *cl, const struct ctl_msg *m);
+int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m);
+int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m);
+/* The connection ends: every cache file it held is unpinned. */
+void handover_release(struct ctlsock_client *cl);
+
+#endif

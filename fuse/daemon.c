@@ -1,0 +1,63 @@
+/*
+ * daemon: see daemon.h.
+ */
+#include "daemon.h"
+
+#include "prefetch/prefetch.h"
+#include "stats.h"
+
+void daemon_fetch_begin(struct sfs *fs, const struct cfile *cf, uint32_t idx)
+{
+	stats_fetch_begin(fs->stats, cf, idx);
+}
+
+void daemon_fetch_end(struct sfs *fs, const struct cfile *cf, uint32_t idx, int res)
+{
+	stats_fetch_end(fs->stats, cf, idx, res);
+	if (res < 0) {
+		atomic_fetch_add(&fs->ctr.backend_errors, 1);
+		return;
+	}
+	atomic_fetch_add(&fs->ctr.backend_reads, 1);
+	atomic_fetch_add(&fs->ctr.backend_bytes, (uint64_t)res);
+}
+
+/* The scheduler's hooks (struct pf_opts): the same counting. */
+static void pf_fetch_begin(void *arg, const struct cfile *cf, uint32_t idx)
+{
+	daemon_fetch_begin(arg, cf, idx);
+}
+
+static void pf_fetch_end(void *arg, const struct cfile *cf, uint32_t idx, int res)
+{
+	daemon_fetch_end(arg, cf, idx, res);
+}
+
+int daemon_prefetch_start(struct sfs *fs, char *err, size_t errlen)
+{
+	const struct sfs_config *c = &fs->cfg;
+	struct pf_opts o = {
+		.inflight = c->prefetch_inflight,
+		.user_inflight = c->prefetch_user_inflight,
+		.max_rate = c->backend_max_rate,
+		.weights = c->prefetch_weights,
+		.readahead_max = c->readahead_max,
+		/* the kernel's parallel readahead READs arrive out of order */
+		.ra_slack = MAX(2ULL * MAX(c->read_ahead_kb, c->max_read_kb) * KiB, MiB),
+		.hint_window = c->hint_window,
+		.hint_window_bytes = c->hint_window_bytes,
+		.io_uring = c->prefetch_io_uring,
+		.buffer_bytes = c->prefetch_buffers,
+		.fetch_begin = pf_fetch_begin,
+		.fetch_end = pf_fetch_end,
+		.account_arg = fs,
+	};
+
+	return pf_sched_create(&o, fs->cache, &fs->pf, err, errlen);
+}
+
+void daemon_prefetch_stop(struct sfs *fs)
+{
+	pf_sched_destroy(fs->pf);
+	fs->pf = NULL;
+}

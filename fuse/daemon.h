@@ -1,0 +1,35 @@
+/*
+ * daemon: the daemon's side of prefetch/ and the one place that counts a
+ * backend fetch.
+ *
+ * daemon_prefetch_start() builds the scheduler of backend fetches
+ * (prefetch/prefetch.h) from the prefetch_* settings.  Every backend fetch
+ * of chunk data the daemon makes is counted here, whoever makes it: the
+ * scheduler's engine and workers (readers' fetches included, with the
+ * engine) through the pf_opts fetch_begin/fetch_end hooks, and a reader's
+ * own fetch without the engine (fuse/read.c) by calling daemon_fetch_begin
+ * and daemon_fetch_end around it.  Counted: fs->ctr.backend_reads,
+ * backend_bytes and backend_errors, and the feed-rate counters
+ * (stats_fetch_begin/end, src/stats.h).
+ */
+#ifndef STAGEFS_FUSE_DAEMON_H
+#define STAGEFS_FUSE_DAEMON_H
+
+#include "fs.h"
+
+/*
+ * Start the scheduler in fs->pf.  Returns 0 or -errno with a message in
+ * @err; stopped by daemon_prefetch_stop() after the FUSE loop and the
+ * control socket ended.
+ */
+int daemon_prefetch_start(struct sfs *fs, char *err, size_t errlen);
+void daemon_prefetch_stop(struct sfs *fs);
+
+/*
+ * Around one backend fetch of chunk @idx of cache entry @cf, on the thread
+ * that fetches: @res is the byte count read or -errno.
+ */
+void daemon_fetch_begin(struct sfs *fs, const struct cfile *cf, uint32_t idx);
+void daemon_fetch_end(struct sfs *fs, const struct cfile *cf, uint32_t idx, int res);
+
+#endif

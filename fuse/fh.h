@@ -1,0 +1,53 @@
+/*
+ * fh: file handles of fuse/, shared by the op handlers (ops.c, read.c) and
+ * no-open mode (noopen.c).
+ *
+ * struct fh is an open regular file: its attributes, cache entry, feed-rate
+ * accounting and readahead state.  An OPEN creates one (fh_create) and its
+ * RELEASE destroys it; in no-open mode (fuse/noopen.h) the kernel sends
+ * neither, and noopen.c keeps one per inode (fh_create_noopen), charged to
+ * no opener.  The fields are open: the READ path reads them on every
+ * request.  struct vfh is an open .stagefs/ file, rendered at OPEN.
+ */
+#ifndef STAGEFS_FUSE_FH_H
+#define STAGEFS_FUSE_FH_H
+
+#include "fs.h"
+
+#include "stats.h"
+#include "prefetch/prefetch.h"
+
+/* An open regular file. */
+struct fh {
+	struct sfs *fs;
+	struct sfs_dataset *ds;
+	struct sfs_attr attr;	/* attr.ino is the backend's inode */
+	struct cfile *cf;
+	bool passthrough;	/* the kernel reads the cache file: no READs */
+	struct stats_open so;	/* feed-rate accounting of this open */
+	struct pf_ra *ra;	/* readahead state; NULL where none */
+};
+
+/* An open virtual file: its content is rendered at open. */
+struct vfh {
+	char *data;
+	size_t len;
+};
+
+/*
+ * A handle on regular file @bino of @ds: its attributes and cache entry.
+ * The caller sets the rest.  Returns 0 or -errno (-EISDIR for a non-file);
+ * release with fh_destroy().
+ */
+int fh_create(struct sfs *fs, struct sfs_dataset *ds, uint64_t bino, struct fh **out);
+/*
+ * The handle READ uses for regular file @ino when the kernel sent no OPEN
+ * (no-open mode): attributes, cache entry and readahead state, charged to
+ * no opener.  Returns 0 or -errno (-ENOENT, -EISDIR for a non-file);
+ * release with fh_destroy().
+ */
+int fh_create_noopen(struct sfs *fs, uint64_t ino, struct fh **out);
+/* Release everything @fh holds, and @fh. */
+void fh_destroy(struct sfs *fs, struct fh *fh);
+
+#endif

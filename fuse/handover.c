@@ -1,0 +1,335 @@
+/*
+ * handover: the control socket's requests from the client library
+ * (gpudirect/, ctlsock_i.h, docs/control.md).
+ *
+ * CACHE_FD hands the client an O_RDONLY descriptor of a file's cache file,
+ * after the checks a read through the mount would make (access_resolve,
+ * then read permission for the peer's credential), once every chunk is
+ * present and verified.  The file stays pinned (no chunk evicted) while
+ * the connection holds the handle: until CACHE_FD_CLOSE or the connection
+ * ends, whichever comes first.  A file that cannot be cached whole (quota,
+ * a full cache, no-thrash, a backend error) is refused, never handed over
+ * with holes: the client then reads through the mount.
+ *
+ * CLIENT_READ and GPU_BYTES: the library reports bytes it read from cache
+ * files itself and copied to GPUs, counted for the peer (src/stats.h).
+ */
+#include "ctlsock_i.h"
+
+#include "gpuid.h"
+#include "log.h"
+#include "stats.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_HANDLES	4096	/* cache files one connection may hold pinned */
+
+/*
+ * The node index of the GPU at PCI address @pci (src/gpuid.h), or -errno.
+ * Looked up in sysfs once per address: GPUs do not come and go under a
+ * running daemon, and every client reports every second.
+ */
+static int gpu_index_of(const char *pci)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static struct {
+		char bus[GPUID_BUS_LEN];
+		int idx;
+	} known[64];			/* protected by lock */
+	static unsigned nknown;		/* protected by lock */
+	char bus[GPUID_BUS_LEN];
+	int idx;
+
+	if (gpuid_normalize(pci, bus))
+		return -EINVAL;
+	pthread_mutex_lock(&lock);
+	for (unsigned i = 0; i < nknown; i++) {
+		if (!strcmp(known[i].bus, bus)) {
+			idx = known[i].idx;
+			pthread_mutex_unlock(&lock);
+			return idx;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	idx = gpuid_index(GPUID_SYSFS, bus);
+	pthread_mutex_lock(&lock);
+	if (nknown < ARRAY_SIZE(known)) {
+		strcpy(known[nknown].bus, bus);
+		known[nknown++].idx = idx;
+	}
+	pthread_mutex_unlock(&lock);
+	return idx;
+}
+
+/*
+ * The GPU client library reports bytes it copied to a GPU (src/stats.h).
+ * With pci=, the device's PCI address, the row is the node's index of that
+ * GPU (src/gpuid.h): the client's ordinal depends on its
+ * CUDA_VISIBLE_DEVICES.
+ */
+int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
+{
+	const char *pci = ctl_get(m, "pci");
+	uint64_t gpu, bytes;
+	int ret;
+
+	if (ctl_get_u64(m, "gpu", &gpu) || ctl_get_u64(m, "bytes", &bytes) || gpu > 65535)
+		return ctlconn_send_err(cl, EINVAL, "GPU_BYTES needs gpu=N (0-65535) bytes=N");
+	if (pci) {
+		int idx = gpu_index_of(pci);
+
+		if (idx >= 0)
+			gpu = (uint64_t)idx;
+		else
+			log_debug("control: GPU %s: %s: counted as the client's GPU %" PRIu64,
+				  pci, strerror(-idx), gpu);
+	}
+	/* the uid is the peer's: a client cannot charge another user */
+	ret = stats_gpu_account(cl->cs->fs->stats, cl->cred.pid, cl->cred.uid,
+				ctl_get(m, "job"), (int)gpu, bytes);
+	if (ret)
+		return ctlconn_send_err(cl, -ret, "cannot account the bytes");
+	return ctl_sendf(cl->fd, "OK\n");
+}
+
+/* A CACHE_FD's fetches: go on while the daemon runs and the client waits. */
+static bool tick(void *arg)
+{
+	return ctlconn_tick(arg);
+}
+
+/*
+ * Bring every missing chunk of file @ino of @ds in: a warmup of that one
+ * file for the peer (charged to its uid, scheduled and rate-capped like
+ * `stagefs warmup`).  *@fetched is the bytes it brought in.  Returns 0,
+ * the errno of the first chunk that could not be fetched or kept
+ * (-ENOSPC: the cache would not keep it), or -ECONNRESET when the peer
+ * left or the daemon stops.
+ */
+static int stage_file(struct ctlsock_client *cl, struct sfs_dataset *ds, uint64_t ino,
+		      const char *path, uint64_t *fetched)
+{
+	struct pf_job_opts o = {
+		.mode = PF_JOB_FETCH,
+		.cred = cl->cred,
+		.tick = tick,
+		.tick_arg = cl,
+		.tick_ms = 100,
+	};
+	struct pf_job_root root = {
+		.be = ds->be,
+		.ino = ino,
+		.path = path,
+		.nothrash = atomic_load(&ds->nothrash),
+	};
+	struct pf_job_failure *fails;
+	struct pf_job_progress p;
+	struct pf_job *j;
+	size_t nfails;
+	int ret;
+
+	ret = pf_job_create(cl->cs->fs->pf, &o, &j);
+	if (ret)
+		return ret;
+	ret = pf_job_run(j, &root, 1);
+	while (!ret && !pf_job_wait(j, 100)) {
+		if (!ctlconn_tick(cl))
+			ret = -ECONNRESET;
+	}
+	if (ret == -ECANCELED)
+		ret = -ECONNRESET;
+	pf_job_get_progress(j, &p);
+	pf_job_take_failures(j, &fails, &nfails);
+	if (!ret && nfails)
+		ret = -fails[0].err;
+	for (size_t i = 0; i < nfails; i++)
+		free(fails[i].path);
+	free(fails);
+	pf_job_destroy(j);
+	*fetched = p.fetched_bytes;
+	return ret;
+}
+
+static int handle_add(struct ctlsock_client *cl, struct cfile *cf, uint64_t *id)
+{
+	if (cl->nhandles == cl->caphandles) {
+		size_t cap = cl->caphandles ? cl->caphandles * 2 : 16;
+		struct handover_handle *nh = realloc(cl->handles, cap * sizeof(*nh));
+
+		if (!nh)
+			return -ENOMEM;
+		cl->handles = nh;
+		cl->caphandles = cap;
+	}
+	*id = ++cl->next_handle;
+	cl->handles[cl->nhandles++] = (struct handover_handle){ .id = *id, .cf = cf };
+	return 0;
+}
+
+/* Unpin and forget handle @id.  0 or -ENOENT. */
+static int handle_drop(struct ctlsock_client *cl, uint64_t id)
+{
+	for (size_t i = 0; i < cl->nhandles; i++) {
+		if (cl->handles[i].id != id)
+			continue;
+		cache_file_unpin(cl->cs->fs->cache, cl->handles[i].cf);
+		cl->handles[i] = cl->handles[--cl->nhandles];
+		return 0;
+	}
+	return -ENOENT;
+}
+
+void handover_release(struct ctlsock_client *cl)
+{
+	for (size_t i = 0; i < cl->nhandles; i++)
+		cache_file_unpin(cl->cs->fs->cache, cl->handles[i].cf);
+	free(cl->handles);
+	cl->handles = NULL;
+	cl->nhandles = cl->caphandles = 0;
+}
+
+static int send_refusal(struct ctlsock_client *cl, const char *path, int err)
+{
+	char msg[PATH_MAX + 256];
+	const char *why;
+
+	switch (err) {
+	case ENOSPC:
+	case EDQUOT:
+	case ENODATA:
+		why = "cannot be cached whole (quota, cache full or no-thrash policy): "
+		      "read it through the mount";
+		break;
+	default:
+		why = strerror(err);
+		break;
+	}
+	snprintf(msg, sizeof(msg), "%s: %s", path[0] ? path : ".", why);
+	return ctlconn_send_err(cl, err, msg);
+}
+
+/*
+ * CACHE_FD path=P: check P for the peer as a read through the mount would
+ * be checked, stage it whole, verify it, pin it, and send an O_RDONLY
+ * descriptor of its cache file with the reply.
+ */
+int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
+{
+	struct sfs *fs = cl->cs->fs;
+	const char *path = ctl_get(m, "path");
+	char cpath[PATH_MAX];
+	struct sfs_dataset *ds;
+	uint64_t ino, id, fetched = 0;
+	struct sfs_attr a;
+	struct cfile *cf;
+	int fd, ret;
+
+	if (!path)
+		return ctlconn_send_err(cl, EINVAL, "CACHE_FD needs path=P");
+	if (cl->nhandles >= MAX_HANDLES)
+		return send_refusal(cl, path, EMFILE);
+	ret = access_resolve(fs, &cl->cred, path, &ds, &ino);
+	if (!ret && !ds)
+		ret = -EISDIR;
+	if (!ret)
+		ret = ds->be->ops->getattr(ds->be, ino, &a);
+	if (!ret && !S_ISREG(a.mode))
+		ret = S_ISDIR(a.mode) ? -EISDIR : -EINVAL;
+	if (!ret && !cred_may_access(&cl->cred, a.uid, a.gid, a.mode, CRED_MAY_READ))
+		ret = -EACCES;
+	if (ret)
+		return send_refusal(cl, path, -ret);
+	/*
+	 * The client opens the file this way instead of through the mount:
+	 * hinted readers advance now, so prefetching moves on while this file
+	 * is staged; the open is counted once it is handed over.
+	 */
+	pf_hint_open(fs->pf, sfs_ino(fs, ds, ino), cl->cred.uid, cl->cred.pid);
+	if (!a.size) {	/* nothing to read, and maybe no cache file at all */
+		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
+		return ctl_sendf(cl->fd, "OK handle=0 size=0 ino=%" PRIu64 " chunk_size=%u"
+				 " fetched=0 fd=0\n", sfs_ino(fs, ds, ino), ds->be->chunk_size);
+	}
+
+	ret = cache_file_get(fs->cache, &a.content, a.size, ds->be->chunk_size, &cf);
+	if (ret)
+		return send_refusal(cl, path, -ret);
+	/* pinned before the fetches: they must not evict each other's chunks */
+	cache_file_pin(fs->cache, cf);
+	cache_file_put(fs->cache, cf);
+	ret = stage_file(cl, ds, ino, path, &fetched);
+	if (ret == -ECONNRESET)
+		goto out_unpin;
+	if (!ret)
+		ret = cache_file_verify(fs->cache, cf);
+	if (!ret)
+		ret = cache_file_path(fs->cache, cf, cpath, sizeof(cpath));
+	if (!ret) {
+		/* read-only: the holder can never change what others are served */
+		fd = open(cpath, O_RDONLY | O_CLOEXEC | O_NOATIME);
+		if (fd < 0 && errno == EPERM)	/* O_NOATIME: not the file's owner */
+			fd = open(cpath, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			ret = -errno;
+	}
+	if (!ret) {
+		ret = handle_add(cl, cf, &id);
+		if (ret)
+			close(fd);
+	}
+	if (ret) {
+		log_debug("control: uid %u: no cache file for %s: %s", cl->cred.uid, path,
+			  strerror(-ret));
+		cache_file_unpin(fs->cache, cf);
+		return send_refusal(cl, path, -ret);
+	}
+	ret = ctl_sendf_fd(cl->fd, fd,
+			   "OK handle=%" PRIu64 " size=%" PRIu64 " ino=%" PRIu64 " chunk_size=%u"
+			   " fetched=%" PRIu64 " fd=1\n", id, a.size, sfs_ino(fs, ds, ino),
+			   ds->be->chunk_size, fetched);
+	close(fd);
+	if (ret)
+		handle_drop(cl, id);	/* the peer is gone: so is its descriptor */
+	else
+		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
+	return ret;
+
+out_unpin:
+	cache_file_unpin(fs->cache, cf);
+	return ret;
+}
+
+int handover_cache_fd_close(struct ctlsock_client *cl, const struct ctl_msg *m)
+{
+	uint64_t id;
+
+	if (ctl_get_u64(m, "handle", &id))
+		return ctlconn_send_err(cl, EINVAL, "CACHE_FD_CLOSE needs handle=N");
+	if (handle_drop(cl, id))
+		return ctlconn_send_err(cl, ENOENT, "no such handle on this connection");
+	return ctl_sendf(cl->fd, "OK\n");
+}
+
+/* The client library read bytes from cache files itself (src/stats.h). */
+int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m)
+{
+	uint64_t bytes, files = 0;
+	int ret;
+
+	if (ctl_get_u64(m, "bytes", &bytes) ||
+	    (ctl_get(m, "files") && ctl_get_u64(m, "files", &files)))
+		return ctlconn_send_err(cl, EINVAL, "CLIENT_READ needs bytes=N [files=N] [job=J]");
+	ret = stats_client_account(cl->cs->fs->stats, cl->cred.pid, cl->cred.uid,
+				   ctl_get(m, "job"), bytes, files);
+	if (ret)
+		return ctlconn_send_err(cl, -ret, "cannot account the bytes");
+	return ctl_sendf(cl->fd, "OK\n");
+}
