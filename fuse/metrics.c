@@ -1,9 +1,24 @@
 /*
- * metrics: see metrics.h.  The exporter is one thread polling an eventfd
- * (stop), the listening socket and, where a metrics_file is set, a timer.
- * It answers one HTTP connection at a time with a 2 s I/O deadline per
- * connection: a scraper on localhost needs no more, and a stuck client
- * cannot hold the thread longer than that.
+ * metrics: see metrics.h.
+ *
+ * Two threads, so that neither exporter can hold up the other:
+ *
+ *  - the textfile writer sleeps on an eventfd (stop) for metrics_interval,
+ *    then rewrites metrics_file (mode 0640, group metrics_group): no
+ *    client of the port can delay it;
+ *  - the HTTP server is one poll() loop over the listening socket, the stop
+ *    eventfd and at most HTTP_MAX_CONNS non-blocking connections.  Each
+ *    connection has one deadline, HTTP_DEADLINE_MS from its accept, for
+ *    reading the request and writing the whole answer: a client that
+ *    trickles a byte a second, or never reads, is closed at the deadline
+ *    however many bytes it sends, and meanwhile the loop serves everyone
+ *    else.  When all slots are taken a new connection takes the slot of
+ *    the oldest one (which has the least time left anyway), so a client
+ *    opening connections in a loop cannot lock the others out either.
+ *
+ * Why not libmicrohttpd (docs/feedrate.md): one GET on localhost does not
+ * need a new build and run-time dependency on every node; this loop is the
+ * whole server and its bounds are the three constants below.
  */
 #include "metrics.h"
 
@@ -14,6 +29,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -25,150 +41,209 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <unistd.h>
 
-#define HTTP_TIMEOUT_S	2
+#define HTTP_DEADLINE_MS	2000	/* per request: read it, answer it */
+#define HTTP_MAX_CONNS		32	/* connections served at once */
+#define HTTP_REQ_MAX		4096	/* request line and headers */
+#define HTTP_BACKLOG		64
+#define TEXTFILE_MODE		0640	/* the metrics name every user and job */
 #define PROM_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+struct http_conn {
+	int fd;			/* -1: a free slot */
+	uint64_t deadline;	/* now_ms() at which it is closed, done or not */
+	size_t got;		/* request bytes in req */
+	char *out;		/* the whole answer once the request is read */
+	size_t outlen, sent;
+	char req[HTTP_REQ_MAX];
+};
 
 struct sfs_metrics {
 	struct sfs *fs;
 	int lfd;		/* listening socket; -1 without metrics_port */
-	int wake;		/* eventfd: written to stop the thread */
-	pthread_t thread;
-	bool running;
+	int wake;		/* eventfd: written to stop both threads */
+	gid_t gid;		/* metrics_file's group; (gid_t)-1 = the daemon's */
+	pthread_t http, textfile;
+	bool http_running, textfile_running;
+	struct http_conn conns[HTTP_MAX_CONNS];	/* the HTTP thread's own */
 };
 
-/* Write all of @buf to socket @fd.  Returns 0 or -errno. */
-static int send_all(int fd, const char *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+/* ---- HTTP ---- */
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		buf += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
-static void reply(int fd, int code, const char *reason, const char *type,
-		  const char *body, size_t len, bool head)
+/* Format the answer into c->out.  Returns 0 or -ENOMEM. */
+static int http_answer(struct http_conn *c, int code, const char *reason,
+		       const char *type, const char *body, size_t len, bool head)
 {
 	char hdr[512];
 	int n = snprintf(hdr, sizeof(hdr),
 			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
 			 "Connection: close\r\n\r\n", code, reason, type, len);
+	size_t total = (size_t)n + (head ? 0 : len);
 
-	if (send_all(fd, hdr, (size_t)n) == 0 && !head)
-		send_all(fd, body, len);
+	c->out = malloc(total ? total : 1);
+	if (!c->out)
+		return -ENOMEM;
+	memcpy(c->out, hdr, (size_t)n);
+	if (!head)
+		memcpy(c->out + n, body, len);
+	c->outlen = total;
+	c->sent = 0;
+	return 0;
 }
 
-/* Answer one connection: GET (or HEAD) /metrics; anything else is an error. */
-static void serve_one(struct sfs_metrics *m)
+/* The request in c->req is complete: build its answer (GET or HEAD /metrics). */
+static int http_route(struct sfs_metrics *m, struct http_conn *c)
 {
-	struct timeval tv = { .tv_sec = HTTP_TIMEOUT_S };
-	char req[4096], *path, *sp, *body = NULL;
-	size_t got = 0;
+	char *path, *sp, *body = NULL;
 	bool head;
-	int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC);
-	int n;
-
-	if (fd < 0)
-		return;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	/* the request line and headers; the body of a GET is empty */
-	while (got < sizeof(req) - 1) {
-		ssize_t r = recv(fd, req + got, sizeof(req) - 1 - got, 0);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-		req[got] = '\0';
-		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-			break;
-	}
-	req[got] = '\0';
-	sp = strchr(req, ' ');
-	if (!sp) {
-		reply(fd, 400, "Bad Request", "text/plain", "bad request\n", 12, false);
-		goto out;
-	}
-	*sp = '\0';
-	head = !strcmp(req, "HEAD");
-	if (strcmp(req, "GET") && !head) {
-		reply(fd, 405, "Method Not Allowed", "text/plain", "GET /metrics\n", 13, false);
-		goto out;
-	}
-	path = sp + 1;
-	path[strcspn(path, " ?\r\n")] = '\0';
-	if (strcmp(path, "/metrics")) {
-		reply(fd, 404, "Not Found", "text/plain", "try /metrics\n", 13, head);
-		goto out;
-	}
-	n = vfiles_metrics_text(m->fs, &body);
-	if (n < 0)
-		reply(fd, 500, "Internal Server Error", "text/plain", "out of memory\n", 14, head);
-	else
-		reply(fd, 200, "OK", PROM_CONTENT_TYPE, body, (size_t)n, head);
-	free(body);
-out:
-	close(fd);
-}
-
-/* Rewrite metrics_file through FILE.tmp and rename.  Returns 0 or -errno. */
-static int write_file(struct sfs *fs)
-{
-	char *body = NULL;
 	int n, ret;
 
-	n = vfiles_metrics_text(fs, &body);
+	sp = strchr(c->req, ' ');
+	if (!sp)
+		return http_answer(c, 400, "Bad Request", "text/plain", "bad request\n", 12, false);
+	*sp = '\0';
+	head = !strcmp(c->req, "HEAD");
+	if (strcmp(c->req, "GET") && !head)
+		return http_answer(c, 405, "Method Not Allowed", "text/plain", "GET /metrics\n", 13, false);
+	path = sp + 1;
+	path[strcspn(path, " ?\r\n")] = '\0';
+	if (strcmp(path, "/metrics"))
+		return http_answer(c, 404, "Not Found", "text/plain", "try /metrics\n", 13, head);
+	n = vfiles_metrics_text(m->fs, &body);
 	if (n < 0)
-		return n;
-	/* 0644 whatever the daemon's umask: node_exporter must read the file */
-	ret = write_file_atomic(fs->cfg.metrics_file, body, (size_t)n, 0644, false);
+		return http_answer(c, 500, "Internal Server Error", "text/plain", "out of memory\n", 14, head);
+	ret = http_answer(c, 200, "OK", PROM_CONTENT_TYPE, body, (size_t)n, head);
 	free(body);
 	return ret;
 }
 
-static void *exporter_main(void *arg)
+static void http_close(struct http_conn *c)
+{
+	close(c->fd);
+	free(c->out);
+	c->out = NULL;
+	c->fd = -1;
+}
+
+/* Read what @c has sent; answer once the headers are in.  false: close it. */
+static bool http_on_readable(struct sfs_metrics *m, struct http_conn *c)
+{
+	for (;;) {
+		ssize_t r = recv(c->fd, c->req + c->got, sizeof(c->req) - 1 - c->got, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK;
+		if (r == 0)
+			break;	/* the client's end: answer what we have */
+		c->got += (size_t)r;
+		c->req[c->got] = '\0';
+		if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n") ||
+		    c->got == sizeof(c->req) - 1)
+			break;
+	}
+	c->req[c->got] = '\0';
+	return http_route(m, c) == 0;
+}
+
+/* Send what the socket takes of c->out.  false: close it (done or failed). */
+static bool http_on_writable(struct http_conn *c)
+{
+	while (c->sent < c->outlen) {
+		ssize_t n = send(c->fd, c->out + c->sent, c->outlen - c->sent,
+				 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK;
+		c->sent += (size_t)n;
+	}
+	return false;
+}
+
+/* Accept one connection into a free slot, or the oldest connection's. */
+static void http_accept(struct sfs_metrics *m)
+{
+	struct http_conn *slot = NULL;
+	int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+
+	if (fd < 0)
+		return;
+	for (int i = 0; i < HTTP_MAX_CONNS; i++) {
+		struct http_conn *c = &m->conns[i];
+
+		if (c->fd < 0) {
+			slot = c;
+			break;
+		}
+		if (!slot || c->deadline < slot->deadline)
+			slot = c;
+	}
+	if (slot->fd >= 0)
+		http_close(slot);
+	slot->fd = fd;
+	slot->got = 0;
+	slot->deadline = now_ms() + HTTP_DEADLINE_MS;
+}
+
+static void *http_main(void *arg)
 {
 	struct sfs_metrics *m = arg;
-	struct sfs *fs = m->fs;
-	bool file = fs->cfg.metrics_file[0] != '\0';
-	uint64_t next = now_ms() + fs->cfg.metrics_interval_ms;
-	bool warned = false;
+	struct pollfd p[2 + HTTP_MAX_CONNS];
+	int slot_of[2 + HTTP_MAX_CONNS];
 
+	for (int i = 0; i < HTTP_MAX_CONNS; i++)
+		m->conns[i].fd = -1;
 	for (;;) {
-		struct pollfd p[2] = {
-			{ .fd = m->wake, .events = POLLIN },
-			{ .fd = m->lfd, .events = POLLIN },
-		};
-		uint64_t now = now_ms();
-		int timeout = file ? (int)(next > now ? next - now : 0) : -1;
+		uint64_t now = now_ms(), next = UINT64_MAX;
+		nfds_t n = 2;
+		int timeout;
 
-		if (poll(p, m->lfd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR)
+		p[0] = (struct pollfd){ .fd = m->wake, .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = m->lfd, .events = POLLIN };
+		for (int i = 0; i < HTTP_MAX_CONNS; i++) {
+			struct http_conn *c = &m->conns[i];
+
+			if (c->fd < 0)
+				continue;
+			if (now >= c->deadline) {
+				http_close(c);
+				continue;
+			}
+			next = MIN(next, c->deadline);
+			slot_of[n] = i;
+			p[n++] = (struct pollfd){
+				.fd = c->fd, .events = c->out ? POLLOUT : POLLIN,
+			};
+		}
+		timeout = next == UINT64_MAX ? -1 : (int)(next - now);
+		if (poll(p, n, timeout) < 0 && errno != EINTR)
 			break;
 		if (p[0].revents)
 			break;
-		if (m->lfd >= 0 && (p[1].revents & POLLIN))
-			serve_one(m);
-		if (file && now_ms() >= next) {
-			int ret = write_file(fs);
+		for (nfds_t k = 2; k < n; k++) {
+			struct http_conn *c = &m->conns[slot_of[k]];
+			bool keep = true;
 
-			if (ret && !warned)
-				log_warn("metrics_file %s: %s (will keep trying)",
-					 fs->cfg.metrics_file, strerror(-ret));
-			warned = ret != 0;
-			next = now_ms() + fs->cfg.metrics_interval_ms;
+			if (!p[k].revents)
+				continue;
+			if (!c->out && (p[k].revents & (POLLIN | POLLHUP | POLLERR)))
+				keep = http_on_readable(m, c);
+			/* the answer is usually sent in the same turn */
+			if (keep && c->out)
+				keep = http_on_writable(c);
+			if (!keep)
+				http_close(c);
 		}
+		if (p[1].revents & POLLIN)
+			http_accept(m);
 	}
+	for (int i = 0; i < HTTP_MAX_CONNS; i++)
+		if (m->conns[i].fd >= 0)
+			http_close(&m->conns[i]);
 	return NULL;
 }
 
@@ -180,7 +255,7 @@ static int listen_local(uint32_t port, char *err, size_t errlen)
 		.sin_addr.s_addr = htonl(INADDR_LOOPBACK),
 	};
 	int one = 1, ret;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 	if (fd < 0) {
 		ret = -errno;
@@ -188,7 +263,7 @@ static int listen_local(uint32_t port, char *err, size_t errlen)
 		return ret;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 16)) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, HTTP_BACKLOG)) {
 		ret = -errno;
 		snprintf(err, errlen, "metrics_port: cannot listen on 127.0.0.1:%u: %s",
 			 port, strerror(-ret));
@@ -196,6 +271,93 @@ static int listen_local(uint32_t port, char *err, size_t errlen)
 		return ret;
 	}
 	return fd;
+}
+
+/* ---- textfile ---- */
+
+/* Rewrite metrics_file through FILE.tmp and rename.  Returns 0 or -errno. */
+static int textfile_write(struct sfs_metrics *m)
+{
+	char *body = NULL;
+	int n, ret;
+
+	n = vfiles_metrics_text(m->fs, &body);
+	if (n < 0)
+		return n;
+	/* whatever the umask: the scraper's group reads it, others do not */
+	ret = write_file_atomic_owned(m->fs->cfg.metrics_file, body, (size_t)n,
+				      TEXTFILE_MODE, m->gid, false);
+	free(body);
+	return ret;
+}
+
+static void *textfile_main(void *arg)
+{
+	struct sfs_metrics *m = arg;
+	uint64_t next = now_ms() + m->fs->cfg.metrics_interval_ms;
+	bool warned = false;
+
+	for (;;) {
+		struct pollfd p = { .fd = m->wake, .events = POLLIN };
+		uint64_t now = now_ms();
+		int ret;
+
+		if (now < next) {
+			if (poll(&p, 1, (int)(next - now)) < 0 && errno != EINTR)
+				break;
+			if (p.revents)
+				break;
+			continue;
+		}
+		ret = textfile_write(m);
+		if (ret && !warned)
+			log_warn("metrics_file %s: %s (will keep trying)",
+				 m->fs->cfg.metrics_file, strerror(-ret));
+		warned = ret != 0;
+		next = now_ms() + m->fs->cfg.metrics_interval_ms;
+	}
+	return NULL;
+}
+
+/*
+ * metrics_group: a group name or a number; "" = the daemon's own group
+ * (*@gid = -1, no chown).  Returns 0 or -errno with a message in @err.
+ */
+static int resolve_group(const char *name, gid_t *gid, char *err, size_t errlen)
+{
+	struct group gr, *res = NULL;
+	char buf[4096], *end;
+	unsigned long v;
+	int rc;
+
+	*gid = (gid_t)-1;
+	if (!name || !name[0])
+		return 0;
+	rc = getgrnam_r(name, &gr, buf, sizeof(buf), &res);
+	if (!rc && res) {
+		*gid = res->gr_gid;
+		return 0;
+	}
+	errno = 0;
+	v = strtoul(name, &end, 10);
+	if (!*end && !errno && v < (gid_t)-1) {
+		*gid = (gid_t)v;
+		return 0;
+	}
+	snprintf(err, errlen, "metrics_group: no group '%s'%s%s", name,
+		 rc ? ": " : "", rc ? strerror(rc) : "");
+	return rc ? -rc : -EINVAL;
+}
+
+/* ---- lifetime ---- */
+
+/* Write to the stop eventfd: both threads see it and leave. */
+static void wake_all(struct sfs_metrics *m)
+{
+	uint64_t one = 1;
+
+	if (write(m->wake, &one, sizeof(one)) != sizeof(one))
+		log_warn("metrics: cannot wake the exporters: %s", strerror(errno));
 }
 
 int sfs_metrics_start(struct sfs *fs, char *err, size_t errlen)
@@ -218,6 +380,9 @@ int sfs_metrics_start(struct sfs *fs, char *err, size_t errlen)
 	}
 	m->fs = fs;
 	m->lfd = -1;
+	ret = resolve_group(fs->cfg.metrics_group, &m->gid, err, errlen);
+	if (ret)
+		goto out_free;
 	m->wake = eventfd(0, EFD_CLOEXEC);
 	if (m->wake < 0) {
 		ret = -errno;
@@ -232,20 +397,24 @@ int sfs_metrics_start(struct sfs *fs, char *err, size_t errlen)
 		}
 	}
 	if (fs->cfg.metrics_file[0]) {
-		/* once now: a bad path fails the mount instead of a log line */
-		ret = write_file(fs);
+		/* once now: a bad path or group fails the mount, not a log line */
+		ret = textfile_write(m);
 		if (ret) {
 			snprintf(err, errlen, "metrics_file %s: %s", fs->cfg.metrics_file,
 				 strerror(-ret));
 			goto out_close_listen;
 		}
+		ret = -pthread_create(&m->textfile, NULL, textfile_main, m);
+		if (ret)
+			goto out_no_thread;
+		m->textfile_running = true;
 	}
-	ret = -pthread_create(&m->thread, NULL, exporter_main, m);
-	if (ret) {
-		snprintf(err, errlen, "metrics: cannot start a thread: %s", strerror(-ret));
-		goto out_unlink;
+	if (m->lfd >= 0) {
+		ret = -pthread_create(&m->http, NULL, http_main, m);
+		if (ret)
+			goto out_no_thread;
+		m->http_running = true;
 	}
-	m->running = true;
 	fs->metrics = m;
 	if (fs->cfg.metrics_port)
 		log_info("metrics: http://127.0.0.1:%u/metrics", fs->cfg.metrics_port);
@@ -254,7 +423,11 @@ int sfs_metrics_start(struct sfs *fs, char *err, size_t errlen)
 			 fs->cfg.metrics_interval_ms);
 	return 0;
 
-out_unlink:
+out_no_thread:
+	snprintf(err, errlen, "metrics: cannot start a thread: %s", strerror(-ret));
+	wake_all(m);
+	if (m->textfile_running)
+		pthread_join(m->textfile, NULL);
 	if (fs->cfg.metrics_file[0])
 		unlink(fs->cfg.metrics_file);
 out_close_listen:
@@ -275,11 +448,11 @@ void sfs_metrics_stop(struct sfs *fs)
 	struct sfs_metrics *m = fs->metrics;
 
 	if (m) {
-		uint64_t one = 1;
-
-		if (write(m->wake, &one, sizeof(one)) != sizeof(one))
-			log_warn("metrics: cannot wake the exporter: %s", strerror(errno));
-		pthread_join(m->thread, NULL);
+		wake_all(m);
+		if (m->http_running)
+			pthread_join(m->http, NULL);
+		if (m->textfile_running)
+			pthread_join(m->textfile, NULL);
 		if (m->lfd >= 0)
 			close(m->lfd);
 		close(m->wake);

@@ -3,12 +3,16 @@
  * the Prometheus text of .stagefs/metrics (vfiles_metrics_text(),
  * fuse/vfiles.h) served outside the mount:
  *
- *   metrics_port = P    at http://127.0.0.1:P/metrics, served by
- *                       one small thread (localhost only: no auth here)
- *   metrics_file = F    rewritten every metrics_interval, through
+ *   metrics_port = P    at http://127.0.0.1:P/metrics, served by one
+ *                       thread polling up to 32 connections, each closed
+ *                       2 s after its accept whatever it sent (localhost
+ *                       only: no auth here)
+ *   metrics_file = F    rewritten every metrics_interval by a thread of its
+ *                       own (no client of the port delays it), through
  *                       F.tmp and rename(2) so a reader (node_exporter's
- *                       textfile collector) never sees half a file; removed
- *                       at unmount so that no stale figures are exported
+ *                       textfile collector) never sees half a file; mode
+ *                       0640, group metrics_group; removed at unmount so
+ *                       that no stale figures are exported
  *
  * Lifetime: sfs_metrics_start() creates fs->stats (before any request can
  * arrive) and starts the exporter thread where one is configured;

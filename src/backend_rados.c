@@ -27,6 +27,11 @@
  *
  * Every librados call is bounded by the timeouts set at connect (see
  * rados.h), so a dead OSD yields -EIO after rados_timeout, never a hang.
+ * And a reader waits that long once, not once per attempt: an object whose
+ * read just timed out fails at once for RB_TIMEOUT_HOLD_MS, since the
+ * kernel reads a page again after its readahead failed, and each such
+ * retry would otherwise wait the whole timeout again (a reader saw EIO
+ * after 10 s with rados_timeout=5s).
  *
  * Threads: any FUSE thread may call in; the manifest is immutable and needs
  * no lock.  Asynchronous reads (aio_start/aio_finish): the librados
@@ -57,6 +62,9 @@
 #include <xxhash.h>
 
 #define RB_STAT_INFLIGHT	64
+/* objects that timed out lately, and for how long they fail at once */
+#define RB_TIMEOUT_SLOTS	32
+#define RB_TIMEOUT_HOLD_MS	1000
 
 struct rados_backend {
 	struct backend be;		/* first: struct backend * casts to this */
@@ -72,6 +80,12 @@ struct rados_backend {
 	pthread_cond_t idle;		/* inflight dropped to 0 */
 	uint64_t inflight;		/* async reads started, not finished; protected by lock */
 	bool stopping;			/* protected by lock */
+	/* reads that timed out: the oid's hash and when the hold ends */
+	struct {
+		uint64_t oid_hash;
+		uint64_t until_ms;
+	} timed_out[RB_TIMEOUT_SLOTS];	/* protected by lock */
+	unsigned int timed_out_next;	/* protected by lock */
 };
 
 /* One chunk read in flight; its object name is allocated alongside. */
@@ -504,6 +518,31 @@ static int dataset_open(struct rados_backend *rb, uint64_t version,
 
 /* ---- reads ---- */
 
+/* A read of @oid timed out: fail the next ones at once for a while. */
+static void timeout_note(struct rados_backend *rb, const char *oid)
+{
+	uint64_t h = XXH3_64bits(oid, strlen(oid));
+
+	pthread_mutex_lock(&rb->lock);
+	rb->timed_out[rb->timed_out_next].oid_hash = h;
+	rb->timed_out[rb->timed_out_next].until_ms = now_ms() + RB_TIMEOUT_HOLD_MS;
+	rb->timed_out_next = (rb->timed_out_next + 1) % RB_TIMEOUT_SLOTS;
+	pthread_mutex_unlock(&rb->lock);
+}
+
+/* Did a read of @oid time out less than RB_TIMEOUT_HOLD_MS ago? */
+static bool timeout_held(struct rados_backend *rb, const char *oid)
+{
+	uint64_t h = XXH3_64bits(oid, strlen(oid)), now = now_ms();
+	bool held = false;
+
+	pthread_mutex_lock(&rb->lock);
+	for (unsigned int i = 0; i < RB_TIMEOUT_SLOTS && !held; i++)
+		held = rb->timed_out[i].oid_hash == h && rb->timed_out[i].until_ms > now;
+	pthread_mutex_unlock(&rb->lock);
+	return held;
+}
+
 /* Finish a read: the result for the caller (@len or -EIO). */
 static int rread_result(struct rread *rr, int rc)
 {
@@ -513,6 +552,8 @@ static int rread_result(struct rread *rr, int rc)
 	if (rc < 0) {
 		log_err("rados: reading %s from pool '%s' failed: %s",
 			rr->oid, rb->pool, strerror(-rc));
+		if (rc == -ETIMEDOUT)
+			timeout_note(rb, rr->oid);
 		return -EIO;
 	}
 	if (rb->plain) {
@@ -605,6 +646,10 @@ static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
 		}
 		sfs_rados_chunk_oid(&id, path);
 		oidlen = strlen(path);
+	}
+	if (timeout_held(rb, path)) {
+		log_debug("rados: %s timed out just now: failing at once", path);
+		return -EIO;
 	}
 
 	rr = calloc(1, sizeof(*rr) + oidlen + 1);

@@ -290,6 +290,12 @@ static const struct opt opts[] = {
 	  "how often metrics_file is rewritten",
 	  .doc =
 		"How often `metrics_file` is rewritten." },
+	{ "metrics_group", OPT_STR, O(metrics_group), "", 0, 0,
+	  "group (name or gid) that may read metrics_file (mode 0640); empty = the daemon's group",
+	  .doc =
+		"Group, by name or number, of `metrics_file`, which is mode 0640 "
+		"because the metrics name every user and job: give it the "
+		"scraper's group. Empty: the daemon's own group." },
 };
 
 #undef O

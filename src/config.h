@@ -72,6 +72,7 @@ struct sfs_config {
 	uint32_t metrics_port;		/* 127.0.0.1:PORT/metrics; 0 = off */
 	char *metrics_file;		/* textfile-collector file; "" = off */
 	uint64_t metrics_interval_ms;	/* how often metrics_file is rewritten */
+	char *metrics_group;		/* metrics_file's group; "" = the daemon's */
 };
 
 /* Where a setting came from, for error messages. */

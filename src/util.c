@@ -258,6 +258,12 @@ ssize_t pwrite_full(int fd, const void *buf, size_t len, off_t off)
 int write_file_atomic(const char *path, const void *buf, size_t len,
 		      mode_t mode, bool durable)
 {
+	return write_file_atomic_owned(path, buf, len, mode, (gid_t)-1, durable);
+}
+
+int write_file_atomic_owned(const char *path, const void *buf, size_t len,
+			    mode_t mode, gid_t gid, bool durable)
+{
 	char tmp[PATH_MAX];
 	int fd, ret = 0;
 
@@ -266,7 +272,10 @@ int write_file_atomic(const char *path, const void *buf, size_t len,
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
 	if (fd < 0)
 		return -errno;
-	if (fchmod(fd, mode) < 0)
+	/* the group before the mode: never a moment readable by the old group */
+	if (gid != (gid_t)-1 && fchown(fd, (uid_t)-1, gid) < 0)
+		ret = -errno;
+	else if (fchmod(fd, mode) < 0)
 		ret = -errno;
 	else if (pwrite_full(fd, buf, len, 0) != (ssize_t)len)
 		ret = -EIO;

@@ -72,6 +72,9 @@ ssize_t pwrite_full(int fd, const void *buf, size_t len, off_t off);
  */
 int write_file_atomic(const char *path, const void *buf, size_t len,
 		      mode_t mode, bool durable);
+/* The same, the file's group set to @gid first ((gid_t)-1: left as created). */
+int write_file_atomic_owned(const char *path, const void *buf, size_t len,
+			    mode_t mode, gid_t gid, bool durable);
 
 /* mkdir -p with @mode for each created component.  Returns 0 or -errno. */
 int mkdir_p(const char *path, mode_t mode);
