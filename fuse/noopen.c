@@ -1,6 +1,6 @@
 /*
- * noopen: see noopen.h for the contract, docs/passthrough.md ("No-open
- * mode") for the design and the figures.
+ * noopen: see noopen.h for the contract, docs/noopen.md for the design
+ * and the figures.
  *
  * Locking: no->lock guards the handle table, no->vlock the renderings of
  * the .stagefs/ files.  Handles are made and destroyed outside both (they

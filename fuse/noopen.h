@@ -33,7 +33,7 @@
  * OPEN of a dataset file ever reaches the daemon in this mode.
  *
  * Setting: no_open=auto|on|off (auto: on for single-dataset mounts where
- * passthrough is not active).  docs/passthrough.md has the figures.
+ * passthrough is not active).  docs/noopen.md has the figures.
  *
  * Lifetime: noopen_create() before the session is mounted; noopen_init()
  * from the INIT handler; noopen_handshake() after passthrough_handshake(),

@@ -3,7 +3,8 @@
  *
  * Metadata comes from the backend (in memory: a manifest), data through the
  * node cache: a READ is answered from the cache file, and a missing chunk is
- * fetched from the backend once (cache.c coordinates concurrent readers).
+ * fetched from the backend once (src/cache_fill.c's claim coordinates
+ * concurrent readers).
  * The dataset is immutable, so entries and attributes carry long timeouts
  * and open files keep the kernel page cache (keep_cache).
  *

@@ -1,6 +1,6 @@
 /*
- * uring: see uring.h for the contract, docs/passthrough.md ("FUSE over
- * io_uring") for the design and the figures.
+ * uring: see uring.h for the contract, docs/fuse-uring.md for the design
+ * and the figures.
  *
  * One ring entry per thread.  A queue (one per possible CPU, as the kernel
  * counts them) has per_q threads pinned to its CPU, and each thread owns

@@ -7,8 +7,7 @@
  * (COMMIT_AND_FETCH) instead of a writev(2) and a read(2) on /dev/fuse.
  * The worker threads of a queue are pinned to its CPU, so a reader's
  * request wakes a thread on the reader's own CPU rather than one sleeping
- * on another.  docs/passthrough.md, "FUSE over io_uring", has the design
- * and the figures.
+ * on another.  docs/fuse-uring.md has the design and the figures.
  *
  * libfuse 3.14 knows nothing of it: uring_create() registers with the
  * session I/O hooks (fuse/session_io.h), which add FUSE_OVER_IO_URING to
