@@ -2,7 +2,7 @@
  * fs: the mounted filesystem's state and the FUSE low-level operations.
  *
  * One struct sfs per daemon: the settings, the dataset backend, the node's
- * chunk cache and the counters behind .stagefs/stats.  fuse/ops.c answers
+ * chunk cache and the counters behind .stagefs/stats (fs->stats).  fuse/ops.c answers
  * the kernel; every op handler is the only place that replies to its
  * request (helpers return -errno), as in libfuse's passthrough_ll.
  */
@@ -45,23 +45,6 @@
 #define SFS_NOOPEN_PROBE_NAME ".no_open"
 #define SFS_NOOPEN_PROBE_INO (SFS_VIRT_BASE + 0x10000)
 
-struct sfs_counters {
-	_Atomic uint64_t read_requests;
-	_Atomic uint64_t read_bytes;
-	_Atomic uint64_t read_errors;
-	_Atomic uint64_t opens;
-	_Atomic uint64_t open_requests;	/* OPENs of dataset files received */
-	_Atomic uint64_t backend_reads;
-	_Atomic uint64_t backend_bytes;
-	_Atomic uint64_t backend_errors;
-	_Atomic uint64_t stall_ns;	/* READs waiting for data not cached yet: their own fetch or another fill */
-	_Atomic uint64_t reads_async;	/* READs the engine thread will answer */
-	_Atomic uint64_t passthrough_opens;	/* opens the kernel serves itself */
-	_Atomic uint64_t passthrough_bytes;	/* their file sizes: an estimate */
-	_Atomic uint64_t passthrough_reused;	/* of them, on a kept backing id */
-	_Atomic uint64_t lookup_readaheads;	/* cache files read ahead at LOOKUP */
-};
-
 struct passthrough;
 struct session_io;
 struct noopen;
@@ -95,9 +78,10 @@ struct sfs {
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
-	struct stats *stats;		/* feed-rate counters (src/stats.h) */
+	struct stats *stats;		/* every counter of the node (src/stats.h) */
 	struct sfs_metrics *metrics;	/* their exporters (fuse/metrics.h) */
-	struct sfs_counters ctr;
+	/* READs handed to the I/O engine, not answered yet: unmount waits for 0 */
+	_Atomic uint64_t reads_in_engine;
 	uint64_t start_ms;
 	double entry_timeout, attr_timeout;	/* seconds */
 };

@@ -672,10 +672,10 @@ int main(int argc, char **argv)
 	ret = fuse_session_loop_mt(fs.se, lcfg);
 	fuse_loop_cfg_destroy(lcfg);
 	/* READs handed to the I/O engine are answered before the session goes */
-	for (unsigned n = 0; atomic_load(&fs.ctr.reads_async); n++) {
+	for (unsigned n = 0; atomic_load(&fs.reads_in_engine); n++) {
 		if (n % 5000 == 4999)
 			log_notice("waiting for %" PRIu64 " READs the I/O engine is answering",
-				   atomic_load(&fs.ctr.reads_async));
+				   atomic_load(&fs.reads_in_engine));
 		usleep(1000);
 	}
 

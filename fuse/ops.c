@@ -261,7 +261,7 @@ static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 				  ds->be->chunk_size, &cf))
 		return;
 	if (!cache_file_prefetch(fs->cache, cf))
-		atomic_fetch_add(&fs->ctr.lookup_readaheads, 1);
+		stats_node_add(fs->stats, STATS_NODE_LOOKUP_READAHEADS, 1);
 	cache_file_put(fs->cache, cf);
 }
 
@@ -557,7 +557,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	atomic_fetch_add(&fs->ctr.open_requests, 1);
+	stats_node_add(fs->stats, STATS_NODE_OPEN_REQUESTS, 1);
 	ret = access_check_req(fs, req, ds);
 	if (ret) {
 		fuse_reply_err(req, -ret);
@@ -587,7 +587,6 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!fh->passthrough)
 		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
-	atomic_fetch_add(&fs->ctr.opens, 1);
 	fi->fh = (uintptr_t)fh;
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
 	fi->keep_cache = !fh->passthrough;

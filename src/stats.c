@@ -180,11 +180,6 @@ void stats_read_detach(struct stats_read *rd)
 	rd->detached = true;
 }
 
-bool stats_read_stalled(struct stats_read *rd)
-{
-	return rd->st && (rd->pending || rd->misses || fills_seen(rd, NULL) != rd->fills0);
-}
-
 void stats_read_fetched(struct stats_read *rd, uint64_t bytes)
 {
 	rd->misses++;

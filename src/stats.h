@@ -193,12 +193,6 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 void stats_read_detach(struct stats_read *rd);
 /* A fetch of @bytes made for @rd's READ by another thread (its miss). */
 void stats_read_fetched(struct stats_read *rd, uint64_t bytes);
-/*
- * Has @rd's READ waited on data not in the cache so far (it fetched a
- * chunk, or a chunk it needs was or is being fetched by anyone)?  What
- * stats_read_end() will count as stall_ns.
- */
-bool stats_read_stalled(struct stats_read *rd);
 
 /*
  * Bracket a backend fetch of chunk @idx of @file (any thread).  A fetch
