@@ -34,7 +34,7 @@
 #define SFS_VIRT_BASE	(1ULL << 62)
 #define SFS_CTL_DIR_INO	(SFS_VIRT_BASE + 1)
 #define SFS_CTL_DIR_NAME ".stagefs"
-/* Inode of the i-th file of sfs_vfiles[] (in MOUNTPOINT/.stagefs/). */
+/* Inode of the i-th file of vfiles_table[] (fuse/vfiles.h). */
 #define SFS_CTL_FILE_INO(i) (SFS_VIRT_BASE + 2 + (i))
 #define SFS_CTL_STATS_INO SFS_CTL_FILE_INO(0)
 /*
@@ -121,29 +121,6 @@ static inline uint64_t sfs_ino(const struct sfs *fs, const struct sfs_dataset *d
 static inline bool sfs_is_multi_root(const struct sfs *fs, uint64_t ino)
 {
 	return fs->multi && ino == FUSE_ROOT_ID;
-}
-
-/*
- * A read-only file in MOUNTPOINT/.stagefs/ (the table is fuse/vfiles.c's,
- * which renders stats and metrics).  ->render writes its whole
- * content, as of now, into a malloc'ed buffer (the caller frees *@out) and
- * returns its length or -errno.  It runs at open, so one open sees one
- * consistent snapshot.  Entry 0 is "stats".
- */
-struct sfs_vfile {
-	const char *name;
-	int (*render)(struct sfs *fs, char **out);
-};
-
-extern const struct sfs_vfile sfs_vfiles[];
-extern const size_t sfs_nvfiles;
-
-/* The index in sfs_vfiles[] of virtual inode @ino, or -1. */
-static inline int sfs_vfile_index(uint64_t ino)
-{
-	if (ino < SFS_CTL_FILE_INO(0) || ino >= SFS_CTL_FILE_INO(sfs_nvfiles))
-		return -1;
-	return (int)(ino - SFS_CTL_FILE_INO(0));
 }
 
 #endif

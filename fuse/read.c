@@ -25,6 +25,7 @@
 #include "daemon.h"
 #include "fh.h"
 #include "noopen.h"
+#include "vfiles.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -289,7 +290,7 @@ static void read_virtual(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			 struct fuse_file_info *fi)
 {
 	struct sfs *fs = fuse_req_userdata(req);
-	int idx = sfs_vfile_index(ino);
+	int idx = vfiles_index(ino);
 	void *buf;
 	ssize_t n;
 

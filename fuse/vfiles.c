@@ -201,11 +201,11 @@ int vfiles_metrics_text(struct sfs *fs, char **out)
 	return report_render(fs, stats_render_prom, true, out);
 }
 
-const struct sfs_vfile sfs_vfiles[] = {
+const struct vfiles_file vfiles_table[] = {
 	{ "stats", vfiles_stats_json },
 	{ "quota", access_quota_text },
 	{ "metrics", vfiles_metrics_text },	/* Prometheus text format */
 	{ "socket", ctlsock_text },	/* the control socket's path */
 };
 
-const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);
+const size_t vfiles_count = ARRAY_SIZE(vfiles_table);
