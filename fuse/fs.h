@@ -78,8 +78,8 @@ struct sfs {
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
-	struct stats *stats;		/* every counter of the node (src/stats.h) */
-	struct sfs_metrics *metrics;	/* their exporters (fuse/metrics.h) */
+	struct stats *stats;		/* counts READs, opens, fetches (src/stats.h) */
+	struct metrics *metrics;	/* their exporters (fuse/metrics.h) */
 	/* READs handed to the I/O engine, not answered yet: unmount waits for 0 */
 	_Atomic uint64_t reads_in_engine;
 	uint64_t start_ms;

@@ -631,7 +631,7 @@ int main(int argc, char **argv)
 		fail("%s", err);
 	}
 	set_read_ahead(&fs);
-	if (sfs_metrics_start(&fs, err, sizeof(err))) {
+	if (metrics_start(&fs, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
 	}
@@ -688,7 +688,7 @@ int main(int argc, char **argv)
 	passthrough_destroy(fs.pt);
 	session_io_destroy(fs.sio);
 	noopen_destroy(fs.no);
-	sfs_metrics_stop(&fs);
+	metrics_stop(&fs);
 	ctlsock_stop(&fs);
 	daemon_prefetch_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {

@@ -31,7 +31,7 @@
 #define HTTP_TIMEOUT_S	2
 #define PROM_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
-struct sfs_metrics {
+struct metrics {
 	struct sfs *fs;
 	int lfd;		/* listening socket; -1 without metrics_port */
 	int wake;		/* eventfd: written to stop the thread */
@@ -68,7 +68,7 @@ static void reply(int fd, int code, const char *reason, const char *type,
 }
 
 /* Answer one connection: GET (or HEAD) /metrics; anything else is an error. */
-static void serve_one(struct sfs_metrics *m)
+static void serve_one(struct metrics *m)
 {
 	struct timeval tv = { .tv_sec = HTTP_TIMEOUT_S };
 	char req[4096], *path, *sp, *body = NULL;
@@ -139,7 +139,7 @@ static int write_file(struct sfs *fs)
 
 static void *exporter_main(void *arg)
 {
-	struct sfs_metrics *m = arg;
+	struct metrics *m = arg;
 	struct sfs *fs = m->fs;
 	bool file = fs->cfg.metrics_file[0] != '\0';
 	uint64_t next = now_ms() + fs->cfg.metrics_interval_ms;
@@ -198,9 +198,9 @@ static int listen_local(uint32_t port, char *err, size_t errlen)
 	return fd;
 }
 
-int sfs_metrics_start(struct sfs *fs, char *err, size_t errlen)
+int metrics_start(struct sfs *fs, char *err, size_t errlen)
 {
-	struct sfs_metrics *m;
+	struct metrics *m;
 	int ret;
 
 	ret = stats_create(NULL, &fs->stats);
@@ -270,9 +270,9 @@ out_stats:
 	return ret;
 }
 
-void sfs_metrics_stop(struct sfs *fs)
+void metrics_stop(struct sfs *fs)
 {
-	struct sfs_metrics *m = fs->metrics;
+	struct metrics *m = fs->metrics;
 
 	if (m) {
 		uint64_t one = 1;
