@@ -14,12 +14,6 @@ void daemon_fetch_begin(struct sfs *fs, const struct cfile *cf, uint32_t idx)
 void daemon_fetch_end(struct sfs *fs, const struct cfile *cf, uint32_t idx, int res)
 {
 	stats_fetch_end(fs->stats, cf, idx, res);
-	if (res < 0) {
-		atomic_fetch_add(&fs->ctr.backend_errors, 1);
-		return;
-	}
-	atomic_fetch_add(&fs->ctr.backend_reads, 1);
-	atomic_fetch_add(&fs->ctr.backend_bytes, (uint64_t)res);
 }
 
 /* The scheduler's hooks (struct pf_opts): the same counting. */

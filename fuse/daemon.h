@@ -8,9 +8,10 @@
  * scheduler's engine and workers (readers' fetches included, with the
  * engine) through the pf_opts fetch_begin/fetch_end hooks, and a reader's
  * own fetch without the engine (fuse/read.c) by calling daemon_fetch_begin
- * and daemon_fetch_end around it.  Counted: fs->ctr.backend_reads,
- * backend_bytes and backend_errors, and the feed-rate counters
- * (stats_fetch_begin/end, src/stats.h).
+ * and daemon_fetch_end around it, into the feed-rate counters
+ * (stats_fetch_begin/end, src/stats.h): a success is a node-wide miss
+ * (the backend_reads of .stagefs/stats) and backend_bytes, a failure
+ * STATS_NODE_BACKEND_ERRORS (backend_errors).
  */
 #ifndef STAGEFS_FUSE_DAEMON_H
 #define STAGEFS_FUSE_DAEMON_H

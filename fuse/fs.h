@@ -2,7 +2,7 @@
  * fs: the mounted filesystem's state and the FUSE low-level operations.
  *
  * One struct sfs per daemon: the settings, the dataset backend, the node's
- * chunk cache and the counters behind .stagefs/stats.  fuse/ops.c answers
+ * chunk cache and the counters behind .stagefs/stats (fs->stats).  fuse/ops.c answers
  * the kernel; every op handler is the only place that replies to its
  * request (helpers return -errno), as in libfuse's passthrough_ll.
  */
@@ -34,7 +34,7 @@
 #define SFS_VIRT_BASE	(1ULL << 62)
 #define SFS_CTL_DIR_INO	(SFS_VIRT_BASE + 1)
 #define SFS_CTL_DIR_NAME ".stagefs"
-/* Inode of the i-th file of sfs_vfiles[] (in MOUNTPOINT/.stagefs/). */
+/* Inode of the i-th file of vfiles_table[] (fuse/vfiles.h). */
 #define SFS_CTL_FILE_INO(i) (SFS_VIRT_BASE + 2 + (i))
 #define SFS_CTL_STATS_INO SFS_CTL_FILE_INO(0)
 /*
@@ -44,23 +44,6 @@
  */
 #define SFS_NOOPEN_PROBE_NAME ".no_open"
 #define SFS_NOOPEN_PROBE_INO (SFS_VIRT_BASE + 0x10000)
-
-struct sfs_counters {
-	_Atomic uint64_t read_requests;
-	_Atomic uint64_t read_bytes;
-	_Atomic uint64_t read_errors;
-	_Atomic uint64_t opens;
-	_Atomic uint64_t open_requests;	/* OPENs of dataset files received */
-	_Atomic uint64_t backend_reads;
-	_Atomic uint64_t backend_bytes;
-	_Atomic uint64_t backend_errors;
-	_Atomic uint64_t stall_ns;	/* READs waiting for data not cached yet: their own fetch or another fill */
-	_Atomic uint64_t reads_async;	/* READs the engine thread will answer */
-	_Atomic uint64_t passthrough_opens;	/* opens the kernel serves itself */
-	_Atomic uint64_t passthrough_bytes;	/* their file sizes: an estimate */
-	_Atomic uint64_t passthrough_reused;	/* of them, on a kept backing id */
-	_Atomic uint64_t lookup_readaheads;	/* cache files read ahead at LOOKUP */
-};
 
 struct passthrough;
 struct session_io;
@@ -95,9 +78,10 @@ struct sfs {
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
-	struct stats *stats;		/* feed-rate counters (src/stats.h) */
-	struct sfs_metrics *metrics;	/* their exporters (fuse/metrics.h) */
-	struct sfs_counters ctr;
+	struct stats *stats;		/* counts READs, opens, fetches (src/stats.h) */
+	struct metrics *metrics;	/* their exporters (fuse/metrics.h) */
+	/* READs handed to the I/O engine, not answered yet: unmount waits for 0 */
+	_Atomic uint64_t reads_in_engine;
 	uint64_t start_ms;
 	double entry_timeout, attr_timeout;	/* seconds */
 };
@@ -137,29 +121,6 @@ static inline uint64_t sfs_ino(const struct sfs *fs, const struct sfs_dataset *d
 static inline bool sfs_is_multi_root(const struct sfs *fs, uint64_t ino)
 {
 	return fs->multi && ino == FUSE_ROOT_ID;
-}
-
-/*
- * A read-only file in MOUNTPOINT/.stagefs/ (the table is fuse/vfiles.c's,
- * which renders stats and metrics).  ->render writes its whole
- * content, as of now, into a malloc'ed buffer (the caller frees *@out) and
- * returns its length or -errno.  It runs at open, so one open sees one
- * consistent snapshot.  Entry 0 is "stats".
- */
-struct sfs_vfile {
-	const char *name;
-	int (*render)(struct sfs *fs, char **out);
-};
-
-extern const struct sfs_vfile sfs_vfiles[];
-extern const size_t sfs_nvfiles;
-
-/* The index in sfs_vfiles[] of virtual inode @ino, or -1. */
-static inline int sfs_vfile_index(uint64_t ino)
-{
-	if (ino < SFS_CTL_FILE_INO(0) || ino >= SFS_CTL_FILE_INO(sfs_nvfiles))
-		return -1;
-	return (int)(ino - SFS_CTL_FILE_INO(0));
 }
 
 #endif

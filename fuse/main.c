@@ -631,7 +631,7 @@ int main(int argc, char **argv)
 		fail("%s", err);
 	}
 	set_read_ahead(&fs);
-	if (sfs_metrics_start(&fs, err, sizeof(err))) {
+	if (metrics_start(&fs, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
 	}
@@ -672,10 +672,10 @@ int main(int argc, char **argv)
 	ret = fuse_session_loop_mt(fs.se, lcfg);
 	fuse_loop_cfg_destroy(lcfg);
 	/* READs handed to the I/O engine are answered before the session goes */
-	for (unsigned n = 0; atomic_load(&fs.ctr.reads_async); n++) {
+	for (unsigned n = 0; atomic_load(&fs.reads_in_engine); n++) {
 		if (n % 5000 == 4999)
 			log_notice("waiting for %" PRIu64 " READs the I/O engine is answering",
-				   atomic_load(&fs.ctr.reads_async));
+				   atomic_load(&fs.reads_in_engine));
 		usleep(1000);
 	}
 
@@ -688,7 +688,7 @@ int main(int argc, char **argv)
 	passthrough_destroy(fs.pt);
 	session_io_destroy(fs.sio);
 	noopen_destroy(fs.no);
-	sfs_metrics_stop(&fs);
+	metrics_stop(&fs);
 	ctlsock_stop(&fs);
 	daemon_prefetch_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {

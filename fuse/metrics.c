@@ -59,7 +59,7 @@ struct http_conn {
 	char req[HTTP_REQ_MAX];
 };
 
-struct sfs_metrics {
+struct metrics {
 	struct sfs *fs;
 	int lfd;		/* listening socket; -1 without metrics_port */
 	int wake;		/* eventfd: written to stop both threads */
@@ -93,7 +93,7 @@ static int http_answer(struct http_conn *c, int code, const char *reason,
 }
 
 /* The request in c->req is complete: build its answer (GET or HEAD /metrics). */
-static int http_route(struct sfs_metrics *m, struct http_conn *c)
+static int http_route(struct metrics *m, struct http_conn *c)
 {
 	char *path, *sp, *body = NULL;
 	bool head;
@@ -127,7 +127,7 @@ static void http_close(struct http_conn *c)
 }
 
 /* Read what @c has sent; answer once the headers are in.  false: close it. */
-static bool http_on_readable(struct sfs_metrics *m, struct http_conn *c)
+static bool http_on_readable(struct metrics *m, struct http_conn *c)
 {
 	for (;;) {
 		ssize_t r = recv(c->fd, c->req + c->got, sizeof(c->req) - 1 - c->got, 0);
@@ -165,7 +165,7 @@ static bool http_on_writable(struct http_conn *c)
 }
 
 /* Accept one connection into a free slot, or the oldest connection's. */
-static void http_accept(struct sfs_metrics *m)
+static void http_accept(struct metrics *m)
 {
 	struct http_conn *slot = NULL;
 	int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -191,7 +191,7 @@ static void http_accept(struct sfs_metrics *m)
 
 static void *http_main(void *arg)
 {
-	struct sfs_metrics *m = arg;
+	struct metrics *m = arg;
 	struct pollfd p[2 + HTTP_MAX_CONNS];
 	int slot_of[2 + HTTP_MAX_CONNS];
 
@@ -276,7 +276,7 @@ static int listen_local(uint32_t port, char *err, size_t errlen)
 /* ---- textfile ---- */
 
 /* Rewrite metrics_file through FILE.tmp and rename.  Returns 0 or -errno. */
-static int textfile_write(struct sfs_metrics *m)
+static int textfile_write(struct metrics *m)
 {
 	char *body = NULL;
 	int n, ret;
@@ -293,7 +293,7 @@ static int textfile_write(struct sfs_metrics *m)
 
 static void *textfile_main(void *arg)
 {
-	struct sfs_metrics *m = arg;
+	struct metrics *m = arg;
 	uint64_t next = now_ms() + m->fs->cfg.metrics_interval_ms;
 	bool warned = false;
 
@@ -352,7 +352,7 @@ static int resolve_group(const char *name, gid_t *gid, char *err, size_t errlen)
 /* ---- lifetime ---- */
 
 /* Write to the stop eventfd: both threads see it and leave. */
-static void wake_all(struct sfs_metrics *m)
+static void wake_all(struct metrics *m)
 {
 	uint64_t one = 1;
 
@@ -360,9 +360,9 @@ static void wake_all(struct sfs_metrics *m)
 		log_warn("metrics: cannot wake the exporters: %s", strerror(errno));
 }
 
-int sfs_metrics_start(struct sfs *fs, char *err, size_t errlen)
+int metrics_start(struct sfs *fs, char *err, size_t errlen)
 {
-	struct sfs_metrics *m;
+	struct metrics *m;
 	int ret;
 
 	ret = stats_create(NULL, &fs->stats);
@@ -443,9 +443,9 @@ out_stats:
 	return ret;
 }
 
-void sfs_metrics_stop(struct sfs *fs)
+void metrics_stop(struct sfs *fs)
 {
-	struct sfs_metrics *m = fs->metrics;
+	struct metrics *m = fs->metrics;
 
 	if (m) {
 		wake_all(m);

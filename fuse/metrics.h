@@ -14,9 +14,9 @@
  *                       0640, group metrics_group; removed at unmount so
  *                       that no stale figures are exported
  *
- * Lifetime: sfs_metrics_start() creates fs->stats (before any request can
+ * Lifetime: metrics_start() creates fs->stats (before any request can
  * arrive) and starts the exporter thread where one is configured;
- * sfs_metrics_stop() stops it and frees fs->stats, after the session loop
+ * metrics_stop() stops it and frees fs->stats, after the session loop
  * ended and before the cache is destroyed.
  */
 #ifndef STAGEFS_FUSE_METRICS_H
@@ -28,7 +28,7 @@
  * Create fs->stats and start the exporters that fs->cfg asks for.  Returns
  * 0, or -errno with a message in @err (port in use, file not writable).
  */
-int sfs_metrics_start(struct sfs *fs, char *err, size_t errlen);
-void sfs_metrics_stop(struct sfs *fs);
+int metrics_start(struct sfs *fs, char *err, size_t errlen);
+void metrics_stop(struct sfs *fs);
 
 #endif

@@ -18,6 +18,7 @@
 
 #include "log.h"
 #include "passthrough.h"
+#include "vfiles.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -88,7 +89,7 @@ int noopen_create(struct sfs *fs, struct noopen **out)
 
 	if (!no)
 		return -ENOMEM;
-	if (sfs_nvfiles > NO_VFILES_MAX) {
+	if (vfiles_count > NO_VFILES_MAX) {
 		free(no);
 		return -EINVAL;
 	}
@@ -497,7 +498,7 @@ int noopen_vfile_render(struct noopen *no, int idx, uint64_t *size,
 {
 	struct vrender *v = &no->vr[idx];
 	char *data = NULL, *old;
-	int n = sfs_vfiles[idx].render(no->fs, &data);
+	int n = vfiles_table[idx].render(no->fs, &data);
 
 	if (n < 0)
 		return n;

@@ -97,7 +97,7 @@ void noopen_put(struct noopen *no, struct noopen_ent *ent);
 void noopen_forget(struct noopen *no, uint64_t ino);
 
 /*
- * .stagefs/ file @idx (of sfs_vfiles[]): noopen_vfile_render() renders it
+ * .stagefs/ file @idx (of vfiles_table[], fuse/vfiles.h): noopen_vfile_render() renders it
  * now (LOOKUP), noopen_vfile_attr() gives the current rendering (rendering
  * one if there is none); both set its size and a modification time that
  * differs from every earlier rendering's.  Return 0 or -errno.

@@ -26,6 +26,7 @@
 #include "noopen.h"
 #include "passthrough.h"
 #include "stats.h"
+#include "vfiles.h"
 #include "prefetch/prefetch.h"
 
 #include <errno.h>
@@ -98,11 +99,11 @@ static int do_getattr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 
 	if (ino >= SFS_VIRT_BASE) {
 		if (ino != SFS_CTL_DIR_INO && ino != SFS_NOOPEN_PROBE_INO &&
-		    sfs_vfile_index(ino) < 0)
+		    vfiles_index(ino) < 0)
 			return -ENOENT;
 		virt_attr(fs, ino, a);
-		if (sfs_vfile_index(ino) >= 0)
-			return vfile_attr(fs, sfs_vfile_index(ino), false, a);
+		if (vfiles_index(ino) >= 0)
+			return vfile_attr(fs, vfiles_index(ino), false, a);
 		return 0;
 	}
 	if (sfs_is_multi_root(fs, ino)) {
@@ -162,7 +163,7 @@ static void fill_entry(struct sfs *fs, const struct sfs_attr *a,
 	e->attr_timeout = fs->attr_timeout;
 	e->entry_timeout = fs->entry_timeout;
 	/* rendered at LOOKUP in no-open mode: looked up again at every open */
-	if (sfs_vfile_index(a->ino) >= 0 && noopen_wanted(fs->no))
+	if (vfiles_index(a->ino) >= 0 && noopen_wanted(fs->no))
 		e->entry_timeout = 0;
 	attr_to_stat(a, &e->attr);
 }
@@ -175,8 +176,8 @@ static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 	int ret;
 
 	if (parent >= SFS_VIRT_BASE) {
-		for (size_t i = 0; parent == SFS_CTL_DIR_INO && i < sfs_nvfiles; i++) {
-			if (!strcmp(name, sfs_vfiles[i].name)) {
+		for (size_t i = 0; parent == SFS_CTL_DIR_INO && i < vfiles_count; i++) {
+			if (!strcmp(name, vfiles_table[i].name)) {
 				virt_attr(fs, SFS_CTL_FILE_INO(i), a);
 				return vfile_attr(fs, (int)i, true, a);
 			}
@@ -262,7 +263,7 @@ static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 				  ds->be->chunk_size, &cf))
 		return;
 	if (!cache_file_prefetch(fs->cache, cf))
-		atomic_fetch_add(&fs->ctr.lookup_readaheads, 1);
+		stats_node_add(fs->stats, STATS_NODE_LOOKUP_READAHEADS, 1);
 	cache_file_put(fs->cache, cf);
 }
 
@@ -381,16 +382,16 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return;
 	}
 	if (ino == SFS_CTL_DIR_INO) {
-		dl->ent = calloc(sfs_nvfiles, sizeof(*dl->ent));
-		for (size_t i = 0; dl->ent && i < sfs_nvfiles; i++) {
-			dl->ent[i].name = strdup(sfs_vfiles[i].name);
+		dl->ent = calloc(vfiles_count, sizeof(*dl->ent));
+		for (size_t i = 0; dl->ent && i < vfiles_count; i++) {
+			dl->ent[i].name = strdup(vfiles_table[i].name);
 			if (!dl->ent[i].name)
 				break;
 			dl->ent[i].ino = SFS_CTL_FILE_INO(i);
 			dl->ent[i].mode = S_IFREG;
 			dl->n++;
 		}
-		if (dl->n != sfs_nvfiles)
+		if (dl->n != vfiles_count)
 			ret = -ENOMEM;
 	} else if (ino >= SFS_VIRT_BASE) {
 		ret = -ENOTDIR;
@@ -536,9 +537,9 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, noopen_probe_open(fs->no) ? ENOSYS : EACCES);
 		return;
 	}
-	if (sfs_vfile_index(ino) >= 0) {
+	if (vfiles_index(ino) >= 0) {
 		struct vfh *v = calloc(1, sizeof(*v));
-		int n = v ? sfs_vfiles[sfs_vfile_index(ino)].render(fs, &v->data) : -ENOMEM;
+		int n = v ? vfiles_table[vfiles_index(ino)].render(fs, &v->data) : -ENOMEM;
 
 		if (n < 0) {
 			free(v);
@@ -558,7 +559,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	atomic_fetch_add(&fs->ctr.open_requests, 1);
+	stats_node_add(fs->stats, STATS_NODE_OPEN_REQUESTS, 1);
 	ret = access_check_req(fs, req, ds);
 	if (ret) {
 		fuse_reply_err(req, -ret);
@@ -588,7 +589,6 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!fh->passthrough)
 		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
-	atomic_fetch_add(&fs->ctr.opens, 1);
 	fi->fh = (uintptr_t)fh;
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
 	fi->keep_cache = !fh->passthrough;
@@ -603,7 +603,7 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 {
 	struct sfs *fs = fs_of(req);
 
-	if (sfs_vfile_index(ino) >= 0) {
+	if (vfiles_index(ino) >= 0) {
 		struct vfh *v = (struct vfh *)(uintptr_t)fi->fh;
 
 		free(v->data);

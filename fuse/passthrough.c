@@ -31,6 +31,7 @@
 
 #include "log.h"
 #include "session_io.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -524,7 +525,7 @@ int passthrough_open(struct passthrough *pt, fuse_req_t req, uint64_t ino,
 		/* registered by an earlier open and kept since */
 		if (backing_reusable(pt, e, cf)) {
 			id = e->backing_id;
-			atomic_fetch_add(&pt->fs->ctr.passthrough_reused, 1);
+			stats_node_add(pt->fs->stats, STATS_NODE_PT_REUSED, 1);
 		} else {
 			backing_close(pt, e->backing_id);
 			e->backing_id = 0;
@@ -555,8 +556,6 @@ out_passthrough:
 #else
 	session_io_set_backing_id(id);
 #endif
-	atomic_fetch_add(&pt->fs->ctr.passthrough_opens, 1);
-	atomic_fetch_add(&pt->fs->ctr.passthrough_bytes, size);
 	return 1;
 }
 

@@ -15,12 +15,17 @@
  * inode's handle from noopen_get(); .stagefs/ files are served from what
  * OPEN (or, in no-open mode, LOOKUP) rendered.  Every READ is replied to
  * exactly once: by read_op's path, or by aread_reply() on the engine thread.
+ * Every READ of a dataset file that found its handle is counted once,
+ * between stats_read_begin and stats_read_end (src/stats.h), failed or at
+ * the end of the file alike: those node totals are also .stagefs/stats's
+ * read_requests, read_bytes, read_errors and stall_ms.
  */
 #include "read.h"
 
 #include "daemon.h"
 #include "fh.h"
 #include "noopen.h"
+#include "vfiles.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -70,11 +75,10 @@ static void *reply_buffer(size_t size)
 /*
  * A READ on the worker thread through cache_read(): the path without the
  * engine, and of no-open mode.  @so: the open file's stats (NULL: none).
- * @t0: when the READ arrived.
+ * Every READ is counted, a failed one too (stats_read_end).
  */
 static void read_sync(fuse_req_t req, struct sfs *fs, struct fh *fh,
-		      struct stats_open *so, size_t size, off_t off, uint32_t uid,
-		      uint64_t t0)
+		      struct stats_open *so, size_t size, off_t off, uint32_t uid)
 {
 	struct stats_read rd;
 	struct cache_source src = {
@@ -84,25 +88,16 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct fh *fh,
 		.nothrash = atomic_load(&fh->ds->nothrash),
 	};
 	void *buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
-	ssize_t n;
+	ssize_t n = -ENOMEM;
 
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
 	stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
-	n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
-	/* its own fetch, or a wait for someone else's (readahead, warmup) */
-	if (stats_read_stalled(&rd))
-		atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - t0);
+	if (buf)
+		n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
 	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, n);
-	if (n < 0) {
-		atomic_fetch_add(&fs->ctr.read_errors, 1);
+	if (n < 0)
 		fuse_reply_err(req, (int)-n);
-	} else {
-		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
+	else
 		fuse_reply_buf(req, buf, (size_t)n);
-	}
 	if (size > (1u << 20))
 		free(buf);
 }
@@ -127,7 +122,6 @@ struct aread {
 	struct fh *fh;	/* the kernel sends no RELEASE while a READ is out */
 	pid_t pid;
 	uint32_t uid;
-	uint64_t t0;		/* when the READ arrived */
 	size_t size;		/* bytes asked, clipped at end of file */
 	unsigned n;
 	_Atomic unsigned left;	/* wants not done yet */
@@ -169,13 +163,10 @@ static void aread_reply(struct aread *ar, const char *dbuf)
 	if (!n && err)
 		n = err;
 	stats_read_end(&ar->rd, ar->so, ar->pid, ar->uid, n);
-	if (n < 0) {
-		atomic_fetch_add(&fs->ctr.read_errors, 1);
+	if (n < 0)
 		fuse_reply_err(ar->req, (int)-n);
-	} else {
-		atomic_fetch_add(&fs->ctr.read_bytes, (uint64_t)n);
+	else
 		fuse_reply_iov(ar->req, iov, (int)k);
-	}
 	for (k = 0; k < ar->n; k++)
 		pf_want_release(fs->pf, &ar->p[k].w);
 }
@@ -188,16 +179,11 @@ static void aread_want_done(struct pf_want *w)
 
 	if (atomic_fetch_sub(&ar->left, 1) != 1)
 		return;
-	/*
-	 * The READ waited for the backend: its own fetch, or a fill that
-	 * readahead or warmup had started and it joined.
-	 */
-	atomic_fetch_add(&fs->ctr.stall_ns, now_ns() - ar->t0);
 	aread_reply(ar, ar->dbuf);
 	pf_note_async_read(fs->pf);
 	free(ar->dbuf);
 	free(ar);
-	atomic_fetch_sub(&fs->ctr.reads_async, 1);
+	atomic_fetch_sub(&fs->reads_in_engine, 1);
 }
 
 /*
@@ -206,8 +192,7 @@ static void aread_want_done(struct pf_want *w)
  * false if it must take read_sync() instead.
  */
 static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
-			struct stats_open *so, size_t size, off_t off,
-			uint32_t uid, uint64_t t0)
+			struct stats_open *so, size_t size, off_t off, uint32_t uid)
 {
 	uint32_t csize = fh->ds->be->chunk_size;
 	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
@@ -217,6 +202,11 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
 	char *rbuf;
 
 	if ((uint64_t)off >= end) {
+		/* at or past the end: counted as read_sync() counts it */
+		struct stats_read rd;
+
+		stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, 0, csize);
+		stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, 0);
 		fuse_reply_buf(req, NULL, 0);
 		return true;
 	}
@@ -239,7 +229,6 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
 	}
 	ar->pid = fuse_req_ctx(req)->pid;
 	ar->uid = uid;
-	ar->t0 = t0;
 	ar->size = (size_t)(end - (uint64_t)off);
 	stats_read_begin(fs->stats, &ar->rd, fh->cf, (uint64_t)off, ar->size, csize);
 	for (uint64_t pos = (uint64_t)off; pos < end; ar->n++) {
@@ -282,10 +271,10 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
 			memcpy(ar->dbuf + ar->p[k].pos, rbuf + ar->p[k].pos, ar->p[k].len);
 	atomic_init(&ar->left, nwant);
 	stats_read_detach(&ar->rd);
-	atomic_fetch_add(&fs->ctr.reads_async, 1);
+	atomic_fetch_add(&fs->reads_in_engine, 1);
 	if (pf_want_submit(fs->pf, want, nwant) == 0)
 		return true;	/* aread_want_done() replies */
-	atomic_fetch_sub(&fs->ctr.reads_async, 1);
+	atomic_fetch_sub(&fs->reads_in_engine, 1);
 out_sync:
 	/* no engine after all (stopping): drop what we hold, go the slow way */
 	stats_read_detach(&ar->rd);
@@ -301,7 +290,7 @@ static void read_virtual(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			 struct fuse_file_info *fi)
 {
 	struct sfs *fs = fuse_req_userdata(req);
-	int idx = sfs_vfile_index(ino);
+	int idx = vfiles_index(ino);
 	void *buf;
 	ssize_t n;
 
@@ -343,7 +332,6 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct noopen_ent *noe = NULL;
 	struct stats_open *so = fh ? &fh->so : NULL, first = { 0 };
 	uint32_t uid = fuse_req_ctx(req)->uid;
-	uint64_t t0 = now_ns();
 
 	if (!fh) {
 		/* no-open mode: the inode's handle; a READ at 0 starts a file */
@@ -358,7 +346,6 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			pf_hint_open(fs->pf, ino, uid, fuse_req_ctx(req)->pid);
 		}
 	}
-	atomic_fetch_add(&fs->ctr.read_requests, 1);
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
 	/*
 	 * A READ handed to the engine may be answered after we drop the
@@ -366,7 +353,7 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * so no FORGET (which frees the handle) comes while a READ is out.
 	 */
 	if (!(pf_has_engine(fs->pf) && size <= (1u << 20) &&
-	      read_engine(req, fs, fh, so, size, off, uid, t0)))
-		read_sync(req, fs, fh, so, size, off, uid, t0);
+	      read_engine(req, fs, fh, so, size, off, uid)))
+		read_sync(req, fs, fh, so, size, off, uid);
 	noopen_put(fs->no, noe);
 }

@@ -4,9 +4,10 @@
  * .stagefs/stats and .stagefs/metrics render one report (struct
  * stats_report, src/stats_render.h), taken once per rendering by
  * report_render(): the feed-rate snapshot (src/stats.h) and the table of
- * daemon-wide figures below, gathered from fs->ctr, the cache
- * (cache_get_stats), the prefetcher (pf_get_stats) and the state of
- * passthrough, no-open mode and FUSE over io_uring.  Each row names its
+ * daemon-wide figures below, gathered from the node totals of that
+ * snapshot (the daemon has no other counters of READs, opens and backend
+ * fetches), the cache (cache_get_stats), the prefetcher (pf_get_stats) and
+ * the state of passthrough, no-open mode and FUSE over io_uring.  Each row names its
  * JSON key once and, where an operator may alert on it, its Prometheus
  * metric; the table's order is the order of the keys in .stagefs/stats.
  */
@@ -24,14 +25,23 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define LD(x) atomic_load(&fs->ctr.x)
+#include <string.h>
 
 /* Rows of the table: JSON only, a counter, a gauge, a string. */
 #define JSON_ONLY(k, v)		{ .key = (k), .value = (v) }
 #define COUNTER(k, p, h, v)	{ .key = (k), .prom = (p), .type = STATS_COUNTER, .help = (h), .value = (v) }
 #define GAUGE(k, p, h, v)	{ .key = (k), .prom = (p), .type = STATS_GAUGE, .help = (h), .value = (v) }
 #define TEXT(k, s)		{ .key = (k), .type = STATS_TEXT, .text = (s) }
+
+/*
+ * @a - @b, or 0: for a part of a node total counted apart (the client
+ * library's bytes and opens), since the two are separate relaxed adds that
+ * a snapshot may see one of.
+ */
+static uint64_t minus(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0;
+}
 
 /*
  * Take the node's report now and render it with @render into a malloc'ed
@@ -44,6 +54,7 @@ static int report_render(struct sfs *fs, void (*render)(const struct stats_repor
 {
 	struct sfs_dataset *ds0 = atomic_load(&fs->nds) ? fs->ds[0] : NULL;
 	struct stats_snap *feed = NULL;
+	uint64_t tot[STATS_NFIELDS], nod[STATS_NODE_NFIELDS];
 	struct stats_report rep;
 	struct cache_stats cs;
 	struct pf_stats ps;
@@ -55,6 +66,12 @@ static int report_render(struct sfs *fs, void (*render)(const struct stats_repor
 	ret = fs->stats ? stats_snapshot(fs->stats, &feed) : -ENODEV;
 	if (ret && need_feed)
 		return ret;
+	if (feed) {
+		memcpy(tot, feed->node.total, sizeof(tot));
+		memcpy(nod, feed->node_only, sizeof(nod));
+	} else {
+		stats_node_totals(fs->stats, tot, nod);
+	}
 	cache_get_stats(fs->cache, &cs);
 	pf_get_stats(fs->pf, &ps);
 
@@ -97,25 +114,25 @@ static int report_render(struct sfs *fs, void (*render)(const struct stats_repor
 		JSON_ONLY("uptime_s", (now_ms() - fs->start_ms) / 1000),
 		JSON_ONLY("chunk_size", ds0 ? ds0->be->chunk_size : 0),
 
-		/* the FUSE requests (fs->ctr) and the kernel paths around them */
-		JSON_ONLY("read_requests", LD(read_requests)),
-		JSON_ONLY("read_bytes", LD(read_bytes)),
+		/* the FUSE requests and the kernel paths around them */
+		JSON_ONLY("read_requests", tot[STATS_READS]),
+		JSON_ONLY("read_bytes", minus(tot[STATS_READ_BYTES], tot[STATS_CLIENT_BYTES])),
 		COUNTER("read_errors", "stagefs_node_read_errors_total",
 			"READ requests that failed, node-wide (stagefs_read_errors_total is per job).",
-			LD(read_errors)),
-		JSON_ONLY("opens", LD(opens)),
-		JSON_ONLY("open_requests", LD(open_requests)),
+			tot[STATS_READ_ERRORS]),
+		JSON_ONLY("opens", minus(tot[STATS_OPENS], nod[STATS_NODE_CLIENT_OPENS])),
+		JSON_ONLY("open_requests", nod[STATS_NODE_OPEN_REQUESTS]),
 		GAUGE("passthrough_active", "stagefs_passthrough_active",
 		      "1 while opens may be served by FUSE passthrough.",
 		      (uint64_t)passthrough_active(fs->pt)),
 		GAUGE("no_open", "stagefs_no_open_active",
 		      "1 while the kernel sends no OPEN (no-open mode).",
 		      (uint64_t)noopen_active(fs->no)),
-		JSON_ONLY("passthrough_opens", LD(passthrough_opens)),
-		JSON_ONLY("passthrough_bytes_estimate", LD(passthrough_bytes)),
-		JSON_ONLY("passthrough_reused", LD(passthrough_reused)),
+		JSON_ONLY("passthrough_opens", tot[STATS_PT_OPENS]),
+		JSON_ONLY("passthrough_bytes_estimate", tot[STATS_PT_BYTES]),
+		JSON_ONLY("passthrough_reused", nod[STATS_NODE_PT_REUSED]),
 		JSON_ONLY("passthrough_idle_ids", passthrough_idle_ids(fs->pt)),
-		JSON_ONLY("lookup_readaheads", LD(lookup_readaheads)),
+		JSON_ONLY("lookup_readaheads", nod[STATS_NODE_LOOKUP_READAHEADS]),
 		GAUGE("fuse_uring_active", "stagefs_fuse_uring_active",
 		      "1 while FUSE requests arrive over io_uring.", (uint64_t)uring_active(fs->ur)),
 		JSON_ONLY("fuse_uring_requests", uring_requests(fs->ur)),
@@ -131,11 +148,12 @@ static int report_render(struct sfs *fs, void (*render)(const struct stats_repor
 			"Chunks evicted from the node cache.", cs.evicted),
 		COUNTER("backend_reads", "stagefs_backend_reads_total",
 			"Chunk fetches from the backend that succeeded, for any reason.",
-			LD(backend_reads)),
-		JSON_ONLY("backend_bytes", LD(backend_bytes)),
+			tot[STATS_MISSES]),
+		JSON_ONLY("backend_bytes", tot[STATS_BACKEND_BYTES]),
 		COUNTER("backend_errors", "stagefs_backend_errors_total",
-			"Chunk fetches from the backend that failed.", LD(backend_errors)),
-		JSON_ONLY("stall_ms", LD(stall_ns) / 1000000),
+			"Chunk fetches from the backend that failed.",
+			nod[STATS_NODE_BACKEND_ERRORS]),
+		JSON_ONLY("stall_ms", tot[STATS_STALL_NS] / 1000000),
 		GAUGE("cache_used_bytes", "stagefs_cache_used_bytes",
 		      "Disk bytes held by cached chunks.", cs.used_bytes),
 		GAUGE("cache_limit_bytes", "stagefs_cache_limit_bytes",
@@ -183,11 +201,11 @@ int vfiles_metrics_text(struct sfs *fs, char **out)
 	return report_render(fs, stats_render_prom, true, out);
 }
 
-const struct sfs_vfile sfs_vfiles[] = {
+const struct vfiles_file vfiles_table[] = {
 	{ "stats", vfiles_stats_json },
 	{ "quota", access_quota_text },
 	{ "metrics", vfiles_metrics_text },	/* Prometheus text format */
 	{ "socket", ctlsock_text },	/* the control socket's path */
 };
 
-const size_t sfs_nvfiles = ARRAY_SIZE(sfs_vfiles);
+const size_t vfiles_count = ARRAY_SIZE(vfiles_table);

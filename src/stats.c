@@ -1,6 +1,7 @@
 /*
  * stats: see stats.h.  This file counts: the read path (opens, READs,
- * backend fetches) and the client library's reports.  The tables of who
+ * backend fetches), the client library's reports and the node-only
+ * counters.  The tables of who
  * is counted, the ticker and snapshots are src/stats_table.c's; what both
  * share, and the lock rules, is in src/stats_i.h.
  *
@@ -179,11 +180,6 @@ void stats_read_detach(struct stats_read *rd)
 	rd->detached = true;
 }
 
-bool stats_read_stalled(struct stats_read *rd)
-{
-	return rd->st && (rd->pending || rd->misses || fills_seen(rd, NULL) != rd->fills0);
-}
-
 void stats_read_fetched(struct stats_read *rd, uint64_t bytes)
 {
 	rd->misses++;
@@ -203,8 +199,10 @@ void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t b
 	if (!st)
 		return;
 	atomic_fetch_sub(fill_slot(st, file, idx), 1);
-	if (bytes < 0)
+	if (bytes < 0) {
+		stats_node_add(st, STATS_NODE_BACKEND_ERRORS, 1);
 		return;
+	}
 	v[STATS_MISSES] = 1;
 	v[STATS_BACKEND_BYTES] = (uint64_t)bytes;
 	node_add(st, v);
@@ -212,6 +210,12 @@ void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t b
 		cur_read->misses++;
 		cur_read->backend_bytes += (uint64_t)bytes;
 	}
+}
+
+void stats_node_add(struct stats *st, enum stats_node_field f, uint64_t n)
+{
+	if (st)
+		atomic_fetch_add_explicit(&shard_of(st)->node_only[f], n, memory_order_relaxed);
 }
 
 /*
@@ -267,6 +271,7 @@ void stats_client_open(struct stats *st, pid_t pid, uint32_t uid)
 	if (!st)
 		return;
 	node_add(st, v);
+	stats_node_add(st, STATS_NODE_CLIENT_OPENS, 1);
 	charge_peer(st, pid, uid, NULL, v);
 }
 

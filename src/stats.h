@@ -7,18 +7,22 @@
  *  - read_bytes: bytes delivered to readers: what READ requests returned,
  *    plus what the client library reports it read itself from cache files
  *    the daemon handed it (client_read_bytes, stats_client_account()).
- *    read_requests: READ requests only.  Reads the kernel serves from its
+ *    read_requests: READ requests only, every one the daemon answers from
+ *    a dataset file (fuse/read.c brackets each with stats_read_begin/end),
+ *    failed ones also in read_errors.  Reads the kernel serves from its
  *    page cache (keep_cache) or from a passthrough backing file never reach
  *    the daemon and are not in these.
  *  - files_read: opens through which at least one byte was read, counted
  *    once per open, at its first READ that returned data, or reported by
  *    the client library for its handles.  opens: every open of a regular
  *    file, through the mount or by the client library (stats_client_open).
- *  - cache_hits / cache_misses: chunk level, as cache.c counts them: each
- *    chunk a READ touches is a hit, except the chunks that READ fetched
- *    from the backend itself (misses).  backend_bytes: what those fetches
- *    brought.  Node-wide misses and backend bytes also count fetches made
- *    for nobody's READ (warmup, readahead).
+ *  - cache_hits / cache_misses: chunk level, counted here: each chunk a
+ *    READ touches is a hit (stats_read_end), except the chunks that READ
+ *    fetched from the backend itself (misses).  Node-wide, misses and
+ *    backend_bytes are every successful backend fetch, counted when it
+ *    ends (stats_fetch_end), for a READ or for nobody's (warmup,
+ *    readahead); the node cache's own hits and misses (cache_get_stats)
+ *    are counted apart, in src/cache_read.c and src/cache_fill.c.
  *  - stall_ns: for each READ that waited on data not in the cache yet (it
  *    fetched a chunk, or a chunk it needed was being fetched when it began
  *    or began being fetched while it ran), the READ's whole time in the
@@ -46,6 +50,11 @@
  * worker thread, two clock reads, and an atomic load per chunk touched.
  * No lock is taken, none is shared by all READs.  User and job totals are
  * the sums of their threads', made when a snapshot is taken.
+ *
+ * Node-only counters (enum stats_node_field): figures of the daemon that
+ * no reader is charged and no rate is kept for (failed fetches, OPENs
+ * received, ...), counted on the same shards (stats_node_add()) and read
+ * with the node totals (stats_node_totals(), stats_snap.node_only).
  *
  * Rates: a ticker thread samples every total once a second into a ring of
  * STATS_RING samples; the rate over W seconds is (now - the sample W s
@@ -83,6 +92,19 @@ enum stats_field {
 	STATS_NFIELDS
 };
 
+/*
+ * Counted node-wide only: no reader is charged, no rate is kept.  Each
+ * says who counts it.
+ */
+enum stats_node_field {
+	STATS_NODE_OPEN_REQUESTS,	/* OPENs of dataset files received (fuse/ops.c) */
+	STATS_NODE_CLIENT_OPENS,	/* of STATS_OPENS, the client library's (stats_client_open) */
+	STATS_NODE_BACKEND_ERRORS,	/* backend fetches that failed (stats_fetch_end) */
+	STATS_NODE_PT_REUSED,		/* passthrough opens on a kept backing id (fuse/passthrough.c) */
+	STATS_NODE_LOOKUP_READAHEADS,	/* cache files read ahead at LOOKUP (fuse/ops.c) */
+	STATS_NODE_NFIELDS
+};
+
 enum stats_window { STATS_W1, STATS_W10, STATS_W60, STATS_NWIN };
 
 enum stats_kind { STATS_USER, STATS_JOB, STATS_PROC, STATS_GPU, STATS_NKINDS };
@@ -112,7 +134,7 @@ void stats_destroy(struct stats *st);
 /* Take one per-second sample now and expire gone threads (the ticker's job). */
 void stats_tick(struct stats *st);
 
-/* ---- the read path (fuse/ops.c) ---- */
+/* ---- the read path (fuse/ops.c opens, fuse/read.c READs) ---- */
 
 /* Per-open state, embedded in the open file's handle. */
 struct stats_open {
@@ -171,20 +193,18 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 void stats_read_detach(struct stats_read *rd);
 /* A fetch of @bytes made for @rd's READ by another thread (its miss). */
 void stats_read_fetched(struct stats_read *rd, uint64_t bytes);
-/*
- * Has @rd's READ waited on data not in the cache so far (it fetched a
- * chunk, or a chunk it needs was or is being fetched by anyone)?  What
- * stats_read_end() will count as stall_ns.
- */
-bool stats_read_stalled(struct stats_read *rd);
 
 /*
  * Bracket a backend fetch of chunk @idx of @file (any thread).  A fetch
  * made inside stats_read_begin/end on the same thread is charged to that
- * READ's reader.  @bytes is what the fetch returned (or -errno).
+ * READ's reader.  @bytes is what the fetch returned (or -errno): a success
+ * is a node-wide miss and backend_bytes, a failure STATS_NODE_BACKEND_ERRORS.
  */
 void stats_fetch_begin(struct stats *st, const void *file, uint32_t idx);
 void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t bytes);
+
+/* Add @n to node-only counter @f (a relaxed add on this thread's shard; @st may be NULL). */
+void stats_node_add(struct stats *st, enum stats_node_field f, uint64_t n);
 
 /*
  * Reports of the client library (gpudirect/), made over the control socket
@@ -239,6 +259,7 @@ struct stats_snap {
 	uint64_t uptime_ms;
 	uint64_t untracked_reads;	/* READs no reader could be found for */
 	struct stats_row node;
+	uint64_t node_only[STATS_NODE_NFIELDS];
 	struct stats_row *rows;		/* users, jobs, processes, GPUs, in that order */
 	size_t nrows;
 	size_t nkind[STATS_NKINDS];
@@ -250,6 +271,13 @@ struct stats_snap {
  */
 int stats_snapshot(struct stats *st, struct stats_snap **out);
 void stats_snap_free(struct stats_snap *snap);
+
+/*
+ * The node totals alone, as of now: what a snapshot's node.total and
+ * node_only hold, without the tables, so it cannot fail.  @st NULL: zeros.
+ */
+void stats_node_totals(struct stats *st, uint64_t total[STATS_NFIELDS],
+		       uint64_t node_only[STATS_NODE_NFIELDS]);
 
 extern const unsigned stats_window_s[STATS_NWIN];
 extern const char *const stats_window_name[STATS_NWIN];

@@ -67,6 +67,7 @@ struct table {
 
 struct shard {
 	_Atomic uint64_t c[STATS_NFIELDS];
+	_Atomic uint64_t node_only[STATS_NODE_NFIELDS];
 } __attribute__((aligned(128)));
 
 struct stats {

@@ -60,6 +60,27 @@ static void node_totals(struct stats *st, uint64_t *v)
 			v[i] += atomic_load_explicit(&st->shard[s].c[i], memory_order_relaxed);
 }
 
+static void node_only_totals(struct stats *st, uint64_t *v)
+{
+	memset(v, 0, sizeof(uint64_t) * STATS_NODE_NFIELDS);
+	for (int s = 0; s < NSHARDS; s++)
+		for (int i = 0; i < STATS_NODE_NFIELDS; i++)
+			v[i] += atomic_load_explicit(&st->shard[s].node_only[i],
+						     memory_order_relaxed);
+}
+
+void stats_node_totals(struct stats *st, uint64_t total[STATS_NFIELDS],
+		       uint64_t node_only[STATS_NODE_NFIELDS])
+{
+	if (!st) {
+		memset(total, 0, sizeof(uint64_t) * STATS_NFIELDS);
+		memset(node_only, 0, sizeof(uint64_t) * STATS_NODE_NFIELDS);
+		return;
+	}
+	node_totals(st, total);
+	node_only_totals(st, node_only);
+}
+
 static void ent_load(struct stats_ent *e, uint64_t *v)
 {
 	for (int i = 0; i < STATS_NFIELDS; i++)
@@ -731,6 +752,7 @@ int stats_snapshot(struct stats *st, struct stats_snap **out)
 	s->uptime_ms = stats_ms_of(now - st->start_ns);
 	s->untracked_reads = atomic_load(&st->untracked);
 	node_totals(st, s->node.total);
+	node_only_totals(st, s->node_only);
 	ring_rates(&st->node, now, st->start_ns, s->node.total, s->node.rate);
 	for (int i = 0; i < STATS_NKINDS; i++)
 		for (size_t j = 0; j < n[i]; j++)

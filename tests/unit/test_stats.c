@@ -2,9 +2,10 @@
  * test_stats: the feed-rate counters: the job rule, /proc identification of
  * processes and threads, exact per-user/job/process/GPU accounting (files
  * once per open, chunk hits and misses, stalls on own and others' fetches),
- * folding of gone threads, rates, the JSON and Prometheus renderers (the
- * feed-rate rows and the daemon-wide table of a report), and
- * exact totals under 8 threads hammering one reader while snapshots run.
+ * folding of gone threads, the node-only counters, rates, the JSON and
+ * Prometheus renderers (the feed-rate rows and the daemon-wide table of a
+ * report), and exact totals under 8 threads hammering one reader while
+ * snapshots run.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -313,6 +314,9 @@ static void test_stall_on_others(void **state)
 	s = snap(st);
 	assert_int_equal(s->node.total[STATS_READS], 4);
 	assert_true(s->node.total[STATS_STALL_NS] > 1000000);
+	/* the failed fetch: no miss, a node-only backend error */
+	assert_int_equal(s->node.total[STATS_MISSES], 2);
+	assert_int_equal(s->node_only[STATS_NODE_BACKEND_ERRORS], 1);
 	stats_snap_free(s);
 	stats_open_release(st, &so);
 	stats_destroy(st);
@@ -437,6 +441,7 @@ static void test_client_reports(void **state)
 	assert_int_equal(p->total[STATS_READS], 0);
 	assert_int_equal(p->total[STATS_OPENS], 1);
 	assert_int_equal(s->node.total[STATS_OPENS], 1);
+	assert_int_equal(s->node_only[STATS_NODE_CLIENT_OPENS], 1);
 	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_CLIENT_BYTES], 1024);
 	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_GPU_BYTES], 4096);
 	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_READ_BYTES], 50);
@@ -453,6 +458,70 @@ static void test_client_reports(void **state)
 	assert_int_equal(s->node.total[STATS_GPU_BYTES], 4106);
 	stats_snap_free(s);
 	reap(child);
+	stats_destroy(st);
+}
+
+struct node_adder {
+	struct stats *st;
+	enum stats_node_field f;
+};
+
+static void *node_add_thread(void *arg)
+{
+	struct node_adder *a = arg;
+
+	for (int i = 0; i < 1000; i++)
+		stats_node_add(a->st, a->f, 3);
+	return NULL;
+}
+
+/*
+ * Node-only counters: summed over the shards of many threads, in a
+ * snapshot and in stats_node_totals() alike, charged to no row.
+ */
+static void test_node_only(void **state)
+{
+	struct stats *st = mkstats(0);
+	struct node_adder a[4];
+	pthread_t th[4];
+	uint64_t total[STATS_NFIELDS], node_only[STATS_NODE_NFIELDS];
+	struct stats_snap *s;
+	int file;
+
+	for (int i = 0; i < 4; i++) {
+		a[i] = (struct node_adder){ st, i % 2 ? STATS_NODE_PT_REUSED
+						      : STATS_NODE_LOOKUP_READAHEADS };
+		assert_int_equal(pthread_create(&th[i], NULL, node_add_thread, &a[i]), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	stats_node_add(st, STATS_NODE_OPEN_REQUESTS, 1);
+	stats_fetch_begin(st, &file, 1);
+	stats_fetch_end(st, &file, 1, -EIO);
+	stats_fetch_begin(st, &file, 1);
+	stats_fetch_end(st, &file, 1, 4096);
+	stats_node_add(NULL, STATS_NODE_OPEN_REQUESTS, 1);	/* no counters: nothing */
+
+	s = snap(st);
+	stats_node_totals(st, total, node_only);
+	assert_memory_equal(total, s->node.total, sizeof(total));
+	assert_memory_equal(node_only, s->node_only, sizeof(node_only));
+	assert_int_equal(node_only[STATS_NODE_PT_REUSED], 6000);
+	assert_int_equal(node_only[STATS_NODE_LOOKUP_READAHEADS], 6000);
+	assert_int_equal(node_only[STATS_NODE_OPEN_REQUESTS], 1);
+	assert_int_equal(node_only[STATS_NODE_BACKEND_ERRORS], 1);
+	assert_int_equal(node_only[STATS_NODE_CLIENT_OPENS], 0);
+	assert_int_equal(total[STATS_MISSES], 1);
+	assert_int_equal(total[STATS_BACKEND_BYTES], 4096);
+	assert_int_equal(total[STATS_OPENS], 0);
+	assert_int_equal(s->nrows, 0);
+	stats_snap_free(s);
+
+	stats_node_totals(NULL, total, node_only);
+	for (int i = 0; i < STATS_NFIELDS; i++)
+		assert_int_equal(total[i], 0);
+	for (int i = 0; i < STATS_NODE_NFIELDS; i++)
+		assert_int_equal(node_only[i], 0);
 	stats_destroy(st);
 }
 
@@ -701,6 +770,7 @@ int main(void)
 		cmocka_unit_test(test_stall_on_others),
 		cmocka_unit_test(test_threads_and_gone),
 		cmocka_unit_test(test_client_reports),
+		cmocka_unit_test(test_node_only),
 		cmocka_unit_test(test_render),
 		cmocka_unit_test(test_render_table),
 		cmocka_unit_test(test_concurrent_exact),
