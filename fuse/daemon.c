@@ -6,6 +6,9 @@
 #include "prefetch/prefetch.h"
 #include "stats.h"
 
+#include <stdio.h>
+#include <string.h>
+
 void daemon_fetch_begin(struct sfs *fs, const struct cfile *cf, uint32_t idx)
 {
 	stats_fetch_begin(fs->stats, cf, idx);
@@ -27,7 +30,7 @@ static void pf_fetch_end(void *arg, const struct cfile *cf, uint32_t idx, int re
 	daemon_fetch_end(arg, cf, idx, res);
 }
 
-int daemon_prefetch_start(struct sfs *fs, char *err, size_t errlen)
+int daemon_start(struct sfs *fs, char *err, size_t errlen)
 {
 	const struct sfs_config *c = &fs->cfg;
 	struct pf_opts o = {
@@ -46,12 +49,26 @@ int daemon_prefetch_start(struct sfs *fs, char *err, size_t errlen)
 		.fetch_end = pf_fetch_end,
 		.account_arg = fs,
 	};
+	int ret;
 
-	return pf_sched_create(&o, fs->cache, &fs->pf, err, errlen);
+	ret = stats_create(NULL, &fs->stats);
+	if (ret) {
+		snprintf(err, errlen, "feed-rate counters: %s", strerror(-ret));
+		return ret;
+	}
+	ret = pf_sched_create(&o, fs->cache, &fs->pf, err, errlen);
+	if (ret) {
+		stats_destroy(fs->stats);
+		fs->stats = NULL;
+	}
+	return ret;
 }
 
-void daemon_prefetch_stop(struct sfs *fs)
+void daemon_stop(struct sfs *fs)
 {
+	/* the scheduler's last fills count into fs->stats */
 	pf_sched_destroy(fs->pf);
 	fs->pf = NULL;
+	stats_destroy(fs->stats);
+	fs->stats = NULL;
 }

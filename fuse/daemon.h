@@ -1,9 +1,11 @@
 /*
- * daemon: the daemon's side of prefetch/ and the one place that counts a
- * backend fetch.
+ * daemon: the daemon's counters and its side of prefetch/, and the one
+ * place that counts a backend fetch.
  *
- * daemon_prefetch_start() builds the scheduler of backend fetches
- * (prefetch/prefetch.h) from the prefetch_* settings.  Every backend fetch
+ * daemon_start() makes the feed-rate counters (fs->stats, src/stats.h) and
+ * builds the scheduler of backend fetches (prefetch/prefetch.h) from the
+ * prefetch_* settings; daemon_stop() frees both, last, since everything
+ * else that runs counts into fs->stats.  Every backend fetch
  * of chunk data the daemon makes is counted here, whoever makes it: the
  * scheduler's engine and workers (readers' fetches included, with the
  * engine) through the pf_opts fetch_begin/fetch_end hooks, and a reader's
@@ -19,12 +21,13 @@
 #include "fs.h"
 
 /*
- * Start the scheduler in fs->pf.  Returns 0 or -errno with a message in
- * @err; stopped by daemon_prefetch_stop() after the FUSE loop and the
- * control socket ended.
+ * Make fs->stats, then start the scheduler in fs->pf.  Returns 0 or -errno
+ * with a message in @err (then neither exists).  daemon_stop() destroys
+ * both, after the FUSE loop, the metrics exporters and the control socket
+ * ended.
  */
-int daemon_prefetch_start(struct sfs *fs, char *err, size_t errlen);
-void daemon_prefetch_stop(struct sfs *fs);
+int daemon_start(struct sfs *fs, char *err, size_t errlen);
+void daemon_stop(struct sfs *fs);
 
 /*
  * Around one backend fetch of chunk @idx of cache entry @cf, on the thread

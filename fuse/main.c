@@ -574,7 +574,7 @@ int main(int argc, char **argv)
 			fail("dataset %s: %s", pd->name, err);
 	}
 	cache_set_quota_fn(fs.cache, access_quota_of, &fs);
-	if (daemon_prefetch_start(&fs, err, sizeof(err)))
+	if (daemon_start(&fs, err, sizeof(err)))
 		fail("%s", err);
 
 	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
@@ -690,7 +690,7 @@ int main(int argc, char **argv)
 	noopen_destroy(fs.no);
 	metrics_stop(&fs);
 	ctlsock_stop(&fs);
-	daemon_prefetch_stop(&fs);
+	daemon_stop(&fs);
 	for (uint32_t i = 0; i < fs.nds; i++) {
 		backend_close(fs.ds[i]->be);
 		free(fs.ds[i]->name);

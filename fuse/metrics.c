@@ -365,18 +365,12 @@ int metrics_start(struct sfs *fs, char *err, size_t errlen)
 	struct metrics *m;
 	int ret;
 
-	ret = stats_create(NULL, &fs->stats);
-	if (ret) {
-		snprintf(err, errlen, "feed-rate counters: %s", strerror(-ret));
-		return ret;
-	}
 	if (!fs->cfg.metrics_port && !fs->cfg.metrics_file[0])
 		return 0;
 	m = calloc(1, sizeof(*m));
 	if (!m) {
-		ret = -ENOMEM;
 		snprintf(err, errlen, "metrics: out of memory");
-		goto out_stats;
+		return -ENOMEM;
 	}
 	m->fs = fs;
 	m->lfd = -1;
@@ -437,9 +431,6 @@ out_close_wake:
 	close(m->wake);
 out_free:
 	free(m);
-out_stats:
-	stats_destroy(fs->stats);
-	fs->stats = NULL;
 	return ret;
 }
 
@@ -461,6 +452,4 @@ void metrics_stop(struct sfs *fs)
 		free(m);
 		fs->metrics = NULL;
 	}
-	stats_destroy(fs->stats);
-	fs->stats = NULL;
 }

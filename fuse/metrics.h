@@ -14,10 +14,11 @@
  *                       0640, group metrics_group; removed at unmount so
  *                       that no stale figures are exported
  *
- * Lifetime: metrics_start() creates fs->stats (before any request can
- * arrive) and starts the exporter thread where one is configured;
- * metrics_stop() stops it and frees fs->stats, after the session loop
- * ended and before the cache is destroyed.
+ * Lifetime: metrics_start() starts the exporter threads that are
+ * configured, once the mount answers; metrics_stop() stops them after the
+ * session loop ended and before the scheduler goes (they read its
+ * counters).  fs->stats is not theirs: fuse/daemon.c makes it before the
+ * scheduler and frees it after everything that counts has stopped.
  */
 #ifndef STAGEFS_FUSE_METRICS_H
 #define STAGEFS_FUSE_METRICS_H
@@ -25,8 +26,8 @@
 #include "fs.h"
 
 /*
- * Create fs->stats and start the exporters that fs->cfg asks for.  Returns
- * 0, or -errno with a message in @err (port in use, file not writable).
+ * Start the exporters that fs->cfg asks for.  Returns 0, or -errno with a
+ * message in @err (port in use, file not writable, unknown group).
  */
 int metrics_start(struct sfs *fs, char *err, size_t errlen);
 void metrics_stop(struct sfs *fs);
