@@ -26,6 +26,7 @@
  */
 #include "prefetch_i.h"
 
+#include "htab.h"
 #include "list.h"
 #include "log.h"
 #include "util.h"
@@ -51,8 +52,9 @@ struct pf_session {
 	uint64_t *sizes;		/* bytes of files[i] once queued */
 	/*
 	 * A multimap key -> positions in list order, built once: open
-	 * addressing over uint32_t positions, not htab.h, which would add a
-	 * 16-byte node per position of an epoch of millions of files.
+	 * addressing over uint32_t positions (hashed by htab_hash_u64), not
+	 * htab.h's table, which would add a 16-byte node per position of an
+	 * epoch of millions of files.
 	 */
 	uint32_t *chain;		/* next position of the same key */
 	uint32_t *slots;		/* hash of keys: first position + 1 */
@@ -108,7 +110,7 @@ static void session_free(struct pf_owner *o)
 
 static uint32_t slot_of(const struct pf_session *ss, uint64_t key)
 {
-	return (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & (ss->nslots - 1);
+	return (uint32_t)htab_hash_u64(key) & (ss->nslots - 1);
 }
 
 static int index_build(struct pf_session *ss)
