@@ -16,6 +16,7 @@
 
 #include "fh.h"
 
+#include "htab.h"
 #include "log.h"
 #include "passthrough.h"
 #include "vfiles.h"
@@ -33,12 +34,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#define NO_BUCKETS_MIN	1024	/* power of two; doubles as handles grow */
+#define NO_BUCKETS_MIN	1024	/* doubles as handles grow */
 #define NO_VFILES_MAX	16
 #define NO_PROBE_MS	10000	/* the probe's OPEN must arrive within this */
 
 struct noopen_ent {
-	struct noopen_ent *next;	/* hash chain: protected by no->lock */
+	struct htab_node node;		/* in no->table: protected by no->lock */
 	uint64_t ino;
 	struct fh *fh;
 	uint32_t refs;			/* READs using fh: protected by no->lock */
@@ -72,16 +73,12 @@ struct noopen {
 	_Atomic bool active;
 
 	pthread_mutex_t lock;
-	struct noopen_ent **buckets;	/* protected by lock */
-	size_t nbuckets;		/* protected by lock; power of two */
-	size_t n;			/* protected by lock: handles in the table */
+	struct htab table;		/* protected by lock: handles, by inode */
 
 	pthread_mutex_t vlock;
 	struct vrender vr[NO_VFILES_MAX];	/* protected by vlock */
 	struct timespec vlast;		/* protected by vlock: last mtime given */
 };
-
-_Static_assert((NO_BUCKETS_MIN & (NO_BUCKETS_MIN - 1)) == 0, "power of two");
 
 int noopen_create(struct sfs *fs, struct noopen **out)
 {
@@ -93,12 +90,10 @@ int noopen_create(struct sfs *fs, struct noopen **out)
 		free(no);
 		return -EINVAL;
 	}
-	no->buckets = calloc(NO_BUCKETS_MIN, sizeof(*no->buckets));
-	if (!no->buckets) {
+	if (htab_init(&no->table, NO_BUCKETS_MIN)) {
 		free(no);
 		return -ENOMEM;
 	}
-	no->nbuckets = NO_BUCKETS_MIN;
 	no->fs = fs;
 	no->mode = fs->cfg.no_open;
 	no->probe_efd = -1;
@@ -117,18 +112,15 @@ void noopen_destroy(struct noopen *no)
 		pthread_join(no->probe, NULL);
 	if (no->probe_efd >= 0)
 		close(no->probe_efd);
-	for (size_t i = 0; i < no->nbuckets; i++) {
-		struct noopen_ent *e = no->buckets[i], *next;
+	htab_for_each_safe(&no->table, i, pos, tmp) {
+		struct noopen_ent *e = htab_entry(pos, struct noopen_ent, node);
 
-		for (; e; e = next) {
-			next = e->next;
-			fh_destroy(no->fs, e->fh);
-			free(e);
-		}
+		fh_destroy(no->fs, e->fh);
+		free(e);
 	}
 	for (size_t i = 0; i < NO_VFILES_MAX; i++)
 		free(no->vr[i].data);
-	free(no->buckets);
+	htab_release(&no->table);
 	pthread_mutex_destroy(&no->lock);
 	pthread_mutex_destroy(&no->vlock);
 	free(no);
@@ -342,54 +334,24 @@ out_off:
 
 /* ---- handles for READs without an open ---- */
 
-static size_t bucket_of(const struct noopen *no, uint64_t ino)
+static bool ent_eq(const struct htab_node *n, const void *key)
 {
-	return (size_t)((ino * 0x9e3779b97f4a7c15ULL) >> 32) & (no->nbuckets - 1);
+	return htab_entry(n, struct noopen_ent, node)->ino == *(const uint64_t *)key;
 }
 
 /* no->lock held */
 static struct noopen_ent *ent_find(struct noopen *no, uint64_t ino)
 {
-	for (struct noopen_ent *e = no->buckets[bucket_of(no, ino)]; e; e = e->next)
-		if (e->ino == ino)
-			return e;
-	return NULL;
-}
+	struct htab_node *n = htab_find(&no->table, htab_hash_u64(ino), ent_eq, &ino);
 
-/* Double the buckets once handles outnumber them.  no->lock held. */
-static void table_grow(struct noopen *no)
-{
-	size_t nb = no->nbuckets * 2, old = no->nbuckets;
-	struct noopen_ent **b = calloc(nb, sizeof(*b)), **ob = no->buckets;
-
-	if (!b)
-		return;	/* longer chains, still correct */
-	no->buckets = b;
-	no->nbuckets = nb;
-	for (size_t i = 0; i < old; i++) {
-		struct noopen_ent *e = ob[i], *next;
-
-		for (; e; e = next) {
-			size_t k = bucket_of(no, e->ino);
-
-			next = e->next;
-			e->next = b[k];
-			b[k] = e;
-		}
-	}
-	free(ob);
+	return n ? htab_entry(n, struct noopen_ent, node) : NULL;
 }
 
 /* no->lock held */
 static void ent_unlink(struct noopen *no, struct noopen_ent *e)
 {
-	struct noopen_ent **p = &no->buckets[bucket_of(no, e->ino)];
-
-	while (*p != e)
-		p = &(*p)->next;
-	*p = e->next;
+	htab_del(&no->table, &e->node);
 	e->unlinked = true;
-	no->n--;
 }
 
 int noopen_get(struct noopen *no, uint64_t ino, struct noopen_ent **ent,
@@ -428,11 +390,9 @@ int noopen_get(struct noopen *no, uint64_t ino, struct noopen_ent **ent,
 	}
 	e->ino = ino;
 	e->fh = mine;
-	if (no->n >= no->nbuckets)
-		table_grow(no);
-	e->next = no->buckets[bucket_of(no, ino)];
-	no->buckets[bucket_of(no, ino)] = e;
-	no->n++;
+	/* doubles once handles outnumber buckets; if it cannot, chains grow */
+	(void)htab_reserve(&no->table, no->table.n + 1);
+	htab_add(&no->table, &e->node, htab_hash_u64(ino));
 out_ref:
 	e->refs++;
 	pthread_mutex_unlock(&no->lock);

@@ -29,6 +29,8 @@
  */
 #include "passthrough.h"
 
+#include "htab.h"
+#include "list.h"
 #include "log.h"
 #include "session_io.h"
 #include "stats.h"
@@ -74,7 +76,7 @@ struct fuse_backing_map {
  */
 #define PT_MAX_STACK_DEPTH	1
 
-#define PT_BUCKETS		4096	/* inodes hash: chains stay short */
+#define PT_BUCKETS_MIN		4096	/* inode table; doubles as inodes grow */
 /*
  * Idle backing ids kept.  Each holds an open file of the kernel's (not one
  * of our descriptors), and with it the cache file's inode in memory.
@@ -94,8 +96,8 @@ struct pt_sig {
  * thread that set busy works on outside it (backing_id, sig).
  */
 struct pt_inode {
-	struct pt_inode *next;
-	struct pt_inode *idle_prev, *idle_next;	/* on pt->idle iff idle */
+	struct htab_node node;	/* in pt->inodes */
+	struct list_node idle;	/* on pt->idle iff idle */
 	uint64_t ino;
 	struct cfile *cf;	/* pinned while pt_opens > 0 */
 	int32_t backing_id;	/* > 0 while pt_opens > 0, or idle */
@@ -123,8 +125,8 @@ struct passthrough {
 
 	pthread_mutex_t lock;
 	pthread_cond_t cond;	/* an inode stopped being busy */
-	struct pt_inode *buckets[PT_BUCKETS];	/* protected by lock */
-	struct pt_inode idle;	/* sentinel: idle ids, most recent first; lock */
+	struct htab inodes;	/* protected by lock: struct pt_inode, by ino */
+	struct list_node idle;	/* protected by lock: idle ids, most recent first */
 	uint32_t nidle;		/* protected by lock */
 };
 
@@ -146,6 +148,10 @@ int passthrough_create(struct sfs *fs, struct passthrough **out)
 
 	if (!pt)
 		return -ENOMEM;
+	if (htab_init(&pt->inodes, PT_BUCKETS_MIN)) {
+		free(pt);
+		return -ENOMEM;
+	}
 	pt->fs = fs;
 	pt->mode = fs->cfg.passthrough;
 	pt->fuse_fd = -1;
@@ -153,7 +159,7 @@ int passthrough_create(struct sfs *fs, struct passthrough **out)
 	pt->test_refuse = env && env[0] && strcmp(env, "0");
 	pthread_mutex_init(&pt->lock, NULL);
 	pthread_cond_init(&pt->cond, NULL);
-	pt->idle.idle_next = pt->idle.idle_prev = &pt->idle;
+	list_init(&pt->idle);
 	if (pt->mode != CFG_OFF) {
 		struct session_io_hooks h = { .init_reply = init_reply, .arg = pt };
 		int ret = session_io_register(fs->sio, &h);
@@ -171,17 +177,15 @@ void passthrough_destroy(struct passthrough *pt)
 {
 	if (!pt)
 		return;
-	for (size_t i = 0; i < PT_BUCKETS; i++) {
-		struct pt_inode *e = pt->buckets[i], *next;
+	htab_for_each_safe(&pt->inodes, i, pos, tmp) {
+		struct pt_inode *e = htab_entry(pos, struct pt_inode, node);
 
-		for (; e; e = next) {
-			next = e->next;
-			/* the backing ids go with the /dev/fuse descriptor */
-			if (e->pt_opens)
-				cache_file_unpin(pt->fs->cache, e->cf);
-			free(e);
-		}
+		/* the backing ids go with the /dev/fuse descriptor */
+		if (e->pt_opens)
+			cache_file_unpin(pt->fs->cache, e->cf);
+		free(e);
 	}
+	htab_release(&pt->inodes);
 	pthread_cond_destroy(&pt->cond);
 	pthread_mutex_destroy(&pt->lock);
 	free(pt);
@@ -366,39 +370,35 @@ int passthrough_handshake(struct passthrough *pt, struct fuse_session *se,
 
 /* ---- opens ---- */
 
-static struct pt_inode **bucket(struct passthrough *pt, uint64_t ino)
+static bool inode_eq(const struct htab_node *n, const void *key)
 {
-	return &pt->buckets[(ino * 0x9e3779b97f4a7c15ULL) >> 52];
+	return htab_entry(n, struct pt_inode, node)->ino == *(const uint64_t *)key;
 }
-
-_Static_assert(PT_BUCKETS == 1 << 12, "bucket() takes the top 12 bits");
 
 /* The entry of @ino, created if @create.  pt->lock held. */
 static struct pt_inode *inode_get(struct passthrough *pt, uint64_t ino, bool create)
 {
-	struct pt_inode **b = bucket(pt, ino), *e;
+	uint64_t h = htab_hash_u64(ino);
+	struct htab_node *n = htab_find(&pt->inodes, h, inode_eq, &ino);
+	struct pt_inode *e;
 
-	for (e = *b; e; e = e->next)
-		if (e->ino == ino)
-			return e;
+	if (n)
+		return htab_entry(n, struct pt_inode, node);
 	if (!create || !(e = calloc(1, sizeof(*e))))
 		return NULL;
 	e->ino = ino;
-	e->next = *b;
-	*b = e;
+	/* doubles once inodes outnumber buckets; if it cannot, chains grow */
+	(void)htab_reserve(&pt->inodes, pt->inodes.n + 1);
+	htab_add(&pt->inodes, &e->node, h);
 	return e;
 }
 
 /* Free @e once nothing refers to it.  pt->lock held. */
 static void inode_maybe_free(struct passthrough *pt, struct pt_inode *e)
 {
-	struct pt_inode **p;
-
 	if (e->pt_opens || e->daemon_opens || e->busy || e->backing_id > 0)
 		return;
-	for (p = bucket(pt, e->ino); *p != e; p = &(*p)->next)
-		;
-	*p = e->next;
+	htab_del(&pt->inodes, &e->node);
 	free(e);
 }
 
@@ -474,9 +474,7 @@ static bool backing_reusable(struct passthrough *pt, struct pt_inode *e,
 
 static void idle_unlink(struct passthrough *pt, struct pt_inode *e)
 {
-	e->idle_prev->idle_next = e->idle_next;
-	e->idle_next->idle_prev = e->idle_prev;
-	e->idle_prev = e->idle_next = NULL;
+	list_del(&e->idle);
 	pt->nidle--;
 }
 
@@ -563,7 +561,7 @@ out_passthrough:
 static void idle_trim(struct passthrough *pt, int32_t *ids, size_t *n, size_t cap)
 {
 	while (pt->nidle > PT_IDLE_MAX && *n < cap) {
-		struct pt_inode *e = pt->idle.idle_prev;
+		struct pt_inode *e = list_entry(list_last(&pt->idle), struct pt_inode, idle);
 
 		idle_unlink(pt, e);
 		ids[(*n)++] = e->backing_id;
@@ -601,10 +599,7 @@ void passthrough_release(struct passthrough *pt, uint64_t ino, bool was_passthro
 			e->backing_id = 0;
 			e->forgotten = false;
 		} else {
-			e->idle_next = pt->idle.idle_next;
-			e->idle_prev = &pt->idle;
-			pt->idle.idle_next->idle_prev = e;
-			pt->idle.idle_next = e;
+			list_add(&pt->idle, &e->idle);
 			pt->nidle++;
 			idle_trim(pt, ids, &n, 1);
 		}

@@ -25,6 +25,7 @@
 #endif
 
 #include "ctlproto.h"
+#include "list.h"
 #include "log.h"
 #include "procinfo.h"
 #include "util.h"
@@ -36,7 +37,7 @@
 
 /* One control connection (docs/control.md). */
 struct ctlc_conn {
-	struct ctlc_conn *next;		/* m->conns: protected by m->lock */
+	struct list_node node;		/* in m->conns: protected by m->lock */
 	struct ctlc_mount *m;
 	int fd;
 	pid_t pid;			/* the process that connected */
@@ -50,14 +51,14 @@ struct ctlc_conn {
 
 /* A stagefs mount this process reads from. */
 struct ctlc_mount {
-	struct ctlc_mount *next;		/* g_mounts: protected by g_lock */
+	struct list_node node;		/* in g_mounts: protected by g_lock */
 	char root[PATH_MAX];
 	pthread_mutex_t lock;
 	pthread_cond_t idle;		/* a connection became idle or was opened */
 	/* the rest is protected by lock */
 	char sock[108];			/* the socket's path; "" until found, then fixed */
 	uint64_t sock_retry_ms;		/* none found: look again after this */
-	struct ctlc_conn *conns;
+	struct list_node conns;		/* struct ctlc_conn, newest first */
 	unsigned nconns, opening;
 	unsigned handles;		/* open handles of this mount */
 	bool no_cache_fd;		/* an older daemon */
@@ -68,7 +69,8 @@ struct ctlc_mount {
 
 static _Atomic uint64_t g_reports, g_report_errors;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ctlc_mount *g_mounts;	/* protected by g_lock; never freed */
+/* protected by g_lock; never freed, added at the head only */
+static struct list_node g_mounts = LIST_INIT(g_mounts);
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
 #ifdef CONFIG_HAVE_CUDA
@@ -78,14 +80,14 @@ static char g_pci[SFS_MAX_DEVICES][16];	/* PCI address of device n; protected by
 static void atfork_prepare(void)
 {
 	pthread_mutex_lock(&g_lock);
-	for (struct ctlc_mount *m = g_mounts; m; m = m->next)
-		pthread_mutex_lock(&m->lock);
+	list_for_each(pos, &g_mounts)
+		pthread_mutex_lock(&list_entry(pos, struct ctlc_mount, node)->lock);
 }
 
 static void atfork_release(void)
 {
-	for (struct ctlc_mount *m = g_mounts; m; m = m->next)
-		pthread_mutex_unlock(&m->lock);
+	list_for_each(pos, &g_mounts)
+		pthread_mutex_unlock(&list_entry(pos, struct ctlc_mount, node)->lock);
 	pthread_mutex_unlock(&g_lock);
 }
 
@@ -95,7 +97,9 @@ static void atfork_release(void)
  */
 static void atfork_child(void)
 {
-	for (struct ctlc_mount *m = g_mounts; m; m = m->next) {
+	list_for_each(pos, &g_mounts) {
+		struct ctlc_mount *m = list_entry(pos, struct ctlc_mount, node);
+
 		m->opening = 0;
 		m->client_bytes = m->client_files = 0;
 		memset(m->gpu_bytes, 0, sizeof(m->gpu_bytes));
@@ -111,19 +115,24 @@ static void atfork_register(void)
 
 struct ctlc_mount *ctlc_mount_get(const char *root)
 {
-	struct ctlc_mount *m;
+	struct ctlc_mount *m = NULL;
 
 	pthread_once(&atfork_once, atfork_register);
 	pthread_mutex_lock(&g_lock);
-	for (m = g_mounts; m; m = m->next)
-		if (!strcmp(m->root, root))
+	list_for_each(pos, &g_mounts) {
+		struct ctlc_mount *o = list_entry(pos, struct ctlc_mount, node);
+
+		if (!strcmp(o->root, root)) {
+			m = o;
 			break;
+		}
+	}
 	if (!m && strlen(root) < sizeof(m->root) && (m = calloc(1, sizeof(*m)))) {
 		strcpy(m->root, root);
 		pthread_mutex_init(&m->lock, NULL);
 		pthread_cond_init(&m->idle, NULL);
-		m->next = g_mounts;
-		g_mounts = m;
+		list_init(&m->conns);
+		list_add(&g_mounts, &m->node);
 	}
 	pthread_mutex_unlock(&g_lock);
 	return m;
@@ -160,15 +169,13 @@ static void conn_free(struct ctlc_conn *c)
 	free(c);
 }
 
+/* Take @c off @m's list if it is on it.  m->lock held. */
 static void conn_unlink_locked(struct ctlc_mount *m, struct ctlc_conn *c)
 {
-	for (struct ctlc_conn **pp = &m->conns; *pp; pp = &(*pp)->next) {
-		if (*pp == c) {
-			*pp = c->next;
-			m->nconns--;
-			return;
-		}
-	}
+	if (!list_linked(&c->node))
+		return;
+	list_del(&c->node);
+	m->nconns--;
 }
 
 /* Close and free @c if it is broken and nobody uses it.  m->lock held. */
@@ -190,10 +197,10 @@ static void conn_maybe_free_locked(struct ctlc_mount *m, struct ctlc_conn *c)
 static void mount_reap_locked(struct ctlc_mount *m)
 {
 	pid_t me = getpid();
-	struct ctlc_conn *c = m->conns, *next;
 
-	for (; c; c = next) {
-		next = c->next;
+	list_for_each_safe(pos, tmp, &m->conns) {
+		struct ctlc_conn *c = list_entry(pos, struct ctlc_conn, node);
+
 		if (c->pid != me) {
 			atomic_store(&c->dead, true);
 			conn_unlink_locked(m, c);
@@ -254,12 +261,17 @@ static int conn_acquire(struct ctlc_mount *m, bool wait, struct ctlc_conn **out)
 		unsigned live = 0;
 
 		mount_reap_locked(m);
-		for (c = m->conns; c; c = c->next) {
-			if (atomic_load(&c->dead))
+		c = NULL;
+		list_for_each(pos, &m->conns) {
+			struct ctlc_conn *o = list_entry(pos, struct ctlc_conn, node);
+
+			if (atomic_load(&o->dead))
 				continue;	/* kept for the pins of its handles only */
 			live++;
-			if (!c->busy)
+			if (!o->busy) {
+				c = o;
 				break;
+			}
 		}
 		if (c) {
 			c->busy = true;
@@ -282,8 +294,7 @@ static int conn_acquire(struct ctlc_mount *m, bool wait, struct ctlc_conn **out)
 	m->opening--;
 	if (c) {
 		c->busy = true;
-		c->next = m->conns;
-		m->conns = c;
+		list_add(&m->conns, &c->node);
 		m->nconns++;
 	}
 	pthread_cond_broadcast(&m->idle);
@@ -604,13 +615,14 @@ void ctlc_mount_report(struct ctlc_mount *m, bool force)
 /* At exit (and dlclose): what is left to report goes out. */
 __attribute__((destructor)) static void report_at_exit(void)
 {
-	struct ctlc_mount *m;
+	struct list_node *first;
 
 	pthread_mutex_lock(&g_lock);
-	m = g_mounts;
+	first = g_mounts.next;
 	pthread_mutex_unlock(&g_lock);
-	for (; m; m = m->next)	/* the list only grows at its head */
-		ctlc_mount_report(m, true);
+	/* the list only grows at its head: from @first on, nodes and links are fixed */
+	for (struct list_node *pos = first; pos != &g_mounts; pos = pos->next)
+		ctlc_mount_report(list_entry(pos, struct ctlc_mount, node), true);
 }
 
 void ctlc_note_pci(int device)

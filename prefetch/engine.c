@@ -69,6 +69,7 @@
 #include "prefetch_i.h"
 
 #include "bufpool.h"
+#include "list.h"
 #include "log.h"
 #include "util.h"
 
@@ -105,12 +106,12 @@ enum stage {
 };
 
 struct fill {
-	struct fill *next, *prev;	/* e->fills */
-	struct fill *qnext;		/* e->inbox or e->held */
+	struct list_node node;		/* in e->fills */
+	struct list_node qnode;		/* in e->inbox, e->held or e->wq (by stage) */
 	struct pf_engine *e;
 	struct pf_file *f;		/* reference */
 	struct pf_req *req;		/* the background request served, or NULL */
-	struct pf_want *wants;		/* readers waiting for it */
+	struct list_node wants;		/* readers waiting for it: pf_want.node */
 	uint32_t idx, uid;
 	int prio;			/* BK_* */
 	enum stage stage;
@@ -146,20 +147,20 @@ struct pf_engine {
 	bool registered;		/* the pool's region is a fixed buffer */
 
 	pthread_mutex_t lock;
-	struct fill *inbox;		/* protected by lock: fills handed back */
-	struct pf_want *wants_in;	/* protected by lock: readers' wants */
+	struct list_node inbox;		/* protected by lock: fills handed back */
+	struct list_node wants_in;	/* protected by lock: readers' wants */
 	bool stop;			/* protected by lock */
 	_Atomic bool poked;		/* the eventfd was written since the last drain */
 	_Atomic int nobuf;		/* fills waiting for a buffer */
 
 	/* the engine thread's own */
-	struct fill fills;		/* sentinel of every fill alive */
+	struct list_node fills;		/* every fill alive, newest first */
 	uint32_t nfills, ndemand;
 	uint32_t pool_fills;		/* fills holding a buffer of the region */
 	uint32_t outside_fills;		/* fills holding one malloc'ed outside it */
 	uint32_t writing;		/* fills in FS_WRITE */
-	struct fill *wq, *wq_tail;	/* FS_WRITEQ, oldest first */
-	struct fill *held, *held_tail;	/* throttled or without a buffer */
+	struct list_node wq;		/* FS_WRITEQ, oldest first */
+	struct list_node held;		/* throttled or without a buffer, oldest first */
 	bool stopping;
 	bool direct_ok;			/* O_DIRECT transfers not refused */
 	bool again;			/* the inbox got work from this thread */
@@ -185,8 +186,7 @@ static void poke(struct pf_engine *e)
 static void inbox_push(struct pf_engine *e, struct fill *fl)
 {
 	pthread_mutex_lock(&e->lock);
-	fl->qnext = e->inbox;
-	e->inbox = fl;
+	list_add_tail(&e->inbox, &fl->qnode);
 	pthread_mutex_unlock(&e->lock);
 	if (on_engine)
 		e->again = true;
@@ -303,10 +303,8 @@ static struct fill *fill_new(struct pf_engine *e, struct pf_file *f, uint32_t id
 	set_prio(e, fl, prio);
 	fl->src_fd = -1;
 	fl->waiter.fn = waiter_fn;
-	fl->next = e->fills.next;
-	fl->prev = &e->fills;
-	e->fills.next->prev = fl;
-	e->fills.next = fl;
+	list_init(&fl->wants);
+	list_add(&e->fills, &fl->node);
 	e->nfills++;
 	atomic_store(&e->st_inflight, e->nfills);
 	if (e->nfills > atomic_load(&e->st_max))
@@ -325,12 +323,7 @@ static void fill_count_buf(struct pf_engine *e, struct fill *fl, int d)
 
 static void held_add(struct pf_engine *e, struct fill *fl)
 {
-	fl->qnext = NULL;
-	if (e->held_tail)
-		e->held_tail->qnext = fl;
-	else
-		e->held = fl;
-	e->held_tail = fl;
+	list_add_tail(&e->held, &fl->qnode);
 	if (fl->stage == FS_NOBUF)
 		atomic_fetch_add(&e->nobuf, 1);
 }
@@ -356,15 +349,15 @@ static void want_serve(struct pf_engine *e, struct pf_want *w, struct bufpool_bu
 static void fill_serve(struct pf_engine *e, struct fill *fl)
 {
 	size_t len = backend_chunk_len(fl->f->attr.size, fl->f->be->chunk_size, fl->idx);
-	struct pf_want *w;
+	struct list_node *n;
 
 	if (fl->served)
 		return;
 	fl->served = true;
 	bufpool_publish(e->pool, fl->buf, &fl->f->attr.content, fl->idx, len);
-	while ((w = fl->wants)) {
-		fl->wants = w->next;
-		w->next = NULL;
+	while ((n = list_pop(&fl->wants))) {
+		struct pf_want *w = list_entry(n, struct pf_want, node);
+
 		want_serve(e, w, fl->buf, len, w->origin && fl->fetched);
 	}
 	/*
@@ -387,24 +380,21 @@ static void fill_serve(struct pf_engine *e, struct fill *fl)
  */
 static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 {
-	struct pf_want *w, *retry = NULL;
+	struct list_node retry, *n;
 
+	list_init(&retry);
 	if (bytes)
 		fill_serve(e, fl);
-	w = fl->wants;
-	while (w) {
-		struct pf_want *next = w->next;
+	while ((n = list_pop(&fl->wants))) {
+		struct pf_want *w = list_entry(n, struct pf_want, node);
 
-		w->next = NULL;
 		if (!w->origin && !w->retried && !e->stopping) {
 			w->retried = true;
-			w->next = retry;
-			retry = w;
+			list_add(&retry, n);
 		} else {
 			w->res = res < 0 ? res : -EIO;
 			w->done(w);
 		}
-		w = next;
 	}
 	if (fl->req)
 		pf_sched_finish(e->s, fl->req, res);
@@ -416,17 +406,13 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	bufpool_put(e->pool, fl->buf);
 	if (atomic_load(&e->nobuf))
 		e->again = true;	/* a fill waiting may have a buffer now */
-	fl->prev->next = fl->next;
-	fl->next->prev = fl->prev;
+	list_del(&fl->node);
 	e->nfills--;
 	atomic_store(&e->st_inflight, e->nfills);
 	pf_file_put(fl->f);
 	free(fl);
-	while (retry) {
-		w = retry;
-		retry = w->next;
-		want_start(e, w);
-	}
+	while ((n = list_pop(&retry)))
+		want_start(e, list_entry(n, struct pf_want, node));
 }
 
 /* The claim is given up: the chunk is left as it was for others. */
@@ -489,11 +475,8 @@ static void write_done(struct pf_engine *e, struct fill *fl)
 	fill_end(e, fl, st == CACHE_STORED ? PF_FETCHED : -ENOSPC, true);
 	/* its write slot goes to the oldest write waiting */
 	e->writing--;
-	if (e->wq) {
-		fl = e->wq;
-		e->wq = fl->qnext;
-		if (!e->wq)
-			e->wq_tail = NULL;
+	if (!list_empty(&e->wq)) {
+		fl = list_entry(list_pop(&e->wq), struct fill, qnode);
 		e->writing++;
 		start_write(e, fl);
 	}
@@ -511,12 +494,7 @@ static void queue_write(struct pf_engine *e, struct fill *fl)
 		return;
 	}
 	fl->stage = FS_WRITEQ;
-	fl->qnext = NULL;
-	if (e->wq_tail)
-		e->wq_tail->qnext = fl;
-	else
-		e->wq = fl;
-	e->wq_tail = fl;
+	list_add_tail(&e->wq, &fl->qnode);
 }
 
 /* The backend read ended: @res bytes, or -errno; @hash if it checked one. */
@@ -670,12 +648,12 @@ static void fill_go(struct pf_engine *e, struct fill *fl)
 		 * size) always takes one outside: at most ENG_MAX_OUTSIDE
 		 * background fills at once do.
 		 */
-		if (!bufpool_fits(e->pool, fl->claim.len) && !fl->wants &&
+		if (!bufpool_fits(e->pool, fl->claim.len) && list_empty(&fl->wants) &&
 		    e->outside_fills >= ENG_MAX_OUTSIDE)
 			fl->buf = NULL;	/* prefetch_buffers is below the chunk size */
 		else
 			fl->buf = bufpool_get(e->pool, fl->claim.len,
-					      fl->wants && !e->pool_fills);
+					      !list_empty(&fl->wants) && !e->pool_fills);
 		if (fl->buf)
 			fill_count_buf(e, fl, 1);
 		if (!fl->buf) {
@@ -728,7 +706,7 @@ static void read_present(struct pf_engine *e, struct fill *fl)
 
 static bool unwanted(struct pf_engine *e, struct fill *fl)
 {
-	return !fl->wants &&
+	return list_empty(&fl->wants) &&
 	       (e->stopping || (fl->req && atomic_load(&fl->req->o->cancelled)));
 }
 
@@ -745,7 +723,7 @@ static void fill_claim(struct pf_engine *e, struct fill *fl)
 			     &fl->claim, &fl->waiter);
 	switch (r) {
 	case CACHE_HIT:
-		if (fl->wants)
+		if (!list_empty(&fl->wants))
 			read_present(e, fl);
 		else
 			fill_end(e, fl, PF_PRESENT, false);
@@ -768,9 +746,12 @@ static void fill_claim(struct pf_engine *e, struct fill *fl)
 
 static struct fill *fill_find(struct pf_engine *e, const struct cfile *cf, uint32_t idx)
 {
-	for (struct fill *fl = e->fills.next; fl != &e->fills; fl = fl->next)
+	list_for_each(pos, &e->fills) {
+		struct fill *fl = list_entry(pos, struct fill, node);
+
 		if (fl->idx == idx && fl->f->cf == cf)
 			return fl;
+	}
 	return NULL;
 }
 
@@ -800,8 +781,7 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 	if (fl) {
 		/* one fill however many ask; a reader waits: it goes first now */
 		w->origin = false;
-		w->next = fl->wants;
-		fl->wants = w;
+		list_add(&fl->wants, &w->node);
 		set_prio(e, fl, BK_DEMAND);
 		if (fl->stage == FS_THROTTLED)
 			fl->wait_until = 0;	/* may borrow now */
@@ -821,8 +801,7 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 		return;
 	}
 	w->origin = true;
-	w->next = NULL;
-	fl->wants = w;
+	list_add(&fl->wants, &w->node);
 	fill_claim(e, fl);
 }
 
@@ -849,66 +828,45 @@ static void inbox_fill(struct pf_engine *e, struct fill *fl)
 /* Take what other threads (and this one, meanwhile) queued and handle it. */
 static void drain(struct pf_engine *e)
 {
-	struct fill *fills, *rf = NULL;
-	struct pf_want *wants, *rw = NULL;
+	struct list_node fills, wants, *n;
 	bool stop;
 
+	list_init(&fills);
+	list_init(&wants);
 	atomic_store(&e->poked, false);
 	pthread_mutex_lock(&e->lock);
-	fills = e->inbox;
-	wants = e->wants_in;
-	e->inbox = NULL;
-	e->wants_in = NULL;
+	list_splice_tail(&fills, &e->inbox);
+	list_splice_tail(&wants, &e->wants_in);
 	stop = e->stop;
 	pthread_mutex_unlock(&e->lock);
 	if (stop && !e->stopping) {
 		e->stopping = true;
 		/* fills waiting on another filler stop waiting */
-		for (struct fill *fl = e->fills.next, *next; fl != &e->fills; fl = next) {
-			next = fl->next;
-			if (fl->stage == FS_WAIT && !fl->wants &&
+		list_for_each_safe(pos, tmp, &e->fills) {
+			struct fill *fl = list_entry(pos, struct fill, node);
+
+			if (fl->stage == FS_WAIT && list_empty(&fl->wants) &&
 			    cache_waiter_cancel(e->c, &fl->waiter))
 				fill_end(e, fl, -ECANCELED, false);
 		}
 	}
-	/* oldest first */
-	while (fills) {
-		struct fill *n = fills->qnext;
-
-		fills->qnext = rf;
-		rf = fills;
-		fills = n;
-	}
-	while (wants) {
-		struct pf_want *n = wants->next;
-
-		wants->next = rw;
-		rw = wants;
-		wants = n;
-	}
-	while (rw) {
-		struct pf_want *n = rw->next;
-
-		want_start(e, rw);
-		rw = n;
-	}
-	while (rf) {
-		struct fill *n = rf->qnext;
-
-		inbox_fill(e, rf);
-		rf = n;
-	}
+	/* oldest first; each taken off before it is handled (it may queue again) */
+	while ((n = list_pop(&wants)))
+		want_start(e, list_entry(n, struct pf_want, node));
+	while ((n = list_pop(&fills)))
+		inbox_fill(e, list_entry(n, struct fill, qnode));
 }
 
 /* Retry the fills waiting for tokens or a buffer. */
 static void retry_held(struct pf_engine *e)
 {
-	struct fill *fl = e->held;
+	struct list_node held, *n;
 	uint64_t now = now_ns();
 
-	e->held = e->held_tail = NULL;
-	while (fl) {
-		struct fill *n = fl->qnext;
+	list_init(&held);
+	list_splice_tail(&held, &e->held);	/* those still waiting queue again */
+	while ((n = list_pop(&held))) {
+		struct fill *fl = list_entry(n, struct fill, qnode);
 
 		if (fl->stage == FS_NOBUF)
 			atomic_fetch_sub(&e->nobuf, 1);
@@ -918,7 +876,6 @@ static void retry_held(struct pf_engine *e)
 			held_add(e, fl);
 		else
 			fill_go(e, fl);
-		fl = n;
 	}
 }
 
@@ -927,9 +884,12 @@ static uint64_t held_wait(struct pf_engine *e)
 {
 	uint64_t now = now_ns(), next = UINT64_MAX;
 
-	for (struct fill *fl = e->held; fl; fl = fl->qnext)
+	list_for_each(pos, &e->held) {
+		struct fill *fl = list_entry(pos, struct fill, qnode);
+
 		if (fl->stage == FS_THROTTLED)
 			next = MIN(next, fl->wait_until > now ? fl->wait_until - now : 1);
+	}
 	return next;
 }
 
@@ -1083,8 +1043,7 @@ int pf_want_submit(struct pf_sched *s, struct pf_want **w, size_t n)
 		w[i]->buf = NULL;
 		w[i]->data = NULL;
 		w[i]->fetched = w[i]->origin = w[i]->retried = false;
-		w[i]->next = e->wants_in;
-		e->wants_in = w[i];
+		list_add_tail(&e->wants_in, &w[i]->node);
 	}
 	pthread_mutex_unlock(&e->lock);
 	poke(e);
@@ -1138,7 +1097,11 @@ int pf_engine_create(struct pf_sched *s, struct cache *c, const struct pf_opts *
 	e->c = c;
 	e->o = *o;
 	e->direct_ok = true;
-	e->fills.next = e->fills.prev = &e->fills;
+	list_init(&e->fills);
+	list_init(&e->inbox);
+	list_init(&e->wants_in);
+	list_init(&e->wq);
+	list_init(&e->held);
 	pthread_mutex_init(&e->lock, NULL);
 	e->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (e->efd < 0) {

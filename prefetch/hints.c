@@ -26,6 +26,8 @@
  */
 #include "prefetch_i.h"
 
+#include "htab.h"
+#include "list.h"
 #include "log.h"
 #include "util.h"
 
@@ -42,12 +44,18 @@
 
 struct pf_session {
 	struct pf_owner o;
-	struct pf_session *next;	/* protected by h->lock */
+	struct list_node node;		/* in h->sessions: protected by h->lock */
 	uint64_t id;
 	struct pf_hint_opts opts;
 	struct pf_hint_file *files;
 	uint32_t n;
 	uint64_t *sizes;		/* bytes of files[i] once queued */
+	/*
+	 * A multimap key -> positions in list order, built once: open
+	 * addressing over uint32_t positions (hashed by htab_hash_u64), not
+	 * htab.h's table, which would add a 16-byte node per position of an
+	 * epoch of millions of files.
+	 */
 	uint32_t *chain;		/* next position of the same key */
 	uint32_t *slots;		/* hash of keys: first position + 1 */
 	uint32_t nslots;
@@ -59,7 +67,7 @@ struct pf_session {
 struct pf_hints {
 	struct pf_sched *s;
 	pthread_mutex_t lock;
-	struct pf_session *list;	/* protected by lock */
+	struct list_node sessions;	/* protected by lock: newest first */
 	uint64_t next_id;		/* protected by lock */
 	_Atomic uint64_t count;
 };
@@ -72,6 +80,7 @@ struct pf_hints *pf_hints_create(struct pf_sched *s)
 		return NULL;
 	h->s = s;
 	h->next_id = 1;
+	list_init(&h->sessions);
 	pthread_mutex_init(&h->lock, NULL);
 	return h;
 }
@@ -101,7 +110,7 @@ static void session_free(struct pf_owner *o)
 
 static uint32_t slot_of(const struct pf_session *ss, uint64_t key)
 {
-	return (uint32_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & (ss->nslots - 1);
+	return (uint32_t)htab_hash_u64(key) & (ss->nslots - 1);
 }
 
 static int index_build(struct pf_session *ss)
@@ -196,11 +205,9 @@ static void advance(struct pf_session *ss, uint32_t to)
 }
 
 /* Unlink @ss (under h->lock), cancel what it queued, drop the list's ref. */
-static void session_end_locked(struct pf_hints *h, struct pf_session **pp)
+static void session_end_locked(struct pf_hints *h, struct pf_session *ss)
 {
-	struct pf_session *ss = *pp;
-
-	*pp = ss->next;
+	list_del(&ss->node);
 	atomic_fetch_sub(&h->count, 1);
 	pf_cancel(h->s, &ss->o);
 	pf_owner_put(&ss->o);
@@ -242,17 +249,16 @@ int pf_hint_start(struct pf_sched *s, const struct pf_hint_opts *o,
 	ss->last_ms = now;
 
 	pthread_mutex_lock(&h->lock);
-	for (struct pf_session **pp = &h->list; *pp;) {
-		struct pf_session *old = *pp;
+	list_for_each_safe(pos, tmp, &h->sessions) {
+		struct pf_session *old = list_entry(pos, struct pf_session, node);
 
 		if ((old->opts.uid == o->uid && old->opts.scope == o->scope &&
 		     old->opts.scope_id == o->scope_id) ||
 		    now - old->last_ms > SESSION_IDLE_MS) {
-			session_end_locked(h, pp);
+			session_end_locked(h, old);
 			continue;
 		}
 		live++;
-		pp = &old->next;
 	}
 	if (live >= MAX_SESSIONS) {
 		pthread_mutex_unlock(&h->lock);
@@ -260,8 +266,7 @@ int pf_hint_start(struct pf_sched *s, const struct pf_hint_opts *o,
 		return -EAGAIN;
 	}
 	ss->id = h->next_id++;
-	ss->next = h->list;
-	h->list = ss;
+	list_add(&h->sessions, &ss->node);
 	atomic_fetch_add(&h->count, 1);
 	fill_window(h, ss);
 	*id = ss->id;
@@ -277,14 +282,16 @@ int pf_hint_end(struct pf_sched *s, uint64_t id, uint32_t uid)
 	int ret = -ENOENT;
 
 	pthread_mutex_lock(&h->lock);
-	for (struct pf_session **pp = &h->list; *pp; pp = &(*pp)->next) {
-		if ((*pp)->id != id)
+	list_for_each(pos, &h->sessions) {
+		struct pf_session *ss = list_entry(pos, struct pf_session, node);
+
+		if (ss->id != id)
 			continue;
-		if (uid && (*pp)->opts.uid != uid) {
+		if (uid && ss->opts.uid != uid) {
 			ret = -EPERM;
 			break;
 		}
-		session_end_locked(h, pp);
+		session_end_locked(h, ss);
 		ret = 0;
 		break;
 	}
@@ -300,38 +307,36 @@ void pf_hint_open(struct pf_sched *s, uint64_t key, uint32_t uid, pid_t pid)
 	if (!s || !(h = pf_sched_hints(s)) || !atomic_load(&h->count))
 		return;
 	pthread_mutex_lock(&h->lock);
-	for (struct pf_session **pp = &h->list; *pp;) {
-		struct pf_session *ss = *pp;
+	list_for_each_safe(node, tmp, &h->sessions) {
+		struct pf_session *ss = list_entry(node, struct pf_session, node);
 		uint32_t pos, reach;
 
 		if (ss->opts.uid != uid)
-			goto next;
+			continue;
 		if (ss->opts.scope == PF_SCOPE_SID) {
 			if (sid == -2)
 				sid = getsid(pid);
 			if (sid != ss->opts.scope_id)
-				goto next;
+				continue;
 		} else if (ss->opts.scope == PF_SCOPE_PGID) {
 			if (pgid == -2)
 				pgid = getpgid(pid);
 			if (pgid != ss->opts.scope_id)
-				goto next;
+				continue;
 		}
 		pos = find_pos(ss, key);
 		reach = MAX(4 * ss->opts.window, 1024u);
 		if (pos == NO_POS || pos - ss->cursor >= reach)
-			goto next;
+			continue;
 		advance(ss, pos + 1);
 		ss->last_ms = now_ms();
 		if (ss->cursor >= ss->n) {
 			log_info("hint session %" PRIu64 ": the reader passed its last file",
 				 ss->id);
-			session_end_locked(h, pp);
+			session_end_locked(h, ss);
 			continue;
 		}
 		fill_window(h, ss);
-next:
-		pp = &ss->next;
 	}
 	pthread_mutex_unlock(&h->lock);
 }
@@ -339,8 +344,8 @@ next:
 void pf_hints_destroy(struct pf_hints *h)
 {
 	pthread_mutex_lock(&h->lock);
-	while (h->list)
-		session_end_locked(h, &h->list);
+	list_for_each_safe(pos, tmp, &h->sessions)
+		session_end_locked(h, list_entry(pos, struct pf_session, node));
 	pthread_mutex_unlock(&h->lock);
 	pthread_mutex_destroy(&h->lock);
 	free(h);

@@ -51,6 +51,7 @@
 #include "backend.h"
 #include "cache.h"
 #include "cred.h"
+#include "list.h"
 
 struct pf_sched;
 
@@ -146,7 +147,7 @@ struct pf_want {
 	size_t len;
 	bool fetched;			/* its fill read the backend: this READ's miss */
 	/* the engine's */
-	struct pf_want *next;
+	struct list_node node;		/* on the engine's inbox or a fill's wants */
 	void *buf;
 	bool origin;			/* its fill was started for it */
 	bool retried;

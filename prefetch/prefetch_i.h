@@ -31,6 +31,8 @@
 
 #include "prefetch.h"
 
+#include "list.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -85,7 +87,7 @@ struct pf_file {
 struct pf_user;
 
 struct pf_req {
-	struct pf_req *next;
+	struct list_node qnode;	/* in its user's FIFO until picked (sched.c) */
 	struct pf_file *f;
 	struct pf_owner *o;
 	struct pf_user *u;	/* set when picked: whose in-flight count */

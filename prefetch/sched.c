@@ -41,7 +41,7 @@ struct pf_user {
 	uint32_t weight;
 	uint32_t inflight;			/* background fetches now */
 	uint32_t credit[PF_NCLASS];		/* picks left in this turn */
-	struct pf_req *head[PF_NCLASS], *tail[PF_NCLASS];
+	struct list_node q[PF_NCLASS];		/* FIFO of struct pf_req, by qnode */
 };
 
 struct pf_weight {
@@ -55,7 +55,12 @@ struct pf_sched {
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;		/* a request was queued or a slot freed */
-	struct pf_user **users;		/* protected by lock; never shrinks */
+	/*
+	 * Protected by lock; never shrinks.  An array, not htab.h: one entry
+	 * per uid that ever queued (a handful), and the round robin walks it
+	 * in index order at every pick anyway.
+	 */
+	struct pf_user **users;
 	size_t nusers, users_cap;	/* protected by lock */
 	size_t rr[PF_NCLASS];		/* protected by lock: next user to serve */
 	uint64_t queued;		/* protected by lock */
@@ -69,7 +74,7 @@ struct pf_sched {
 	pthread_t *workers;
 	uint32_t nworkers;
 
-	struct pf_weight *wt;
+	struct pf_weight *wt;		/* prefetch_weights, as written: a few */
 	size_t nwt;
 
 	pthread_mutex_t blk;		/* the token bucket */
@@ -270,8 +275,10 @@ static struct pf_user *user_get_locked(struct pf_sched *s, uint32_t uid)
 		return NULL;
 	u->uid = uid;
 	u->weight = weight_of(s, uid);
-	for (int c = 0; c < PF_NCLASS; c++)
+	for (int c = 0; c < PF_NCLASS; c++) {
 		u->credit[c] = u->weight;
+		list_init(&u->q[c]);
+	}
 	s->users[s->nusers++] = u;
 	return u;
 }
@@ -304,11 +311,7 @@ int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
 	}
 	pf_file_get(f);
 	pf_owner_get(o);
-	if (u->tail[cls])
-		u->tail[cls]->next = r;
-	else
-		u->head[cls] = r;
-	u->tail[cls] = r;
+	list_add_tail(&u->q[cls], &r->qnode);
 	s->queued++;
 	if (s->waiting)
 		pthread_cond_signal(&s->work);
@@ -330,16 +333,13 @@ static struct pf_req *pick_locked(struct pf_sched *s, struct pf_user **uout)
 		for (size_t k = 0; k < n; k++) {
 			size_t pos = (s->rr[c] + k) % n;
 			struct pf_user *u = s->users[pos];
-			struct pf_req *r = u->head[c];
+			struct pf_req *r;
 
-			if (!r || u->inflight >= s->o.user_inflight)
+			if (list_empty(&u->q[c]) || u->inflight >= s->o.user_inflight)
 				continue;
-			u->head[c] = r->next;
-			if (!u->head[c])
-				u->tail[c] = NULL;
-			r->next = NULL;
+			r = list_entry(list_pop(&u->q[c]), struct pf_req, qnode);
 			s->queued--;
-			if (--u->credit[c] == 0 || !u->head[c]) {
+			if (--u->credit[c] == 0 || list_empty(&u->q[c])) {
 				/* this uid's turn is over: the next one's begins */
 				u->credit[c] = u->weight;
 				s->rr[c] = (pos + 1) % n;
@@ -432,37 +432,30 @@ static void req_finish(struct pf_sched *s, struct pf_req *r, int res)
 
 void pf_cancel(struct pf_sched *s, struct pf_owner *o)
 {
-	struct pf_req *dropped = NULL;
+	struct list_node dropped, *n;
 
+	list_init(&dropped);
 	atomic_store(&o->cancelled, true);
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < s->nusers; i++) {
 		struct pf_user *u = s->users[i];
 
 		for (int c = 0; c < PF_NCLASS; c++) {
-			struct pf_req **pp = &u->head[c], *last = NULL;
+			list_for_each_safe(pos, tmp, &u->q[c]) {
+				struct pf_req *r = list_entry(pos, struct pf_req, qnode);
 
-			while (*pp) {
-				struct pf_req *r = *pp;
-
-				if (r->o != o) {
-					last = r;
-					pp = &r->next;
+				if (r->o != o)
 					continue;
-				}
-				*pp = r->next;
-				r->next = dropped;
-				dropped = r;
+				list_del(pos);
+				list_add(&dropped, pos);
 				s->queued--;
 			}
-			u->tail[c] = last;
 		}
 	}
 	pthread_mutex_unlock(&s->lock);
-	while (dropped) {
-		struct pf_req *r = dropped;
+	while ((n = list_pop(&dropped))) {
+		struct pf_req *r = list_entry(n, struct pf_req, qnode);
 
-		dropped = r->next;
 		atomic_fetch_add(&s->st_cancelled, 1);
 		req_finish(s, r, -ECANCELED);
 	}
@@ -704,12 +697,10 @@ void pf_sched_destroy(struct pf_sched *s)
 		struct pf_user *u = s->users[i];
 
 		for (int c = 0; c < PF_NCLASS; c++) {
-			while (u->head[c]) {
-				struct pf_req *r = u->head[c];
+			struct list_node *n;
 
-				u->head[c] = r->next;
-				req_finish(s, r, -ECANCELED);
-			}
+			while ((n = list_pop(&u->q[c])))
+				req_finish(s, list_entry(n, struct pf_req, qnode), -ECANCELED);
 		}
 		free(u);
 	}

@@ -57,6 +57,15 @@ void htab_release(struct htab *t);
 /* Grow so that @n entries fit one per bucket.  0 or -ENOMEM. */
 int htab_reserve(struct htab *t, size_t n);
 
+/*
+ * A hash for an integer key (an inode number, a uid): Fibonacci hashing,
+ * the product's top 32 bits brought down to the low bits the bucket uses.
+ */
+static inline uint64_t htab_hash_u64(uint64_t key)
+{
+	return (key * 0x9e3779b97f4a7c15ULL) >> 32;
+}
+
 static inline struct htab_node **htab_bucket(const struct htab *t, uint64_t hash)
 {
 	return &t->buckets[hash & (t->nbuckets - 1)];

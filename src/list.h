@@ -8,7 +8,8 @@
  * Nothing is allocated; every operation is O(1).
  *
  * Contract:
- *  - list_init() a head before use; a node needs no init before list_add().
+ *  - list_init() a head before use (LIST_INIT for a static one); a node
+ *    needs no init before list_add().
  *  - list_del() leaves the node's pointers NULL, so list_linked() tells
  *    whether a node is on some list (a node that was never added must be
  *    zeroed, as calloc leaves it, for list_linked() to say false).
@@ -26,6 +27,9 @@
 struct list_node {
 	struct list_node *prev, *next;
 };
+
+/* A head defined empty, for a static one: static struct list_node h = LIST_INIT(h); */
+#define LIST_INIT(name)	{ &(name), &(name) }
 
 /* The struct of type @type whose member @member is at @ptr. */
 #define list_entry(ptr, type, member) \
@@ -85,6 +89,21 @@ static inline void list_move(struct list_node *head, struct list_node *n)
 	list_add(head, n);
 }
 
+/*
+ * Move every node of @from to the back of @head, in order; @from is left
+ * empty.  (To take a list handed over under a lock and walk it after.)
+ */
+static inline void list_splice_tail(struct list_node *head, struct list_node *from)
+{
+	if (list_empty(from))
+		return;
+	from->next->prev = head->prev;
+	head->prev->next = from->next;
+	from->prev->next = head;
+	head->prev = from->prev;
+	list_init(from);
+}
+
 /* First / last node of @head, or NULL when it is empty. */
 static inline struct list_node *list_first(const struct list_node *head)
 {
@@ -94,6 +113,16 @@ static inline struct list_node *list_first(const struct list_node *head)
 static inline struct list_node *list_last(const struct list_node *head)
 {
 	return list_empty(head) ? NULL : head->prev;
+}
+
+/* Take the first node off @head and return it, or NULL when it is empty. */
+static inline struct list_node *list_pop(struct list_node *head)
+{
+	struct list_node *n = list_first(head);
+
+	if (n)
+		list_del(n);
+	return n;
 }
 
 /* Walk @head front to back (list_for_each) or back to front (_reverse). */

@@ -1,7 +1,8 @@
 /*
  * test_htab: the intrusive hash table (htab.h) and list (list.h): add,
  * find, delete and growth with colliding and distinct hashes, the safe
- * walk while freeing, and the list's order, moves, deletes and walks.
+ * walk while freeing, the integer hash, and the list's order, moves,
+ * deletes, walks, splices and pops.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -195,6 +196,78 @@ static void test_list(void **state)
 	assert_true(list_empty(&head));
 }
 
+/* Splice keeps order and empties the source; pop takes from the front. */
+static void test_list_splice_pop(void **state)
+{
+	struct item it[5] = { { .key = 0 }, { .key = 1 }, { .key = 2 },
+			      { .key = 3 }, { .key = 4 } };
+	struct list_node a, b;
+	uint64_t want[5] = { 0, 1, 2, 3, 4 };
+	int n = 0;
+
+	(void)state;
+	list_init(&a);
+	list_init(&b);
+	list_splice_tail(&a, &b);		/* both empty: no change */
+	assert_true(list_empty(&a));
+	assert_null(list_pop(&a));
+	list_add_tail(&a, &it[0].lnode);
+	list_add_tail(&a, &it[1].lnode);	/* a: 0 1 */
+	list_add_tail(&b, &it[2].lnode);
+	list_add_tail(&b, &it[3].lnode);
+	list_add_tail(&b, &it[4].lnode);	/* b: 2 3 4 */
+	list_splice_tail(&a, &b);		/* a: 0 1 2 3 4 */
+	assert_true(list_empty(&b));
+	list_for_each(pos, &a)
+		assert_int_equal(key_at(pos), want[n++]);
+	assert_int_equal(n, 5);
+	n = 0;
+	list_for_each_reverse(pos, &a)
+		assert_int_equal(key_at(pos), want[4 - n++]);
+	/* into an empty head: the nodes move over whole */
+	list_splice_tail(&b, &a);
+	assert_true(list_empty(&a));
+	for (n = 0; n < 5; n++) {
+		struct list_node *p = list_pop(&b);
+
+		assert_non_null(p);
+		assert_int_equal(key_at(p), want[n]);
+		assert_false(list_linked(p));
+	}
+	assert_null(list_pop(&b));
+	assert_true(list_empty(&b));
+}
+
+/* A static head starts empty. */
+static struct list_node static_head = LIST_INIT(static_head);
+
+static void test_list_static(void **state)
+{
+	struct item it = { .key = 9 };
+
+	(void)state;
+	assert_true(list_empty(&static_head));
+	list_add(&static_head, &it.lnode);
+	assert_int_equal(key_at(list_first(&static_head)), 9);
+	list_del(&it.lnode);
+	assert_true(list_empty(&static_head));
+}
+
+/* Integer keys: sequential ones spread over the low bits the buckets use. */
+static void test_htab_hash_u64(void **state)
+{
+	enum { N = 1024, NB = 256 };
+	unsigned count[NB] = { 0 };
+
+	(void)state;
+	assert_int_equal(htab_hash_u64(0), 0);
+	assert_true(htab_hash_u64(1) != htab_hash_u64(2));
+	for (uint64_t k = 1; k <= N; k++)
+		count[htab_hash_u64(k) & (NB - 1)]++;
+	for (int i = 0; i < NB; i++)
+		assert_true(count[i] <= 3 * N / NB);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -203,6 +276,9 @@ int main(void)
 		cmocka_unit_test(test_htab_grow_and_walk),
 		cmocka_unit_test(test_htab_zeroed),
 		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_list_splice_pop),
+		cmocka_unit_test(test_list_static),
+		cmocka_unit_test(test_htab_hash_u64),
 	};
 
 	/* 0 pass, 1 fail: the runner's convention, not cmocka's failure count */
