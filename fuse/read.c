@@ -179,6 +179,8 @@ static void aread_want_done(struct pf_want *w)
 
 	if (atomic_fetch_sub(&ar->left, 1) != 1)
 		return;
+	/* its own fetch, or a fill that readahead or warmup had started */
+	stats_read_waited(&ar->rd);
 	aread_reply(ar, ar->dbuf);
 	pf_note_async_read(fs->pf);
 	free(ar->dbuf);

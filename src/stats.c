@@ -180,6 +180,11 @@ void stats_read_detach(struct stats_read *rd)
 	rd->detached = true;
 }
 
+void stats_read_waited(struct stats_read *rd)
+{
+	rd->pending = true;
+}
+
 void stats_read_fetched(struct stats_read *rd, uint64_t bytes)
 {
 	rd->misses++;

@@ -193,6 +193,12 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 void stats_read_detach(struct stats_read *rd);
 /* A fetch of @bytes made for @rd's READ by another thread (its miss). */
 void stats_read_fetched(struct stats_read *rd, uint64_t bytes);
+/*
+ * @rd's READ waited for a fill it did not find done (the engine answered it
+ * once the chunk was in, whoever fetched it): its time is a stall, even
+ * where the fill had left the backend before the READ began.
+ */
+void stats_read_waited(struct stats_read *rd);
 
 /*
  * Bracket a backend fetch of chunk @idx of @file (any thread).  A fetch
