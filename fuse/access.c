@@ -3,19 +3,37 @@
  *
  * Access is decided per dataset from the current policy (policy.h): the
  * multi-dataset root lists, and lookup finds, only the datasets the caller
- * may read; OPEN and OPENDIR inside a dataset check again, so a dentry the
- * kernel cached for another user gives no access to data.  (Attributes the
- * kernel cached for another user may still be stat()ed until attr_timeout:
- * names and sizes, never bytes.)  Root may read everything.  Every refusal is
- * logged once per (uid, dataset) per minute.
+ * may read (a dataset the caller may not read does not exist for it:
+ * ENOENT at LOOKUP and GETATTR, as for a name never configured); OPEN and
+ * OPENDIR inside a dataset check again, so a dentry the kernel cached for
+ * another user gives no access to data.  The kernel caches entries for all
+ * users alike, so fuse/ops.c never lets it cache the root entry of a
+ * dataset not open to all (access_open_to_all): every walk through it
+ * comes here.  (Names the kernel cached inside a dataset can still be
+ * stat()ed until their timeouts by a process already inside it, as its
+ * working directory, when a reload takes its access away: names and sizes,
+ * never bytes.)  Root may read everything.  Every refusal is logged once
+ * per (uid, dataset) per minute.
+ *
+ * A single-dataset mount (`stagefs SOURCE MNT`) has no dataset rules.  On a
+ * multi-dataset root every dataset comes from a [dataset NAME] section
+ * (NAME@VERSION follows NAME's): a dataset whose section is gone from the
+ * current policy is never treated as "no rules, everyone may read" but as
+ * root's only, until its section comes back or it is unmounted.  So no
+ * reload can widen access by dropping a section.
  *
  * Reload: SIGHUP wakes a thread (through a pipe: a signal handler does
  * nothing else) that re-reads the config file into a new policy.  A file
- * with an error is refused with file:line and the old policy stays in
- * force; a good one is swapped in atomically.  Quotas, access rules and
- * eviction policies change; datasets listed anew are mounted; removing a
- * dataset takes a remount.  Old policies are kept until exit so a request
- * holding one never sees it freed.
+ * with an error, a file that cannot be read, a directory and a file with
+ * no section or setting at all (which would drop every rule) are refused,
+ * naming the path, and the old policy stays in force; a good one is
+ * swapped in atomically.  Quotas, access rules and eviction policies
+ * change; a user now over a lowered quota loses the excess at once (own
+ * chunks, least recently used first: cache_enforce_quotas); datasets listed
+ * anew are mounted; a dataset whose section is gone is logged, once per
+ * reload, and is root's only until configured again (removing it takes a
+ * remount).  Old policies are kept until exit so a request holding one
+ * never sees it freed.
  */
 #include "access.h"
 
@@ -43,7 +61,7 @@ uint64_t access_quota_of(void *arg, uint32_t uid)
 	return policy_quota(atomic_load(&fs->policy), uid);
 }
 
-static void log_refusal(uint32_t uid, const struct sfs_dataset *ds)
+static void log_refusal(uint32_t uid, const struct sfs_dataset *ds, bool gone)
 {
 	static _Atomic uint64_t last_key, last_ms;
 	uint64_t key = ((uint64_t)uid << 32) ^ ds->index, now = now_ms();
@@ -52,23 +70,46 @@ static void log_refusal(uint32_t uid, const struct sfs_dataset *ds)
 		return;
 	atomic_store(&last_key, key);
 	atomic_store(&last_ms, now);
-	log_notice("access denied: uid %u may not read dataset %s", uid,
-		   ds->rule_name[0] ? ds->rule_name : ds->source);
+	log_notice("access denied: uid %u may not read dataset %s%s", uid,
+		   ds->rule_name[0] ? ds->rule_name : ds->source,
+		   gone ? " (no longer configured: root only)" : "");
 }
 
-static const struct policy_dataset *rules_of(struct sfs *fs, struct sfs_dataset *ds)
+/*
+ * The [dataset] rules of @ds under policy @p: NULL with *@gone false on a
+ * single-dataset mount (no rules: everyone); NULL with *@gone true for a
+ * dataset of a multi-dataset root whose section @p no longer has.
+ */
+static const struct policy_dataset *rules_of(struct sfs *fs, const struct policy *p,
+					     const struct sfs_dataset *ds, bool *gone)
 {
+	const struct policy_dataset *pd;
+
+	*gone = false;
 	if (!fs->multi)
 		return NULL;	/* a single-source mount has no dataset rules */
-	return policy_dataset(atomic_load(&fs->policy), ds->rule_name);
+	pd = policy_dataset(p, ds->rule_name);
+	*gone = !pd;
+	return pd;
 }
 
 bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
 {
-	if (policy_may_read(rules_of(fs, ds), cr))
+	bool gone;
+	const struct policy_dataset *pd = rules_of(fs, atomic_load(&fs->policy), ds, &gone);
+
+	if (cr->uid == 0 || (!gone && policy_may_read(pd, cr)))
 		return true;
-	log_refusal(cr->uid, ds);
+	log_refusal(cr->uid, ds, gone);
 	return false;
+}
+
+bool access_open_to_all(struct sfs *fs, const struct sfs_dataset *ds)
+{
+	bool gone;
+	const struct policy_dataset *pd = rules_of(fs, atomic_load(&fs->policy), ds, &gone);
+
+	return !fs->multi || (pd && pd->allow_all);
 }
 
 void access_req_cred(fuse_req_t req, bool groups, struct cred *cr)
@@ -91,8 +132,10 @@ void access_req_cred(fuse_req_t req, bool groups, struct cred *cr)
 int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds)
 {
 	struct cred cr;
+	bool gone;
 
-	access_req_cred(req, policy_needs_groups(rules_of(fs, ds)), &cr);
+	access_req_cred(req, policy_needs_groups(rules_of(fs, atomic_load(&fs->policy),
+							  ds, &gone)), &cr);
 	return access_may_read(fs, &cr, ds) ? 0 : -EACCES;
 }
 
@@ -200,15 +243,101 @@ static void on_sighup(int sig)
 	}
 }
 
+/*
+ * Refuse, before reading it, a file that cannot be a configuration: one
+ * that cannot be opened, a directory (the INI reader reads one as an empty
+ * file), or one without a single section or setting (blank lines and
+ * comments only): an empty file would drop every rule.  Returns 0 or -1
+ * with the reason, naming @path, in @err.
+ */
+static int reload_check_file(const char *path, char *err, size_t len)
+{
+	char line[4096];
+	struct stat st;
+	bool empty = true;
+	FILE *f;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, len, "%s: cannot open: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, len, "%s: not a regular file", path);
+		close(fd);
+		return -1;
+	}
+	f = fdopen(fd, "r");
+	if (!f) {
+		snprintf(err, len, "%s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	while (empty && fgets(line, sizeof(line), f)) {
+		const char *p = line + strspn(line, " \t\r\n");
+
+		empty = !*p || *p == ';' || *p == '#';
+	}
+	if (ferror(f)) {
+		snprintf(err, len, "%s: cannot read", path);
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	if (empty) {
+		snprintf(err, len, "%s: no section or setting (an empty file would drop every rule)",
+			 path);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Apply policy @np (just swapped in) to the datasets mounted: eviction
+ * policies follow it; the kernel forgets the names of datasets under a
+ * multi root (a name it cached while the dataset was open to all would let
+ * a user now refused find it); and each dataset whose [dataset] section @np
+ * no longer has is said to be root's only.  Returns how many such datasets.
+ */
+static size_t reload_apply_datasets(struct sfs *fs, const struct policy *np)
+{
+	size_t gone_n = 0;
+
+	for (uint32_t i = 0; i < atomic_load(&fs->nds); i++) {
+		struct sfs_dataset *ds = fs->ds[i];
+		bool gone;
+		const struct policy_dataset *pd = rules_of(fs, np, ds, &gone);
+
+		atomic_store(&ds->nothrash, pd && pd->evict == EVICT_NOTHRASH);
+		if (fs->multi && fs->se)	/* -ENOENT: not cached; nothing to do */
+			fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, ds->name,
+							 strlen(ds->name));
+		if (!gone || ds->hidden)
+			continue;	/* NAME@VERSION goes with NAME */
+		gone_n++;
+		log_warn("reload: dataset %s is mounted but no longer configured in %s: "
+			 "root only until [dataset %s] is back or it is unmounted",
+			 ds->name, fs->config_path, ds->name);
+	}
+	return gone_n;
+}
+
 static void reload(struct sfs *fs)
 {
 	struct sfs_config cfg;
 	struct policy *np, *old = atomic_load(&fs->policy);
 	char err[1024];
-	size_t added = 0;
+	size_t added = 0, gone_n;
+	uint64_t evicted_bytes = 0;
+	uint64_t evicted;
 
 	if (!fs->config_path) {
 		log_notice("SIGHUP: no config file (-c) to reload");
+		return;
+	}
+	if (reload_check_file(fs->config_path, err, sizeof(err))) {
+		log_err("reload refused: %s; the current configuration stays in force", err);
 		return;
 	}
 	np = policy_create();
@@ -226,11 +355,7 @@ static void reload(struct sfs *fs)
 	config_release(&cfg);
 	atomic_store(&fs->policy, np);
 	/* old policies stay allocated: a request may still be reading one */
-	for (uint32_t i = 0; i < atomic_load(&fs->nds); i++) {
-		const struct policy_dataset *pd = policy_dataset(np, fs->ds[i]->rule_name);
-
-		atomic_store(&fs->ds[i]->nothrash, pd && pd->evict == EVICT_NOTHRASH);
-	}
+	gone_n = reload_apply_datasets(fs, np);
 	for (size_t i = 0; fs->multi && i < np->nds; i++) {
 		if (!np->ds[i].source || datasets_find(fs, np->ds[i].name))
 			continue;
@@ -241,8 +366,13 @@ static void reload(struct sfs *fs)
 			added++;
 	}
 	cache_quota_changed(fs->cache);
-	log_notice("reloaded %s: %zu quota rules, %zu datasets (%zu new)",
-		   fs->config_path, np->nquota, np->nds, added);
+	evicted = cache_enforce_quotas(fs->cache, &evicted_bytes);
+	if (evicted)
+		log_notice("reload: evicted %" PRIu64 " chunks (%" PRIu64
+			   " bytes) of users over their new quota",
+			   evicted, evicted_bytes);
+	log_notice("reloaded %s: %zu quota rules, %zu datasets (%zu new, %zu no longer configured)",
+		   fs->config_path, np->nquota, np->nds, added, gone_n);
 }
 
 static void *reload_thread(void *arg)

@@ -24,6 +24,13 @@ uint64_t access_quota_of(void *fs, uint32_t uid);
 bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds);
 
 /*
+ * True if everyone may read dataset @ds under the current policy: a
+ * single-dataset mount, or a [dataset] section without an allow list.
+ * (What the kernel may cache for all users alike.)
+ */
+bool access_open_to_all(struct sfs *fs, const struct sfs_dataset *ds);
+
+/*
  * The credential of the process behind FUSE request @req (src/cred.h); its
  * supplementary groups only with @groups (libfuse reads them from /proc,
  * so they are asked for only when a rule needs them; else unknown).

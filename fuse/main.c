@@ -20,6 +20,7 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "mountpoint.h"
 #include "noopen.h"
 #include "passthrough.h"
 #include "policy.h"
@@ -525,7 +526,12 @@ int main(int argc, char **argv)
 	if (!fs.cfg.threads)
 		fs.cfg.threads = default_threads();
 
-	if (!realpath(cli.mountpoint, mnt) || stat(mnt, &st) < 0)
+	if (!realpath(cli.mountpoint, mnt))
+		fail("mount point %s: %s", cli.mountpoint, strerror(errno));
+	/* a dead daemon's mount there would stay under ours */
+	if (mountpoint_clear_dead(mnt, err, sizeof(err)))
+		fail("%s", err);
+	if (stat(mnt, &st) < 0)
 		fail("mount point %s: %s", cli.mountpoint, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
 		fail("mount point %s: not a directory", cli.mountpoint);

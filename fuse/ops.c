@@ -155,6 +155,32 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 		 conn->want & FUSE_CAP_SPLICE_WRITE ? "on" : "off");
 }
 
+/* The dataset whose root directory is FUSE inode @ino under a multi root, or NULL. */
+static struct sfs_dataset *dataset_root_of(struct sfs *fs, uint64_t ino)
+{
+	struct sfs_dataset *ds;
+	uint64_t bino;
+
+	if (!fs->multi)
+		return NULL;
+	ds = sfs_ds(fs, ino, &bino);
+	return ds && bino == SFS_ROOT_INO ? ds : NULL;
+}
+
+/*
+ * Whether the kernel may cache the entry and attributes of inode @ino.
+ * Not those of the root of a dataset that some users may not read: the
+ * kernel's caches are shared by all users, and a user who may not read a
+ * dataset must not find it by name (LOOKUP and GETATTR answer ENOENT), so
+ * each walk through it and each stat of it is asked again.
+ */
+static bool may_cache(struct sfs *fs, uint64_t ino)
+{
+	struct sfs_dataset *ds = dataset_root_of(fs, ino);
+
+	return !ds || access_open_to_all(fs, ds);
+}
+
 static void fill_entry(struct sfs *fs, const struct sfs_attr *a,
 		       struct fuse_entry_param *e)
 {
@@ -165,6 +191,8 @@ static void fill_entry(struct sfs *fs, const struct sfs_attr *a,
 	/* rendered at LOOKUP in no-open mode: looked up again at every open */
 	if (vfiles_index(a->ino) >= 0 && noopen_wanted(fs->no))
 		e->entry_timeout = 0;
+	if (!may_cache(fs, a->ino))
+		e->entry_timeout = e->attr_timeout = 0;
 	attr_to_stat(a, &e->attr);
 }
 
@@ -274,6 +302,15 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct sfs_attr a;
 	int ret = check_access(fs, req, parent, name);
 
+	if (ret == -EACCES && sfs_is_multi_root(fs, parent)) {
+		/*
+		 * A dataset the caller may not read does not exist for it, as
+		 * in the root's listing.  Not a negative entry: the kernel
+		 * would cache it for every user.
+		 */
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
 	if (!ret)
 		ret = do_lookup(fs, parent, name, &a);
 
@@ -312,16 +349,23 @@ static void sfs_forget_multi(fuse_req_t req, size_t count,
 static void sfs_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct sfs *fs = fs_of(req);
+	struct sfs_dataset *root_of = dataset_root_of(fs, ino);
 	struct sfs_attr a;
 	struct stat st;
-	int ret = do_getattr(fs, ino, &a);
+	int ret;
 
+	/* a dataset's root, for a caller who may not read it: as LOOKUP */
+	if (root_of && access_check_req(fs, req, root_of))
+		ret = -ENOENT;
+	else
+		ret = do_getattr(fs, ino, &a);
 	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
 	attr_to_stat(&a, &st);
-	fuse_reply_attr(req, &st, ino >= SFS_VIRT_BASE ? 1.0 : fs->attr_timeout);
+	fuse_reply_attr(req, &st, ino >= SFS_VIRT_BASE ? 1.0 :
+				  may_cache(fs, ino) ? fs->attr_timeout : 0);
 }
 
 static void sfs_readlink(fuse_req_t req, fuse_ino_t ino)

@@ -256,6 +256,18 @@ void cache_quota_changed(struct cache *c)
 	pthread_mutex_unlock(&c->lock);
 }
 
+uint64_t cache_enforce_quotas(struct cache *c, uint64_t *bytes)
+{
+	uint64_t chunks = 0, b = 0;
+
+	pthread_mutex_lock(&c->lock);
+	cache_quota_enforce_locked(c, &chunks, &b);
+	pthread_mutex_unlock(&c->lock);
+	if (bytes)
+		*bytes = b;
+	return chunks;
+}
+
 int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n)
 {
 	struct cache_usage *u;

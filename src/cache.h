@@ -81,6 +81,14 @@ void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid)
 			void *arg);
 /* The quotas changed (config reload): ask @fn again. */
 void cache_quota_changed(struct cache *c);
+/*
+ * Evict now what puts users over their quota (after cache_quota_changed(),
+ * a quota may be below what a user holds): each such user's own chunks, least
+ * recently used first, until within it.  Chunks being read and pinned
+ * files stay; that user is trimmed again at their next fill.  Returns the
+ * chunks evicted, and their bytes on disk in *@bytes (may be NULL).
+ */
+uint64_t cache_enforce_quotas(struct cache *c, uint64_t *bytes);
 
 struct cache_usage {
 	uint32_t uid;

@@ -202,6 +202,7 @@ void cache_chunk_drop(struct cache *c, struct cchunk *ch, bool punch);
 bool cache_evict_one(struct cache *c, const struct owner *self);
 bool cache_reserve_locked(struct cache *c, struct owner *o, uint64_t bytes,
 			  bool nothrash);
+void cache_quota_enforce_locked(struct cache *c, uint64_t *chunks, uint64_t *bytes);
 
 /* cache_fds.c: cache files and their descriptors */
 void cache_cfile_path(const struct cache *c, const struct sfs_id *id,

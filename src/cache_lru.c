@@ -284,6 +284,29 @@ static bool evict_own(struct cache *c, struct owner *o)
 }
 
 /*
+ * Bring every user back within their quota: each one over it loses their
+ * own least recently used chunks until within it.  Chunks being read and
+ * pinned files stay (that user is trimmed again at their next fill).
+ * Counts the chunks and bytes evicted into *@chunks and *@bytes.  c->lock
+ * held.
+ */
+void cache_quota_enforce_locked(struct cache *c, uint64_t *chunks, uint64_t *bytes)
+{
+	for (size_t i = 0; i < c->nowners; i++) {
+		struct owner *o = c->owners[i];
+		uint64_t quota = cache_owner_limit(c, o), before;
+
+		while (o->used > quota) {
+			before = o->used;
+			if (!evict_own(c, o))
+				break;
+			(*chunks)++;
+			*bytes += before - o->used;
+		}
+	}
+}
+
+/*
  * Reserve @bytes charged to @o: within @o's quota first (its own chunks
  * go), then within the cache's capacity (see may_push_out).  With
  * @nothrash nothing is evicted: a full cache admits nothing more.

@@ -993,6 +993,57 @@ static void test_size_limit(void **state)
 	cache_destroy(c);
 }
 
+/* ---- quotas ---- */
+
+static uint64_t quota_1000 = UINT64_MAX;	/* uid 1000's quota; others: none */
+
+static uint64_t test_quota_of(void *arg, uint32_t uid)
+{
+	(void)arg;
+	return uid == 1000 ? quota_1000 : UINT64_MAX;
+}
+
+/* A quota lowered below a user's usage evicts that user's excess, oldest first, at once. */
+static void test_enforce_quotas(void **state)
+{
+	struct tctx *t = *state;
+	struct cache *c = open_cache(t->cdir, 0, 64);
+	struct cfile *a = get_file(c, 1, 6ull * CS, CS), *b = get_file(c, 2, 2ull * CS, CS);
+	struct fsrc sa, sb;
+	uint64_t bytes = 0;
+
+	quota_1000 = UINT64_MAX;
+	cache_set_quota_fn(c, test_quota_of, NULL);
+	fsrc_init(&sa, 1, CS);
+	fsrc_init(&sb, 2, CS);
+	sb.cs.uid = 2000;
+	check_read(c, b, &sb, 2ull * CS, 0, CS);
+	for (uint32_t i = 0; i < 6; i++)
+		check_read(c, a, &sa, 6ull * CS, (uint64_t)i * CS, CS);
+	check_read(c, b, &sb, 2ull * CS, CS, CS);
+	check_read(c, a, &sa, 6ull * CS, 0, 10);	/* chunk 0: the most recent now */
+	assert_int_equal(cache_enforce_quotas(c, &bytes), 0);	/* within quota */
+	assert_int_equal(stats(c).chunks, 8);
+
+	quota_1000 = 2ull * CS;
+	assert_int_equal(cache_enforce_quotas(c, NULL), 0);	/* not asked again yet */
+	cache_quota_changed(c);
+	assert_int_equal(cache_enforce_quotas(c, &bytes), 4);
+	assert_int_equal(bytes, 4ull * CS);
+	/* uid 1000's four least recently used went; uid 2000's stay */
+	assert_true(cache_chunk_present(c, a, 0));
+	for (uint32_t i = 1; i < 5; i++)
+		assert_false(cache_chunk_present(c, a, i));
+	assert_true(cache_chunk_present(c, a, 5));
+	assert_int_equal(cache_file_present(c, b), 2);
+	assert_int_equal(stats(c).chunks, 4);
+	assert_int_equal(cache_enforce_quotas(c, &bytes), 0);
+	assert_int_equal(bytes, 0);
+	cache_file_put(c, a);
+	cache_file_put(c, b);
+	cache_destroy(c);
+}
+
 /* ---- fetch errors ---- */
 
 static void test_fetch_error(void **state)
@@ -1929,6 +1980,7 @@ int main(void)
 		T(test_crash_and_torn_journal),
 		T(test_journal_compaction),
 		T(test_size_limit),
+		T(test_enforce_quotas),
 		T(test_fetch_error),
 		T(test_verify_pin_evict),
 		T(test_prefetch_verify_fd),
