@@ -5,11 +5,25 @@
  */
 #include "ctlsock_i.h"
 
+#include "log.h"
+#include "util.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define LOG_INTERVAL_MS	10000
+
+int ctlconn_log_level(_Atomic uint64_t *last)
+{
+	uint64_t now = now_ms(), prev = atomic_load_explicit(last, memory_order_relaxed);
+
+	if (now - prev < LOG_INTERVAL_MS && prev)
+		return LOG_DEBUG;
+	return atomic_compare_exchange_strong(last, &prev, now) ? LOG_NOTICE : LOG_DEBUG;
+}
 
 int ctlconn_send_err(struct ctlsock_client *cl, int err, const char *msg)
 {
