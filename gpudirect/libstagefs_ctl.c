@@ -557,7 +557,8 @@ static bool report_one(struct ctlc_conn *c, const char *line)
 		return true;	/* an older daemon: nobody to count them */
 	atomic_fetch_add_explicit(&g_report_errors, 1, memory_order_relaxed);
 	log_debug("libstagefs: report to %s failed: %s", c->m->sock, why);
-	return false;
+	/* refused as more than we were handed: sending it again cannot help */
+	return r == -ERANGE;
 }
 
 /*
