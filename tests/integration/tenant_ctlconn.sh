@@ -58,7 +58,7 @@ PY
 MNT=$T/mnt
 sfs_mount "dir://$T/data" "$MNT"
 SOCK=$(cat "$MNT/.stagefs/socket")
-as $A "$PYTHON" "$T/hold.py" "$SOCK" 300 8 >"$T/hold.out" &
+as $A "$PYTHON" "$T/hold.py" "$SOCK" 300 12 >"$T/hold.out" &
 hold=$!
 wait_for -t 30 grep -q "^ok=" "$T/hold.out" || die "the holder did not connect"
 read -r ok refused msg <<<"$(head -1 "$T/hold.out")"
@@ -81,17 +81,17 @@ sfs_umount "$MNT"
 sfs_mount "dir://$T/data" "$MNT" control_max_connections=32 control_idle_timeout=4s \
 	backend_max_rate=1M cache_dir="$T/cache2"
 SOCK=$(cat "$MNT/.stagefs/socket")
-as $A "$PYTHON" "$T/hold.py" "$SOCK" 40 8 >"$T/hold.out" &
+as $A "$PYTHON" "$T/hold.py" "$SOCK" 40 8 >"$T/hold2.out" &
 hold=$!
-wait_for -t 30 grep -q "^ok=" "$T/hold.out" || die "the holder did not connect"
-read -r ok refused msg <<<"$(head -1 "$T/hold.out")"
+wait_for -t 30 grep -q "^ok=" "$T/hold2.out" || die "the holder did not connect"
+read -r ok refused msg <<<"$(head -1 "$T/hold2.out")"
 # per user: at most the 32 less root's 16
 [[ $ok == ok=16 ]] || die "$A holds ${ok#ok=} of 32 connections, want 16 (16 kept for root)"
 "$STAGEFS" warmup -q --check "$MNT" 2>"$T/wr.err" || die "root's check failed: $(cat "$T/wr.err")"
 as $B "$STAGEFS" warmup -q --check "$MNT" >"$T/wb.out" 2>&1 && die "$B got one of root's 16"
 grep -q "control_max_connections" "$T/wb.out" || die "no reason for $B: $(cat "$T/wb.out")"
 wait "$hold" || die "the holder failed"
-grep -q "^closed=16$" "$T/hold.out" || die "idle connections not closed after 4 s: $(tail -1 "$T/hold.out")"
+grep -q "^closed=16$" "$T/hold2.out" || die "idle connections not closed after 4 s: $(tail -1 "$T/hold2.out")"
 log "reserve: $A got 16 of 32, root got in, $B was told why; idle connections closed"
 
 # a warmup longer than the idle timeout (10 MiB at 1 MiB/s) runs to its end
