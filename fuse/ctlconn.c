@@ -62,6 +62,15 @@ bool ctlconn_tick(struct ctlsock_client *cl)
 	return !stopping && ctlconn_alive(cl);
 }
 
+int ctlconn_idle_ms(const struct ctlsock_client *cl)
+{
+	uint64_t ms = cl->cs->idle_ms;
+
+	if (!ms || cl->nhandles)
+		return -1;
+	return (int)MIN(ms, (uint64_t)INT32_MAX);
+}
+
 ssize_t ctlconn_read_paths(struct ctlsock_client *cl, char ***out)
 {
 	char **v = NULL;
@@ -70,7 +79,8 @@ ssize_t ctlconn_read_paths(struct ctlsock_client *cl, char ***out)
 	for (;;) {
 		struct ctl_msg m;
 		char *line;
-		int r = ctl_read_line(&cl->conn, &line, -1);
+		/* a list that stops coming is an idle connection too */
+		int r = ctl_read_line(&cl->conn, &line, ctlconn_idle_ms(cl));
 
 		if (r < 0)
 			goto fail;

@@ -157,19 +157,6 @@ static int admit_locked(struct ctlsock *cs, const struct cred *cred, char *why, 
 	return 0;
 }
 
-/*
- * How long to wait for @cl's next request: forever while it holds cache
- * files, else control_idle_timeout.
- */
-static int idle_timeout_ms(const struct ctlsock_client *cl)
-{
-	uint64_t ms = cl->cs->idle_ms;
-
-	if (!ms || cl->nhandles)
-		return -1;
-	return (int)MIN(ms, (uint64_t)INT32_MAX);
-}
-
 static void *client_main(void *arg)
 {
 	struct ctlsock_client *cl = arg;
@@ -180,7 +167,7 @@ static void *client_main(void *arg)
 		for (;;) {
 			struct ctl_msg m;
 			char *line;
-			int r = ctl_read_line(&cl->conn, &line, idle_timeout_ms(cl));
+			int r = ctl_read_line(&cl->conn, &line, ctlconn_idle_ms(cl));
 
 			if (r == -ETIMEDOUT)
 				log_debug("control: uid %u pid %d: idle for %" PRIu64 " ms: closed",

@@ -110,6 +110,12 @@ int ctlconn_log_level(_Atomic uint64_t *last);
 int ctlconn_send_err(struct ctlsock_client *cl, int err, const char *msg);
 /* Send "FAIL path=@path code=... msg=...".  0 or -errno (peer gone). */
 int ctlconn_send_fail(struct ctlsock_client *cl, const char *path, int err);
+/*
+ * How long to wait for @cl's next line, in ms: control_idle_timeout, or
+ * -1 (forever) while it holds cache files (closing would drop their pins)
+ * or when there is no timeout.
+ */
+int ctlconn_idle_ms(const struct ctlsock_client *cl);
 /* False once the peer hung up. */
 bool ctlconn_alive(struct ctlsock_client *cl);
 /* Should the connection's work go on?  False once the daemon stops or the peer left. */
