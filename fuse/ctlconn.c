@@ -5,11 +5,25 @@
  */
 #include "ctlsock_i.h"
 
+#include "log.h"
+#include "util.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define LOG_INTERVAL_MS	10000
+
+int ctlconn_log_level(_Atomic uint64_t *last)
+{
+	uint64_t now = now_ms(), prev = atomic_load_explicit(last, memory_order_relaxed);
+
+	if (now - prev < LOG_INTERVAL_MS && prev)
+		return LOG_DEBUG;
+	return atomic_compare_exchange_strong(last, &prev, now) ? LOG_NOTICE : LOG_DEBUG;
+}
 
 int ctlconn_send_err(struct ctlsock_client *cl, int err, const char *msg)
 {
@@ -48,6 +62,15 @@ bool ctlconn_tick(struct ctlsock_client *cl)
 	return !stopping && ctlconn_alive(cl);
 }
 
+int ctlconn_idle_ms(const struct ctlsock_client *cl)
+{
+	uint64_t ms = cl->cs->idle_ms;
+
+	if (!ms || cl->nhandles)
+		return -1;
+	return (int)MIN(ms, (uint64_t)INT32_MAX);
+}
+
 ssize_t ctlconn_read_paths(struct ctlsock_client *cl, char ***out)
 {
 	char **v = NULL;
@@ -56,7 +79,8 @@ ssize_t ctlconn_read_paths(struct ctlsock_client *cl, char ***out)
 	for (;;) {
 		struct ctl_msg m;
 		char *line;
-		int r = ctl_read_line(&cl->conn, &line, -1);
+		/* a list that stops coming is an idle connection too */
+		int r = ctl_read_line(&cl->conn, &line, ctlconn_idle_ms(cl));
 
 		if (r < 0)
 			goto fail;

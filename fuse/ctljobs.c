@@ -31,12 +31,12 @@ static int send_progress(struct ctlsock_client *cl, const char *status)
 			 " cached_before=%" PRIu64 " cached_before_bytes=%" PRIu64
 			 " cached_files=%" PRIu64 " fetched=%" PRIu64 " fetched_bytes=%" PRIu64
 			 " failed=%" PRIu64 " failed_files=%" PRIu64 " done_chunks=%" PRIu64
-			 " done_bytes=%" PRIu64 " evicted=%" PRIu64 " ms=%" PRIu64
-			 " walk_done=%d\n",
+			 " done_bytes=%" PRIu64 " evicted=%" PRIu64 " evict_skipped=%" PRIu64
+			 " ms=%" PRIu64 " walk_done=%d\n",
 			 status, p.files, p.chunks, p.bytes, p.cached_before,
 			 p.cached_before_bytes, p.cached_files, p.fetched, p.fetched_bytes,
 			 p.failed, p.failed_files, p.done_chunks, p.done_bytes, p.evicted,
-			 p.elapsed_ms, p.walk_done);
+			 p.evict_skipped, p.elapsed_ms, p.walk_done);
 }
 
 /* Send the failures recorded since last time.  0 or -errno (peer gone). */

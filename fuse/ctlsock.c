@@ -6,6 +6,17 @@
  * (ctl_find_mount).  Each connection's credential is taken once, at
  * accept, from the kernel (cred_from_socket: SO_PEERCRED and
  * SO_PEERGROUPS), and every request on it is checked against it.
+ *
+ * Limits, so that no user can starve another of connections (each is a
+ * thread here): at most control_max_connections open, the last
+ * ROOT_RESERVE of them for root only, and at most control_user_connections
+ * per uid other than root.  One over a limit is refused at accept with an
+ * ERR line naming the limit, before its HELLO (the client reads it as the
+ * reply to its HELLO, ctl_hello).  A connection that holds no cache file
+ * (CACHE_FD) and waits for a request longer than control_idle_timeout is
+ * closed without a word: it is between requests, so the client library
+ * sees the hangup before its next request and opens another.  A running
+ * request (a WARMUP, a CACHE_FD being staged) is never idle.
  */
 #include "ctlsock_i.h"
 
@@ -22,7 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_CLIENTS	256
+#define ROOT_RESERVE	16	/* of control_max_connections: root's only */
 #define HELLO_TIMEOUT_MS 30000
 
 /* Serve one request.  Returns 0 to go on, < 0 to close the connection. */
@@ -76,9 +87,29 @@ static int hello(struct ctlsock_client *cl)
 			 CTL_PROTO_VERSION, STAGEFS_VERSION, cl->cred.uid);
 }
 
+struct ctlsock_user *ctlsock_user_locked(struct ctlsock *cs, uint32_t uid)
+{
+	for (size_t i = 0; i < cs->nusers; i++)
+		if (cs->users[i].uid == uid)
+			return &cs->users[i];
+	if (cs->nusers == cs->capusers) {
+		size_t cap = cs->capusers ? cs->capusers * 2 : 16;
+		struct ctlsock_user *nu = realloc(cs->users, cap * sizeof(*nu));
+
+		if (!nu)
+			return NULL;
+		cs->users = nu;
+		cs->capusers = cap;
+	}
+	cs->users[cs->nusers] = (struct ctlsock_user){ .uid = uid };
+	return &cs->users[cs->nusers++];
+}
+
 /* Take @cl off the list of connections.  Called with cs->lock held. */
 static void client_unlink_locked(struct ctlsock *cs, struct ctlsock_client *cl)
 {
+	struct ctlsock_user *u = ctlsock_user_locked(cs, cl->cred.uid);
+
 	if (cl->prev)
 		cl->prev->next = cl->next;
 	else
@@ -86,6 +117,44 @@ static void client_unlink_locked(struct ctlsock *cs, struct ctlsock_client *cl)
 	if (cl->next)
 		cl->next->prev = cl->prev;
 	cs->nclients--;
+	if (u && u->conns)	/* found: it was added at accept */
+		u->conns--;
+}
+
+/*
+ * May a connection of @cred be opened now?  0 and counted, or -EAGAIN
+ * with the reason in @why.  cs->lock held.
+ */
+static int admit_locked(struct ctlsock *cs, const struct cred *cred, char *why, size_t len)
+{
+	bool root = cred->uid == 0;
+	unsigned room = root ? cs->max_conns : cs->max_conns - ROOT_RESERVE;
+	struct ctlsock_user *u;
+
+	if (cs->stopping) {
+		snprintf(why, len, "the daemon is stopping");
+		return -EAGAIN;
+	}
+	if (cs->nclients >= room) {
+		snprintf(why, len, "too many control connections: %u open, the limit is %u "
+			 "(control_max_connections, %u of them kept for root); retry later",
+			 cs->nclients, cs->max_conns, ROOT_RESERVE);
+		return -EAGAIN;
+	}
+	u = ctlsock_user_locked(cs, cred->uid);
+	if (!u) {
+		snprintf(why, len, "out of memory");
+		return -EAGAIN;
+	}
+	if (!root && u->conns >= cs->user_conns) {
+		snprintf(why, len, "too many control connections: uid %u has %u open, the limit "
+			 "per user is %u (control_user_connections); close some and retry",
+			 cred->uid, u->conns, cs->user_conns);
+		return -EAGAIN;
+	}
+	u->conns++;
+	cs->nclients++;
+	return 0;
 }
 
 static void *client_main(void *arg)
@@ -98,8 +167,11 @@ static void *client_main(void *arg)
 		for (;;) {
 			struct ctl_msg m;
 			char *line;
-			int r = ctl_read_line(&cl->conn, &line, -1);
+			int r = ctl_read_line(&cl->conn, &line, ctlconn_idle_ms(cl));
 
+			if (r == -ETIMEDOUT)
+				log_debug("control: uid %u pid %d: idle for %" PRIu64 " ms: closed",
+					  cl->cred.uid, (int)cl->cred.pid, cs->idle_ms);
 			if (r < 0)
 				break;
 			if (!r)
@@ -125,7 +197,9 @@ static void *client_main(void *arg)
 
 static void start_client(struct ctlsock *cs, int fd)
 {
+	static _Atomic uint64_t refusal_logged;
 	struct ctlsock_client *cl;
+	char why[256], esc[768];
 	pthread_attr_t at;
 	pthread_t t;
 	int ret;
@@ -145,9 +219,16 @@ static void start_client(struct ctlsock *cs, int fd)
 	cl->cs = cs;
 	cl->fd = fd;
 	pthread_mutex_lock(&cs->lock);
-	if (cs->nclients >= MAX_CLIENTS || cs->stopping) {
+	ret = admit_locked(cs, &cl->cred, why, sizeof(why));
+	if (ret) {
+		int lvl = ctlconn_log_level(&refusal_logged);
+
 		pthread_mutex_unlock(&cs->lock);
-		ctl_sendf(fd, "ERR code=EAGAIN msg=too%%20many%%20connections\n");
+		log_at(lvl, "control: uid %u pid %d refused: %s", cl->cred.uid,
+		       (int)cl->cred.pid, why);
+		ctl_escape(why, esc, sizeof(esc));
+		/* a new socket's buffer is empty: this cannot block */
+		ctl_sendf(fd, "ERR code=%s msg=%s\n", ctl_errname(-ret), esc);
 		close(fd);
 		free(cl);
 		return;
@@ -156,7 +237,6 @@ static void start_client(struct ctlsock *cs, int fd)
 	if (cs->clients)
 		cs->clients->prev = cl;
 	cs->clients = cl;
-	cs->nclients++;
 	pthread_mutex_unlock(&cs->lock);
 
 	pthread_attr_init(&at);
@@ -219,6 +299,10 @@ int ctlsock_start(struct sfs *fs)
 		return -ENOMEM;
 	cs->fs = fs;
 	cs->lfd = cs->wake[0] = cs->wake[1] = -1;
+	cs->max_conns = MAX(fs->cfg.control_max_connections, 2 * ROOT_RESERVE);
+	/* one user can never take every connection others may use */
+	cs->user_conns = MIN(fs->cfg.control_user_connections, cs->max_conns - ROOT_RESERVE);
+	cs->idle_ms = fs->cfg.control_idle_timeout_ms;
 	pthread_mutex_init(&cs->lock, NULL);
 	pthread_cond_init(&cs->gone, NULL);
 	if ((size_t)snprintf(cs->path, sizeof(cs->path), "%s/%016" PRIx64 ".sock", dir, h) >=
@@ -327,6 +411,7 @@ void ctlsock_stop(struct sfs *fs)
 	pthread_mutex_destroy(&cs->lock);
 	pthread_cond_destroy(&cs->gone);
 	fs->ctl = NULL;
+	free(cs->users);
 	free(cs);
 }
 

@@ -25,9 +25,29 @@
 #include "ctlproto.h"
 #include "prefetch/prefetch.h"
 
+#include <stdatomic.h>
 #include <sys/un.h>
 
 struct ctlsock_client;
+
+/*
+ * What the server keeps per uid (ctlsock.c finds or adds it; it lives as
+ * long as the server, a few dozen bytes per user that ever connected).
+ * conns is the connection limits' count; the rest is the ledger that
+ * bounds the client library's reports (handover.c): a uid may report as
+ * read from cache files at most the sizes of the files handed to it, and
+ * as copied to GPUs at most that plus what it read through the mount.
+ * Every field: protected by cs->lock.
+ */
+struct ctlsock_user {
+	uint32_t uid;
+	unsigned conns;			/* connections open now */
+	uint64_t handed;		/* bytes of the files CACHE_FD handed over */
+	uint64_t handed_files;		/* ... and how many */
+	uint64_t client_read;		/* bytes CLIENT_READ reported, accepted */
+	uint64_t client_files;		/* files= CLIENT_READ reported, accepted */
+	uint64_t gpu;			/* bytes GPU_BYTES reported, accepted */
+};
 
 struct ctlsock {
 	struct sfs *fs;
@@ -39,7 +59,12 @@ struct ctlsock {
 	pthread_cond_t gone;		/* a client thread ended */
 	struct ctlsock_client *clients;	/* protected by lock */
 	unsigned nclients;		/* protected by lock */
+	struct ctlsock_user *users;	/* protected by lock */
+	size_t nusers, capusers;	/* protected by lock */
 	bool stopping;			/* protected by lock */
+	/* limits (src/config.h), set at start */
+	unsigned max_conns, user_conns;
+	uint64_t idle_ms;		/* 0: never */
 };
 
 /* A cache file handed over by CACHE_FD (handover.c). */
@@ -65,12 +90,32 @@ struct ctlsock_client {
 	uint64_t next_handle;
 };
 
+/* ---- ctlsock.c ---- */
+
+/*
+ * The record of @uid, added if new (then zeroed but for uid).  NULL: no
+ * memory.  cs->lock held; the pointer is valid until the lock is dropped.
+ */
+struct ctlsock_user *ctlsock_user_locked(struct ctlsock *cs, uint32_t uid);
+
 /* ---- ctlconn.c ---- */
 
+/*
+ * The level to log something a peer can make happen at will (a refusal):
+ * LOG_NOTICE at most once every 10 s per @last (a static of the caller),
+ * LOG_DEBUG otherwise, so no client can flood the log.
+ */
+int ctlconn_log_level(_Atomic uint64_t *last);
 /* Send "ERR code=... msg=@msg".  0 or -errno (peer gone). */
 int ctlconn_send_err(struct ctlsock_client *cl, int err, const char *msg);
 /* Send "FAIL path=@path code=... msg=...".  0 or -errno (peer gone). */
 int ctlconn_send_fail(struct ctlsock_client *cl, const char *path, int err);
+/*
+ * How long to wait for @cl's next line, in ms: control_idle_timeout, or
+ * -1 (forever) while it holds cache files (closing would drop their pins)
+ * or when there is no timeout.
+ */
+int ctlconn_idle_ms(const struct ctlsock_client *cl);
 /* False once the peer hung up. */
 bool ctlconn_alive(struct ctlsock_client *cl);
 /* Should the connection's work go on?  False once the daemon stops or the peer left. */

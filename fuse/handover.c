@@ -12,7 +12,17 @@
  * with holes: the client then reads through the mount.
  *
  * CLIENT_READ and GPU_BYTES: the library reports bytes it read from cache
- * files itself and copied to GPUs, counted for the peer (src/stats.h).
+ * files itself and copied to GPUs, counted for the peer (src/stats.h): its
+ * uid and pid from the socket's credential, never from the message.  A
+ * report is bounded by what the uid was handed (the ledger in struct
+ * ctlsock_user, kept per uid because the library reports on whichever of
+ * its connections is idle, also after the handles are closed): every
+ * CLIENT_READ of a uid together at most the sizes of every file CACHE_FD
+ * handed it (the library counts at most a file's size per handle), and
+ * its files= at most the handles; every GPU_BYTES together at most that
+ * plus what the uid read through the mount (its READs in src/stats.h).  A
+ * report beyond is refused with ERANGE and counted nowhere, so no client
+ * can make a counter of another's, or the node's, jump or wrap.
  */
 #include "ctlsock_i.h"
 
@@ -69,6 +79,52 @@ static int gpu_index_of(const char *pci)
 	return idx;
 }
 
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
+/*
+ * Bytes user @uid read through the mount so far: its READs (read_bytes
+ * less what the library reported itself).  A snapshot: only taken when a
+ * GPU_BYTES report is more than the cache files handed over cover.
+ */
+static uint64_t mount_read_bytes(struct stats *st, uint32_t uid)
+{
+	struct stats_snap *snap;
+	uint64_t n = 0;
+
+	if (!st || stats_snapshot(st, &snap))
+		return 0;
+	for (size_t i = 0; i < snap->nrows; i++) {
+		const struct stats_row *r = &snap->rows[i];
+
+		if (r->kind == STATS_USER && r->uid == uid) {
+			if (r->total[STATS_READ_BYTES] > r->total[STATS_CLIENT_BYTES])
+				n = r->total[STATS_READ_BYTES] - r->total[STATS_CLIENT_BYTES];
+			break;
+		}
+	}
+	stats_snap_free(snap);
+	return n;
+}
+
+/* Refuse a report beyond the ledger (logged, rate-limited). */
+static int refuse_report(struct ctlsock_client *cl, const char *verb, uint64_t bytes,
+			 uint64_t bound)
+{
+	static _Atomic uint64_t logged;
+	int lvl = ctlconn_log_level(&logged);
+	char msg[256];
+
+	log_at(lvl, "control: uid %u pid %d: %s of %" PRIu64 " bytes refused: more than "
+	       "it was handed (%" PRIu64 " bytes left to report)", cl->cred.uid,
+	       (int)cl->cred.pid, verb, bytes, bound);
+	snprintf(msg, sizeof(msg), "%s: %" PRIu64 " bytes is more than this user was handed "
+		 "(%" PRIu64 " left to report): not counted", verb, bytes, bound);
+	return ctlconn_send_err(cl, ERANGE, msg);
+}
+
 /*
  * The GPU client library reports bytes it copied to a GPU (src/stats.h).
  * With pci=, the device's PCI address, the row is the node's index of that
@@ -78,7 +134,10 @@ static int gpu_index_of(const char *pci)
 int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	const char *pci = ctl_get(m, "pci");
-	uint64_t gpu, bytes;
+	struct ctlsock *cs = cl->cs;
+	uint64_t gpu, bytes, gpu_before = 0, handed = 0;
+	struct ctlsock_user *u;
+	bool ok = false;
 	int ret;
 
 	if (ctl_get_u64(m, "gpu", &gpu) || ctl_get_u64(m, "bytes", &bytes) || gpu > 65535)
@@ -91,6 +150,35 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 		else
 			log_debug("control: GPU %s: %s: counted as the client's GPU %" PRIu64,
 				  pci, strerror(-idx), gpu);
+	}
+	/* at most what the uid was handed or read through the mount */
+	pthread_mutex_lock(&cs->lock);
+	u = ctlsock_user_locked(cs, cl->cred.uid);
+	if (u && add_sat(u->gpu, bytes) <= u->handed) {
+		u->gpu += bytes;
+		ok = true;
+	} else if (u) {
+		gpu_before = u->gpu;
+		handed = u->handed;
+	}
+	pthread_mutex_unlock(&cs->lock);
+	if (!u)
+		return ctlconn_send_err(cl, ENOMEM, "out of memory");
+	if (!ok) {
+		/* bytes read through the mount (no lock held: a snapshot) */
+		uint64_t bound = add_sat(handed, mount_read_bytes(cs->fs->stats, cl->cred.uid));
+
+		pthread_mutex_lock(&cs->lock);
+		u = ctlsock_user_locked(cs, cl->cred.uid);
+		/* what others of this uid reported meanwhile counts too */
+		if (u && add_sat(u->gpu, bytes) <= bound) {
+			u->gpu += bytes;
+			ok = true;
+		}
+		pthread_mutex_unlock(&cs->lock);
+		if (!ok)
+			return refuse_report(cl, "GPU_BYTES", bytes,
+					     bound > gpu_before ? bound - gpu_before : 0);
 	}
 	/* the uid is the peer's: a client cannot charge another user */
 	ret = stats_gpu_account(cl->cs->fs->stats, cl->cred.pid, cl->cred.uid,
@@ -228,6 +316,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	char cpath[PATH_MAX];
 	struct sfs_dataset *ds;
 	uint64_t ino, id, fetched = 0;
+	struct ctlsock_user *u;
 	struct sfs_attr a;
 	struct cfile *cf;
 	int fd, ret;
@@ -296,11 +385,19 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 			   " fetched=%" PRIu64 " fd=1\n", id, a.size, sfs_ino(fs, ds, ino),
 			   ds->be->chunk_size, fetched);
 	close(fd);
-	if (ret)
+	if (ret) {
 		handle_drop(cl, id);	/* the peer is gone: so is its descriptor */
-	else
-		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
-	return ret;
+		return ret;
+	}
+	stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
+	pthread_mutex_lock(&cl->cs->lock);
+	u = ctlsock_user_locked(cl->cs, cl->cred.uid);
+	if (u) {	/* what the uid may report (else: nothing) */
+		u->handed = add_sat(u->handed, a.size);
+		u->handed_files = add_sat(u->handed_files, 1);
+	}
+	pthread_mutex_unlock(&cl->cs->lock);
+	return 0;
 
 out_unpin:
 	cache_file_unpin(fs->cache, cf);
@@ -321,12 +418,32 @@ int handover_cache_fd_close(struct ctlsock_client *cl, const struct ctl_msg *m)
 /* The client library read bytes from cache files itself (src/stats.h). */
 int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
-	uint64_t bytes, files = 0;
+	struct ctlsock *cs = cl->cs;
+	uint64_t bytes, files = 0, left = 0;
+	struct ctlsock_user *u;
+	bool ok = false;
 	int ret;
 
 	if (ctl_get_u64(m, "bytes", &bytes) ||
 	    (ctl_get(m, "files") && ctl_get_u64(m, "files", &files)))
 		return ctlconn_send_err(cl, EINVAL, "CLIENT_READ needs bytes=N [files=N] [job=J]");
+	/* at most the bytes and handles the uid was handed */
+	pthread_mutex_lock(&cs->lock);
+	u = ctlsock_user_locked(cs, cl->cred.uid);
+	if (u) {
+		ok = add_sat(u->client_read, bytes) <= u->handed &&
+		     add_sat(u->client_files, files) <= u->handed_files;
+		if (ok) {
+			u->client_read += bytes;
+			u->client_files += files;
+		}
+		left = u->handed - u->client_read;
+	}
+	pthread_mutex_unlock(&cs->lock);
+	if (!u)
+		return ctlconn_send_err(cl, ENOMEM, "out of memory");
+	if (!ok)
+		return refuse_report(cl, "CLIENT_READ", bytes, left);
 	ret = stats_client_account(cl->cs->fs->stats, cl->cred.pid, cl->cred.uid,
 				   ctl_get(m, "job"), bytes, files);
 	if (ret)

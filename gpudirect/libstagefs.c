@@ -159,6 +159,8 @@ struct sfs_file {
 	struct ctlc_conn *conn;	/* where cfd's pin is (a reference), or NULL */
 	uint64_t pin;		/* the pin's handle on conn */
 	bool delivered;		/* a byte came out of cfd: the file was read */
+	uint64_t cfd_counted;	/* bytes of cfd counted to report (<= size) */
+	uint64_t cfd_gpu_counted;	/* ... of them to GPUs (<= size) */
 	int64_t size;
 	bool sized;		/* size is final (what sfs_client_size says) */
 	size_t nbuf, bufsize;
@@ -886,19 +888,32 @@ static ssize_t cufile_read(struct sfs_file *f, int64_t off, size_t len,
  */
 static void account(struct sfs_file *f, bool via_cfd, int device, uint64_t n)
 {
-	uint64_t files = 0;
+	uint64_t files = 0, cb = 0, gb = device >= 0 ? n : 0;
 
 	if (device >= 0 && device < SFS_MAX_DEVICES)
 		STAT_ADD(device_bytes[device], n);
 	else if (device < 0)
 		STAT_ADD(pinned_host_bytes, n);
 	if (via_cfd) {
+		/*
+		 * The daemon takes at most a file's size per handed-over
+		 * file (docs/control.md, CLIENT_READ): bytes read again
+		 * through the same handle are not reported.
+		 */
+		uint64_t size = f->size > 0 ? (uint64_t)f->size : 0;
+
 		STAT_ADD(fd_bytes, n);
 		files = !f->delivered;
 		f->delivered = true;
+		cb = MIN(n, size - MIN(f->cfd_counted, size));
+		f->cfd_counted += cb;
+		if (gb) {
+			gb = MIN(gb, size - MIN(f->cfd_gpu_counted, size));
+			f->cfd_gpu_counted += gb;
+		}
 	}
 	if (f->mount)
-		ctlc_mount_add(f->mount, via_cfd ? n : 0, files, device, device >= 0 ? n : 0);
+		ctlc_mount_add(f->mount, cb, files, device, gb);
 }
 
 ssize_t sfs_read_device(struct sfs_file *f, int64_t off, size_t len,

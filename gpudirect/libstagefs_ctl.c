@@ -42,6 +42,7 @@ struct ctlc_conn {
 	int fd;
 	pid_t pid;			/* the process that connected */
 	_Atomic bool dead;		/* broken: the daemon dropped its pins */
+	bool used;			/* a request was answered on it (busy holder's) */
 	bool busy;			/* protected by m->lock: a request in flight */
 	unsigned refs;			/* protected by m->lock: handles pinned here */
 	uint64_t *closing;		/* protected by m->lock: pins to drop when idle */
@@ -214,6 +215,23 @@ static void mount_reap_locked(struct ctlc_mount *m)
 	}
 }
 
+/*
+ * Is idle connection @c still open at the daemon's end?  A daemon closes
+ * a connection that holds no pin after control_idle_timeout, and all of
+ * them when it stops: the hangup is seen here, before a request is lost
+ * on it.  Marks @c dead if not.  m->lock held (@c is not busy).
+ */
+static bool conn_open_locked(struct ctlc_conn *c)
+{
+	struct pollfd p = { .fd = c->fd, .events = POLLRDHUP };
+
+	if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+		atomic_store(&c->dead, true);
+		return false;
+	}
+	return true;
+}
+
 /* Connect to @m's daemon and say HELLO.  Returns the connection or NULL, *@err set. */
 static struct ctlc_conn *conn_open(struct ctlc_mount *m, int *err)
 {
@@ -267,6 +285,8 @@ static int conn_acquire(struct ctlc_mount *m, bool wait, struct ctlc_conn **out)
 
 			if (atomic_load(&o->dead))
 				continue;	/* kept for the pins of its handles only */
+			if (!c->busy && !conn_open_locked(c))
+				continue;	/* the daemon closed it (idle, or stopped) */
 			live++;
 			if (!o->busy) {
 				c = o;
@@ -327,6 +347,8 @@ static int conn_call(struct ctlc_conn *c, const char *line, int timeout_ms,
 			 ctl_read_line(&c->rd, &reply, timeout_ms);
 	if (r >= 0 && ctl_parse(reply, msg))
 		r = -EPROTO;
+	if (r >= 0)
+		c->used = true;
 	if (r >= 0 && !strcmp(msg->argv[0], "OK"))
 		return 0;
 	if (fd && *fd >= 0) {
@@ -461,12 +483,25 @@ int ctlc_cache_fd(struct ctlc_mount *m, const char *rel, const struct stat *st,
 		snprintf(why, whylen, "path too long for the control socket");
 		return -ENAMETOOLONG;
 	}
-	r = conn_acquire(m, true, &c);
-	if (r) {
-		snprintf(why, whylen, "control socket %s: %s", m->sock, strerror(-r));
-		return r;
+	for (int tries = 0;; tries++) {
+		bool reused;
+
+		r = conn_acquire(m, true, &c);
+		if (r) {
+			snprintf(why, whylen, "control socket %s: %s", m->sock, strerror(-r));
+			return r;
+		}
+		reused = c->used;
+		r = conn_call(c, line, -1, &msg, fd, why, whylen);
+		/*
+		 * A connection the daemon closed as idle just as we sent
+		 * (the check in conn_acquire came first): once more on
+		 * another.  Nothing was pinned on it.
+		 */
+		if (!r || !atomic_load(&c->dead) || !reused || tries)
+			break;
+		conn_release(c);
 	}
-	r = conn_call(c, line, -1, &msg, fd, why, whylen);
 	if (r == -EINVAL && !strcmp(why, "unknown request")) {
 		pthread_mutex_lock(&m->lock);
 		m->no_cache_fd = true;
@@ -533,7 +568,8 @@ static bool report_one(struct ctlc_conn *c, const char *line)
 		return true;	/* an older daemon: nobody to count them */
 	atomic_fetch_add_explicit(&g_report_errors, 1, memory_order_relaxed);
 	log_debug("libstagefs: report to %s failed: %s", c->m->sock, why);
-	return false;
+	/* refused as more than we were handed: sending it again cannot help */
+	return r == -ERANGE;
 }
 
 /*

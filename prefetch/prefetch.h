@@ -219,6 +219,7 @@ struct pf_job_progress {
 	uint64_t failed_files;		/* files with a failure (incl. unreadable) */
 	uint64_t done_chunks, done_bytes;	/* settled, whichever way */
 	uint64_t evicted;		/* chunks dropped (evict mode) */
+	uint64_t evict_skipped;		/* chunks kept: charged to another user */
 	uint64_t elapsed_ms;
 	bool walk_done;			/* every PATH walked: totals are final */
 };

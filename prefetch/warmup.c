@@ -8,7 +8,9 @@
  * counts what is in scope and what is cached already (so progress has a
  * total and an ETA from the start; check and evict need only this walk),
  * the second queues every chunk still missing at warmup priority, charged
- * to the caller's uid.
+ * to the caller's uid.  Evict drops only the chunks charged to the caller
+ * (root: every one): no user can push out another's chunks; the others'
+ * are counted as evict_skipped.
  * The job keeps at most max_inflight requests queued or fetching (a request
  * whose chunk is fetched and only being written does not count: the I/O
  * engine's buffers bound those), so a walk over ten million files holds a
@@ -317,11 +319,15 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	pthread_mutex_unlock(&j->lock);
 
 	if (j->opts.mode == PF_JOB_EVICT) {
-		uint32_t n = cache_file_evict(c, f->cf);
+		/* the caller's own chunks only (root: every one) */
+		uint32_t skipped = 0, n = j->opts.cred.uid == 0 ? cache_file_evict(c, f->cf) :
+			cache_file_evict_owned(c, f->cf, j->opts.cred.uid, &skipped);
 
-		pf_forget(j->s, &a->content);	/* and from the engine's memory */
+		if (!skipped)	/* and from the engine's memory, unless others' stay */
+			pf_forget(j->s, &a->content);
 		pthread_mutex_lock(&j->lock);
 		j->p.evicted += n;
+		j->p.evict_skipped += skipped;
 		pthread_mutex_unlock(&j->lock);
 	}
 	pf_file_put(f);

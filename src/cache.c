@@ -219,22 +219,49 @@ int cache_file_path(struct cache *c, const struct cfile *cf, char *buf, size_t l
 	return 0;
 }
 
+/* Drop the idle chunks of @cf charged to @uid (any, if @any).  c->lock held. */
+static uint32_t evict_locked(struct cache *c, struct cfile *cf, bool any, uint32_t uid,
+			     uint32_t *skipped)
+{
+	uint32_t n = 0, others = 0;
+
+	for (uint32_t i = 0; i < cf->nchunks; i++) {
+		struct cchunk *ch = &cf->chunks[i];
+
+		if (ch->state != CH_PRESENT)
+			continue;
+		if (!any && ch->owner != uid) {
+			others++;
+			continue;
+		}
+		if (cf->pins || ch->readers)
+			continue;
+		cache_chunk_drop(c, ch, true);
+		c->st.evicted++;
+		n++;
+	}
+	if (skipped)
+		*skipped = others;
+	return n;
+}
+
 uint32_t cache_file_evict(struct cache *c, struct cfile *cf)
 {
-	uint32_t n = 0;
+	uint32_t n;
 
 	pthread_mutex_lock(&c->lock);
-	if (!cf->pins) {
-		for (uint32_t i = 0; i < cf->nchunks; i++) {
-			struct cchunk *ch = &cf->chunks[i];
+	n = evict_locked(c, cf, true, 0, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return n;
+}
 
-			if (ch->state != CH_PRESENT || ch->readers)
-				continue;
-			cache_chunk_drop(c, ch, true);
-			c->st.evicted++;
-			n++;
-		}
-	}
+uint32_t cache_file_evict_owned(struct cache *c, struct cfile *cf, uint32_t uid,
+				uint32_t *skipped)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = evict_locked(c, cf, false, uid, skipped);
 	pthread_mutex_unlock(&c->lock);
 	return n;
 }

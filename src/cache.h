@@ -207,6 +207,14 @@ int cache_file_path(struct cache *c, const struct cfile *cf, char *buf, size_t l
 
 /* Drop every unpinned, idle chunk of @cf.  Returns the chunks dropped. */
 uint32_t cache_file_evict(struct cache *c, struct cfile *cf);
+/*
+ * cache_file_evict() of the chunks charged to user @uid only: a user may
+ * drop its own chunks, never another's (their quota holds them).  Sets
+ * *@skipped (may be NULL) to the present chunks of @cf charged to others,
+ * which stay.  Returns the chunks dropped.
+ */
+uint32_t cache_file_evict_owned(struct cache *c, struct cfile *cf, uint32_t uid,
+				uint32_t *skipped);
 
 void cache_get_stats(struct cache *c, struct cache_stats *st);
 

@@ -198,6 +198,28 @@ static const struct opt opts[] = {
 		"Directory for the control socket, `<hash of the mount "
 		"point>.sock`, through which the stagefs tools (warmup, ...) talk "
 		"to the daemon." },
+	{ "control_max_connections", OPT_UINT, O(control_max_connections), "512", 32, 65536,
+	  "control-socket connections open at once (16 of them only root may use)",
+	  .doc =
+		"Control-socket connections open at once, all users together (each "
+		"is a thread of the daemon). The last 16 are kept for root, so the "
+		"administrator's tools always get in. A connection over a limit is "
+		"refused with `ERR code=EAGAIN` and a message naming the limit "
+		"(`docs/control.md`, \"Limits\")." },
+	{ "control_user_connections", OPT_UINT, O(control_user_connections), "64", 1, 65536,
+	  "control-socket connections one user (other than root) may hold open",
+	  .doc =
+		"Control-socket connections one user other than root may hold open "
+		"at once, so that no user can take every connection. The client "
+		"library opens at most 8 per process and mount; `stagefs warmup` "
+		"one. Root is bound by `control_max_connections` only." },
+	{ "control_idle_timeout", OPT_DURATION, O(control_idle_timeout_ms), "5min", 0, 0,
+	  "close a control connection that sent no request this long, holds no cache file and runs no job; 0 = never",
+	  .doc =
+		"Close a control connection that sent no request for this long while "
+		"it holds no cache file handed over by `CACHE_FD` and runs no "
+		"`WARMUP` (the client library opens a new one when it needs it). "
+		"`0`: never." },
 	{ "ceph_conf", OPT_STR, O(ceph_conf), "", 0, 0,
 	  "ceph.conf for rados:// sources (default $CEPH_CONF, then /etc/ceph/ceph.conf)",
 	  .doc =

@@ -50,6 +50,9 @@ struct sfs_config {
 	uint64_t lookup_readahead_max;	/* cached files up to this size are read ahead at LOOKUP */
 	bool allow_other;
 	char *runtime_dir;
+	uint32_t control_max_connections;	/* control-socket connections, all users */
+	uint32_t control_user_connections;	/* ... of one uid other than root */
+	uint64_t control_idle_timeout_ms;	/* idle connection closed after; 0 = never */
 	/* ceph */
 	char *ceph_conf;
 	char *client_id;

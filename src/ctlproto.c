@@ -530,8 +530,13 @@ int ctl_hello(struct ctl_conn *c, char *err, size_t errlen)
 	int ret;
 
 	ret = ctl_sendf(c->fd, "HELLO version=%d\n", CTL_PROTO_VERSION);
-	if (!ret)
-		ret = ctl_read_line(c, &line, 30000);
+	/*
+	 * A daemon that refuses the connection (a limit) says why and closes
+	 * before reading our HELLO: then the send fails (EPIPE), but its ERR
+	 * is there to read.
+	 */
+	if (!ret || ret == -EPIPE || ret == -ECONNRESET)
+		ret = ctl_read_line(c, &line, ret ? 1000 : 30000);
 	if (ret < 0) {
 		snprintf(err, errlen, "control socket: %s", strerror(-ret));
 		return ret;

@@ -224,6 +224,28 @@ void stats_node_add(struct stats *st, enum stats_node_field f, uint64_t n)
 }
 
 /*
+ * stats_add_fields that stops at UINT64_MAX instead of wrapping: for the
+ * client library's reports, the only counts a peer states itself (the
+ * daemon bounds them too, fuse/handover.c), so that no report can make a
+ * counter look reset.
+ */
+static void add_fields_sat(_Atomic uint64_t *c, const uint64_t *v)
+{
+	for (int i = 0; i < STATS_NFIELDS; i++) {
+		uint64_t old, sum;
+
+		if (!v[i])
+			continue;
+		old = atomic_load_explicit(&c[i], memory_order_relaxed);
+		do {
+			sum = old + v[i] < old ? UINT64_MAX : old + v[i];
+		} while (!atomic_compare_exchange_weak_explicit(&c[i], &old, sum,
+								memory_order_relaxed,
+								memory_order_relaxed));
+	}
+}
+
+/*
  * Charge @v to the library's peer: @pid's reader record (see stats.h) or,
  * for a @job other than its own, user @uid and that job.  0 or -ENOSPC.
  */
@@ -236,7 +258,7 @@ static int charge_peer(struct stats *st, pid_t pid, uint32_t uid, const char *jo
 	if (job)
 		stats_clean_name(clean, sizeof(clean), job[0] ? job : "unknown");
 	if (p && (!job || !strcmp(p->job->name, clean))) {
-		stats_add_fields(p->c, v);
+		add_fields_sat(p->c, v);
 		atomic_store_explicit(&p->last_ms, now_ms(), memory_order_relaxed);
 		stats_ent_put(p);
 		return 0;
@@ -246,9 +268,9 @@ static int charge_peer(struct stats *st, pid_t pid, uint32_t uid, const char *jo
 	if (user)
 		j = stats_job_get(st, user, job);
 	if (user)
-		stats_add_fields(user->c, v);
+		add_fields_sat(user->c, v);
 	if (j)
-		stats_add_fields(j->c, v);
+		add_fields_sat(j->c, v);
 	stats_ent_put(j);
 	stats_ent_put(user);
 	return user && j ? 0 : -ENOSPC;
@@ -265,7 +287,7 @@ int stats_client_account(struct stats *st, pid_t pid, uint32_t uid, const char *
 
 	if (!st)
 		return 0;
-	node_add(st, v);
+	add_fields_sat(shard_of(st)->c, v);
 	return charge_peer(st, pid, uid, job, v);
 }
 
@@ -275,7 +297,7 @@ void stats_client_open(struct stats *st, pid_t pid, uint32_t uid)
 
 	if (!st)
 		return;
-	node_add(st, v);
+	add_fields_sat(shard_of(st)->c, v);
 	stats_node_add(st, STATS_NODE_CLIENT_OPENS, 1);
 	charge_peer(st, pid, uid, NULL, v);
 }
@@ -291,10 +313,10 @@ int stats_gpu_account(struct stats *st, pid_t pid, uint32_t uid, const char *job
 		return 0;
 	if (gpu < 0 || gpu > 65535)
 		return -EINVAL;
-	node_add(st, v);
+	add_fields_sat(shard_of(st)->c, v);
 	g = stats_gpu_get(st, gpu);
 	if (g) {
-		stats_add_fields(g->c, v);
+		add_fields_sat(g->c, v);
 		atomic_store_explicit(&g->last_ms, now_ms(), memory_order_relaxed);
 	}
 	ret = charge_peer(st, pid, uid, job, v);

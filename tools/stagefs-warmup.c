@@ -45,7 +45,7 @@ struct opts {
 struct summary {
 	uint64_t files, chunks, bytes, cached_before, cached_before_bytes;
 	uint64_t cached_files, fetched, fetched_bytes, failed, failed_files;
-	uint64_t done_chunks, done_bytes, evicted, ms;
+	uint64_t done_chunks, done_bytes, evicted, evict_skipped, ms;
 	bool walk_done;
 };
 
@@ -177,12 +177,12 @@ static void print_summary(const struct opts *o, const struct summary *s)
 		       ", \"cached_before_bytes\": %" PRIu64 ", \"cached_files\": %" PRIu64
 		       ", \"fetched\": %" PRIu64 ", \"fetched_bytes\": %" PRIu64
 		       ", \"failed\": %" PRIu64 ", \"failed_files\": %" PRIu64
-		       ", \"evicted\": %" PRIu64 ", \"cached_meanwhile\": %" PRIu64
-		       ", \"seconds\": %.3f, \"shard\": ",
+		       ", \"evicted\": %" PRIu64 ", \"evict_skipped\": %" PRIu64
+		       ", \"cached_meanwhile\": %" PRIu64 ", \"seconds\": %.3f, \"shard\": ",
 		       o->mode == M_CHECK ? "check" : o->mode == M_EVICT ? "evict" : "fetch",
 		       s->files, s->chunks, s->bytes, s->cached_before, s->cached_before_bytes,
 		       s->cached_files, s->fetched, s->fetched_bytes, s->failed,
-		       s->failed_files, s->evicted, meanwhile, secs);
+		       s->failed_files, s->evicted, s->evict_skipped, meanwhile, secs);
 		if (o->shard)
 			json_write_str(stdout, o->shard);
 		else
@@ -208,8 +208,11 @@ static void print_summary(const struct opts *o, const struct summary *s)
 		       s->bytes ? 100.0 * (double)s->cached_before_bytes / (double)s->bytes : 100.0);
 		break;
 	case M_EVICT:
-		printf("evicted %" PRIu64 " chunks of %" PRIu64 " files (%s in scope)\n",
+		printf("evicted %" PRIu64 " chunks of %" PRIu64 " files (%s in scope)",
 		       s->evicted, s->files, a);
+		if (s->evict_skipped)	/* a user evicts only its own chunks */
+			printf(", %" PRIu64 " chunks kept: other users'", s->evict_skipped);
+		putchar('\n');
 		break;
 	default:
 		fmt_size(s->fetched_bytes, b, sizeof(b));
@@ -233,7 +236,7 @@ static void parse_summary(const struct ctl_msg *m, struct summary *s)
 #define K(x) { #x, offsetof(struct summary, x) }
 		K(files), K(chunks), K(bytes), K(cached_before), K(cached_before_bytes),
 		K(cached_files), K(fetched), K(fetched_bytes), K(failed), K(failed_files),
-		K(done_chunks), K(done_bytes), K(evicted), K(ms),
+		K(done_chunks), K(done_bytes), K(evicted), K(evict_skipped), K(ms),
 #undef K
 	};
 	uint64_t v;

@@ -1112,6 +1112,41 @@ static void test_fetch_error(void **state)
 
 /* ---- verify, pin, evict ---- */
 
+/* An owner's evict drops its own chunks only, and counts the others'. */
+static void test_evict_owned(void **state)
+{
+	struct tctx *t = *state;
+	struct cache *c = open_cache(t->cdir, 8ull * CS, 64);
+	struct cfile *a = get_file(c, 1, 4ull * CS, CS);
+	struct fsrc s1, s2;
+	uint32_t skipped = 99;
+
+	fsrc_init(&s1, 1, CS);
+	fsrc_init(&s2, 1, CS);
+	s2.cs.uid = 2000;
+	assert_int_equal(cache_fill(c, a, 0, &s1.cs), 0);
+	assert_int_equal(cache_fill(c, a, 1, &s2.cs), 0);
+	assert_int_equal(cache_fill(c, a, 2, &s2.cs), 0);
+
+	assert_int_equal(cache_file_evict_owned(c, a, 3000, &skipped), 0);
+	assert_int_equal(skipped, 3);
+	assert_int_equal(cache_file_evict_owned(c, a, 2000, &skipped), 2);
+	assert_int_equal(skipped, 1);
+	assert_true(cache_chunk_present(c, a, 0));
+	assert_false(cache_chunk_present(c, a, 1));
+	/* pinned: nothing goes, others' still counted */
+	cache_file_pin(c, a);
+	assert_int_equal(cache_file_evict_owned(c, a, 1000, &skipped), 0);
+	assert_int_equal(skipped, 0);
+	assert_true(cache_chunk_present(c, a, 0));
+	cache_file_unpin(c, a);
+	assert_int_equal(cache_file_evict_owned(c, a, 1000, NULL), 1);
+	assert_int_equal(stats(c).chunks, 0);
+	assert_int_equal(stats(c).evicted, 3);
+	cache_file_put(c, a);
+	cache_destroy(c);
+}
+
 static void test_verify_pin_evict(void **state)
 {
 	struct tctx *t = *state;
@@ -1983,6 +2018,7 @@ int main(void)
 		T(test_enforce_quotas),
 		T(test_fetch_error),
 		T(test_verify_pin_evict),
+		T(test_evict_owned),
 		T(test_prefetch_verify_fd),
 		T(test_shape_change),
 		T(test_second_create_busy),

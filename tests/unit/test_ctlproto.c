@@ -227,6 +227,25 @@ static void test_pass_fd(void **state)
 	free(c);
 }
 
+/* A daemon that refuses says why and closes first: HELLO's EPIPE hides nothing. */
+static void test_hello_refused(void **state)
+{
+	struct ctl_conn *c = malloc(sizeof(*c));
+	char err[256];
+	int sv[2];
+
+	(void)state;
+	assert_non_null(c);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	assert_int_equal(ctl_sendf(sv[1], "ERR code=EAGAIN msg=too%%20many%%20connections\n"), 0);
+	close(sv[1]);
+	ctl_conn_init(c, sv[0]);
+	assert_int_equal(ctl_hello(c, err, sizeof(err)), -EAGAIN);
+	assert_string_equal(err, "daemon refused: too many connections");
+	close(sv[0]);
+	free(c);
+}
+
 static void test_errnames(void **state)
 {
 	(void)state;
@@ -277,6 +296,7 @@ int main(void)
 		cmocka_unit_test(test_parse_errors),
 		cmocka_unit_test(test_read_line),
 		cmocka_unit_test(test_pass_fd),
+		cmocka_unit_test(test_hello_refused),
 		cmocka_unit_test(test_errnames),
 		cmocka_unit_test(test_abspath),
 		cmocka_unit_test(test_find_mount_outside),
