@@ -285,7 +285,7 @@ static int conn_acquire(struct ctlc_mount *m, bool wait, struct ctlc_conn **out)
 
 			if (atomic_load(&o->dead))
 				continue;	/* kept for the pins of its handles only */
-			if (!c->busy && !conn_open_locked(c))
+			if (!o->busy && !conn_open_locked(o))
 				continue;	/* the daemon closed it (idle, or stopped) */
 			live++;
 			if (!o->busy) {
