@@ -193,6 +193,37 @@ sfs_mount "dir://$src" "$mnt" -c "$TEST_TMPDIR/good.ini"
 sfs_umount "$mnt"
 log "ok: good.ini"
 
+# SIGHUP with the file emptied, or turned into a directory, or with a
+# [dataset] repeated: the reload is refused and the old rules stay (it
+# used to be "reloaded ...: 0 datasets", every allow list dropped).
+mkdir -p "$TEST_TMPDIR/ds"
+printf 'x\n' >"$TEST_TMPDIR/ds/f"
+cfgname="reload.ini"
+ini "[dataset a]" "source = dir://$TEST_TMPDIR/ds" "allow = uid:0"
+sfs_mount "" "$mnt" -c "$TEST_TMPDIR/reload.ini"
+pid=$(sfs_pid "$mnt") sfslog=$(sfs_log "$mnt")
+n=0
+hup_refused() {
+	local what=$1 want=$2
+	n=$((n + 1))
+	kill -HUP "$pid"
+	wait_for eval '[[ $(grep -c "reload refused" "$sfslog") -ge $n ]]' ||
+		die "SIGHUP with $what: no refusal; log: $(tail -n 3 "$sfslog")"
+	grep "reload refused" "$sfslog" | tail -n 1 | grep -qE -- "$want" ||
+		die "SIGHUP with $what: $(grep "reload refused" "$sfslog" | tail -n 1); want '$want'"
+	! grep -q "reloaded " "$sfslog" || die "SIGHUP with $what was taken: $(grep "reloaded " "$sfslog")"
+	[[ $(cat "$mnt/a/f") == x ]] || die "after SIGHUP with $what: dataset a unreadable"
+	log "ok: SIGHUP with $what refused, old rules in force"
+}
+: >"$TEST_TMPDIR/reload.ini"
+hup_refused "an empty file" "reload.ini: .*empty"
+ini "[dataset a]" "source = dir://$TEST_TMPDIR/ds" "allow = uid:0" "[dataset a]" "allow = *"
+hup_refused "[dataset a] twice" "reload.ini:4: .*line 1"
+rm "$TEST_TMPDIR/reload.ini"
+mkdir "$TEST_TMPDIR/reload.ini"
+hup_refused "a directory" "reload.ini: is a directory"
+sfs_umount "$mnt"
+
 # A size of 2^63 - 1, the docs' "at most", is taken (it was refused: a
 # double cannot hold it).
 cfgname="size63.ini"
