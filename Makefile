@@ -4,7 +4,7 @@
 -include config.mk
 
 ifeq ($(CONFIGURED),)
-all check demo docs install:
+all check demo docs fuzz install:
 	@echo "run ./configure first (./configure --install-deps on a fresh machine)"; exit 1
 else
 
@@ -132,12 +132,40 @@ install: all
 docs: stagefs
 	$(Q)tools/gendocs.sh ./stagefs
 
+# libFuzzer harnesses (tests/fuzz/): src/ built again with clang and
+# -fsanitize=fuzzer-no-link,address,undefined into tests/fuzz/obj/, each
+# harness linked against that.  tests/fuzz/run.sh runs them;
+# tests/integration/fuzz.sh runs each for a few seconds in the suite.
+FUZZ_CC       ?= clang
+FUZZ_SAN       = -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+                 -fno-omit-frame-pointer
+FUZZ_CFLAGS    = -std=gnu11 -g -O1 $(filter-out -Werror,$(WARN)) $(FUZZ_SAN) -pthread
+FUZZ_SRC_OBJS  = $(patsubst src/%.c,tests/fuzz/obj/%.o,$(wildcard src/*.c))
+FUZZ_TARGETS   = $(patsubst %.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+
+tests/fuzz/obj/%.o: src/%.c config.h $(wildcard src/*.h)
+	@mkdir -p tests/fuzz/obj
+	$(call quiet,FUZZCC,$@)$(FUZZ_CC) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+
+tests/fuzz/obj/libsfs.a: $(FUZZ_SRC_OBJS)
+	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
+
+tests/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/obj/libsfs.a
+	$(call quiet,FUZZLD,$@)$(FUZZ_CC) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< tests/fuzz/obj/libsfs.a $(LIBS_CORE)
+
+# the seed writer is an ordinary program (tests/fuzz/mkseeds.sh runs it)
+tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE)
+
+fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
+
 clean:
 	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench
+	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 distclean: clean
 	rm -f config.h config.mk config.log
 
-.PHONY: all check demo docs install clean distclean test-progs
+.PHONY: all check demo docs fuzz install clean distclean test-progs
 .SECONDARY:
 endif

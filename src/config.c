@@ -7,13 +7,17 @@
 #include "log.h"
 #include "util.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum opt_type {
 	OPT_STR,
@@ -384,7 +388,37 @@ static int errf(char *err, size_t len, const char *fmt, ...)
 	return -1;
 }
 
-static int check_range(const struct opt *o, double v, char *err, size_t len)
+static void fmt_limit(const struct opt *o, double v, char *buf, size_t len);
+
+/*
+ * Is @v (an integer setting's value, in the table's unit) within @o's
+ * limits?  The message prints integers, as a user would write them.
+ */
+static int check_range(const struct opt *o, uint64_t v, char *err, size_t len)
+{
+	char val[32], lo[32], hi[32];
+
+	if (o->type == OPT_UINT && v > UINT32_MAX && o->max == 0)
+		return errf(err, len, "%s: %" PRIu64 " is out of range [0, %" PRIu32 "]",
+			    o->name, v, UINT32_MAX);
+	if (o->min == 0 && o->max == 0)
+		return 0;
+	if (v >= (uint64_t)o->min && (o->max == 0 || v <= (uint64_t)o->max))
+		return 0;
+	if (o->type == OPT_DURATION)
+		fmt_limit(o, (double)v, val, sizeof(val));
+	else
+		snprintf(val, sizeof(val), "%" PRIu64, v);	/* exact, as given */
+	fmt_limit(o, o->min, lo, sizeof(lo));
+	if (o->max == 0)
+		return errf(err, len, "%s: %s is out of range (at least %s)",
+			    o->name, val, lo);
+	fmt_limit(o, o->max, hi, sizeof(hi));
+	return errf(err, len, "%s: %s is out of range [%s, %s]", o->name, val, lo, hi);
+}
+
+/* The same for a ratio, the one fractional type. */
+static int check_ratio(const struct opt *o, double v, char *err, size_t len)
 {
 	if (o->min == 0 && o->max == 0)
 		return 0;
@@ -413,10 +447,13 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		return 0;
 	}
 	case OPT_SIZE:
+		if (parse_size(value, &u) == -ERANGE)
+			return errf(err, len, "%s: '%s' is out of range (at most %" PRId64
+				    " bytes, 2^63 - 1)", o->name, value, INT64_MAX);
 		if (parse_size(value, &u))
 			return errf(err, len, "%s: '%s' is not a size (like 512K, 4M, 100G)",
 				    o->name, value);
-		if (check_range(o, (double)u, err, len))
+		if (check_range(o, u, err, len))
 			return -1;
 		*(uint64_t *)p = u;
 		return 0;
@@ -424,7 +461,7 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		if (parse_uint(value, &u))
 			return errf(err, len, "%s: '%s' is not a whole number",
 				    o->name, value);
-		if (check_range(o, (double)u, err, len))
+		if (check_range(o, u, err, len))
 			return -1;
 		*(uint32_t *)p = (uint32_t)u;
 		return 0;
@@ -437,7 +474,7 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		if (parse_duration_ms(value, &u))
 			return errf(err, len, "%s: '%s' is not a duration (like 500ms, 30s, 1h)",
 				    o->name, value);
-		if (check_range(o, (double)u, err, len))
+		if (check_range(o, u, err, len))
 			return -1;
 		*(uint64_t *)p = u;
 		return 0;
@@ -452,7 +489,7 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		if (errno || end == value || *end || !(d >= 0))	/* NaN too */
 			return errf(err, len, "%s: '%s' is not a ratio (like 0.1 or 10%%)",
 				    o->name, value);
-		if (check_range(o, d, err, len))
+		if (check_ratio(o, d, err, len))
 			return -1;
 		*(double *)p = d;
 		return 0;
@@ -551,22 +588,236 @@ out:
 	return 1;
 }
 
-int config_load(struct sfs_config *cfg, const char *path, char *err, size_t errlen)
+/*
+ * The INI text, handed to inih one whole line per call (config_ini_read).
+ * Reading it here, not with inih's fgets, lets the loader refuse what inih
+ * would silently get wrong: a line longer than inih's buffer (split into
+ * two, every later line number off by one), a section name longer than
+ * inih's (truncated, so two names could merge), and a section given twice.
+ * The reader sees each line before inih does, and classifies it the way
+ * inih will (comment, continuation, [section], name = value).
+ */
+#define INI_SECTION_MAX	50	/* inih's MAX_SECTION, NUL included */
+
+struct ini_section_seen {
+	char name[INI_SECTION_MAX];	/* canonical: see section_seen() */
+	int line;
+};
+
+struct ini_src {
+	const char *p, *end;		/* what is left of the text */
+	int line;			/* the line last handed to inih */
+	bool prev_name;			/* inih's prev_name is set (continuations) */
+	size_t nitems;			/* [section] and name = value lines */
+	struct ini_section_seen *seen;	/* sections other than [stagefs] */
+	size_t nseen;
+	int err_line;			/* != 0: this line was refused, */
+	char err[256];			/* ... for this reason */
+};
+
+/* inih's find_chars_or_comment(): an inline ';' needs a blank before it. */
+static const char *ini_find(const char *s, const char *chars)
+{
+	bool was_space = false;
+
+	while (*s && !strchr(chars, *s) && !(was_space && *s == ';')) {
+		was_space = isspace((unsigned char)*s);
+		s++;
+	}
+	return s;
+}
+
+/*
+ * Note the section @name (@len bytes, as inih will see it) opened on the
+ * current line.  [stagefs] may repeat (the later setting wins); any other
+ * section may appear once, so that two [dataset X] are never merged
+ * silently.  "dataset  X" and "dataset X" are one section: the blanks after
+ * the first word are one blank.  Returns false with src->err set.
+ */
+static bool section_seen(struct ini_src *src, const char *name, size_t len)
+{
+	struct ini_section_seen s = { .line = src->line }, *ns;
+	size_t n = 0;
+	const char *q = name, *qe = name + len;
+
+	if (len >= sizeof(s.name)) {
+		snprintf(src->err, sizeof(src->err),
+			 "section name longer than %d characters", INI_SECTION_MAX - 1);
+		return false;
+	}
+	while (q < qe && !isspace((unsigned char)*q))
+		s.name[n++] = *q++;
+	if (q < qe) {
+		s.name[n++] = ' ';
+		while (q < qe && isspace((unsigned char)*q))
+			q++;
+		while (q < qe)
+			s.name[n++] = *q++;
+	}
+	s.name[n] = '\0';
+	if (!s.name[0] || !strcmp(s.name, "stagefs"))
+		return true;
+	for (size_t i = 0; i < src->nseen; i++) {
+		if (!strcmp(src->seen[i].name, s.name)) {
+			snprintf(src->err, sizeof(src->err),
+				 "[%.*s] repeats the section of line %d (a section may appear "
+				 "once: merge the two)", (int)len, name, src->seen[i].line);
+			return false;
+		}
+	}
+	ns = realloc(src->seen, (src->nseen + 1) * sizeof(*ns));
+	if (!ns) {
+		snprintf(src->err, sizeof(src->err), "out of memory");
+		return false;
+	}
+	src->seen = ns;
+	src->seen[src->nseen++] = s;
+	return true;
+}
+
+/* Classify @line (the current one, as inih will get it) as inih will. */
+static bool ini_classify(struct ini_src *src, const char *line)
+{
+	const char *start = line, *e;
+
+	if (src->line == 1 && !strncmp(start, "\xEF\xBB\xBF", 3))
+		start += 3;
+	while (isspace((unsigned char)*start))
+		start++;
+	if (!*start || *start == ';' || *start == '#')
+		return true;			/* blank, comment */
+	if (src->prev_name && start > line) {
+		src->nitems++;			/* continuation of a value */
+		return true;
+	}
+	if (*start == '[') {
+		e = ini_find(start + 1, "]");
+		if (*e != ']')
+			return true;		/* inih reports the syntax error */
+		src->prev_name = false;
+		src->nitems++;
+		return section_seen(src, start + 1, (size_t)(e - start - 1));
+	}
+	e = ini_find(start, "=:");
+	if (*e == '=' || *e == ':') {
+		const char *ne = e;
+
+		while (ne > start && isspace((unsigned char)ne[-1]))
+			ne--;
+		src->prev_name = ne > start;
+		src->nitems++;
+	}
+	return true;
+}
+
+/* inih's reader (fgets-like): the next whole line, or NULL to stop. */
+static char *config_ini_read(char *buf, int size, void *arg)
+{
+	struct ini_src *src = arg;
+	const char *nl;
+	size_t n;
+
+	if (src->err_line || src->p >= src->end || size < 2)
+		return NULL;
+	nl = memchr(src->p, '\n', (size_t)(src->end - src->p));
+	n = nl ? (size_t)(nl - src->p) + 1 : (size_t)(src->end - src->p);
+	src->line++;
+	if (n > (size_t)size - 1) {
+		snprintf(src->err, sizeof(src->err),
+			 "line longer than %d characters", size - 2);
+		src->err_line = src->line;
+		return NULL;
+	}
+	memcpy(buf, src->p, n);
+	buf[n] = '\0';
+	src->p += n;
+	if (!ini_classify(src, buf)) {
+		src->err_line = src->line;
+		return NULL;
+	}
+	return buf;
+}
+
+int config_load_buffer(struct sfs_config *cfg, const char *name, const char *buf,
+		       size_t len, char *err, size_t errlen)
 {
 	struct parse_ctx ctx = { .cfg = cfg };
-	int line = ini_parse(path, config_ini_line, &ctx);
+	struct ini_src src = { .p = buf, .end = buf + len };
+	int line, r = 0;
 
-	if (line == -1)
-		return errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-	if (line == -2)
-		return errf(err, errlen, "%s: out of memory", path);
-	if (line > 0) {
+	line = ini_parse_stream(config_ini_read, &src, config_ini_line, &ctx);
+	if (line == -2) {
+		r = errf(err, errlen, "%s: out of memory", name);
+	} else if (line > 0) {
+		/* inih's first error comes before any line the reader refused */
 		if (!ctx.failed)
 			snprintf(ctx.msg, sizeof(ctx.msg),
 				 "syntax error (expected 'name = value' or '[section]')");
-		return errf(err, errlen, "%s:%d: %s", path, line, ctx.msg);
+		r = errf(err, errlen, "%s:%d: %s", name, line, ctx.msg);
+	} else if (src.err_line) {
+		r = errf(err, errlen, "%s:%d: %s", name, src.err_line, src.err);
+	} else if (line != 0) {
+		r = errf(err, errlen, "%s: cannot parse (inih error %d)", name, line);
+	} else if (!src.nitems) {
+		/* a truncated or emptied file must not drop the access rules */
+		r = errf(err, errlen, "%s: no [section] and no setting in it; an empty "
+			 "config file is refused", name);
 	}
-	return 0;
+	free(src.seen);
+	return r;
+}
+
+int config_load(struct sfs_config *cfg, const char *path, char *err, size_t errlen)
+{
+	char *buf = NULL, *nb;
+	size_t len = 0, cap = 0;
+	struct stat st;
+	ssize_t n;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0) {
+		r = errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+		goto out_close;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		r = errf(err, errlen, "%s: is a directory, not a config file", path);
+		goto out_close;
+	}
+	for (;;) {
+		if (len == cap) {
+			if (cap >= CONFIG_MAX_BYTES) {
+				r = errf(err, errlen, "%s: larger than %d KiB; not a config file",
+					 path, CONFIG_MAX_BYTES / 1024);
+				goto out_free;
+			}
+			cap = cap ? cap * 2 : 4096;
+			nb = realloc(buf, cap);
+			if (!nb) {
+				r = errf(err, errlen, "%s: out of memory", path);
+				goto out_free;
+			}
+			buf = nb;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+			goto out_free;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	r = config_load_buffer(cfg, path, buf ? buf : "", len, err, errlen);
+out_free:
+	free(buf);
+out_close:
+	close(fd);
+	return r;
 }
 
 int config_validate(const struct sfs_config *cfg, char *err, size_t errlen)

@@ -99,11 +99,29 @@ void config_release(struct sfs_config *cfg);
 /* Register a handler for sections whose name starts with @prefix. */
 void config_add_section(const char *prefix, config_section_fn fn, void *arg);
 
+/* The largest config file config_load() reads. */
+#define CONFIG_MAX_BYTES	(1024 * 1024)
+
 /*
  * Parse the INI file @path into @cfg.  Returns 0, or -1 with
- * "path:line: what is wrong" in @err.
+ * "path:line: what is wrong" (or "path: what is wrong") in @err.
+ *
+ * Never fails open: a directory, a file that cannot be read, an empty file
+ * (no [section] and no setting, comments aside), a line longer than inih's
+ * buffer, a section name longer than inih's, and a section other than
+ * [stagefs] given twice ("[dataset X] repeats the section of line N") are
+ * all refused, at their own line.  On failure @cfg and the registered
+ * section handlers' state may be partly filled: the caller throws them
+ * away and keeps what it had (a reload keeps the old rules).
  */
 int config_load(struct sfs_config *cfg, const char *path, char *err, size_t errlen);
+
+/*
+ * config_load() of @len bytes of INI text at @buf (need not be
+ * NUL-terminated); @name stands for the file in messages.
+ */
+int config_load_buffer(struct sfs_config *cfg, const char *name, const char *buf,
+		       size_t len, char *err, size_t errlen);
 
 /* Apply one "name=value" (from -o).  Returns 0, or -1 with a message. */
 int config_set(struct sfs_config *cfg, const char *name, const char *value,

@@ -165,6 +165,21 @@ static const char *parse_string(struct parser *p)
 
 		if (c < 0x20)
 			return fail(p, -EINVAL, "control character in string");
+		if (c >= 0x80) {
+			/*
+			 * RFC 8259 text is UTF-8: a reader must not be handed
+			 * bytes that are not (found by tests/fuzz/fuzz_json).
+			 * The closing quote at @end stops json_utf8_seq().
+			 */
+			size_t n = json_utf8_seq(p->s + p->pos);
+
+			if (!n)
+				return fail(p, -EINVAL, "invalid UTF-8 in string");
+			memcpy(out + o, p->s + p->pos, n);
+			o += n;
+			p->pos += n;
+			continue;
+		}
 		if (c != '\\') {
 			out[o++] = (char)c;
 			p->pos++;
@@ -597,6 +612,8 @@ void json_write(FILE *f, const struct json *v)
 	case JSON_NUMBER:
 		if (v->whole)
 			fprintf(f, "%llu", (unsigned long long)v->u);
+		else if (v->num == 0)
+			fputs("0", f);	/* -0.0 too, as "-0" is: a second write agrees */
 		else if (isfinite(v->num))
 			fprintf(f, "%.17g", v->num);
 		else

@@ -81,18 +81,23 @@ uint64_t sfs_hash64(const void *buf, size_t len)
 
 int parse_size(const char *s, uint64_t *out)
 {
+	const char *digits_end;
 	char *end;
 	double v;
-	uint64_t mult = 1;
+	uint64_t mult = 1, u;
 
 	while (isspace((unsigned char)*s))
 		s++;
 	if (!*s || *s == '-')
 		return -EINVAL;
+	for (digits_end = s; isdigit((unsigned char)*digits_end); digits_end++)
+		;
 	errno = 0;
 	v = strtod(s, &end);
 	if (errno || end == s || v < 0)
 		return -EINVAL;
+	if (end != digits_end)
+		digits_end = NULL;	/* a fraction or an exponent: go by the double */
 	while (isspace((unsigned char)*end))
 		end++;
 	switch (tolower((unsigned char)*end)) {
@@ -116,6 +121,15 @@ int parse_size(const char *s, uint64_t *out)
 		end++;
 	if (*end)
 		return -EINVAL;
+	if (digits_end) {
+		/* a whole number is exact: 2^63 - 1 is the limit, not a double's */
+		errno = 0;
+		u = strtoull(s, NULL, 10);
+		if (errno || u > INT64_MAX / mult)
+			return -ERANGE;
+		*out = u * mult;
+		return 0;
+	}
 	if (!(v * (double)mult < 9223372036854775808.0))	/* NaN too; llround's range */
 		return -ERANGE;
 	*out = (uint64_t)llround(v * (double)mult);

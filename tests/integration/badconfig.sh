@@ -67,6 +67,45 @@ must_fail "malformed line" "$TEST_TMPDIR/malformed.ini:3:" -- \
 must_fail "missing config file" "$TEST_TMPDIR/no-such.ini" -- \
 	-f -c "$TEST_TMPDIR/no-such.ini" -o "$base_o" "dir://$src" "$mnt"
 
+# What is not a config file is refused, naming the path (issue 17: the INI
+# reader read a directory as an empty file, and an empty file as "no rules").
+mkdir "$TEST_TMPDIR/conf.d"
+must_fail "-c DIRECTORY" "$TEST_TMPDIR/conf.d: is a directory" -- \
+	-f -c "$TEST_TMPDIR/conf.d" -o "$base_o" "dir://$src" "$mnt"
+: >"$TEST_TMPDIR/empty.ini"
+must_fail "empty config file" "$TEST_TMPDIR/empty.ini: .*empty" -- \
+	-f -c "$TEST_TMPDIR/empty.ini" -o "$base_o" "dir://$src" "$mnt"
+cfgname="comments.ini"
+ini "# [dataset a]" "; allow = uid:1"
+must_fail "config file of comments only" "$TEST_TMPDIR/comments.ini: .*empty" -- \
+	-f -c "$TEST_TMPDIR/comments.ini" -o "$base_o" "dir://$src" "$mnt"
+must_fail "unreadable config file" "/proc/self/mem: cannot read" -- \
+	-f -c /proc/self/mem -o "$base_o" "dir://$src" "$mnt"
+
+# A repeated [dataset X] is an error naming both lines, not a silent merge.
+cfgname="dup.ini"
+ini "[dataset a]" "source = dir://$src" "allow = uid:1" "" "[dataset b]" "source = dir://$src" \
+    "" "[dataset a]" "allow = *"
+must_fail "repeated [dataset a]" "$TEST_TMPDIR/dup.ini:8: \\[dataset a\\] repeats the section of line 1" -- \
+	-f -c "$TEST_TMPDIR/dup.ini" -o "$base_o" "$mnt"
+
+# A very long line is reported at its own line, not one further down.
+cfgname="long.ini"
+ini "[stagefs]" "log_level = info" "client_id = $(printf '%0300d' 7)" "threads = 4"
+must_fail "very long line" "$TEST_TMPDIR/long.ini:3: line longer than" -- \
+	-f -c "$TEST_TMPDIR/long.ini" -o "$base_o" "dir://$src" "$mnt"
+
+# Range errors print integers as written, not 4.29497e+09.
+cfgname="range.ini"
+ini "[stagefs]" "threads = 4294967296"
+must_fail "range error prints an integer" "$TEST_TMPDIR/range.ini:2: threads: 4294967296 is out of range \\[0, 256\\]" -- \
+	-f -c "$TEST_TMPDIR/range.ini" -o "$base_o" "dir://$src" "$mnt"
+grep -q 'e+' "$TEST_TMPDIR/err" && die "range error in floating point: $(cat "$TEST_TMPDIR/err")"
+cfgname="size64.ini"
+ini "[stagefs]" "cache_size = 9223372036854775808"
+must_fail "a size of 2^63" "$TEST_TMPDIR/size64.ini:2: cache_size: .*at most 9223372036854775807" -- \
+	-f -c "$TEST_TMPDIR/size64.ini" -o "$base_o" "dir://$src" "$mnt"
+
 # -o.
 must_fail "bad -o size" chunk_size -- -f -o "$base_o,chunk_size=abc" "dir://$src" "$mnt"
 must_fail "-o size below the minimum" chunk_size -- -f -o "$base_o,chunk_size=1K" "dir://$src" "$mnt"
@@ -153,3 +192,43 @@ sfs_mount "dir://$src" "$mnt" -c "$TEST_TMPDIR/good.ini"
 [[ ! -e /nonexistent/never/used ]] || die "cache_dir from the file was used although -o cache_dir was given"
 sfs_umount "$mnt"
 log "ok: good.ini"
+
+# SIGHUP with the file emptied, or turned into a directory, or with a
+# [dataset] repeated: the reload is refused and the old rules stay (it
+# used to be "reloaded ...: 0 datasets", every allow list dropped).
+mkdir -p "$TEST_TMPDIR/ds"
+printf 'x\n' >"$TEST_TMPDIR/ds/f"
+cfgname="reload.ini"
+ini "[dataset a]" "source = dir://$TEST_TMPDIR/ds" "allow = uid:0"
+sfs_mount "" "$mnt" -c "$TEST_TMPDIR/reload.ini"
+pid=$(sfs_pid "$mnt") sfslog=$(sfs_log "$mnt")
+n=0
+hup_refused() {
+	local what=$1 want=$2
+	n=$((n + 1))
+	kill -HUP "$pid"
+	wait_for eval '[[ $(grep -c "reload refused" "$sfslog") -ge $n ]]' ||
+		die "SIGHUP with $what: no refusal; log: $(tail -n 3 "$sfslog")"
+	grep "reload refused" "$sfslog" | tail -n 1 | grep -qE -- "$want" ||
+		die "SIGHUP with $what: $(grep "reload refused" "$sfslog" | tail -n 1); want '$want'"
+	! grep -q "reloaded " "$sfslog" || die "SIGHUP with $what was taken: $(grep "reloaded " "$sfslog")"
+	[[ $(cat "$mnt/a/f") == x ]] || die "after SIGHUP with $what: dataset a unreadable"
+	log "ok: SIGHUP with $what refused, old rules in force"
+}
+: >"$TEST_TMPDIR/reload.ini"
+hup_refused "an empty file" "reload.ini: .*empty"
+ini "[dataset a]" "source = dir://$TEST_TMPDIR/ds" "allow = uid:0" "[dataset a]" "allow = *"
+hup_refused "[dataset a] twice" "reload.ini:4: .*line 1"
+rm "$TEST_TMPDIR/reload.ini"
+mkdir "$TEST_TMPDIR/reload.ini"
+hup_refused "a directory" "reload.ini: is a directory"
+sfs_umount "$mnt"
+
+# A size of 2^63 - 1, the docs' "at most", is taken (it was refused: a
+# double cannot hold it).
+cfgname="size63.ini"
+ini "[stagefs]" "cache_size = 9223372036854775807" "hint_window_bytes = 9223372036854775807"
+sfs_mount "dir://$src" "$mnt" -c "$TEST_TMPDIR/size63.ini"
+[[ $(cat "$mnt/f") == data ]] || die "size63.ini: wrong content"
+sfs_umount "$mnt"
+log "ok: size63.ini (cache_size = 2^63 - 1)"

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -75,6 +76,14 @@ static void load_fails_at(const char *text, int line, const char *what)
 	if (what && !strstr(err, what))
 		fail_msg("error \"%s\" does not mention \"%s\"", err, what);
 	config_release(&cfg);
+}
+
+/* A section handler that accepts anything and counts its calls. */
+static int count_section(void *arg, const char *section, const char *name,
+			 const char *value, char *err, size_t errlen)
+{
+	(*(int *)arg)++;
+	return 0;
 }
 
 /* ---- defaults ---- */
@@ -186,6 +195,14 @@ static void test_set_size(void **state)
 	assert_int_equal(cfg.cache_size, 1536 * GiB);
 	set_ok(&cfg, "cache_size", "0");
 	assert_int_equal(cfg.cache_size, 0);
+	/* the docs' "at most 2^63 - 1", exactly (a double cannot hold it) */
+	set_ok(&cfg, "cache_size", "9223372036854775807");
+	assert_int_equal(cfg.cache_size, INT64_MAX);
+	set_ok(&cfg, "cache_size", "8191P");
+	assert_int_equal(cfg.cache_size, 8191ULL << 50);
+	set_bad(&cfg, "cache_size", "9223372036854775808");
+	set_bad(&cfg, "cache_size", "8192P");
+	set_bad(&cfg, "cache_size", "18446744073709551616");
 	set_bad(&cfg, "cache_size", "-1");
 	set_bad(&cfg, "cache_size", "lots");
 	set_bad(&cfg, "cache_size", "");
@@ -431,6 +448,35 @@ static void test_validate(void **state)
 	config_release(&cfg);
 }
 
+/* config_set(@name, @value) is refused with exactly @want as its message. */
+static void set_bad_says(const char *name, const char *value, const char *want)
+{
+	struct sfs_config cfg;
+	char err[256] = "";
+
+	config_init(&cfg);
+	assert_int_equal(config_set(&cfg, name, value, err, sizeof(err)), -1);
+	if (strcmp(err, want))
+		fail_msg("config_set(%s, \"%s\"): \"%s\", want \"%s\"", name, value, err, want);
+	config_release(&cfg);
+}
+
+/* Range errors print integers as a user writes them, never 4.29497e+09. */
+static void test_range_messages(void **state)
+{
+	set_bad_says("threads", "4294967296", "threads: 4294967296 is out of range [0, 256]");
+	set_bad_says("fd_cache", "99999999999", "fd_cache: 99999999999 is out of range [0, 1048576]");
+	set_bad_says("chunk_size", "1K", "chunk_size: 1024 is out of range [4K, 64M]");
+	set_bad_says("chunk_size", "1T", "chunk_size: 1099511627776 is out of range [4K, 64M]");
+	set_bad_says("prefetch_buffers", "2G",
+		     "prefetch_buffers: 2147483648 is out of range [1M, 1G]");
+	set_bad_says("rados_timeout", "500ms", "rados_timeout: 500ms is out of range (at least 1s)");
+	set_bad_says("metrics_interval", "2h", "metrics_interval: 2h is out of range [1s, 1h]");
+	set_bad_says("cache_size", "9223372036854775808",
+		     "cache_size: '9223372036854775808' is out of range "
+		     "(at most 9223372036854775807 bytes, 2^63 - 1)");
+}
+
 /* ---- config_load ---- */
 
 static void test_load_good(void **state)
@@ -475,10 +521,125 @@ static void test_load_good(void **state)
 	assert_int_equal(cfg.threads, 4);
 	config_release(&cfg);
 
-	/* an empty file is fine */
+	/* a file with only [stagefs] in it is fine: it says "the defaults" */
 	config_init(&cfg);
-	assert_int_equal(config_load(&cfg, write_conf(""), err, sizeof(err)), 0);
+	assert_int_equal(config_load(&cfg, write_conf("# nothing set\n[stagefs]\n"),
+				     err, sizeof(err)), 0);
 	assert_defaults(&cfg);
+	config_release(&cfg);
+}
+
+/*
+ * Expect config_load(@path) to be refused with "@path: " and @what: no
+ * line number, since the file as a whole is what is wrong.  @cfg untouched.
+ */
+static void load_refused(const char *path, const char *what)
+{
+	struct sfs_config cfg;
+	char err[512] = "", want[PATH_MAX + 64];
+
+	config_init(&cfg);
+	assert_int_equal(config_load(&cfg, path, err, sizeof(err)), -1);
+	snprintf(want, sizeof(want), "%s: ", path);
+	if (strncmp(err, want, strlen(want)))
+		fail_msg("error \"%s\" does not start with \"%s\"", err, want);
+	if (!strstr(err, what))
+		fail_msg("error \"%s\" does not mention \"%s\"", err, what);
+	assert_defaults(&cfg);
+	config_release(&cfg);
+}
+
+/*
+ * What is not a config file is refused, never read as "no settings": a
+ * reload of an emptied file must not drop the access rules (issue 17).
+ */
+static void test_load_not_a_config(void **state)
+{
+	char dir[PATH_MAX + 32];
+
+	/* -c DIRECTORY: the INI reader used to read it as an empty file */
+	snprintf(dir, sizeof(dir), "%s/a-directory.conf", tmpdir);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	load_refused(dir, "is a directory");
+	rmdir(dir);
+
+	/* empty, blank, comments only */
+	load_refused(write_conf(""), "empty");
+	load_refused(write_conf("\n   \n\t\n"), "empty");
+	load_refused(write_conf("# [dataset a]\n; allow = uid:1\n"), "empty");
+
+	/* opened but unreadable (EIO at offset 0) */
+	load_refused("/proc/self/mem", "cannot read");
+}
+
+/* A section other than [stagefs] given twice is an error naming both lines. */
+static void test_load_duplicate_sections(void **state)
+{
+	static int calls;	/* the handlers stay registered after the test */
+
+	config_add_section("dataset", count_section, &calls);
+	config_add_section("quota", count_section, &calls);
+	load_fails_at("[dataset a]\nsource = dir:///a\n\n[dataset b]\nsource = dir:///b\n"
+		      "[dataset a]\nsource = dir:///c\n", 6,
+		      "[dataset a] repeats the section of line 1");
+	/* blanks after "dataset" do not make another section */
+	load_fails_at("[dataset a]\nsource = dir:///a\n[dataset \t a]\n", 3,
+		      "repeats the section of line 1");
+	/* even an empty repeat */
+	load_fails_at("[quota]\n[stagefs]\n[quota]\ndefault = 1G\n", 3,
+		      "[quota] repeats the section of line 1");
+	/* an indented "[...]" after a setting is a continuation, not a section */
+	load_fails_at("[dataset a]\nsource = dir:///a\n  [dataset a]\n[dataset a]\n", 4,
+		      "line 1");
+	/* a name inih would truncate (and so merge with another) is refused */
+	load_fails_at("[stagefs]\nthreads = 2\n"
+		      "[dataset aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]\n"
+		      "source = dir:///a\n", 3, "section name longer than");
+	assert_true(calls > 0);
+}
+
+/* A line longer than inih's buffer is refused at its own line number. */
+static void test_load_long_line(void **state)
+{
+	char text[1024];
+
+	snprintf(text, sizeof(text), "[stagefs]\nthreads = 4\nclient_id = %0300d\n"
+		 "threads = 1000\n", 7);
+	load_fails_at(text, 3, "line longer than");
+	/* the longest line that fits is read whole */
+	snprintf(text, sizeof(text), "[stagefs]\nclient_id = %0186d\nthreads = 2\n", 7);
+	{
+		struct sfs_config cfg;
+		char err[512] = "";
+
+		config_init(&cfg);
+		assert_int_equal(config_load(&cfg, write_conf(text), err, sizeof(err)), 0);
+		assert_int_equal(strlen(cfg.client_id), 186);
+		assert_int_equal(cfg.threads, 2);
+		config_release(&cfg);
+	}
+	/* an error before the long line is the one reported */
+	snprintf(text, sizeof(text), "[stagefs]\nthreads = 999\nclient_id = %0300d\n", 7);
+	load_fails_at(text, 2, "threads");
+}
+
+/* config_load_buffer: the same parser on bytes, NUL-free or not. */
+static void test_load_buffer(void **state)
+{
+	static const char text[] = "[stagefs]\nthreads = 3\n\0threads = 9\n";
+	struct sfs_config cfg;
+	char err[512] = "";
+
+	config_init(&cfg);
+	/* the last line needs no newline */
+	assert_int_equal(config_load_buffer(&cfg, "buf", text, 21, err, sizeof(err)), 0);
+	assert_int_equal(cfg.threads, 3);
+	/* the text after a NUL on its line is not seen, as inih does */
+	assert_int_equal(config_load_buffer(&cfg, "buf", text, sizeof(text) - 1, err,
+					    sizeof(err)), 0);
+	assert_int_equal(cfg.threads, 3);
+	assert_int_equal(config_load_buffer(&cfg, "buf", text, 0, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "buf: "));
 	config_release(&cfg);
 }
 
@@ -737,9 +898,14 @@ int main(void)
 		cmocka_unit_test(test_set_auto),
 		cmocka_unit_test(test_set_unknown),
 		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_range_messages),
 		cmocka_unit_test(test_load_good),
 		cmocka_unit_test(test_load_errors),
 		cmocka_unit_test(test_load_indented_continuation),
+		cmocka_unit_test(test_load_not_a_config),
+		cmocka_unit_test(test_load_duplicate_sections),
+		cmocka_unit_test(test_load_long_line),
+		cmocka_unit_test(test_load_buffer),
 		cmocka_unit_test(test_example_reparses),
 		cmocka_unit_test(test_help),
 		cmocka_unit_test(test_sections),

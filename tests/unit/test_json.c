@@ -116,6 +116,9 @@ static void test_errors(void **state)
 		"\"abc", "\"a\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00x\"",
 		"\"\\u0000\"", "\"tab\there\"", "01", "-", "1.", "1e", ".5", "+1",
 		"tru", "nul", "[1] x", "{\"a\":}", "[\"\\",
+		/* not UTF-8 (tests/fuzz/corpus/json/utf8-*) */
+		"\"a\x90\"", "\"\xc3(\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"",
+		"\"\xe2\x82\"",
 	};
 	char deep[2 * (JSON_MAX_DEPTH + 2)];
 	struct json_doc *doc = NULL;
@@ -172,6 +175,16 @@ static void test_round_trip(void **state)
 	json_write(f, json_root(doc));
 	fclose(f);
 	assert_string_equal(buf, text);
+	free(buf);
+	json_doc_free(doc);
+
+	/* -0.0 is written as "-0" is, so that a second write agrees (fuzz_json) */
+	doc = parse_ok("[-0.0,-0,-0e5]");
+	buf = NULL;
+	f = open_memstream(&buf, &len);
+	json_write(f, json_root(doc));
+	fclose(f);
+	assert_string_equal(buf, "[0,0,0]");
 	free(buf);
 	json_doc_free(doc);
 }

@@ -268,6 +268,12 @@ static void test_errors(void **state)
 		{ "[dataset d]\nsource = /x\npolicy = fifo\n", ":3: policy: 'fifo' is not lru or nothrash" },
 		{ "[dataset d]\nowner = me\n", ":2: [dataset d]: unknown key 'owner'" },
 		{ "[dataset d]\nallow = user:no_such_user_x\n", ":2: unknown user 'no_such_user_x'" },
+		/* a second [dataset d] used to be merged into the first: here it
+		 * would have widened uid:5's dataset to everyone */
+		{ "[dataset d]\nsource = /x\nallow = uid:5\n\n[dataset d]\nallow = *\n",
+		  ":5: [dataset d] repeats the section of line 1" },
+		{ "[quota]\ndefault = 1G\n[dataset d]\nsource = /x\n[quota]\ndefault = none\n",
+		  ":5: [quota] repeats the section of line 1" },
 	};
 	struct tctx *t = *state;
 
@@ -324,6 +330,13 @@ static void test_reload(void **state)
 	/* a refused reload: the caller drops it and registers the current one again */
 	assert_int_not_equal(load(t, "[quota]\ndefault = 5G\nuser:no_such_user_x = 1G\n",
 				  &bad, err, sizeof(err)), 0);
+	policy_destroy(bad);
+	/* an emptied file is refused like a bad one, not read as "no rules" */
+	assert_int_not_equal(load(t, "", &bad, err, sizeof(err)), 0);
+	assert_non_null(strstr(err, "empty"));
+	policy_destroy(bad);
+	assert_int_not_equal(load(t, "; [dataset a]\n; allow = uid:2\n", &bad, err,
+				  sizeof(err)), 0);
 	policy_destroy(bad);
 	policy_register(np);
 	assert_int_equal(policy_quota(np, 1), 3 * GiB);
