@@ -244,56 +244,6 @@ static void on_sighup(int sig)
 }
 
 /*
- * Refuse, before reading it, a file that cannot be a configuration: one
- * that cannot be opened, a directory (the INI reader reads one as an empty
- * file), or one without a single section or setting (blank lines and
- * comments only): an empty file would drop every rule.  Returns 0 or -1
- * with the reason, naming @path, in @err.
- */
-static int reload_check_file(const char *path, char *err, size_t len)
-{
-	char line[4096];
-	struct stat st;
-	bool empty = true;
-	FILE *f;
-	int fd;
-
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(err, len, "%s: cannot open: %s", path, strerror(errno));
-		return -1;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, len, "%s: not a regular file", path);
-		close(fd);
-		return -1;
-	}
-	f = fdopen(fd, "r");
-	if (!f) {
-		snprintf(err, len, "%s: %s", path, strerror(errno));
-		close(fd);
-		return -1;
-	}
-	while (empty && fgets(line, sizeof(line), f)) {
-		const char *p = line + strspn(line, " \t\r\n");
-
-		empty = !*p || *p == ';' || *p == '#';
-	}
-	if (ferror(f)) {
-		snprintf(err, len, "%s: cannot read", path);
-		fclose(f);
-		return -1;
-	}
-	fclose(f);
-	if (empty) {
-		snprintf(err, len, "%s: no section or setting (an empty file would drop every rule)",
-			 path);
-		return -1;
-	}
-	return 0;
-}
-
-/*
  * Apply policy @np (just swapped in) to the datasets mounted: eviction
  * policies follow it; the kernel forgets the names of datasets under a
  * multi root (a name it cached while the dataset was open to all would let
@@ -336,15 +286,15 @@ static void reload(struct sfs *fs)
 		log_notice("SIGHUP: no config file (-c) to reload");
 		return;
 	}
-	if (reload_check_file(fs->config_path, err, sizeof(err))) {
-		log_err("reload refused: %s; the current configuration stays in force", err);
-		return;
-	}
 	np = policy_create();
 	if (!np)
 		return;
 	config_init(&cfg);
 	policy_register(np);
+	/*
+	 * config_load() refuses a directory, an unreadable or an empty file
+	 * (an empty file would drop every rule): the old rules stay.
+	 */
 	if (config_load(&cfg, fs->config_path, err, sizeof(err))) {
 		log_err("reload refused: %s; the current configuration stays in force", err);
 		policy_destroy(np);
