@@ -110,7 +110,7 @@ static int http_route(struct metrics *m, struct http_conn *c)
 	path[strcspn(path, " ?\r\n")] = '\0';
 	if (strcmp(path, "/metrics"))
 		return http_answer(c, 404, "Not Found", "text/plain", "try /metrics\n", 13, head);
-	n = vfiles_metrics_text(m->fs, &body);
+	n = vfiles_metrics_text(m->fs, NULL, &body);
 	if (n < 0)
 		return http_answer(c, 500, "Internal Server Error", "text/plain", "out of memory\n", 14, head);
 	ret = http_answer(c, 200, "OK", PROM_CONTENT_TYPE, body, (size_t)n, head);
@@ -281,7 +281,7 @@ static int textfile_write(struct metrics *m)
 	char *body = NULL;
 	int n, ret;
 
-	n = vfiles_metrics_text(m->fs, &body);
+	n = vfiles_metrics_text(m->fs, NULL, &body);
 	if (n < 0)
 		return n;
 	/* whatever the umask: the scraper's group reads it, others do not */
