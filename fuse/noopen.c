@@ -20,6 +20,7 @@
 
 #include "fh.h"
 
+#include "cred.h"
 #include "log.h"
 #include "passthrough.h"
 #include "vfiles.h"

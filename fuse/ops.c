@@ -187,7 +187,8 @@ static int do_lookup(struct sfs *fs, fuse_req_t req, fuse_ino_t parent, const ch
 			if (!strcmp(name, vfiles_table[i].name)) {
 				struct cred cr;
 
-				access_req_cred(req, true, &cr);
+				/* the groups only where it is rendered here */
+				access_req_cred(req, noopen_wanted(fs->no), &cr);
 				virt_attr(fs, SFS_CTL_FILE_INO(i, cr.uid), a);
 				return vfile_attr(fs, (int)i, &cr, cr.uid, a);
 			}
@@ -555,7 +556,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		struct cred cr;
 		int n;
 
-		access_req_cred(req, true, &cr);
+		/* the groups decide which datasets' sources it shows (multi only) */
+		access_req_cred(req, fs->multi, &cr);
 		/*
 		 * rendered for the opener, who looked up an inode of their own
 		 * (a dentry is looked up again at every walk); another user's
