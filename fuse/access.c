@@ -189,8 +189,9 @@ int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 	return ret;
 }
 
-int access_quota_text(struct sfs *fs, char **out)
+int access_quota_text(struct sfs *fs, const struct cred *cr, char **out)
 {
+	bool all = !cr || cr->uid == 0;
 	struct cache_usage *u;
 	size_t n;
 	char *buf = NULL;
@@ -210,6 +211,8 @@ int access_quota_text(struct sfs *fs, char **out)
 		struct passwd pw, *pwp = NULL;
 		char pbuf[4096];
 
+		if (!all && u[i].uid != cr->uid)
+			continue;	/* another user's usage is theirs to see */
 		if (getpwuid_r(u[i].uid, &pw, pbuf, sizeof(pbuf), &pwp) || !pwp)
 			pwp = NULL;
 		if (u[i].limit_bytes == UINT64_MAX)

@@ -56,7 +56,11 @@ int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
 /* Start the thread that reloads quotas and access rules on SIGHUP. */
 int access_reload_start(struct sfs *fs);
 
-/* .stagefs/quota: per-user cache usage, one tab-separated line per user. */
-int access_quota_text(struct sfs *fs, char **out);
+/*
+ * .stagefs/quota: per-user cache usage, one tab-separated line per user,
+ * as caller @cr may see it: root (or @cr NULL) every user's line, anyone
+ * else their own only.  A vfiles_file render function (fuse/vfiles.h).
+ */
+int access_quota_text(struct sfs *fs, const struct cred *cr, char **out);
 
 #endif

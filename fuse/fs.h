@@ -34,9 +34,15 @@
 #define SFS_VIRT_BASE	(1ULL << 62)
 #define SFS_CTL_DIR_INO	(SFS_VIRT_BASE + 1)
 #define SFS_CTL_DIR_NAME ".stagefs"
-/* Inode of the i-th file of vfiles_table[] (fuse/vfiles.h). */
-#define SFS_CTL_FILE_INO(i) (SFS_VIRT_BASE + 2 + (i))
-#define SFS_CTL_STATS_INO SFS_CTL_FILE_INO(0)
+/*
+ * Inode of the i-th file of vfiles_table[] (fuse/vfiles.h) as user @uid
+ * sees it: each user has inodes of their own, so the kernel's page cache
+ * of one never holds a rendering made for another.
+ */
+#define SFS_CTL_FILE_SHIFT 4
+#define SFS_CTL_FILE_MAX (1u << SFS_CTL_FILE_SHIFT)	/* files in .stagefs/ */
+#define SFS_CTL_FILE_INO(i, uid) \
+	(SFS_VIRT_BASE + (1ULL << 40) + ((uint64_t)(uid) << SFS_CTL_FILE_SHIFT) + (i))
 /*
  * .stagefs/.no_open: a regular file the daemon opens on its own mount at
  * start-up to switch the kernel into no-open mode (fuse/noopen.h).  Not

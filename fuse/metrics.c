@@ -16,15 +16,29 @@
  *    the oldest one (which has the least time left anyway), so a client
  *    opening connections in a loop cannot lock the others out either.
  *
+ * Who sees what on the port.  It listens on 127.0.0.1, where every local
+ * user can connect, so each connection is identified: the kernel names
+ * the owner of the client's socket (sock_diag, peer_uid() below: the same
+ * exact-socket lookup `ss -e` makes).  Root and the members of
+ * metrics_group (the daemon's group when unset) get everything; any other
+ * user gets what they would read in MOUNT/.stagefs/metrics, their own
+ * rows and the node totals; a connection whose owner cannot be found is
+ * refused (403).  The textfile is everything, and mode 0640 to that group.
+ *
  * Why not libmicrohttpd (docs/feedrate.md): one GET on localhost does not
  * need a new build and run-time dependency on every node; this loop is the
  * whole server and its bounds are the three constants below.
  */
 #include "metrics.h"
 
+#include "cred.h"
 #include "log.h"
 #include "stats.h"
 #include "vfiles.h"
+
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -35,6 +49,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -55,6 +70,8 @@ struct http_conn {
 	uint64_t deadline;	/* now_ms() at which it is closed, done or not */
 	size_t got;		/* request bytes in req */
 	char *out;		/* the whole answer once the request is read */
+	bool known;		/* uid is the client socket's owner */
+	uid_t uid;
 	size_t outlen, sent;
 	char req[HTTP_REQ_MAX];
 };
@@ -92,6 +109,97 @@ static int http_answer(struct http_conn *c, int code, const char *reason,
 	return 0;
 }
 
+/*
+ * The uid owning the client end of loopback TCP connection @fd: the
+ * kernel's exact-socket lookup over NETLINK_SOCK_DIAG.  Returns 0 or -errno.
+ */
+static int peer_uid(int fd, uid_t *uid)
+{
+	struct sockaddr_in self, peer;
+	socklen_t len = sizeof(self);
+	struct {
+		struct nlmsghdr nlh;
+		struct inet_diag_req_v2 r;
+	} req;
+	union {
+		struct nlmsghdr nlh;
+		char buf[1024];
+	} ans;
+	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
+	ssize_t n;
+	int nl, ret;
+
+	if (getsockname(fd, (struct sockaddr *)&self, &len))
+		return -errno;
+	len = sizeof(peer);
+	if (getpeername(fd, (struct sockaddr *)&peer, &len))
+		return -errno;
+	if (self.sin_family != AF_INET || peer.sin_family != AF_INET)
+		return -EAFNOSUPPORT;
+	memset(&req, 0, sizeof(req));
+	req.nlh.nlmsg_len = sizeof(req);
+	req.nlh.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	req.nlh.nlmsg_flags = NLM_F_REQUEST;
+	req.r.sdiag_family = AF_INET;
+	req.r.sdiag_protocol = IPPROTO_TCP;
+	req.r.idiag_states = ~0u;
+	/* the client's socket: its local end is our peer */
+	req.r.id.idiag_sport = peer.sin_port;
+	req.r.id.idiag_dport = self.sin_port;
+	req.r.id.idiag_src[0] = peer.sin_addr.s_addr;
+	req.r.id.idiag_dst[0] = self.sin_addr.s_addr;
+	req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+
+	nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nl < 0)
+		return -errno;
+	if (sendto(nl, &req, sizeof(req), 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	do
+		n = recv(nl, &ans, sizeof(ans), 0);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	if (!NLMSG_OK(&ans.nlh, (size_t)n) || ans.nlh.nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+	    ans.nlh.nlmsg_len < NLMSG_LENGTH(sizeof(struct inet_diag_msg))) {
+		ret = -ENOENT;
+		goto out_close;
+	}
+	*uid = ((const struct inet_diag_msg *)NLMSG_DATA(&ans.nlh))->idiag_uid;
+	ret = 0;
+out_close:
+	close(nl);
+	return ret;
+}
+
+/* Does @uid get everything: root, or a member of metrics_group? */
+static bool sees_all(const struct metrics *m, uid_t uid)
+{
+	gid_t want = m->gid != (gid_t)-1 ? m->gid : getegid();
+	struct passwd pw, *res = NULL;
+	gid_t groups[256];
+	int n = (int)ARRAY_SIZE(groups);
+	char buf[4096];
+
+	if (uid == 0)
+		return true;
+	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) || !res)
+		return false;
+	if (pw.pw_gid == want)
+		return true;
+	if (getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0)
+		n = (int)ARRAY_SIZE(groups);	/* the first ones are filled */
+	for (int i = 0; i < n; i++)
+		if (groups[i] == want)
+			return true;
+	return false;
+}
+
 /* The request in c->req is complete: build its answer (GET or HEAD /metrics). */
 static int http_route(struct metrics *m, struct http_conn *c)
 {
@@ -110,7 +218,17 @@ static int http_route(struct metrics *m, struct http_conn *c)
 	path[strcspn(path, " ?\r\n")] = '\0';
 	if (strcmp(path, "/metrics"))
 		return http_answer(c, 404, "Not Found", "text/plain", "try /metrics\n", 13, head);
-	n = vfiles_metrics_text(m->fs, &body);
+	if (!c->known)
+		return http_answer(c, 403, "Forbidden", "text/plain", "who are you?\n", 13, head);
+	if (sees_all(m, c->uid)) {
+		n = vfiles_metrics_text(m->fs, NULL, &body);
+	} else {
+		/* what this user reads in MOUNT/.stagefs/metrics */
+		struct cred cr;
+
+		cred_init(&cr, c->uid, (uint32_t)-1, 0, NULL, 0);
+		n = vfiles_metrics_text(m->fs, &cr, &body);
+	}
 	if (n < 0)
 		return http_answer(c, 500, "Internal Server Error", "text/plain", "out of memory\n", 14, head);
 	ret = http_answer(c, 200, "OK", PROM_CONTENT_TYPE, body, (size_t)n, head);
@@ -186,6 +304,7 @@ static void http_accept(struct metrics *m)
 		http_close(slot);
 	slot->fd = fd;
 	slot->got = 0;
+	slot->known = peer_uid(fd, &slot->uid) == 0;
 	slot->deadline = now_ms() + HTTP_DEADLINE_MS;
 }
 
@@ -281,7 +400,7 @@ static int textfile_write(struct metrics *m)
 	char *body = NULL;
 	int n, ret;
 
-	n = vfiles_metrics_text(m->fs, &body);
+	n = vfiles_metrics_text(m->fs, NULL, &body);
 	if (n < 0)
 		return n;
 	/* whatever the umask: the scraper's group reads it, others do not */

@@ -6,12 +6,14 @@
  *   metrics_port = P    at http://127.0.0.1:P/metrics, served by one
  *                       thread polling up to 32 connections, each closed
  *                       2 s after its accept whatever it sent (localhost
- *                       only: no auth here)
+ *                       only; everything to root and metrics_group, to
+ *                       any other local user their own rows and the node
+ *                       totals, as in .stagefs/metrics)
  *   metrics_file = F    rewritten every metrics_interval by a thread of its
  *                       own (no client of the port delays it), through
  *                       F.tmp and rename(2) so a reader (node_exporter's
  *                       textfile collector) never sees half a file; mode
- *                       0640, group metrics_group; removed at unmount so
+ *                       0640, group metrics_group (everything); removed at unmount so
  *                       that no stale figures are exported
  *
  * Lifetime: metrics_start() starts the exporter threads that are

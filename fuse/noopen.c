@@ -3,7 +3,11 @@
  * and the figures.
  *
  * Locking: no->lock guards the handle table, no->vlock the renderings of
- * the .stagefs/ files.  Handles are made and destroyed outside both (they
+ * the .stagefs/ files.  Renderings are kept per (file, user): NO_VSLOTS
+ * slots, the least recently used one reused when all are taken; a READ
+ * finds its rendering by the file and the user its inode belongs to, so a
+ * slot reused for another user is never read for the first (the first
+ * reads an empty file until its next LOOKUP).  Handles are made and destroyed outside both (they
  * take the cache's and the prefetcher's locks).  A handle is only a cache
  * of what READ needs: one dropped early (a FORGET racing a new lookup of
  * the same inode) is made again at the next READ.
@@ -16,6 +20,7 @@
 
 #include "fh.h"
 
+#include "cred.h"
 #include "htab.h"
 #include "log.h"
 #include "passthrough.h"
@@ -35,7 +40,7 @@
 #include <unistd.h>
 
 #define NO_BUCKETS_MIN	1024	/* doubles as handles grow */
-#define NO_VFILES_MAX	16
+#define NO_VSLOTS	1024	/* .stagefs/ renderings kept: (file, user) pairs */
 #define NO_PROBE_MS	10000	/* the probe's OPEN must arrive within this */
 
 struct noopen_ent {
@@ -46,11 +51,14 @@ struct noopen_ent {
 	bool unlinked;			/* forgotten: protected by no->lock */
 };
 
-/* One rendering of a .stagefs/ file. */
+/* The latest rendering of a .stagefs/ file for one user (a slot). */
 struct vrender {
 	char *data;
 	size_t len;
-	bool have;
+	bool have;			/* the slot is taken */
+	int idx;			/* of vfiles_table[] */
+	uint32_t uid;			/* whose view it is */
+	uint64_t used;			/* no->vclock at the last render or read */
 	struct timespec mtime;
 };
 
@@ -76,7 +84,8 @@ struct noopen {
 	struct htab table;		/* protected by lock: handles, by inode */
 
 	pthread_mutex_t vlock;
-	struct vrender vr[NO_VFILES_MAX];	/* protected by vlock */
+	struct vrender vr[NO_VSLOTS];	/* protected by vlock */
+	uint64_t vclock;		/* protected by vlock: ticks at each use */
 	struct timespec vlast;		/* protected by vlock: last mtime given */
 };
 
@@ -86,10 +95,6 @@ int noopen_create(struct sfs *fs, struct noopen **out)
 
 	if (!no)
 		return -ENOMEM;
-	if (vfiles_count > NO_VFILES_MAX) {
-		free(no);
-		return -EINVAL;
-	}
 	if (htab_init(&no->table, NO_BUCKETS_MIN)) {
 		free(no);
 		return -ENOMEM;
@@ -118,7 +123,7 @@ void noopen_destroy(struct noopen *no)
 		fh_destroy(no->fs, e->fh);
 		free(e);
 	}
-	for (size_t i = 0; i < NO_VFILES_MAX; i++)
+	for (size_t i = 0; i < NO_VSLOTS; i++)
 		free(no->vr[i].data);
 	htab_release(&no->table);
 	pthread_mutex_destroy(&no->lock);
@@ -453,20 +458,53 @@ static void next_mtime(struct noopen *no, struct timespec *t)
 	no->vlast = *t;
 }
 
-int noopen_vfile_render(struct noopen *no, int idx, uint64_t *size,
-			struct timespec *mtime)
+/* The slot of (@idx, @uid), or NULL.  vlock held. */
+static struct vrender *vslot_find(struct noopen *no, int idx, uint32_t uid)
 {
-	struct vrender *v = &no->vr[idx];
+	for (size_t i = 0; i < NO_VSLOTS; i++) {
+		struct vrender *v = &no->vr[i];
+
+		if (v->have && v->idx == idx && v->uid == uid)
+			return v;
+	}
+	return NULL;
+}
+
+/* The slot for (@idx, @uid): its own, a free one or the least recently used.  vlock held. */
+static struct vrender *vslot_take(struct noopen *no, int idx, uint32_t uid)
+{
+	struct vrender *v = vslot_find(no, idx, uid), *lru = &no->vr[0];
+
+	if (v)
+		return v;
+	for (size_t i = 0; i < NO_VSLOTS; i++) {
+		v = &no->vr[i];
+		if (!v->have)
+			return v;
+		if (v->used < lru->used)
+			lru = v;
+	}
+	return lru;
+}
+
+int noopen_vfile_render(struct noopen *no, int idx, const struct cred *cr,
+			uint64_t *size, struct timespec *mtime)
+{
+	struct vrender *v;
 	char *data = NULL, *old;
-	int n = vfiles_table[idx].render(no->fs, &data);
+	int n = vfiles_table[idx].render(no->fs, cr, &data);
 
 	if (n < 0)
 		return n;
 	pthread_mutex_lock(&no->vlock);
+	v = vslot_take(no, idx, cr->uid);
 	old = v->data;
 	v->data = data;
 	v->len = (size_t)n;
 	v->have = true;
+	v->idx = idx;
+	v->uid = cr->uid;
+	v->used = ++no->vclock;
 	next_mtime(no, &v->mtime);
 	*size = v->len;
 	*mtime = v->mtime;
@@ -475,32 +513,37 @@ int noopen_vfile_render(struct noopen *no, int idx, uint64_t *size,
 	return 0;
 }
 
-int noopen_vfile_attr(struct noopen *no, int idx, uint64_t *size,
+int noopen_vfile_attr(struct noopen *no, int idx, uint32_t uid, uint64_t *size,
 		      struct timespec *mtime)
 {
-	struct vrender *v = &no->vr[idx];
+	struct vrender *v;
 
 	pthread_mutex_lock(&no->vlock);
-	if (v->have) {
+	v = vslot_find(no, idx, uid);
+	if (v) {
 		*size = v->len;
 		*mtime = v->mtime;
-		pthread_mutex_unlock(&no->vlock);
-		return 0;
+	} else {
+		/* its slot was reused: empty until the next LOOKUP renders it */
+		*size = 0;
+		next_mtime(no, mtime);
 	}
 	pthread_mutex_unlock(&no->vlock);
-	return noopen_vfile_render(no, idx, size, mtime);
+	return 0;
 }
 
-ssize_t noopen_vfile_read(struct noopen *no, int idx, uint64_t off, void *buf,
-			  size_t size)
+ssize_t noopen_vfile_read(struct noopen *no, int idx, uint32_t uid, uint64_t off,
+			  void *buf, size_t size)
 {
-	struct vrender *v = &no->vr[idx];
+	struct vrender *v;
 	size_t n = 0;
 
 	pthread_mutex_lock(&no->vlock);
-	if (v->have && off < v->len) {
+	v = vslot_find(no, idx, uid);
+	if (v && off < v->len) {
 		n = MIN(size, v->len - (size_t)off);
 		memcpy(buf, v->data + off, n);
+		v->used = ++no->vclock;
 	}
 	pthread_mutex_unlock(&no->vlock);
 	return (ssize_t)n;

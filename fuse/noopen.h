@@ -24,7 +24,10 @@
  *    zero timeout, so every path walk to one (every open) looks it up
  *    again, and the reply carries the new rendering's size and a new mtime,
  *    which makes the kernel drop the pages of the previous one
- *    (FUSE_AUTO_INVAL_DATA).  READs are served from the latest rendering.
+ *    (FUSE_AUTO_INVAL_DATA).  READs are served from the latest rendering
+ *    for the inode's user: each user looks these files up as inodes of
+ *    their own (fuse/vfiles.h), so the page cache of one, which the kernel
+ *    serves without asking, only ever holds that user's renderings.
  *
  * The switch happens at start-up, before the mount is reported ready:
  * noopen_handshake() opens .stagefs/.no_open on the mount from a helper
@@ -54,6 +57,7 @@
 struct noopen;
 struct noopen_ent;
 struct fh;
+struct cred;
 
 /* Returns 0 or -ENOMEM; release with noopen_destroy(). */
 int noopen_create(struct sfs *fs, struct noopen **out);
@@ -97,17 +101,22 @@ void noopen_put(struct noopen *no, struct noopen_ent *ent);
 void noopen_forget(struct noopen *no, uint64_t ino);
 
 /*
- * .stagefs/ file @idx (of vfiles_table[], fuse/vfiles.h): noopen_vfile_render() renders it
- * now (LOOKUP), noopen_vfile_attr() gives the current rendering (rendering
- * one if there is none); both set its size and a modification time that
- * differs from every earlier rendering's.  Return 0 or -errno.
+ * .stagefs/ file @idx (of vfiles_table[], fuse/vfiles.h) as one user sees
+ * it, through their own inode SFS_CTL_FILE_INO(@idx, uid):
+ * noopen_vfile_render() renders it now for caller @cr (LOOKUP) and keeps
+ * it as @cr->uid's; noopen_vfile_attr() gives @uid's current rendering
+ * (size 0 if none is kept).  Both set its size and a modification time
+ * that differs from every earlier rendering's.  Return 0 or -errno.
  */
-int noopen_vfile_render(struct noopen *no, int idx, uint64_t *size,
-			struct timespec *mtime);
-int noopen_vfile_attr(struct noopen *no, int idx, uint64_t *size,
+int noopen_vfile_render(struct noopen *no, int idx, const struct cred *cr,
+			uint64_t *size, struct timespec *mtime);
+int noopen_vfile_attr(struct noopen *no, int idx, uint32_t uid, uint64_t *size,
 		      struct timespec *mtime);
-/* Copy up to @size bytes at @off of the current rendering of @idx into @buf. */
-ssize_t noopen_vfile_read(struct noopen *no, int idx, uint64_t off, void *buf,
-			  size_t size);
+/*
+ * Copy up to @size bytes at @off of @uid's current rendering of @idx into
+ * @buf; 0 bytes if none is kept.  Never another user's rendering.
+ */
+ssize_t noopen_vfile_read(struct noopen *no, int idx, uint32_t uid, uint64_t off,
+			  void *buf, size_t size);
 
 #endif

@@ -22,6 +22,7 @@
 #include "fh.h"
 #include "read.h"
 
+#include "cred.h"
 #include "log.h"
 #include "noopen.h"
 #include "passthrough.h"
@@ -76,17 +77,19 @@ static void virt_attr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 }
 
 /*
- * No-open mode: .stagefs/ file @idx has the size and mtime of its latest
- * rendering, or of a new one when @render (LOOKUP).
+ * No-open mode: .stagefs/ file @idx as user @uid sees it has the size and
+ * mtime of @uid's latest rendering, or of a new one for caller @cr when @cr
+ * is given (LOOKUP; @cr->uid is @uid).
  */
-static int vfile_attr(struct sfs *fs, int idx, bool render, struct sfs_attr *a)
+static int vfile_attr(struct sfs *fs, int idx, const struct cred *cr, uint32_t uid,
+		      struct sfs_attr *a)
 {
 	int ret;
 
 	if (!noopen_wanted(fs->no))
 		return 0;
-	ret = render ? noopen_vfile_render(fs->no, idx, &a->size, &a->mtime) :
-		       noopen_vfile_attr(fs->no, idx, &a->size, &a->mtime);
+	ret = cr ? noopen_vfile_render(fs->no, idx, cr, &a->size, &a->mtime) :
+		   noopen_vfile_attr(fs->no, idx, uid, &a->size, &a->mtime);
 	a->ctime = a->mtime;
 	return ret;
 }
@@ -103,7 +106,7 @@ static int do_getattr(struct sfs *fs, uint64_t ino, struct sfs_attr *a)
 			return -ENOENT;
 		virt_attr(fs, ino, a);
 		if (vfiles_index(ino) >= 0)
-			return vfile_attr(fs, vfiles_index(ino), false, a);
+			return vfile_attr(fs, vfiles_index(ino), NULL, vfiles_uid(ino), a);
 		return 0;
 	}
 	if (sfs_is_multi_root(fs, ino)) {
@@ -188,15 +191,19 @@ static void fill_entry(struct sfs *fs, const struct sfs_attr *a,
 	e->ino = a->ino;
 	e->attr_timeout = fs->attr_timeout;
 	e->entry_timeout = fs->entry_timeout;
-	/* rendered at LOOKUP in no-open mode: looked up again at every open */
-	if (vfiles_index(a->ino) >= 0 && noopen_wanted(fs->no))
+	/*
+	 * looked up again at every open: each user gets their own inode (and,
+	 * in no-open mode, a new rendering)
+	 */
+	if (vfiles_index(a->ino) >= 0)
 		e->entry_timeout = 0;
 	if (!may_cache(fs, a->ino))
 		e->entry_timeout = e->attr_timeout = 0;
 	attr_to_stat(a, &e->attr);
 }
 
-static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
+/* @name in @parent, for the process behind @req (.stagefs/ files are per user). */
+static int do_lookup(struct sfs *fs, fuse_req_t req, fuse_ino_t parent, const char *name,
 		     struct sfs_attr *a)
 {
 	struct sfs_dataset *ds;
@@ -206,8 +213,12 @@ static int do_lookup(struct sfs *fs, fuse_ino_t parent, const char *name,
 	if (parent >= SFS_VIRT_BASE) {
 		for (size_t i = 0; parent == SFS_CTL_DIR_INO && i < vfiles_count; i++) {
 			if (!strcmp(name, vfiles_table[i].name)) {
-				virt_attr(fs, SFS_CTL_FILE_INO(i), a);
-				return vfile_attr(fs, (int)i, true, a);
+				struct cred cr;
+
+				/* the groups only where it is rendered here */
+				access_req_cred(req, noopen_wanted(fs->no), &cr);
+				virt_attr(fs, SFS_CTL_FILE_INO(i, cr.uid), a);
+				return vfile_attr(fs, (int)i, &cr, cr.uid, a);
 			}
 		}
 		if (parent == SFS_CTL_DIR_INO && !strcmp(name, SFS_NOOPEN_PROBE_NAME)) {
@@ -312,7 +323,7 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	if (!ret)
-		ret = do_lookup(fs, parent, name, &a);
+		ret = do_lookup(fs, req, parent, name, &a);
 
 	if (ret == -ENOENT) {
 		/* negative entries are as immutable as the rest */
@@ -431,7 +442,7 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 			dl->ent[i].name = strdup(vfiles_table[i].name);
 			if (!dl->ent[i].name)
 				break;
-			dl->ent[i].ino = SFS_CTL_FILE_INO(i);
+			dl->ent[i].ino = SFS_CTL_FILE_INO(i, fuse_req_ctx(req)->uid);
 			dl->ent[i].mode = S_IFREG;
 			dl->n++;
 		}
@@ -459,9 +470,12 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 		return;
 	}
 	fi->fh = (uintptr_t)dl;
-	/* the multi root's listing depends on who asks: never cache it */
-	fi->cache_readdir = !sfs_is_multi_root(fs, ino);
-	fi->keep_cache = !sfs_is_multi_root(fs, ino);
+	/*
+	 * the multi root's listing depends on who asks (and .stagefs/'s inode
+	 * numbers): never cache them
+	 */
+	fi->cache_readdir = !sfs_is_multi_root(fs, ino) && ino != SFS_CTL_DIR_INO;
+	fi->keep_cache = fi->cache_readdir;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		sfs_dirlist_release(dl);
 		free(dl);
@@ -509,7 +523,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				memset(&e, 0, sizeof(e));
 				e.attr = st;
 			} else {
-				int ret = do_lookup(fs, ino, name, &a);
+				int ret = do_lookup(fs, req, ino, name, &a);
 
 				if (ret) {
 					if (!pos) {
@@ -582,9 +596,24 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (vfiles_index(ino) >= 0) {
-		struct vfh *v = calloc(1, sizeof(*v));
-		int n = v ? vfiles_table[vfiles_index(ino)].render(fs, &v->data) : -ENOMEM;
+		struct vfh *v = NULL;
+		struct cred cr;
+		int n;
 
+		/* the groups decide which datasets' sources it shows (multi only) */
+		access_req_cred(req, fs->multi, &cr);
+		/*
+		 * rendered for the opener, who looked up an inode of their own
+		 * (a dentry is looked up again at every walk); another user's
+		 * inode, reached otherwise (/proc/PID/fd), is refused, so its
+		 * pages never hold a rendering of someone else's
+		 */
+		if (cr.uid != vfiles_uid(ino))
+			n = -EACCES;
+		else if (!(v = calloc(1, sizeof(*v))))
+			n = -ENOMEM;
+		else
+			n = vfiles_table[vfiles_index(ino)].render(fs, &cr, &v->data);
 		if (n < 0) {
 			free(v);
 			fuse_reply_err(req, -n);

@@ -287,7 +287,7 @@ out_sync:
 	return false;
 }
 
-/* READ of a virtual file: rendered at OPEN, or (no-open mode) at LOOKUP. */
+/* READ of a virtual file: rendered at OPEN, or (no-open mode) at LOOKUP for the inode's user. */
 static void read_virtual(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			 struct fuse_file_info *fi)
 {
@@ -314,7 +314,7 @@ static void read_virtual(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = noopen_vfile_read(fs->no, idx, (uint64_t)off, buf, size);
+	n = noopen_vfile_read(fs->no, idx, vfiles_uid(ino), (uint64_t)off, buf, size);
 	fuse_reply_buf(req, buf, (size_t)n);
 	if (size > (1u << 20))
 		free(buf);

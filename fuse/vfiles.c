@@ -10,10 +10,16 @@
  * the state of passthrough, no-open mode and FUSE over io_uring.  Each row names its
  * JSON key once and, where an operator may alert on it, its Prometheus
  * metric; the table's order is the order of the keys in .stagefs/stats.
+ *
+ * The reader's view (vfiles.h, "who sees what") is decided here, once per
+ * rendering, from the caller's credential: the renderer gets it as the
+ * report's struct stats_view and leaves out other users' rows itself; the
+ * "source" row is blanked unless the caller may read that dataset.
  */
 #include "vfiles.h"
 
 #include "access.h"
+#include "cred.h"
 #include "ctlsock.h"
 #include "noopen.h"
 #include "passthrough.h"
@@ -43,16 +49,29 @@ static uint64_t minus(uint64_t a, uint64_t b)
 	return a > b ? a - b : 0;
 }
 
+/* What caller @cr (NULL: the operator) may see of the report's rows. */
+static struct stats_view view_of(const struct cred *cr)
+{
+	if (!cr || cr->uid == 0)
+		return (struct stats_view){ .all = true };
+	return (struct stats_view){ .uid = cr->uid };
+}
+
 /*
- * Take the node's report now and render it with @render into a malloc'ed
- * buffer (*@out, the caller frees).  Without a feed-rate snapshot the JSON
- * says why ("feedrate_error"); with @need_feed it is an error instead.
- * Returns the length or -errno.
+ * Take the node's report now and render it with @render, as caller @cr
+ * (NULL: the operator) may see it, into a malloc'ed buffer (*@out, the
+ * caller frees).  Without a feed-rate snapshot the JSON says why
+ * ("feedrate_error"); with @need_feed it is an error instead.  Returns the
+ * length or -errno.
  */
-static int report_render(struct sfs *fs, void (*render)(const struct stats_report *, FILE *),
+static int report_render(struct sfs *fs, const struct cred *cr,
+			 void (*render)(const struct stats_report *, FILE *),
 			 bool need_feed, char **out)
 {
 	struct sfs_dataset *ds0 = atomic_load(&fs->nds) ? fs->ds[0] : NULL;
+	struct stats_view view = view_of(cr);
+	/* a dataset's source is shown only to who may read the dataset */
+	bool show_source = ds0 && (view.all || access_may_read(fs, cr, ds0));
 	struct stats_snap *feed = NULL;
 	uint64_t tot[STATS_NFIELDS], nod[STATS_NODE_NFIELDS];
 	struct stats_report rep;
@@ -110,7 +129,7 @@ static int report_render(struct sfs *fs, void (*render)(const struct stats_repor
 
 		/* the daemon */
 		TEXT("version", STAGEFS_VERSION),
-		TEXT("source", ds0 ? ds0->be->uri : ""),
+		TEXT("source", show_source ? ds0->be->uri : ""),
 		JSON_ONLY("uptime_s", (now_ms() - fs->start_ms) / 1000),
 		JSON_ONLY("chunk_size", ds0 ? ds0->be->chunk_size : 0),
 
@@ -172,6 +191,7 @@ static int report_render(struct sfs *fs, void (*render)(const struct stats_repor
 		.nmetrics = ARRAY_SIZE(m),
 		.feed = feed,
 		.feed_error = ret,
+		.view = view,
 	};
 	f = open_memstream(&buf, &len);
 	if (!f) {
@@ -191,21 +211,31 @@ out_free_feed:
 	return ret;
 }
 
-int vfiles_stats_json(struct sfs *fs, char **out)
+int vfiles_stats_json(struct sfs *fs, const struct cred *cr, char **out)
 {
-	return report_render(fs, stats_render_json, false, out);
+	return report_render(fs, cr, stats_render_json, false, out);
 }
 
-int vfiles_metrics_text(struct sfs *fs, char **out)
+int vfiles_metrics_text(struct sfs *fs, const struct cred *cr, char **out)
 {
-	return report_render(fs, stats_render_prom, true, out);
+	return report_render(fs, cr, stats_render_prom, true, out);
+}
+
+/* .stagefs/socket: the same path for everyone. */
+static int socket_text(struct sfs *fs, const struct cred *cr, char **out)
+{
+	(void)cr;
+	return ctlsock_text(fs, out);
 }
 
 const struct vfiles_file vfiles_table[] = {
 	{ "stats", vfiles_stats_json },
 	{ "quota", access_quota_text },
 	{ "metrics", vfiles_metrics_text },	/* Prometheus text format */
-	{ "socket", ctlsock_text },	/* the control socket's path */
+	{ "socket", socket_text },	/* the control socket's path */
 };
 
 const size_t vfiles_count = ARRAY_SIZE(vfiles_table);
+
+_Static_assert(ARRAY_SIZE(vfiles_table) <= SFS_CTL_FILE_MAX,
+	       "each file's index fits in its inode number (fuse/fs.h)");

@@ -11,6 +11,12 @@
 #include <inttypes.h>
 #include <string.h>
 
+/* May view @v show row @r?  GPU rows are per device, like node totals. */
+static bool view_shows(const struct stats_view *v, const struct stats_row *r)
+{
+	return v->all || r->kind == STATS_GPU || r->uid == v->uid;
+}
+
 static double ratio_of(double a, double b)
 {
 	return b > 0 ? a / b : -1;
@@ -72,8 +78,8 @@ static void json_counts(FILE *f, const struct stats_row *r)
 	fputs("}", f);
 }
 
-static void json_rows(FILE *f, const struct stats_snap *s, enum stats_kind k,
-		      const char *key, const char *indent)
+static void json_rows(FILE *f, const struct stats_snap *s, const struct stats_view *v,
+		      enum stats_kind k, const char *key, const char *indent)
 {
 	bool first = true;
 
@@ -81,7 +87,7 @@ static void json_rows(FILE *f, const struct stats_snap *s, enum stats_kind k,
 	for (size_t i = 0; i < s->nrows; i++) {
 		const struct stats_row *r = &s->rows[i];
 
-		if (r->kind != k)
+		if (r->kind != k || !view_shows(v, r))
 			continue;
 		fprintf(f, "%s\n%s  {", first ? "" : ",", indent);
 		first = false;
@@ -115,16 +121,17 @@ static void json_rows(FILE *f, const struct stats_snap *s, enum stats_kind k,
 }
 
 /* The feed-rate members: "node", "users", "jobs", "processes", "gpus". */
-static void json_feed(FILE *f, const struct stats_snap *s, const char *indent)
+static void json_feed(FILE *f, const struct stats_snap *s, const struct stats_view *v,
+		      const char *indent)
 {
 	fprintf(f, "%s\"node\": {\"uptime_ms\": %" PRIu64 ", \"untracked_reads\": %" PRIu64 ", ",
 		indent, s->uptime_ms, s->untracked_reads);
 	json_counts(f, &s->node);
 	fputc('}', f);
-	json_rows(f, s, STATS_USER, "users", indent);
-	json_rows(f, s, STATS_JOB, "jobs", indent);
-	json_rows(f, s, STATS_PROC, "processes", indent);
-	json_rows(f, s, STATS_GPU, "gpus", indent);
+	json_rows(f, s, v, STATS_USER, "users", indent);
+	json_rows(f, s, v, STATS_JOB, "jobs", indent);
+	json_rows(f, s, v, STATS_PROC, "processes", indent);
+	json_rows(f, s, v, STATS_GPU, "gpus", indent);
 }
 
 void stats_render_json(const struct stats_report *r, FILE *f)
@@ -141,7 +148,7 @@ void stats_render_json(const struct stats_report *r, FILE *f)
 		fputs(",\n", f);
 	}
 	if (r->feed) {
-		json_feed(f, r->feed, "  ");
+		json_feed(f, r->feed, &r->view, "  ");
 	} else {
 		fputs("  \"node\": null, \"feedrate_error\": ", f);
 		json_write_str(f, strerror(-r->feed_error));
@@ -216,14 +223,14 @@ static void prom_value(FILE *f, uint64_t v, double scale)
 }
 
 /* The feed-rate families: per (user, job), per GPU, node-wide. */
-static void prom_feed(FILE *f, const struct stats_snap *s)
+static void prom_feed(FILE *f, const struct stats_snap *s, const struct stats_view *v)
 {
 	for (size_t m = 0; m < ARRAY_SIZE(prom_job); m++) {
 		prom_family(f, prom_job[m].name, "counter", prom_job[m].help);
 		for (size_t i = 0; i < s->nrows; i++) {
 			const struct stats_row *r = &s->rows[i];
 
-			if (r->kind != STATS_JOB)
+			if (r->kind != STATS_JOB || !view_shows(v, r))
 				continue;
 			fprintf(f, "%s{user=", prom_job[m].name);
 			prom_label(f, r->user);
@@ -276,6 +283,6 @@ static void prom_table(FILE *f, const struct stats_metric *m, size_t n)
 void stats_render_prom(const struct stats_report *r, FILE *f)
 {
 	if (r->feed)
-		prom_feed(f, r->feed);
+		prom_feed(f, r->feed, &r->view);
 	prom_table(f, r->metrics, r->nmetrics);
 }

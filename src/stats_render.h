@@ -20,6 +20,9 @@
  *    "users", "jobs", "processes", "gpus" (or "node": null and
  *    "feedrate_error" when the feed-rate snapshot failed).  Strings are
  *    written with json_write_str() (src/json.h).
+ *  - Who sees what: a report renders the rows of one user (or all), as its
+ *    view says, filtered here from the snapshot, before any text is
+ *    written; the node totals are the same for every viewer.
  *  - Prometheus: every family has HELP and TYPE; counters end in _total;
  *    label values escape backslash, quote and newline.  Table rows with no
  *    Prometheus name are JSON only.
@@ -27,6 +30,7 @@
 #ifndef STAGEFS_STATS_RENDER_H
 #define STAGEFS_STATS_RENDER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,21 +54,38 @@ struct stats_metric {
 	const char *text;	/* STATS_TEXT: the string */
 };
 
+/*
+ * Whose rows of the feed rate a rendering shows.  The node totals, the
+ * daemon-wide table and the GPU rows (per device: they name no user, job
+ * or process) are always shown; rows of users, jobs and processes only
+ * with @all or when they are @uid's.  A zeroed view shows uid 0's rows:
+ * forgetting to set it hides rows, it never shows another user's.
+ */
+struct stats_view {
+	bool all;		/* every row: root, the operator's exporters */
+	uint32_t uid;		/* otherwise: only this user's rows */
+};
+
 /* Everything a node reports, as of one moment.  The caller owns it all. */
 struct stats_report {
 	const struct stats_metric *metrics;	/* daemon-wide, in JSON order */
 	size_t nmetrics;
 	const struct stats_snap *feed;		/* feed rate; NULL: see feed_error */
 	int feed_error;				/* -errno why there is no feed */
+	struct stats_view view;			/* whose rows it shows */
 };
 
-/* Write @r as the JSON object of .stagefs/stats (braces included) to @f. */
+/*
+ * Write @r as the JSON object of .stagefs/stats (braces included) to @f,
+ * with the rows r->view lets it show.
+ */
 void stats_render_json(const struct stats_report *r, FILE *f);
 
 /*
  * Write @r as the Prometheus text exposition to @f: the feed-rate families
  * (per user and job, per GPU, node-wide) where r->feed is set, then the
- * table's rows that have a Prometheus name (docs/feedrate.md lists them).
+ * table's rows that have a Prometheus name (docs/feedrate.md lists them);
+ * the per (user, job) families only with the rows r->view lets it show.
  */
 void stats_render_prom(const struct stats_report *r, FILE *f);
 

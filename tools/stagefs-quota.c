@@ -4,7 +4,8 @@
  *
  * It reads MOUNTPOINT/.stagefs/quota (one tab-separated line per user,
  * rendered by the daemon when the file is opened), so it needs no socket and
- * works for any user who can see the mount.
+ * works for any user who can see the mount.  The daemon renders it for the
+ * reader: root gets every user's line, anyone else their own.
  */
 #include "util.h"
 

@@ -6,7 +6,8 @@
  *   stagefs top --once --json MOUNTPOINT     the feed-rate part of the stats as JSON
  *
  * It reads MOUNTPOINT/.stagefs/stats (the daemon renders it at each open,
- * so no socket and no privileges beyond reading the mount are needed) and
+ * for the reader: root sees every user's rows, anyone else the node totals
+ * and their own; so no socket and no privileges are needed) and
  * parses it with src/json: tools/ never depends on fuse/.  The screen
  * shows the node's feed rate (bytes and files per second over 1 s, 10 s and
  * 60 s), hit ratio, stall share, backend rate, cache use, warmup progress

@@ -4,7 +4,7 @@
  * once per open, chunk hits and misses, stalls on own and others' fetches),
  * folding of gone threads, the node-only counters, rates, the JSON and
  * Prometheus renderers (the feed-rate rows and the daemon-wide table of a
- * report), and exact totals under 8 threads hammering one reader while
+ * report, and what one user's view of it shows), and exact totals under 8 threads hammering one reader while
  * snapshots run.
  */
 #include <setjmp.h>
@@ -541,14 +541,18 @@ static const struct stats_metric table[] = {
 	  .type = STATS_GAUGE, .help = "Current cache capacity in bytes (0: unknown).", .value = 0 },
 };
 
-/* The report of @s (NULL: no feed, as after a failed snapshot) and the table. */
-static char *render(struct stats_snap *s, bool prom)
+/*
+ * The report of @s (NULL: no feed, as after a failed snapshot) and the
+ * table, as @v sees it.
+ */
+static char *render_view(struct stats_snap *s, bool prom, struct stats_view v)
 {
 	struct stats_report rep = {
 		.metrics = table,
 		.nmetrics = sizeof(table) / sizeof(table[0]),
 		.feed = s,
 		.feed_error = s ? 0 : -ENOMEM,
+		.view = v,
 	};
 	char *buf = NULL;
 	size_t len = 0;
@@ -560,6 +564,12 @@ static char *render(struct stats_snap *s, bool prom)
 		stats_render_json(&rep, f);
 	fclose(f);
 	return buf;
+}
+
+/* ... as root sees it: every row. */
+static char *render(struct stats_snap *s, bool prom)
+{
+	return render_view(s, prom, (struct stats_view){ .all = true });
 }
 
 static void test_render(void **state)
@@ -624,6 +634,76 @@ static void test_render(void **state)
 	stats_snap_free(s);
 	stats_open_release(st, &so);
 	reap(child);
+	stats_destroy(st);
+}
+
+/*
+ * A user's view: their own user, job and process rows, the node totals
+ * and the GPU rows; no row of another user in either text, whatever the
+ * other's names.  A zeroed view is uid 0's.
+ */
+static void test_render_view(void **state)
+{
+	struct stats *st = mkstats(0);
+	struct stats_open so_a, so_b;
+	struct stats_snap *s;
+	struct json_doc *doc = NULL;
+	const struct json *r;
+	char err[128], *text;
+	pid_t ca = spawn_with_job("jobA"), cb = spawn_with_job("secretjobB");
+	int file;
+
+	stats_open_init(st, &so_a, ca, UID);
+	stats_open_init(st, &so_b, cb, UID + 1);
+	do_read(st, &so_a, &file, ca, UID, 0, 1000, 1);
+	do_read(st, &so_b, &file, cb, UID + 1, 0, 2000, 0);
+	stats_gpu_account(st, cb, UID + 1, NULL, 5, 77);
+	s = snap(st);
+
+	text = render_view(s, false, (struct stats_view){ .uid = UID });
+	if (json_parse(text, strlen(text), &doc, err, sizeof(err)))
+		fail_msg("%s\n%s", err, text);
+	r = json_root(doc);
+	/* the node totals are everyone's */
+	assert_true(json_u64(json_get(json_get(r, "node"), "read_bytes"), 0) == 3000);
+	assert_int_equal(json_len(json_get(r, "users")), 1);
+	assert_int_equal(json_u64(json_get(json_at(json_get(r, "users"), 0), "uid"), 0), UID);
+	assert_int_equal(json_len(json_get(r, "jobs")), 1);
+	assert_string_equal(json_str(json_get(json_at(json_get(r, "jobs"), 0), "job"), ""), "jobA");
+	assert_int_equal(json_len(json_get(r, "processes")), 1);
+	assert_int_equal(json_u64(json_get(json_at(json_get(r, "processes"), 0), "pid"), 0), ca);
+	assert_int_equal(json_len(json_get(r, "gpus")), 1);
+	assert_null(strstr(text, "secretjobB"));
+	assert_null(strstr(text, "4243"));
+	json_doc_free(doc);
+	free(text);
+
+	text = render_view(s, true, (struct stats_view){ .uid = UID });
+	assert_non_null(strstr(text, "stagefs_read_bytes_total{user=\"4242\",job=\"jobA\"} 1000\n"));
+	assert_non_null(strstr(text, "stagefs_gpu_bytes_total{gpu=\"5\"} 77\n"));
+	assert_non_null(strstr(text, "# TYPE stagefs_read_bytes_total counter\n"));
+	assert_null(strstr(text, "secretjobB"));
+	assert_null(strstr(text, "4243"));
+	free(text);
+
+	/* zeroed: uid 0's rows, of which there are none */
+	text = render_view(s, false, (struct stats_view){ 0 });
+	assert_null(strstr(text, "jobA"));
+	assert_null(strstr(text, "secretjobB"));
+	assert_non_null(strstr(text, "\"node\": {"));
+	free(text);
+
+	/* all: both */
+	text = render(s, true);
+	assert_non_null(strstr(text, "jobA"));
+	assert_non_null(strstr(text, "secretjobB"));
+	free(text);
+
+	stats_snap_free(s);
+	stats_open_release(st, &so_a);
+	stats_open_release(st, &so_b);
+	reap(ca);
+	reap(cb);
 	stats_destroy(st);
 }
 
@@ -772,6 +852,7 @@ int main(void)
 		cmocka_unit_test(test_client_reports),
 		cmocka_unit_test(test_node_only),
 		cmocka_unit_test(test_render),
+		cmocka_unit_test(test_render_view),
 		cmocka_unit_test(test_render_table),
 		cmocka_unit_test(test_concurrent_exact),
 	};
