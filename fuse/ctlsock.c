@@ -110,12 +110,7 @@ static void client_unlink_locked(struct ctlsock *cs, struct ctlsock_client *cl)
 {
 	struct ctlsock_user *u = ctlsock_user_locked(cs, cl->cred.uid);
 
-	if (cl->prev)
-		cl->prev->next = cl->next;
-	else
-		cs->clients = cl->next;
-	if (cl->next)
-		cl->next->prev = cl->prev;
+	list_del(&cl->node);
 	cs->nclients--;
 	if (u && u->conns)	/* found: it was added at accept */
 		u->conns--;
@@ -233,10 +228,7 @@ static void start_client(struct ctlsock *cs, int fd)
 		free(cl);
 		return;
 	}
-	cl->next = cs->clients;
-	if (cs->clients)
-		cs->clients->prev = cl;
-	cs->clients = cl;
+	list_add(&cs->clients, &cl->node);
 	pthread_mutex_unlock(&cs->lock);
 
 	pthread_attr_init(&at);
@@ -303,6 +295,7 @@ int ctlsock_start(struct sfs *fs)
 	/* one user can never take every connection others may use */
 	cs->user_conns = MIN(fs->cfg.control_user_connections, cs->max_conns - ROOT_RESERVE);
 	cs->idle_ms = fs->cfg.control_idle_timeout_ms;
+	list_init(&cs->clients);
 	pthread_mutex_init(&cs->lock, NULL);
 	pthread_cond_init(&cs->gone, NULL);
 	if ((size_t)snprintf(cs->path, sizeof(cs->path), "%s/%016" PRIx64 ".sock", dir, h) >=
@@ -394,8 +387,8 @@ void ctlsock_stop(struct sfs *fs)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += 30;
 	pthread_mutex_lock(&cs->lock);
-	for (struct ctlsock_client *cl = cs->clients; cl; cl = cl->next)
-		shutdown(cl->fd, SHUT_RDWR);
+	list_for_each(pos, &cs->clients)
+		shutdown(list_entry(pos, struct ctlsock_client, node)->fd, SHUT_RDWR);
 	while (cs->nclients) {
 		if (pthread_cond_timedwait(&cs->gone, &cs->lock, &ts) == ETIMEDOUT) {
 			log_warn("control: %u connection(s) did not end; leaving them",

@@ -23,6 +23,7 @@
 #include "access.h"
 #include "cred.h"
 #include "ctlproto.h"
+#include "list.h"
 #include "prefetch/prefetch.h"
 
 #include <stdatomic.h>
@@ -57,7 +58,7 @@ struct ctlsock {
 	pthread_t accept_thr;
 	pthread_mutex_t lock;
 	pthread_cond_t gone;		/* a client thread ended */
-	struct ctlsock_client *clients;	/* protected by lock */
+	struct list_node clients;	/* protected by lock: ctlsock_client.node */
 	unsigned nclients;		/* protected by lock */
 	struct ctlsock_user *users;	/* protected by lock */
 	size_t nusers, capusers;	/* protected by lock */
@@ -74,7 +75,7 @@ struct handover_handle {
 };
 
 struct ctlsock_client {
-	struct ctlsock_client *next, *prev;	/* protected by cs->lock */
+	struct list_node node;		/* in cs->clients; protected by cs->lock */
 	struct ctlsock *cs;
 	int fd;
 	struct cred cred;		/* the peer's, from connect() (src/cred.h) */
