@@ -14,8 +14,8 @@
  * with an error is refused with file:line and the old policy stays in
  * force; a good one is swapped in atomically.  Quotas, access rules and
  * eviction policies change; datasets listed anew are mounted; removing a
- * dataset takes a remount.  Old policies are kept until exit so a request
- * holding one never sees it freed.
+ * dataset takes a remount.  Old policies are kept until exit
+ * (access_destroy) so a request holding one never sees it freed.
  */
 #include "access.h"
 
@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -189,6 +190,11 @@ int access_quota_text(struct sfs *fs, char **out)
 /* ---- reload ---- */
 
 static int hup_pipe[2] = { -1, -1 };
+/* held through a reload; access_destroy() takes it for good */
+static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+/* the policies reloads replaced, freed at exit; protected by reload_lock */
+static struct policy **retired;
+static size_t nretired;
 
 static void on_sighup(int sig)
 {
@@ -226,6 +232,14 @@ static void reload(struct sfs *fs)
 	config_release(&cfg);
 	atomic_store(&fs->policy, np);
 	/* old policies stay allocated: a request may still be reading one */
+	{
+		struct policy **nr = realloc(retired, (nretired + 1) * sizeof(*nr));
+
+		if (nr) {
+			retired = nr;
+			retired[nretired++] = old;
+		}
+	}
 	for (uint32_t i = 0; i < atomic_load(&fs->nds); i++) {
 		const struct policy_dataset *pd = policy_dataset(np, fs->ds[i]->rule_name);
 
@@ -250,9 +264,24 @@ static void *reload_thread(void *arg)
 	struct sfs *fs = arg;
 	char c;
 
-	while (read(hup_pipe[0], &c, 1) > 0)
+	while (read(hup_pipe[0], &c, 1) > 0) {
+		pthread_mutex_lock(&reload_lock);
 		reload(fs);
+		pthread_mutex_unlock(&reload_lock);
+	}
 	return NULL;
+}
+
+void access_destroy(struct sfs *fs)
+{
+	/* a reload still running ends first; none starts afterwards */
+	pthread_mutex_lock(&reload_lock);
+	for (size_t i = 0; i < nretired; i++)
+		policy_destroy(retired[i]);
+	free(retired);
+	retired = NULL;
+	nretired = 0;
+	policy_destroy(atomic_exchange(&fs->policy, NULL));
 }
 
 int access_reload_start(struct sfs *fs)

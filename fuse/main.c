@@ -691,15 +691,12 @@ int main(int argc, char **argv)
 	sfs_metrics_stop(&fs);
 	ctlsock_stop(&fs);
 	daemon_prefetch_stop(&fs);
-	for (uint32_t i = 0; i < fs.nds; i++) {
-		backend_close(fs.ds[i]->be);
-		free(fs.ds[i]->name);
-		free(fs.ds[i]->source);
-		free(fs.ds[i]);
-	}
+	access_destroy(&fs);
+	datasets_destroy(&fs);
 	cache_destroy(fs.cache);
 	fuse_opt_free_args(&args);
 	config_release(&fs.cfg);
+	free((char *)fs.config_path);
 	free(cli.fuse_opts);
 	free(cli.sets);
 	return ret < 0 ? 1 : 0;
