@@ -132,7 +132,7 @@ static int status_fd = -1;
 
 /*
  * Fork; the parent waits for the child's verdict on a pipe and exits with
- * it.  Returns in the child only.
+ * it (on a failure, once the child has exited).  Returns in the child only.
  */
 static void daemonize_begin(void)
 {
@@ -164,6 +164,8 @@ static void daemonize_begin(void)
 			fprintf(stderr, "%s\n", msg + 1);
 		else
 			fprintf(stderr, "stagefs: the daemon exited during start-up\n");
+		/* gone, with its cache lock, before a retry may start */
+		waitpid(pid, NULL, 0);
 		_exit(1);
 	}
 	close(p[0]);
