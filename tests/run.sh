@@ -22,8 +22,8 @@
 # file; a test with such a file fails, the reports appended to its log.
 # LeakSanitizer reads tests/lsan.supp (each entry says why).  In a build
 # without sanitizers this changes nothing (tests/sanitize.sh makes one).  In
-# one, PYTHON (unless given) is a wrapper that preloads the ASan runtime,
-# without leak checks, so that Python can load gpudirect/libstagefs.so.
+# one, PYTHON (unless given) is a wrapper that preloads the ASan runtime
+# (without leak checks) for Python that loads gpudirect/libstagefs.so.
 #
 # Tests that live in tests/rados/ or say `# needs: ceph` in their first 5 lines
 # share one throwaway Ceph cluster (tools/ceph-cluster.sh start DIR), started
@@ -365,7 +365,10 @@ run_one() {
 
 # A sanitizer build's libstagefs.so needs the ASan runtime loaded first: in
 # one, point PYTHON (unless the caller set it) at a wrapper that preloads it
-# (Python's own allocations are not leak-checked; gpuread checks the library's).
+# when PYTHONPATH names gpudirect/ (where stagefs.py, which loads the
+# library, lives), without leak checks for Python itself (gpuread checks
+# the library's).  Only then: ASan turns mlock() into a no-op, and
+# noopen.sh's pin.py needs it.
 python_for_asan() {
 	local rt
 	[[ -z $PYTHON_GIVEN ]] || return 0
@@ -374,8 +377,12 @@ python_for_asan() {
 	[[ -n $rt && -f $rt ]] || return 0
 	cat >"$RUN_TMP/python3" <<EOF
 #!/bin/sh
-LD_PRELOAD="$rt\${LD_PRELOAD:+ \$LD_PRELOAD}" \\
-ASAN_OPTIONS="\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}detect_leaks=0" exec "$PYTHON" "\$@"
+case ":\${PYTHONPATH:-}:" in
+*/gpudirect:* | */gpudirect/:*)
+	export LD_PRELOAD="$rt\${LD_PRELOAD:+ \$LD_PRELOAD}"
+	export ASAN_OPTIONS="\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}detect_leaks=0" ;;
+esac
+exec "$PYTHON" "\$@"
 EOF
 	chmod 755 "$RUN_TMP/python3"
 	PYTHON=$RUN_TMP/python3
