@@ -35,7 +35,8 @@ busy_stop() {
 	kill -HUP "$pid"
 	wait_for grep -q "reloaded" "$(sfs_log "$MNT")" || die "no reload logged"
 	# files open across the stop: a data file and a virtual one
-	exec 7<"$MNT/d/h/f01" 8<"$MNT/.stagefs/stats"
+	# (not a hinted file: opening the order's last one ends the session)
+	exec 7<"$MNT/d/w/g01" 8<"$MNT/.stagefs/stats"
 	head -c 100 <&7 >/dev/null
 	head -c 100 <&8 >/dev/null
 	[[ $(stat_get "$MNT" hint_sessions) -ge 1 ]] || die "no hint session live at the stop"
