@@ -27,7 +27,7 @@ busy_stop() {
 	# a slow backend keeps the hint session and the warmup in flight
 	sfs_mount "" "$MNT" -c "$CONF" passthrough=off hint_window=8 backend_max_rate=4M
 	pid=$(sfs_pid "$MNT")
-	ls "$MNT"/d/h/f* | shuf >"$T/order"
+	printf '%s\n' "$MNT"/d/h/f* | shuf >"$T/order"
 	"$STAGEFS" warmup --order "$T/order" --quiet >/dev/null
 	"$STAGEFS" warmup --quiet "$MNT/d/w" >/dev/null 2>&1 &
 	wpid=$!
