@@ -4,7 +4,7 @@
 -include config.mk
 
 ifeq ($(CONFIGURED),)
-all check demo docs fuzz install:
+all check check-sanitizers demo docs fuzz install:
 	@echo "run ./configure first (./configure --install-deps on a fresh machine)"; exit 1
 else
 
@@ -102,8 +102,18 @@ tests/helpers/%: tests/helpers/%.o src/libsfs.a
 
 test-progs: all $(UNIT_TESTS) $(TEST_HELPERS)
 
+# The whole suite; then, unless TESTS picks some, the unit tests once more
+# under ASan/LSan/UBSan, built in .sanitize/ (tests/sanitize.sh --unit).
 check: test-progs
 	$(Q)tests/run.sh $(TESTS)
+ifeq ($(TESTS),)
+	$(Q)tests/sanitize.sh --unit
+endif
+
+# The suite (or TESTS) under the sanitizers, built in .sanitize/: the normal
+# build is not touched.
+check-sanitizers:
+	$(Q)tests/sanitize.sh $(TESTS)
 
 demo: all
 	$(Q)tools/demo.sh
@@ -165,7 +175,8 @@ clean:
 
 distclean: clean
 	rm -f config.h config.mk config.log
+	rm -rf .sanitize
 
-.PHONY: all check demo docs fuzz install clean distclean test-progs
+.PHONY: all check check-sanitizers demo docs fuzz install clean distclean test-progs
 .SECONDARY:
 endif

@@ -32,8 +32,8 @@
  * chunks, least recently used first: cache_enforce_quotas); datasets listed
  * anew are mounted; a dataset whose section is gone is logged, once per
  * reload, and is root's only until configured again (removing it takes a
- * remount).  Old policies are kept until exit so a request holding one
- * never sees it freed.
+ * remount).  Old policies are kept until exit (access_destroy) so a
+ * request holding one never sees it freed.
  */
 #include "access.h"
 
@@ -46,6 +46,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
@@ -235,6 +236,11 @@ int access_quota_text(struct sfs *fs, const struct cred *cr, char **out)
 /* ---- reload ---- */
 
 static int hup_pipe[2] = { -1, -1 };
+/* held through a reload; access_destroy() takes it for good */
+static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+/* the policies reloads replaced, freed at exit; protected by reload_lock */
+static struct policy **retired;
+static size_t nretired;
 
 static void on_sighup(int sig)
 {
@@ -308,6 +314,14 @@ static void reload(struct sfs *fs)
 	config_release(&cfg);
 	atomic_store(&fs->policy, np);
 	/* old policies stay allocated: a request may still be reading one */
+	{
+		struct policy **nr = realloc(retired, (nretired + 1) * sizeof(*nr));
+
+		if (nr) {
+			retired = nr;
+			retired[nretired++] = old;
+		}
+	}
 	gone_n = reload_apply_datasets(fs, np);
 	for (size_t i = 0; fs->multi && i < np->nds; i++) {
 		if (!np->ds[i].source || datasets_find(fs, np->ds[i].name))
@@ -333,9 +347,24 @@ static void *reload_thread(void *arg)
 	struct sfs *fs = arg;
 	char c;
 
-	while (read(hup_pipe[0], &c, 1) > 0)
+	while (read(hup_pipe[0], &c, 1) > 0) {
+		pthread_mutex_lock(&reload_lock);
 		reload(fs);
+		pthread_mutex_unlock(&reload_lock);
+	}
 	return NULL;
+}
+
+void access_destroy(struct sfs *fs)
+{
+	/* a reload still running ends first; none starts afterwards */
+	pthread_mutex_lock(&reload_lock);
+	for (size_t i = 0; i < nretired; i++)
+		policy_destroy(retired[i]);
+	free(retired);
+	retired = NULL;
+	nretired = 0;
+	policy_destroy(atomic_exchange(&fs->policy, NULL));
 }
 
 int access_reload_start(struct sfs *fs)

@@ -55,6 +55,11 @@ int access_check_req(struct sfs *fs, fuse_req_t req, struct sfs_dataset *ds);
 
 /* Start the thread that reloads quotas and access rules on SIGHUP. */
 int access_reload_start(struct sfs *fs);
+/*
+ * At exit: wait for a reload in progress, refuse later ones (the reload
+ * thread blocks), free the policy and those reloads replaced.
+ */
+void access_destroy(struct sfs *fs);
 
 /*
  * .stagefs/quota: per-user cache usage, one tab-separated line per user,

@@ -31,6 +31,15 @@ struct sfs_dataset *datasets_find(struct sfs *fs, const char *name)
 	return find_locked(fs, name);
 }
 
+/* @ds and its strings (not its backend). */
+static void dataset_free(struct sfs_dataset *ds)
+{
+	free(ds->rule_name);
+	free(ds->name);
+	free(ds->source);
+	free(ds);
+}
+
 int datasets_add(struct sfs *fs, const char *name, const char *source,
 		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen)
 {
@@ -83,11 +92,20 @@ int datasets_add(struct sfs *fs, const char *name, const char *source,
 out_close:
 	backend_close(ds->be);
 out_free:
-	free(ds->rule_name);
-	free(ds->name);
-	free(ds->source);
-	free(ds);
+	dataset_free(ds);
 	return ret;
+}
+
+void datasets_destroy(struct sfs *fs)
+{
+	uint32_t n = atomic_load(&fs->nds);
+
+	for (uint32_t i = 0; i < n; i++) {
+		backend_close(fs->ds[i]->be);
+		dataset_free(fs->ds[i]);
+		fs->ds[i] = NULL;
+	}
+	atomic_store(&fs->nds, 0);
 }
 
 struct sfs_dataset *datasets_lookup(struct sfs *fs, const char *name)

@@ -13,6 +13,11 @@
  */
 int datasets_add(struct sfs *fs, const char *name, const char *source,
 		    bool hidden, struct sfs_dataset **out, char *err, size_t errlen);
+/*
+ * Close and free every dataset (at exit, when no request or thread uses
+ * them any more).
+ */
+void datasets_destroy(struct sfs *fs);
 /* Find a published dataset by name; NULL if none. */
 struct sfs_dataset *datasets_find(struct sfs *fs, const char *name);
 /*

@@ -133,7 +133,7 @@ static int status_fd = -1;
 
 /*
  * Fork; the parent waits for the child's verdict on a pipe and exits with
- * it.  Returns in the child only.
+ * it (on a failure, once the child has exited).  Returns in the child only.
  */
 static void daemonize_begin(void)
 {
@@ -165,6 +165,8 @@ static void daemonize_begin(void)
 			fprintf(stderr, "%s\n", msg + 1);
 		else
 			fprintf(stderr, "stagefs: the daemon exited during start-up\n");
+		/* gone, with its cache lock, before a retry may start */
+		waitpid(pid, NULL, 0);
 		_exit(1);
 	}
 	close(p[0]);
@@ -697,15 +699,12 @@ int main(int argc, char **argv)
 	metrics_stop(&fs);
 	ctlsock_stop(&fs);
 	daemon_stop(&fs);
-	for (uint32_t i = 0; i < fs.nds; i++) {
-		backend_close(fs.ds[i]->be);
-		free(fs.ds[i]->name);
-		free(fs.ds[i]->source);
-		free(fs.ds[i]);
-	}
+	access_destroy(&fs);
+	datasets_destroy(&fs);
 	cache_destroy(fs.cache);
 	fuse_opt_free_args(&args);
 	config_release(&fs.cfg);
+	free((char *)fs.config_path);
 	free(cli.fuse_opts);
 	free(cli.sets);
 	return ret < 0 ? 1 : 0;

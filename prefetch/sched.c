@@ -692,6 +692,9 @@ void pf_sched_destroy(struct pf_sched *s)
 		pthread_join(s->workers[i], NULL);
 	/* fills in flight finish; nothing new starts */
 	pf_engine_destroy(s->engine);
+	/* hint sessions first: ending one cancels its requests in s->users */
+	if (s->hints)
+		pf_hints_destroy(s->hints);
 	/* what is still queued is dropped: owners hear -ECANCELED */
 	for (size_t i = 0; i < s->nusers; i++) {
 		struct pf_user *u = s->users[i];
@@ -704,8 +707,6 @@ void pf_sched_destroy(struct pf_sched *s)
 		}
 		free(u);
 	}
-	if (s->hints)
-		pf_hints_destroy(s->hints);
 	free(s->users);
 	free(s->workers);
 	free(s->wt);

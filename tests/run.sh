@@ -15,6 +15,16 @@
 # After each test the runner kills what the test left running and lazily
 # unmounts every FUSE mount left under its TEST_TMPDIR.
 #
+# Sanitizers: every test runs with ASAN_OPTIONS and UBSAN_OPTIONS naming a
+# log_path of its own (what the caller set comes first), so each report of
+# AddressSanitizer, LeakSanitizer or UBSan, from any process the test starts
+# (daemons and tools whose output a test discards included), lands in a
+# file; a test with such a file fails, the reports appended to its log.
+# LeakSanitizer reads tests/lsan.supp (each entry says why).  In a build
+# without sanitizers this changes nothing (tests/sanitize.sh makes one).  In
+# one, PYTHON (unless given) is a wrapper that preloads the ASan runtime
+# (without leak checks) for Python that loads gpudirect/libstagefs.so.
+#
 # Tests that live in tests/rados/ or say `# needs: ceph` in their first 5 lines
 # share one throwaway Ceph cluster (tools/ceph-cluster.sh start DIR), started
 # once before the first of them and stopped on exit, whatever happens.  If it
@@ -40,6 +50,7 @@ KILL_GRACE=5		# seconds between the timeout's TERM and its KILL
 export REPO
 STAGEFS_GIVEN=${STAGEFS:-}
 export STAGEFS=${STAGEFS:-$REPO/stagefs}
+PYTHON_GIVEN=${PYTHON:-}
 export PYTHON=${PYTHON:-/usr/bin/python3}
 
 RUN_TMP=
@@ -169,6 +180,21 @@ cleanup_test() {
 	done
 }
 
+# san_check DIR LOG: append the sanitizer reports in DIR to LOG and remove
+# DIR; true if there were any.
+san_check() {
+	local dir=$1 log=$2 f found=1
+	for f in "$dir"/*; do
+		[[ -f $f ]] || continue
+		found=0
+		say "runner: sanitizer report ${f##*/}:" >>"$log"
+		cat "$f" >>"$log"
+	done
+	rm -rf "$dir"
+	[[ $found -eq 0 ]] && say "FAIL: sanitizer report(s) above" >>"$log"
+	return $found
+}
+
 ceph_stop() {
 	[[ $CEPH_STATE == up ]] || return 0
 	CEPH_STATE=none
@@ -185,7 +211,7 @@ on_exit() {
 	# Keep the directories of failed tests (and everything with
 	# STAGEFS_TEST_KEEP=1); the run directory goes once it is empty.
 	if [[ -n $RUN_TMP && -d $RUN_TMP && ${STAGEFS_TEST_KEEP:-0} != 1 ]]; then
-		rm -rf --one-file-system "${RUN_TMP:?}/bin" "$RUN_TMP/sid"
+		rm -rf --one-file-system "${RUN_TMP:?}/bin" "$RUN_TMP/sid" "$RUN_TMP/san" "$RUN_TMP/python3"
 		rmdir "$RUN_TMP" 2>/dev/null
 	fi
 	exit "$rc"
@@ -242,7 +268,7 @@ ceph_start() {
 fmt_secs() { awk -v ns="$1" 'BEGIN { printf "%.1fs", ns / 1e9 }'; }
 
 run_one() {
-	local t=$1 name limit log tmp rc t0 t1 secs sidfile sid reason
+	local t=$1 name limit log tmp rc t0 t1 secs sidfile sid reason sandir san
 	name=$(test_name "$t")
 	log=$OUT/$name.log
 	mkdir -p "$(dirname "$log")"
@@ -264,6 +290,12 @@ run_one() {
 	CUR_TMP=$tmp
 	sidfile=$RUN_TMP/sid
 
+	# sanitizer reports, from processes of any user (runuser): see the top
+	sandir=$RUN_TMP/san/$(basename "$name")
+	san=0
+	mkdir -p "$sandir"
+	chmod 1777 "$sandir"
+
 	t0=$(date +%s%N)
 	# The inner bash records its pid, which setsid made a session (and
 	# process group) id, then becomes the timeout.  timeout kills the test
@@ -272,6 +304,9 @@ run_one() {
 	(
 		cd "$REPO" &&
 		TEST_NAME=$name TEST_TMPDIR=$tmp TMPDIR=$tmp \
+		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$sandir/asan \
+		UBSAN_OPTIONS=print_stacktrace=1:${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$sandir/ubsan \
+		LSAN_OPTIONS=suppressions=$REPO/tests/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS} \
 		exec setsid -w bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$sidfile" \
 			timeout -k "$KILL_GRACE" "$limit" "$t"
 	) </dev/null >"$log" 2>&1 &
@@ -285,6 +320,10 @@ run_one() {
 	rm -f "$sidfile"
 
 	cleanup_test "$sid" "$tmp"
+	if san_check "$sandir" "$log"; then
+		san=1
+		[[ $rc -eq 0 || $rc -eq 77 ]] && rc=1
+	fi
 
 	case $rc in
 	0)
@@ -301,10 +340,16 @@ run_one() {
 		if [[ $rc -eq 124 || $rc -eq 137 ]]; then
 			say "runner: timed out after ${limit}s" >>"$log"
 			say "FAIL $name (timeout after ${limit}s, rc=$rc, see ${OUT#"$REPO"/}/$name.log)"
+		elif [[ $san -eq 1 ]]; then
+			say "FAIL $name (sanitizer report, rc=$rc, $secs, see ${OUT#"$REPO"/}/$name.log)"
 		else
 			say "FAIL $name (rc=$rc, $secs, see ${OUT#"$REPO"/}/$name.log)"
 		fi
-		tail -n 30 "$log" | sed 's/^/    /'
+		if [[ $san -eq 1 ]]; then
+			grep -E -m 20 '^==[0-9]+==ERROR|^SUMMARY|runtime error' "$log" | sed 's/^/    /'
+		else
+			tail -n 30 "$log" | sed 's/^/    /'
+		fi
 		nfail=$((nfail + 1))
 		failed_names+=("$name")
 		;;
@@ -316,6 +361,31 @@ run_one() {
 		rm -rf --one-file-system "$tmp"
 	fi
 	CUR_TMP=
+}
+
+# A sanitizer build's libstagefs.so needs the ASan runtime loaded first: in
+# one, point PYTHON (unless the caller set it) at a wrapper that preloads it
+# when PYTHONPATH names gpudirect/ (where stagefs.py, which loads the
+# library, lives), without leak checks for Python itself (gpuread checks
+# the library's).  Only then: ASan turns mlock() into a no-op, and
+# noopen.sh's pin.py needs it.
+python_for_asan() {
+	local rt
+	[[ -z $PYTHON_GIVEN ]] || return 0
+	rt=$(ldd "$REPO/gpudirect/libstagefs.so" 2>/dev/null |
+		awk '/lib(asan|clang_rt\.asan)/ { print $3; exit }')
+	[[ -n $rt && -f $rt ]] || return 0
+	cat >"$RUN_TMP/python3" <<EOF
+#!/bin/sh
+case ":\${PYTHONPATH:-}:" in
+*/gpudirect:* | */gpudirect/:*)
+	export LD_PRELOAD="$rt\${LD_PRELOAD:+ \$LD_PRELOAD}"
+	export ASAN_OPTIONS="\${ASAN_OPTIONS:+\$ASAN_OPTIONS:}detect_leaks=0" ;;
+esac
+exec "$PYTHON" "\$@"
+EOF
+	chmod 755 "$RUN_TMP/python3"
+	PYTHON=$RUN_TMP/python3
 }
 
 # --- main --------------------------------------------------------------------
@@ -341,6 +411,8 @@ main() {
 
 	mkdir -p "$OUT" "${STAGEFS_TEST_TMPDIR:-/tmp}"
 	RUN_TMP=$(mktemp -d "${STAGEFS_TEST_TMPDIR:-/tmp}/stagefs-tests.XXXXXX")
+	# other users write sanitizer reports under it (RUN_TMP/san)
+	chmod 711 "$RUN_TMP"
 	# Test the binary as it is now: a rebuild while the suite runs must not
 	# swap daemons between (or within) tests.
 	# The stagefs-* tools go along: `stagefs CMD` runs the stagefs-CMD
@@ -350,6 +422,7 @@ main() {
 		cp -p "$STAGEFS" "$REPO"/stagefs-* "$RUN_TMP/bin/" 2>/dev/null || true
 		STAGEFS=$RUN_TMP/bin/stagefs
 	fi
+	python_for_asan
 	: >"$OUT/ceph-cluster.log"
 	trap on_exit EXIT
 	trap on_signal INT TERM

@@ -558,7 +558,8 @@ static int list_dir(struct pub *p, int fd, const char *rel, char ***out, size_t 
 		n++;
 	}
 	closedir(d);
-	qsort(v, n, sizeof(*v), name_cmp);
+	if (n)	/* an empty directory: v is NULL, which qsort may not get */
+		qsort(v, n, sizeof(*v), name_cmp);
 	*out = v;
 	*nout = n;
 	return 0;

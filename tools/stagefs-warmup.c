@@ -302,12 +302,20 @@ static int strv_push(struct strv *sv, const char *s)
 	return sv->v[sv->n++] ? 0 : -ENOMEM;
 }
 
+static void strv_free(struct strv *sv)
+{
+	for (size_t i = 0; i < sv->n; i++)
+		free(sv->v[i]);
+	free(sv->v);
+}
+
 static int read_list(const char *file, struct strv *out)
 {
 	FILE *f = strcmp(file, "-") ? fopen(file, "re") : stdin;
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t n;
+	int ret = 0;
 
 	if (!f)
 		return -errno;
@@ -317,14 +325,14 @@ static int read_list(const char *file, struct strv *out)
 		if (!n)
 			continue;
 		if (strv_push(out, line)) {
-			free(line);
-			return -ENOMEM;
+			ret = -ENOMEM;
+			break;
 		}
 	}
 	free(line);
 	if (f != stdin)
 		fclose(f);
-	return 0;
+	return ret;
 }
 
 /*
@@ -394,9 +402,9 @@ int main(int argc, char **argv)
 	struct strv list = { 0 };
 	struct summary sum = { 0 };
 	char root[PATH_MAX] = "", rel[PATH_MAX], sock[PATH_MAX], err[512];
-	struct ctl_conn *conn;
+	struct ctl_conn *conn = NULL;
 	bool tty, got_done = false;
-	int c, fd, ret;
+	int c, fd = -1, ret, rc;
 
 	while ((c = getopt_long(argc, argv, "t:s:f:ceo:w:jqh", longopts, NULL)) != -1) {
 		char *end;
@@ -470,7 +478,8 @@ int main(int argc, char **argv)
 	    (o.order && (ret = read_list(o.order, &list)))) {
 		fprintf(stderr, "stagefs warmup: %s: %s\n", o.list ? o.list : o.order,
 			strerror(-ret));
-		return 2;
+		rc = 2;
+		goto out;
 	}
 
 	/* the mount: from the PATHs, else the list's first absolute entry, else . */
@@ -482,12 +491,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, "stagefs warmup: %s: %s\n", argv[i],
 				ret == -ENOENT ? "not in a stagefs mount (or does not exist)"
 					       : strerror(-ret));
-			return 2;
+			rc = 2;
+			goto out;
 		}
 		if (root[0] && strcmp(root, r2)) {
 			fprintf(stderr, "stagefs warmup: %s and %s are in different mounts: "
 				"run one warmup per mount\n", root, r2);
-			return 2;
+			rc = 2;
+			goto out;
 		}
 		strcpy(root, r2);
 	}
@@ -498,27 +509,33 @@ int main(int argc, char **argv)
 	if (!root[0] && ctl_find_mount(".", root, sizeof(root), rel, sizeof(rel))) {
 		fprintf(stderr, "stagefs warmup: cannot tell which stagefs mount the list "
 			"is for: give a PATH in it, or run from inside it\n");
-		return 2;
+		rc = 2;
+		goto out;
 	}
 	ret = ctl_socket_of(root, sock, sizeof(sock));
 	if (ret) {
 		fprintf(stderr, "stagefs warmup: %s/" CTL_SOCKET_VFILE ": %s\n", root,
 			strerror(-ret));
-		return 1;
+		rc = 1;
+		goto out;
 	}
 	fd = ctl_connect(sock);
 	if (fd < 0) {
 		fprintf(stderr, "stagefs warmup: cannot connect to %s: %s\n", sock,
 			strerror(-fd));
-		return 1;
+		rc = 1;
+		goto out;
 	}
 	conn = malloc(sizeof(*conn));
-	if (!conn)
-		return 1;
+	if (!conn) {
+		rc = 1;
+		goto out;
+	}
 	ctl_conn_init(conn, fd);
 	if (ctl_hello(conn, err, sizeof(err))) {
 		fprintf(stderr, "stagefs warmup: %s\n", err);
-		return 1;
+		rc = 1;
+		goto out;
 	}
 	tty = isatty(STDERR_FILENO) && !o.quiet;
 	signal(SIGINT, on_sigint);
@@ -558,7 +575,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "stagefs warmup: %s: %s\n", list.v[i],
 				ret == -EXDEV ? "not in the mount at the list's root" :
 				strerror(-ret));
-			return 2;
+			rc = 2;
+			goto out;
 		}
 		ret = send_path(fd, rel);
 	}
@@ -566,7 +584,8 @@ int main(int argc, char **argv)
 		ret = ctl_sendf(fd, "END\n");
 	if (ret) {
 		fprintf(stderr, "stagefs warmup: sending the request: %s\n", strerror(-ret));
-		return 1;
+		rc = 1;
+		goto out;
 	}
 
 	/* the replies */
@@ -579,7 +598,8 @@ int main(int argc, char **argv)
 			clear_bar();
 			fprintf(stderr, "stagefs warmup: the daemon went away (%s)\n",
 				strerror(-n));
-			return 1;
+			rc = 1;
+			goto out;
 		}
 		if (ctl_parse(line, &m))
 			continue;
@@ -607,18 +627,21 @@ int main(int argc, char **argv)
 				printf("hint session %" PRIu64 ": %" PRIu64 " files in order%s\n",
 				       id, files, skipped ? " (some skipped: see above)" : "");
 			ctl_sendf(fd, "BYE\n");
-			return 0;
+			rc = 0;
+			goto out;
 		} else if (!strcmp(m.argv[0], "ERR")) {
 			const char *msg = ctl_get(&m, "msg");
 
 			clear_bar();
 			fprintf(stderr, "stagefs warmup: the daemon refused: %s\n",
 				msg ? msg : "error");
-			return 1;
+			rc = 1;
+			goto out;
 		}
 	}
 	ctl_sendf(fd, "BYE\n");
 	close(fd);
+	fd = -1;
 	if (tty && got_done) {
 		show_progress(&o, &sum, tty);	/* the final state stays on screen */
 		fputc('\n', stderr);
@@ -634,7 +657,14 @@ int main(int argc, char **argv)
 				failures[i].msg[0] ? failures[i].msg : failures[i].code);
 		if (nfailures > 20)
 			fprintf(stderr, "  ... and %zu more\n", nfailures - 20);
-		return 1;
+		rc = 1;
+		goto out;
 	}
-	return 0;
+	rc = 0;
+out:
+	free(conn);
+	if (fd >= 0)
+		close(fd);
+	strv_free(&list);
+	return rc;
 }
