@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "cred.h"
 #include "log.h"
 #include "policy.h"
 
@@ -34,10 +35,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	err[0] = '\0';
 	if (config_load_buffer(&cfg, "fuzz.conf", (const char *)data, size, err,
 			       sizeof(err)) == 0) {
+		struct cred cr;
+
+		cred_init(&cr, 1000, 1000, 0, NULL, 0);
 		(void)config_validate(&cfg, err, sizeof(err));
 		for (size_t i = 0; i < p->nds; i++) {
 			(void)policy_dataset(p, p->ds[i].name);
-			(void)policy_may_read(&p->ds[i], 1000, 1000, NULL, 0);
+			(void)policy_may_read(&p->ds[i], &cr);
 			(void)policy_needs_groups(&p->ds[i]);
 		}
 		(void)policy_quota(p, 0);
