@@ -425,6 +425,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->bp_lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
+	list_init(&c->waiters);
 
 	umask(umask(0077) | 0077);
 	ret = mkdir_p(c->dir, 0700);

@@ -40,6 +40,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "list.h"
 #include "util.h"
 
 struct cache;
@@ -300,8 +301,8 @@ struct cache_fill {
  */
 struct cache_waiter {
 	void (*fn)(struct cache_waiter *w);
-	/* the cache's own */
-	struct cache_waiter *next;
+	/* the cache's own; zeroed (as calloc leaves it) before the first claim */
+	struct list_node node;		/* in c->waiters while queued */
 	const struct cfile *cf;
 	uint32_t idx;
 };

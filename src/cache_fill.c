@@ -43,18 +43,13 @@ static uint64_t hash_of_kind(int kind, const void *buf, size_t len)
  */
 static void wake_locked(struct cache *c, const struct cfile *cf, uint32_t idx)
 {
-	struct cache_waiter **pp = &c->waiters;
-
 	pthread_cond_broadcast(&c->cond);
-	while (*pp) {
-		struct cache_waiter *w = *pp;
+	list_for_each_safe(pos, tmp, &c->waiters) {
+		struct cache_waiter *w = list_entry(pos, struct cache_waiter, node);
 
-		if (w->cf != cf || w->idx != idx) {
-			pp = &w->next;
+		if (w->cf != cf || w->idx != idx)
 			continue;
-		}
-		*pp = w->next;
-		w->next = NULL;
+		list_del(&w->node);
 		w->cf = NULL;
 		w->fn(w);	/* may be reused by its owner from here on */
 	}
@@ -65,14 +60,10 @@ bool cache_waiter_cancel(struct cache *c, struct cache_waiter *w)
 	bool found = false;
 
 	pthread_mutex_lock(&c->lock);
-	for (struct cache_waiter **pp = &c->waiters; *pp; pp = &(*pp)->next) {
-		if (*pp == w) {
-			*pp = w->next;
-			w->next = NULL;
-			w->cf = NULL;
-			found = true;
-			break;
-		}
+	if (list_linked(&w->node)) {
+		list_del(&w->node);
+		w->cf = NULL;
+		found = true;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return found;
@@ -141,8 +132,7 @@ int cache_fill_claim(struct cache *c, struct cfile *cf, uint32_t idx,
 	if (ret == CACHE_BUSY && w) {
 		w->cf = cf;
 		w->idx = idx;
-		w->next = c->waiters;
-		c->waiters = w;
+		list_add(&c->waiters, &w->node);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (ret == CACHE_FETCH || ret == CACHE_CHECK) {

@@ -158,7 +158,7 @@ struct cache {
 	struct bypass_slot bp[BYPASS_SLOTS];
 	uint64_t bp_clock;
 
-	struct cache_waiter *waiters;	/* protected by lock: async waits */
+	struct list_node waiters;	/* protected by lock: cache_waiter.node */
 	_Atomic bool direct_ok;		/* O_DIRECT not refused yet */
 
 	/* protected by lock: what the filesystem allows us (cache_effective_limit) */
