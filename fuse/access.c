@@ -165,8 +165,9 @@ int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 		if (!*ds)
 			return -ENOENT;
 	}
+	/* under a multi root a dataset the peer may not read does not exist, as in the mount */
 	if (!access_may_read(fs, cr, *ds))
-		return -EACCES;
+		return fs->multi ? -ENOENT : -EACCES;
 	struct backend *be = (*ds)->be;
 
 	*ino = SFS_ROOT_INO;

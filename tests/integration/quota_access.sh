@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two real users share a small cache: quotas hold within one chunk (reads and warmups), neither pushes out the other's in-quota data, a denied user gets EACCES (reads and warmups), SIGHUP reloads rules and refuses a bad file.
+# Two real users share a small cache: quotas hold within one chunk (reads and warmups), neither pushes out the other's in-quota data, a denied user gets ENOENT (reads and warmups: the dataset does not exist for it), SIGHUP reloads rules and refuses a bad file.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
@@ -79,13 +79,13 @@ assert_eq "$(stat_get "$MNT" read_errors)" 0 "reader errors"
 "$STAGEFS" quota "$MNT" | grep -q sfs_bob || die "stagefs quota table lacks bob"
 
 # --- warmup is held to the same rules: alice's warmup of a dataset she is
-# denied fails with EACCES and stages nothing; her warmup of 10 MiB against a
+# denied fails with ENOENT (it does not exist for her) and stages nothing; her warmup of 10 MiB against a
 # 3M quota stays within it and pushes none of bob's in-quota chunks out
 chunks_before=$(stat_get "$MNT" cache_chunks)
 if as sfs_alice "$STAGEFS" warmup -q "$MNT/secret" >"$T/wdeny.out" 2>&1; then
 	die "alice's warmup of a denied dataset succeeded: $(cat "$T/wdeny.out")"
 fi
-grep -qi 'permission denied\|EACCES' "$T/wdeny.out" || die "no EACCES for the denied warmup: $(cat "$T/wdeny.out")"
+grep -qi 'no such file\|ENOENT' "$T/wdeny.out" || die "no ENOENT for the denied warmup: $(cat "$T/wdeny.out")"
 assert_eq "$(stat_get "$MNT" cache_chunks)" "$chunks_before" "chunks staged by a denied warmup"
 as sfs_alice "$STAGEFS" warmup --json "$MNT/open" >"$T/walice.json" 2>"$T/walice.err" || true
 alice_w=$(usage sfs_alice)
