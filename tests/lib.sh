@@ -64,6 +64,18 @@ need_stagefs() { [[ -x $STAGEFS ]] || die "$STAGEFS is not built (run make)"; }
 # What every mounting test needs.
 need_mount() { need_root; need_fuse; need_stagefs; }
 
+# Make the local users named (no home, no login shell) unless they exist:
+# the tenants of the multi-user tests.  Then run a command as one of them
+# with `as USER CMD...`.
+need_users() {
+	local u
+	for u in "$@"; do
+		id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u" ||
+			skip "cannot create user $u"
+	done
+}
+as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
+
 # --- temp dir and cleanup ----------------------------------------------------
 
 if [[ -z ${TEST_TMPDIR:-} ]]; then

@@ -8,7 +8,7 @@ command -v curl >/dev/null || skip "curl is not installed"
 "$PYTHON" -c 'import prometheus_client' 2>/dev/null || skip "python3-prometheus-client is not installed"
 
 A=sfs_alice B=sfs_bob
-for u in $A $B; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+need_users $A $B
 
 T=$TEST_TMPDIR
 # the test users must reach the mount point

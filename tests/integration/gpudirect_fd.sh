@@ -11,7 +11,7 @@ LIB=$REPO/gpudirect/libstagefs.so
 export STAGEFS_LIB=$LIB
 
 IN=sfs_gpu_in OUT=sfs_gpu_out
-for u in $IN $OUT; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+need_users $IN $OUT
 
 T=$TEST_TMPDIR
 chmod 755 "$T" "$(dirname "$T")"
@@ -107,7 +107,6 @@ cmp "$T/out/x" "$T/data/${files[3]}" || die "STAGEFS_FD_PASSING=0: wrong bytes"
 log "fallbacks: over quota (ENOSPC) and STAGEFS_FD_PASSING=0 read through the mount"
 
 # --- access: the daemon checks the peer like the mount does ---
-as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
 err=$(as $OUT "$GPUREAD" -m pinned -o /dev/null "$MNT/d/${files[2]}" 2>&1) && die "$OUT read a dataset it is not allowed"
 # refused by the daemon and through the mount alike: a dataset the user
 # may not read does not exist for it (ENOENT)

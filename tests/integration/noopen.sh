@@ -6,7 +6,7 @@ need_mount
 command -v runuser >/dev/null || skip "runuser is not installed"
 
 A=sfs_alice B=sfs_bob
-for u in $A $B; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+need_users $A $B
 
 T=$TEST_TMPDIR
 chmod 755 "$T" "$(dirname "$T")"

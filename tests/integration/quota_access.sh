@@ -3,7 +3,7 @@
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
-for u in sfs_alice sfs_bob; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+need_users sfs_alice sfs_bob
 getent group sfs_vision >/dev/null || groupadd sfs_vision
 usermod -aG sfs_vision sfs_bob
 
@@ -38,7 +38,6 @@ write_conf "group:sfs_vision"
 MNT=$T/mnt
 sfs_mount "" "$MNT" -c "$CONF"
 
-as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
 MiB=$((1024 * 1024))
 usage() { # usage USER -> used bytes from `stagefs quota --json`
 	"$STAGEFS" quota --json "$MNT" | "$PYTHON" -c '

@@ -8,8 +8,7 @@ LIB=$REPO/gpudirect/libstagefs.so
 [[ -f $LIB ]] || die "$LIB is not built (make)"
 
 A=sfs_ten_a B=sfs_ten_b
-for u in $A $B; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
-as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
+need_users $A $B
 
 T=$TEST_TMPDIR
 chmod 755 "$T" "$(dirname "$T")"

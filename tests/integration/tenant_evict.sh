@@ -4,8 +4,7 @@
 need_mount
 
 A=sfs_ten_a B=sfs_ten_b
-for u in $A $B; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
-as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
+need_users $A $B
 
 T=$TEST_TMPDIR
 chmod 755 "$T" "$(dirname "$T")"

@@ -7,9 +7,8 @@ command -v runuser >/dev/null || skip "runuser is not installed"
 command -v curl >/dev/null || skip "curl is not installed"
 
 A=sfs_ten_a V=sfs_ten_b		# attacker, victim
-for u in $A $V; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+need_users $A $V
 UA=$(id -u $A) UV=$(id -u $V)
-as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
 
 T=$TEST_TMPDIR
 chmod 755 "$T" "$(dirname "$T")"

@@ -4,7 +4,7 @@
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
-for u in sfs_alice sfs_bob; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+need_users sfs_alice sfs_bob
 
 T=$TEST_TMPDIR
 chmod 755 "$T" "$(dirname "$T")"
@@ -42,7 +42,6 @@ sfs_mount "" "$MNT" -c "$CONF"
 LOG=$(sfs_log "$MNT")
 pid=$(sfs_pid "$MNT")
 
-as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
 MiB=$((1024 * 1024))
 usage() { # usage USER -> used bytes from `stagefs quota --json`
 	"$STAGEFS" quota --json "$MNT" | "$PYTHON" -c '

@@ -7,7 +7,7 @@ command -v runuser >/dev/null || skip "runuser is not installed"
 command -v curl >/dev/null || skip "curl is not installed"
 
 A=sfs_alice B=sfs_bob S=sfs_scrape
-for u in $A $B; do id "$u" >/dev/null 2>&1 || useradd -M -s /usr/sbin/nologin "$u"; done
+need_users $A $B
 # the scraper: a member of metrics_group
 getent group sfs_scrapers >/dev/null || groupadd sfs_scrapers
 id "$S" >/dev/null 2>&1 || useradd -M -N -g sfs_scrapers -s /usr/sbin/nologin "$S" || id "$S" >/dev/null
@@ -26,7 +26,6 @@ chmod -R a+rX "$T/secret" "$T/open"
 cp "$(command -v cat)" "$T/bin/alicecat"
 cp "$(command -v cat)" "$T/bin/bobcat"
 chmod 755 "$T/bin" "$T/bin/"*
-as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
 
 # check_view FILE VIEWER OTHER OTHER_UID OTHER_JOB OTHER_COMM HIDDEN_SOURCE:
 # FILE (stats JSON, metrics text, quota text or top JSON) shows nothing of
