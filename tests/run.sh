@@ -69,7 +69,7 @@ say() { printf '%s\n' "$*"; }
 list_all() {
 	local f
 	for f in "$REPO"/tests/unit/test_*; do
-		[[ -f $f && -x $f && $f != *.* ]] && say "$f"
+		[[ -f $f && -x $f && ${f##*/} != *.* ]] && say "$f"
 	done
 	for f in "$REPO"/tests/integration/*.sh "$REPO"/tests/rados/*.sh; do
 		[[ -f $f ]] && say "$f"
