@@ -40,8 +40,10 @@ perm_ok
 # The hostile client: 40 connections that never send, one that trickles
 # "GET /metrics ..." a byte a second for 15 s.  It writes how long the
 # trickled connection lived before the server closed it (or "never").
-cat >"$T/hostile.py" <<'PY'
-import socket, sys, time
+cat >"$T/slowloris.py" <<'PY'
+import os, socket, sys
+sys.path.insert(0, os.path.join(os.environ["REPO"], "tests"))
+import hostile
 port, out = int(sys.argv[1]), sys.argv[2]
 idle = []
 for _ in range(40):
@@ -50,31 +52,9 @@ for _ in range(40):
     except OSError:
         pass    # a full accept queue: fine, the point is the others
 print(f"{len(idle)} idle connections open", flush=True)
-t = socket.create_connection(("127.0.0.1", port))
-t0 = time.monotonic()
-closed = "never"
-req = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"x" * 64
-for b in req:
-    try:
-        t.send(bytes([b]))
-    except OSError:
-        closed = "%.2f" % (time.monotonic() - t0)
-        break
-    t.settimeout(1.0)
-    try:
-        if t.recv(4096) == b"":
-            closed = "%.2f" % (time.monotonic() - t0)
-            break
-    except socket.timeout:
-        pass
-    except OSError:
-        closed = "%.2f" % (time.monotonic() - t0)
-        break
-    if time.monotonic() - t0 > 15:
-        break
-open(out, "w").write(closed + "\n")
+open(out, "w").write(hostile.trickle(port, 15) + "\n")
 PY
-"$PYTHON" "$T/hostile.py" "$port" "$T/closed" &
+"$PYTHON" "$T/slowloris.py" "$port" "$T/closed" &
 hpid=$!
 sleep 1	# let the hostile connections in first
 

@@ -21,30 +21,24 @@ chmod -R a+rX "$T/data"
 # "ok=K refused=R msg=M" (M: the first refusal's message), keep them open
 # SECS seconds, then print how many the daemon had closed by then.
 cat >"$T/hold.py" <<'PY'
-import socket, sys, time, urllib.parse
+import os, sys, time
+sys.path.insert(0, os.path.join(os.environ["REPO"], "tests"))
+import hostile
 path, n, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 held, refused, msg = [], 0, ""
 for _ in range(n):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    try:
-        s.sendall(b"HELLO version=1\n")
-    except OSError:
-        pass                    # refused before our HELLO: the reason is there to read
-    f = s.makefile("rb")
-    line = f.readline().decode()
+    s, line = hostile.ctl_hello(path)
     if line.startswith("OK "):
-        held.append((s, f))
+        held.append(s)
         continue
     refused += 1
     if not msg:
-        kv = dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
-        msg = kv.get("code", "") + ": " + urllib.parse.unquote(kv.get("msg", line.strip()))
+        msg = hostile.refusal(line)
     s.close()
 print("ok=%d refused=%d msg=%s" % (len(held), refused, msg), flush=True)
 time.sleep(secs)
 closed = 0
-for s, f in held:
+for s in held:
     s.setblocking(False)
     try:
         closed += s.recv(1) == b""

@@ -87,36 +87,26 @@ chmod 1777 "$T"	# the users' scripts write their results here
 # appears, print how many of those got in ("greedy=G"), close 4; hold the
 # rest until DIR/stop appears, then print how many the daemon had closed.
 cat >"$T/hold.py" <<'PY'
-import os, socket, sys, time, urllib.parse
+import os, sys, time
+sys.path.insert(0, os.path.join(os.environ["REPO"], "tests"))
+import hostile
 path, n, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 out = open(os.path.join(d, "hold.out"), "w")
 held, refused, msg = [], 0, ""
 for _ in range(n):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    try:
-        s.sendall(b"HELLO version=1\n")
-    except OSError:
-        pass
-    line = s.makefile("rb").readline().decode()
+    s, line = hostile.ctl_hello(path)
     if line.startswith("OK "):
         held.append(s)
         continue
     refused += 1
     if not msg:
-        kv = dict(w.split("=", 1) for w in line.split()[1:] if "=" in w)
-        msg = kv.get("code", "") + ": " + urllib.parse.unquote(kv.get("msg", line.strip()))
+        msg = hostile.refusal(line)
     s.close()
 print("ok=%d refused=%d msg=%s" % (len(held), refused, msg), file=out, flush=True)
 greedy = 0
 while not os.path.exists(os.path.join(d, "release")):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.connect(path)
-    try:
-        s.sendall(b"HELLO version=1\n")
-    except OSError:
-        pass
-    if s.makefile("rb").readline().startswith(b"OK "):
+    s, line = hostile.ctl_hello(path)
+    if line.startswith("OK "):
         held.append(s)
         greedy += 1
     else:
@@ -180,30 +170,15 @@ PY
 # connections and one trickling a byte a second into the metrics port; to
 # DIR/slowloris.out, how long each trickler lived ("never": 8 s and open).
 cat >"$T/slowloris.py" <<'PY'
-import os, socket, sys, time
+import os, socket, sys
+sys.path.insert(0, os.path.join(os.environ["REPO"], "tests"))
+import hostile
 port, d = int(sys.argv[1]), sys.argv[2]
 out = open(os.path.join(d, "slowloris.out"), "w")
 while not os.path.exists(os.path.join(d, "stop")):
     idle = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(20)]
-    t = socket.create_connection(("127.0.0.1", port))
-    t0 = time.monotonic()
-    closed = "never"
-    for b in b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"x" * 64:
-        try:
-            t.send(bytes([b]))
-            t.settimeout(1.0)
-            if t.recv(4096) == b"":
-                closed = "%.2f" % (time.monotonic() - t0)
-                break
-        except socket.timeout:
-            pass
-        except OSError:
-            closed = "%.2f" % (time.monotonic() - t0)
-            break
-        if time.monotonic() - t0 > 8:
-            break
-    print(closed, file=out, flush=True)
-    for s in idle + [t]:
+    print(hostile.trickle(port, 8), file=out, flush=True)
+    for s in idle:
         s.close()
 PY
 
