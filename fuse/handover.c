@@ -29,6 +29,7 @@
 #include "gpuid.h"
 #include "log.h"
 #include "stats.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -77,11 +78,6 @@ static int gpu_index_of(const char *pci)
 	}
 	pthread_mutex_unlock(&lock);
 	return idx;
-}
-
-static uint64_t add_sat(uint64_t a, uint64_t b)
-{
-	return a + b < a ? UINT64_MAX : a + b;
 }
 
 /*
@@ -154,7 +150,7 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 	/* at most what the uid was handed or read through the mount */
 	pthread_mutex_lock(&cs->lock);
 	u = ctlsock_user_locked(cs, cl->cred.uid);
-	if (u && add_sat(u->gpu, bytes) <= u->handed) {
+	if (u && u64_add_sat(u->gpu, bytes) <= u->handed) {
 		u->gpu += bytes;
 		ok = true;
 	} else if (u) {
@@ -166,12 +162,12 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 		return ctlconn_send_err(cl, ENOMEM, "out of memory");
 	if (!ok) {
 		/* bytes read through the mount (no lock held: a snapshot) */
-		uint64_t bound = add_sat(handed, mount_read_bytes(cs->fs->stats, cl->cred.uid));
+		uint64_t bound = u64_add_sat(handed, mount_read_bytes(cs->fs->stats, cl->cred.uid));
 
 		pthread_mutex_lock(&cs->lock);
 		u = ctlsock_user_locked(cs, cl->cred.uid);
 		/* what others of this uid reported meanwhile counts too */
-		if (u && add_sat(u->gpu, bytes) <= bound) {
+		if (u && u64_add_sat(u->gpu, bytes) <= bound) {
 			u->gpu += bytes;
 			ok = true;
 		}
@@ -393,8 +389,8 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	pthread_mutex_lock(&cl->cs->lock);
 	u = ctlsock_user_locked(cl->cs, cl->cred.uid);
 	if (u) {	/* what the uid may report (else: nothing) */
-		u->handed = add_sat(u->handed, a.size);
-		u->handed_files = add_sat(u->handed_files, 1);
+		u->handed = u64_add_sat(u->handed, a.size);
+		u->handed_files = u64_add_sat(u->handed_files, 1);
 	}
 	pthread_mutex_unlock(&cl->cs->lock);
 	return 0;
@@ -431,8 +427,8 @@ int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m)
 	pthread_mutex_lock(&cs->lock);
 	u = ctlsock_user_locked(cs, cl->cred.uid);
 	if (u) {
-		ok = add_sat(u->client_read, bytes) <= u->handed &&
-		     add_sat(u->client_files, files) <= u->handed_files;
+		ok = u64_add_sat(u->client_read, bytes) <= u->handed &&
+		     u64_add_sat(u->client_files, files) <= u->handed_files;
 		if (ok) {
 			u->client_read += bytes;
 			u->client_files += files;

@@ -238,7 +238,7 @@ static void add_fields_sat(_Atomic uint64_t *c, const uint64_t *v)
 			continue;
 		old = atomic_load_explicit(&c[i], memory_order_relaxed);
 		do {
-			sum = old + v[i] < old ? UINT64_MAX : old + v[i];
+			sum = u64_add_sat(old, v[i]);
 		} while (!atomic_compare_exchange_weak_explicit(&c[i], &old, sum,
 								memory_order_relaxed,
 								memory_order_relaxed));

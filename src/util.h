@@ -16,6 +16,12 @@
 #define MAX(a, b)	((a) > (b) ? (a) : (b))
 #define DIV_ROUND_UP(n, d)	(((n) + (d) - 1) / (d))
 
+/* a + b, or UINT64_MAX where that would wrap: for counts a peer states. */
+static inline uint64_t u64_add_sat(uint64_t a, uint64_t b)
+{
+	return a + b < a ? UINT64_MAX : a + b;
+}
+
 #define KiB	(1024ULL)
 #define MiB	(1024ULL * KiB)
 #define GiB	(1024ULL * MiB)

@@ -78,6 +78,16 @@ static void size_bad(const char *s)
 	assert_int_equal(v, 0xdeadbeef);	/* untouched on error */
 }
 
+/* Counts a peer states stop at UINT64_MAX, never wrap to small ones. */
+static void test_u64_add_sat(void **state)
+{
+	(void)state;
+	assert_int_equal(u64_add_sat(2, 3), 5);
+	assert_true(u64_add_sat(UINT64_MAX - 1, 1) == UINT64_MAX);
+	assert_true(u64_add_sat(UINT64_MAX - 1, 2) == UINT64_MAX);
+	assert_true(u64_add_sat(UINT64_MAX, UINT64_MAX) == UINT64_MAX);
+}
+
 static void test_parse_size(void **state)
 {
 	assert_int_equal(size_ok("0"), 0);
@@ -529,6 +539,7 @@ static void test_write_file_atomic(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_u64_add_sat),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_size_blank_before_unit),
 		cmocka_unit_test(test_parse_size_nan_and_overflow),
