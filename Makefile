@@ -41,9 +41,15 @@ ifeq ($(HAVE_CUDA),y)
 GPU_BENCH     = tools/gpubench
 endif
 
-all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so $(GPU_BENCH)
+# the Slurm SPANK plugin (docs/slurm.md), where configure found Slurm's
+# headers (libslurm-dev); without them it is left out
+ifeq ($(HAVE_SLURM),y)
+SPANK_PLUGIN  = slurm/spank_stagefs.so
+endif
 
-%.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h)
+all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
+
+%.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h slurm/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
 
 src/libsfs.a: $(SRC_OBJS)
@@ -81,6 +87,12 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 # the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads it)
 gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
+
+# Slurm loads it into srun, sbatch, slurmd and slurmstepd: only the SPANK
+# symbols are exported (the map), the pieces of src/libsfs.a it uses stay
+# inside it, and Slurm's own functions come from the process that loads it
+slurm/spank_stagefs.so: slurm/spank_stagefs.o slurm/spank_asuser.o slurm/spank_client.o src/libsfs.a slurm/spank_stagefs.map
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,--version-script=slurm/spank_stagefs.map -Wl,--exclude-libs,ALL -o $@ $(filter %.o %.a,$^) $(XXHASH_LIBS) -lm
 
 # the reader tools/bench.sh times (plain C, no stagefs code)
 tools/readbench: tools/readbench.o
@@ -135,6 +147,10 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
 	sed -e 's|@bindir@|$(PREFIX)/bin|g' -e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@prefix@|$(PREFIX)|g' \
 		conf/stagefs.service.in >$(DESTDIR)$(PREFIX)/lib/systemd/system/stagefs.service
+ifeq ($(HAVE_SLURM),y)
+	install -d $(DESTDIR)$(SLURM_PLUGINDIR)
+	install -m 0644 slurm/spank_stagefs.so $(DESTDIR)$(SLURM_PLUGINDIR)/spank_stagefs.so
+endif
 
 # conf/stagefs.conf.example and the settings reference in
 # docs/configuration.md are generated from the option table in src/config.c;
@@ -170,7 +186,7 @@ tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
 fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench
+	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench slurm/spank_stagefs.so
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 distclean: clean

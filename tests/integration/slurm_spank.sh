@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# A real single-node Slurm (munged, slurmctld, slurmd on localhost) with the SPANK plugin: a user's sbatch --stagefs job finds its data staged (as that user) and reads it all from the cache, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; bad option values fail at submission.
+. "$(dirname "$0")/../lib.sh"
+need_mount
+for c in munged slurmctld slurmd sbatch scontrol sinfo; do
+	command -v "$c" >/dev/null ||
+		skip "$c is not installed (Debian packages munge, slurmctld, slurmd, slurm-client; ./configure --install-deps)"
+done
+PLUGIN=$REPO/slurm/spank_stagefs.so
+[[ -f $PLUGIN ]] || skip "the SPANK plugin is not built (configure found no libslurm-dev)"
+need_users sfs_alice
+
+T=$TEST_TMPDIR
+S=$T/slurm
+# the job's user must reach the mount, the munge socket, the config, the plugin
+chmod 755 "$T" "$(dirname "$T")"
+mkdir -p "$S"/{munge,state,spool,log,jobs} "$S/munge/seed"
+chmod 700 "$S/state" "$S/spool"
+chown sfs_alice "$S/jobs"
+cp "$PLUGIN" "$S/spank_stagefs.so"
+cp "$STAGEFS" "$S/stagefs"
+for t in "$REPO"/stagefs-*; do cp "$t" "$S/"; done
+chmod 755 "$S" "$S"/stagefs* "$S/spank_stagefs.so"
+
+# --- the data and the mount ----------------------------------------------------
+
+mkdir -p "$T/data/train/sub" "$T/data/secret"
+for i in 1 2 3 4 5 6; do head -c $((1024 * 1024 + i * 4099)) /dev/urandom >"$T/data/train/f$i"; done
+for i in 1 2 3; do head -c $((i * 70000)) /dev/urandom >"$T/data/train/sub/s$i"; done
+for i in 1 2; do head -c $((1024 * 1024)) /dev/urandom >"$T/data/secret/f$i"; done
+chmod -R a+rX "$T/data"
+cat >"$T/stagefs.conf" <<EOC
+[stagefs]
+chunk_size = 1M
+
+[dataset train]
+source = dir://$T/data/train
+
+[dataset secret]
+source = dir://$T/data/secret
+allow = user:root
+EOC
+MNT=$T/mnt
+sfs_mount "" "$MNT" -c "$T/stagefs.conf"
+
+# --- munge and Slurm, on ports nobody else uses ---------------------------------
+
+read -r CTLD_PORT SLURMD_PORT < <("$PYTHON" -c '
+import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+
+head -c 1024 /dev/urandom >"$S/munge/munge.key"
+chmod 400 "$S/munge/munge.key"
+chmod 755 "$S/munge"
+export SLURM_CONF=$S/slurm.conf
+cat >"$SLURM_CONF" <<EOC
+ClusterName=sfstest
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+AuthType=auth/munge
+AuthInfo=socket=$S/munge/munge.sock
+CryptoType=crypto/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation=$S/state
+SlurmdSpoolDir=$S/spool
+SlurmctldPidFile=$S/slurmctld.pid
+SlurmdPidFile=$S/slurmd.pid
+SlurmctldLogFile=$S/log/slurmctld.log
+SlurmdLogFile=$S/log/slurmd.log
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+MpiDefault=none
+ReturnToService=2
+PrologFlags=Alloc
+PlugStackConfig=$S/plugstack.conf
+NodeName=localhost CPUs=$(nproc)
+PartitionName=debug Nodes=localhost Default=YES State=UP
+EOC
+chmod 644 "$SLURM_CONF"
+cat >"$S/plugstack.conf" <<EOC
+required $S/spank_stagefs.so mount=$MNT statedir=$S/staged wait=30
+EOC
+chmod 644 "$S/plugstack.conf"
+
+pidof_file() { [[ -s $1 ]] && cat "$1"; }
+stop_slurm() {
+	local f pid
+	# slurmd and slurmctld first, munged last (they authenticate through it)
+	for f in "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munge/munged.pid"; do
+		pid=$(pidof_file "$f") || continue
+		kill -TERM "$pid" 2>/dev/null || continue
+		for _ in $(seq 1 100); do
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+}
+on_exit() {
+	local rc=$?
+	stop_slurm
+	if [[ $rc -ne 0 && $rc -ne 77 ]]; then
+		for f in "$S"/log/*.log; do
+			[[ -f $f ]] && sed "s|^|    $(basename "$f"): |" "$f" | tail -40 >&2
+		done
+	fi
+	(exit "$rc")
+	_lib_on_exit
+}
+trap on_exit EXIT
+
+munged --key-file="$S/munge/munge.key" --socket="$S/munge/munge.sock" \
+	--pid-file="$S/munge/munged.pid" --log-file="$S/log/munged.log" \
+	--seed-file="$S/munge/seed/munge.seed" -f
+wait_for -t 10 test -S "$S/munge/munge.sock" || die "munged did not start"
+slurmctld
+slurmd -N localhost
+node_idle() { [[ $(sinfo -h -n localhost -o %t 2>/dev/null) == idle ]]; }
+wait_for -t 30 node_idle || die "the node did not come up idle: $(sinfo 2>&1)"
+log "slurm up: slurmctld :$CTLD_PORT, slurmd :$SLURMD_PORT"
+
+# --- helpers ---------------------------------------------------------------------
+
+job_field() { scontrol show job -o "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+job_done() {
+	case $(job_field "$1" JobState) in
+	COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) return 0 ;;
+	*) return 1 ;;
+	esac
+}
+submit() { # submit SBATCH-ARGS... -> job id
+	as sfs_alice env -u TMPDIR SLURM_CONF="$SLURM_CONF" sbatch --parsable -D "$S/jobs" \
+		-o "$S/jobs/%j.out" "$@"
+}
+user_used() { # bytes of the cache charged to USER
+	"$STAGEFS" quota --json "$MNT" | "$PYTHON" -c '
+import json, sys
+print(sum(u["used_bytes"] for u in json.load(sys.stdin)["users"] if u["user"] == sys.argv[1]))' "$1"
+}
+train_bytes=$(find "$T/data/train" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+
+# --- 1. a job with --stagefs finds its data staged -------------------------------
+
+cat >"$S/jobs/train.sh" <<EOS
+#!/bin/bash
+set -e
+echo "job env: STAGEFS_JOB=\$STAGEFS_JOB"
+# before reading anything: what the daemon has cached of the dataset
+$S/stagefs warmup --check --json $MNT/train >check.\$SLURM_JOB_ID.json
+cd $MNT/train
+find . -type f | sort | xargs sha256sum >$S/jobs/read.\$SLURM_JOB_ID.sha
+EOS
+chmod 755 "$S/jobs/train.sh"
+(cd "$T/data/train" && find . -type f | sort | xargs sha256sum) >"$T/src.sha"
+
+[[ $(user_used sfs_alice) -eq 0 ]] || die "sfs_alice has cached data before any job"
+j1=$(submit --stagefs=train "$S/jobs/train.sh")
+log "job $j1 submitted"
+wait_for -t 40 job_done "$j1" || die "job $j1 did not finish: $(scontrol show job "$j1")"
+out=$(cat "$S/jobs/$j1.out")
+printf '%s\n' "$out" | sed 's/^/    job: /' >&2
+[[ $(job_field "$j1" JobState) == COMPLETED ]] || die "job $j1 did not complete: $(job_field "$j1" JobState)"
+
+# staged as the user, before the job: the whole dataset was cached when it looked
+"$PYTHON" - "$S/jobs/check.$j1.json" <<'EOF' || die "the data was not staged before the job ran"
+import json, sys
+c = json.load(open(sys.argv[1]))
+print("    check before reading:", c, file=sys.stderr)
+assert c["files"] == 9 and c["chunks"] > 0, c
+assert c["cached_before"] == c["chunks"] and c["cached_files"] == c["files"], c
+EOF
+used=$(user_used sfs_alice)
+assert_ge "$used" "$train_bytes" "cache bytes charged to sfs_alice (the warmup ran as the job's user)"
+grep -q "stagefs: staged train (shard 0/1) on localhost before the job started: 9 files" <<<"$out" ||
+	die "the job's output does not say its data was staged"
+# the bytes it read are the dataset's
+cmp "$S/jobs/read.$j1.sha" "$T/src.sha" || die "job $j1 read other bytes than the dataset's"
+grep -qx "job env: STAGEFS_JOB=slurm:job_$j1" <<<"$out" || die "the task's STAGEFS_JOB is not slurm:job_$j1"
+# the feed summary names the job; every chunk it read was a hit
+sum=$(grep "^stagefs: job $j1 (slurm:job_$j1) on localhost: read " <<<"$out") ||
+	die "no feed summary naming job $j1 in its output"
+[[ $sum == *"hit ratio 100.0%"* ]] || die "job $j1 missed the cache: $sum"
+"$PYTHON" - "$j1" "$(id -u sfs_alice)" "$train_bytes" <<EOF || die "the daemon's job row is wrong"
+import json, sys
+d = json.load(open("$MNT/.stagefs/stats"))
+job, uid, size = "slurm:job_" + sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rows = [r for r in d["jobs"] if r["job"] == job and r["uid"] == uid]
+assert len(rows) == 1, d["jobs"]
+r = rows[0]
+print("    job row:", {k: r[k] for k in ("read_bytes", "cache_hits", "cache_misses", "passthrough_opens",
+                                      "passthrough_bytes_estimated", "backend_bytes")}, file=sys.stderr)
+# whole cached files are read through FUSE passthrough (estimated bytes), the rest hit
+assert r["read_bytes"] + r["passthrough_bytes_estimated"] >= size, r
+assert r["cache_hits"] + r["passthrough_opens"] > 0, r
+assert r["cache_misses"] == 0 and r["backend_bytes"] == 0, r
+EOF
+grep -q "stagefs: job $j1 (slurm:job_$j1) on localhost: read " "$S/log/slurmd.log" ||
+	die "the epilog did not log the job's feed summary"
+
+# --- 2. a dataset the user may not read is not staged; onfail=fail fails the job --
+
+before=$(stat_get "$MNT" backend_reads)
+j2=$(submit --stagefs=secret --stagefs-onfail=fail --wrap "touch $S/jobs/ran.\$SLURM_JOB_ID")
+wait_for -t 40 job_done "$j2" || die "job $j2 did not finish"
+out=$(cat "$S/jobs/$j2.out")
+printf '%s\n' "$out" | sed 's/^/    job: /' >&2
+[[ $(job_field "$j2" JobState) == FAILED ]] || die "job $j2 should have failed: $(job_field "$j2" JobState)"
+[[ ! -e $S/jobs/ran.$j2 ]] || die "job $j2's task ran although staging failed and it asked for onfail=fail"
+grep -q "stagefs: staging secret .*on localhost.*No such file" <<<"$out" ||
+	die "job $j2's output does not say why staging failed"
+assert_eq "$(stat_get "$MNT" backend_reads)" "$before" "backend reads for a dataset sfs_alice may not read"
+sinfo -h -n localhost -o %t | grep -qx idle || die "the node is not idle after a failed staging: $(sinfo -h -o '%t %E')"
+
+# --- 3. a bad value fails at submission -------------------------------------------
+
+err=$(submit --stagefs=train --stagefs-wait=soon --wrap true 2>&1) && die "sbatch took --stagefs-wait=soon"
+[[ $err == *"stagefs-wait=soon wants seconds"* ]] || die "unexpected sbatch error: $err"
+err=$(submit --stagefs=../etc --wrap true 2>&1) && die "sbatch took --stagefs=../etc"
+[[ $err == *"may not go up"* ]] || die "unexpected sbatch error: $err"
+
+stop_slurm
+log "ok"
