@@ -369,13 +369,36 @@ static void state_path(uint32_t jobid, const char *suffix, char *out, size_t len
 /* ---- the state file: what the prolog found, for the steps ---- */
 
 /* The state file's one line: the child's STAGED line and the context. */
+/*
+ * The state directory is trusted only if nobody but root can write in it:
+ * a file a user planted there would tell a step its data was staged, or
+ * let a user pick another job's outcome.  0, or -EPERM (or -errno).
+ */
+static int statedir_check(void)
+{
+	struct stat st;
+
+	if (lstat(conf.statedir, &st))
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	if (st.st_uid != 0 || (st.st_mode & 022))
+		return -EPERM;
+	return 0;
+}
+
 static int state_write(uint32_t jobid, const char *line)
 {
 	char path[PATH_MAX + 32];
 	int ret = mkdir_p(conf.statedir, 0700);
 
+	if (!ret)
+		ret = statedir_check();
 	if (ret)
 		return ret;
+	/* a requeued job runs again under its id: its outcome is told again */
+	state_path(jobid, ".reported", path, sizeof(path));
+	unlink(path);
 	state_path(jobid, "", path, sizeof(path));
 	return write_file_atomic(path, line, strlen(line), 0600, false);
 }
@@ -387,6 +410,9 @@ static int state_read(uint32_t jobid, char *buf, size_t len, struct ctl_msg *m)
 	ssize_t n;
 	int fd;
 
+	fd = statedir_check();
+	if (fd)
+		return fd;
 	state_path(jobid, "", path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
@@ -483,7 +509,9 @@ out_state:
 	ret = state_write(jobid, line);
 	if (ret)
 		slurm_error("stagefs: job %" PRIu32 ": cannot write the state file in %s: %s",
-			    jobid, conf.statedir, strerror(-ret));
+			    jobid, conf.statedir, ret == -EPERM ?
+			    "the directory must be root's and writable by nobody else" :
+			    strerror(-ret));
 	return 0;
 }
 
@@ -585,6 +613,7 @@ static struct {
 	char line[SPANK_LINE_MAX];	/* the state file's line, parsed into m */
 	struct ctl_msg m;
 	uint64_t start_ms;		/* wall clock */
+	uint32_t exited;		/* tasks of the step that exited here */
 } step;
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -684,7 +713,11 @@ static void report_staging(void)
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
-	if (spank_remote(sp) && conf.ok && step.is_step && opt.given && step.report)
+	if (!spank_remote(sp) || !opt.given)
+		return 0;
+	if (!conf.ok)
+		slurm_error("stagefs: the plugin's plugstack.conf line on this node is wrong (slurmd's log says why): --stagefs did nothing");
+	else if (step.is_step && step.report)
 		report_staging();
 	return 0;
 }
@@ -708,14 +741,22 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	return 0;
 }
 
-int slurm_spank_exit(spank_t sp, int ac, char **av)
+/*
+ * The job's feed on this node, after the step's last task here has exited:
+ * still in time for srun to show it (it stops reading the step's output
+ * once the tasks' exits are in, before slurm_spank_exit runs).
+ */
+int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
 	char job[256], node[256], out[1024];
+	uint32_t jobid = 0, ntasks = 0;
 	struct spank_user u;
-	uint32_t jobid = 0;
 	const char *n;
 
 	if (!spank_remote(sp) || !conf.ok || !step.is_step || !opt.given)
+		return 0;
+	if (spank_get_item(sp, S_JOB_LOCAL_TASK_COUNT, &ntasks) != ESPANK_SUCCESS ||
+	    ++step.exited < ntasks)
 		return 0;
 	if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS || user_of_step(sp, &u))
 		return 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real single-node Slurm (munged, slurmctld, slurmd on localhost) with the SPANK plugin: a user's sbatch --stagefs job finds its data staged (as that user) and reads it all from the cache, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; bad option values fail at submission.
+# A real single-node Slurm (munged, slurmctld, slurmd on localhost) with the SPANK plugin: a user's sbatch --stagefs job finds its data staged (as that user) and reads it all from the cache, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; srun takes the option too; bad option values fail at submission.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do
@@ -220,7 +220,18 @@ grep -q "stagefs: staging secret .*on localhost.*No such file" <<<"$out" ||
 assert_eq "$(stat_get "$MNT" backend_reads)" "$before" "backend reads for a dataset sfs_alice may not read"
 sinfo -h -n localhost -o %t | grep -qx idle || die "the node is not idle after a failed staging: $(sinfo -h -o '%t %E')"
 
-# --- 3. a bad value fails at submission -------------------------------------------
+# --- 3. srun takes the option too; data already cached is not fetched again ------
+
+as sfs_alice env -u TMPDIR SLURM_CONF="$SLURM_CONF" srun -D "$S/jobs" --stagefs=train/sub \
+	cat "$MNT/train/sub/s2" >"$T/srun.out" 2>"$T/srun.err" || die "srun failed: $(cat "$T/srun.err")"
+sed 's/^/    srun: /' "$T/srun.err" >&2
+cmp "$T/srun.out" "$T/data/train/sub/s2" || die "srun's task read other bytes"
+grep -q "stagefs: staged train/sub (shard 0/1) on localhost before the job started: 3 files, .* (0 B fetched, .* already cached)" "$T/srun.err" ||
+	die "srun does not say its data was staged"
+grep -q "^stagefs: job [0-9]* (slurm:job_[0-9]*) on localhost: read " "$T/srun.err" ||
+	die "srun shows no feed summary"
+
+# --- 4. a bad value fails at submission -------------------------------------------
 
 err=$(submit --stagefs=train --stagefs-wait=soon --wrap true 2>&1) && die "sbatch took --stagefs-wait=soon"
 [[ $err == *"stagefs-wait=soon wants seconds"* ]] || die "unexpected sbatch error: $err"
