@@ -73,6 +73,7 @@ SPANK_PLUGIN(stagefs, 1);
 #define FEED_TIMEOUT_MS		10000	/* reading .stagefs/stats */
 #define KILL_GRACE_MS		5000	/* after a warmup's own deadline */
 #define OPT_PATHS_MAX		4096
+#define STATE_PATH_MAX		(PATH_MAX + 300)	/* STATEDIR/JOBID.NODE.reported */
 
 /* ---- the administrator's settings: plugstack.conf arguments ---- */
 
@@ -313,6 +314,25 @@ static int user_of_step(spank_t sp, struct spank_user *u)
 }
 
 /*
+ * This node's name in Slurm: slurmd puts SLURMD_NODENAME in the prolog's
+ * and epilog's environment, and slurmstepd in its own (the job's
+ * environment may carry the batch node's).  Several slurmd on one machine
+ * (MULTIPLE_SLURMD) are several nodes.  Static storage.
+ */
+static const char *this_node(void)
+{
+	static char name[256];
+	const char *n = getenv("SLURMD_NODENAME");
+
+	if (n && *n)
+		snprintf(name, sizeof(name), "%s", n);
+	else if (gethostname(name, sizeof(name)))
+		snprintf(name, sizeof(name), "localhost");
+	name[sizeof(name) - 1] = '\0';
+	return name;
+}
+
+/*
  * This node's index in the job's node list and the list's length, from the
  * prolog's environment (slurmd's prolog sets SLURM_NODELIST, the job's
  * nodes, and SLURMD_NODENAME).  0, or -1 (then 0/1: the node stages
@@ -320,7 +340,7 @@ static int user_of_step(spank_t sp, struct spank_user *u)
  */
 static int node_shard(uint32_t *idx, uint32_t *cnt, char *node, size_t nodelen)
 {
-	const char *list = getenv("SLURM_JOB_NODELIST"), *me = getenv("SLURMD_NODENAME");
+	const char *list = getenv("SLURM_JOB_NODELIST"), *me = this_node();
 
 	if (!list)
 		list = getenv("SLURM_NODELIST");
@@ -329,8 +349,8 @@ static int node_shard(uint32_t *idx, uint32_t *cnt, char *node, size_t nodelen)
 
 	*idx = 0;
 	*cnt = 1;
-	snprintf(node, nodelen, "%s", me ? me : "?");
-	if (!list || !me)
+	snprintf(node, nodelen, "%s", me);
+	if (!list)
 		return -1;
 	hl = slurm_hostlist_create(list);
 	if (!hl)
@@ -361,9 +381,16 @@ static void job_name(uint32_t jobid, char *out, size_t len)
 	snprintf(out, len, "slurm:job_%" PRIu32, jobid);
 }
 
+/* STATEDIR/JOBID.NODE[SUFFIX]: a node name never holds '/' nor starts with '.' */
 static void state_path(uint32_t jobid, const char *suffix, char *out, size_t len)
 {
-	snprintf(out, len, "%s/%" PRIu32 "%s", conf.statedir, jobid, suffix);
+	char node[256];
+
+	snprintf(node, sizeof(node), "%s", this_node());
+	for (char *c = node; *c; c++)
+		if (*c == '/' || (c == node && *c == '.'))
+			*c = '_';
+	snprintf(out, len, "%s/%" PRIu32 ".%s%s", conf.statedir, jobid, node, suffix);
 }
 
 /* ---- the state file: what the prolog found, for the steps ---- */
@@ -389,7 +416,7 @@ static int statedir_check(void)
 
 static int state_write(uint32_t jobid, const char *line)
 {
-	char path[PATH_MAX + 32];
+	char path[STATE_PATH_MAX];
 	int ret = mkdir_p(conf.statedir, 0700);
 
 	if (!ret)
@@ -406,7 +433,7 @@ static int state_write(uint32_t jobid, const char *line)
 /* Read the state file into @buf and parse it into @m.  0 or -errno. */
 static int state_read(uint32_t jobid, char *buf, size_t len, struct ctl_msg *m)
 {
-	char path[PATH_MAX + 32];
+	char path[STATE_PATH_MAX];
 	ssize_t n;
 	int fd;
 
@@ -578,7 +605,7 @@ static int feed_summary(const struct spank_user *u, uint32_t jobid, const char *
 
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 {
-	char buf[SPANK_LINE_MAX], path[PATH_MAX + 32], job[64], out[1024], node[256];
+	char buf[SPANK_LINE_MAX], path[STATE_PATH_MAX], job[64], out[1024];
 	struct spank_user u;
 	struct ctl_msg m;
 	uint32_t jobid = 0;
@@ -587,13 +614,10 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	if (conf_parse(ac, av) || spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
 		return 0;
 	if (!opts_from_env(sp) && opt.given && !user_of_job(sp, &u)) {
-		const char *me = getenv("SLURMD_NODENAME");
-
 		if (!state_read(jobid, buf, sizeof(buf), &m))
 			since = msg_u64(&m, "t_end_ms");
-		snprintf(node, sizeof(node), "%s", me ? me : "this node");
 		job_name(jobid, job, sizeof(job));
-		feed_summary(&u, jobid, job, since, node, out, sizeof(out));
+		feed_summary(&u, jobid, job, since, this_node(), out, sizeof(out));
 		slurm_info("%s", out);
 	}
 	state_path(jobid, "", path, sizeof(path));
@@ -631,7 +655,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
-	char path[PATH_MAX + 32];
+	char path[STATE_PATH_MAX];
 	uint32_t jobid = 0, stepid = 0;
 	int fd, ret;
 
@@ -748,10 +772,9 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
  */
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
-	char job[256], node[256], out[1024];
+	char job[256], out[1024];
 	uint32_t jobid = 0, ntasks = 0;
 	struct spank_user u;
-	const char *n;
 
 	if (!spank_remote(sp) || !conf.ok || !step.is_step || !opt.given)
 		return 0;
@@ -762,14 +785,8 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 		return 0;
 	if (spank_getenv(sp, "STAGEFS_JOB", job, sizeof(job)) != ESPANK_SUCCESS || !job[0])
 		job_name(jobid, job, sizeof(job));
-	n = step.have_state ? ctl_get(&step.m, "node") : NULL;
-	if (!n || !*n) {
-		if (gethostname(node, sizeof(node)))
-			snprintf(node, sizeof(node), "this node");
-		n = node;
-	}
 	feed_summary(&u, jobid, job, step.have_state ? msg_u64(&step.m, "t_end_ms") : step.start_ms,
-		     n, out, sizeof(out));
+		     this_node(), out, sizeof(out));
 	slurm_spank_log("%s", out);
 	return 0;
 }

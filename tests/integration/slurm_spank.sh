@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real single-node Slurm (munged, slurmctld, slurmd on localhost) with the SPANK plugin: a user's sbatch --stagefs job finds its data staged (as that user) and reads it all from the cache, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; srun takes the option too; bad option values fail at submission.
+# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; srun takes the option too; bad option values fail at submission.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do
@@ -15,7 +15,7 @@ S=$T/slurm
 # the job's user must reach the mount, the munge socket, the config, the plugin
 chmod 755 "$T" "$(dirname "$T")"
 mkdir -p "$S"/{munge,state,spool,log,jobs} "$S/munge/seed"
-chmod 700 "$S/state" "$S/spool"
+chmod 700 "$S/state"
 chown sfs_alice "$S/jobs"
 cp "$PLUGIN" "$S/spank_stagefs.so"
 cp "$STAGEFS" "$S/stagefs"
@@ -45,9 +45,9 @@ sfs_mount "" "$MNT" -c "$T/stagefs.conf"
 
 # --- munge and Slurm, on ports nobody else uses ---------------------------------
 
-read -r CTLD_PORT SLURMD_PORT < <("$PYTHON" -c '
+read -r CTLD_PORT PORT1 PORT2 < <("$PYTHON" -c '
 import socket
-s = [socket.socket() for _ in range(2)]
+s = [socket.socket() for _ in range(3)]
 for x in s: x.bind(("127.0.0.1", 0))
 print(*[x.getsockname()[1] for x in s])')
 
@@ -59,18 +59,17 @@ cat >"$SLURM_CONF" <<EOC
 ClusterName=sfstest
 SlurmctldHost=localhost
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
 AuthType=auth/munge
 AuthInfo=socket=$S/munge/munge.sock
 CryptoType=crypto/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$S/state
-SlurmdSpoolDir=$S/spool
+SlurmdSpoolDir=$S/spool/%n
 SlurmctldPidFile=$S/slurmctld.pid
-SlurmdPidFile=$S/slurmd.pid
+SlurmdPidFile=$S/slurmd-%n.pid
 SlurmctldLogFile=$S/log/slurmctld.log
-SlurmdLogFile=$S/log/slurmd.log
+SlurmdLogFile=$S/log/slurmd-%n.log
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -82,8 +81,10 @@ MpiDefault=none
 ReturnToService=2
 PrologFlags=Alloc
 PlugStackConfig=$S/plugstack.conf
-NodeName=localhost CPUs=$(nproc)
-PartitionName=debug Nodes=localhost Default=YES State=UP
+# two nodes on this machine (Debian's Slurm has MULTIPLE_SLURMD), one stagefs mount
+NodeName=n1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$PORT1 CPUs=1
+NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$PORT2 CPUs=1
+PartitionName=debug Nodes=n[1-2] Default=YES State=UP
 EOC
 chmod 644 "$SLURM_CONF"
 cat >"$S/plugstack.conf" <<EOC
@@ -95,7 +96,7 @@ pidof_file() { [[ -s $1 ]] && cat "$1"; }
 stop_slurm() {
 	local f pid
 	# slurmd and slurmctld first, munged last (they authenticate through it)
-	for f in "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munge/munged.pid"; do
+	for f in "$S/slurmd-n1.pid" "$S/slurmd-n2.pid" "$S/slurmctld.pid" "$S/munge/munged.pid"; do
 		pid=$(pidof_file "$f") || continue
 		kill -TERM "$pid" 2>/dev/null || continue
 		for _ in $(seq 1 100); do
@@ -123,10 +124,11 @@ munged --key-file="$S/munge/munge.key" --socket="$S/munge/munge.sock" \
 	--seed-file="$S/munge/seed/munge.seed" -f
 wait_for -t 10 test -S "$S/munge/munge.sock" || die "munged did not start"
 slurmctld
-slurmd -N localhost
-node_idle() { [[ $(sinfo -h -n localhost -o %t 2>/dev/null) == idle ]]; }
-wait_for -t 30 node_idle || die "the node did not come up idle: $(sinfo 2>&1)"
-log "slurm up: slurmctld :$CTLD_PORT, slurmd :$SLURMD_PORT"
+slurmd -N n1
+slurmd -N n2
+nodes_idle() { [[ $(sinfo -h -o '%D %t' 2>/dev/null) == "2 idle" ]]; }
+wait_for -t 30 nodes_idle || die "the nodes did not come up idle: $(sinfo 2>&1)"
+log "slurm up: slurmctld :$CTLD_PORT, slurmd n1 :$PORT1, n2 :$PORT2"
 
 # --- helpers ---------------------------------------------------------------------
 
@@ -148,14 +150,14 @@ print(sum(u["used_bytes"] for u in json.load(sys.stdin)["users"] if u["user"] ==
 }
 train_bytes=$(find "$T/data/train" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
 
-# --- 1. a job with --stagefs finds its data staged -------------------------------
+# --- 1. a 2-node job: each node stages its shard, the job finds it all cached ------
 
 cat >"$S/jobs/train.sh" <<EOS
 #!/bin/bash
 set -e
-echo "job env: STAGEFS_JOB=\$STAGEFS_JOB"
 # before reading anything: what the daemon has cached of the dataset
 $S/stagefs warmup --check --json $MNT/train >check.\$SLURM_JOB_ID.json
+srun -l bash -c 'echo "task on \$SLURMD_NODENAME: STAGEFS_JOB=\$STAGEFS_JOB"'
 cd $MNT/train
 find . -type f | sort | xargs sha256sum >$S/jobs/read.\$SLURM_JOB_ID.sha
 EOS
@@ -163,14 +165,31 @@ chmod 755 "$S/jobs/train.sh"
 (cd "$T/data/train" && find . -type f | sort | xargs sha256sum) >"$T/src.sha"
 
 [[ $(user_used sfs_alice) -eq 0 ]] || die "sfs_alice has cached data before any job"
-j1=$(submit --stagefs=train "$S/jobs/train.sh")
+j1=$(submit -N2 --stagefs=train "$S/jobs/train.sh")
 log "job $j1 submitted"
 wait_for -t 40 job_done "$j1" || die "job $j1 did not finish: $(scontrol show job "$j1")"
 out=$(cat "$S/jobs/$j1.out")
 printf '%s\n' "$out" | sed 's/^/    job: /' >&2
 [[ $(job_field "$j1" JobState) == COMPLETED ]] || die "job $j1 did not complete: $(job_field "$j1" JobState)"
 
-# staged as the user, before the job: the whole dataset was cached when it looked
+# each node staged its own shard, as the user; together, all of it, once
+"$PYTHON" - "$j1" "$train_bytes" "$S/log/slurmd-n1.log" "$S/log/slurmd-n2.log" <<'EOF' ||
+import re, sys
+job, size = sys.argv[1], int(sys.argv[2])
+got = {}
+for node, log in (("n1", sys.argv[3]), ("n2", sys.argv[4])):
+    lines = [l for l in open(log) if f"stagefs: job {job}: STAGED " in l]
+    assert len(lines) == 1, (node, lines)
+    kv = dict(w.split("=", 1) for w in lines[0].split("STAGED ", 1)[1].split())
+    print("    prolog on", node, kv, file=sys.stderr)
+    assert kv["status"] == "ok" and kv["node"] == node, kv
+    got[kv["shard"]] = kv
+assert set(got) == {"0/2", "1/2"}, got
+assert sum(int(k["bytes"]) for k in got.values()) == size, got
+assert sum(int(k["fetched_bytes"]) for k in got.values()) == size, got
+assert all(int(k["bytes"]) > 0 for k in got.values()), got
+EOF
+	die "the two nodes did not stage disjoint shards covering the dataset"
 "$PYTHON" - "$S/jobs/check.$j1.json" <<'EOF' || die "the data was not staged before the job ran"
 import json, sys
 c = json.load(open(sys.argv[1]))
@@ -180,15 +199,19 @@ assert c["cached_before"] == c["chunks"] and c["cached_files"] == c["files"], c
 EOF
 used=$(user_used sfs_alice)
 assert_ge "$used" "$train_bytes" "cache bytes charged to sfs_alice (the warmup ran as the job's user)"
-grep -q "stagefs: staged train (shard 0/1) on localhost before the job started: 9 files" <<<"$out" ||
-	die "the job's output does not say its data was staged"
+for n in 1 2; do
+	i=$((n - 1))
+	grep -q "stagefs: staged train (shard $i/2) on n$n before the job started: [0-9]* files" <<<"$out" ||
+		die "the job's output does not say node n$n staged its shard"
+	grep -q "task on n$n: STAGEFS_JOB=slurm:job_$j1\$" <<<"$out" ||
+		die "the task on n$n has no STAGEFS_JOB=slurm:job_$j1"
+done
 # the bytes it read are the dataset's
 cmp "$S/jobs/read.$j1.sha" "$T/src.sha" || die "job $j1 read other bytes than the dataset's"
-grep -qx "job env: STAGEFS_JOB=slurm:job_$j1" <<<"$out" || die "the task's STAGEFS_JOB is not slurm:job_$j1"
-# the feed summary names the job; every chunk it read was a hit
-sum=$(grep "^stagefs: job $j1 (slurm:job_$j1) on localhost: read " <<<"$out") ||
+# the feed summary names the job; every chunk it read came from the cache
+sum=$(grep "^stagefs: job $j1 (slurm:job_$j1) on n1: read " <<<"$out" | tail -1) ||
 	die "no feed summary naming job $j1 in its output"
-[[ $sum == *"hit ratio 100.0%"* ]] || die "job $j1 missed the cache: $sum"
+[[ $sum == *"hit ratio 100.0%"* && $sum == *"(0 B from the backend)"* ]] || die "job $j1 missed the cache: $sum"
 "$PYTHON" - "$j1" "$(id -u sfs_alice)" "$train_bytes" <<EOF || die "the daemon's job row is wrong"
 import json, sys
 d = json.load(open("$MNT/.stagefs/stats"))
@@ -203,32 +226,34 @@ assert r["read_bytes"] + r["passthrough_bytes_estimated"] >= size, r
 assert r["cache_hits"] + r["passthrough_opens"] > 0, r
 assert r["cache_misses"] == 0 and r["backend_bytes"] == 0, r
 EOF
-grep -q "stagefs: job $j1 (slurm:job_$j1) on localhost: read " "$S/log/slurmd.log" ||
-	die "the epilog did not log the job's feed summary"
+for n in 1 2; do
+	wait_for -t 10 grep -q "stagefs: job $j1 (slurm:job_$j1) on n$n: read " "$S/log/slurmd-n$n.log" ||
+		die "the epilog on n$n did not log the job's feed summary"
+done
 
 # --- 2. a dataset the user may not read is not staged; onfail=fail fails the job --
 
 before=$(stat_get "$MNT" backend_reads)
-j2=$(submit --stagefs=secret --stagefs-onfail=fail --wrap "touch $S/jobs/ran.\$SLURM_JOB_ID")
+j2=$(submit -N1 --stagefs=secret --stagefs-onfail=fail --wrap "touch $S/jobs/ran.\$SLURM_JOB_ID")
 wait_for -t 40 job_done "$j2" || die "job $j2 did not finish"
 out=$(cat "$S/jobs/$j2.out")
 printf '%s\n' "$out" | sed 's/^/    job: /' >&2
 [[ $(job_field "$j2" JobState) == FAILED ]] || die "job $j2 should have failed: $(job_field "$j2" JobState)"
 [[ ! -e $S/jobs/ran.$j2 ]] || die "job $j2's task ran although staging failed and it asked for onfail=fail"
-grep -q "stagefs: staging secret .*on localhost.*No such file" <<<"$out" ||
+grep -q "stagefs: staging secret (shard 0/1) on n[12]: .*(first: secret: No such file or directory)" <<<"$out" ||
 	die "job $j2's output does not say why staging failed"
 assert_eq "$(stat_get "$MNT" backend_reads)" "$before" "backend reads for a dataset sfs_alice may not read"
-sinfo -h -n localhost -o %t | grep -qx idle || die "the node is not idle after a failed staging: $(sinfo -h -o '%t %E')"
+wait_for -t 10 nodes_idle || die "the nodes are not idle after a failed staging: $(sinfo -h -o '%n %t %E')"
 
 # --- 3. srun takes the option too; data already cached is not fetched again ------
 
-as sfs_alice env -u TMPDIR SLURM_CONF="$SLURM_CONF" srun -D "$S/jobs" --stagefs=train/sub \
+as sfs_alice env -u TMPDIR SLURM_CONF="$SLURM_CONF" srun -N1 -D "$S/jobs" --stagefs=train/sub \
 	cat "$MNT/train/sub/s2" >"$T/srun.out" 2>"$T/srun.err" || die "srun failed: $(cat "$T/srun.err")"
 sed 's/^/    srun: /' "$T/srun.err" >&2
 cmp "$T/srun.out" "$T/data/train/sub/s2" || die "srun's task read other bytes"
-grep -q "stagefs: staged train/sub (shard 0/1) on localhost before the job started: 3 files, .* (0 B fetched, .* already cached)" "$T/srun.err" ||
+grep -q "stagefs: staged train/sub (shard 0/1) on n[12] before the job started: 3 files, .* (0 B fetched, .* already cached)" "$T/srun.err" ||
 	die "srun does not say its data was staged"
-grep -q "^stagefs: job [0-9]* (slurm:job_[0-9]*) on localhost: read " "$T/srun.err" ||
+grep -q "^stagefs: job [0-9]* (slurm:job_[0-9]*) on n[12]: read 136.72 KiB in 1 files" "$T/srun.err" ||
 	die "srun shows no feed summary"
 
 # --- 4. a bad value fails at submission -------------------------------------------
