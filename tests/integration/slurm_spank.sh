@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; srun takes the option too; bad option values fail at submission.
+# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs; srun takes the option too; bad option values fail at submission.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do
@@ -28,13 +28,20 @@ mkdir -p "$T/data/train/sub" "$T/data/secret"
 for i in 1 2 3 4 5 6; do head -c $((1024 * 1024 + i * 4099)) /dev/urandom >"$T/data/train/f$i"; done
 for i in 1 2 3; do head -c $((i * 70000)) /dev/urandom >"$T/data/train/sub/s$i"; done
 for i in 1 2; do head -c $((1024 * 1024)) /dev/urandom >"$T/data/secret/f$i"; done
+mkdir -p "$T/data/big"
+for i in 1 2 3 4; do head -c $((12 * 1024 * 1024)) /dev/urandom >"$T/data/big/f$i"; done
 chmod -R a+rX "$T/data"
 cat >"$T/stagefs.conf" <<EOC
 [stagefs]
 chunk_size = 1M
+# slow enough that big/ (48 MiB) takes ~3 s to stage: longer than a 1 s wait
+backend_max_rate = 16M
 
 [dataset train]
 source = dir://$T/data/train
+
+[dataset big]
+source = dir://$T/data/big
 
 [dataset secret]
 source = dir://$T/data/secret
@@ -245,7 +252,21 @@ grep -q "stagefs: staging secret (shard 0/1) on n[12]: .*(first: secret: No such
 assert_eq "$(stat_get "$MNT" backend_reads)" "$before" "backend reads for a dataset sfs_alice may not read"
 wait_for -t 10 nodes_idle || die "the nodes are not idle after a failed staging: $(sinfo -h -o '%n %t %E')"
 
-# --- 3. srun takes the option too; data already cached is not fetched again ------
+# --- 3. the wait is bounded: the job starts, reads the rest on demand ------------
+
+j4=$(submit -N1 --stagefs=big --stagefs-wait=1 --wrap "cat $MNT/big/f* | sha256sum")
+wait_for -t 40 job_done "$j4" || die "job $j4 did not finish"
+out=$(cat "$S/jobs/$j4.out")
+printf '%s\n' "$out" | sed 's/^/    job: /' >&2
+[[ $(job_field "$j4" JobState) == COMPLETED ]] || die "job $j4 did not run after its staging timed out"
+grep -q "stagefs: staging big (shard 0/1) on n[12] did not finish in 1 s (--stagefs-wait): .* fetched, .*; the job runs and reads the rest on demand" <<<"$out" ||
+	die "job $j4's output does not say its staging timed out"
+grep -qx "$(cat "$T/data/big/f"* | sha256sum)" <<<"$out" || die "job $j4 read other bytes than big/'s"
+sum=$(grep "^stagefs: job $j4 (slurm:job_$j4) on n[12]: read 48.00 MiB in 4 files" <<<"$out") ||
+	die "no feed summary for job $j4"
+[[ $sum != *"(0 B from the backend)"* ]] || die "job $j4's summary says nothing came from the backend: $sum"
+
+# --- 4. srun takes the option too; data already cached is not fetched again ------
 
 as sfs_alice env -u TMPDIR SLURM_CONF="$SLURM_CONF" srun -N1 -D "$S/jobs" --stagefs=train/sub \
 	cat "$MNT/train/sub/s2" >"$T/srun.out" 2>"$T/srun.err" || die "srun failed: $(cat "$T/srun.err")"
@@ -256,7 +277,7 @@ grep -q "stagefs: staged train/sub (shard 0/1) on n[12] before the job started: 
 grep -q "^stagefs: job [0-9]* (slurm:job_[0-9]*) on n[12]: read 136.72 KiB in 1 files" "$T/srun.err" ||
 	die "srun shows no feed summary"
 
-# --- 4. a bad value fails at submission -------------------------------------------
+# --- 5. a bad value fails at submission -------------------------------------------
 
 err=$(submit --stagefs=train --stagefs-wait=soon --wrap true 2>&1) && die "sbatch took --stagefs-wait=soon"
 [[ $err == *"stagefs-wait=soon wants seconds"* ]] || die "unexpected sbatch error: $err"
