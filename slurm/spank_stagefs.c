@@ -83,6 +83,7 @@ static struct {
 	char statedir[PATH_MAX];
 	unsigned wait_s, max_wait_s;
 	bool onfail_fail;
+	bool shard_all;		/* every node stages all of the data */
 	bool ok;		/* parsed without error, and mount= given */
 } conf;
 
@@ -120,6 +121,12 @@ static int conf_parse(int ac, char **av)
 				return -1;
 			}
 			*(KEY("wait") ? &conf.wait_s : &conf.max_wait_s) = (unsigned)n;
+		} else if (KEY("shard")) {
+			if (strcmp(v, "node") && strcmp(v, "all")) {
+				slurm_error("stagefs: plugstack.conf: shard= is node or all, not '%s'", v);
+				return -1;
+			}
+			conf.shard_all = !strcmp(v, "all");
 		} else if (KEY("onfail")) {
 			if (strcmp(v, "run") && strcmp(v, "fail")) {
 				slurm_error("stagefs: plugstack.conf: onfail= is run or fail, not '%s'", v);
@@ -127,7 +134,7 @@ static int conf_parse(int ac, char **av)
 			}
 			conf.onfail_fail = !strcmp(v, "fail");
 		} else {
-			slurm_error("stagefs: plugstack.conf: unknown argument '%s' (known: mount= socket= statedir= wait= max_wait= onfail=)",
+			slurm_error("stagefs: plugstack.conf: unknown argument '%s' (known: mount= socket= statedir= wait= max_wait= onfail= shard=)",
 				    a);
 			return -1;
 		}
@@ -150,9 +157,10 @@ static struct {
 	char paths[OPT_PATHS_MAX];	/* its argument: PATH[,PATH...] */
 	unsigned wait_s;		/* --stagefs-wait, 0: conf's */
 	int onfail;			/* --stagefs-onfail: -1 conf's, 0 run, 1 fail */
-} opt = { .onfail = -1 };
+	int shard_all;			/* --stagefs-shard: -1 conf's, 0 node, 1 all */
+} opt = { .onfail = -1, .shard_all = -1 };
 
-enum { OPT_STAGE, OPT_WAIT, OPT_ONFAIL };
+enum { OPT_STAGE, OPT_WAIT, OPT_ONFAIL, OPT_SHARD };
 
 /*
  * Check a --stagefs argument: comma-separated paths relative to the mount
@@ -220,9 +228,17 @@ static int opt_cb(int val, const char *arg, int remote)
 		}
 		why = "is run or fail";
 		break;
+	case OPT_SHARD:
+		if (arg && (!strcmp(arg, "node") || !strcmp(arg, "all"))) {
+			opt.shard_all = !strcmp(arg, "all");
+			return 0;
+		}
+		why = "is node or all";
+		break;
 	}
 	slurm_error("stagefs: --%s=%s %s", val == OPT_STAGE ? "stagefs" :
-		    val == OPT_WAIT ? "stagefs-wait" : "stagefs-onfail", arg ? arg : "", why);
+		    val == OPT_WAIT ? "stagefs-wait" : val == OPT_ONFAIL ? "stagefs-onfail" :
+		    "stagefs-shard", arg ? arg : "", why);
 	return -1;
 }
 
@@ -236,6 +252,9 @@ static struct spank_option options[] = {
 	{ "stagefs-onfail", "run|fail",
 	  "if --stagefs's staging fails or times out on a node: run the job anyway "
 	  "(reads go to the backend), or fail its tasks there", 1, OPT_ONFAIL, opt_cb },
+	{ "stagefs-shard", "node|all",
+	  "what --stagefs stages on each node: its share (shard NODE/NNODES, the "
+	  "default), or all of it (every node reads every file)", 1, OPT_SHARD, opt_cb },
 	SPANK_OPTIONS_TABLE_END
 };
 
@@ -266,6 +285,11 @@ static unsigned wait_s(void)
 static bool onfail_fail(void)
 {
 	return opt.onfail < 0 ? conf.onfail_fail : opt.onfail;
+}
+
+static bool shard_all(void)
+{
+	return opt.shard_all < 0 ? conf.shard_all : opt.shard_all;
 }
 
 /* ---- the job ---- */
@@ -481,9 +505,14 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 		slurm_error("stagefs: prolog: cannot tell the job's id or user; not staging");
 		return 0;
 	}
-	if (node_shard(&idx, &cnt, node, sizeof(node)))
+	if (shard_all()) {
+		idx = 0;
+		cnt = 1;
+		snprintf(node, sizeof(node), "%s", this_node());
+	} else if (node_shard(&idx, &cnt, node, sizeof(node))) {
 		slurm_info("stagefs: job %" PRIu32 ": cannot place node %s in the job's node list; it stages all of the data",
 			   jobid, node);
+	}
 
 	/* the paths, relative to the mount root; an absolute one must be under it */
 	snprintf(buf, sizeof(buf), "%s", opt.paths);

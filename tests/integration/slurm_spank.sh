@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs; srun takes the option too; bad option values fail at submission.
+# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs; srun takes the option too; --stagefs-shard=all stages everything on every node; bad option values fail at submission.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do
@@ -162,9 +162,11 @@ train_bytes=$(find "$T/data/train" -type f -printf '%s\n' | awk '{s += $1} END {
 cat >"$S/jobs/train.sh" <<EOS
 #!/bin/bash
 set -e
-# before reading anything: what the daemon has cached of the dataset
-$S/stagefs warmup --check --json $MNT/train >check.\$SLURM_JOB_ID.json
-srun -l bash -c 'echo "task on \$SLURMD_NODENAME: STAGEFS_JOB=\$STAGEFS_JOB"'
+# on each node, before its tasks read anything: what is cached of its shard
+# (the batch script may start before the other node's prolog is done; a
+# node's tasks never start before its own)
+srun -l bash -c 'echo "task on \$SLURMD_NODENAME: STAGEFS_JOB=\$STAGEFS_JOB"
+	$S/stagefs warmup --check --json --shard \$SLURM_NODEID/2 $MNT/train >check.\$SLURM_JOB_ID.\$SLURM_NODEID.json'
 cd $MNT/train
 find . -type f | sort | xargs sha256sum >$S/jobs/read.\$SLURM_JOB_ID.sha
 EOS
@@ -197,12 +199,16 @@ assert sum(int(k["fetched_bytes"]) for k in got.values()) == size, got
 assert all(int(k["bytes"]) > 0 for k in got.values()), got
 EOF
 	die "the two nodes did not stage disjoint shards covering the dataset"
-"$PYTHON" - "$S/jobs/check.$j1.json" <<'EOF' || die "the data was not staged before the job ran"
+"$PYTHON" - "$S/jobs/check.$j1".{0,1}.json <<'EOF' || die "a node's shard was not staged before its tasks ran"
 import json, sys
-c = json.load(open(sys.argv[1]))
-print("    check before reading:", c, file=sys.stderr)
-assert c["files"] == 9 and c["chunks"] > 0, c
-assert c["cached_before"] == c["chunks"] and c["cached_files"] == c["files"], c
+chunks = 0
+for f in sys.argv[1:]:
+    c = json.load(open(f))
+    print("    check before reading:", c, file=sys.stderr)
+    assert c["chunks"] > 0 and c["cached_before"] == c["chunks"], c
+    assert c["cached_files"] == c["files"], c
+    chunks += c["chunks"]
+assert chunks == 15, chunks
 EOF
 used=$(user_used sfs_alice)
 assert_ge "$used" "$train_bytes" "cache bytes charged to sfs_alice (the warmup ran as the job's user)"
@@ -277,7 +283,16 @@ grep -q "stagefs: staged train/sub (shard 0/1) on n[12] before the job started: 
 grep -q "^stagefs: job [0-9]* (slurm:job_[0-9]*) on n[12]: read 136.72 KiB in 1 files" "$T/srun.err" ||
 	die "srun shows no feed summary"
 
-# --- 5. a bad value fails at submission -------------------------------------------
+# --- 5. --stagefs-shard=all: every node stages all of it ---------------------------
+
+j5=$(submit -N2 --stagefs=train/sub --stagefs-shard=all --wrap true)
+wait_for -t 40 job_done "$j5" || die "job $j5 did not finish"
+for n in 1 2; do
+	grep -q "stagefs: job $j5: STAGED status=ok files=3 .* shard=0/1 paths=train/sub node=n$n" \
+		"$S/log/slurmd-n$n.log" || die "n$n did not stage all of train/sub for job $j5"
+done
+
+# --- 6. a bad value fails at submission -------------------------------------------
 
 err=$(submit --stagefs=train --stagefs-wait=soon --wrap true 2>&1) && die "sbatch took --stagefs-wait=soon"
 [[ $err == *"stagefs-wait=soon wants seconds"* ]] || die "unexpected sbatch error: $err"
