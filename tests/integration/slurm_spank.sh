@@ -7,7 +7,8 @@ for c in munged slurmctld slurmd sbatch scontrol sinfo; do
 		skip "$c is not installed (Debian packages munge, slurmctld, slurmd, slurm-client; ./configure --install-deps)"
 done
 PLUGIN=$REPO/slurm/spank_stagefs.so
-[[ -f $PLUGIN ]] || skip "the SPANK plugin is not built (configure found no libslurm-dev)"
+grep -qx 'HAVE_SLURM=y' "$REPO/config.mk" 2>/dev/null && [[ -f $PLUGIN ]] ||
+	skip "the SPANK plugin is not built (configure found no libslurm-dev, or --without-slurm)"
 need_users sfs_alice
 
 T=$TEST_TMPDIR
@@ -295,6 +296,7 @@ done
 # --- 6. a bad value fails at submission -------------------------------------------
 
 err=$(submit --stagefs=train --stagefs-wait=soon --wrap true 2>&1) && die "sbatch took --stagefs-wait=soon"
+log "sbatch said: $err"
 [[ $err == *"stagefs-wait=soon wants seconds"* ]] || die "unexpected sbatch error: $err"
 err=$(submit --stagefs=../etc --wrap true 2>&1) && die "sbatch took --stagefs=../etc"
 [[ $err == *"may not go up"* ]] || die "unexpected sbatch error: $err"
