@@ -701,10 +701,17 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	ret = state_read(jobid, step.line, sizeof(step.line), &step.m);
 	step.have_state = !ret;
 	if (ret) {
+		char why[PATH_MAX + 128];
+
 		step.failed = true;
-		snprintf(step.line, sizeof(step.line),
-			 "STAGED status=error msg=no%%20staging%%20result%%20(%s):%%20was%%20the%%20plugin%%20loaded%%20by%%20slurmd%%20when%%20the%%20job%%20started?",
-			 ret == -ENOENT ? "none" : "unreadable");
+		if (ret == -ENOENT)
+			snprintf(why, sizeof(why), "no staging was done for this job here: --stagefs acts when the job starts (give it to sbatch, salloc, or the srun that makes the job), with the plugin loaded by slurmd");
+		else
+			snprintf(why, sizeof(why), "the staging result in %s cannot be used: %s",
+				 conf.statedir, ret == -EPERM ? "the directory is not root's alone" :
+				 strerror(-ret));
+		snprintf(step.line, sizeof(step.line), "STAGED status=error");
+		client_put_word(step.line, sizeof(step.line), "msg", why);
 		ctl_parse(step.line, &step.m);
 	} else {
 		const char *st = ctl_get(&step.m, "status");
@@ -729,15 +736,17 @@ static void report_staging(void)
 	char b[32], f[32], c[32], then[256];
 
 	if (!node || !*node)
-		node = "this node";
+		node = this_node();
+	if (!paths || !*paths)
+		paths = opt.paths;
 	snprintf(then, sizeof(then), onfail_fail() ?
 		 "its tasks there fail (--stagefs-onfail=fail)" :
-		 "the job runs and reads the rest on demand (--stagefs-onfail=fail stops it)");
+		 "the job runs and reads what is not cached from the backend (--stagefs-onfail=fail stops it)");
 	if (!st || !strcmp(st, "error")) {
 		const char *msg = ctl_get(m, "msg");
 
-		slurm_error("stagefs: staging %s on %s failed: %s; %s", paths ? paths : "",
-			    node, msg ? msg : "unknown error", then);
+		slurm_error("stagefs: staging %s on %s failed: %s; %s", paths, node,
+			    msg ? msg : "unknown error", then);
 		return;
 	}
 	fmt_size(msg_u64(m, "bytes"), b, sizeof(b));
@@ -746,19 +755,19 @@ static void report_staging(void)
 	if (!strcmp(st, "ok")) {
 		slurm_spank_log("stagefs: staged %s (shard %s) on %s before the job started: %" PRIu64
 				" files, %s in %.1f s (%s fetched, %s already cached)",
-				paths ? paths : "", shard ? shard : "0/1", node,
+				paths, shard ? shard : "0/1", node,
 				msg_u64(m, "files"), b, (double)msg_u64(m, "ms") / 1000, f, c);
 	} else if (!strcmp(st, "timeout")) {
 		slurm_error("stagefs: staging %s (shard %s) on %s did not finish in %" PRIu64
 			    " s (--stagefs-wait): %s of %s fetched, %s were cached already; %s",
-			    paths ? paths : "", shard ? shard : "0/1", node, msg_u64(m, "wait"),
+			    paths, shard ? shard : "0/1", node, msg_u64(m, "wait"),
 			    f, b, c, then);
 	} else {
 		const char *fp = ctl_get(m, "fail_path"), *fm = ctl_get(m, "fail_msg");
 
 		slurm_error("stagefs: staging %s (shard %s) on %s: %" PRIu64 " file(s) or path(s)"
 			    " could not be staged, %" PRIu64 " chunk(s) (first: %s: %s); %s",
-			    paths ? paths : "", shard ? shard : "0/1", node,
+			    paths, shard ? shard : "0/1", node,
 			    msg_u64(m, "failed_files"), msg_u64(m, "failed"), fp ? fp : "?",
 			    fm ? fm : "?", then);
 	}

@@ -23,7 +23,7 @@
 struct spank_user {
 	uid_t uid;
 	gid_t gid;
-	gid_t gids[256];	/* supplementary groups */
+	gid_t gids[1024];	/* supplementary groups */
 	int ngids;
 };
 
