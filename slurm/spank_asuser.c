@@ -11,8 +11,10 @@
  * a child that cannot become the user does nothing.  The parent bounds the
  * work: it waits for one result line on a pipe at most until the deadline,
  * then kills the child (a WARMUP whose client goes away is cancelled by the
- * daemon), so a hung daemon or mount never holds up a job or slurmstepd
- * past it.
+ * daemon) and waits at most a second more for it to die: a child stuck in
+ * a FUSE request of a hung daemon cannot die before the daemon answers,
+ * and is left to be reaped later.  So a hung daemon or mount never holds
+ * up a job or slurmstepd past the deadline.
  */
 #include "spank_stagefs_i.h"
 
@@ -55,13 +57,19 @@ static int become_user(const struct spank_user *u)
 	return 0;
 }
 
-static void child(const struct spank_user *u, int (*fn)(void *, int), void *arg, int fd)
+static void child(const struct spank_user *u, int (*fn)(void *, int), void *arg, int fd,
+		  pid_t parent)
 {
 	signal(SIGPIPE, SIG_IGN);
-	/* slurmstepd or the prolog going away takes the work with it */
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (become_user(u))
 		_exit(EXIT_NOT_USER);
+	/*
+	 * slurmstepd or the prolog going away takes the work with it; set
+	 * after the uid change, which clears it, and too late if the parent
+	 * is already gone
+	 */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) || getppid() != parent)
+		_exit(1);
 	_exit(fn(arg, fd) ? 1 : 0);
 }
 
@@ -72,12 +80,13 @@ int asuser_run(const struct spank_user *u, int (*fn)(void *arg, int fd), void *a
 	size_t n = 0;
 	int p[2], status = 0, ret = 0;
 	bool eof = false;
-	pid_t pid;
+	pid_t pid, parent;
 
 	if (outlen)
 		out[0] = '\0';
 	if (pipe2(p, O_CLOEXEC))
 		return -errno;
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		ret = -errno;
@@ -87,7 +96,7 @@ int asuser_run(const struct spank_user *u, int (*fn)(void *arg, int fd), void *a
 	}
 	if (!pid) {
 		close(p[0]);
-		child(u, fn, arg, p[1]);
+		child(u, fn, arg, p[1], parent);
 	}
 	close(p[1]);
 
@@ -120,10 +129,19 @@ int asuser_run(const struct spank_user *u, int (*fn)(void *arg, int fd), void *a
 		eof = got <= 0;
 	}
 	close(p[0]);
-	if (ret)
+	if (ret) {
 		kill(pid, SIGKILL);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
+		/*
+		 * A child blocked on a FUSE request that its daemon already
+		 * took (a hung daemon) dies only once the daemon answers: wait
+		 * a little, then leave it; init or slurmstepd's end reaps it.
+		 */
+		for (int i = 0; i < 20 && !waitpid(pid, &status, WNOHANG); i++)
+			usleep(50 * 1000);
+	} else {
+		while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+			;
+	}
 	if (outlen) {
 		out[n] = '\0';
 		/* one line: the first */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs; srun takes the option too; --stagefs-shard=all stages everything on every node; bad option values fail at submission.
+# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs, as it does when the daemon hangs; srun takes the option too; --stagefs-shard=all stages everything on every node; bad option values fail at submission.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do
@@ -116,6 +116,8 @@ stop_slurm() {
 }
 on_exit() {
 	local rc=$?
+	# a stopped daemon would not hear the unmount
+	kill -CONT "$(sfs_pid "$MNT")" 2>/dev/null || true
 	stop_slurm
 	if [[ $rc -ne 0 && $rc -ne 77 ]]; then
 		for f in "$S"/log/*.log; do
@@ -274,6 +276,22 @@ sum=$(grep "^stagefs: job $j4 (slurm:job_$j4) on n[12]: read [0-9.]* MiB in 4 fi
 # what was not staged it waited for (fetched by its reads, readahead, or the
 # cancelled warmup's last fetches)
 [[ $sum != *"stalled 0.000 s"* ]] || die "job $j4's summary shows no wait for data: $sum"
+
+# a hung daemon holds the job up no longer than its wait (+5 s to kill the helper)
+dpid=$(sfs_pid "$MNT")
+kill -STOP "$dpid"
+t0=$SECONDS
+j7=$(submit -N1 --stagefs=train --stagefs-wait=2 --wrap "echo started")
+prolog_done() { grep -q "stagefs: job $j7: STAGED" "$S"/log/slurmd-n*.log; }
+wait_for -t 20 prolog_done || { kill -CONT "$dpid"; die "job $j7's prolog did not end with the daemon stopped"; }
+kill -CONT "$dpid"
+assert_ge 12 $((SECONDS - t0)) "seconds job $j7's prolog took with the daemon stopped"
+wait_for -t 40 job_done "$j7" || die "job $j7 did not finish"
+out=$(cat "$S/jobs/$j7.out")
+printf '%s\n' "$out" | sed 's/^/    job: /' >&2
+[[ $(job_field "$j7" JobState) == COMPLETED ]] || die "job $j7 did not run after its staging hung"
+grep -q "stagefs: staging train on n[12] failed: the staging helper hung past its deadline and was killed" <<<"$out" ||
+	die "job $j7's output does not say its staging hung"
 
 # --- 4. srun takes the option too; data already cached is not fetched again ------
 
