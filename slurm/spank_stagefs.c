@@ -7,7 +7,8 @@
  *
  * Where each part runs, and as whom:
  *
- * - Options (--stagefs, --stagefs-wait, --stagefs-onfail) are registered
+ * - Options (--stagefs, --stagefs-wait, --stagefs-onfail, --stagefs-shard)
+ *   are registered
  *   in slurm_spank_init() in every context that parses them: sbatch and
  *   salloc (allocator; they see only what spank_option_register() adds),
  *   srun (local) and slurmstepd (remote).  Their callbacks check the
@@ -16,9 +17,10 @@
  *   job on every node of the allocation (at allocation time with
  *   PrologFlags=Alloc, else before the job's first step lands on the
  *   node), and no task of the job starts on that node before it returns.
- *   The node's share is shard NODE/NNODES (the node's index in
- *   SLURM_JOB_NODELIST and the list's length), so the nodes of a job split
- *   the data between them (`stagefs warmup --shard`, docs/control.md).  The
+ *   The node's share is shard NODE/NNODES (the node's index in the job's
+ *   node list, the prolog's SLURM_NODELIST, and the list's length), so the
+ *   nodes of a job split the data between them (`stagefs warmup --shard`,
+ *   docs/control.md), or all of it with --stagefs-shard=all.  The
  *   WARMUP is sent by a child that has become the job's user (groups, gid,
  *   uid; spank_asuser.c): the daemon decides from the peer's credentials
  *   what may be staged and whose quota pays, so the plugin can never stage
@@ -27,23 +29,25 @@
  *   is cancelled and the rest is read on demand.  The prolog never fails:
  *   Slurm drains a node whose prolog fails, and a user's bad path must not
  *   take a node out.  Its outcome goes to a root-only state file,
- *   STATEDIR/JOBID.
+ *   STATEDIR/JOBID.NODE.
  * - slurmstepd (remote context) reads that file while still root
  *   (slurm_spank_init_post_opt), and the job's first step on the node
  *   prints the outcome into the job's output.  Each task gets STAGEFS_JOB
  *   (slurm_spank_task_init, unless the job set its own), so the daemon
  *   charges its reads to the job (docs/feedrate.md).  If staging failed or
  *   timed out and the job asked for --stagefs-onfail=fail, every task on
- *   that node fails before it starts (exit status 1): the job fails
- *   without draining the node, as a failed plugin call in slurmstepd would.
- * - At the end of each step (slurm_spank_exit), the job's row of the
- *   node's feed rate (bytes, rate, hit ratio, stall), read as the user,
- *   goes to the job's output; at the job's end on each node
+ *   that node fails before it starts (exit status 1): the job fails as a
+ *   program that exits 1 does, not as a step launch failure, which Slurm
+ *   may count against the node.
+ * - When a step's last task on the node has exited (slurm_spank_task_exit,
+ *   still in time for srun to show it), the job's row of the node's feed
+ *   rate (bytes, rate, hit ratio, stall), read as the user, goes to the
+ *   job's output; at the job's end on each node
  *   (slurm_spank_job_epilog) to slurmd's log, and the state file goes.
  *
  * Everything that talks to the daemon or reads the mount runs in a child
  * with a deadline, so a hung daemon never holds up slurmd or slurmstepd
- * beyond it.
+ * beyond it (spank_asuser.c).
  */
 #include "spank_stagefs_i.h"
 
