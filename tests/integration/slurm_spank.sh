@@ -295,11 +295,12 @@ grep -q "stagefs: staging train on n[12] failed: the staging helper hung past it
 
 # --- 4. srun takes the option too; data already cached is not fetched again ------
 
-as sfs_alice env -u TMPDIR SLURM_CONF="$SLURM_CONF" srun -N1 -D "$S/jobs" --stagefs=train/sub \
+# (an absolute path under the mount is the same as train/sub)
+as sfs_alice env -u TMPDIR SLURM_CONF="$SLURM_CONF" srun -N1 -D "$S/jobs" --stagefs="$MNT/train/sub" \
 	cat "$MNT/train/sub/s2" >"$T/srun.out" 2>"$T/srun.err" || die "srun failed: $(cat "$T/srun.err")"
 sed 's/^/    srun: /' "$T/srun.err" >&2
 cmp "$T/srun.out" "$T/data/train/sub/s2" || die "srun's task read other bytes"
-grep -q "stagefs: staged train/sub (shard 0/1) on n[12] before the job started: 3 files, .* (0 B fetched, .* already cached)" "$T/srun.err" ||
+grep -q "stagefs: staged $MNT/train/sub (shard 0/1) on n[12] before the job started: 3 files, .* (0 B fetched, .* already cached)" "$T/srun.err" ||
 	die "srun does not say its data was staged"
 grep -q "^stagefs: job [0-9]* (slurm:job_[0-9]*) on n[12]: read 136.72 KiB in 1 files" "$T/srun.err" ||
 	die "srun shows no feed summary"
