@@ -9,6 +9,9 @@ done
 PLUGIN=$REPO/slurm/spank_stagefs.so
 grep -qx 'HAVE_SLURM=y' "$REPO/config.mk" 2>/dev/null && [[ -f $PLUGIN ]] ||
 	skip "the SPANK plugin is not built (configure found no libslurm-dev, or --without-slurm)"
+# Slurm's programs are not built with the sanitizers' runtimes: they cannot load it
+! grep -q '^SANFLAGS=-fsanitize' "$REPO/config.mk" ||
+	skip "the plugin is built with sanitizers (tests/sanitize.sh), which Slurm's processes cannot load"
 need_users sfs_alice
 
 T=$TEST_TMPDIR
