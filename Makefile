@@ -91,7 +91,7 @@ gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudi
 # Slurm loads it into srun, sbatch, slurmd and slurmstepd: only the SPANK
 # symbols are exported (the map), the pieces of src/libsfs.a it uses stay
 # inside it, and Slurm's own functions come from the process that loads it
-slurm/spank_stagefs.so: slurm/spank_stagefs.o slurm/spank_asuser.o slurm/spank_client.o src/libsfs.a slurm/spank_stagefs.map
+slurm/spank_stagefs.so: $(patsubst %.c,%.o,$(wildcard slurm/*.c)) src/libsfs.a slurm/spank_stagefs.map
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,--version-script=slurm/spank_stagefs.map -Wl,--exclude-libs,ALL -o $@ $(filter %.o %.a,$^) $(XXHASH_LIBS) -lm
 
 # the reader tools/bench.sh times (plain C, no stagefs code)

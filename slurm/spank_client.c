@@ -66,6 +66,14 @@ void client_put_u64(char *line, size_t len, const char *key, uint64_t v)
 		snprintf(line + n, len - n, " %s=%" PRIu64, key, v);
 }
 
+uint64_t client_msg_u64(const struct ctl_msg *m, const char *key)
+{
+	uint64_t v = 0;
+
+	ctl_get_u64(m, key, &v);
+	return v;
+}
+
 static int send_line(int fd, const char *line)
 {
 	size_t n = strlen(line), off = 0;

@@ -1,7 +1,9 @@
 /*
  * spank_stagefs_i.h: what the parts of the Slurm plugin share
- * (docs/slurm.md).  spank_stagefs.c holds the SPANK entry points and the
- * plugin's settings; spank_asuser.c runs a piece of work as the job's user
+ * (docs/slurm.md).  spank_stagefs.c holds the SPANK entry points;
+ * spank_conf.c the plugstack.conf arguments and the user's options;
+ * spank_job.c the job's user, node and shard, and the state its prolog
+ * leaves its steps; spank_asuser.c runs a piece of work as the job's user
  * in a child process with a deadline; spank_client.c is that work: a
  * WARMUP over the control socket, or the job's row of .stagefs/stats.
  */
@@ -19,6 +21,53 @@
 /* one result line from the child, escaped words (docs/control.md framing) */
 #define SPANK_LINE_MAX		4096
 
+#include <slurm/spank.h>
+
+struct ctl_msg;
+
+/* ---- spank_conf.c ---- */
+
+#define CONF_STATEDIR		"/run/stagefs/slurm"
+#define CONF_WAIT_S		300
+#define CONF_MAX_WAIT_S		3600
+#define OPT_PATHS_MAX		4096	/* bytes of a --stagefs argument */
+
+/* The administrator's settings: the plugstack.conf arguments. */
+struct conf {
+	char mount[PATH_MAX];
+	char socket[PATH_MAX];
+	char statedir[PATH_MAX];
+	unsigned wait_s, max_wait_s;
+	bool onfail_fail;
+	bool shard_all;		/* every node stages all of the data */
+	bool ok;		/* parsed without error, and mount= given */
+};
+extern struct conf conf;
+
+/* The user's options. */
+struct conf_opt {
+	bool given;			/* --stagefs */
+	char paths[OPT_PATHS_MAX];	/* its argument: PATH[,PATH...] */
+	unsigned wait_s;		/* --stagefs-wait, 0: conf's */
+	int onfail;			/* --stagefs-onfail: -1 conf's, 0 run, 1 fail */
+	int shard_all;			/* --stagefs-shard: -1 conf's, 0 node, 1 all */
+};
+extern struct conf_opt conf_opt;
+
+/* Parse the plugstack.conf arguments into conf.  0, or -1 (logged). */
+int conf_parse(int ac, char **av);
+/* Register the options (slurm_spank_init, in every context that parses them). */
+void conf_register_options(spank_t sp);
+/*
+ * In the prolog and epilog the options come from the job's environment,
+ * not through their callbacks.  0 (conf_opt set) or -1 (a bad value, logged).
+ */
+int conf_opts_from_env(spank_t sp);
+/* The effective wait (s), failure policy and sharding: the user's, within conf's. */
+unsigned conf_wait_s(void);
+bool conf_onfail_fail(void);
+bool conf_shard_all(void);
+
 /* Who the work runs as: the job's user, never root's rights. */
 struct spank_user {
 	uid_t uid;
@@ -26,6 +75,43 @@ struct spank_user {
 	gid_t gids[1024];	/* supplementary groups */
 	int ngids;
 };
+
+/* ---- spank_job.c ---- */
+
+#define STATE_PATH_MAX		(PATH_MAX + 300)	/* STATEDIR/JOBID.NODE.reported */
+
+/* The job's user, its groups from the user database (prolog, epilog).  0 or -1. */
+int job_user_from_db(spank_t sp, struct spank_user *u);
+/* The same in slurmstepd, with the groups Slurm gave the job.  0 or -1. */
+int job_user_from_step(spank_t sp, struct spank_user *u);
+/*
+ * This node's name in Slurm: slurmd puts SLURMD_NODENAME in the prolog's
+ * and epilog's environment, and slurmstepd in its own (the job's
+ * environment may carry the batch node's).  Several slurmd on one machine
+ * (MULTIPLE_SLURMD) are several nodes.  Static storage.
+ */
+const char *job_node(void);
+/*
+ * This node's index in the job's node list and the list's length, from the
+ * prolog's environment (SLURM_NODELIST, the job's nodes); the node's name
+ * into @node.  0, or -1 (then 0/1: the node stages everything).
+ */
+int job_node_shard(uint32_t *idx, uint32_t *cnt, char *node, size_t nodelen);
+/* The wall clock in ms. */
+uint64_t job_now_ms(void);
+/* The job's name in the feed rate: what the cgroup rule names a Slurm job. */
+void job_name(uint32_t jobid, char *out, size_t len);
+/* STATEDIR/JOBID.NODE@suffix: a node name never holds '/' nor starts with '.' */
+void job_state_path(uint32_t jobid, const char *suffix, char *out, size_t len);
+/* Write the state file's one line (and forget it was reported).  0 or -errno. */
+int job_state_write(uint32_t jobid, const char *line);
+/*
+ * Read the state file into @buf and parse it into @m.  0, -EPERM (the
+ * directory is not root's alone), -EINVAL (not a STAGED line) or -errno.
+ */
+int job_state_read(uint32_t jobid, char *buf, size_t len, struct ctl_msg *m);
+
+/* ---- spank_asuser.c ---- */
 
 /*
  * Run @fn(@arg, @fd) in a child process that has become @u (groups, gid and
@@ -38,6 +124,8 @@ struct spank_user {
  */
 int asuser_run(const struct spank_user *u, int (*fn)(void *arg, int fd), void *arg,
 	       int timeout_ms, char *out, size_t outlen);
+
+/* ---- spank_client.c ---- */
 
 /* A WARMUP of @paths (relative to the mount root) in shard @shard_i/@shard_n. */
 struct client_warmup {
@@ -83,5 +171,7 @@ int client_feed(void *arg, int fd);
 void client_put_word(char *line, size_t len, const char *key, const char *val);
 /* Append " KEY=N". */
 void client_put_u64(char *line, size_t len, const char *key, uint64_t v);
+/* The number in word KEY=N of @m, or 0. */
+uint64_t client_msg_u64(const struct ctl_msg *m, const char *key);
 
 #endif
