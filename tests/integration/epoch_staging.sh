@@ -69,6 +69,24 @@ assert_eq $(($(stat_get "$mnt" backend_reads) - reads)) 0 "backend reads in the 
 mv "$src.away" "$src"
 sfs_umount "$mnt"
 
+log "the readers stop after 40 files: so does the staging"
+rm -rf "$T/cache"
+# a slow backend (2 MiB/s) keeps the staging from finishing first
+sfs_mount "dir://$src" "$mnt" chunk_size=64K epoch_staging_files=32 epoch_staging_idle=1s \
+	backend_max_rate=2M
+"$PYTHON" "$READER" "$mnt" --workers 2 --seed 9 --limit 40 --verify "$src" >"$T/part.json" ||
+	die "the partial epoch failed: $(cat "$T/part.json")"
+stopped() { [[ $(stat_get "$mnt" epoch_stagings_stopped) -eq 1 ]]; }
+wait_for stopped || die "the staging did not stop: $(grep 'epoch staging' "$(sfs_log "$mnt")")"
+grep -q "epoch staging: dataset .*, uid 0: stopped: its readers stopped" "$(sfs_log "$mnt")" ||
+	die "no log line for the stop: $(grep 'epoch staging' "$(sfs_log "$mnt")")"
+assert_eq "$(stat_get "$mnt" epoch_stagings_active)" 0 "stagings running after the stop"
+staged=$(stat_get "$mnt" stage_fetches)
+[[ $staged -lt $((chunks / 2)) ]] || die "$staged of $chunks chunks staged after the readers stopped"
+sleep 1.5
+assert_eq "$(stat_get "$mnt" stage_fetches)" "$staged" "chunks staged after the stop"
+sfs_umount "$mnt"
+
 log "staging off: the same epoch stages nothing"
 rm -rf "$T/cache"
 sfs_mount "dir://$src" "$mnt" chunk_size=64K epoch_staging_files=32 epoch_staging=off
