@@ -46,6 +46,10 @@
  * at most REST_MS), then counts again: a next epoch runs a new job, which
  * only walks the metadata when everything is still cached.
  *
+ * Bounds: 4,096 (dataset, uid) pairs are followed, 64 of one uid; 16
+ * stagings run at once, 4 of one uid, so no user can take the table or
+ * every staging from the others.
+ *
  * Locking: g->lock guards the table of detectors and each one's state.
  * Deciding to stage takes c->lock under it (the quota and the capacity,
  * once per epoch seen); nothing else is taken under it.  A staging thread
@@ -67,6 +71,8 @@
 
 #define MAX_TRACKS		4096	/* (dataset, uid) pairs followed */
 #define MAX_STAGINGS		16	/* stagings running at once */
+#define MAX_USER_TRACKS		64	/* ... of one uid: no user fills the table */
+#define MAX_USER_STAGINGS	4	/* ... or takes every staging slot */
 #define REST_MS			(10 * 60 * 1000ULL)
 #define TICK_MS			100
 
@@ -172,13 +178,18 @@ static struct track *track_get_locked(struct pf_stager *g, struct backend *be,
 				      const char *name, uint32_t uid, uint32_t gid)
 {
 	struct track *t;
+	uint32_t mine = 0;
 
 	if (!name || !*name)
 		name = be->uri;	/* a single-dataset mount */
-	for (size_t i = 0; i < g->n; i++)
-		if (g->t[i]->be == be && g->t[i]->uid == uid)
+	for (size_t i = 0; i < g->n; i++) {
+		if (g->t[i]->uid != uid)
+			continue;
+		if (g->t[i]->be == be)
 			return g->t[i];
-	if (g->n >= MAX_TRACKS)
+		mine++;
+	}
+	if (g->n >= MAX_TRACKS || mine >= MAX_USER_TRACKS)
 		return NULL;
 	if (g->n == g->cap) {
 		size_t cap = g->cap ? g->cap * 2 : 16;
@@ -311,6 +322,16 @@ out:
 	return NULL;
 }
 
+/* Under g->lock: the stagings of @uid running now. */
+static uint32_t running_of(const struct pf_stager *g, uint32_t uid)
+{
+	uint32_t n = 0;
+
+	for (size_t i = 0; i < g->n; i++)
+		n += g->t[i]->uid == uid && g->t[i]->state == T_STAGING;
+	return n;
+}
+
 /*
  * Under g->lock: the window of @t says epoch.  Decide, and start the
  * staging thread.
@@ -323,7 +344,7 @@ static void fire_locked(struct pf_stager *g, struct track *t, int mode)
 	int sret, ret;
 
 	window_reset(t);
-	if (g->running >= MAX_STAGINGS)
+	if (g->running >= MAX_STAGINGS || running_of(g, t->uid) >= MAX_USER_STAGINGS)
 		return;	/* the window starts over: tried again later */
 	sret = t->be->ops->statfs ? t->be->ops->statfs(t->be, &bytes, &files) : -ENOTSUP;
 	quota = cache_user_limit(pf_cache(g->s), t->uid);
