@@ -90,7 +90,6 @@ struct track {
 	struct backend *be;
 	const char *name;		/* the dataset's, for log lines */
 	uint32_t uid, gid;
-	int mode;			/* CFG_ON or CFG_AUTO when it fired */
 	/* protected by g->lock */
 	enum track_state state;
 	uint64_t last_open_ms;
@@ -365,7 +364,6 @@ static void fire_locked(struct pf_stager *g, struct track *t, int mode)
 				   fmt_size(share, b2, sizeof(b2)));
 		return;
 	}
-	t->mode = mode;
 	t->why = WHY_NONE;
 	t->state = T_STAGING;
 	ret = -pthread_create(&t->thread, NULL, stage_main, t);
