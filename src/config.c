@@ -258,10 +258,10 @@ static const struct opt opts[] = {
 		"together. Background work starts only while readers' fetches leave"
 		" room." },
 	{ "prefetch_user_inflight", OPT_UINT, O(prefetch_user_inflight), "16", 1, 1024,
-	  "background (readahead, hint, warmup) fetches in flight for one user",
+	  "background (readahead, hint, warmup, epoch staging) fetches in flight for one user",
 	  .doc =
-		"Background fetches (readahead, hints, warmup) in flight for one "
-		"user." },
+		"Background fetches (readahead, hints, warmup, epoch staging) in "
+		"flight for one user." },
 	{ "backend_max_rate", OPT_SIZE, O(backend_max_rate), "0", 0, 0,
 	  "bytes per second of all backend fetches (readers borrow ahead); 0 = no cap",
 	  .doc =
