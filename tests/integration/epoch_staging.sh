@@ -71,9 +71,12 @@ sfs_umount "$mnt"
 
 log "the readers stop after 40 files: so does the staging"
 rm -rf "$T/cache"
-# a slow backend (2 MiB/s) keeps the staging from finishing first
+# a slow backend (2 MiB/s) keeps the staging from finishing first; with
+# passthrough off the kernel sends no OPEN where it has no-open mode, and
+# the first READ of each file is what the detector counts
 sfs_mount "dir://$src" "$mnt" chunk_size=64K epoch_staging_files=32 epoch_staging_idle=1s \
-	backend_max_rate=2M
+	backend_max_rate=2M passthrough=off
+log "no-open mode: $(stat_get "$mnt" no_open)"
 "$PYTHON" "$READER" "$mnt" --workers 2 --seed 9 --limit 40 --verify "$src" >"$T/part.json" ||
 	die "the partial epoch failed: $(cat "$T/part.json")"
 stopped() { [[ $(stat_get "$mnt" epoch_stagings_stopped) -eq 1 ]]; }
