@@ -270,6 +270,8 @@ static size_t reload_apply_datasets(struct sfs *fs, const struct policy *np)
 		const struct policy_dataset *pd = rules_of(fs, np, ds, &gone);
 
 		atomic_store(&ds->nothrash, pd && pd->evict == EVICT_NOTHRASH);
+		atomic_store(&ds->epoch_staging, pd && pd->epoch_staging >= 0 ?
+			     pd->epoch_staging : (int)fs->cfg.epoch_staging);
 		if (fs->multi && fs->se)	/* -ENOENT: not cached; nothing to do */
 			fuse_lowlevel_notify_inval_entry(fs->se, FUSE_ROOT_ID, ds->name,
 							 strlen(ds->name));

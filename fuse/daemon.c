@@ -43,6 +43,8 @@ int daemon_start(struct sfs *fs, char *err, size_t errlen)
 		.ra_slack = MAX(2ULL * MAX(c->read_ahead_kb, c->max_read_kb) * KiB, MiB),
 		.hint_window = c->hint_window,
 		.hint_window_bytes = c->hint_window_bytes,
+		.stage_files = c->epoch_staging_files,
+		.stage_idle_ms = (uint32_t)MIN(c->epoch_staging_idle_ms, UINT32_MAX),
 		.io_uring = c->prefetch_io_uring,
 		.buffer_bytes = c->prefetch_buffers,
 		.fetch_begin = pf_fetch_begin,

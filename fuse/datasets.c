@@ -81,6 +81,8 @@ int datasets_add(struct sfs *fs, const char *name, const char *source,
 			policy_dataset(atomic_load(&fs->policy), ds->rule_name);
 
 		atomic_store(&ds->nothrash, pd && pd->evict == EVICT_NOTHRASH);
+		atomic_store(&ds->epoch_staging, pd && pd->epoch_staging >= 0 ?
+			     pd->epoch_staging : (int)fs->cfg.epoch_staging);
 	}
 	fs->ds[n] = ds;
 	atomic_store(&fs->nds, n + 1);

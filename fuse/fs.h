@@ -65,6 +65,7 @@ struct sfs_dataset {
 	uint32_t index;
 	char *rule_name;	/* whose [dataset] rules apply: NAME of NAME@V */
 	_Atomic bool nothrash;	/* eviction policy; follows config reloads */
+	_Atomic int epoch_staging;	/* enum cfg_auto; follows config reloads */
 };
 
 struct sfs {

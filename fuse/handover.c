@@ -338,6 +338,8 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	 * is staged; the open is counted once it is handed over.
 	 */
 	pf_hint_open(fs->pf, sfs_ino(fs, ds, ino), cl->cred.uid, cl->cred.pid);
+	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
+		      cl->cred.uid, cl->cred.gid, ino);
 	if (!a.size) {	/* nothing to read, and maybe no cache file at all */
 		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
 		return ctl_sendf(cl->fd, "OK handle=0 size=0 ino=%" PRIu64 " chunk_size=%u"

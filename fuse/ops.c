@@ -662,6 +662,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (!fh->passthrough)
 		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
+	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
+		      fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, bino);
 	fi->fh = (uintptr_t)fh;
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
 	fi->keep_cache = !fh->passthrough;

@@ -352,6 +352,9 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (!off) {
 			so = &first;
 			pf_hint_open(fs->pf, ino, uid, fuse_req_ctx(req)->pid);
+			pf_stage_open(fs->pf, fh->ds->be, fh->ds->name,
+				      atomic_load(&fh->ds->epoch_staging), uid,
+				      fuse_req_ctx(req)->gid, fh->attr.ino);
 		}
 	}
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);

@@ -16,10 +16,14 @@
  *   readahead  chunks ahead of a sequential reader (pf_ra_*), and files ahead
  *              of a reader that announced its order (pf_hint_*).
  *   warmup     whole trees staged on request (pf_job_*, `stagefs warmup`).
+ *   stage      the rest of a dataset that a user is reading as an epoch
+ *              (many distinct files opened, few re-opened), staged by the
+ *              daemon on its own (pf_stage_open, epoch_staging).
  *
  * Priorities are strict: a background request is started only while demand
  * fetches in flight plus background ones are below prefetch_inflight, and
- * queued readahead always goes before queued warmup.  Within a class the
+ * queued readahead always goes before queued warmup, and warmup before
+ * staging.  Within a class the
  * uids that have work are served weighted round robin (weight from
  * prefetch_weights, default 1), each uid capped at prefetch_user_inflight
  * background fetches, so one user's warmup of a huge dataset cannot starve
@@ -64,6 +68,8 @@ struct pf_opts {
 	uint64_t ra_slack;	/* bytes a read may land off the sequential frontier */
 	uint32_t hint_window;	/* files prefetched ahead of a hinted reader */
 	uint64_t hint_window_bytes;
+	uint32_t stage_files;	/* distinct files opened that make an epoch */
+	uint32_t stage_idle_ms;	/* no open for this long: the readers stopped */
 	bool io_uring;		/* the I/O engine (else worker threads) */
 	uint64_t buffer_bytes;	/* the engine's buffer region (registered) */
 	/*
@@ -81,6 +87,7 @@ struct pf_stats {
 	uint64_t readahead_fetches;	/* chunks fetched for readahead */
 	uint64_t hint_fetches;		/* chunks fetched ahead of hinted readers */
 	uint64_t warmup_fetches;	/* chunks fetched by warmup jobs */
+	uint64_t stage_fetches;		/* chunks fetched by epoch staging */
 	uint64_t demand_fetches;	/* chunks readers fetched themselves */
 	uint64_t fetch_errors;		/* background fetches that failed */
 	uint64_t cancelled;		/* requests dropped unstarted */
@@ -101,6 +108,14 @@ struct pf_stats {
 	uint64_t engine_registered;	/* 1: the region is registered with io_uring */
 	uint64_t buffer_hits;		/* READ pieces served from a recently filled chunk */
 	uint64_t async_reads;		/* READs answered from the engine thread */
+	/* epoch staging (stage.c) */
+	uint64_t stage_active;		/* stagings running now */
+	uint64_t stage_started;		/* stagings started */
+	uint64_t stage_complete;	/* ... that left the whole dataset cached */
+	uint64_t stage_stopped;		/* ... stopped: readers idle, no room, errors, shutdown */
+	uint64_t stage_declined;	/* epochs seen but not staged (larger than the share) */
+	uint64_t staged_files;		/* files a staging fetched chunks of */
+	uint64_t staged_bytes;		/* bytes staging fetched */
 };
 
 /*
@@ -198,6 +213,11 @@ struct pf_job_opts {
 	enum pf_job_mode mode;
 	uint32_t shard_i, shard_n;	/* chunks with hash % n == i; n = 0: all */
 	uint32_t max_inflight;		/* this job's fetches at once; 0 = default */
+	/*
+	 * Epoch staging (stage.c): queue at the lowest class, count as
+	 * staging, admit chunks only where they fit with no eviction.
+	 */
+	bool stage;
 	struct cred cred;		/* charged (uid) and checked (src/cred.h) */
 	/*
 	 * Called every ~@tick_ms while the job walks or waits, on the thread
@@ -215,6 +235,8 @@ struct pf_job_progress {
 	uint64_t cached_before_bytes;
 	uint64_t cached_files;		/* files with every in-scope chunk present */
 	uint64_t fetched, fetched_bytes;	/* brought in by this job */
+	uint64_t fetched_files;		/* files it brought a chunk of in */
+	uint64_t nospace;		/* fetched, but the cache would not keep them */
 	uint64_t failed;		/* chunks that could not be fetched/stored */
 	uint64_t failed_files;		/* files with a failure (incl. unreadable) */
 	uint64_t done_chunks, done_bytes;	/* settled, whichever way */
@@ -304,5 +326,18 @@ int pf_hint_end(struct pf_sched *s, uint64_t id, uint32_t uid);
  * expect it and queue the next files.  Cheap when there are no sessions.
  */
 void pf_hint_open(struct pf_sched *s, uint64_t key, uint32_t uid, pid_t pid);
+
+/* ---- epoch staging (stage.c) ---- */
+
+/*
+ * Regular file @bino of dataset @be (called @name in log lines; both live
+ * as long as the scheduler) was opened by @uid (primary group @gid), with
+ * the dataset's epoch_staging @mode (CFG_OFF, CFG_ON, CFG_AUTO).  Feeds
+ * the per (dataset, uid) epoch detector; when it fires, a thread stages
+ * the rest of the dataset for @uid at the lowest priority.  Never blocks
+ * on I/O: a lock, a short search and a hash probe.
+ */
+void pf_stage_open(struct pf_sched *s, struct backend *be, const char *name,
+		   int mode, uint32_t uid, uint32_t gid, uint64_t bino);
 
 #endif

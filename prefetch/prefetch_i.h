@@ -36,8 +36,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-enum pf_class { PF_CLASS_READAHEAD, PF_CLASS_WARMUP, PF_NCLASS };
-enum pf_kind { PF_KIND_READAHEAD, PF_KIND_HINT, PF_KIND_WARMUP };
+/* Queue classes in strict priority order: staging goes after everything. */
+enum pf_class { PF_CLASS_READAHEAD, PF_CLASS_WARMUP, PF_CLASS_STAGE, PF_NCLASS };
+enum pf_kind { PF_KIND_READAHEAD, PF_KIND_HINT, PF_KIND_WARMUP, PF_KIND_STAGE, PF_NKIND };
 
 /*
  * Result of one request, given to its owner's ->done: PF_FETCHED (brought
@@ -81,6 +82,7 @@ struct pf_file {
 	struct cfile *cf;	/* our cache reference */
 	bool nothrash;
 	_Atomic bool failed;	/* a request for it failed (warmup counts files) */
+	_Atomic bool fetched;	/* a request for it fetched a chunk (ditto) */
 	char *path;		/* for failure messages; may be NULL */
 };
 
@@ -133,6 +135,14 @@ struct pf_hints *pf_hints_create(struct pf_sched *s);
 void pf_hints_destroy(struct pf_hints *h);
 struct pf_hints *pf_sched_hints(struct pf_sched *s);
 uint64_t pf_hints_count(struct pf_hints *h);
+
+/* stage.c, for sched.c: created and destroyed with the scheduler */
+struct pf_stager;
+struct pf_stager *pf_stager_create(struct pf_sched *s);
+/* Stop every staging and join its thread (the engine still runs). */
+void pf_stager_destroy(struct pf_stager *g);
+struct pf_stager *pf_sched_stager(struct pf_sched *s);
+void pf_stager_get_stats(struct pf_stager *g, struct pf_stats *st);
 
 /* sched.c, for engine.c (the engine thread) */
 /*

@@ -77,6 +77,7 @@ struct pf_sched {
 	struct pf_weight *wt;		/* prefetch_weights, as written: a few */
 	size_t nwt;
 
+	struct pf_stager *stager;	/* epoch staging (stage.c) */
 	pthread_mutex_t blk;		/* the token bucket */
 	double tokens;			/* protected by blk */
 	uint64_t last_ns;		/* protected by blk */
@@ -85,7 +86,7 @@ struct pf_sched {
 	struct pf_hints *hints;
 	struct pf_engine *engine;	/* NULL: the cache's own pwrite/pread */
 
-	_Atomic uint64_t st_kind[3];	/* fetched, by enum pf_kind */
+	_Atomic uint64_t st_kind[PF_NKIND];	/* fetched, by enum pf_kind */
 	_Atomic uint64_t st_demand, st_errors, st_cancelled, st_throttle_ns;
 	_Atomic int jobs;
 };
@@ -103,6 +104,11 @@ const struct pf_opts *pf_opts(struct pf_sched *s)
 struct pf_hints *pf_sched_hints(struct pf_sched *s)
 {
 	return s->hints;
+}
+
+struct pf_stager *pf_sched_stager(struct pf_sched *s)
+{
+	return s->stager;
 }
 
 void pf_jobs_add(struct pf_sched *s, int delta)
@@ -496,7 +502,7 @@ static int run_req(struct pf_sched *s, struct pf_req *r)
 	struct fetch_ctx x = {
 		.s = s,
 		.f = r->f,
-		.prio = r->cls == PF_CLASS_READAHEAD ? BK_READAHEAD : BK_WARMUP,
+		.prio = r->cls == PF_CLASS_READAHEAD ? BK_READAHEAD : BK_WARMUP,	/* stage too */
 	};
 	struct cache_source src = {
 		.fetch = bg_fetch,
@@ -642,6 +648,12 @@ int pf_sched_create(const struct pf_opts *o, struct cache *c,
 		snprintf(err, errlen, "prefetch: out of memory");
 		goto out_destroy;
 	}
+	s->stager = pf_stager_create(s);
+	if (!s->stager) {
+		ret = -ENOMEM;
+		snprintf(err, errlen, "prefetch: out of memory");
+		goto out_destroy;
+	}
 	if (o->io_uring) {
 		char eerr[256];
 
@@ -688,6 +700,9 @@ void pf_sched_destroy(struct pf_sched *s)
 	s->stop = true;
 	pthread_cond_broadcast(&s->work);
 	pthread_mutex_unlock(&s->lock);
+	/* stagings end while the engine (or the workers) still finish fetches */
+	if (s->stager)
+		pf_stager_destroy(s->stager);
 	for (uint32_t i = 0; i < s->nworkers; i++)
 		pthread_join(s->workers[i], NULL);
 	/* fills in flight finish; nothing new starts */
@@ -724,6 +739,7 @@ void pf_get_stats(struct pf_sched *s, struct pf_stats *st)
 	st->readahead_fetches = atomic_load(&s->st_kind[PF_KIND_READAHEAD]);
 	st->hint_fetches = atomic_load(&s->st_kind[PF_KIND_HINT]);
 	st->warmup_fetches = atomic_load(&s->st_kind[PF_KIND_WARMUP]);
+	st->stage_fetches = atomic_load(&s->st_kind[PF_KIND_STAGE]);
 	st->demand_fetches = atomic_load(&s->st_demand);
 	st->fetch_errors = atomic_load(&s->st_errors);
 	st->cancelled = atomic_load(&s->st_cancelled);
@@ -731,6 +747,7 @@ void pf_get_stats(struct pf_sched *s, struct pf_stats *st)
 	st->demand_inflight = atomic_load(&s->demand_inflight);
 	st->warmup_jobs = (uint64_t)atomic_load(&s->jobs);
 	st->hint_sessions = pf_hints_count(s->hints);
+	pf_stager_get_stats(s->stager, st);
 	pf_engine_get_stats(s->engine, st);
 	pthread_mutex_lock(&s->lock);
 	st->queued = s->queued;

@@ -22,6 +22,10 @@
  * not queued, so an interrupted warmup resumes where it stopped; a chunk
  * filled meanwhile by a reader is settled without counting as fetched.
  *
+ * A staging job (opts.stage, prefetch/stage.c) is the same walk queued at
+ * the lowest class, over files whose chunks are admitted only where they
+ * fit with no eviction (nothrash), so it can never push anything out.
+ *
  * --shard I/N keeps the chunks with XXH3(content id, chunk index) % N == I:
  * N nodes given I = 0..N-1 split a dataset's chunks exactly, whatever the
  * order or speed of their walks, as long as they see the same content ids
@@ -103,7 +107,11 @@ static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
 	if (res == PF_FETCHED) {
 		j->p.fetched++;
 		j->p.fetched_bytes += len;
+		if (!atomic_exchange(&r->f->fetched, true))
+			j->p.fetched_files++;
 	} else if (res < 0 && res != -ECANCELED) {
+		if (res == -ENOSPC)
+			j->p.nospace++;
 		j->p.failed++;
 		if (!atomic_exchange(&r->f->failed, true))
 			record_failure_locked(j, r->f->path, -res);
@@ -161,7 +169,8 @@ int pf_job_create(struct pf_sched *s, const struct pf_job_opts *o,
 	j->start_ms = j->last_tick_ms = now_ms();
 	pthread_mutex_init(&j->lock, NULL);
 	pthread_cond_init(&j->cond, NULL);
-	pf_jobs_add(s, 1);
+	if (!o->stage)
+		pf_jobs_add(s, 1);	/* warmup_jobs: what clients asked for */
 	*out = j;
 	return 0;
 }
@@ -181,7 +190,8 @@ void pf_job_destroy(struct pf_job *j)
 	if (!j)
 		return;
 	pf_job_cancel(j);
-	pf_jobs_add(j->s, -1);
+	if (!j->opts.stage)
+		pf_jobs_add(j->s, -1);
 	pf_owner_put(&j->o);
 }
 
@@ -277,7 +287,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 		job_fail(j, path, EACCES);
 		return 0;
 	}
-	f = pf_file_create(j->s, be, a, nothrash, path, &err);
+	f = pf_file_create(j->s, be, a, nothrash || j->opts.stage, path, &err);
 	if (!f) {
 		job_fail(j, path, -err);
 		return 0;
@@ -348,8 +358,9 @@ queue:
 		err = wait_room(j);
 		if (err)
 			break;
-		err = pf_submit(j->s, &j->o, f, idx, j->opts.cred.uid, PF_CLASS_WARMUP,
-				PF_KIND_WARMUP);
+		err = pf_submit(j->s, &j->o, f, idx, j->opts.cred.uid,
+				j->opts.stage ? PF_CLASS_STAGE : PF_CLASS_WARMUP,
+				j->opts.stage ? PF_KIND_STAGE : PF_KIND_WARMUP);
 		if (err) {
 			pthread_mutex_lock(&j->lock);
 			j->outstanding--;

@@ -295,6 +295,18 @@ uint64_t cache_enforce_quotas(struct cache *c, uint64_t *bytes)
 	return chunks;
 }
 
+uint64_t cache_user_limit(struct cache *c, uint32_t uid)
+{
+	struct owner *o;
+	uint64_t limit;
+
+	pthread_mutex_lock(&c->lock);
+	o = cache_owner_get(c, uid);
+	limit = o ? cache_owner_limit(c, o) : UINT64_MAX;
+	pthread_mutex_unlock(&c->lock);
+	return limit;
+}
+
 int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n)
 {
 	struct cache_usage *u;

@@ -98,6 +98,9 @@ struct cache_usage {
 	uint64_t limit_bytes;	/* UINT64_MAX: no quota */
 };
 
+/* The quota of @uid in bytes (UINT64_MAX: none), as fills see it. */
+uint64_t cache_user_limit(struct cache *c, uint32_t uid);
+
 /* A malloc'ed snapshot of per-user usage in *@out (*@n entries). */
 int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n);
 

@@ -258,10 +258,10 @@ static const struct opt opts[] = {
 		"together. Background work starts only while readers' fetches leave"
 		" room." },
 	{ "prefetch_user_inflight", OPT_UINT, O(prefetch_user_inflight), "16", 1, 1024,
-	  "background (readahead, hint, warmup) fetches in flight for one user",
+	  "background (readahead, hint, warmup, epoch staging) fetches in flight for one user",
 	  .doc =
-		"Background fetches (readahead, hints, warmup) in flight for one "
-		"user." },
+		"Background fetches (readahead, hints, warmup, epoch staging) in "
+		"flight for one user." },
 	{ "backend_max_rate", OPT_SIZE, O(backend_max_rate), "0", 0, 0,
 	  "bytes per second of all backend fetches (readers borrow ahead); 0 = no cap",
 	  .doc =
@@ -286,6 +286,36 @@ static const struct opt opts[] = {
 	  "bytes prefetched ahead of a reader that announced its order",
 	  .doc =
 		"Bytes prefetched ahead of such a reader." },
+	{ "epoch_staging", OPT_AUTO, O(epoch_staging), "auto", 0, 0,
+	  "stage the rest of a dataset a user reads as an epoch, at the lowest priority; auto = if it fits the user's share of the cache",
+	  .doc =
+		"When a user opens many distinct files of a dataset and re-opens "
+		"few (`epoch_staging_files` of them, re-opens at most a quarter of "
+		"that: a shuffled DataLoader's epoch), stage the rest of the "
+		"dataset for that user in the background, as a warmup would, after"
+		" every other kind of fetch, within `prefetch_user_inflight` and "
+		"`backend_max_rate`, charged to the user and admitted only where it"
+		" fits their quota and the cache without evicting anything. It "
+		"stops when the dataset is cached, when the user opened nothing in"
+		" it for `epoch_staging_idle`, or when a staged chunk does not fit. "
+		"`auto`: only datasets whose size fits the user's share of the "
+		"cache (their quota, at most the cache's capacity). `on`: any "
+		"dataset, up to what fits. `off`: never. `epoch_staging = ` in a "
+		"`[dataset NAME]` section sets it for that dataset. See "
+		"`prefetch.md`, \"Epoch staging\"." },
+	{ "epoch_staging_files", OPT_UINT, O(epoch_staging_files), "64", 8, 65536,
+	  "distinct files of a dataset a user opens (re-opens at most a quarter of that) that make an epoch",
+	  .doc =
+		"Distinct files of one dataset a user must open, with re-opens at "
+		"most a quarter of this many, before `epoch_staging` takes it for "
+		"an epoch. Each (dataset, user) being counted holds "
+		"16 bytes per file of this window." },
+	{ "epoch_staging_idle", OPT_DURATION, O(epoch_staging_idle_ms), "30s", 1000, 86400000,
+	  "a staging stops when its user opened no file of the dataset for this long",
+	  .doc =
+		"A staging stops when its user opened no file of the dataset for "
+		"this long (the readers stopped); the counting of opens also starts"
+		" over after such a pause." },
 	{ "prefetch_io_uring", OPT_BOOL, O(prefetch_io_uring), "yes", 0, 0,
 	  "run every fetch on one I/O engine thread: librados aio or io_uring source reads, O_DIRECT io_uring cache writes; no = a thread per fetch",
 	  .doc =

@@ -69,6 +69,9 @@ struct sfs_config {
 	uint32_t readahead_max;		/* chunks read ahead of a sequential reader */
 	uint32_t hint_window;		/* files prefetched ahead of a hinted reader */
 	uint64_t hint_window_bytes;	/* bytes prefetched ahead of a hinted reader */
+	enum cfg_auto epoch_staging;	/* stage a dataset read as an epoch ([dataset] may override) */
+	uint32_t epoch_staging_files;	/* distinct files opened that make an epoch */
+	uint64_t epoch_staging_idle_ms;	/* no open this long: its readers stopped */
 	bool prefetch_io_uring;		/* every fetch through the I/O engine */
 	uint64_t prefetch_buffers;	/* the engine's buffer region, bytes */
 	/* feed-rate metrics (fuse/metrics.c) */

@@ -173,6 +173,7 @@ static struct policy_dataset *dataset_get(struct policy *p, const char *name)
 	memset(nd, 0, sizeof(*nd));
 	snprintf(nd->name, sizeof(nd->name), "%s", name);
 	nd->allow_all = true;
+	nd->epoch_staging = -1;
 	return nd;
 }
 
@@ -216,6 +217,19 @@ static int dataset_section(void *arg, const char *section, const char *name,
 		}
 		return 0;
 	}
+	if (!strcmp(name, "epoch_staging")) {
+		if (!strcmp(value, "auto"))
+			d->epoch_staging = CFG_AUTO;
+		else if (!strcmp(value, "on") || !strcmp(value, "yes"))
+			d->epoch_staging = CFG_ON;
+		else if (!strcmp(value, "off") || !strcmp(value, "no"))
+			d->epoch_staging = CFG_OFF;
+		else {
+			snprintf(err, len, "epoch_staging: '%s' is not auto, on or off", value);
+			return -1;
+		}
+		return 0;
+	}
 	if (!strcmp(name, "allow")) {
 		char *copy = strdup(value), *save = NULL;
 
@@ -248,7 +262,7 @@ static int dataset_section(void *arg, const char *section, const char *name,
 		free(copy);
 		return 0;
 	}
-	snprintf(err, len, "[%s]: unknown key '%s' (expected source, allow, policy)",
+	snprintf(err, len, "[%s]: unknown key '%s' (expected source, allow, policy, epoch_staging)",
 		 section, name);
 	return -1;
 }

@@ -12,6 +12,7 @@
  *   source = rados://datasets/imagenet
  *   allow = user:alice, group:vision   ; absent = everyone
  *   policy = lru | nothrash
+ *   epoch_staging = auto | on | off   ; absent = the epoch_staging setting
  *
  * A struct policy is immutable once built; SIGHUP builds a new one and the
  * daemon swaps the pointer (old ones live until exit, so a reader never
@@ -48,6 +49,7 @@ struct policy_dataset {
 	size_t nallow;
 	bool allow_all;
 	enum evict_policy evict;
+	int epoch_staging;		/* enum cfg_auto; -1: not set here */
 };
 
 struct policy {

@@ -172,6 +172,7 @@ static const char datasets_ini[] =
 	"source = rados://datasets/imagenet\n"
 	"allow = user:daemon, group:nogroup\n"
 	"policy = nothrash\n"
+	"epoch_staging = off\n"
 	"\n"
 	"[dataset coco]\n"
 	"source = dir:///nfs/coco\n"
@@ -180,6 +181,7 @@ static const char datasets_ini[] =
 	"source = /data/mixed\n"
 	"allow = uid:2 *\n"
 	"policy = lru\n"
+	"epoch_staging = on\n"
 	"\n"
 	"[dataset users]\n"
 	"allow = uid:2, uid:3\n";
@@ -211,6 +213,7 @@ static void test_dataset_allow(void **state)
 	assert_non_null(d);
 	assert_string_equal(d->source, "rados://datasets/imagenet");
 	assert_int_equal(d->evict, EVICT_NOTHRASH);
+	assert_int_equal(d->epoch_staging, CFG_OFF);
 	assert_false(d->allow_all);
 	assert_int_equal(d->nallow, 2);
 	assert_true(policy_needs_groups(d));
@@ -225,12 +228,14 @@ static void test_dataset_allow(void **state)
 	assert_non_null(d);
 	assert_true(d->allow_all);
 	assert_int_equal(d->evict, EVICT_LRU);
+	assert_int_equal(d->epoch_staging, -1);		/* the setting decides */
 	assert_false(policy_needs_groups(d));
 	assert_true(may_read(d, 2, 2, NULL, 0));
 
 	d = policy_dataset(p, "mixed");
 	assert_non_null(d);
 	assert_true(d->allow_all);				/* "*" in the list */
+	assert_int_equal(d->epoch_staging, CFG_ON);
 	assert_true(may_read(d, 7, 7, NULL, 0));
 
 	d = policy_dataset(p, "users");
@@ -266,6 +271,7 @@ static void test_errors(void **state)
 		{ "[dataset .hidden]\nsource = /x\n", "expected [dataset NAME] with a plain NAME" },
 		{ "[datasetx]\nsource = /x\n", "unknown section [datasetx]" },
 		{ "[dataset d]\nsource = /x\npolicy = fifo\n", ":3: policy: 'fifo' is not lru or nothrash" },
+		{ "[dataset d]\nepoch_staging = maybe\n", ":2: epoch_staging: 'maybe' is not auto, on or off" },
 		{ "[dataset d]\nowner = me\n", ":2: [dataset d]: unknown key 'owner'" },
 		{ "[dataset d]\nallow = user:no_such_user_x\n", ":2: unknown user 'no_such_user_x'" },
 		/* a second [dataset d] used to be merged into the first: here it

@@ -6,7 +6,10 @@
  * while readers' (demand) fetches fill prefetch_inflight; queued readahead
  * goes before queued warmup; within a class the uids with work are served
  * weighted round robin (prefetch_weights); backend_max_rate is a token
- * bucket that background fetches wait for and readers borrow from.
+ * bucket that background fetches wait for and readers borrow from; epoch
+ * staging (prefetch/stage.c) goes after warmup, and its detector fires on
+ * distinct opens only, declines a dataset larger than the user's quota
+ * under auto, and is silent when off.
  *
  * How the order is seen: the scheduler runs with its worker threads
  * (io_uring off) and prefetch_inflight = 1, so fetches happen one at a
@@ -23,6 +26,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
@@ -160,8 +164,12 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A scheduler with one fetch at a time, on worker threads, hooked. */
-static void start(struct tctx *t, const char *weights, uint64_t max_rate)
+/*
+ * A scheduler with one fetch at a time, on worker threads, hooked; an
+ * epoch is @stage_files distinct opens (0: no epoch staging).
+ */
+static void start_staging(struct tctx *t, const char *weights, uint64_t max_rate,
+			  uint32_t stage_files)
 {
 	struct pf_opts o = {
 		.inflight = 1,
@@ -172,6 +180,8 @@ static void start(struct tctx *t, const char *weights, uint64_t max_rate)
 		.ra_slack = CS,
 		.hint_window = 4,
 		.hint_window_bytes = 64 * CS,
+		.stage_files = stage_files,
+		.stage_idle_ms = 30000,
 		.io_uring = false,
 		.fetch_begin = hook_begin,
 		.account_arg = t,
@@ -180,6 +190,11 @@ static void start(struct tctx *t, const char *weights, uint64_t max_rate)
 
 	if (pf_sched_create(&o, t->c, &t->s, err, sizeof(err)))
 		fail_msg("pf_sched_create: %s", err);
+}
+
+static void start(struct tctx *t, const char *weights, uint64_t max_rate)
+{
+	start_staging(t, weights, max_rate, 0);
 }
 
 static void lookup(struct tctx *t, const char *name, struct sfs_attr *a)
@@ -464,6 +479,118 @@ static void test_rate_cap_demand_borrows(void **state)
 	pf_job_destroy(j);
 }
 
+/* Wait (up to 10 s) until the stats' @field reaches @n. */
+#define WAIT_STAT(t, field, n) do {						\
+	struct pf_stats st_;							\
+	uint64_t end_ = now_ms() + 10000;					\
+										\
+	for (;;) {								\
+		pf_get_stats((t)->s, &st_);					\
+		if (st_.field >= (n))						\
+			break;							\
+		if (now_ms() > end_)						\
+			fail_msg(#field " is %" PRIu64 " after 10 s, want %" PRIu64,	\
+				 (uint64_t)st_.field, (uint64_t)(n));		\
+		usleep(20 * 1000);						\
+	}									\
+} while (0)
+
+/*
+ * An epoch of uid 1001 (two distinct opens here) stages the whole dataset,
+ * after the warmup queued before it: every chunk of the warmup's file is
+ * fetched before any chunk only the staging wants, and nothing twice.
+ */
+static void test_stage_after_warmup(void **state)
+{
+	struct tctx *t = *state;
+	struct sfs_attr a, b, big;
+	struct cfile *ca;
+	struct pf_stats st;
+	struct pf_job *ja;
+	unsigned last_a = 0, first_other = UINT32_MAX;
+
+	lookup(t, "a", &a);
+	lookup(t, "b", &b);
+	lookup(t, "big", &big);
+	ca = cfile_of(t, &a);
+	start_staging(t, NULL, 0, 2);
+	hold(t, true);
+	ja = warm(t, "a", 1001);
+	wait_fetches(t, 1);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1001, 1001, b.ino);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1001, 1001, big.ino);
+	WAIT_STAT(t, stage_started, 1);
+	hold(t, false);
+	job_finish(ja, NCHUNKS);
+	WAIT_STAT(t, stage_complete, 1);
+	pf_get_stats(t->s, &st);
+	assert_int_equal(st.stage_active, 0);
+	assert_int_equal(st.warmup_fetches, NCHUNKS);
+	assert_int_equal(st.stage_fetches, NCHUNKS + 48);	/* b and big */
+	assert_int_equal(st.staged_files, 2);
+	assert_int_equal(st.staged_bytes, (NCHUNKS + 48) * (uint64_t)CS);
+	assert_int_equal(t->nlog, 2 * NCHUNKS + 48);
+	for (unsigned i = 0; i < t->nlog; i++) {
+		if (t->log_cf[i] == ca)
+			last_a = i;
+		else if (first_other == UINT32_MAX)
+			first_other = i;
+	}
+	assert_true(last_a < first_other);
+	cache_file_put(t->c, ca);
+}
+
+static uint64_t quota_fn(void *arg, uint32_t uid)
+{
+	(void)arg;
+	return uid == 1002 ? MiB : UINT64_MAX;
+}
+
+/*
+ * The detector: re-opens of a few files never make an epoch, nor does
+ * anything with epoch_staging off; under auto a user whose quota is below
+ * the dataset (5 MiB) is declined, one without a quota is staged.
+ */
+static void test_stage_detector(void **state)
+{
+	struct tctx *t = *state;
+	struct pf_stats st;
+
+	cache_set_quota_fn(t->c, quota_fn, NULL);
+	start_staging(t, NULL, 0, 4);
+	for (int i = 0; i < 40; i++)	/* two files, over and over */
+		pf_stage_open(t->s, t->be, "t", CFG_ON, 1001, 1001, 100 + i % 2);
+	for (int i = 0; i < 40; i++)	/* an epoch, but off */
+		pf_stage_open(t->s, t->be, "t", CFG_OFF, 1003, 1003, 100 + i);
+	pf_get_stats(t->s, &st);
+	assert_int_equal(st.stage_started, 0);
+	assert_int_equal(st.stage_declined, 0);
+
+	for (int i = 0; i < 4; i++)
+		pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1002, 1002, 100 + i);
+	pf_get_stats(t->s, &st);
+	assert_int_equal(st.stage_declined, 1);
+	assert_int_equal(st.stage_started, 0);
+	/* declined: no look again while the readers go on */
+	for (int i = 0; i < 8; i++)
+		pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1002, 1002, 200 + i);
+	pf_get_stats(t->s, &st);
+	assert_int_equal(st.stage_declined, 1);
+
+	/* three distinct and one re-open: not yet; the fourth distinct: now */
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 100);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 101);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 101);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 102);
+	pf_get_stats(t->s, &st);
+	assert_int_equal(st.stage_started, 0);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 103);
+	WAIT_STAT(t, stage_complete, 1);
+	pf_get_stats(t->s, &st);
+	assert_int_equal(st.stage_started, 1);
+	assert_int_equal(st.stage_fetches, 2 * NCHUNKS + 48);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -474,6 +601,8 @@ int main(void)
 		T(test_demand_before_background),
 		T(test_rate_cap_background),
 		T(test_rate_cap_demand_borrows),
+		T(test_stage_after_warmup),
+		T(test_stage_detector),
 #undef T
 	};
 
