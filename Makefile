@@ -20,7 +20,7 @@ endif
 WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -Wformat=2 -Wno-format-nonliteral
 CPPFLAGS_ALL = -Isrc -I. -include ./config.h -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
-          $(FUSE_CFLAGS) $(CUDA_CFLAGS)
+          $(FUSE_CFLAGS) $(CUDA_CFLAGS) $(CPPFLAGS)
 CFLAGS_ALL = -std=gnu11 $(OPTFLAGS) $(WARN) $(SANFLAGS) -fPIC -pthread $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) -pthread $(LDFLAGS)
 
@@ -80,11 +80,12 @@ $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
 # the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads
 # it).  LIBSTAGEFS_SOVERSION is its ABI: raise it when a function or struct
-# changes incompatibly (struct sfs_client_stats only grows at its end).
+# changes incompatibly (struct sfs_client_stats only grows at its end);
+# gpudirect/libstagefs.map names the functions it exports.
 LIBSTAGEFS_SOVERSION = 0
 VERSION := $(shell sed -n 1p VERSION 2>/dev/null)
-gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so.$(LIBSTAGEFS_SOVERSION) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
+gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a gpudirect/libstagefs.map
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so.$(LIBSTAGEFS_SOVERSION) -Wl,--version-script,gpudirect/libstagefs.map -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $(filter-out %.map,$^) $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 # the reader tools/bench.sh times (plain C, no stagefs code)
 tools/readbench: tools/readbench.o
