@@ -9,8 +9,9 @@
 # touched.  Each run brings the copy up to date with the working tree (the
 # files git lists, their mtimes kept) and builds without cleaning first, so
 # only what changed is compiled again: the package reuses its own previous
-# build, as tests/sanitize.sh does.  The packages land in $STAGEFS_DEB_DIR;
-# the last line printed lists them.
+# build, as tests/sanitize.sh does; when nothing changed at all since the
+# last build (that passed lintian), its packages stand and nothing runs.
+# The packages land in $STAGEFS_DEB_DIR; the last lines printed list them.
 #
 # Build profiles (DEB_BUILD_PROFILES, added to): pkg.stagefs.slurm when the
 # tree has the Slurm plugin (slurm/) and its headers are installed;
@@ -54,8 +55,20 @@ source_files() {
 
 t0=$SECONDS
 mkdir -p "$SRC" || die "cannot create $SRC"
+# the build's time is the copy's: a file edited while it runs is newer
+touch "$OUT/.building"
 list=$OUT/.files new=$(mktemp) || die "mktemp failed"
 source_files >"$new" || die "listing the tree failed"
+# Up to date: the same files as the last good build, none newer than it
+# (mtimes: a file edited, checked out or copied in is newer), the same
+# recipe (below): the packages of that build stand, lintian's verdict too.
+fresh=0
+if [[ -f $OUT/.built && -f $list ]] && cmp -s <(sort "$list") <(sort "$new"); then
+	fresh=1
+	while IFS= read -r f; do
+		if [[ $REPO/$f -nt $OUT/.built ]]; then fresh=0; break; fi
+	done <"$new"
+fi
 # files gone from the tree go from the copy (the Makefile uses wildcards)
 if [[ -f $list ]]; then
 	comm -23 <(sort "$list") <(sort "$new") |
@@ -74,6 +87,15 @@ fi
 # of the build's recipe or flags starts the copy's build afresh.
 recipe=$( (cat "$SRC/Makefile" "$SRC/configure" "$SRC/debian/rules"
 	   echo "$profiles ${DEB_BUILD_OPTIONS:-}"; dpkg-buildflags --export=sh) | sha256sum)
+if [[ $fresh == 1 && -f $OUT/.recipe && $(cat "$OUT/.recipe") == "$recipe" ]] &&
+   ls "$OUT"/stagefs_*.changes >/dev/null 2>&1; then
+	say "up to date: nothing changed since the packages were built"
+	cat "$OUT/lintian.log" >&2 2>/dev/null
+	[[ ! -f $OUT/lintian.log ]] || say "lintian: no errors (as built)"
+	ls "$OUT"/*.deb
+	exit 0
+fi
+rm -f "$OUT/.built"
 if [[ ! -f $OUT/.recipe || $(cat "$OUT/.recipe") != "$recipe" ]]; then
 	say "new build recipe or flags: building from clean"
 	make -s -C "$SRC" distclean >/dev/null 2>&1
@@ -104,4 +126,6 @@ if [[ ${LINTIAN:-1} != 0 ]] && command -v lintian >/dev/null; then
 elif [[ ${LINTIAN:-1} != 0 ]]; then
 	say "lintian not installed: the packages are not checked"
 fi
+# a run with LINTIAN=0 leaves no verdict: the next one checks again
+if [[ ${LINTIAN:-1} != 0 ]]; then mv "$OUT/.building" "$OUT/.built"; else rm -f "$OUT/lintian.log"; fi
 ls "$OUT"/*.deb

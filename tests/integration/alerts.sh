@@ -43,7 +43,7 @@ for m in $(grep -o 'stagefs_[a-z_]*' "$rules" | grep -v '^stagefs_hints$' | sort
 		log "$m: not exported until peer groups exist (the rule is inert)"
 		continue
 	fi
-	grep -q "^$m[ {]" "$T/metrics" || die "the rules use $m, which the daemon does not export"
+	grep -q "^${m}[ {]" "$T/metrics" || die "the rules use $m, which the daemon does not export"
 	n=$((n + 1))
 done
 ((n >= 6)) || die "only $n metric names found in the rules"
