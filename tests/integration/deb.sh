@@ -33,6 +33,8 @@ deb_cleanup() {
 	fi
 }
 trap 'rc=$?; deb_cleanup; (exit $rc); _lib_on_exit' EXIT
+# the runner's timeout sends SIGTERM: purge then too
+trap 'exit 143' TERM INT
 
 # --- build (incremental after the first time: tools/mkdeb.sh)
 t0=$SECONDS
