@@ -4,7 +4,7 @@
 -include config.mk
 
 ifeq ($(CONFIGURED),)
-all check check-sanitizers demo docs fuzz install:
+all check check-sanitizers demo docs fuzz install man:
 	@echo "run ./configure first (./configure --install-deps on a fresh machine)"; exit 1
 else
 
@@ -20,7 +20,7 @@ endif
 WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -Wformat=2 -Wno-format-nonliteral
 CPPFLAGS_ALL = -Isrc -I. -include ./config.h -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
-          $(FUSE_CFLAGS) $(CUDA_CFLAGS)
+          $(FUSE_CFLAGS) $(CUDA_CFLAGS) $(CPPFLAGS)
 CFLAGS_ALL = -std=gnu11 $(OPTFLAGS) $(WARN) $(SANFLAGS) -fPIC -pthread $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) -pthread $(LDFLAGS)
 
@@ -84,9 +84,14 @@ $(1): tools/$(1).o $$(or $$($(1)_LINK),$$(TOOL_LINK_DEFAULT))
 endef
 $(foreach t,$(TOOLS),$(eval $(call tool_rule,$(t))))
 
-# the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads it)
-gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
+# the client library (C API gpudirect/libstagefs.h; gpudirect/stagefs.py loads
+# it).  LIBSTAGEFS_SOVERSION is its ABI: raise it when a function or struct
+# changes incompatibly (struct sfs_client_stats only grows at its end);
+# gpudirect/libstagefs.map names the functions it exports.
+LIBSTAGEFS_SOVERSION = 0
+VERSION := $(shell sed -n 1p VERSION 2>/dev/null)
+gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a gpudirect/libstagefs.map
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstagefs.so.$(LIBSTAGEFS_SOVERSION) -Wl,--version-script,gpudirect/libstagefs.map -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $(filter-out %.map,$^) $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 # Slurm loads it into srun, sbatch, slurmd and slurmstepd: only the SPANK
 # symbols are exported (the map), the pieces of src/libsfs.a it uses stay
@@ -130,23 +135,50 @@ check-sanitizers:
 demo: all
 	$(Q)tools/demo.sh
 
+# The man pages (man/NAME.SECTION.scd, scdoc(5)); `make docs` regenerates
+# the settings sections of stagefs.8 and stagefs.conf.5 from src/config.c.
+MAN_SRCS  = $(wildcard man/*.scd)
+MAN_PAGES = $(MAN_SRCS:.scd=)
+
+man: $(MAN_PAGES)
+
+$(MAN_PAGES): man/%: man/%.scd
+ifeq ($(SCDOC),)
+	@echo "scdoc not found: apt-get install scdoc (or ./configure --install-deps), then ./configure"; exit 1
+else
+	$(call quiet,SCDOC,$@)$(SCDOC) <$< >$@.tmp && mv $@.tmp $@
+endif
+
 # `make install PREFIX=/opt/stagefs` moves the tree at install time (the
 # binary also finds its subcommands in BINDIR/../libexec/stagefs); the
-# compiled-in default is ./configure --prefix.
+# compiled-in default is ./configure --prefix.  The Debian packaging
+# (debian/rules) sets LIBDIR and SYSTEMDUNITDIR to Debian's paths.
+# /etc/stagefs/stagefs.conf is installed only where there is none yet.
 PREFIX ?= $(prefix)
-install: all
+LIBDIR ?= $(PREFIX)/lib
+MANDIR ?= $(PREFIX)/share/man
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+install: all man
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/libexec/stagefs \
-		$(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
-		$(DESTDIR)$(PREFIX)/share/stagefs/python $(DESTDIR)$(sysconfdir)/stagefs
+		$(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include \
+		$(DESTDIR)$(PREFIX)/share/stagefs/python $(DESTDIR)$(PREFIX)/share/stagefs/prometheus \
+		$(DESTDIR)$(sysconfdir)/stagefs $(DESTDIR)$(SYSTEMDUNITDIR) \
+		$(foreach s,1 3 5 8,$(DESTDIR)$(MANDIR)/man$(s))
 	install -m 0755 stagefs $(DESTDIR)$(PREFIX)/bin/stagefs
 	for t in $(TOOLS); do install -m 0755 $$t $(DESTDIR)$(PREFIX)/libexec/stagefs/$$t; done
-	install -m 0755 gpudirect/libstagefs.so $(DESTDIR)$(PREFIX)/lib/libstagefs.so
+	install -m 0644 gpudirect/libstagefs.so $(DESTDIR)$(LIBDIR)/libstagefs.so.$(LIBSTAGEFS_SOVERSION)
+	ln -sf libstagefs.so.$(LIBSTAGEFS_SOVERSION) $(DESTDIR)$(LIBDIR)/libstagefs.so
+	sed -e 's|@prefix@|$(PREFIX)|g' -e 's|@libdir@|$(LIBDIR)|g' -e 's|@version@|$(VERSION)|g' \
+		conf/libstagefs.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/libstagefs.pc
 	install -m 0644 gpudirect/libstagefs.h $(DESTDIR)$(PREFIX)/include/libstagefs.h
 	install -m 0644 gpudirect/stagefs.py tools/stagefs_hints.py $(DESTDIR)$(PREFIX)/share/stagefs/python/
+	install -m 0644 conf/stagefs-alerts.yml $(DESTDIR)$(PREFIX)/share/stagefs/prometheus/
 	install -m 0644 conf/stagefs.conf.example $(DESTDIR)$(sysconfdir)/stagefs/stagefs.conf.example
-	install -d $(DESTDIR)$(PREFIX)/lib/systemd/system
-	sed -e 's|@bindir@|$(PREFIX)/bin|g' -e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@prefix@|$(PREFIX)|g' \
-		conf/stagefs.service.in >$(DESTDIR)$(PREFIX)/lib/systemd/system/stagefs.service
+	test -e $(DESTDIR)$(sysconfdir)/stagefs/stagefs.conf || \
+		install -m 0644 conf/stagefs.conf.example $(DESTDIR)$(sysconfdir)/stagefs/stagefs.conf
+	sed -e 's|@bindir@|$(PREFIX)/bin|g' -e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@unitdir@|$(SYSTEMDUNITDIR)|g' \
+		conf/stagefs.service.in >$(DESTDIR)$(SYSTEMDUNITDIR)/stagefs.service
+	for m in $(MAN_PAGES); do install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/; done
 ifeq ($(HAVE_SLURM),y)
 	install -d $(DESTDIR)$(SLURM_PLUGINDIR)
 	install -m 0644 slurm/spank_stagefs.so $(DESTDIR)$(SLURM_PLUGINDIR)/spank_stagefs.so
@@ -187,12 +219,21 @@ fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
 	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench slurm/spank_stagefs.so
+	rm -f $(MAN_PAGES)
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 distclean: clean
 	rm -f config.h config.mk config.log
 	rm -rf .sanitize
 
-.PHONY: all check check-sanitizers demo docs fuzz install clean distclean test-progs
+.PHONY: all check check-sanitizers demo docs fuzz install man clean distclean test-progs
 .SECONDARY:
 endif
+
+# The Debian packages (debian/), built by tools/mkdeb.sh with
+# dpkg-buildpackage in a copy of the tree, build/deb/ (this tree's build and
+# configuration are not touched); the .debs land in build/deb/.
+deb:
+	$(Q)tools/mkdeb.sh
+
+.PHONY: deb

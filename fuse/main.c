@@ -2,6 +2,7 @@
  * main: the `stagefs` command.
  *
  *   stagefs [options] SOURCE MOUNTPOINT     mount a dataset (the daemon)
+ *   stagefs [options] -c CONFIG MOUNTPOINT  every [dataset NAME] of CONFIG
  *   stagefs publish|gc|warmup|top|quota ... run stagefs-CMD (git style)
  *
  * Start-up order matters: without -f the process forks first, before any
@@ -44,7 +45,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *const subcommands[] = { "publish", "gc", "warmup", "top", "quota" };
+/* The subcommands (tools/stagefs-NAME.c), with their --help line. */
+static const struct subcommand {
+	const char *name, *args, *what;
+} subcommands[] = {
+	{ "publish", "DIR rados://POOL/NAME",
+	  "put a directory into Ceph as a dataset's next version" },
+	{ "gc", "[--keep N] rados://POOL",
+	  "drop old versions, then the chunks no version names" },
+	{ "warmup", "[--shard I/N] PATH...",
+	  "stage files of a mount in this node's cache" },
+	{ "top", "[--once [--json]] MOUNTPOINT",
+	  "live feed rate, hit ratio and stall per user, job, GPU" },
+	{ "quota", "[--json] MOUNTPOINT",
+	  "each user's share of the node cache" },
+};
 
 /* FUSE mount options passed through to the kernel/libfuse as they are. */
 static const char *const fuse_passthrough_opts[] = {
@@ -73,10 +88,18 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: stagefs [options] SOURCE MOUNTPOINT\n"
 		"       stagefs [options] -c CONFIG MOUNTPOINT   (every [dataset NAME] of CONFIG)\n"
-		"       stagefs publish DIR rados://POOL/NAME   (stagefs publish --help)\n"
-		"       stagefs gc [--keep N] rados://POOL      (stagefs gc --help)\n"
+		"       stagefs COMMAND [ARGS]                  (stagefs COMMAND --help)\n"
 		"\n"
 		"Mount an immutable dataset read-only, cached in chunks on local disk.\n"
+		"\n"
+		"commands:\n");
+	for (size_t i = 0; i < ARRAY_SIZE(subcommands); i++) {
+		char left[64];
+
+		snprintf(left, sizeof(left), "%s %s", subcommands[i].name, subcommands[i].args);
+		fprintf(f, "    %-34s %s\n", left, subcommands[i].what);
+	}
+	fprintf(f,
 		"\n"
 		"SOURCE:\n"
 		"    dir:///PATH                 a local, NFS or Lustre directory (or just /PATH)\n"
@@ -90,8 +113,9 @@ static void usage(FILE *f)
 		"    -o OPT[,OPT...]             settings as name=value (override the file)\n"
 		"    -h, --help                  this text\n"
 		"    -V, --version               print the version\n"
-		"        --print-config[=ini|markdown]  print a complete example config,\n"
+		"        --print-config[=ini|markdown|scdoc]  print a complete example config,\n"
 		"                                or the settings reference of docs/configuration.md\n"
+		"                                or of the man pages\n"
 		"\n"
 		"settings (-o name=value, or name = value in the config file):\n");
 	config_print_help(f);
@@ -103,7 +127,8 @@ static void usage(FILE *f)
 		fprintf(f, " %s", mount_ignored_opts[i]);
 	fprintf(f, " x-* comment=*\n"
 		"/etc/fstab: SOURCE MOUNTPOINT fuse.stagefs OPTIONS 0 0 (mount.fuse3 runs `stagefs`)\n"
-		"\nUnmount with `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.\n");
+		"\nUnmount with `fusermount3 -u MOUNTPOINT`, SIGTERM or SIGINT.\n"
+		"Manual: stagefs(8), stagefs.conf(5), stagefs-COMMAND(1 or 8), libstagefs(3).\n");
 }
 
 static void exec_subcommand(const char *cmd, int argc, char **argv)
@@ -312,10 +337,12 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 		case 'P':
 			if (optarg && !strcmp(optarg, "markdown"))
 				config_print_markdown(stdout);
+			else if (optarg && !strcmp(optarg, "scdoc"))
+				config_print_scdoc(stdout);
 			else if (!optarg || !strcmp(optarg, "ini"))
 				config_print_example(stdout);
 			else
-				fail("--print-config=%s: expected ini or markdown", optarg);
+				fail("--print-config=%s: expected ini, markdown or scdoc", optarg);
 			exit(0);
 		default:
 			fprintf(stderr, "Try 'stagefs --help'.\n");
@@ -520,7 +547,7 @@ int main(int argc, char **argv)
 
 	if (argc > 1)
 		for (size_t i = 0; i < ARRAY_SIZE(subcommands); i++)
-			if (!strcmp(argv[1], subcommands[i]))
+			if (!strcmp(argv[1], subcommands[i].name))
 				exec_subcommand(argv[1], argc - 1, argv + 1);
 
 	parse_cli(argc, argv, &cli);
@@ -540,9 +567,13 @@ int main(int argc, char **argv)
 	fs.mountpoint = mnt;
 	fs.multi = !cli.source;
 	pthread_mutex_init(&fs.ds_lock, NULL);
-	if (fs.multi && !fs.policy->nds)
-		fail("no SOURCE given and %s lists no [dataset NAME] with a source",
-		     cli.config ? cli.config : "no config file (-c)");
+	/*
+	 * A config with no dataset yet (the one a package installs) mounts an
+	 * empty root: a reload adds each [dataset NAME] configured later, so
+	 * the service starts cleanly before anyone has configured it.
+	 */
+	if (fs.multi && !cli.config)
+		fail("no SOURCE given and no config file (-c) to list datasets");
 	if (fs.multi && fs.cfg.no_open == CFG_ON)
 		fail("no_open=on needs a single-dataset mount (SOURCE MOUNTPOINT): "
 		     "access rules are checked at open");
@@ -648,6 +679,10 @@ int main(int argc, char **argv)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
 			   fs.cfg.cache_dir, fs.ds[i]->be->chunk_size / 1024);
+	if (!fs.nds)
+		log_notice("%s configures no dataset yet: %s stays empty until a "
+			   "[dataset NAME] with a source is added and the daemon reloads "
+			   "(SIGHUP, systemctl reload stagefs)", cli.config, mnt);
 
 	if (!cli.foreground) {
 		if (chdir("/") < 0)
@@ -659,8 +694,8 @@ int main(int argc, char **argv)
 		/* systemd's Type=notify (conf/stagefs.service); MAINPID for a forked daemon */
 		char note[PATH_MAX + 64];
 
-		snprintf(note, sizeof(note), "READY=1\nMAINPID=%d\nSTATUS=mounted on %s",
-			 (int)getpid(), mnt);
+		snprintf(note, sizeof(note), "READY=1\nMAINPID=%d\nSTATUS=mounted on %s%s",
+			 (int)getpid(), mnt, fs.nds ? "" : " (no dataset configured yet)");
 		ret = sfs_sd_notify(note);
 		if (ret)
 			log_warn("NOTIFY_SOCKET: cannot tell the service manager: %s", strerror(-ret));

@@ -11,7 +11,8 @@
 
 The library is found in $STAGEFS_LIB, else next to this file, else in
 PREFIX/lib of an installed tree (`make install`), else by the dynamic
-loader ("libstagefs.so").  Errors raise OSError with the errno the
+loader ("libstagefs.so.0", as the Debian package installs it, then
+"libstagefs.so").  Errors raise OSError with the errno the
 library returned.  A File serialises its own calls; use one per thread.
 """
 import ctypes
@@ -53,6 +54,8 @@ def _load():
                  os.path.join(here, "libstagefs.so"),
                  # installed: PREFIX/share/stagefs/python -> PREFIX/lib
                  os.path.join(here, "..", "..", "..", "lib", "libstagefs.so"),
+                 # the package (libstagefs0): the loader's own directories
+                 "libstagefs.so.0",
                  "libstagefs.so"):
         if not cand:
             continue

@@ -891,16 +891,40 @@ void config_print_help(FILE *f)
 	}
 }
 
+/*
+ * The example is also the config a package installs as
+ * /etc/stagefs/stagefs.conf: every setting at its default, commented out,
+ * and no dataset, so `stagefs -c FILE MOUNTPOINT` (the systemd unit) mounts
+ * an empty root until a [dataset NAME] is added and the daemon reloads.
+ */
 void config_print_example(FILE *f)
 {
-	fprintf(f, "# stagefs configuration (INI).  Generated from the option table:\n"
-		   "# `stagefs --print-config` writes this file.  Every setting can also\n"
-		   "# be given on the command line as -o name=value, which wins.\n\n"
+	fprintf(f, "# stagefs configuration (INI), read by `stagefs -c FILE MOUNTPOINT`\n"
+		   "# (the systemd unit: /etc/stagefs/stagefs.conf on /datasets).  Every\n"
+		   "# setting is shown commented out at its default; -o name=value on the\n"
+		   "# command line wins.  Generated from the option table: `stagefs\n"
+		   "# --print-config` writes this file.  Manual: stagefs.conf(5).\n\n"
 		   "[stagefs]\n");
 	for (size_t i = 0; i < ARRAY_SIZE(opts); i++) {
 		fprintf(f, "# %s (%s)\n", opts[i].help, type_hint(opts[i].type));
 		fprintf(f, "#%s = %s\n\n", opts[i].name, opts[i].def);
 	}
+	fprintf(f, "# Datasets: each [dataset NAME] with a source is mounted as\n"
+		   "# MOUNTPOINT/NAME.  None is configured here: the mount root stays empty\n"
+		   "# until one is added and the daemon reloads (kill -HUP, or\n"
+		   "# `systemctl reload stagefs`).\n"
+		   "#\n"
+		   "#[dataset imagenet]\n"
+		   "#source = rados://datasets/imagenet   ; or dir:///nfs/datasets/imagenet\n"
+		   "#allow = group:vision, user:alice     ; absent: everyone\n"
+		   "#policy = lru                         ; or nothrash\n"
+		   "\n"
+		   "# Quotas: each user's share of the cache (none: unlimited).\n"
+		   "#\n"
+		   "#[quota]\n"
+		   "#default = 100G\n"
+		   "#user:alice = 2T\n"
+		   "#group:vision = 5T\n");
 }
 
 /* @v (a limit of @o) as a user would write it: 4K, 64M, 1s, 1h. */
@@ -993,4 +1017,75 @@ void config_print_markdown(FILE *f)
 	}
 	print_md_group_end(f, g);
 	fprintf(f, "%s\n", CONFIG_MD_END);
+}
+
+/*
+ * @md (the table's markdown: `code` spans and [text](link)s) as scdoc: code
+ * in bold, links as their text, scdoc's own characters escaped.
+ */
+static void scd_text(FILE *f, const char *md)
+{
+	bool code = false;
+
+	for (const char *p = md; *p; p++) {
+		if (*p == '`') {
+			code = !code;
+			fputc('*', f);
+		} else if (*p == '[' && !code && strstr(p, "](")) {
+			const char *close = strstr(p, "](");
+			const char *end = strchr(close, ')');
+
+			if (!end || memchr(p, '\n', (size_t)(end - p))) {
+				fputc('[', f);
+				continue;
+			}
+			for (const char *q = p + 1; q < close; q++) {
+				if (*q == '*' || *q == '_' || *q == '\\')
+					fputc('\\', f);
+				fputc(*q == '`' ? '*' : *q, f);
+			}
+			p = end;
+		} else {
+			if (*p == '*' || *p == '_' || *p == '\\')
+				fputc('\\', f);
+			fputc(*p, f);
+		}
+	}
+}
+
+void config_print_scdoc(FILE *f)
+{
+	size_t next = 0;
+
+	fprintf(f, "%s\n", CONFIG_SCD_BEGIN);
+	for (size_t i = 0; i < ARRAY_SIZE(opts); i++) {
+		const struct opt *o = &opts[i];
+		char limits[128];
+
+		if (next < ARRAY_SIZE(groups) && !strcmp(groups[next].first, o->name)) {
+			fprintf(f, "## ");
+			scd_text(f, groups[next++].title);
+			fprintf(f, "\n\n");
+		}
+		fmt_limits(o, limits, sizeof(limits));
+		fprintf(f, "*");
+		scd_text(f, o->name);
+		fprintf(f, "* = _%s_\n\tDefault: ",
+			o->type == OPT_AUTO ? "auto|on|off" : type_hint(o->type));
+		if (o->def[0]) {
+			fprintf(f, "*");
+			scd_text(f, o->def);
+			fprintf(f, "*");
+		} else {
+			fprintf(f, "empty");
+		}
+		if (limits[0] && strcmp(limits, "—")) {
+			fprintf(f, ". Limits: ");
+			scd_text(f, limits);
+		}
+		fprintf(f, ".\n\n\t");
+		scd_text(f, o->doc ? o->doc : o->help);
+		fprintf(f, "\n\n");
+	}
+	fprintf(f, "%s\n", CONFIG_SCD_END);
 }

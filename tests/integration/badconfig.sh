@@ -161,10 +161,13 @@ done
 "$PYTHON" - "$TEST_TMPDIR/example.ini" "$TEST_TMPDIR/uncommented.ini" "$TEST_TMPDIR" <<'PY'
 import re, sys
 src, dst, tmp = sys.argv[1:]
-out, n = [], 0
+out, n, settings = [], 0, True
 for line in open(src):
+    # the commented [dataset NAME] and [quota] examples at the end stay so
+    if re.match(r"^[#;]\s*\[", line):
+        settings = False
     m = re.match(r"^[#;]\s*([a-z0-9_]+)\s*=(.*)$", line)
-    if m:
+    if m and settings:
         line = f"{m.group(1)} ={m.group(2)}\n"
         n += 1
     k = re.match(r"^\s*([a-z0-9_]+)\s*=", line)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The committed conf/stagefs.conf.example and docs/configuration.md are what the binary generates from its option table.
+# The committed conf/stagefs.conf.example, docs/configuration.md and the settings of man/stagefs.8.scd and man/stagefs.conf.5.scd are what the binary generates from its option table.
 # timeout: 30
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
