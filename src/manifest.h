@@ -95,6 +95,14 @@ int manifest_builder_write(struct manifest_builder *b, uint64_t version,
 			   int fd, uint64_t *len);
 
 /*
+ * Change the dataset version recorded in the manifest file @fd (written by
+ * manifest_builder_write()) to @version, fixing the header checksum: for a
+ * publisher that lost the race for a version after freeing its builder.
+ * Returns 0, -EINVAL (not a format 2 manifest) or the I/O's -errno.
+ */
+int manifest_file_set_version(int fd, uint64_t version);
+
+/*
  * Bytes of memory the builder holds now (arrays, names, chunk ids; not
  * malloc's own overhead): for tools that report their footprint.
  */

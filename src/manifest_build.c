@@ -55,7 +55,7 @@ void manifest_content_id(uint64_t size, const struct sfs_id *chunks,
 }
 
 
-/* An added entry: 96 bytes, plus its path (and target) in the arena. */
+/* An added entry: 88 bytes, plus its path (and target) in the arena. */
 struct bent {
 	uint64_t path_off;	/* arena: path, NUL, [target, NUL] */
 	uint64_t chunk_at;	/* first of its ids in b->ids */
@@ -63,14 +63,24 @@ struct bent {
 	int64_t sec[3];
 	uint32_t nsec[3];
 	uint32_t path_len;
-	uint32_t name_at;	/* offset of the last component inside the path */
-	uint32_t nchunks;
 	uint32_t mode, nlink, uid, gid;
 	uint32_t parent;	/* set by finish */
 	uint16_t target_len;	/* symlink target, or a hard link's file path */
-	uint8_t link;		/* a hard link: the target is the file's path */
-	uint8_t content;	/* CONTENT_* */
+	uint8_t name_len;	/* the last component's; 0 for the root */
+	uint8_t link : 1;	/* a hard link: the target is the file's path */
+	uint8_t chunked : 1;	/* has its ceil(size / chunk_size) ids */
+	uint8_t content : 2;	/* CONTENT_* */
 };
+
+/* Where the last component of @e's path starts. */
+static inline uint32_t bent_name_at(const struct bent *e)
+{
+	return e->path_len - e->name_len;
+}
+
+/* Chunk ids of @e (a regular file's, else 0). */
+static inline uint32_t bent_nchunks(const struct manifest_builder *b,
+				    const struct bent *e);
 
 enum {
 	CONTENT_NONE,		/* zero */
@@ -88,10 +98,17 @@ struct manifest_builder {
 	struct sfs_id *ids;
 	size_t nids, ids_cap;
 	size_t nlinks;
-	/* open-addressing path -> entry index + 1; 0 is empty; NULL after finish */
+	/* open-addressing path -> entry index + 1, at most 3/4 full; 0 is
+	 * empty; NULL after finish */
 	uint32_t *slots;
 	size_t nslots;		/* power of two */
 };
+
+static inline uint32_t bent_nchunks(const struct manifest_builder *b,
+				    const struct bent *e)
+{
+	return e->chunked ? (uint32_t)DIV_ROUND_UP(e->size, b->chunk_size) : 0;
+}
 
 struct manifest_builder *manifest_builder_create(uint32_t chunk_size)
 {
@@ -176,12 +193,12 @@ static size_t slot_find(const struct manifest_builder *b, const char *path,
 	}
 }
 
-/* A path index of at least twice @want slots holding every entry. */
+/* A path index for @want entries at most 3/4 full, holding every entry. */
 static int slots_rebuild(struct manifest_builder *b, size_t want)
 {
 	size_t nslots = 1024;
 
-	while (nslots / 2 < want)
+	while (nslots / 4 * 3 < want)
 		nslots *= 2;
 	free(b->slots);
 	b->slots = calloc(nslots, sizeof(*b->slots));
@@ -201,7 +218,7 @@ static int slots_rebuild(struct manifest_builder *b, size_t want)
 /* Room in the path index for one more entry (rebuilt if finish freed it). */
 static int slots_room(struct manifest_builder *b)
 {
-	if (b->slots && b->n + 1 <= b->nslots / 2)
+	if (b->slots && b->n + 1 <= b->nslots / 4 * 3)
 		return 0;
 	return slots_rebuild(b, b->slots ? b->nslots : b->n + 1);
 }
@@ -318,7 +335,7 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 	if (tlen)
 		memcpy(b->arena + b->arena_len + len + 1, target, tlen + 1);
 	e->path_len = (uint32_t)len;
-	e->name_at = name_at;
+	e->name_len = (uint8_t)(len - name_at);
 	e->target_len = (uint16_t)tlen;
 	e->mode = attr->mode;
 	e->nlink = attr->nlink;
@@ -343,7 +360,7 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 		if (nchunks) {
 			memcpy(b->ids + b->nids, chunks, nchunks * sizeof(*chunks));
 			e->chunk_at = b->nids;
-			e->nchunks = nchunks;
+			e->chunked = 1;
 			b->nids += nchunks;
 		}
 		if (!e->nlink)
@@ -386,7 +403,7 @@ int manifest_builder_link(struct manifest_builder *b, const char *path,
 	memcpy(b->arena + b->arena_len + len + 1, target, tlen + 1);
 	b->arena_len += len + tlen + 2;
 	e->path_len = (uint32_t)len;
-	e->name_at = name_at;
+	e->name_len = (uint8_t)(len - name_at);
 	e->target_len = (uint16_t)tlen;
 	e->mode = S_IFREG;	/* the rest is the file's, copied at finish */
 	e->link = 1;
@@ -446,8 +463,8 @@ static int bent_name_cmp(const void *pa, const void *pb, void *arg)
 	const struct bent *x = &b->ents[*(const uint32_t *)pa];
 	const struct bent *y = &b->ents[*(const uint32_t *)pb];
 
-	return name_cmp(bent_path(b, x) + x->name_at, x->path_len - x->name_at,
-			bent_path(b, y) + y->name_at, y->path_len - y->name_at);
+	return name_cmp(bent_path(b, x) + bent_name_at(x), x->name_len,
+			bent_path(b, y) + bent_name_at(y), y->name_len);
 }
 
 /* ---- output: front to back, into memory or a file, parts hashed on the way ---- */
@@ -661,7 +678,7 @@ static int layout_make(struct manifest_builder *b, struct layout *l)
 			e->parent = root;
 			continue;
 		}
-		plen = e->name_at ? e->name_at - 1 : 0;
+		plen = bent_name_at(e) ? bent_name_at(e) - 1 : 0;
 		v = b->slots[slot_find(b, bent_path(b, e), plen)];
 		if (!v) {
 			log_err("manifest: '%s' has no parent directory '%.*s'",
@@ -742,7 +759,7 @@ static void record_fill(const struct manifest_builder *b, const struct layout *l
 	const struct bent *e = &b->ents[l->order[i]];
 	uint32_t fi = lay_inode(l, l->order[i]);
 	const struct bent *f = &b->ents[fi];
-	uint32_t nlen = e->path_len - e->name_at;
+	uint32_t nlen = e->name_len;
 	uint32_t nlink = f->nlink, cnt = 0;
 	uint64_t first = 0;
 	struct sfs_id content = { 0, 0 };
@@ -759,7 +776,7 @@ static void record_fill(const struct manifest_builder *b, const struct layout *l
 		}
 		break;
 	case S_IFREG:
-		cnt = f->nchunks;
+		cnt = bent_nchunks(b, f);
 		first = f->chunk_at;
 		if (l->names && l->names[fi] > 1)
 			nlink = MAX(nlink, l->names[fi]);
@@ -768,8 +785,7 @@ static void record_fill(const struct manifest_builder *b, const struct layout *l
 		if (f->content == CONTENT_GIVEN)
 			content = b->cids[fi];
 		else if (f->content == CONTENT_CHUNKS)
-			manifest_content_id(f->size, b->ids + f->chunk_at, f->nchunks,
-					    &content);
+			manifest_content_id(f->size, b->ids + f->chunk_at, cnt, &content);
 		break;
 	case S_IFLNK:
 		cnt = e->target_len;
@@ -823,7 +839,7 @@ static int emit(struct manifest_builder *b, uint64_t version, struct mf_out *o)
 
 		if (i && i % per == 0)
 			sec_pad(o);
-		name_off = str_place(&soff, e->path_len - e->name_at, MF2_PART_SHIFT);
+		name_off = str_place(&soff, e->name_len, MF2_PART_SHIFT);
 		if (S_ISLNK(e->mode))
 			target_off = str_place(&soff, e->target_len, MF2_PART_SHIFT);
 		if (S_ISREG(e->mode) && !e->link)
@@ -850,11 +866,11 @@ static int emit(struct manifest_builder *b, uint64_t version, struct mf_out *o)
 	soff = 0;
 	for (size_t i = 0; i < l.n && !o->err; i++) {
 		const struct bent *e = &b->ents[l.order[i]];
-		uint32_t nlen = e->path_len - e->name_at;
+		uint32_t nlen = e->name_len;
 		uint64_t at = str_place(&soff, nlen, MF2_PART_SHIFT);
 
 		sec_put(o, NULL, (size_t)(at - (o->pos - str_off)));
-		sec_put(o, bent_path(b, e) + e->name_at, nlen);
+		sec_put(o, bent_path(b, e) + bent_name_at(e), nlen);
 		if (S_ISLNK(e->mode)) {
 			at = str_place(&soff, e->target_len, MF2_PART_SHIFT);
 			sec_put(o, NULL, (size_t)(at - (o->pos - str_off)));
@@ -968,4 +984,22 @@ int manifest_builder_write(struct manifest_builder *b, uint64_t version,
 	if (!rc)
 		*lenp = o.pos;
 	return rc;
+}
+
+int manifest_file_set_version(int fd, uint64_t version)
+{
+	uint8_t hdr[MF2_HEADER_SIZE];
+	ssize_t n = pread_full(fd, hdr, sizeof(hdr), 0);
+
+	if (n < 0)
+		return (int)n;
+	if (n != (ssize_t)sizeof(hdr) || memcmp(hdr + H_MAGIC, MF_MAGIC, 8) ||
+	    ld32(hdr + H_FORMAT) != MF_FORMAT_VERSION ||
+	    ld32(hdr + H_HDRSIZE) != MF2_HEADER_SIZE)
+		return -EINVAL;
+	st64(hdr + H_VERSION, version);
+	st64(hdr + H_HDRSUM, 0);
+	st64(hdr + H_HDRSUM, XXH3_64bits(hdr, sizeof(hdr)));
+	n = pwrite_full(fd, hdr, sizeof(hdr), 0);
+	return n < 0 ? (int)n : n == (ssize_t)sizeof(hdr) ? 0 : -EIO;
 }
