@@ -19,6 +19,8 @@
 /* aio pieces when reading or writing a large object */
 #define IO_PIECE		SFS_RADOS_PART_SIZE
 #define IO_INFLIGHT		4
+/* manifest copies: 4 MiB reads, IO_INFLIGHT of one object at a time */
+#define FETCH_PIECE		(4u * 1024 * 1024)
 
 void sfs_rados_opts_from_config(struct sfs_rados_opts *o,
 				const struct sfs_config *cfg)
@@ -336,19 +338,29 @@ int sfs_rados_latest(rados_ioctx_t io, const char *name, uint64_t *version)
  * Read [0, len) of @oid into @buf in IO_PIECE pieces, IO_INFLIGHT at a time.
  * Returns 0, -EIO if the object is shorter, or -errno.
  */
+static int read_pieces_of(rados_ioctx_t io, const char *oid, char *buf,
+			  size_t len, size_t piece);
+
 static int read_pieces(rados_ioctx_t io, const char *oid, char *buf, size_t len)
+{
+	return read_pieces_of(io, oid, buf, len, IO_PIECE);
+}
+
+/* The same in pieces of @piece bytes: several reads of one object in flight. */
+static int read_pieces_of(rados_ioctx_t io, const char *oid, char *buf,
+			  size_t len, size_t piece)
 {
 	rados_completion_t c[IO_INFLIGHT];
 	size_t want[IO_INFLIGHT];
-	size_t npieces = DIV_ROUND_UP(len, IO_PIECE), next = 0, done = 0;
+	size_t npieces = DIV_ROUND_UP(len, piece), next = 0, done = 0;
 	int rc = 0;
 
 	while (done < npieces) {
 		/* start pieces while there is room and no error */
 		while (!rc && next < npieces && next - done < IO_INFLIGHT) {
 			size_t k = next % IO_INFLIGHT;
-			uint64_t off = (uint64_t)next * IO_PIECE;
-			size_t n = MIN((size_t)IO_PIECE, len - off);
+			uint64_t off = (uint64_t)next * piece;
+			size_t n = MIN(piece, len - off);
 			int r;
 
 			rados_aio_create_completion2(NULL, NULL, &c[k]);
@@ -511,7 +523,7 @@ int sfs_rados_manifest_fetch(rados_ioctx_t io, const char *name,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = read_pieces(io, oid, buf, (size_t)osize);
+	rc = read_pieces_of(io, oid, buf, (size_t)osize, FETCH_PIECE);
 	if (rc) {
 		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
 		goto out_free;
@@ -546,7 +558,7 @@ int sfs_rados_manifest_fetch(rados_ioctx_t io, const char *name,
 		ssize_t w;
 
 		sfs_rados_part_oid(name, version, i, poid);
-		rc = read_pieces(io, poid, buf, n);
+		rc = read_pieces_of(io, poid, buf, n, FETCH_PIECE);
 		if (rc) {
 			snprintf(err, errlen, "cannot read manifest part %s: %s%s", poid,
 				 strerror(-rc),
