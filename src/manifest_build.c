@@ -12,7 +12,7 @@
  * at finish: a counting sort by parent, a name sort inside each parent,
  * then a breadth-first pass that assigns the final indexes (manifest_i.h
  * says why that order).  Once parents are known the path index is freed,
- * so the peak is the records, the arena, the ids and five u32 per entry.
+ * so the peak is the records, the arena, the ids and four u32 per entry.
  *
  * The output (format 2, manifest_i.h) is produced front to back through
  * struct mf_out, into memory or a file, hashing each part as it goes: the
@@ -609,7 +609,9 @@ static uint64_t str_place(uint64_t *soff, uint64_t len, uint32_t shift)
 /* The sort of a finish: who comes where, and each directory's children. */
 struct layout {
 	size_t n;
-	uint32_t *count, *start, *sorted, *order, *final;
+	uint32_t *count;	/* children of each entry */
+	uint32_t *start;	/* where they are in sorted; after the BFS: the first's index */
+	uint32_t *sorted, *order, *final;
 	uint32_t *inode, *names, *lowest;	/* NULL without hard links */
 };
 
@@ -721,23 +723,33 @@ static int layout_make(struct manifest_builder *b, struct layout *l)
 				bent_name_cmp, b);
 
 	l->order = malloc(n * sizeof(*l->order));
-	l->final = malloc(n * sizeof(*l->final));
-	if (!l->order || !l->final)
+	if (!l->order)
 		return -ENOMEM;
-	/* breadth-first: each directory's children get consecutive indexes */
+	/*
+	 * Breadth-first: each directory's children get consecutive indexes;
+	 * start[d] becomes the index of d's first child, so the sort's output
+	 * can go before final[] is allocated (the peak stays at four arrays).
+	 */
 	{
 		size_t head = 0, tail = 0;
 
 		l->order[tail++] = root;
 		while (head < tail) {
 			uint32_t d = l->order[head++];
+			uint32_t s = l->start[d];
 
+			l->start[d] = (uint32_t)tail;
 			for (uint32_t k = 0; k < l->count[d]; k++)
-				l->order[tail++] = l->sorted[l->start[d] + k];
+				l->order[tail++] = l->sorted[s + k];
 		}
 		if (tail != n)	/* cannot happen: every entry has a parent chain */
 			return -EIO;
 	}
+	free(l->sorted);
+	l->sorted = NULL;
+	l->final = malloc(n * sizeof(*l->final));
+	if (!l->final)
+		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
 		l->final[l->order[i]] = (uint32_t)i;
 	/* the first name of a file in entry order holds its inode */
@@ -767,11 +779,11 @@ static void record_fill(const struct manifest_builder *b, const struct layout *l
 	switch (e->mode & S_IFMT) {
 	case S_IFDIR:
 		cnt = l->count[l->order[i]];
-		first = cnt ? l->final[l->sorted[l->start[l->order[i]]]] : 0;
+		first = cnt ? l->start[l->order[i]] : 0;
 		if (!nlink) {
 			nlink = 2;
 			for (uint32_t k = 0; k < cnt; k++)
-				if (S_ISDIR(b->ents[l->sorted[l->start[l->order[i]] + k]].mode))
+				if (S_ISDIR(b->ents[l->order[first + k]].mode))
 					nlink++;
 		}
 		break;
