@@ -3,7 +3,7 @@
  *
  * At mount the tree is scanned once (metadata only: lstat, readlink) into a
  * manifest (manifest.h), the same indexed format a published RADOS dataset
- * uses, so all metadata operations are served from memory by the same code.
+ * uses, so all metadata operations are served by the same code.
  * A copy of that manifest is saved as CACHE_DIR/snapshots/<id>.manifest and
  * served from there, mapped (the daemon holds none of it); if
  * the source cannot be opened at the next mount (NFS server gone, directory
@@ -323,7 +323,6 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 		}
 		d->offline = true;
 		d->be.chunk_size = manifest_chunk_size(d->be.m);
-		manifest_set_name(d->be.m, d->be.uri);
 		log_notice("source %s is unavailable (%s): serving its snapshot from the cache; uncached data reads fail with EIO",
 			   d->root, strerror(e));
 	}
