@@ -482,13 +482,15 @@ out_free:
 /* ---- published datasets ---- */
 
 /*
- * Old copies of this dataset's manifests (versions below @version), which
- * a newer one replaces.  A mount still using one keeps its mapping.
+ * Remove the copies of this dataset's older versions (a mount still using
+ * one keeps its mapping), and downloads left by a daemon that died more
+ * than an hour ago.
  */
 static void local_prune(const char *dir, const char *key, uint64_t version)
 {
 	size_t klen = strlen(key);
 	struct dirent *de;
+	struct stat st;
 	DIR *d = opendir(dir);
 
 	if (!d)
@@ -497,6 +499,12 @@ static void local_prune(const char *dir, const char *key, uint64_t version)
 		uint64_t v;
 		char *end;
 
+		if (!strncmp(de->d_name, ".fetch.", 7)) {
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    (uint64_t)st.st_mtime + 3600 < wall_s())
+				unlinkat(dirfd(d), de->d_name, 0);
+			continue;
+		}
 		if (strncmp(de->d_name, key, klen) || de->d_name[klen] != '.')
 			continue;
 		errno = 0;
