@@ -3,8 +3,9 @@
  *
  * At mount the tree is scanned once (metadata only: lstat, readlink) into a
  * manifest (manifest.h), the same indexed format a published RADOS dataset
- * uses, so all metadata operations are served from memory by the same code.
- * A copy of that manifest is saved as CACHE_DIR/snapshots/<id>.manifest; if
+ * uses, so all metadata operations are served by the same code.
+ * A copy of that manifest is saved as CACHE_DIR/snapshots/<id>.manifest and
+ * served from there, mapped (the daemon holds none of it); if
  * the source cannot be opened at the next mount (NFS server gone, directory
  * removed or unreadable) the snapshot is used instead and every cached byte
  * is still served.
@@ -208,31 +209,17 @@ static int snapshot_save(const struct sfs_config *cfg, const char *root,
 	return write_file_atomic(path, buf, len, 0600, true);
 }
 
+/* The saved snapshot, mapped (manifest_open_file). */
 static int snapshot_load(const struct sfs_config *cfg, const char *root,
 			 struct manifest **out, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
-	struct stat st;
-	void *buf;
-	int fd, ret;
+	int ret;
 
 	snapshot_path(cfg, root, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0 || !(buf = malloc((size_t)st.st_size ? (size_t)st.st_size : 1))) {
-		close(fd);
-		return -ENOMEM;
-	}
-	if (pread_full(fd, buf, (size_t)st.st_size, 0) != st.st_size) {
-		close(fd);
-		free(buf);
-		return -EIO;
-	}
-	close(fd);
-	ret = manifest_open(buf, (size_t)st.st_size, out, err, errlen);
-	if (ret)
-		free(buf);
+	ret = manifest_open_file(path, out, err, errlen);
+	if (ret == -ENOENT && err && errlen)
+		err[0] = '\0';	/* no snapshot: nothing more to say */
 	return ret;
 }
 
@@ -275,10 +262,15 @@ static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 	if (ret)
 		log_warn("cannot save the snapshot of %s in the cache: %s (offline remounts will not work)",
 			 d->root, strerror(-ret));
-	ret = manifest_open(buf, len, &d->be.m, err, errlen);
-	if (ret) {
+	/* served from the saved file, mapped: the daemon keeps no copy */
+	if (!ret && snapshot_load(cfg, d->root, &d->be.m, NULL, 0) == 0) {
 		free(buf);
-		return ret;
+	} else {
+		ret = manifest_open(buf, len, &d->be.m, err, errlen);
+		if (ret) {
+			free(buf);
+			return ret;
+		}
 	}
 	log_info("scanned %s: %" PRIu64 " entries, %" PRIu64 " bytes in %" PRIu64 " ms",
 		 d->root, sc.entries, sc.bytes, now_ms() - t0);
@@ -334,6 +326,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 		log_notice("source %s is unavailable (%s): serving its snapshot from the cache; uncached data reads fail with EIO",
 			   d->root, strerror(e));
 	}
+	manifest_set_name(d->be.m, d->be.uri);
 	*out = &d->be;
 	return 0;
 

@@ -10,8 +10,9 @@
  * conf=FILE, id=CLIENT, keyring=FILE, timeout=DURATION, ns=NAMESPACE
  * (published datasets in a namespace), chunk_size=SIZE (plain mode).
  *
- * Published datasets (docs/publish.md): the manifest object is read and
- * opened at create(); the tree is served from it with no further cluster
+ * Published datasets (docs/publish.md): the manifest is copied once per
+ * version into CACHE_DIR/manifests/ and mapped from there
+ * (dataset_open_local); the tree is served from it with no further cluster
  * traffic, and chunk k of a file is the object sfs.chunk.<id> named by the
  * manifest.  Every chunk read is verified: XXH3-128 of the bytes must equal
  * the id, else -EIO and a log line naming the object; the bad bytes are never
@@ -48,7 +49,9 @@
 #include "rados.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -57,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -477,10 +481,169 @@ out_free:
 
 /* ---- published datasets ---- */
 
-static int dataset_open(struct rados_backend *rb, uint64_t version,
-			char *err, size_t errlen)
+/*
+ * Remove the copies of this dataset's older versions (a mount still using
+ * one keeps its mapping), and downloads left by a daemon that died more
+ * than an hour ago.
+ */
+static void local_prune(const char *dir, const char *key, uint64_t version)
 {
-	char msg[256];
+	size_t klen = strlen(key);
+	struct dirent *de;
+	struct stat st;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		uint64_t v;
+		char *end;
+
+		if (!strncmp(de->d_name, ".fetch.", 7)) {
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    (uint64_t)st.st_mtime + 3600 < wall_s())
+				unlinkat(dirfd(d), de->d_name, 0);
+			continue;
+		}
+		if (strncmp(de->d_name, key, klen) || de->d_name[klen] != '.')
+			continue;
+		errno = 0;
+		v = strtoull(de->d_name + klen + 1, &end, 10);
+		if (errno || *end != '.' || v >= version)
+			continue;
+		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+			log_info("rados: removed the cached manifest %s/%s (version %" PRIu64 " is newer)",
+				 dir, de->d_name, version);
+	}
+	closedir(d);
+}
+
+/*
+ * Download the manifest of @version into @path: under a temporary name in
+ * the same directory, flushed, then renamed.  Returns 0 or -errno (@err).
+ */
+static int local_fetch(struct rados_backend *rb, const char *dir,
+		       const char *path, uint64_t version, char *err,
+		       size_t errlen)
+{
+	char tmp[PATH_MAX], msg[256];
+	uint64_t len, t0 = now_ms();
+	int fd, rc;
+
+	rc = mkdir_p(dir, 0700);
+	if (rc)
+		return errf(err, errlen, rc, "cannot create %s: %s", dir, strerror(-rc));
+	if (snprintf(tmp, sizeof(tmp), "%s/.fetch.XXXXXX", dir) >= (int)sizeof(tmp))
+		return errf(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		return errf(err, errlen, rc, "cannot create a file in %s: %s", dir,
+			    strerror(-rc));
+	}
+	rc = sfs_rados_manifest_fetch(rb->io, rb->name, version, fd, &len, msg,
+				      sizeof(msg));
+	if (rc)
+		errf(err, errlen, rc, "%s (pool '%s')", msg, rb->pool);
+	if (!rc && fsync(fd) < 0) {
+		rc = -errno;
+		errf(err, errlen, rc, "%s: fsync: %s", tmp, strerror(-rc));
+	}
+	close(fd);
+	if (!rc && rename(tmp, path) < 0) {
+		rc = -errno;
+		errf(err, errlen, rc, "cannot rename %s to %s: %s", tmp, path, strerror(-rc));
+	}
+	if (rc) {
+		unlink(tmp);
+		return rc;
+	}
+	log_info("rados: %s@%" PRIu64 ": manifest copied to %s (%" PRIu64 " bytes in %" PRIu64 " ms)",
+		 rb->name, version, path, len, now_ms() - t0);
+	return 0;
+}
+
+/*
+ * Open the manifest of @version from its copy in the cache directory,
+ * downloading it first if there is none: CACHE_DIR/manifests/KEY.V.STAMP,
+ * KEY naming the cluster (fsid), pool, namespace and dataset, STAMP the
+ * head object's size and mtime (so a pool recreated and published again
+ * gives a new copy).  The copy is mapped, not read: mounts of one version
+ * share its page cache and a remount does not download it again.  Returns
+ * 0, -EAGAIN (no usable cache directory: read it into memory instead) or
+ * another -errno with @err.
+ */
+static int dataset_open_local(struct rados_backend *rb, const struct sfs_config *cfg,
+			      uint64_t version, char *err, size_t errlen)
+{
+	char oid[SFS_RADOS_OID_MAX], dir[PATH_MAX], path[PATH_MAX], key[17];
+	char fsid[64] = "", msg[256];
+	uint64_t osize, h;
+	time_t mtime;
+	XXH3_state_t st;
+	int rc;
+
+	if (!cfg || !cfg->cache_dir || !cfg->cache_dir[0])
+		return -EAGAIN;
+	sfs_rados_manifest_oid(rb->name, version, oid);
+	rc = rados_stat(rb->io, oid, &osize, &mtime);
+	if (rc == -ENOENT)
+		return errf(err, errlen, rc, "%s@%" PRIu64 " does not exist (no object %s) (pool '%s')",
+			    rb->name, version, oid, rb->pool);
+	if (rc < 0)
+		return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
+			    "cannot read %s: %s (pool '%s')", oid, strerror(-rc), rb->pool);
+	if (rados_cluster_fsid(rb->cl, fsid, sizeof(fsid) - 1) < 0)
+		fsid[0] = '\0';
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, fsid, strlen(fsid) + 1);
+	XXH3_64bits_update(&st, rb->pool, strlen(rb->pool) + 1);
+	XXH3_64bits_update(&st, rb->nspace, strlen(rb->nspace) + 1);
+	XXH3_64bits_update(&st, rb->name, strlen(rb->name) + 1);
+	snprintf(key, sizeof(key), "%016" PRIx64, XXH3_64bits_digest(&st));
+	{
+		uint64_t stamp[2] = { htole64(osize), htole64((uint64_t)mtime) };
+
+		h = XXH3_64bits(stamp, sizeof(stamp));
+	}
+	if (snprintf(dir, sizeof(dir), "%s/manifests", cfg->cache_dir) >= (int)sizeof(dir) - 64 ||
+	    snprintf(path, sizeof(path), "%s/%s.%" PRIu64 ".%016" PRIx64, dir, key,
+		     version, h) >= (int)sizeof(path))
+		return -EAGAIN;
+
+	rc = manifest_open_file(path, &rb->be.m, msg, sizeof(msg));
+	if (rc == 0) {
+		log_info("rados: %s@%" PRIu64 ": manifest mapped from %s", rb->name,
+			 version, path);
+		return 0;
+	}
+	if (rc != -ENOENT) {
+		log_warn("rados: %s@%" PRIu64 ": cached manifest %s is unusable (%s): downloading it again",
+			 rb->name, version, path, msg);
+		unlink(path);
+	}
+	rc = local_fetch(rb, dir, path, version, err, errlen);
+	if (rc == -ENOENT || rc == -EIO || rc == -ETIMEDOUT || rc == -ENOMEM)
+		return rc == -ETIMEDOUT ? -EIO : rc;
+	if (rc) {
+		log_warn("rados: %s@%" PRIu64 ": cannot keep the manifest in %s (%s): reading it into memory",
+			 rb->name, version, dir, err);
+		return -EAGAIN;
+	}
+	local_prune(dir, key, version);
+	rc = manifest_open_file(path, &rb->be.m, msg, sizeof(msg));
+	if (rc) {
+		unlink(path);
+		return errf(err, errlen, -EIO, "%s@%" PRIu64 ": bad manifest: %s",
+			    rb->name, version, msg);
+	}
+	return 0;
+}
+
+static int dataset_open(struct rados_backend *rb, const struct sfs_config *cfg,
+			uint64_t version, char *err, size_t errlen)
+{
+	char msg[256], label[256];
 	void *buf;
 	size_t len;
 	int rc;
@@ -497,21 +660,32 @@ static int dataset_open(struct rados_backend *rb, uint64_t version,
 				    "cannot read the version of dataset '%s': %s",
 				    rb->name, strerror(-rc));
 	}
-	rc = sfs_rados_manifest_read(rb->io, rb->name, version, &buf, &len,
-				     msg, sizeof(msg));
-	if (rc)
-		return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
-			    "%s (pool '%s')", msg, rb->pool);
-	rc = manifest_open(buf, len, &rb->be.m, msg, sizeof(msg));
-	if (rc) {
-		free(buf);
-		return errf(err, errlen, -EIO, "%s@%" PRIu64 ": bad manifest: %s",
-			    rb->name, version, msg);
+	rc = dataset_open_local(rb, cfg, version, err, errlen);
+	if (rc == -EAGAIN) {
+		rc = sfs_rados_manifest_read(rb->io, rb->name, version, &buf, &len,
+					     msg, sizeof(msg));
+		if (rc)
+			return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
+				    "%s (pool '%s')", msg, rb->pool);
+		rc = manifest_open(buf, len, &rb->be.m, msg, sizeof(msg));
+		if (rc) {
+			free(buf);
+			return errf(err, errlen, -EIO, "%s@%" PRIu64 ": bad manifest: %s",
+				    rb->name, version, msg);
+		}
 	}
+	if (rc)
+		return rc;
+	snprintf(label, sizeof(label), "rados://%s/%s%s%s@%" PRIu64, rb->pool,
+		 rb->name, rb->nspace[0] ? "?ns=" : "", rb->nspace, version);
+	manifest_set_name(rb->be.m, label);
 	if (manifest_version(rb->be.m) != version)
 		return errf(err, errlen, -EIO,
 			    "%s@%" PRIu64 ": the manifest says it is version %" PRIu64,
 			    rb->name, version, manifest_version(rb->be.m));
+	if (manifest_format(rb->be.m) == 1)
+		log_notice("%s: a format 1 manifest, verified whole at every mount; publish the dataset again for the paged format",
+			   label);
 	rb->version = version;
 	return 0;
 }
@@ -844,7 +1018,7 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 	if (rb->plain)
 		rc = plain_build(rb, plain_chunk, err, errlen);
 	else
-		rc = dataset_open(rb, u.version, err, errlen);
+		rc = dataset_open(rb, cfg, u.version, err, errlen);
 	if (rc)
 		goto out_free;
 	rb->be.chunk_size = manifest_chunk_size(rb->be.m);

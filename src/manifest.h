@@ -20,6 +20,14 @@
  * Every field read from the buffer is bounds-checked: a truncated, fuzzed or
  * hostile manifest is rejected by manifest_open() or yields -EIO from the
  * accessor, never a crash or an out-of-bounds read.
+ *
+ * The manifest is paged (format 2): its sections are cut into 64 KiB parts,
+ * each with its own XXH3-64 in a part table.  Opening checks the header and
+ * the part table only; an accessor that reads from a part verifies it the
+ * first time, and a part that fails gives -EIO (logged once, naming the
+ * manifest, its version and the part) to every access that touches it,
+ * while the rest of the tree is still served.  Format 1 manifests (whole
+ * sections) are still read, verified whole at open.
  */
 #ifndef STAGEFS_MANIFEST_H
 #define STAGEFS_MANIFEST_H
@@ -75,6 +83,31 @@ int manifest_builder_link(struct manifest_builder *b, const char *path,
 int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 			    void **buf, size_t *len);
 
+/*
+ * Serialize into @fd instead, a regular file open for writing, from offset
+ * 0 (pwrite: the file offset is not used); what it held beyond *@len bytes
+ * is not truncated.  The manifest is written as it is made, through a small
+ * buffer, so the builder never holds a second copy of it (what publish and
+ * dir:// scans of 10 M entries need).  Returns 0 or -errno as
+ * manifest_builder_finish(), or the write's -errno (-EIO for a short one).
+ */
+int manifest_builder_write(struct manifest_builder *b, uint64_t version,
+			   int fd, uint64_t *len);
+
+/*
+ * Change the dataset version recorded in the manifest file @fd (written by
+ * manifest_builder_write()) to @version, fixing the header checksum: for a
+ * publisher that lost the race for a version after freeing its builder.
+ * Returns 0, -EINVAL (not a format 2 manifest) or the I/O's -errno.
+ */
+int manifest_file_set_version(int fd, uint64_t version);
+
+/*
+ * Bytes of memory the builder holds now (arrays, names, chunk ids; not
+ * malloc's own overhead): for tools that report their footprint.
+ */
+size_t manifest_builder_mem(const struct manifest_builder *b);
+
 /* ---- reading ---- */
 
 /*
@@ -85,7 +118,37 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
  */
 int manifest_open(void *buf, size_t len, struct manifest **out,
 		  char *err, size_t errlen);
+
+/*
+ * Open the manifest stored in file @path: mapped read-only and shared, so
+ * the daemon holds none of it in its own memory and every mount of the
+ * same file shares its page cache.  Opening reads the header and the part
+ * table only (format 2: constant time whatever the size); each part is
+ * verified when first touched (see below).  The file must not be truncated
+ * or written while open: keep it where only stagefs writes, write it under
+ * a temporary name and rename it.  Returns 0 or -errno with @err set
+ * (-ENOENT for a missing file, -EINVAL for a bad one).
+ */
+int manifest_open_file(const char *path, struct manifest **out,
+		       char *err, size_t errlen);
 void manifest_close(struct manifest *m);
+
+/*
+ * Name the manifest in log lines ("pool/NAME", "dir:///data"); at most 127
+ * bytes kept.  Call before the manifest is shared between threads.
+ */
+void manifest_set_name(struct manifest *m, const char *name);
+
+/* The format version of the manifest: 1 (verified whole at open) or 2 (paged). */
+uint32_t manifest_format(const struct manifest *m);
+
+/*
+ * Verify every part now (format 2; format 1 was verified at open).
+ * Returns 0, or -EIO with the number of bad parts in *@bad_parts (if
+ * given); each bad part is logged once.  For tools that need all of it,
+ * such as gc, which must not take a bad part's ids for missing ones.
+ */
+int manifest_verify(struct manifest *m, uint64_t *bad_parts);
 
 uint32_t manifest_chunk_size(const struct manifest *m);
 uint64_t manifest_version(const struct manifest *m);
@@ -106,7 +169,8 @@ int manifest_chunk(const struct manifest *m, uint64_t ino, uint32_t idx,
 /*
  * The chunk table: every chunk id any file of the manifest names (a file's
  * ids are a run of it; runs may repeat ids).  manifest_id() gives id @i,
- * @i < manifest_nids(), or a zero id past the end.  For garbage collection.
+ * @i < manifest_nids(), or a zero id past the end or in a bad part (so call
+ * manifest_verify() first).  For garbage collection.
  */
 uint64_t manifest_nids(const struct manifest *m);
 void manifest_id(const struct manifest *m, uint64_t i, struct sfs_id *id);

@@ -3,15 +3,22 @@
  * order (manifest.h: manifest_builder_*), and the content id a writer
  * records for a file (manifest_content_id()).
  *
- * The builder keeps every added entry in one array (paths and targets in
- * an arena, chunk ids in one table) with an open-addressing index by path
- * for duplicate checks.  The index holds array positions, not pointers,
- * because the array moves when it grows: that is why it is not the
- * intrusive table of htab.h.  It sorts at finish: a counting sort by parent, a
- * name sort inside each parent, then a breadth-first pass that assigns the
- * final indexes (manifest_i.h says why that order).  Its output is a pure
- * function of the entries added and the version: the same tree gives the
- * same bytes.  A builder is one thread's: it takes no lock.
+ * The builder keeps every added entry in one array of compact records
+ * (paths and targets in an arena, chunk ids in one table in the order they
+ * were added, explicit content ids in a side array only when a caller gives
+ * them) with an open-addressing index by path for duplicate checks.  The
+ * index holds array positions, not pointers, because the array moves when
+ * it grows: that is why it is not the intrusive table of htab.h.  It sorts
+ * at finish: a counting sort by parent, a name sort inside each parent,
+ * then a breadth-first pass that assigns the final indexes (manifest_i.h
+ * says why that order).  Once parents are known the path index is freed,
+ * so the peak is the records, the arena, the ids and four u32 per entry.
+ *
+ * The output (format 2, manifest_i.h) is produced front to back through
+ * struct mf_out, into memory or a file, hashing each part as it goes: the
+ * header is written last.  It is a pure function of the entries added, in
+ * the order added, and the version: the same tree gives the same bytes.  A
+ * builder is one thread's: it takes no lock.
  */
 #include "manifest_i.h"
 
@@ -48,35 +55,60 @@ void manifest_content_id(uint64_t size, const struct sfs_id *chunks,
 }
 
 
+/* An added entry: 88 bytes, plus its path (and target) in the arena. */
 struct bent {
-	uint64_t path_off;
-	uint32_t path_len;
-	uint32_t name_at;	/* offset of the last component inside the path */
-	uint64_t target_off;
-	uint32_t target_len;
-	uint32_t nchunks;
-	uint64_t chunk_at;
-	uint32_t mode, nlink, uid, gid;
+	uint64_t path_off;	/* arena: path, NUL, [target, NUL] */
+	uint64_t chunk_at;	/* first of its ids in b->ids */
 	uint64_t size;
 	int64_t sec[3];
 	uint32_t nsec[3];
-	struct sfs_id content;
-	bool link;		/* a hard link: target_off/len hold the file's path */
+	uint32_t path_len;
+	uint32_t mode, nlink, uid, gid;
 	uint32_t parent;	/* set by finish */
+	uint16_t target_len;	/* symlink target, or a hard link's file path */
+	uint8_t name_len;	/* the last component's; 0 for the root */
+	uint8_t link : 1;	/* a hard link: the target is the file's path */
+	uint8_t chunked : 1;	/* has its ceil(size / chunk_size) ids */
+	uint8_t content : 2;	/* CONTENT_* */
+};
+
+/* Where the last component of @e's path starts. */
+static inline uint32_t bent_name_at(const struct bent *e)
+{
+	return e->path_len - e->name_len;
+}
+
+/* Chunk ids of @e (a regular file's, else 0). */
+static inline uint32_t bent_nchunks(const struct manifest_builder *b,
+				    const struct bent *e);
+
+enum {
+	CONTENT_NONE,		/* zero */
+	CONTENT_GIVEN,		/* b->cids[i] */
+	CONTENT_CHUNKS,		/* manifest_content_id() of its chunks, at finish */
 };
 
 struct manifest_builder {
 	uint32_t chunk_size;
 	struct bent *ents;
 	size_t n, cap;
+	struct sfs_id *cids;	/* content ids given, by entry; NULL until one is */
 	char *arena;
 	size_t arena_len, arena_cap;
 	struct sfs_id *ids;
 	size_t nids, ids_cap;
-	/* open-addressing path -> entry index + 1; 0 is empty */
+	size_t nlinks;
+	/* open-addressing path -> entry index + 1, at most 3/4 full; 0 is
+	 * empty; NULL after finish */
 	uint32_t *slots;
 	size_t nslots;		/* power of two */
 };
+
+static inline uint32_t bent_nchunks(const struct manifest_builder *b,
+				    const struct bent *e)
+{
+	return e->chunked ? (uint32_t)DIV_ROUND_UP(e->size, b->chunk_size) : 0;
+}
 
 struct manifest_builder *manifest_builder_create(uint32_t chunk_size)
 {
@@ -97,10 +129,18 @@ void manifest_builder_destroy(struct manifest_builder *b)
 	if (!b)
 		return;
 	free(b->ents);
+	free(b->cids);
 	free(b->arena);
 	free(b->ids);
 	free(b->slots);
 	free(b);
+}
+
+size_t manifest_builder_mem(const struct manifest_builder *b)
+{
+	return b->cap * sizeof(*b->ents) + (b->cids ? b->cap * sizeof(*b->cids) : 0) +
+	       b->arena_cap + b->ids_cap * sizeof(*b->ids) +
+	       b->nslots * sizeof(*b->slots);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -153,28 +193,34 @@ static size_t slot_find(const struct manifest_builder *b, const char *path,
 	}
 }
 
-static int slots_grow(struct manifest_builder *b)
+/* A path index for @want entries at most 3/4 full, holding every entry. */
+static int slots_rebuild(struct manifest_builder *b, size_t want)
 {
-	size_t nslots = b->nslots ? b->nslots * 2 : 1024;
-	uint32_t *old = b->slots;
-	size_t oldn = b->nslots;
+	size_t nslots = 1024;
 
+	while (nslots / 4 * 3 < want)
+		nslots *= 2;
+	free(b->slots);
 	b->slots = calloc(nslots, sizeof(*b->slots));
 	if (!b->slots) {
-		b->slots = old;
+		b->nslots = 0;
 		return -ENOMEM;
 	}
 	b->nslots = nslots;
-	for (size_t i = 0; i < oldn; i++) {
-		const struct bent *e;
+	for (size_t i = 0; i < b->n; i++) {
+		const struct bent *e = &b->ents[i];
 
-		if (!old[i])
-			continue;
-		e = &b->ents[old[i] - 1];
-		b->slots[slot_find(b, bent_path(b, e), e->path_len)] = old[i];
+		b->slots[slot_find(b, bent_path(b, e), e->path_len)] = (uint32_t)(i + 1);
 	}
-	free(old);
 	return 0;
+}
+
+/* Room in the path index for one more entry (rebuilt if finish freed it). */
+static int slots_room(struct manifest_builder *b)
+{
+	if (b->slots && b->n + 1 <= b->nslots / 4 * 3)
+		return 0;
+	return slots_rebuild(b, b->slots ? b->nslots : b->n + 1);
 }
 
 /*
@@ -184,19 +230,21 @@ static int slots_grow(struct manifest_builder *b)
 static int entry_reserve(struct manifest_builder *b, const char *path,
 			 size_t len, size_t *slot)
 {
+	size_t cap = b->cap;
 	int rc;
 
 	if (b->n >= MF_MAX_ENTRIES)
 		return -EOVERFLOW;
-	if (b->n + 1 > b->nslots / 2) {
-		rc = slots_grow(b);
-		if (rc)
-			return rc;
-	}
+	rc = slots_room(b);
+	if (rc)
+		return rc;
 	*slot = slot_find(b, path, len);
 	if (b->slots[*slot])
 		return -EEXIST;
 	if (grow((void **)&b->ents, &b->cap, b->n + 1, sizeof(*b->ents)))
+		return -ENOMEM;
+	if (b->cids && b->cap != cap &&
+	    grow((void **)&b->cids, &cap, b->cap, sizeof(*b->cids)))
 		return -ENOMEM;
 	return 0;
 }
@@ -224,15 +272,15 @@ static int path_check(const char *path, size_t len, uint32_t *name_at)
 	return 0;
 }
 
-static int arena_put(struct manifest_builder *b, const char *s, size_t len,
-		     uint64_t *off)
+/* Store content id @id of the entry being added (b->n). */
+static int cid_put(struct manifest_builder *b, const struct sfs_id *id)
 {
-	if (grow((void **)&b->arena, &b->arena_cap, b->arena_len + len + 1, 1))
-		return -ENOMEM;
-	memcpy(b->arena + b->arena_len, s, len);
-	b->arena[b->arena_len + len] = '\0';
-	*off = b->arena_len;
-	b->arena_len += len + 1;
+	if (!b->cids) {
+		b->cids = malloc(b->cap * sizeof(*b->cids));
+		if (!b->cids)
+			return -ENOMEM;
+	}
+	b->cids[b->n] = *id;
 	return 0;
 }
 
@@ -279,13 +327,16 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 		return -ENOMEM;
 	e = &b->ents[b->n];
 	memset(e, 0, sizeof(*e));
-	if (arena_put(b, path, len, &e->path_off))
+	/* the target right after the path: one arena_put, one offset */
+	if (grow((void **)&b->arena, &b->arena_cap, b->arena_len + len + tlen + 2, 1))
 		return -ENOMEM;
-	if (tlen && arena_put(b, target, tlen, &e->target_off))
-		return -ENOMEM;	/* the path bytes stay as unreferenced garbage */
+	e->path_off = b->arena_len;
+	memcpy(b->arena + b->arena_len, path, len + 1);
+	if (tlen)
+		memcpy(b->arena + b->arena_len + len + 1, target, tlen + 1);
 	e->path_len = (uint32_t)len;
-	e->name_at = name_at;
-	e->target_len = (uint32_t)tlen;
+	e->name_len = (uint8_t)(len - name_at);
+	e->target_len = (uint16_t)tlen;
 	e->mode = attr->mode;
 	e->nlink = attr->nlink;
 	e->uid = attr->uid;
@@ -298,21 +349,26 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 	e->nsec[1] = (uint32_t)attr->mtime.tv_nsec;
 	e->nsec[2] = (uint32_t)attr->ctime.tv_nsec;
 	if (type == S_IFREG) {
-		e->content = attr->content;
+		if (!sfs_id_is_zero(&attr->content)) {
+			if (cid_put(b, &attr->content))
+				return -ENOMEM;
+			e->content = CONTENT_GIVEN;
+		} else if (nchunks || e->size == 0) {
+			/* a chunked (or empty) file without an id gets the chunk-list id */
+			e->content = CONTENT_CHUNKS;
+		}
 		if (nchunks) {
 			memcpy(b->ids + b->nids, chunks, nchunks * sizeof(*chunks));
 			e->chunk_at = b->nids;
-			e->nchunks = nchunks;
+			e->chunked = 1;
 			b->nids += nchunks;
 		}
-		/* a chunked (or empty) file without an id gets the chunk-list id */
-		if (sfs_id_is_zero(&e->content) && (nchunks || e->size == 0))
-			manifest_content_id(e->size, chunks, nchunks, &e->content);
 		if (!e->nlink)
 			e->nlink = 1;
 	} else if (type == S_IFLNK && !e->nlink) {
 		e->nlink = 1;
 	}
+	b->arena_len += len + 1 + (tlen ? tlen + 1 : 0);
 	b->slots[slot] = (uint32_t)(b->n + 1);
 	b->n++;
 	return 0;
@@ -333,22 +389,34 @@ int manifest_builder_link(struct manifest_builder *b, const char *path,
 		return rc;
 	if (len == 0 || tlen == 0 || (len == tlen && !memcmp(path, target, len)))
 		return -EINVAL;
+	if (tlen > UINT16_MAX)
+		return -ENAMETOOLONG;
 	rc = entry_reserve(b, path, len, &slot);
 	if (rc)
 		return rc;
+	if (grow((void **)&b->arena, &b->arena_cap, b->arena_len + len + tlen + 2, 1))
+		return -ENOMEM;
 	e = &b->ents[b->n];
 	memset(e, 0, sizeof(*e));
-	if (arena_put(b, path, len, &e->path_off) ||
-	    arena_put(b, target, tlen, &e->target_off))
-		return -ENOMEM;
+	e->path_off = b->arena_len;
+	memcpy(b->arena + b->arena_len, path, len + 1);
+	memcpy(b->arena + b->arena_len + len + 1, target, tlen + 1);
+	b->arena_len += len + tlen + 2;
 	e->path_len = (uint32_t)len;
-	e->name_at = name_at;
-	e->target_len = (uint32_t)tlen;
+	e->name_len = (uint8_t)(len - name_at);
+	e->target_len = (uint16_t)tlen;
 	e->mode = S_IFREG;	/* the rest is the file's, copied at finish */
-	e->link = true;
+	e->link = 1;
 	b->slots[slot] = (uint32_t)(b->n + 1);
 	b->n++;
+	b->nlinks++;
 	return 0;
+}
+
+static const char *bent_target(const struct manifest_builder *b,
+			       const struct bent *e)
+{
+	return b->arena + e->path_off + e->path_len + 1;
 }
 
 /*
@@ -358,16 +426,15 @@ int manifest_builder_link(struct manifest_builder *b, const char *path,
  * missing or is not a regular file added with manifest_builder_add().
  */
 static int links_resolve(struct manifest_builder *b, uint32_t *inode,
-			 uint32_t *names, bool *any)
+			 uint32_t *names)
 {
-	*any = false;
 	for (size_t i = 0; i < b->n; i++) {
 		inode[i] = (uint32_t)i;
 		names[i] = 1;
 	}
 	for (size_t i = 0; i < b->n; i++) {
 		const struct bent *e = &b->ents[i];
-		const char *t = b->arena + e->target_off;
+		const char *t = bent_target(b, e);
 		uint32_t v;
 
 		if (!e->link)
@@ -386,7 +453,6 @@ static int links_resolve(struct manifest_builder *b, uint32_t *inode,
 		}
 		inode[i] = v - 1;
 		names[v - 1]++;
-		*any = true;
 	}
 	return 0;
 }
@@ -397,34 +463,187 @@ static int bent_name_cmp(const void *pa, const void *pb, void *arg)
 	const struct bent *x = &b->ents[*(const uint32_t *)pa];
 	const struct bent *y = &b->ents[*(const uint32_t *)pb];
 
-	return name_cmp(bent_path(b, x) + x->name_at, x->path_len - x->name_at,
-			bent_path(b, y) + y->name_at, y->path_len - y->name_at);
+	return name_cmp(bent_path(b, x) + bent_name_at(x), x->name_len,
+			bent_path(b, y) + bent_name_at(y), y->name_len);
 }
 
-int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
-			    void **bufp, size_t *lenp)
+/* ---- output: front to back, into memory or a file, parts hashed on the way ---- */
+
+#define OUT_BUF		(1u << 20)
+
+struct mf_out {
+	int fd;			/* -1: into mem */
+	uint8_t *mem;		/* the manifest so far (memory), or the write buffer */
+	size_t cap;
+	uint64_t pos;		/* bytes produced */
+	uint64_t flushed;	/* file: bytes written to fd */
+	int err;
+	/* the part being hashed */
+	uint32_t shift;
+	uint64_t fill;		/* bytes in the current part; 0 between sections too */
+	XXH3_state_t st;
+	uint64_t *table;	/* part hashes so far */
+	uint64_t np, tcap;
+};
+
+static int out_flush(struct mf_out *o)
 {
-	uint32_t *count = NULL, *start = NULL, *sorted = NULL, *order = NULL,
-		 *final = NULL, *inode = NULL, *names = NULL, *lowest = NULL;
-	uint64_t *chunk_first = NULL;
-	uint64_t strs_len = 0, total_bytes = 0, nids = 0;
-	uint64_t ent_off, chk_off, str_off, total;
-	uint32_t root, esize;
-	bool links;
+	size_t n = (size_t)(o->pos - o->flushed);
+	ssize_t w;
+
+	if (o->fd < 0 || o->err || !n)
+		return o->err;
+	w = pwrite_full(o->fd, o->mem, n, (off_t)o->flushed);
+	if (w != (ssize_t)n)
+		o->err = w < 0 ? (int)w : -EIO;
+	o->flushed = o->pos;
+	return o->err;
+}
+
+/* Append @len bytes (@p NULL: zeros). */
+static void out_put(struct mf_out *o, const void *p, size_t len)
+{
+	while (len && !o->err) {
+		size_t at, n;
+
+		if (o->fd < 0) {
+			if (o->pos + len > o->cap) {
+				size_t cap = o->cap;
+
+				if (grow((void **)&o->mem, &cap, (size_t)o->pos + len, 1)) {
+					o->err = -ENOMEM;
+					return;
+				}
+				o->cap = cap;
+			}
+			at = (size_t)o->pos;
+			n = len;
+		} else {
+			if (o->pos - o->flushed == OUT_BUF && out_flush(o))
+				return;
+			at = (size_t)(o->pos - o->flushed);
+			n = MIN(len, OUT_BUF - at);
+		}
+		if (p) {
+			memcpy(o->mem + at, p, n);
+			p = (const uint8_t *)p + n;
+		} else {
+			memset(o->mem + at, 0, n);
+		}
+		o->pos += n;
+		len -= n;
+	}
+}
+
+static void part_end(struct mf_out *o)
+{
+	if (o->np == o->tcap && grow((void **)&o->table, &o->tcap, o->np + 1,
+				    sizeof(*o->table))) {
+		o->err = -ENOMEM;
+		return;
+	}
+	o->table[o->np++] = XXH3_64bits_digest(&o->st);
+	XXH3_64bits_reset(&o->st);
+	o->fill = 0;
+}
+
+/* Append @len bytes (@p NULL: zeros) to the section being written. */
+static void sec_put(struct mf_out *o, const void *p, size_t len)
+{
+	static const uint8_t zeros[4096];
+	uint64_t psize = 1ull << o->shift;
+
+	while (len && !o->err) {
+		size_t n = (size_t)MIN((uint64_t)len, psize - o->fill);
+
+		if (!p)
+			n = MIN(n, sizeof(zeros));
+		out_put(o, p, n);
+		XXH3_64bits_update(&o->st, p ? p : zeros, n);
+		o->fill += n;
+		if (p)
+			p = (const uint8_t *)p + n;
+		len -= n;
+		if (o->fill == psize)
+			part_end(o);
+	}
+}
+
+/* Zeros to the end of the current part, if one is begun. */
+static void sec_pad(struct mf_out *o)
+{
+	if (o->fill)
+		sec_put(o, NULL, (size_t)((1ull << o->shift) - o->fill));
+}
+
+/* End the section: its last, short part gets its hash. */
+static void sec_end(struct mf_out *o)
+{
+	if (o->fill)
+		part_end(o);
+}
+
+/* Start a section at a multiple of @align; returns its offset. */
+static uint64_t sec_begin(struct mf_out *o, uint64_t align)
+{
+	out_put(o, NULL, (size_t)((align - o->pos % align) % align));
+	o->fill = 0;
+	XXH3_64bits_reset(&o->st);
+	return o->pos;
+}
+
+/*
+ * Where the next string of @len bytes goes, from string offset *@soff: the
+ * start of the next part if it would cross a boundary.  Advances *@soff.
+ */
+static uint64_t str_place(uint64_t *soff, uint64_t len, uint32_t shift)
+{
+	uint64_t psize = 1ull << shift, at = *soff;
+
+	if (len && at / psize != (at + len - 1) / psize)
+		at = (at / psize + 1) * psize;
+	*soff = at + len;
+	return at;
+}
+
+/* The sort of a finish: who comes where, and each directory's children. */
+struct layout {
+	size_t n;
+	uint32_t *count;	/* children of each entry */
+	uint32_t *start;	/* where they are in sorted; after the BFS: the first's index */
+	uint32_t *sorted, *order, *final;
+	uint32_t *inode, *names, *lowest;	/* NULL without hard links */
+};
+
+static void layout_release(struct layout *l)
+{
+	free(l->count);
+	free(l->start);
+	free(l->sorted);
+	free(l->order);
+	free(l->final);
+	free(l->inode);
+	free(l->names);
+	free(l->lowest);
+}
+
+static uint32_t lay_inode(const struct layout *l, size_t i)
+{
+	return l->inode ? l->inode[i] : (uint32_t)i;
+}
+
+/* Parents, hard links, the breadth-first order.  Frees the path index. */
+static int layout_make(struct manifest_builder *b, struct layout *l)
+{
+	uint32_t root;
 	size_t slot, n;
-	uint8_t *buf = NULL, *ents, *chk;
-	char *strs;
 	int rc;
 
-	*bufp = NULL;
-	*lenp = 0;
-
+	memset(l, 0, sizeof(*l));
 	/* the root, implicitly */
-	if (b->n + 1 > b->nslots / 2) {
-		rc = slots_grow(b);
-		if (rc)
-			return rc;
-	}
+	rc = slots_room(b);
+	if (rc)
+		return rc;
 	slot = slot_find(b, "", 0);
 	if (!b->slots[slot]) {
 		struct sfs_attr ra = { .mode = S_IFDIR | 0755 };
@@ -435,25 +654,21 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 		slot = slot_find(b, "", 0);
 	}
 	root = b->slots[slot] - 1;
-	n = b->n;
+	n = l->n = b->n;
 
-	rc = -ENOMEM;
-	count = calloc(n + 1, sizeof(*count));
-	start = calloc(n + 1, sizeof(*start));
-	sorted = malloc(n * sizeof(*sorted));
-	order = malloc(n * sizeof(*order));
-	final = malloc(n * sizeof(*final));
-	inode = malloc(n * sizeof(*inode));
-	names = malloc(n * sizeof(*names));
-	lowest = malloc(n * sizeof(*lowest));
-	chunk_first = malloc(n * sizeof(*chunk_first));
-	if (!count || !start || !sorted || !order || !final || !inode ||
-	    !names || !lowest || !chunk_first)
-		goto out;
-	rc = links_resolve(b, inode, names, &links);
-	if (rc)
-		goto out;
-	rc = -ENOMEM;
+	if (b->nlinks) {
+		l->inode = malloc(n * sizeof(*l->inode));
+		l->names = malloc(n * sizeof(*l->names));
+		l->lowest = malloc(n * sizeof(*l->lowest));
+		if (!l->inode || !l->names || !l->lowest)
+			return -ENOMEM;
+		rc = links_resolve(b, l->inode, l->names);
+		if (rc)
+			return rc;
+	}
+	l->count = calloc(n + 1, sizeof(*l->count));
+	if (!l->count)
+		return -ENOMEM;
 
 	/* parents */
 	for (size_t i = 0; i < n; i++) {
@@ -465,201 +680,338 @@ int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
 			e->parent = root;
 			continue;
 		}
-		plen = e->name_at ? e->name_at - 1 : 0;
+		plen = bent_name_at(e) ? bent_name_at(e) - 1 : 0;
 		v = b->slots[slot_find(b, bent_path(b, e), plen)];
 		if (!v) {
 			log_err("manifest: '%s' has no parent directory '%.*s'",
 				bent_path(b, e), (int)plen, bent_path(b, e));
-			rc = -ENOENT;
-			goto out;
+			return -ENOENT;
 		}
 		if (!S_ISDIR(b->ents[v - 1].mode)) {
 			log_err("manifest: '%s' is under '%.*s', which is not a directory",
 				bent_path(b, e), (int)plen, bent_path(b, e));
-			rc = -ENOTDIR;
-			goto out;
+			return -ENOTDIR;
 		}
 		e->parent = v - 1;
-		count[e->parent]++;
+		l->count[e->parent]++;
 	}
+	/* the path index has done its work: its memory goes to the sort */
+	free(b->slots);
+	b->slots = NULL;
+	b->nslots = 0;
 
+	l->start = calloc(n + 1, sizeof(*l->start));
+	l->sorted = malloc(n * sizeof(*l->sorted));
+	if (!l->start || !l->sorted)
+		return -ENOMEM;
 	/* counting sort by parent, then by name inside each parent */
 	for (size_t i = 0, s = 0; i < n; i++) {
-		start[i] = (uint32_t)s;
-		s += count[i];
+		l->start[i] = (uint32_t)s;
+		s += l->count[i];
 	}
-	memset(count, 0, (n + 1) * sizeof(*count));
+	memset(l->count, 0, (n + 1) * sizeof(*l->count));
 	for (size_t i = 0; i < n; i++) {
 		uint32_t p = b->ents[i].parent;
 
 		if (i == root)
 			continue;
-		sorted[start[p] + count[p]++] = (uint32_t)i;
+		l->sorted[l->start[p] + l->count[p]++] = (uint32_t)i;
 	}
 	for (size_t i = 0; i < n; i++)
-		if (count[i] > 1)
-			qsort_r(sorted + start[i], count[i], sizeof(*sorted),
+		if (l->count[i] > 1)
+			qsort_r(l->sorted + l->start[i], l->count[i], sizeof(*l->sorted),
 				bent_name_cmp, b);
 
-	/* breadth-first: each directory's children get consecutive indexes */
+	l->order = malloc(n * sizeof(*l->order));
+	if (!l->order)
+		return -ENOMEM;
+	/*
+	 * Breadth-first: each directory's children get consecutive indexes;
+	 * start[d] becomes the index of d's first child, so the sort's output
+	 * can go before final[] is allocated (the peak stays at four arrays).
+	 */
 	{
 		size_t head = 0, tail = 0;
 
-		order[tail++] = root;
+		l->order[tail++] = root;
 		while (head < tail) {
-			uint32_t d = order[head++];
+			uint32_t d = l->order[head++];
+			uint32_t s = l->start[d];
 
-			for (uint32_t k = 0; k < count[d]; k++)
-				order[tail++] = sorted[start[d] + k];
+			l->start[d] = (uint32_t)tail;
+			for (uint32_t k = 0; k < l->count[d]; k++)
+				l->order[tail++] = l->sorted[s + k];
 		}
-		if (tail != n) {	/* cannot happen: every entry has a parent chain */
-			rc = -EIO;
-			goto out;
-		}
+		if (tail != n)	/* cannot happen: every entry has a parent chain */
+			return -EIO;
 	}
+	free(l->sorted);
+	l->sorted = NULL;
+	l->final = malloc(n * sizeof(*l->final));
+	if (!l->final)
+		return -ENOMEM;
 	for (size_t i = 0; i < n; i++)
-		final[order[i]] = (uint32_t)i;
+		l->final[l->order[i]] = (uint32_t)i;
 	/* the first name of a file in entry order holds its inode */
-	for (size_t i = 0; i < n; i++)
-		lowest[i] = UINT32_MAX;
-	for (size_t i = 0; i < n; i++)
-		lowest[inode[i]] = MIN(lowest[inode[i]], final[i]);
+	if (l->inode) {
+		for (size_t i = 0; i < n; i++)
+			l->lowest[i] = UINT32_MAX;
+		for (size_t i = 0; i < n; i++)
+			l->lowest[l->inode[i]] = MIN(l->lowest[l->inode[i]], l->final[i]);
+	}
+	return 0;
+}
 
-	for (size_t i = 0; i < n; i++) {
-		const struct bent *e = &b->ents[i];
+/* Entry record @i (final order) into @p (@esize bytes, zeroed). */
+static void record_fill(const struct manifest_builder *b, const struct layout *l,
+			size_t i, uint32_t esize, uint64_t name_off,
+			uint64_t target_off, uint8_t *p)
+{
+	/* @e gives the name and parent, @f (its file) the rest */
+	const struct bent *e = &b->ents[l->order[i]];
+	uint32_t fi = lay_inode(l, l->order[i]);
+	const struct bent *f = &b->ents[fi];
+	uint32_t nlen = e->name_len;
+	uint32_t nlink = f->nlink, cnt = 0;
+	uint64_t first = 0;
+	struct sfs_id content = { 0, 0 };
 
-		strs_len += e->path_len - e->name_at;
+	switch (e->mode & S_IFMT) {
+	case S_IFDIR:
+		cnt = l->count[l->order[i]];
+		first = cnt ? l->start[l->order[i]] : 0;
+		if (!nlink) {
+			nlink = 2;
+			for (uint32_t k = 0; k < cnt; k++)
+				if (S_ISDIR(b->ents[l->order[first + k]].mode))
+					nlink++;
+		}
+		break;
+	case S_IFREG:
+		cnt = bent_nchunks(b, f);
+		first = f->chunk_at;
+		if (l->names && l->names[fi] > 1)
+			nlink = MAX(nlink, l->names[fi]);
+		if (l->lowest && esize >= MF_ENTRY_SIZE_LINKS && l->lowest[fi] != i)
+			st32(p + E_INODE, l->lowest[fi]);
+		if (f->content == CONTENT_GIVEN)
+			content = b->cids[fi];
+		else if (f->content == CONTENT_CHUNKS)
+			manifest_content_id(f->size, b->ids + f->chunk_at, cnt, &content);
+		break;
+	case S_IFLNK:
+		cnt = e->target_len;
+		first = target_off;
+		break;
+	}
+	st32(p + E_MODE, f->mode);
+	st32(p + E_NLINK, nlink);
+	st32(p + E_UID, f->uid);
+	st32(p + E_GID, f->gid);
+	st64(p + E_SIZE, f->size);
+	for (int t = 0; t < 3; t++) {
+		st64(p + E_ATIME + 8 * t, (uint64_t)f->sec[t]);
+		st32(p + E_ATIME_NS + 4 * t, f->nsec[t]);
+	}
+	st32(p + E_PARENT, l->final[e->parent]);
+	st64(p + E_NAME_OFF, name_off);
+	st32(p + E_NAME_LEN, nlen);
+	st32(p + E_COUNT, cnt);
+	st64(p + E_FIRST, first);
+	st_id(p + E_CONTENT, &content);
+}
+
+/* Write the whole manifest through @o. */
+static int emit(struct manifest_builder *b, uint64_t version, struct mf_out *o)
+{
+	struct layout l;
+	uint64_t ent_off, ent_len, chk_off, str_off, str_len, tab_off;
+	uint64_t total_bytes = 0, soff, per, align;
+	uint8_t hdr[MF2_HEADER_SIZE], rec[MF_ENTRY_SIZE_LINKS];
+	uint32_t esize;
+	int rc;
+
+	rc = layout_make(b, &l);
+	if (rc)
+		goto out;
+	esize = b->nlinks ? MF_ENTRY_SIZE_LINKS : MF_ENTRY_SIZE;
+	per = mf2_per_part(esize, MF2_PART_SHIFT);
+	o->shift = MF2_PART_SHIFT;
+	/* page-aligned sections when big, so a part is whole pages of a mapping */
+	align = (uint64_t)l.n * esize > (1u << MF2_PART_SHIFT) ? 4096 : 8;
+
+	out_put(o, NULL, MF2_HEADER_SIZE);	/* written last */
+
+	/* entries, assigning string offsets as the string pass will place them */
+	ent_off = sec_begin(o, align);
+	soff = 0;
+	for (size_t i = 0; i < l.n && !o->err; i++) {
+		const struct bent *e = &b->ents[l.order[i]];
+		uint64_t name_off, target_off = 0;
+
+		if (i && i % per == 0)
+			sec_pad(o);
+		name_off = str_place(&soff, e->name_len, MF2_PART_SHIFT);
 		if (S_ISLNK(e->mode))
-			strs_len += e->target_len;
-		if (S_ISREG(e->mode) && !e->link) {
-			nids += e->nchunks;
+			target_off = str_place(&soff, e->target_len, MF2_PART_SHIFT);
+		if (S_ISREG(e->mode) && !e->link)
 			total_bytes += e->size;
+		memset(rec, 0, esize);
+		record_fill(b, &l, i, esize, name_off, target_off, rec);
+		sec_put(o, rec, esize);
+	}
+	sec_end(o);
+	ent_len = o->pos - ent_off;
+
+	/* chunk ids, as added: each file's run once, its links share it */
+	chk_off = sec_begin(o, align);
+	for (size_t j = 0; j < b->nids && !o->err; j++) {
+		uint8_t id[MF_ID_SIZE];
+
+		st_id(id, &b->ids[j]);
+		sec_put(o, id, MF_ID_SIZE);
+	}
+	sec_end(o);
+
+	/* names and targets, in the order the entry pass placed them */
+	str_off = sec_begin(o, align);
+	soff = 0;
+	for (size_t i = 0; i < l.n && !o->err; i++) {
+		const struct bent *e = &b->ents[l.order[i]];
+		uint32_t nlen = e->name_len;
+		uint64_t at = str_place(&soff, nlen, MF2_PART_SHIFT);
+
+		sec_put(o, NULL, (size_t)(at - (o->pos - str_off)));
+		sec_put(o, bent_path(b, e) + bent_name_at(e), nlen);
+		if (S_ISLNK(e->mode)) {
+			at = str_place(&soff, e->target_len, MF2_PART_SHIFT);
+			sec_put(o, NULL, (size_t)(at - (o->pos - str_off)));
+			sec_put(o, bent_target(b, e), e->target_len);
 		}
 	}
+	sec_end(o);
+	str_len = o->pos - str_off;
 
-	/* v1 records unless there are hard links, so old trees keep their bytes */
-	esize = links ? MF_ENTRY_SIZE_LINKS : MF_ENTRY_SIZE;
-	ent_off = MF_HEADER_SIZE;
-	chk_off = ent_off + (uint64_t)n * esize;
-	str_off = chk_off + nids * MF_ID_SIZE;
-	total = str_off + strs_len;
-	if (total > SIZE_MAX) {
-		rc = -EFBIG;
+	/* the part table */
+	tab_off = sec_begin(o, 8);
+	for (uint64_t p = 0; p < o->np && !o->err; p++) {
+		uint8_t v[8];
+
+		st64(v, o->table[p]);
+		out_put(o, v, 8);
+	}
+	rc = o->err;
+	if (rc)
+		goto out;
+	if (ent_len != mf2_ent_len(l.n, esize, MF2_PART_SHIFT)) {	/* cannot happen */
+		rc = -EIO;
 		goto out;
 	}
-	buf = calloc(1, total);
-	if (!buf)
-		goto out;
-	ents = buf + ent_off;
-	chk = buf + chk_off;
-	strs = (char *)buf + str_off;
 
+	memset(hdr, 0, sizeof(hdr));
+	memcpy(hdr + H_MAGIC, MF_MAGIC, 8);
+	st32(hdr + H_FORMAT, MF_FORMAT_VERSION);
+	st32(hdr + H_HDRSIZE, MF2_HEADER_SIZE);
+	st32(hdr + H_INCOMPAT, 0);
+	st32(hdr + H_COMPAT, b->nlinks ? MF_COMPAT_HARDLINKS : 0);
+	st32(hdr + H_CHUNKSIZE, b->chunk_size);
+	st32(hdr + H_ENTSIZE, esize);
+	st64(hdr + H_VERSION, version);
+	st64(hdr + H_NENTRIES, l.n);
+	st64(hdr + H_NCHUNKS, b->nids);
+	st64(hdr + H_BYTES, total_bytes);
+	st32(hdr + H2_PARTSHIFT, MF2_PART_SHIFT);
+	st64(hdr + H2_ENT_OFF, ent_off);
+	st64(hdr + H2_ENT_LEN, ent_len);
+	st64(hdr + H2_CHK_OFF, chk_off);
+	st64(hdr + H2_CHK_LEN, (uint64_t)b->nids * MF_ID_SIZE);
+	st64(hdr + H2_STR_OFF, str_off);
+	st64(hdr + H2_STR_LEN, str_len);
+	st64(hdr + H2_TAB_OFF, tab_off);
+	st64(hdr + H2_NPARTS, o->np);
 	{
-		uint64_t soff = 0, coff = 0;
+		/* the table as stored (little-endian) */
+		XXH3_state_t st;
 
-		/* each file's chunk run once, in entry order; its links share it */
-		for (size_t i = 0; i < n; i++) {
-			const struct bent *e = &b->ents[order[i]];
+		XXH3_64bits_reset(&st);
+		for (uint64_t p = 0; p < o->np; p++) {
+			uint8_t v[8];
 
-			if (!S_ISREG(e->mode) || e->link)
-				continue;
-			chunk_first[order[i]] = coff;
-			for (uint32_t k = 0; k < e->nchunks; k++)
-				st_id(chk + (coff + k) * MF_ID_SIZE,
-				      &b->ids[e->chunk_at + k]);
-			coff += e->nchunks;
+			st64(v, o->table[p]);
+			XXH3_64bits_update(&st, v, 8);
 		}
-
-		for (size_t i = 0; i < n; i++) {
-			/* @e gives the name and parent, @f (its file) the rest */
-			const struct bent *e = &b->ents[order[i]];
-			uint32_t fi = inode[order[i]];
-			const struct bent *f = &b->ents[fi];
-			uint8_t *p = ents + i * esize;
-			uint32_t nlen = e->path_len - e->name_at;
-			uint32_t nlink = f->nlink, cnt = 0;
-			uint64_t first = 0;
-
-			switch (e->mode & S_IFMT) {
-			case S_IFDIR:
-				cnt = count[order[i]];
-				first = cnt ? final[sorted[start[order[i]]]] : 0;
-				if (!nlink) {
-					nlink = 2;
-					for (uint32_t k = 0; k < cnt; k++)
-						if (S_ISDIR(b->ents[sorted[start[order[i]] + k]].mode))
-							nlink++;
-				}
-				break;
-			case S_IFREG:
-				cnt = f->nchunks;
-				first = chunk_first[fi];
-				if (names[fi] > 1)
-					nlink = MAX(nlink, names[fi]);
-				if (esize >= MF_ENTRY_SIZE_LINKS && lowest[fi] != i)
-					st32(p + E_INODE, lowest[fi]);
-				break;
-			case S_IFLNK:
-				cnt = e->target_len;
-				first = soff;
-				memcpy(strs + soff, b->arena + e->target_off, cnt);
-				soff += cnt;
-				break;
-			}
-			st32(p + E_MODE, f->mode);
-			st32(p + E_NLINK, nlink);
-			st32(p + E_UID, f->uid);
-			st32(p + E_GID, f->gid);
-			st64(p + E_SIZE, f->size);
-			for (int t = 0; t < 3; t++) {
-				st64(p + E_ATIME + 8 * t, (uint64_t)f->sec[t]);
-				st32(p + E_ATIME_NS + 4 * t, f->nsec[t]);
-			}
-			st32(p + E_PARENT, final[e->parent]);
-			st64(p + E_NAME_OFF, soff);
-			st32(p + E_NAME_LEN, nlen);
-			memcpy(strs + soff, bent_path(b, e) + e->name_at, nlen);
-			soff += nlen;
-			st32(p + E_COUNT, cnt);
-			st64(p + E_FIRST, first);
-			st_id(p + E_CONTENT, &f->content);
-		}
+		st64(hdr + H2_TAB_SUM, XXH3_64bits_digest(&st));
 	}
+	st64(hdr + H_HDRSUM, XXH3_64bits(hdr, MF2_HEADER_SIZE));
+	if (o->fd < 0) {
+		memcpy(o->mem, hdr, sizeof(hdr));
+	} else {
+		ssize_t w;
 
-	memcpy(buf + H_MAGIC, MF_MAGIC, 8);
-	st32(buf + H_FORMAT, MF_FORMAT_VERSION);
-	st32(buf + H_HDRSIZE, MF_HEADER_SIZE);
-	st32(buf + H_INCOMPAT, 0);
-	st32(buf + H_COMPAT, links ? MF_COMPAT_HARDLINKS : 0);
-	st32(buf + H_CHUNKSIZE, b->chunk_size);
-	st32(buf + H_ENTSIZE, esize);
-	st64(buf + H_VERSION, version);
-	st64(buf + H_NENTRIES, n);
-	st64(buf + H_NCHUNKS, nids);
-	st64(buf + H_BYTES, total_bytes);
-	st64(buf + H_ENT_OFF, ent_off);
-	st64(buf + H_ENT_LEN, (uint64_t)n * esize);
-	st64(buf + H_ENT_SUM, XXH3_64bits(buf + ent_off, (uint64_t)n * esize));
-	st64(buf + H_CHK_OFF, chk_off);
-	st64(buf + H_CHK_LEN, nids * MF_ID_SIZE);
-	st64(buf + H_CHK_SUM, XXH3_64bits(buf + chk_off, nids * MF_ID_SIZE));
-	st64(buf + H_STR_OFF, str_off);
-	st64(buf + H_STR_LEN, strs_len);
-	st64(buf + H_STR_SUM, XXH3_64bits(buf + str_off, strs_len));
-	st64(buf + H_HDRSUM, XXH3_64bits(buf, MF_HEADER_SIZE));
-
-	*bufp = buf;
-	*lenp = total;
-	rc = 0;
+		rc = out_flush(o);
+		if (rc)
+			goto out;
+		w = pwrite_full(o->fd, hdr, sizeof(hdr), 0);
+		if (w != (ssize_t)sizeof(hdr))
+			rc = w < 0 ? (int)w : -EIO;
+	}
 out:
-	free(count);
-	free(start);
-	free(sorted);
-	free(order);
-	free(final);
-	free(inode);
-	free(names);
-	free(lowest);
-	free(chunk_first);
+	layout_release(&l);
 	return rc;
+}
+
+int manifest_builder_finish(struct manifest_builder *b, uint64_t version,
+			    void **bufp, size_t *lenp)
+{
+	struct mf_out o = { .fd = -1 };
+	int rc;
+
+	*bufp = NULL;
+	*lenp = 0;
+	rc = emit(b, version, &o);
+	free(o.table);
+	if (rc) {
+		free(o.mem);
+		return rc;
+	}
+	*bufp = o.mem;
+	*lenp = (size_t)o.pos;
+	return 0;
+}
+
+int manifest_builder_write(struct manifest_builder *b, uint64_t version,
+			   int fd, uint64_t *lenp)
+{
+	struct mf_out o = { .fd = fd };
+	int rc;
+
+	*lenp = 0;
+	o.mem = malloc(OUT_BUF);
+	if (!o.mem)
+		return -ENOMEM;
+	o.cap = OUT_BUF;
+	rc = emit(b, version, &o);
+	free(o.table);
+	free(o.mem);
+	if (!rc)
+		*lenp = o.pos;
+	return rc;
+}
+
+int manifest_file_set_version(int fd, uint64_t version)
+{
+	uint8_t hdr[MF2_HEADER_SIZE];
+	ssize_t n = pread_full(fd, hdr, sizeof(hdr), 0);
+
+	if (n < 0)
+		return (int)n;
+	if (n != (ssize_t)sizeof(hdr) || memcmp(hdr + H_MAGIC, MF_MAGIC, 8) ||
+	    ld32(hdr + H_FORMAT) != MF_FORMAT_VERSION ||
+	    ld32(hdr + H_HDRSIZE) != MF2_HEADER_SIZE)
+		return -EINVAL;
+	st64(hdr + H_VERSION, version);
+	st64(hdr + H_HDRSUM, 0);
+	st64(hdr + H_HDRSUM, XXH3_64bits(hdr, sizeof(hdr)));
+	n = pwrite_full(fd, hdr, sizeof(hdr), 0);
+	return n < 0 ? (int)n : n == (ssize_t)sizeof(hdr) ? 0 : -EIO;
 }

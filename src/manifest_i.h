@@ -3,14 +3,24 @@
  * (manifest_read.c) and the builder (manifest_build.c) and seen by nobody
  * else.  docs/manifest.md has the byte layout in full.
  *
- * A serialized manifest is a fixed header, a table of fixed-size
- * little-endian entry records, a table of 16-byte chunk ids and a string
- * table.  Entries are in breadth-first order from the root, and each
+ * Format 2 (what the builder writes): a fixed header, then three sections
+ * cut into parts of 2^part_shift bytes (64 KiB): the entry table (fixed-size
+ * little-endian records, a whole number of them per part, the part's tail
+ * zero), the chunk table (16-byte ids) and the string table (names and
+ * symlink targets, none crossing a part boundary), then the part table:
+ * one XXH3-64 per part.  The header has an XXH3-64 of its own and one of
+ * the part table; a reader checks those two at open and each part the
+ * first time it touches it, so opening costs the same at 10 entries and
+ * at 10 M.
+ *
+ * Format 1 (read only): the same header fields up to the section table,
+ * whole sections with one XXH3-64 each, checked at open.
+ *
+ * Both: entries are in breadth-first order from the root, and each
  * directory's children are one contiguous run sorted bytewise by name
- * (name_cmp()).  Every section has an XXH3-64 checksum in the header, and
- * the header one of its own.  A v1 record is MF_ENTRY_SIZE bytes, or
- * MF_ENTRY_SIZE_LINKS when some entries share an inode (hard links);
- * readers accept larger records and headers up to MF_HEADER_MAX.
+ * (name_cmp()).  A record is MF_ENTRY_SIZE bytes, or MF_ENTRY_SIZE_LINKS
+ * when some entries share an inode (hard links); readers accept larger
+ * records and headers up to MF_HEADER_MAX.
  */
 #ifndef STAGEFS_MANIFEST_I_H
 #define STAGEFS_MANIFEST_I_H
@@ -23,8 +33,13 @@
 #include <string.h>
 
 #define MF_MAGIC		"SFSMANIF"
-#define MF_FORMAT_VERSION	1u
-#define MF_HEADER_SIZE		160u	/* what v1 writers emit */
+#define MF_FORMAT_VERSION	2u	/* what the builder writes */
+#define MF_FORMAT_V1		1u	/* still read: whole sections */
+#define MF_HEADER_SIZE		160u	/* what v1 writers emitted */
+#define MF2_HEADER_SIZE		256u	/* what v2 writers emit */
+#define MF2_PART_SHIFT		16u	/* 64 KiB parts */
+#define MF2_PART_SHIFT_MIN	12u	/* readers accept 4 KiB .. 1 MiB */
+#define MF2_PART_SHIFT_MAX	20u
 #define MF_HEADER_MAX		4096u	/* larger headers are rejected */
 #define MF_ENTRY_SIZE		104u	/* v1 record; readers accept larger */
 #define MF_ENTRY_SIZE_LINKS	112u	/* v1 record + inode field (hard links) */
@@ -60,6 +75,22 @@ enum {
 	H_STR_LEN = 128,
 	H_STR_SUM = 136,
 	/* 144..159 reserved, written as zero */
+};
+
+/* format 2 header field offsets (0..71 as in format 1) */
+enum {
+	H2_PARTSHIFT = 72,	/* u32: parts of 2^shift bytes */
+	/* 76: u32 reserved, zero */
+	H2_ENT_OFF = 80,
+	H2_ENT_LEN = 88,
+	H2_CHK_OFF = 96,
+	H2_CHK_LEN = 104,
+	H2_STR_OFF = 112,
+	H2_STR_LEN = 120,
+	H2_TAB_OFF = 128,	/* the part table: nparts XXH3-64s */
+	H2_NPARTS = 136,
+	H2_TAB_SUM = 144,	/* XXH3-64 of the part table */
+	/* 152..255 reserved, written as zero */
 };
 
 /* entry record field offsets */
@@ -155,5 +186,32 @@ static inline int name_cmp(const char *a, size_t alen, const char *b, size_t ble
 		return c;
 	return alen < blen ? -1 : alen > blen;
 }
+
+/* Parts a section of @len bytes is cut into. */
+static inline uint64_t mf2_nparts(uint64_t len, uint32_t shift)
+{
+	return (len + (1ull << shift) - 1) >> shift;
+}
+
+/* Records of @esize bytes in one part of 2^@shift bytes. */
+static inline uint64_t mf2_per_part(uint32_t esize, uint32_t shift)
+{
+	return (1ull << shift) / esize;
+}
+
+/* Length of an entry table of @n records (@n >= 1), each part full but the last. */
+static inline uint64_t mf2_ent_len(uint64_t n, uint32_t esize, uint32_t shift)
+{
+	uint64_t per = mf2_per_part(esize, shift);
+
+	return ((n - 1) / per << shift) + ((n - 1) % per + 1) * esize;
+}
+
+/*
+ * Recompute every checksum of the manifest in @b (format 1 or 2) where the
+ * header's offsets allow, as a hostile writer would: for the unit tests and
+ * the fuzz harness, which want damage to reach the accessors.
+ */
+void manifest_reseal(uint8_t *b, size_t len);
 
 #endif

@@ -1,6 +1,7 @@
 /*
  * manifest_read: open a serialized manifest and answer lookups on its
- * bytes (manifest.h: manifest_open() and the accessors).
+ * bytes (manifest.h: manifest_open(), manifest_open_file() and the
+ * accessors).
  *
  * Design.  The format (manifest_i.h, docs/manifest.md) keeps each
  * directory's children one name-sorted run, so:
@@ -9,9 +10,19 @@
  *   - readdir is a linear walk of the run, in a stable order;
  *   - every non-root entry's parent has a smaller index and every directory's
  *     first child a larger one, so parent walks strictly descend and end.
- * Opening validates the header, the section bounds and XXH3-64 checksums of
- * the header and of each section; it never parses the entries, so a
- * 10 M-entry manifest opens in the time it takes to hash it (~20 GB/s).
+ * The bytes are used where they lie: a malloc'ed buffer (manifest_open) or
+ * a read-only shared mapping of a file (manifest_open_file), so every mount
+ * of one file shares its page cache and the daemon holds no copy.
+ *
+ * Verification.  Opening a format 2 manifest checks the header, its
+ * checksum, the section bounds against the file size and the checksum of
+ * the part table, and nothing else: constant time whatever the size.  Each
+ * part (64 KiB of one section) is hashed the first time an accessor reads
+ * from it; a part that matches gets its bit in m->ok and is never hashed
+ * again, one that does not gets its bit in m->bad, is logged once (dataset,
+ * version, part, section) and gives -EIO to every access, now and later.
+ * Bytes of an unverified or bad part are never decoded.  Format 1
+ * manifests are verified whole at open, as they always were.
  *
  * Guarantees.  The checksums catch accidental damage; they are no defence
  * against a crafted manifest with valid checksums, so every accessor decodes
@@ -19,37 +30,55 @@
  * and length against the section it points into, the name rules ('/', NUL,
  * "." and ".." never appear) and the ordering invariants above, and returns
  * -EIO on anything inconsistent.  Nothing here reads outside the buffer.
- * A manifest is immutable once opened, so all readers are thread safe
- * without locks.
+ * A manifest is immutable once opened (the part bitmaps only ever gain
+ * bits, with atomic ORs), so all readers are thread safe without locks.
+ *
+ * A mapped file must not be truncated while it is open (the reader would
+ * take SIGBUS): the backends keep theirs in the cache directory, written
+ * once under a temporary name and renamed, never changed in place.
  */
 #include "manifest_i.h"
 
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 struct manifest {
-	uint8_t *buf;
+	const uint8_t *base;	/* the whole manifest, @len bytes */
 	size_t len;
+	void *owned;		/* manifest_open(): free()d at close */
+	void *map;		/* manifest_open_file(): munmap()ed at close */
+	uint32_t format;
 	uint32_t chunk_size;
 	uint32_t entry_size;
 	uint64_t version;
 	uint64_t nentries;
 	uint64_t nchunks;
 	uint64_t bytes;
-	const uint8_t *ents;	/* nentries * entry_size */
-	const uint8_t *chunks;	/* nchunks * 16 */
-	const char *strs;
+	uint64_t ent_off, chk_off, str_off;	/* from base */
 	uint64_t strs_len;
+	/* format 2 */
+	uint32_t shift;		/* parts of 2^shift bytes */
+	uint64_t per_part;	/* entry records per part */
+	uint64_t ent_len, chk_len;
+	uint64_t chk_part0, str_part0, nparts;
+	const uint8_t *table;	/* nparts XXH3-64s */
+	_Atomic uint64_t *ok;	/* parts verified good, one bit each */
+	_Atomic uint64_t *bad;	/* parts that failed, logged once */
+	char name[128];		/* for logs: "pool/NAME", or "" */
 };
 
 /* One decoded, validated entry. */
@@ -69,23 +98,115 @@ struct ment {
 	uint32_t inode;		/* another name of entry @inode; 0: its own inode */
 };
 
-static bool str_in_range(const struct manifest *m, uint64_t off, uint64_t len)
+static const char *mname(const struct manifest *m)
 {
-	return off <= m->strs_len && len <= m->strs_len - off;
+	return m->name[0] ? m->name : "manifest";
+}
+
+static const char *part_section(const struct manifest *m, uint64_t p)
+{
+	return p < m->chk_part0 ? "entry table" :
+	       p < m->str_part0 ? "chunk table" : "string table";
+}
+
+/* Hash part @p against the part table; record and log the outcome. */
+static int part_verify(const struct manifest *m, uint64_t p)
+{
+	uint64_t soff, slen, k, off, len, want, bit = 1ull << (p % 64);
+
+	if (atomic_load_explicit(&m->bad[p / 64], memory_order_relaxed) & bit)
+		return -EIO;
+	if (p < m->chk_part0) {
+		soff = m->ent_off, slen = m->ent_len, k = p;
+	} else if (p < m->str_part0) {
+		soff = m->chk_off, slen = m->chk_len, k = p - m->chk_part0;
+	} else {
+		soff = m->str_off, slen = m->strs_len, k = p - m->str_part0;
+	}
+	off = k << m->shift;
+	len = MIN(slen - off, 1ull << m->shift);
+	want = ld64(m->table + p * 8);
+	if (m->map)
+		madvise((void *)((uintptr_t)(m->base + soff + off) & ~(uintptr_t)4095),
+			len + ((uintptr_t)(m->base + soff + off) & 4095), MADV_WILLNEED);
+	if (XXH3_64bits(m->base + soff + off, len) == want) {
+		atomic_fetch_or_explicit(&m->ok[p / 64], bit, memory_order_relaxed);
+		return 0;
+	}
+	if (!(atomic_fetch_or_explicit(&m->bad[p / 64], bit, memory_order_relaxed) & bit))
+		log_err("%s v%llu: part %llu of %llu (%s, bytes %llu..%llu of the manifest) fails its checksum: refusing it (republish, or remove the cached copy)",
+			mname(m), (unsigned long long)m->version,
+			(unsigned long long)p, (unsigned long long)m->nparts,
+			part_section(m, p), (unsigned long long)(soff + off),
+			(unsigned long long)(soff + off + len));
+	return -EIO;
+}
+
+/* 0 if part @p may be read (verified now or before), else -EIO. */
+static inline int part_ok(const struct manifest *m, uint64_t p)
+{
+	if (m->format == MF_FORMAT_V1)
+		return 0;
+	if (atomic_load_explicit(&m->ok[p / 64], memory_order_relaxed) & (1ull << (p % 64)))
+		return 0;
+	return part_verify(m, p);
+}
+
+/* Record @idx (< nentries), or NULL (-EIO) if its part is bad. */
+static const uint8_t *ent_ptr(const struct manifest *m, uint64_t idx)
+{
+	if (m->format == MF_FORMAT_V1)
+		return m->base + m->ent_off + idx * m->entry_size;
+	if (part_ok(m, idx / m->per_part))
+		return NULL;
+	return m->base + m->ent_off + ((idx / m->per_part) << m->shift) +
+	       (idx % m->per_part) * m->entry_size;
+}
+
+/* Chunk id @j (< nchunks) into @id; 0 or -EIO. */
+static int id_get(const struct manifest *m, uint64_t j, struct sfs_id *id)
+{
+	uint64_t off = j * MF_ID_SIZE;
+
+	if (m->format != MF_FORMAT_V1 && part_ok(m, m->chk_part0 + (off >> m->shift)))
+		return -EIO;
+	ld_id(m->base + m->chk_off + off, id);
+	return 0;
+}
+
+/*
+ * The @len bytes at @off of the string table, or NULL if they are out of
+ * range, cross a part boundary (format 2 writers never do that) or lie in a
+ * bad part.
+ */
+static const char *str_get(const struct manifest *m, uint64_t off, uint64_t len)
+{
+	if (off > m->strs_len || len > m->strs_len - off)
+		return NULL;
+	if (len && m->format != MF_FORMAT_V1) {
+		if (off >> m->shift != (off + len - 1) >> m->shift ||
+		    part_ok(m, m->str_part0 + (off >> m->shift)))
+			return NULL;
+	}
+	return (const char *)m->base + m->str_off + off;
 }
 
 /*
  * Decode entry @idx and check everything that can be checked locally.
- * Returns 0, -ENOENT for an index out of range, -EIO for a bad record.
+ * Returns 0, -ENOENT for an index out of range, -EIO for a bad record
+ * (logged) or a bad part (logged by part_verify).
  */
 static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 {
 	const uint8_t *p;
 	uint64_t name_off;
+	const char *tgt;
 
 	if (idx >= m->nentries)
 		return -ENOENT;
-	p = m->ents + idx * m->entry_size;
+	p = ent_ptr(m, idx);
+	if (!p)
+		return -EIO;
 	e->idx = (uint32_t)idx;
 	e->mode = ld32(p + E_MODE);
 	e->nlink = ld32(p + E_NLINK);
@@ -106,9 +227,9 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 	ld_id(p + E_CONTENT, &e->content);
 	e->inode = m->entry_size >= MF_ENTRY_SIZE_LINKS ? ld32(p + E_INODE) : 0;
 
-	if (!str_in_range(m, name_off, e->name_len))
+	e->name = str_get(m, name_off, e->name_len);
+	if (!e->name)
 		goto bad;
-	e->name = m->strs + name_off;
 	if (idx == 0) {
 		if (e->parent != 0 || e->name_len != 0 || !S_ISDIR(e->mode))
 			goto bad;
@@ -128,9 +249,10 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 			goto bad;
 		break;
 	case S_IFLNK:
-		if (e->count == 0 || e->count > MF_TARGET_MAX ||
-		    !str_in_range(m, e->first, e->count) ||
-		    memchr(m->strs + e->first, '\0', e->count))
+		if (e->count == 0 || e->count > MF_TARGET_MAX)
+			goto bad;
+		tgt = str_get(m, e->first, e->count);
+		if (!tgt || memchr(tgt, '\0', e->count))
 			goto bad;
 		break;
 	default:
@@ -141,8 +263,8 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 		goto bad;
 	return 0;
 bad:
-	log_err("manifest v%llu: entry %llu is corrupt",
-		(unsigned long long)m->version, (unsigned long long)idx);
+	log_err("%s v%llu: entry %llu is corrupt",
+		mname(m), (unsigned long long)m->version, (unsigned long long)idx);
 	return -EIO;
 }
 
@@ -162,7 +284,7 @@ static int ent_inode(const struct manifest *m, const struct ment *e,
 		return 0;
 	}
 	if (ent_load(m, inode, out) || !S_ISREG(out->mode) || out->inode) {
-		log_err("manifest v%llu: entry %u is a hard link to entry %u, which is not a file",
+		log_err("%s v%llu: entry %u is a hard link to entry %u, which is not a file", mname(m),
 			(unsigned long long)m->version, name_idx, inode);
 		return -EIO;
 	}
@@ -208,7 +330,7 @@ static int child_load(const struct manifest *m, const struct ment *dir,
 	if (rc)
 		return rc == -ENOENT ? -EIO : rc;
 	if (c->parent != dir->idx) {
-		log_err("manifest v%llu: entry %llu is listed under directory %u but names %u as parent",
+		log_err("%s v%llu: entry %llu is listed under directory %u but names %u as parent", mname(m),
 			(unsigned long long)m->version, (unsigned long long)idx,
 			dir->idx, c->parent);
 		return -EIO;
@@ -232,29 +354,126 @@ static int errmsg(char *err, size_t errlen, int rc, const char *fmt, ...)
 }
 
 /*
- * Check that section [off, off+len) lies in [lo, total) and hash it.
- * Returns 0 or -EINVAL with a message.
+ * Check that section [off, off+len) lies in [lo, total).  @sum: hash it
+ * too (format 1).  Returns 0 or -EINVAL with a message.
  */
 static int section_check(const uint8_t *buf, size_t total, uint64_t lo,
-			 uint64_t off, uint64_t len, uint64_t sum,
+			 uint64_t off, uint64_t len, const uint64_t *sum,
 			 const char *what, char *err, size_t errlen)
 {
 	if (off < lo || off > total)
 		return errmsg(err, errlen, -EINVAL, "%s starts outside the manifest", what);
 	if (len > total - off)
 		return errmsg(err, errlen, -EINVAL, "truncated %s", what);
-	if (XXH3_64bits(buf + off, len) != sum)
+	if (sum && XXH3_64bits(buf + off, len) != *sum)
 		return errmsg(err, errlen, -EINVAL, "%s checksum mismatch", what);
 	return 0;
 }
 
-int manifest_open(void *buf, size_t len, struct manifest **out,
-		  char *err, size_t errlen)
+/* Format 1: sections in order, each hashed whole. */
+static int open_v1(struct manifest *m, char *err, size_t errlen)
+{
+	const uint8_t *b = m->base;
+	uint64_t ent_len = ld64(b + H_ENT_LEN), chk_len = ld64(b + H_CHK_LEN);
+	uint64_t sum;
+	int rc;
+
+	m->ent_off = ld64(b + H_ENT_OFF);
+	m->chk_off = ld64(b + H_CHK_OFF);
+	m->str_off = ld64(b + H_STR_OFF);
+	m->strs_len = ld64(b + H_STR_LEN);
+	if (ent_len != m->nentries * m->entry_size)
+		return errmsg(err, errlen, -EINVAL, "entry table size does not match the entry count");
+	if (chk_len != m->nchunks * MF_ID_SIZE)
+		return errmsg(err, errlen, -EINVAL, "chunk table size does not match the chunk count");
+	sum = ld64(b + H_ENT_SUM);
+	rc = section_check(b, m->len, ld32(b + H_HDRSIZE), m->ent_off, ent_len,
+			   &sum, "entry table", err, errlen);
+	if (rc)
+		return rc;
+	sum = ld64(b + H_CHK_SUM);
+	rc = section_check(b, m->len, m->ent_off + ent_len, m->chk_off, chk_len,
+			   &sum, "chunk table", err, errlen);
+	if (rc)
+		return rc;
+	sum = ld64(b + H_STR_SUM);
+	return section_check(b, m->len, m->chk_off + chk_len, m->str_off,
+			     m->strs_len, &sum, "string table", err, errlen);
+}
+
+/* Format 2: sections and part table in order, the part table hashed. */
+static int open_v2(struct manifest *m, char *err, size_t errlen)
+{
+	const uint8_t *b = m->base;
+	uint64_t tab_off, tab_len, ent_parts, chk_parts, str_parts, words, sum;
+	int rc;
+
+	m->shift = ld32(b + H2_PARTSHIFT);
+	if (m->shift < MF2_PART_SHIFT_MIN || m->shift > MF2_PART_SHIFT_MAX ||
+	    (1u << m->shift) < m->entry_size)
+		return errmsg(err, errlen, -EINVAL, "bad part size 2^%u", m->shift);
+	m->per_part = mf2_per_part(m->entry_size, m->shift);
+	m->ent_off = ld64(b + H2_ENT_OFF);
+	m->ent_len = ld64(b + H2_ENT_LEN);
+	m->chk_off = ld64(b + H2_CHK_OFF);
+	m->chk_len = ld64(b + H2_CHK_LEN);
+	m->str_off = ld64(b + H2_STR_OFF);
+	m->strs_len = ld64(b + H2_STR_LEN);
+	tab_off = ld64(b + H2_TAB_OFF);
+	m->nparts = ld64(b + H2_NPARTS);
+	if (m->ent_len != mf2_ent_len(m->nentries, m->entry_size, m->shift))
+		return errmsg(err, errlen, -EINVAL, "entry table size does not match the entry count");
+	if (m->chk_len != m->nchunks * MF_ID_SIZE)
+		return errmsg(err, errlen, -EINVAL, "chunk table size does not match the chunk count");
+	ent_parts = mf2_nparts(m->ent_len, m->shift);
+	chk_parts = mf2_nparts(m->chk_len, m->shift);
+	str_parts = mf2_nparts(m->strs_len, m->shift);
+	if (m->nparts != ent_parts + chk_parts + str_parts)
+		return errmsg(err, errlen, -EINVAL, "part count does not match the sections");
+	m->chk_part0 = ent_parts;
+	m->str_part0 = ent_parts + chk_parts;
+	tab_len = m->nparts * 8;
+
+	rc = section_check(b, m->len, ld32(b + H_HDRSIZE), m->ent_off, m->ent_len,
+			   NULL, "entry table", err, errlen);
+	if (!rc)
+		rc = section_check(b, m->len, m->ent_off + m->ent_len, m->chk_off,
+				   m->chk_len, NULL, "chunk table", err, errlen);
+	if (!rc)
+		rc = section_check(b, m->len, m->chk_off + m->chk_len, m->str_off,
+				   m->strs_len, NULL, "string table", err, errlen);
+	sum = ld64(b + H2_TAB_SUM);
+	if (!rc)
+		rc = section_check(b, m->len, m->str_off + m->strs_len, tab_off,
+				   tab_len, &sum, "part table", err, errlen);
+	if (rc)
+		return rc;
+	m->table = b + tab_off;
+	words = (m->nparts + 63) / 64;
+	m->ok = calloc(words ? words : 1, sizeof(*m->ok));
+	m->bad = calloc(words ? words : 1, sizeof(*m->bad));
+	if (!m->ok || !m->bad)
+		return errmsg(err, errlen, -ENOMEM, "out of memory");
+	return 0;
+}
+
+static void manifest_free(struct manifest *m)
+{
+	free((void *)m->ok);
+	free((void *)m->bad);
+	free(m);
+}
+
+/*
+ * Check header and layout of the @len bytes at @b and make the manifest
+ * (not owning @b yet).  Returns 0 or -EINVAL/-ENOMEM with @err.
+ */
+static int open_bytes(const uint8_t *b, size_t len, struct manifest **out,
+		      char *err, size_t errlen)
 {
 	uint8_t hdr[MF_HEADER_MAX];
-	const uint8_t *b = buf;
 	uint32_t hsize, fmt, incompat, ent_size, chunk_size;
-	uint64_t nent, nchk, ent_off, ent_len, chk_off, chk_len, str_off, str_len;
+	uint64_t nent, nchk;
 	struct manifest *m;
 	struct ment root;
 	int rc;
@@ -264,12 +483,13 @@ int manifest_open(void *buf, size_t len, struct manifest **out,
 		return errmsg(err, errlen, -EINVAL,
 			      len < 8 ? "truncated header" : "bad magic (not a stagefs manifest)");
 	fmt = ld32(b + H_FORMAT);
-	if (fmt != MF_FORMAT_VERSION)
+	if (fmt != MF_FORMAT_VERSION && fmt != MF_FORMAT_V1)
 		return errmsg(err, errlen, -EINVAL,
-			      "unsupported manifest format version %u (this stagefs reads %u)",
+			      "unsupported manifest format version %u (this stagefs reads 1 and %u)",
 			      fmt, MF_FORMAT_VERSION);
 	hsize = ld32(b + H_HDRSIZE);
-	if (hsize < MF_HEADER_SIZE || hsize > MF_HEADER_MAX || hsize % 8)
+	if (hsize < (fmt == MF_FORMAT_V1 ? MF_HEADER_SIZE : MF2_HEADER_SIZE) ||
+	    hsize > MF_HEADER_MAX || hsize % 8)
 		return errmsg(err, errlen, -EINVAL, "bad header size %u", hsize);
 	if (len < hsize)
 		return errmsg(err, errlen, -EINVAL, "truncated header");
@@ -290,58 +510,83 @@ int manifest_open(void *buf, size_t len, struct manifest **out,
 	ent_size = ld32(b + H_ENTSIZE);
 	if (ent_size < MF_ENTRY_SIZE || ent_size > 4096 || ent_size % 8)
 		return errmsg(err, errlen, -EINVAL, "bad entry size %u", ent_size);
-
 	nent = ld64(b + H_NENTRIES);
 	nchk = ld64(b + H_NCHUNKS);
-	ent_off = ld64(b + H_ENT_OFF);
-	ent_len = ld64(b + H_ENT_LEN);
-	chk_off = ld64(b + H_CHK_OFF);
-	chk_len = ld64(b + H_CHK_LEN);
-	str_off = ld64(b + H_STR_OFF);
-	str_len = ld64(b + H_STR_LEN);
 	if (nent == 0 || nent > MF_MAX_ENTRIES)
 		return errmsg(err, errlen, -EINVAL, "bad entry count %llu",
 			      (unsigned long long)nent);
-	if (ent_len != nent * ent_size)
-		return errmsg(err, errlen, -EINVAL, "entry table size does not match the entry count");
-	if (nchk > UINT64_MAX / MF_ID_SIZE || chk_len != nchk * MF_ID_SIZE)
-		return errmsg(err, errlen, -EINVAL, "chunk table size does not match the chunk count");
-
-	/* sections in order, each after the previous one, all inside @len */
-	rc = section_check(b, len, hsize, ent_off, ent_len, ld64(b + H_ENT_SUM),
-			   "entry table", err, errlen);
-	if (rc)
-		return rc;
-	rc = section_check(b, len, ent_off + ent_len, chk_off, chk_len,
-			   ld64(b + H_CHK_SUM), "chunk table", err, errlen);
-	if (rc)
-		return rc;
-	rc = section_check(b, len, chk_off + chk_len, str_off, str_len,
-			   ld64(b + H_STR_SUM), "string table", err, errlen);
-	if (rc)
-		return rc;
+	if (nchk > UINT64_MAX / MF_ID_SIZE / 2)
+		return errmsg(err, errlen, -EINVAL, "bad chunk count");
 
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return errmsg(err, errlen, -ENOMEM, "out of memory");
-	m->buf = buf;
+	m->base = b;
 	m->len = len;
+	m->format = fmt;
 	m->chunk_size = chunk_size;
 	m->entry_size = ent_size;
 	m->version = ld64(b + H_VERSION);
 	m->nentries = nent;
 	m->nchunks = nchk;
 	m->bytes = ld64(b + H_BYTES);
-	m->ents = b + ent_off;
-	m->chunks = b + chk_off;
-	m->strs = (const char *)b + str_off;
-	m->strs_len = str_len;
-
+	rc = fmt == MF_FORMAT_V1 ? open_v1(m, err, errlen) : open_v2(m, err, errlen);
+	if (rc) {
+		manifest_free(m);
+		return rc;
+	}
 	if (ent_load(m, 0, &root)) {
-		free(m);
+		manifest_free(m);
 		return errmsg(err, errlen, -EINVAL, "root entry is not a valid directory");
 	}
 	*out = m;
+	return 0;
+}
+
+int manifest_open(void *buf, size_t len, struct manifest **out,
+		  char *err, size_t errlen)
+{
+	int rc = open_bytes(buf, len, out, err, errlen);
+
+	if (!rc)
+		(*out)->owned = buf;
+	return rc;
+}
+
+int manifest_open_file(const char *path, struct manifest **out,
+		       char *err, size_t errlen)
+{
+	struct stat st;
+	void *map;
+	int fd, rc;
+
+	*out = NULL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		return errmsg(err, errlen, rc, "%s: %s", path, strerror(-rc));
+	}
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		close(fd);
+		return errmsg(err, errlen, rc, "%s: %s", path, strerror(-rc));
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size < 16 || (uint64_t)st.st_size > SIZE_MAX) {
+		close(fd);
+		return errmsg(err, errlen, -EINVAL, "%s: %s", path,
+			      S_ISREG(st.st_mode) ? "truncated header" : "not a regular file");
+	}
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	rc = -errno;
+	close(fd);
+	if (map == MAP_FAILED)
+		return errmsg(err, errlen, rc, "%s: mmap: %s", path, strerror(-rc));
+	rc = open_bytes(map, (size_t)st.st_size, out, err, errlen);
+	if (rc) {
+		munmap(map, (size_t)st.st_size);
+		return rc;
+	}
+	(*out)->map = map;
 	return 0;
 }
 
@@ -349,8 +594,32 @@ void manifest_close(struct manifest *m)
 {
 	if (!m)
 		return;
-	free(m->buf);
-	free(m);
+	if (m->map)
+		munmap(m->map, m->len);
+	free(m->owned);
+	manifest_free(m);
+}
+
+void manifest_set_name(struct manifest *m, const char *name)
+{
+	snprintf(m->name, sizeof(m->name), "%s", name ? name : "");
+}
+
+uint32_t manifest_format(const struct manifest *m)
+{
+	return m->format;
+}
+
+int manifest_verify(struct manifest *m, uint64_t *bad_parts)
+{
+	uint64_t bad = 0;
+
+	for (uint64_t p = 0; m->format != MF_FORMAT_V1 && p < m->nparts; p++)
+		if (part_ok(m, p))
+			bad++;
+	if (bad_parts)
+		*bad_parts = bad;
+	return bad ? -EIO : 0;
 }
 
 uint32_t manifest_chunk_size(const struct manifest *m)
@@ -455,7 +724,7 @@ int manifest_readdir(const struct manifest *m, uint64_t ino, struct sfs_dirlist 
 			goto out_free;
 		/* strictly increasing names: no duplicates ever reach the kernel */
 		if (prev && name_cmp(prev, prev_len, c.name, c.name_len) >= 0) {
-			log_err("manifest v%llu: directory %u is not sorted",
+			log_err("%s v%llu: directory %u is not sorted", mname(m),
 				(unsigned long long)m->version, dir.idx);
 			rc = -EIO;
 			goto out_free;
@@ -493,7 +762,7 @@ int manifest_readlink(const struct manifest *m, uint64_t ino, char *buf, size_t 
 	if (!S_ISLNK(e.mode))
 		return -EINVAL;
 	n = MIN((size_t)e.count, size);
-	memcpy(buf, m->strs + e.first, n);
+	memcpy(buf, str_get(m, e.first, e.count), n);	/* checked by ent_load */
 	return (int)n;
 }
 
@@ -519,15 +788,14 @@ int manifest_chunk(const struct manifest *m, uint64_t ino, uint32_t idx,
 		return -EINVAL;
 	want = DIV_ROUND_UP(e.size, m->chunk_size);
 	if (e.count && e.count != want) {
-		log_err("manifest v%llu: entry %u has %u chunks for %llu bytes",
+		log_err("%s v%llu: entry %u has %u chunks for %llu bytes", mname(m),
 			(unsigned long long)m->version, e.idx, e.count,
 			(unsigned long long)e.size);
 		return -EIO;
 	}
 	if (idx >= e.count)
 		return -EINVAL;
-	ld_id(m->chunks + (e.first + idx) * MF_ID_SIZE, id);
-	return 0;
+	return id_get(m, e.first + idx, id);
 }
 
 uint64_t manifest_nids(const struct manifest *m)
@@ -537,11 +805,8 @@ uint64_t manifest_nids(const struct manifest *m)
 
 void manifest_id(const struct manifest *m, uint64_t i, struct sfs_id *id)
 {
-	if (i >= m->nchunks) {
+	if (i >= m->nchunks || id_get(m, i, id))
 		memset(id, 0, sizeof(*id));
-		return;
-	}
-	ld_id(m->chunks + i * MF_ID_SIZE, id);
 }
 
 int manifest_path(const struct manifest *m, uint64_t ino, char *buf, size_t size)
@@ -581,4 +846,57 @@ int manifest_path(const struct manifest *m, uint64_t ino, char *buf, size_t size
 	}
 	buf[len] = '\0';
 	return len > INT_MAX ? -ERANGE : (int)len;
+}
+
+void manifest_reseal(uint8_t *b, size_t len)
+{
+	static const int v1[3][3] = {
+		{ H_ENT_OFF, H_ENT_LEN, H_ENT_SUM },
+		{ H_CHK_OFF, H_CHK_LEN, H_CHK_SUM },
+		{ H_STR_OFF, H_STR_LEN, H_STR_SUM },
+	};
+	uint8_t hdr[MF_HEADER_MAX];
+	uint32_t hsize;
+
+	if (len < MF_HEADER_SIZE || memcmp(b + H_MAGIC, MF_MAGIC, 8))
+		return;
+	if (ld32(b + H_FORMAT) != MF_FORMAT_V1 && len < MF2_HEADER_SIZE)
+		return;
+	hsize = ld32(b + H_HDRSIZE);
+	if (hsize < MF_HEADER_SIZE || hsize > MF_HEADER_MAX || hsize > len)
+		return;
+	if (ld32(b + H_FORMAT) == MF_FORMAT_V1) {
+		for (int i = 0; i < 3; i++) {
+			uint64_t off = ld64(b + v1[i][0]), n = ld64(b + v1[i][1]);
+
+			if (off <= len && n <= len - off)
+				st64(b + v1[i][2], XXH3_64bits(b + off, n));
+		}
+	} else {
+		static const int v2[3][2] = {
+			{ H2_ENT_OFF, H2_ENT_LEN },
+			{ H2_CHK_OFF, H2_CHK_LEN },
+			{ H2_STR_OFF, H2_STR_LEN },
+		};
+		uint32_t shift = ld32(b + H2_PARTSHIFT);
+		uint64_t tab = ld64(b + H2_TAB_OFF), np = ld64(b + H2_NPARTS), p = 0;
+
+		if (shift < MF2_PART_SHIFT_MIN || shift > MF2_PART_SHIFT_MAX ||
+		    tab > len || np > (len - tab) / 8)
+			return;
+		for (int i = 0; i < 3; i++) {
+			uint64_t off = ld64(b + v2[i][0]), n = ld64(b + v2[i][1]);
+
+			if (off > len || n > len - off)
+				return;
+			for (uint64_t k = 0; k < mf2_nparts(n, shift) && p < np; k++, p++)
+				st64(b + tab + p * 8,
+				     XXH3_64bits(b + off + (k << shift),
+						 MIN(n - (k << shift), 1ull << shift)));
+		}
+		st64(b + H2_TAB_SUM, XXH3_64bits(b + tab, np * 8));
+	}
+	memcpy(hdr, b, hsize);
+	memset(hdr + H_HDRSUM, 0, 8);
+	st64(b + H_HDRSUM, XXH3_64bits(hdr, hsize));
 }

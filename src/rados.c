@@ -19,6 +19,8 @@
 /* aio pieces when reading or writing a large object */
 #define IO_PIECE		SFS_RADOS_PART_SIZE
 #define IO_INFLIGHT		4
+/* manifest copies: 4 MiB reads, IO_INFLIGHT of one object at a time */
+#define FETCH_PIECE		(4u * 1024 * 1024)
 
 void sfs_rados_opts_from_config(struct sfs_rados_opts *o,
 				const struct sfs_config *cfg)
@@ -336,19 +338,29 @@ int sfs_rados_latest(rados_ioctx_t io, const char *name, uint64_t *version)
  * Read [0, len) of @oid into @buf in IO_PIECE pieces, IO_INFLIGHT at a time.
  * Returns 0, -EIO if the object is shorter, or -errno.
  */
+static int read_pieces_of(rados_ioctx_t io, const char *oid, char *buf,
+			  size_t len, size_t piece);
+
 static int read_pieces(rados_ioctx_t io, const char *oid, char *buf, size_t len)
+{
+	return read_pieces_of(io, oid, buf, len, IO_PIECE);
+}
+
+/* The same in pieces of @piece bytes: several reads of one object in flight. */
+static int read_pieces_of(rados_ioctx_t io, const char *oid, char *buf,
+			  size_t len, size_t piece)
 {
 	rados_completion_t c[IO_INFLIGHT];
 	size_t want[IO_INFLIGHT];
-	size_t npieces = DIV_ROUND_UP(len, IO_PIECE), next = 0, done = 0;
+	size_t npieces = DIV_ROUND_UP(len, piece), next = 0, done = 0;
 	int rc = 0;
 
 	while (done < npieces) {
 		/* start pieces while there is room and no error */
 		while (!rc && next < npieces && next - done < IO_INFLIGHT) {
 			size_t k = next % IO_INFLIGHT;
-			uint64_t off = (uint64_t)next * IO_PIECE;
-			size_t n = MIN((size_t)IO_PIECE, len - off);
+			uint64_t off = (uint64_t)next * piece;
+			size_t n = MIN(piece, len - off);
 			int r;
 
 			rados_aio_create_completion2(NULL, NULL, &c[k]);
@@ -480,6 +492,94 @@ int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
 	return 0;
 }
 
+int sfs_rados_manifest_fetch(rados_ioctx_t io, const char *name,
+			     uint64_t version, int fd, uint64_t *lenp,
+			     char *err, size_t errlen)
+{
+	char oid[SFS_RADOS_OID_MAX], poid[SFS_RADOS_OID_MAX];
+	uint64_t nparts, size, osize;
+	time_t mtime;
+	char *buf;
+	int rc;
+
+	*lenp = 0;
+	sfs_rados_manifest_oid(name, version, oid);
+	rc = rados_stat(io, oid, &osize, &mtime);
+	if (rc == -ENOENT) {
+		snprintf(err, errlen, "%s@%" PRIu64 " does not exist (no object %s)",
+			 name, version, oid);
+		return rc;
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
+		return rc;
+	}
+	if (osize > SFS_RADOS_PART_SIZE) {
+		snprintf(err, errlen, "%s: bad manifest head object", oid);
+		return -EIO;
+	}
+	buf = malloc(MAX(osize, (uint64_t)1));
+	if (!buf) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = read_pieces_of(io, oid, buf, (size_t)osize, FETCH_PIECE);
+	if (rc) {
+		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
+		goto out_free;
+	}
+	if (osize < 6 || memcmp(buf, "parts ", 6)) {
+		/* a one-object manifest */
+		ssize_t w = pwrite_full(fd, buf, (size_t)osize, 0);
+
+		if (w != (ssize_t)osize) {
+			rc = w < 0 ? (int)w : -EIO;
+			snprintf(err, errlen, "cannot write the manifest copy: %s", strerror(-rc));
+			goto out_free;
+		}
+		*lenp = osize;
+		goto out_free;
+	}
+	rc = parse_head(buf, (size_t)osize, &nparts, &size);
+	free(buf);
+	if (rc) {
+		snprintf(err, errlen, "%s: bad manifest head object", oid);
+		return -EIO;
+	}
+	/* one part at a time: the daemon never holds more than 32 MiB of it */
+	buf = malloc(SFS_RADOS_PART_SIZE);
+	if (!buf) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < nparts; i++) {
+		uint64_t off = i * SFS_RADOS_PART_SIZE;
+		size_t n = (size_t)MIN((uint64_t)SFS_RADOS_PART_SIZE, size - off);
+		ssize_t w;
+
+		sfs_rados_part_oid(name, version, i, poid);
+		rc = read_pieces_of(io, poid, buf, n, FETCH_PIECE);
+		if (rc) {
+			snprintf(err, errlen, "cannot read manifest part %s: %s%s", poid,
+				 strerror(-rc),
+				 rc == -ENOENT || rc == -EIO ?
+				 " (publish still running or interrupted?)" : "");
+			rc = rc == -ENOENT ? -EIO : rc;
+			goto out_free;
+		}
+		w = pwrite_full(fd, buf, n, (off_t)off);
+		if (w != (ssize_t)n) {
+			rc = w < 0 ? (int)w : -EIO;
+			snprintf(err, errlen, "cannot write the manifest copy: %s", strerror(-rc));
+			goto out_free;
+		}
+	}
+	*lenp = size;
+out_free:
+	free(buf);
+	return rc;
+}
+
 /* Exclusive create of @oid holding @buf. */
 static int create_excl(rados_ioctx_t io, const char *oid, const void *buf,
 		       size_t len)
@@ -575,6 +675,69 @@ int sfs_rados_manifest_write(rados_ioctx_t io, const char *name,
 		return rc;
 	}
 	return write_parts(io, name, version, buf, len, err, errlen);
+}
+
+int sfs_rados_manifest_write_fd(rados_ioctx_t io, const char *name,
+				 uint64_t version, int fd, uint64_t len,
+				 char *err, size_t errlen)
+{
+	char oid[SFS_RADOS_OID_MAX], head[64];
+	uint64_t nparts = DIV_ROUND_UP(len, SFS_RADOS_PART_SIZE);
+	char *buf;
+	int rc = 0;
+
+	buf = malloc((size_t)MIN(MAX(len, (uint64_t)1), (uint64_t)SFS_RADOS_PART_SIZE));
+	if (!buf) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	sfs_rados_manifest_oid(name, version, oid);
+	if (len <= SFS_RADOS_PART_SIZE) {
+		ssize_t r = pread_full(fd, buf, (size_t)len, 0);
+
+		if (r != (ssize_t)len) {
+			rc = r < 0 ? (int)r : -EIO;
+			snprintf(err, errlen, "cannot read the manifest back: %s", strerror(-rc));
+		} else {
+			rc = create_excl(io, oid, buf, (size_t)len);
+			if (rc < 0 && rc != -EEXIST)
+				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-rc));
+		}
+		free(buf);
+		return rc;
+	}
+	/* claim the version first: only the claimer ever writes these parts */
+	snprintf(head, sizeof(head), "parts %" PRIu64 " %" PRIu64 "\n", nparts, len);
+	rc = create_excl(io, oid, head, strlen(head));
+	if (rc < 0 && rc != -EEXIST)
+		snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-rc));
+	/* one part at a time from the file: never more than 32 MiB in memory */
+	for (uint64_t i = 0; !rc && i < nparts; i++) {
+		uint64_t off = i * SFS_RADOS_PART_SIZE;
+		size_t n = (size_t)MIN((uint64_t)SFS_RADOS_PART_SIZE, len - off);
+		ssize_t r = pread_full(fd, buf, n, (off_t)off);
+		rados_write_op_t op;
+
+		sfs_rados_part_oid(name, version, i, oid);
+		if (r != (ssize_t)n) {
+			rc = r < 0 ? (int)r : -EIO;
+			snprintf(err, errlen, "cannot read the manifest back: %s", strerror(-rc));
+			break;
+		}
+		op = rados_create_write_op();
+		if (!op) {
+			rc = -ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			break;
+		}
+		sfs_rados_write_immutable(op, buf, n);
+		rc = rados_write_op_operate(op, io, oid, NULL, 0);
+		rados_release_write_op(op);
+		if (rc < 0)
+			snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-rc));
+	}
+	free(buf);
+	return rc;
 }
 
 int sfs_rados_set_latest(rados_ioctx_t io, const char *name, uint64_t version,

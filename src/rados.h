@@ -169,6 +169,16 @@ int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
 			    char *err, size_t errlen);
 
 /*
+ * Copy the serialized manifest of @name@@version into @fd (a regular file,
+ * written from offset 0 with pwrite), one object at a time, so that no more
+ * than one 32 MiB part is ever in memory.  *@len: its size.  Not validated.
+ * Errors as sfs_rados_manifest_read().
+ */
+int sfs_rados_manifest_fetch(rados_ioctx_t io, const char *name,
+			     uint64_t version, int fd, uint64_t *len,
+			     char *err, size_t errlen);
+
+/*
  * Store a serialized manifest as @name@@version, claiming the version with an
  * exclusive create: returns -EEXIST if someone else has it.  Larger than
  * SFS_RADOS_PART_SIZE: the head is claimed first, then the parts written.
@@ -176,6 +186,14 @@ int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
 int sfs_rados_manifest_write(rados_ioctx_t io, const char *name,
 			     uint64_t version, const void *buf, size_t len,
 			     char *err, size_t errlen);
+
+/*
+ * The same, the manifest being the first @len bytes of file @fd (read with
+ * pread, one 32 MiB part at a time: for a builder that streamed it there).
+ */
+int sfs_rados_manifest_write_fd(rados_ioctx_t io, const char *name,
+				 uint64_t version, int fd, uint64_t len,
+				 char *err, size_t errlen);
 
 /*
  * Point @name at @version unless it already points at a newer one (then

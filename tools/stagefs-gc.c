@@ -372,6 +372,17 @@ static int mark_version(struct gc *g, const struct mobj *m)
 		if (rc)
 			free(buf);
 	}
+	if (!rc) {
+		uint64_t bad;
+
+		/* a bad part's ids would read as zero: marking must see them all */
+		rc = manifest_verify(mf, &bad);
+		if (rc) {
+			snprintf(msg, sizeof(msg), "%" PRIu64 " bad part(s) in the manifest (checksum mismatch)",
+				 bad);
+			manifest_close(mf);
+		}
+	}
 	if (rc) {
 		/* being written by a publish (a split manifest): its chunks are young */
 		sfs_rados_manifest_oid(m->name, m->version, oid);

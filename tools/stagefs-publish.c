@@ -5,9 +5,14 @@
  * Design.  One thread walks DIR (never following symlinks; symlinks are
  * stored as symlinks; other file types are skipped with a warning), reads
  * each regular file in chunk_size pieces into one of -j slots, and names
- * each piece by XXH3-128 of its bytes.  For a chunk not seen earlier in this
- * run it starts an aio stat of sfs.chunk.<id>; if the object is missing (or
- * has the wrong size) it starts an aio write_full of it; if it is there but
+ * each piece by XXH3-128 of its bytes.  A small chunk (up to
+ * WRITE_FIRST_MAX: small files) is written at once with an aio op that
+ * creates sfs.chunk.<id> exclusively: a new chunk costs one round trip, as
+ * an object of `rados bench write` does, and the OSD's -EEXIST tells a
+ * chunk already stored (by an earlier publish, or earlier in this tree),
+ * which then goes the stat way below.  A larger chunk not seen earlier in
+ * this run (a set of ids) gets an aio stat first; if the object is missing
+ * (or has the wrong size) it starts an aio write_full of it; if it is there but
  * older than SFS_RADOS_FRESHEN_S, it sets the object's sfs.seen xattr, which
  * renews its mtime, so `stagefs gc` leaves it alone until the manifest that
  * names it is written (docs/gc.md).  Up to -j chunks
@@ -16,7 +21,8 @@
  * whenever it needs a free slot.  Chunk objects are content-addressed and
  * shared by all datasets in the pool, so an unchanged tree uploads nothing.
  *
- * When every chunk is stored, the manifest is built and written as
+ * When every chunk is stored, the manifest is built (streamed into an
+ * unlinked temporary file, so its bytes are never all in memory) and written as
  * sfs.manifest.NAME.V with an exclusive create: V is one more than the
  * current sfs.dataset.NAME, and on -EEXIST (a concurrent publish took V) the
  * next V is tried.  Last, sfs.dataset.NAME is pointed at V unless a newer
@@ -44,6 +50,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,7 +63,14 @@
 #define DEFAULT_JOBS	16
 #define DEFAULT_TIMEOUT	30000
 
-enum slot_state { SLOT_FREE, SLOT_STAT, SLOT_FRESHEN, SLOT_WRITE };
+enum slot_state { SLOT_FREE, SLOT_CREATE, SLOT_STAT, SLOT_FRESHEN, SLOT_WRITE };
+
+/*
+ * Chunks up to this size are written first and asked about after (one
+ * round trip when new, as `rados bench write` does); larger ones are asked
+ * about first, so an unchanged tree of big files uploads nothing.
+ */
+#define WRITE_FIRST_MAX	(128 * 1024)
 
 /* One chunk in flight; its buffer is allocated with the publisher. */
 struct slot {
@@ -100,6 +114,7 @@ struct pub {
 	uint64_t files, dirs, symlinks, hardlinks, skipped;
 	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks, fresh_chunks;
 	uint64_t t0, last_progress;
+	uint64_t t0_wall;	/* wall_s() at the start: objects newer are this run's */
 	bool tty;
 	size_t manifest_len;
 	uint64_t version;
@@ -249,6 +264,20 @@ static void slot_start_write(struct pub *p, struct slot *s)
 }
 
 /*
+ * A small chunk: store it unless the object exists (exclusive create and
+ * write in one op).  New: done in one round trip.  -EEXIST: the object is
+ * there, and the stat path decides whether it needs freshening or fixing.
+ */
+static void slot_start_create(struct pub *p, struct slot *s)
+{
+	if (!slot_new_op(p, s))
+		return;
+	rados_write_op_create(s->op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+	sfs_rados_write_immutable(s->op, s->buf, s->len);
+	slot_operate(p, s, SLOT_CREATE, "write");
+}
+
+/*
  * The chunk is stored but its mtime is old: set its sfs.seen xattr, which
  * makes the mtime now, so that a concurrent `stagefs gc` (which spares
  * chunks younger than its grace period) cannot remove it before the
@@ -291,6 +320,24 @@ static void slot_done(struct pub *p, struct slot *s)
 	if (s->op) {
 		rados_release_write_op(s->op);
 		s->op = NULL;
+	}
+	if (s->state == SLOT_CREATE) {
+		if (rc == -EEXIST) {
+			if (!p->failed)
+				slot_start_stat(p, s);
+			else
+				slot_free(p, s);
+			return;
+		}
+		s->state = SLOT_WRITE;	/* its outcome counts as a write's */
+	}
+	if (s->state == SLOT_STAT && rc == 0 && s->osize == s->len &&
+	    (uint64_t)s->omtime >= p->t0_wall) {
+		/* stored during this run: a chunk repeated in the tree (or
+		 * stored by a publish running beside this one) */
+		p->dup_chunks++;
+		slot_free(p, s);
+		return;
 	}
 	if (s->state == SLOT_STAT && rc == 0 && s->osize == s->len &&
 	    (uint64_t)s->omtime + SFS_RADOS_FRESHEN_S < wall_s()) {
@@ -448,6 +495,13 @@ static int publish_file(struct pub *p, int dirfd, const char *name,
 		sfs_id_of(s->buf, len, &ids[k]);
 		p->bytes += len;
 		p->chunks++;
+		if (len <= WRITE_FIRST_MAX) {
+			/* no set of ids seen: the OSD says -EEXIST for a repeat */
+			sfs_rados_chunk_oid(&ids[k], s->oid);
+			slot_start_create(p, s);
+			progress(p, false);
+			continue;
+		}
 		added = idset_add(&p->seen, &ids[k]);
 		if (added < 0) {
 			slot_free(p, s);
@@ -652,40 +706,75 @@ static int walk(struct pub *p, int fd, char *rel, size_t rlen)
 
 /* ---- the manifest ---- */
 
+/*
+ * A file for the manifest, gone when closed: in $TMPDIR (else /var/tmp), so
+ * that the builder streams it there instead of holding it in memory.
+ */
+static int manifest_tmpfile(void)
+{
+	const char *dir = getenv("TMPDIR");
+	char path[PATH_MAX];
+	int fd;
+
+	if (!dir || !*dir)
+		dir = "/var/tmp";
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != ENOENT))
+		return fd < 0 ? -errno : fd;
+	snprintf(path, sizeof(path), "%s/stagefs-publish.XXXXXX", dir);
+	fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	return fd;
+}
+
 static int store_manifest(struct pub *p)
 {
-	uint64_t latest = 0;
+	uint64_t latest = 0, len;
 	char err[512];
 	bool newer;
-	int rc;
+	int rc, fd;
 
 	rc = sfs_rados_latest(p->io, p->name, &latest);
 	if (rc && rc != -ENOENT) {
 		fail(p, "cannot read sfs.dataset.%s: %s", p->name, strerror(-rc));
 		return -1;
 	}
+	fd = manifest_tmpfile();
+	if (fd < 0) {
+		fail(p, "cannot create a temporary file for the manifest: %s", strerror(-fd));
+		return -1;
+	}
+	rc = manifest_builder_write(p->mb, latest + 1, fd, &len);
+	if (rc) {
+		fail(p, "cannot build the manifest: %s", strerror(-rc));
+		close(fd);
+		return -1;
+	}
+	/* the tree is in the file now: the upload's buffers get its memory */
+	manifest_builder_destroy(p->mb);
+	p->mb = NULL;
 	/* claim latest+1, or the next free version if a concurrent publish won */
 	for (uint64_t v = latest + 1; v < latest + 1000; v++) {
-		void *buf;
-		size_t len;
-
-		rc = manifest_builder_finish(p->mb, v, &buf, &len);
-		if (rc) {
-			fail(p, "cannot build the manifest: %s", strerror(-rc));
+		if (v > latest + 1 && (rc = manifest_file_set_version(fd, v))) {
+			fail(p, "cannot write the manifest: %s", strerror(-rc));
+			close(fd);
 			return -1;
 		}
-		rc = sfs_rados_manifest_write(p->io, p->name, v, buf, len, err, sizeof(err));
-		free(buf);
+		rc = sfs_rados_manifest_write_fd(p->io, p->name, v, fd, len, err, sizeof(err));
 		if (rc == -EEXIST)
 			continue;
 		if (rc) {
 			fail(p, "%s", err);
+			close(fd);
 			return -1;
 		}
 		p->version = v;
-		p->manifest_len = len;
+		p->manifest_len = (size_t)len;
 		break;
 	}
+	close(fd);
 	if (!p->version) {
 		fail(p, "could not claim a version of %s after 1000 tries", p->name);
 		return -1;
@@ -846,6 +935,12 @@ int main(int argc, char **argv)
 	struct stat st;
 	int dirfd, rc = 1;
 
+	/*
+	 * Big arrays (the builder's) always in their own mappings: glibc
+	 * otherwise raises the threshold as they grow and the old copies of
+	 * each doubling stay resident in the heap (up to twice the peak).
+	 */
+	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 	parse_args(&p, argc, argv);
 	p.tty = isatty(STDERR_FILENO);
 	pthread_mutex_init(&p.lock, NULL);
@@ -884,6 +979,7 @@ int main(int argc, char **argv)
 	}
 
 	p.t0 = now_ns();
+	p.t0_wall = wall_s();
 	p.last_progress = p.t0;
 	attr_from_stat(&st, &a);
 	rc = manifest_builder_add(p.mb, "", &a, NULL, NULL, 0);

@@ -9,11 +9,12 @@
  * accessor, entry by entry (the first MAX_WALK of them), and ASan/UBSan
  * check each read.  The seeds are real manifests (tests/fuzz/mkseeds.sh).
  *
- * The XXH3 checksums of the header and sections would stop almost every
- * mutation at manifest_open(), and they are no defence against a crafted
- * manifest anyway: so each input is tried twice, as it is and with its
- * checksums made right (fix_sums), which lets the fuzzer reach the
- * decoders behind them.
+ * The XXH3 checksums of the header, the part table and the parts (format
+ * 2; the sections in format 1) would stop almost every mutation at
+ * manifest_open() or at a part's first touch, and they are no defence
+ * against a crafted manifest anyway: so each input is tried twice, as it is
+ * and with its checksums made right (fix_sums), which lets the fuzzer reach
+ * the decoders behind them.  manifest_verify() runs on each opened one too.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -69,31 +70,10 @@ static void walk(const struct manifest *m)
 	}
 }
 
-/* Store the right checksums of the sections and header of @b, where they fit. */
+/* Store the right checksums of the header, sections and parts of @b, where they fit. */
 static void fix_sums(uint8_t *b, size_t len)
 {
-	static const int sect[3][3] = {
-		{ H_ENT_OFF, H_ENT_LEN, H_ENT_SUM },
-		{ H_CHK_OFF, H_CHK_LEN, H_CHK_SUM },
-		{ H_STR_OFF, H_STR_LEN, H_STR_SUM },
-	};
-	uint8_t hdr[MF_HEADER_MAX];
-	uint32_t hsize;
-
-	if (len < MF_HEADER_SIZE || memcmp(b + H_MAGIC, MF_MAGIC, 8))
-		return;
-	hsize = ld32(b + H_HDRSIZE);
-	if (hsize < MF_HEADER_SIZE || hsize > MF_HEADER_MAX || hsize > len)
-		return;
-	for (int i = 0; i < 3; i++) {
-		uint64_t off = ld64(b + sect[i][0]), n = ld64(b + sect[i][1]);
-
-		if (off <= len && n <= len - off)
-			st64(b + sect[i][2], XXH3_64bits(b + off, n));
-	}
-	memcpy(hdr, b, hsize);
-	memset(hdr + H_HDRSUM, 0, 8);
-	st64(b + H_HDRSUM, XXH3_64bits(hdr, hsize));
+	manifest_reseal(b, len);
 }
 
 /* Open @size bytes of @data (a copy exactly that long), walk it, close it. */
@@ -113,6 +93,7 @@ static void try_open(const uint8_t *data, size_t size, bool fix)
 		return;
 	}
 	walk(m);
+	(void)manifest_verify(m, NULL);
 	manifest_close(m);
 }
 

@@ -1,8 +1,11 @@
 /*
  * test_manifest: manifest build/open round trip, lookups, readdir order,
  * paths, totals, hard links (one inode, several names; what an old reader
- * sees; hostile link fields), truncation and byte-flip fuzzing, and a
- * 1 M-entry open.
+ * sees; hostile link fields), truncation and byte-flip fuzzing, a 1 M-entry
+ * open; the paged format: a damaged part found only when touched and
+ * refused, the rest still served; files mapped with manifest_open_file()
+ * (truncated ones refused at open), the streaming writer, and format 1
+ * manifests still read.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,11 +18,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "manifest.h"
+#include "manifest_i.h"
 #include "util.h"
+
+#include "manifest_v1.h"	/* a format 1 manifest, as the old builder wrote it */
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -413,7 +421,7 @@ static void test_links(void **state)
 	free(buf);
 
 	build_links(&buf, &len);
-	assert_int_equal(hdr32(buf, 8), 1);	/* format version unchanged */
+	assert_int_equal(hdr32(buf, 8), MF_FORMAT_VERSION);	/* no new version for links */
 	assert_int_equal(hdr32(buf, 36), 112);	/* entry size: + inode field */
 	assert_int_equal(hdr32(buf, 28), 1);	/* compat flag: hard links */
 	assert_int_equal(hdr32(buf, 24), 0);	/* nothing incompatible */
@@ -482,7 +490,7 @@ static void test_links(void **state)
 	 */
 	build_links(&buf, &len);
 	{
-		uint64_t eoff = hdr64(buf, 72), n = hdr64(buf, 48);
+		uint64_t eoff = hdr64(buf, H2_ENT_OFF), n = hdr64(buf, 48);
 
 		for (uint64_t i = 0; i < n; i++)
 			memset((uint8_t *)buf + eoff + i * 112 + 104, 0, 4);
@@ -513,8 +521,8 @@ static void bad_link(const char *name, uint32_t to)
 	int hit = 0;
 
 	build_links((void **)&b, &len);
-	eoff = hdr64(b, 72);
-	soff = hdr64(b, 120);
+	eoff = hdr64(b, H2_ENT_OFF);
+	soff = hdr64(b, H2_STR_OFF);
 	n = hdr64(b, 48);
 	for (uint64_t i = 0; i < n; i++) {
 		uint8_t *p = b + eoff + i * 112;
@@ -631,33 +639,7 @@ static void test_truncation(void **state)
 /* Recompute every checksum, as a hostile writer would. */
 static void reseal(uint8_t *b, size_t len)
 {
-	static const size_t sec[3] = { 72, 96, 120 };
-	uint32_t hsize;
-	uint64_t v;
-	uint8_t hdr[4096];
-
-	if (len < 160)
-		return;
-	for (int i = 0; i < 3; i++) {
-		uint64_t off, slen;
-
-		memcpy(&off, b + sec[i], 8);
-		memcpy(&slen, b + sec[i] + 8, 8);
-		off = le64toh(off);
-		slen = le64toh(slen);
-		if (off > len || slen > len - off)
-			continue;
-		v = htole64(XXH3_64bits(b + off, slen));
-		memcpy(b + sec[i] + 16, &v, 8);
-	}
-	memcpy(&hsize, b + 12, 4);
-	hsize = le32toh(hsize);
-	if (hsize > len || hsize > sizeof(hdr))
-		return;
-	memcpy(hdr, b, hsize);
-	memset(hdr + 16, 0, 8);
-	v = htole64(XXH3_64bits(hdr, hsize));
-	memcpy(b + 16, &v, 8);
+	manifest_reseal(b, len);
 }
 
 /* Touch everything reachable through the accessors. */
@@ -715,7 +697,7 @@ static void fuzz(void (*build)(void **, size_t *), unsigned seed)
 
 			/* bias toward the header and the entry table */
 			if (rand_r(&seed) % 2)
-				at %= MIN(len, (size_t)160 + 12 * 112);
+				at %= MIN(len, (size_t)MF2_HEADER_SIZE + 12 * 112);
 			copy[at] ^= (uint8_t)(1u << (rand_r(&seed) % 8));
 			if (rand_r(&seed) % 4 == 0)
 				copy[at] = (uint8_t)rand_r(&seed);
@@ -788,6 +770,293 @@ static void test_big(void **state)
 	manifest_close(m);
 }
 
+/* Format 1 manifests (published before format 2) are still read. */
+static void test_v1(void **state)
+{
+	struct manifest *m;
+	struct sfs_attr a, f1;
+	struct sfs_dirlist dl;
+	struct sfs_id id;
+	char buf[64];
+	void *copy = malloc(sizeof(manifest_v1_small));
+
+	memcpy(copy, manifest_v1_small, sizeof(manifest_v1_small));
+	assert_int_equal(manifest_open(copy, sizeof(manifest_v1_small), &m, buf,
+				       sizeof(buf)), 0);
+	assert_int_equal(manifest_format(m), 1);
+	assert_int_equal(manifest_version(m), 7);
+	assert_int_equal(manifest_verify(m, NULL), 0);
+	assert_int_equal(manifest_getattr(m, ino_of(m, "a/b/f1"), &f1), 0);
+	assert_int_equal(f1.size, 3 * CHUNK + 1);
+	assert_int_equal(f1.nlink, 2);
+	assert_int_equal(ino_of(m, "a/twin"), f1.ino);
+	assert_int_equal(manifest_chunk(m, f1.ino, 3, &id), 0);
+	assert_true(id.hi == 0x1111000000000001ULL && id.lo == 4);
+	assert_int_equal(manifest_readlink(m, ino_of(m, "link"), buf, sizeof(buf)), 6);
+	assert_memory_equal(buf, "a/b/f1", 6);
+	assert_int_equal(manifest_readdir(m, SFS_ROOT_INO, &dl), 0);
+	assert_int_equal(dl.n, 5);	/* a empty file with space link zero */
+	sfs_dirlist_release(&dl);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "nope", &a), -ENOENT);
+	manifest_close(m);
+
+	/* damage is still found at open, as format 1 always was */
+	copy = malloc(sizeof(manifest_v1_small));
+	memcpy(copy, manifest_v1_small, sizeof(manifest_v1_small));
+	((uint8_t *)copy)[sizeof(manifest_v1_small) - 1] ^= 1;
+	assert_int_equal(manifest_open(copy, sizeof(manifest_v1_small), &m, buf,
+				       sizeof(buf)), -EINVAL);
+	assert_string_equal(buf, "string table checksum mismatch");
+	free(copy);
+}
+
+#define PG_DIRS		40
+#define PG_PER		500
+
+/* 20,000 files in 40 directories: many parts of every section. */
+static void build_paged(void **buf, size_t *len)
+{
+	struct manifest_builder *b = manifest_builder_create(CHUNK);
+	struct sfs_attr d = mkattr(S_IFDIR | 0755, 0);
+	struct sfs_attr l = mkattr(S_IFLNK | 0777, 0);
+	char path[64], tgt[64];
+
+	for (int i = 0; i < PG_DIRS; i++) {
+		snprintf(path, sizeof(path), "dir%02d", i);
+		assert_int_equal(manifest_builder_add(b, path, &d, NULL, NULL, 0), 0);
+		for (int j = 0; j < PG_PER; j++) {
+			snprintf(path, sizeof(path), "dir%02d/file-with-a-longish-name-%05d", i, j);
+			add_file(b, path, 1 + (uint64_t)j * 1000, (uint32_t)(i * PG_PER + j));
+		}
+		snprintf(path, sizeof(path), "dir%02d/sym", i);
+		snprintf(tgt, sizeof(tgt), "file-with-a-longish-name-%05d", i);
+		assert_int_equal(manifest_builder_add(b, path, &l, tgt, NULL, 0), 0);
+	}
+	assert_int_equal(manifest_builder_finish(b, 9, buf, len), 0);
+	manifest_builder_destroy(b);
+}
+
+/* Byte offset of part @p of @m's bytes @b (format 2), and its length. */
+static uint64_t part_at(const uint8_t *b, uint64_t p, uint64_t *plen)
+{
+	uint32_t shift = hdr32(b, H2_PARTSHIFT);
+	uint64_t esize = hdr32(b, H_ENTSIZE), n = hdr64(b, H_NENTRIES);
+	uint64_t sec[3][2] = {
+		{ hdr64(b, H2_ENT_OFF), mf2_ent_len(n, (uint32_t)esize, shift) },
+		{ hdr64(b, H2_CHK_OFF), hdr64(b, H2_CHK_LEN) },
+		{ hdr64(b, H2_STR_OFF), hdr64(b, H2_STR_LEN) },
+	};
+
+	for (int i = 0; i < 3; i++) {
+		uint64_t np = mf2_nparts(sec[i][1], shift);
+
+		if (p < np) {
+			*plen = MIN(sec[i][1] - (p << shift), 1ull << shift);
+			return sec[i][0] + (p << shift);
+		}
+		p -= np;
+	}
+	fail();
+	return 0;
+}
+
+/*
+ * A damaged part is found when an access first touches it, that access and
+ * every later one touching it fail with EIO, and everything else is served.
+ */
+static void test_paged_corrupt(void **state)
+{
+	struct manifest *m;
+	struct sfs_attr a;
+	struct sfs_dirlist dl;
+	struct sfs_id id;
+	uint8_t *buf;
+	size_t len;
+	uint64_t plen, off, nparts, epp, chk0, str0, bad, d7, d30, ino;
+	char path[64], err[128];
+
+	build_paged((void **)&buf, &len);
+	nparts = hdr64(buf, H2_NPARTS);
+	epp = mf2_per_part(hdr32(buf, H_ENTSIZE), hdr32(buf, H2_PARTSHIFT));
+	chk0 = mf2_nparts(mf2_ent_len(hdr64(buf, H_NENTRIES), hdr32(buf, H_ENTSIZE),
+				      hdr32(buf, H2_PARTSHIFT)), hdr32(buf, H2_PARTSHIFT));
+	str0 = chk0 + mf2_nparts(hdr64(buf, H2_CHK_LEN), hdr32(buf, H2_PARTSHIFT));
+	print_message("paged: %zu bytes, %llu parts (%llu entry, %llu chunk, %llu string)\n",
+		      len, (unsigned long long)nparts, (unsigned long long)chk0,
+		      (unsigned long long)(str0 - chk0), (unsigned long long)(nparts - str0));
+	assert_true(chk0 >= 20 && str0 - chk0 >= 4 && nparts - str0 >= 10);
+
+	/* intact: every entry reachable, verify finds nothing */
+	assert_int_equal(manifest_open(buf, len, &m, err, sizeof(err)), 0);
+	assert_int_equal(manifest_format(m), 2);
+	for (int i = 0; i < PG_DIRS; i += 13) {
+		snprintf(path, sizeof(path), "dir%02d/file-with-a-longish-name-%05d", i, PG_PER - 1);
+		assert_int_not_equal(ino_of(m, path), 0);
+	}
+	assert_int_equal(manifest_verify(m, &bad), 0);
+	assert_int_equal(bad, 0);
+	manifest_close(m);
+
+	/* damage entry part 10 (in the middle of some directory's run) */
+	build_paged((void **)&buf, &len);
+	off = part_at(buf, 10, &plen);
+	buf[off + plen / 2] ^= 0x40;
+	log_level = LOG_CRIT;
+	assert_int_equal(manifest_open(buf, len, &m, err, sizeof(err)), 0);
+	/* the entries of part 10 are indexes [10 * epp, 11 * epp): find whose */
+	ino = 10 * epp + epp / 2 + 1;
+	assert_int_equal(manifest_getattr(m, ino, &a), -EIO);
+	assert_int_equal(manifest_getattr(m, ino, &a), -EIO);	/* and again */
+	assert_int_equal(manifest_getattr(m, ino - epp, &a), 0);	/* part 9 */
+	assert_int_equal(manifest_getattr(m, ino + epp, &a), 0);	/* part 11 */
+	/* the directory whose children are in part 10 cannot be listed; others can */
+	d7 = d30 = 0;
+	for (int i = 0; i < PG_DIRS; i++) {
+		snprintf(path, sizeof(path), "dir%02d", i);
+		assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, path, &a), 0);
+		if (manifest_readdir(m, a.ino, &dl) == 0) {
+			assert_int_equal(dl.n, PG_PER + 1);
+			sfs_dirlist_release(&dl);
+			d30++;
+		} else {
+			d7++;
+		}
+	}
+	assert_true(d7 >= 1 && d7 <= 2);
+	assert_int_equal(d7 + d30, PG_DIRS);
+	assert_int_equal(manifest_verify(m, &bad), -EIO);
+	assert_int_equal(bad, 1);
+	manifest_close(m);
+
+	/* damage a chunk part: only chunk ids in it fail */
+	build_paged((void **)&buf, &len);
+	off = part_at(buf, chk0 + 1, &plen);
+	buf[off] ^= 1;
+	assert_int_equal(manifest_open(buf, len, &m, err, sizeof(err)), 0);
+	{
+		int good = 0, eio = 0;
+
+		for (uint64_t i = 2; i <= manifest_nentries(m); i += 7) {
+			assert_int_equal(manifest_getattr(m, i, &a), 0);
+			if (!S_ISREG(a.mode) || !manifest_nchunks(m, i))
+				continue;
+			if (manifest_chunk(m, i, 0, &id) == 0)
+				good++;
+			else
+				eio++;
+		}
+		assert_true(good > 100 && eio > 10);
+	}
+	manifest_id(m, (chk0 + 1 - chk0) * 4096 + 3, &id);	/* in the bad part */
+	assert_true(sfs_id_is_zero(&id));
+	manifest_close(m);
+
+	/* damage a string part: the names in it fail, the rest are found */
+	build_paged((void **)&buf, &len);
+	off = part_at(buf, str0 + 3, &plen);
+	memset(buf + off + 100, 'X', 8);
+	assert_int_equal(manifest_open(buf, len, &m, err, sizeof(err)), 0);
+	{
+		int good = 0, eio = 0;
+
+		for (int i = 0; i < PG_DIRS; i++) {
+			snprintf(path, sizeof(path), "dir%02d", i);
+			assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, path, &a), 0);
+			if (manifest_readdir(m, a.ino, &dl) == 0) {
+				sfs_dirlist_release(&dl);
+				good++;
+			} else {
+				eio++;
+			}
+		}
+		/* 64 KiB of ~35-byte names: those of four or five directories */
+		assert_true(eio >= 1 && eio <= 5 && good + eio == PG_DIRS);
+	}
+	manifest_close(m);
+	log_level = LOG_NOTICE;
+}
+
+/* manifest_builder_write() into a file, manifest_open_file(), truncations. */
+static void test_file(void **state)
+{
+	char dir[] = "/tmp/test_manifest.XXXXXX", path[128], err[160];
+	struct manifest *m;
+	struct sfs_attr a;
+	struct manifest_builder *b;
+	void *buf;
+	size_t len;
+	uint64_t flen;
+	int fd;
+
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/m", dir);
+
+	/* the streamed file has the bytes finish() gives */
+	build_paged(&buf, &len);
+	b = manifest_builder_create(CHUNK);
+	{
+		struct sfs_attr d = mkattr(S_IFDIR | 0755, 0);
+		struct sfs_attr l = mkattr(S_IFLNK | 0777, 0);
+		char p[64], t[64];
+
+		for (int i = 0; i < PG_DIRS; i++) {
+			snprintf(p, sizeof(p), "dir%02d", i);
+			assert_int_equal(manifest_builder_add(b, p, &d, NULL, NULL, 0), 0);
+			for (int j = 0; j < PG_PER; j++) {
+				snprintf(p, sizeof(p), "dir%02d/file-with-a-longish-name-%05d", i, j);
+				add_file(b, p, 1 + (uint64_t)j * 1000, (uint32_t)(i * PG_PER + j));
+			}
+			snprintf(p, sizeof(p), "dir%02d/sym", i);
+			snprintf(t, sizeof(t), "file-with-a-longish-name-%05d", i);
+			assert_int_equal(manifest_builder_add(b, p, &l, t, NULL, 0), 0);
+		}
+	}
+	print_message("file: builder holds %zu bytes for %d entries\n",
+		      manifest_builder_mem(b), 1 + PG_DIRS * (PG_PER + 2));
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(manifest_builder_write(b, 9, fd, &flen), 0);
+	manifest_builder_destroy(b);
+	assert_int_equal(flen, len);
+	{
+		void *got = malloc(len);
+
+		assert_int_equal(pread_full(fd, got, len, 0), (ssize_t)len);
+		assert_memory_equal(got, buf, len);
+		free(got);
+	}
+	assert_int_equal(manifest_open_file(path, &m, err, sizeof(err)), 0);
+	assert_int_equal(manifest_version(m), 9);
+	assert_int_not_equal(ino_of(m, "dir39/file-with-a-longish-name-00499"), 0);
+	assert_int_equal(manifest_lookup(m, SFS_ROOT_INO, "dir40", &a), -ENOENT);
+	assert_int_equal(manifest_verify(m, NULL), 0);
+	manifest_close(m);
+
+	/* a publisher that lost the race for version 9 takes 11 in the file */
+	assert_int_equal(manifest_file_set_version(fd, 11), 0);
+	assert_int_equal(manifest_open_file(path, &m, err, sizeof(err)), 0);
+	assert_int_equal(manifest_version(m), 11);
+	assert_int_not_equal(ino_of(m, "dir07/sym"), 0);
+	manifest_close(m);
+
+	/* truncated files are refused at open, whatever is cut */
+	for (size_t cut = 1; cut < len; cut = cut < 64 ? cut + 1 : cut * 3 / 2) {
+		assert_int_equal(ftruncate(fd, (off_t)(len - cut)), 0);
+		m = (void *)1;
+		err[0] = '\0';
+		assert_int_not_equal(manifest_open_file(path, &m, err, sizeof(err)), 0);
+		assert_null(m);
+		assert_true(err[0] != '\0');
+	}
+	assert_int_equal(ftruncate(fd, 0), 0);
+	assert_int_equal(manifest_open_file(path, &m, err, sizeof(err)), -EINVAL);
+	close(fd);
+	unlink(path);
+	assert_int_equal(manifest_open_file(path, &m, err, sizeof(err)), -ENOENT);
+	rmdir(dir);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -798,6 +1067,9 @@ int main(void)
 		cmocka_unit_test(test_totals),
 		cmocka_unit_test(test_builder_errors),
 		cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_v1),
+		cmocka_unit_test(test_paged_corrupt),
+		cmocka_unit_test(test_file),
 		cmocka_unit_test(test_links),
 		cmocka_unit_test(test_links_hostile),
 		cmocka_unit_test(test_links_errors),
