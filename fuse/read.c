@@ -133,8 +133,10 @@ struct aread {
 };
 
 /*
- * Reply to @ar with every piece up to the first failed one (a short read,
- * as cache_read gives), count it, release everything.
+ * Reply to @ar with every piece, or with the error of the first failed
+ * one: never short before end of file (the kernel would take a short
+ * READ as the file's end and cache that size).  Count it, release
+ * everything.
  */
 static void aread_reply(struct aread *ar, const char *dbuf)
 {
@@ -160,7 +162,7 @@ static void aread_reply(struct aread *ar, const char *dbuf)
 		iov[k].iov_len = p->len;
 		n += (ssize_t)p->len;
 	}
-	if (!n && err)
+	if (err)
 		n = err;
 	stats_read_end(&ar->rd, ar->so, ar->pid, ar->uid, n);
 	if (n < 0)

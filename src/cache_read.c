@@ -225,8 +225,12 @@ ssize_t cache_read(struct cache *c, struct cfile *cf, uint64_t off, void *buf,
 		ssize_t r = cache_chunk_read(c, cf, fd, idx, coff, (char *)buf + done, n, src);
 
 		if (r < 0) {
+			/*
+			 * No short read before end of file: FUSE takes one as
+			 * the end of the file and shrinks the size it caches.
+			 */
 			cache_fd_release(c, cf);
-			return done ? (ssize_t)done : r;
+			return r;
 		}
 		done += n;
 	}
