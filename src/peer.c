@@ -322,16 +322,26 @@ static void poke(struct peer_group *pg)
 		log_warn("peer: eventfd: %s", strerror(errno));
 }
 
+/*
+ * @p failed a request.  Requests that were in flight when its back-off
+ * began fail too: only a failure after a back-off ended (the peer was
+ * tried again) makes the next one longer.
+ */
 static void backoff(struct peer_group *pg, struct peer *p, int err)
 {
-	unsigned int ms;
+	uint64_t now = now_ms();
+	unsigned int ms, fails;
 
 	pthread_mutex_lock(&pg->lock);
-	p->fails++;
-	ms = p->fails > 6 ? BACKOFF_MAX_MS : MIN(BACKOFF_MIN_MS << (p->fails - 1), BACKOFF_MAX_MS);
-	p->backoff_until = now_ms() + ms;
+	if (p->backoff_until > now) {
+		pthread_mutex_unlock(&pg->lock);
+		return;
+	}
+	fails = ++p->fails;
+	ms = fails > 6 ? BACKOFF_MAX_MS : MIN(BACKOFF_MIN_MS << (fails - 1), BACKOFF_MAX_MS);
+	p->backoff_until = now + ms;
 	pthread_mutex_unlock(&pg->lock);
-	if (p->fails == 1)
+	if (fails == 1)
 		log_warn("peer %s: %s; its chunks come from the backend for %u ms",
 			 p->addr, strerror(-err), ms);
 	else

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Ceph: a peer killed mid-epoch: the other two read on without an error, its share from Ceph; restarted, it serves the group again.
+# needs: ceph
+. "$(dirname "$0")/../lib.sh"
+need_mount
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+. "$REPO/tests/lib_peers.sh"
+
+# nodes 1 and 2 read at most 6 MB/s (peers included), so the kill lands mid-read
+peers_setup 3
+N3=127.0.0.4:$PEER_PORT
+
+# peer_row MNT ADDR KEY: a member's counter from MNT's "peers" rows
+peer_row() {
+	stats_dump "$1" | "$PYTHON" -c '
+import json, sys
+rows = {r["addr"]: r for r in json.load(sys.stdin)["peers"]}
+v = rows[sys.argv[1]][sys.argv[2]]
+print(int(v) if not isinstance(v, bool) else int(v))' "$2" "$3"
+}
+
+log "node 3 reads everything first: the owner of a third of the chunks has them"
+treecmp "$T/src" "$T/m3" --jobs 3 || die "node 3 read wrong bytes"
+sfs_umount "$T/m1"
+sfs_umount "$T/m2"
+peers_mount 1 backend_max_rate=6M
+peers_mount 2 backend_max_rate=6M
+
+log "nodes 1 and 2 read; node 3 is killed (SIGKILL) after a quarter"
+pids=()
+for i in 1 2; do
+	treecmp "$T/src" "$T/m$i" --jobs 3 >"$T/cmp$i.out" 2>&1 &
+	pids+=($!)
+done
+quarter() { (($(stat_get "$T/m1" read_bytes) > DATA_BYTES / 4)); }
+wait_for -t 30 quarter || die "node 1 did not read a quarter in 30 s"
+in3=$(peer_row "$T/m1" "$N3" hits)
+assert_gt "$in3" 0 "chunks node 1 had from node 3 before the kill"
+kill -KILL "$(sfs_pid "$T/m3")"
+fusermount3 -u -z "$T/m3" 2>/dev/null || true
+unset "SFS_PID[$(_canon "$T/m3")]"
+for i in 1 2; do
+	wait "${pids[$((i - 1))]}" || { cat "$T/cmp$i.out" >&2; die "node $i saw an error or wrong bytes after the kill"; }
+	assert_eq "$(stat_get "$T/m$i" read_errors)" 0 "node $i read errors"
+	assert_eq "$(stat_get "$T/m$i" backend_errors)" 0 "node $i backend errors"
+done
+f1=$(peer_row "$T/m1" "$N3" failures)
+assert_gt "$f1" 0 "node 1's failed requests to the killed node 3"
+assert_ge "$(peer_row "$T/m1" "$N3" fallbacks)" "$f1" "node 1's fallbacks to Ceph for node 3"
+grep -q "peer $N3: .*its chunks come from the backend" "$(sfs_log "$T/m1")" ||
+	die "node 1 did not log node 3's failure"
+# nodes 1 and 2 together hold the dataset; Ceph gave node 3's share again
+be=$(($(stat_get "$T/m1" backend_bytes) + $(stat_get "$T/m2" backend_bytes)))
+assert_gt "$be" 0 "backend bytes of nodes 1 and 2"
+
+log "node 3 restarts with its cache: it rejoins"
+peers_mount 3
+"$STAGEFS" warmup --evict "$T/m1" >/dev/null 2>&1 || die "evict on node 1 failed"
+back() { [[ $(peer_row "$T/m1" "$N3" backoff) == 0 ]]; }
+wait_for -t 35 back || die "node 3 still backed off on node 1"
+h0=$(peer_row "$T/m1" "$N3" hits)
+drop_caches
+treecmp "$T/src" "$T/m1" --jobs 3 || die "node 1 read wrong bytes after node 3 rejoined"
+h1=$(peer_row "$T/m1" "$N3" hits)
+log "node 1: $((h1 - h0)) chunks from the restarted node 3"
+assert_gt $((h1 - h0)) 0 "chunks node 1 had from node 3 after its restart"
+assert_eq "$(stat_get "$T/m1" read_errors)" 0 "node 1 read errors"
+
+for i in 1 2 3; do
+	sfs_umount "$T/m$i"
+done
