@@ -2,8 +2,8 @@
 #
 # peers_setup N [ARG...]: publish a dataset, write the group's key and a
 # config naming N nodes, 127.0.0.2 .. 127.0.0.(N+1) on port $PEER_PORT, and
-# mount node i on $T/m$i with its own cache $T/cache$i.  ARGs go to every
-# sfs_mount.  Sets T, DATA_BYTES (the bytes of distinct content), PEER_PORT,
+# (unless PEERS_NO_MOUNT=1) mount node i on $T/m$i with its own cache
+# $T/cache$i.  ARGs go to every sfs_mount.  Sets T, DATA_BYTES (the bytes of distinct content), PEER_PORT,
 # PEER_CONF, PEER_KEY.
 # peers_mount I [ARG...]: mount node I (again).
 # osd_read_bytes: bytes the OSD has sent to clients so far (its perf counters).
@@ -61,7 +61,7 @@ peers = $list
 peer_key_file = $PEER_KEY
 peer_timeout = 5s
 CONF
-	for ((i = 1; i <= n; i++)); do
+	for ((i = 1; i <= n && !${PEERS_NO_MOUNT:-0}; i++)); do
 		peers_mount "$i" "$@"
 	done
 }
