@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: a peer killed mid-epoch: the other two read on without an error, its share from Ceph; restarted, it serves the group again.
+# Ceph: a peer killed mid-epoch: the other two read on without an error, its share from Ceph; restarted, it serves the group again; SIGHUP rereads the peers_file.
 # needs: ceph
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -65,6 +65,20 @@ h1=$(peer_row "$T/m1" "$N3" hits)
 log "node 1: $((h1 - h0)) chunks from the restarted node 3"
 assert_gt $((h1 - h0)) 0 "chunks node 1 had from node 3 after its restart"
 assert_eq "$(stat_get "$T/m1" read_errors)" 0 "node 1 read errors"
+
+log "SIGHUP: the group from a peers_file a scheduler wrote (node 3 left)"
+members() { [[ $(stat_get "$T/m1" peer_members) == "$1" ]]; }
+assert_eq "$(stat_get "$T/m1" peer_members)" 2 "node 1's other members"
+printf '# written by the scheduler\n127.0.0.3:%s\n' "$PEER_PORT" >"$T/peers.list"
+sed -i -e "s|^peers = .*|peers = 127.0.0.2:$PEER_PORT|" -e "\$a peers_file = $T/peers.list" "$PEER_CONF"
+kill -HUP "$(sfs_pid "$T/m1")"
+wait_for -t 10 members 1 || die "node 1 did not take the peers_file at SIGHUP"
+assert_eq "$(peer_row "$T/m1" "$N3" member)" 0 "node 3 is no member after the reload"
+assert_eq "$(peer_row "$T/m1" "127.0.0.3:$PEER_PORT" member)" 1 "node 2 is a member after the reload"
+echo "127.0.0.3:$PEER_PORT bogus" >"$T/peers.list"
+kill -HUP "$(sfs_pid "$T/m1")"
+wait_for -t 10 grep -q "reload: peers: .*bogus" "$(sfs_log "$T/m1")" || die "a bad peers_file was not refused"
+assert_eq "$(stat_get "$T/m1" peer_members)" 1 "members after a refused peers_file"
 
 for i in 1 2 3; do
 	sfs_umount "$T/m$i"
