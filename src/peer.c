@@ -696,6 +696,16 @@ int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id, void *buf,
 	return 0;
 }
 
+bool peer_owns(struct peer_group *pg, const struct sfs_id *id)
+{
+	struct peer *owner;
+
+	pthread_mutex_lock(&pg->lock);
+	owner = owner_locked(pg, id, now_ms());
+	pthread_mutex_unlock(&pg->lock);
+	return !owner || owner->self;
+}
+
 void peer_note_served(struct peer_group *pg, const struct sockaddr_in *from,
 		      uint64_t bytes)
 {

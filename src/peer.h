@@ -92,6 +92,9 @@ const struct sockaddr_in *peer_group_self(const struct peer_group *pg);
 int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id, void *buf,
 		     size_t len, void (*done)(void *arg, int res), void *arg);
 
+/* Is this node the owner of chunk @id among the live members now? */
+bool peer_owns(struct peer_group *pg, const struct sfs_id *id);
+
 /* The server (fuse/peerd.c) counts what it does for the member at @from. */
 void peer_note_served(struct peer_group *pg, const struct sockaddr_in *from,
 		      uint64_t bytes);
