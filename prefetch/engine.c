@@ -623,6 +623,12 @@ static void check_read_done(struct pf_engine *e, struct fill *fl, int res)
  */
 static void fill_go(struct pf_engine *e, struct fill *fl)
 {
+	const struct backend *be = fl->f->be;
+
+	/* a chunk a peer will send is no backend traffic: no rate-cap tokens */
+	if (!fl->checking && !fl->tokens && be->ops->peer_first &&
+	    be->ops->peer_first(fl->f->be, &fl->f->attr, fl->idx))
+		fl->tokens = true;
 	if (!fl->checking && !fl->tokens) {
 		uint64_t wait = pf_bucket_try(e->s, fl->claim.len, fl->prio), now = now_ns();
 

@@ -136,6 +136,14 @@ struct backend_ops {
 	int (*source_close)(struct backend *be, const struct sfs_attr *file,
 			    int fd, ssize_t res, size_t len);
 
+	/*
+	 * Optional: true when ->aio_start of chunk @idx of @file will ask a
+	 * member of the peer group (->peers) for it first, not the backend,
+	 * as things stand now.  The engine takes no backend_max_rate tokens
+	 * for such a fill: the cap is on the storage network's bytes.
+	 */
+	bool (*peer_first)(struct backend *be, const struct sfs_attr *file, uint32_t idx);
+
 	/* Optional: dataset totals for statfs (bytes, files). */
 	int (*statfs)(struct backend *be, uint64_t *bytes, uint64_t *files);
 	/* Optional: extended attributes, with getxattr(2)/listxattr(2) rules. */

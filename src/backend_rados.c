@@ -820,6 +820,16 @@ static int rb_aio_finish(struct backend *be, struct backend_aio *h,
 	return res;
 }
 
+static bool rb_peer_first(struct backend *be, const struct sfs_attr *file, uint32_t idx)
+{
+	struct rados_backend *rb = RB(be);
+	struct sfs_id id;
+
+	if (!be->peers || rb->plain || manifest_chunk(be->m, file->ino, idx, &id))
+		return false;
+	return !peer_owns(be->peers, &id);
+}
+
 /* ---- metadata: backend_manifest_* (src/backend.c) read be.m ---- */
 
 /* ---- lifetime ---- */
@@ -937,5 +947,6 @@ const struct backend_ops backend_rados_ops = {
 	.read_chunk = rb_read_chunk,
 	.aio_start = rb_aio_start,
 	.aio_finish = rb_aio_finish,
+	.peer_first = rb_peer_first,
 	.statfs = backend_manifest_statfs,
 };

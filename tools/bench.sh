@@ -2,7 +2,7 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|index|warmup|hints|gpu|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|index|warmup|hints|peers|gpu|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
@@ -22,6 +22,13 @@
 #   warmup       `stagefs warmup` / `rados bench seq`, and / `cp -r` of a cold mount
 #   hints        shuffled epochs over a dataset 2x the cache (from Ceph where
 #                there is one): with order hints / without
+#   peers        BENCH_PEER_NODES (4) daemons in one peer group on 127.0.0.2..,
+#                a dataset from a Ceph cluster made remote (OSD replies delayed)
+#                and narrow (a link shared fairly: backend_max_rate LINK/N per
+#                node, LINK for a node alone): backend bytes per dataset byte;
+#                sharded warmup with peers / N nodes warming independently, and
+#                / one node alone; a cold epoch on N nodes with / without
+#                peers; the transport (tools/peerbench) / iperf3 on loopback
 #   gpu          the warm 2 GiB file into GPU memory with libstagefs (tools/gpubench):
 #                feed rate / min(disk, pinned H2D), and / read() + cudaMemcpy,
 #                all measured in the same run; "skipped: no GPU" without one
@@ -57,6 +64,10 @@
 #   BENCH_HINT_CMD   hints: command run as `CMD MNT ORDERFILE` to give the order
 #                    hint (default: `stagefs warmup --order ORDERFILE MNT`)
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
+#   BENCH_PEER_NODES peers: daemons in the group (default 4)
+#   BENCH_PEER_MB    peers: dataset size in MiB, 4 MiB files (default 256)
+#   BENCH_PEER_LINK  peers: the storage link's bytes/s (default 48M)
+#   BENCH_PEER_DELAY_MS  peers: most ms injected into each OSD reply (default 4)
 #   BENCH_GPU_DEV    gpu: the CUDA device (default 0)
 #   BENCH_GPU_REQ    gpu: sfs_read_device request size (default 64M)
 #   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
@@ -73,6 +84,7 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 STAGEFS=${BENCH_STAGEFS:-$REPO/stagefs}
 RB=$REPO/tools/readbench
+PB=$REPO/tools/peerbench
 GB=$REPO/tools/gpubench
 CLUSTER_SH=$REPO/tools/ceph-cluster.sh
 PY=/usr/bin/python3
@@ -102,7 +114,7 @@ GPU_DEV=${BENCH_GPU_DEV:-0}
 GPU_REQ=${BENCH_GPU_REQ:-64M}
 POOL=stagefs
 
-ALL="warm smallfiles passthrough smallhot uring rados publish index warmup hints gpu"
+ALL="warm smallfiles passthrough smallhot uring rados publish index warmup hints peers gpu"
 
 # ---------------------------------------------------------------------------
 # output
@@ -254,12 +266,13 @@ wait_gone() {
 # Sets MOUNT_MS (launch to ready) and MOUNT_LOG.  Returns 1 (log on stderr)
 # if the daemon exits or is not ready within 120 s.
 sfs_mount() {
-	local src=$1 mnt=$2 opts=${3:-} pid t0 end
+	local src=$1 mnt=$2 opts=${3:-} pid t0 end cargs=()
+	[ -z "${MOUNT_CONF:-}" ] || cargs=(-c "$MOUNT_CONF")
 	NMOUNT=$((NMOUNT + 1))
 	mkdir -p "$mnt" "$WORK/run/$NMOUNT" "$WORK/log"
 	MOUNT_LOG=$WORK/log/mount.$NMOUNT.log
 	t0=$(now_ms)
-	CEPH_ARGS=${MOUNT_CEPH_ARGS:-${CEPH_ARGS:-}} "$STAGEFS" -f -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}${BENCH_MOUNT_OPTS:+,$BENCH_MOUNT_OPTS}" \
+	CEPH_ARGS=${MOUNT_CEPH_ARGS:-${CEPH_ARGS:-}} "$STAGEFS" -f "${cargs[@]}" -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}${BENCH_MOUNT_OPTS:+,$BENCH_MOUNT_OPTS}" \
 		"$src" "$mnt" </dev/null >"$MOUNT_LOG" 2>&1 &
 	pid=$!
 	MNT_PID[$mnt]=$pid
@@ -1077,6 +1090,138 @@ bench_gpu() {
 # ---------------------------------------------------------------------------
 # main
 
+# ---------------------------------------------------------------------------
+# peers: a group of daemons sharing their chunks (docs/fleet.md)
+
+bench_peers() {
+	local d=$WORK/peers n=${BENCH_PEER_NODES:-4} mb=${BENCH_PEER_MB:-256}
+	local link=${BENCH_PEER_LINK:-48M} delay=${BENCH_PEER_DELAY_MS:-4}
+	local linkb cap port uri bytes i t0 ms t1 tind tpeer be bind bpeer pin e1 e0 wargs
+	local list=
+	linkb=$(numfmt --from=iec "$link") || { skipped "bad BENCH_PEER_LINK"; return; }
+	cap=$((linkb / n))
+	hdr peers "$n nodes, $mb MiB dataset (4 MiB chunks), OSD replies delayed <= $delay ms, a $link/s link shared fairly ($((cap / 1000000)) MB/s a node; all of it for a node alone)"
+	[ -x "$PB" ] || { skipped "tools/peerbench is not built"; return; }
+	need_rados || { skipped "$RADOS_WHY"; return; }
+	"$STAGEFS" --help 2>&1 | grep -c -- "-o peer_listen=" >/dev/null || { skipped "this stagefs has no peer groups"; return; }
+	mkdir -p "$d/src"
+	gen_files "$d/src" $((mb / 4)) $((4 << 20)) 8 || { skipped "could not write the data"; return; }
+	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
+	uri="rados://$POOL/bench-peers?ns=bench-peers"
+	"$STAGEFS" publish -q -j "$T" --chunk-size 4M "$d/src" "$uri" >>"$WORK/log/publish.log" 2>&1 ||
+		{ skipped "stagefs publish failed"; return; }
+	rados -p "$POOL" -N bench-peers ls | sed -n 's/^sfs\.chunk\.\([0-9a-f]\{32\}\)$/\1 4194304/p' >"$d/ids"
+	port=$((20000 + RANDOM % 20000))
+	for ((i = 1; i <= n; i++)); do
+		list+="${list:+, }127.0.0.$((i + 1)):$port"
+	done
+	(umask 077 && openssl rand -hex 32 >"$d/key")
+	printf '[stagefs]\npeers = %s\npeer_key_file = %s\npeer_timeout = 10s\n' "$list" "$d/key" >"$d/peers.conf"
+	printf '[stagefs]\n' >"$d/solo.conf"
+	MOUNT_CEPH_ARGS="--ms_inject_delay_type=osd --ms_inject_delay_probability=1 --ms_inject_delay_max=$(awk -v m="$delay" 'BEGIN { print m / 1000 }')"
+	wargs=-q
+	"$STAGEFS" warmup --help 2>&1 | grep -c -- '--threads' >/dev/null && wargs="-q -t $T"
+	# nodes CONF CAP K: mount nodes 1..K (cold caches) with CONF
+	nodes() {
+		local k
+		retire "$d"/c[0-9]*
+		drop_caches
+		for ((k = 1; k <= $3; k++)); do
+			MOUNT_CONF=$1 sfs_mount "$uri" "$d/m$k" \
+				"cache_dir=$d/c$k,ceph_conf=$CEPH_CONF,backend_max_rate=$2,peer_listen=127.0.0.$((k + 1)):$port" ||
+				return 1
+		done
+	}
+	unmount() { local k; for ((k = 1; k <= $1; k++)); do sfs_umount "$d/m$k"; done; }
+	backend_sum() { local k s=0; for ((k = 1; k <= $1; k++)); do s=$((s + $(stat_get "$d/m$k" "$2"))); done; echo "$s"; }
+	# all K ARGS...: stagefs warmup ARGS on nodes 1..K at once (IDX: the node index - 1)
+	all() {
+		local k=$1 j pids=() rc=0
+		shift
+		for ((j = 1; j <= k; j++)); do
+			# shellcheck disable=SC2086
+			"$STAGEFS" warmup $wargs "${@//IDX/$((j - 1))}" "$d/m$j" >"$WORK/log/peers-warmup.$j.log" 2>&1 &
+			pids+=($!)
+		done
+		for j in "${pids[@]}"; do wait "$j" || rc=1; done
+		return $rc
+	}
+	row "" "time" "backend bytes" "per byte"
+	# one node alone, the whole link
+	nodes "$d/solo.conf" "$linkb" 1 || { skipped "mount failed"; return; }
+	t0=$(now_ms)
+	all 1 || { skipped "warmup failed"; unmount 1; return; }
+	t1=$(($(now_ms) - t0))
+	be=$(backend_sum 1 backend_bytes)
+	unmount 1
+	row "one node alone" "$((t1)) ms" "$be" "$(ratio "$be" "$bytes")"
+	# n nodes, no peers: each its share of the link
+	nodes "$d/solo.conf" "$cap" "$n" || { skipped "mount failed"; unmount "$n"; return; }
+	t0=$(now_ms)
+	all "$n" || { skipped "warmup failed"; unmount "$n"; return; }
+	tind=$(($(now_ms) - t0))
+	bind=$(backend_sum "$n" backend_bytes)
+	unmount "$n"
+	row "$n nodes, independent" "$tind ms" "$bind" "$(ratio "$bind" "$bytes")"
+	# n nodes, one group: each its shard (from Ceph, through the owners), then the rest (from peers)
+	nodes "$d/peers.conf" "$cap" "$n" || { skipped "mount failed"; unmount "$n"; return; }
+	t0=$(now_ms)
+	all "$n" --shard "IDX/$n" && all "$n" || { skipped "warmup failed"; unmount "$n"; return; }
+	tpeer=$(($(now_ms) - t0))
+	bpeer=$(backend_sum "$n" backend_bytes)
+	pin=$(backend_sum "$n" peer_bytes_in)
+	row "$n nodes, peers, --shard i/$n" "$tpeer ms" "$bpeer" "$(ratio "$bpeer" "$bytes")"
+	row "" "" "from peers: $pin" ""
+	# the transport, node 1 serving from its (page-)cached copy, against iperf3
+	local pbj pbr ipf1 ipf16
+	timeout 60 cat "$d/c1"/data/*/* >/dev/null 2>&1
+	pbj=$("$PB" -t 16 -r 3 "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>"$WORK/log/peerbench.err")
+	pbr=$(jget "$pbj" bytes_per_s)
+	unmount "$n"
+	iperf() {	# iperf STREAMS: bits/s over loopback, 127.0.0.9 -> 127.0.0.2
+		local p=$((port + 1)) out
+		iperf3 -s -1 -B 127.0.0.2 -p "$p" >/dev/null 2>&1 &
+		sleep 0.5
+		out=$(iperf3 -c 127.0.0.2 -B 127.0.0.9 -p "$p" -t 4 -P "$1" -J 2>/dev/null)
+		wait
+		"$PY" -c 'import json, sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8))' <<<"$out"
+	}
+	if command -v iperf3 >/dev/null; then
+		ipf1=$(iperf 1) ipf16=$(iperf 16)
+	fi
+	row "transport: peerbench -t 16" "$(mbs "${pbr:-0}")" "" "" "chunks checked on arrival"
+	row "iperf3 loopback, 1 / 16 streams" "$(mbs "${ipf1:-0}")" "$(mbs "${ipf16:-0}")" ""
+	# a cold epoch: every node reads the whole dataset, shuffled, with / without peers
+	list_files "$d/src" "$d/mX" "$d/files"
+	epoch() {	# epoch CONF: ms until n cold nodes have read everything
+		local k pids=() t
+		nodes "$1" "$cap" "$n" || return 1
+		t=$(now_ms)
+		for ((k = 1; k <= n; k++)); do
+			sed "s|$d/mX|$d/m$k|" "$d/files" >"$d/files.$k"
+			"$RB" files -t 4 -s "$k" "$d/files.$k" >/dev/null 2>>"$WORK/log/rb.err" &
+			pids+=($!)
+		done
+		for k in "${pids[@]}"; do wait "$k" || { unmount "$n"; return 1; }; done
+		EPOCH_MS=$(($(now_ms) - t))
+		EPOCH_BE=$(backend_sum "$n" backend_bytes)
+		unmount "$n"
+	}
+	epoch "$d/solo.conf" || { failed "epoch without peers: $(rb_why)"; return; }
+	e0=$EPOCH_MS b=$EPOCH_BE
+	epoch "$d/peers.conf" || { failed "epoch with peers: $(rb_why)"; return; }
+	e1=$EPOCH_MS
+	row "cold epoch, $n nodes, no peers" "$e0 ms" "$b" "$(ratio "$b" "$bytes")"
+	row "cold epoch, $n nodes, peers" "$e1 ms" "$EPOCH_BE" "$(ratio "$EPOCH_BE" "$bytes")"
+	retire "$d"/c[0-9]*
+	MOUNT_CEPH_ARGS=
+	result "peers: backend bytes per byte, $n nodes" "$(ratio "$bpeer" "$bytes")" "$(ratio "$bind" "$bytes")" "$(ratio "$bpeer" "$bytes")" "<1.06"
+	result "peers: sharded warmup vs $n independent" "${tpeer} ms" "${tind} ms" "$(ratio "$tpeer" "$tind")" "<0.36"
+	result "peers: sharded warmup vs one node alone" "${tpeer} ms" "${t1} ms" "$(ratio "$tpeer" "$t1")" "<1.31"
+	result "peers: cold epoch vs without peers" "${e1} ms" "${e0} ms" "$(ratio "$e1" "$e0")" ""
+	[ -z "${ipf16:-}" ] || result "peers: transport vs iperf3 (16 streams)" "$(mbs "${pbr:-0}")" "$(mbs "$ipf16")" "$(ratio "${pbr:-0}" "$ipf16")" ""
+}
+
 usage() {
 	awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
 	exit 2
@@ -1087,7 +1232,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | smallhot | uring | rados | publish | index | warmup | hints | gpu) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | uring | rados | publish | index | warmup | hints | peers | gpu) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac
