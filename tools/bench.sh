@@ -1123,12 +1123,14 @@ bench_peers() {
 	"$STAGEFS" warmup --help 2>&1 | grep -c -- '--threads' >/dev/null && wargs="-q -t $T"
 	# nodes CONF CAP K: mount nodes 1..K (cold caches) with CONF
 	nodes() {
-		local k
+		local k pl
 		retire "$d"/c[0-9]*
 		drop_caches
 		for ((k = 1; k <= $3; k++)); do
+			pl=
+			[ "$1" = "$d/solo.conf" ] || pl=",peer_listen=127.0.0.$((k + 1)):$port"
 			MOUNT_CONF=$1 sfs_mount "$uri" "$d/m$k" \
-				"cache_dir=$d/c$k,ceph_conf=$CEPH_CONF,backend_max_rate=$2,peer_listen=127.0.0.$((k + 1)):$port" ||
+				"cache_dir=$d/c$k,ceph_conf=$CEPH_CONF,backend_max_rate=$2$pl" ||
 				return 1
 		done
 	}
