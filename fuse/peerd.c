@@ -40,6 +40,7 @@
 #define SEND_MS		30000	/* a reply, once begun */
 #define LOGGED_MAX	256	/* sources logged once each */
 #define SERVE_NICE	10
+#define PER_SOURCE	(2 * PEER_CONNS)	/* connections from one address at once */
 
 struct ient {
 	struct sfs_id id;
@@ -63,6 +64,7 @@ struct peerd {
 	pthread_cond_t idle;		/* nconns dropped to 0 */
 	unsigned int nconns;		/* protected by lock */
 	int conn_fd[PEERD_MAX_CONNS];	/* protected by lock; -1: free */
+	uint32_t conn_src[PEERD_MAX_CONNS];	/* their source addresses; protected by lock */
 	bool stopping;			/* protected by lock */
 
 	pthread_mutex_t pace_lock;
@@ -505,14 +507,23 @@ static void *accept_main(void *arg)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		pthread_mutex_lock(&pd->lock);
 		if (pd->nconns < PEERD_MAX_CONNS && !pd->stopping) {
-			for (int i = 0; i < PEERD_MAX_CONNS; i++)
+			unsigned int same = 0;
+
+			/* one address (a member asks on at most PEER_CONNS) cannot take them all */
+			for (int i = 0; i < PEERD_MAX_CONNS; i++) {
 				if (pd->conn_fd[i] < 0) {
-					slot = i;
-					break;
+					if (slot < 0)
+						slot = i;
+				} else if (pd->conn_src[i] == from.sin_addr.s_addr) {
+					same++;
 				}
+			}
+			if (same >= PER_SOURCE)
+				slot = -1;
 		}
 		if (slot >= 0) {
 			pd->conn_fd[slot] = fd;
+			pd->conn_src[slot] = from.sin_addr.s_addr;
 			pd->nconns++;
 		}
 		pthread_mutex_unlock(&pd->lock);

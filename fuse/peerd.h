@@ -4,8 +4,9 @@
  * chunks to the other members (docs/fleet.md).
  *
  * The server listens on peer_listen.  An accept thread starts one thread
- * per connection (at most PEERD_MAX_CONNS), which runs at nice 10 so that
- * the node's own readers come first, and answers one request at a time
+ * per connection (at most PEERD_MAX_CONNS, and 32 from one address), which
+ * runs at nice 10 so that the node's own readers come first, and answers
+ * one request at a time
  * (src/peer_proto.h): the request's MAC under the group key, then its time
  * and nonce (no replay), then its chunk id looked up in the index of the
  * content addresses of the datasets this node has mounted.  Only such a
