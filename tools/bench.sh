@@ -67,6 +67,8 @@
 #   BENCH_PEER_NODES peers: daemons in the group (default 4)
 #   BENCH_PEER_MB    peers: dataset size in MiB, 4 MiB files (default 256)
 #   BENCH_PEER_LINK  peers: the storage link's bytes/s (default 48M)
+#   BENCH_PEER_CHUNK peers: chunk size (default 1M: with 4M chunks, 256 MiB is
+#                    64 chunks, and one owner may get a third more than its share)
 #   BENCH_PEER_DELAY_MS  peers: most ms injected into each OSD reply (default 4)
 #   BENCH_GPU_DEV    gpu: the CUDA device (default 0)
 #   BENCH_GPU_REQ    gpu: sfs_read_device request size (default 64M)
@@ -1095,12 +1097,13 @@ bench_gpu() {
 
 bench_peers() {
 	local d=$WORK/peers n=${BENCH_PEER_NODES:-4} mb=${BENCH_PEER_MB:-256}
-	local link=${BENCH_PEER_LINK:-48M} delay=${BENCH_PEER_DELAY_MS:-4}
-	local linkb cap port uri bytes i t0 ms t1 tind tpeer be bind bpeer pin e1 e0 wargs
+	local link=${BENCH_PEER_LINK:-48M} delay=${BENCH_PEER_DELAY_MS:-4} chunk=${BENCH_PEER_CHUNK:-1M} cbytes
+	local linkb cap port uri bytes i t0 ms t1 tind tpeer tall be bind bpeer ball pin e1 e0 wargs
 	local list=
 	linkb=$(numfmt --from=iec "$link") || { skipped "bad BENCH_PEER_LINK"; return; }
+	cbytes=$(numfmt --from=iec "$chunk") || { skipped "bad BENCH_PEER_CHUNK"; return; }
 	cap=$((linkb / n))
-	hdr peers "$n nodes, $mb MiB dataset (4 MiB chunks), OSD replies delayed <= $delay ms, a $link/s link shared fairly ($((cap / 1000000)) MB/s a node; all of it for a node alone)"
+	hdr peers "$n nodes, $mb MiB dataset (4 MiB files, $chunk chunks), OSD replies delayed <= $delay ms, a $link/s link shared fairly ($((cap / 1000000)) MB/s a node; all of it for a node alone)"
 	[ -x "$PB" ] || { skipped "tools/peerbench is not built"; return; }
 	need_rados || { skipped "$RADOS_WHY"; return; }
 	"$STAGEFS" --help 2>&1 | grep -c -- "-o peer_listen=" >/dev/null || { skipped "this stagefs has no peer groups"; return; }
@@ -1108,9 +1111,9 @@ bench_peers() {
 	gen_files "$d/src" $((mb / 4)) $((4 << 20)) 8 || { skipped "could not write the data"; return; }
 	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
 	uri="rados://$POOL/bench-peers?ns=bench-peers"
-	"$STAGEFS" publish -q -j "$T" --chunk-size 4M "$d/src" "$uri" >>"$WORK/log/publish.log" 2>&1 ||
+	"$STAGEFS" publish -q -j "$T" --chunk-size "$chunk" "$d/src" "$uri" >>"$WORK/log/publish.log" 2>&1 ||
 		{ skipped "stagefs publish failed"; return; }
-	rados -p "$POOL" -N bench-peers ls | sed -n 's/^sfs\.chunk\.\([0-9a-f]\{32\}\)$/\1 4194304/p' >"$d/ids"
+	rados -p "$POOL" -N bench-peers ls | sed -n "s/^sfs\\.chunk\\.\\([0-9a-f]\\{32\\}\\)\$/\\1 $cbytes/p" >"$d/ids"
 	port=$((20000 + RANDOM % 20000))
 	for ((i = 1; i <= n; i++)); do
 		list+="${list:+, }127.0.0.$((i + 1)):$port"
@@ -1136,13 +1139,19 @@ bench_peers() {
 	}
 	unmount() { local k; for ((k = 1; k <= $1; k++)); do sfs_umount "$d/m$k"; done; }
 	backend_sum() { local k s=0; for ((k = 1; k <= $1; k++)); do s=$((s + $(stat_get "$d/m$k" "$2"))); done; echo "$s"; }
-	# all K ARGS...: stagefs warmup ARGS on nodes 1..K at once (IDX: the node index - 1)
+	# all K [--shard]: stagefs warmup on nodes 1..K at once; with --shard,
+	# each node first its shard (node j: shard j-1 of K), then the rest,
+	# as each node of a job would do it (no barrier between the two)
 	all() {
 		local k=$1 j pids=() rc=0
-		shift
 		for ((j = 1; j <= k; j++)); do
 			# shellcheck disable=SC2086
-			"$STAGEFS" warmup $wargs "${@//IDX/$((j - 1))}" "$d/m$j" >"$WORK/log/peers-warmup.$j.log" 2>&1 &
+			if [ "${2:-}" = --shard ]; then
+				"$STAGEFS" warmup $wargs --shard "$((j - 1))/$k" "$d/m$j" &&
+					"$STAGEFS" warmup $wargs "$d/m$j"
+			else
+				"$STAGEFS" warmup $wargs "$d/m$j"
+			fi >"$WORK/log/peers-warmup.$j.log" 2>&1 &
 			pids+=($!)
 		done
 		for j in "${pids[@]}"; do wait "$j" || rc=1; done
@@ -1168,17 +1177,25 @@ bench_peers() {
 	# n nodes, one group: each its shard (from Ceph, through the owners), then the rest (from peers)
 	nodes "$d/peers.conf" "$cap" "$n" || { skipped "mount failed"; unmount "$n"; return; }
 	t0=$(now_ms)
-	all "$n" --shard "IDX/$n" && all "$n" || { skipped "warmup failed"; unmount "$n"; return; }
+	all "$n" --shard || { skipped "warmup failed"; unmount "$n"; return; }
 	tpeer=$(($(now_ms) - t0))
 	bpeer=$(backend_sum "$n" backend_bytes)
 	pin=$(backend_sum "$n" peer_bytes_in)
-	row "$n nodes, peers, --shard i/$n" "$tpeer ms" "$bpeer" "$(ratio "$bpeer" "$bytes")"
+	row "$n nodes, peers, --shard i/$n + rest" "$tpeer ms" "$bpeer" "$(ratio "$bpeer" "$bytes")"
 	row "" "" "from peers: $pin" ""
+	unmount "$n"
+	# the same group, every node warming everything at once (no shards)
+	nodes "$d/peers.conf" "$cap" "$n" || { skipped "mount failed"; unmount "$n"; return; }
+	t0=$(now_ms)
+	all "$n" || { skipped "warmup failed"; unmount "$n"; return; }
+	tall=$(($(now_ms) - t0))
+	ball=$(backend_sum "$n" backend_bytes)
+	row "$n nodes, peers, no shards" "$tall ms" "$ball" "$(ratio "$ball" "$bytes")"
 	# the transport, node 1 serving from its (page-)cached copy, against iperf3
-	local pbj pbr ipf1 ipf16
+	local pbr1 pbr ipf1 ipf16
 	timeout 60 cat "$d/c1"/data/*/* >/dev/null 2>&1
-	pbj=$("$PB" -t 16 -r 3 "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>"$WORK/log/peerbench.err")
-	pbr=$(jget "$pbj" bytes_per_s)
+	pbr1=$(jget "$("$PB" -t 1 -r 2 "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>"$WORK/log/peerbench.err")" bytes_per_s)
+	pbr=$(jget "$("$PB" -t 16 -r 3 "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>>"$WORK/log/peerbench.err")" bytes_per_s)
 	unmount "$n"
 	iperf() {	# iperf STREAMS: bits/s over loopback, 127.0.0.9 -> 127.0.0.2
 		local p=$((port + 1)) out
@@ -1191,7 +1208,7 @@ bench_peers() {
 	if command -v iperf3 >/dev/null; then
 		ipf1=$(iperf 1) ipf16=$(iperf 16)
 	fi
-	row "transport: peerbench -t 16" "$(mbs "${pbr:-0}")" "" "" "chunks checked on arrival"
+	row "transport: peerbench -t 1 / -t 16" "$(mbs "${pbr1:-0}")" "$(mbs "${pbr:-0}")" "" "chunks checked on arrival"
 	row "iperf3 loopback, 1 / 16 streams" "$(mbs "${ipf1:-0}")" "$(mbs "${ipf16:-0}")" ""
 	# a cold epoch: every node reads the whole dataset, shuffled, with / without peers
 	list_files "$d/src" "$d/mX" "$d/files"
@@ -1221,7 +1238,11 @@ bench_peers() {
 	result "peers: sharded warmup vs $n independent" "${tpeer} ms" "${tind} ms" "$(ratio "$tpeer" "$tind")" "<0.36"
 	result "peers: sharded warmup vs one node alone" "${tpeer} ms" "${t1} ms" "$(ratio "$tpeer" "$t1")" "<1.31"
 	result "peers: cold epoch vs without peers" "${e1} ms" "${e0} ms" "$(ratio "$e1" "$e0")" ""
-	[ -z "${ipf16:-}" ] || result "peers: transport vs iperf3 (16 streams)" "$(mbs "${pbr:-0}")" "$(mbs "$ipf16")" "$(ratio "${pbr:-0}" "$ipf16")" ""
+	result "peers: every node warming, no shards, vs one node" "${tall} ms" "${t1} ms" "$(ratio "$tall" "$t1")" ""
+	[ -z "${ipf16:-}" ] || {
+		result "peers: transport vs iperf3, 1 stream" "$(mbs "${pbr1:-0}")" "$(mbs "$ipf1")" "$(ratio "${pbr1:-0}" "$ipf1")" ""
+		result "peers: transport vs iperf3, 16 streams" "$(mbs "${pbr:-0}")" "$(mbs "$ipf16")" "$(ratio "${pbr:-0}" "$ipf16")" ""
+	}
 }
 
 usage() {
