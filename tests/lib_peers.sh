@@ -50,7 +50,7 @@ print(total)
 PY
 )
 	PEER_KEY=$T/peer.key
-	(umask 077 && openssl rand -hex 32 >"$PEER_KEY")
+	(umask 077 && "$PYTHON" -c "import secrets; print(secrets.token_hex(32))" >"$PEER_KEY")
 	for ((i = 1; i <= n; i++)); do
 		list+="${list:+, }127.0.0.$((i + 1)):$PEER_PORT"
 	done

@@ -1118,7 +1118,7 @@ bench_peers() {
 	for ((i = 1; i <= n; i++)); do
 		list+="${list:+, }127.0.0.$((i + 1)):$port"
 	done
-	(umask 077 && openssl rand -hex 32 >"$d/key")
+	(umask 077 && "$PY" -c "import secrets; print(secrets.token_hex(32))" >"$d/key")
 	printf '[stagefs]\npeers = %s\npeer_key_file = %s\npeer_timeout = 10s\n' "$list" "$d/key" >"$d/peers.conf"
 	printf '[stagefs]\n' >"$d/solo.conf"
 	MOUNT_CEPH_ARGS="--ms_inject_delay_type=osd --ms_inject_delay_probability=1 --ms_inject_delay_max=$(awk -v m="$delay" 'BEGIN { print m / 1000 }')"
