@@ -556,6 +556,7 @@ static void start_fetch(struct pf_engine *e, struct fill *fl)
 
 	fl->stage = FS_FETCH;
 	fl->fetched = true;
+	fl->from_peer = false;	/* aio_finish says */
 	if (e->o.fetch_begin)
 		e->o.fetch_begin(e->o.account_arg, fl->f->cf, fl->idx);
 	if (be->ops->source_open) {
