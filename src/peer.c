@@ -44,6 +44,9 @@
 #define BACKOFF_MIN_MS	1000
 #define BACKOFF_MAX_MS	30000
 #define LIST_MAX_BYTES	65536	/* a peers_file */
+/* an idle connection older than this is closed, not reused: well before
+ * the server's 60 s, so that a request never races the server's close */
+#define IDLE_KEEP_MS	20000
 
 struct peer {
 	char addr[32];			/* "a.b.c.d:port" */
@@ -55,6 +58,7 @@ struct peer {
 	unsigned int fails;		/* in a row; protected by pg->lock */
 	/* the client thread's own */
 	int idle[PEER_CONNS];		/* connections kept for the next request */
+	uint64_t idle_since[PEER_CONNS];	/* ms, when each went idle */
 	unsigned int nidle;
 	unsigned int active;		/* requests holding a connection */
 	struct list_node queue;		/* requests waiting for one */
@@ -369,9 +373,10 @@ static void conn_release(struct peer_group *pg, struct preq *rq, bool keep)
 
 	if (rq->fd >= 0) {
 		epoll_ctl(pg->epfd, EPOLL_CTL_DEL, rq->fd, NULL);
-		if (keep && p->nidle < PEER_CONNS)
+		if (keep && p->nidle < PEER_CONNS) {
+			p->idle_since[p->nidle] = now_ms();
 			p->idle[p->nidle++] = rq->fd;
-		else
+		} else
 			close(rq->fd);
 		rq->fd = -1;
 	}
@@ -396,7 +401,8 @@ static void rq_end(struct peer_group *pg, struct preq *rq, int res, bool peer_fa
 	struct peer *p = rq->p;
 
 	list_del(&rq->node);
-	conn_release(pg, rq, res >= 0);
+	/* a whole reply read (a chunk, or a refusal of one) leaves the connection clean */
+	conn_release(pg, rq, res >= 0 || (res == -ENOENT && rq->st == RQ_HDR));
 	if (res >= 0) {
 		atomic_fetch_add(&p->hits, 1);
 		atomic_fetch_add(&p->bytes_in, rq->len);
@@ -424,12 +430,15 @@ static int watch(struct peer_group *pg, struct preq *rq, uint32_t events, bool a
 /* An idle connection to @p still open, or -1. */
 static int idle_take(struct peer *p)
 {
+	uint64_t now = now_ms();
+
 	while (p->nidle) {
 		int fd = p->idle[--p->nidle];
 		char c;
 		ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    p->idle_since[p->nidle] + IDLE_KEEP_MS > now)
 			return fd;
 		close(fd);	/* closed by the peer (or it sent what we did not ask) */
 	}
@@ -525,7 +534,11 @@ static void rq_readable(struct peer_group *pg, struct preq *rq)
 			if (status) {
 				log_debug("peer %s: refused a chunk: %s", rq->p->addr,
 					  strerror(status));
-				rq_end(pg, rq, -status, true);
+				/*
+				 * ENOENT: it has not mounted that dataset; it serves
+				 * others, so no back-off (the connection is fine too)
+				 */
+				rq_end(pg, rq, -status, status != ENOENT);
 				return;
 			}
 			if (len != rq->len) {

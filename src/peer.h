@@ -12,7 +12,8 @@
  * A member is live unless it is in a back-off: a peer that timed out,
  * refused, hung up or sent wrong bytes is skipped for 1 s, doubling up to
  * 30 s while it keeps failing, and its chunks go to the next member in
- * their order.  After the back-off it is asked again (a restarted peer
+ * their order.  A peer that answers ENOENT (it has not mounted that
+ * dataset) is not skipped: the chunk comes from the backend.  After the back-off it is asked again (a restarted peer
  * rejoins by itself).
  *
  * Asking (peer_fetch_start): only where the owner is another live member.
