@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: a peer killed mid-epoch: the other two read on without an error, its share from Ceph; restarted, it serves the group again; SIGHUP rereads the peers_file.
+# Ceph: a peer killed mid-epoch: the others read on without an error, its share from Ceph; restarted, it serves again; a hung peer costs a read at most peer_timeout; SIGHUP rereads the peers_file.
 # needs: ceph
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -65,6 +65,44 @@ h1=$(peer_row "$T/m1" "$N3" hits)
 log "node 1: $((h1 - h0)) chunks from the restarted node 3"
 assert_gt $((h1 - h0)) 0 "chunks node 1 had from node 3 after its restart"
 assert_eq "$(stat_get "$T/m1" read_errors)" 0 "node 1 read errors"
+
+log "node 2 hangs (SIGSTOP): node 1 (peer_timeout=1s) waits at most that before Ceph"
+sfs_umount "$T/m1"
+peers_mount 1 peer_timeout=1s
+"$STAGEFS" warmup --evict "$T/m1" >/dev/null 2>&1 || die "evict on node 1 failed"
+N2=127.0.0.3:$PEER_PORT
+f0=$(peer_row "$T/m1" "$N2" failures)
+stopped=$(sfs_pid "$T/m2")
+kill -STOP "$stopped"
+trap 'kill -CONT $stopped 2>/dev/null' EXIT
+drop_caches
+"$PYTHON" - "$T/src" "$T/m1" <<'PY' || die "a read waited too long for the hung peer, or read wrong"
+import hashlib, os, sys, time
+src, mnt = sys.argv[1], sys.argv[2]
+worst, n = 0.0, 0
+for d, _, files in os.walk(src):
+    for f in sorted(files):
+        p = os.path.join(d, f)
+        if os.path.islink(p) or not os.path.isfile(p):
+            continue
+        q = os.path.join(mnt, os.path.relpath(p, src))
+        t = time.monotonic()
+        data = open(q, "rb").read()
+        worst = max(worst, time.monotonic() - t)
+        if hashlib.sha256(data).digest() != hashlib.sha256(open(p, "rb").read()).digest():
+            sys.exit(f"{q} reads wrong")
+        n += 1
+print(f"{n} files right; the slowest took {worst:.2f} s")
+# peer_timeout 1 s, then Ceph: a file of up to 12 MiB at most ~2 s more here
+if worst > 4.0:
+    sys.exit(f"a file took {worst:.2f} s with peer_timeout=1s")
+PY
+kill -CONT "$stopped"
+trap - EXIT
+assert_gt $(($(peer_row "$T/m1" "$N2" failures) - f0)) 0 "node 1's failures for the hung node 2"
+grep -q "peer $N2: Connection timed out; its chunks come from the backend" "$(sfs_log "$T/m1")" ||
+	die "node 1 did not log node 2's timeout"
+assert_eq "$(stat_get "$T/m1" read_errors)" 0 "node 1 read errors with node 2 hung"
 
 log "SIGHUP: the group from a peers_file a scheduler wrote (node 3 left)"
 members() { [[ $(stat_get "$T/m1" peer_members) == "$1" ]]; }
