@@ -327,12 +327,13 @@ static const struct opt opts[] = {
 	  "this node's address in its peer group, HOST:PORT (IPv4); empty = no peer group",
 	  .doc =
 		"This node's address in its peer group, `HOST:PORT` (IPv4), where "
-		"it serves chunks to its peers and from which it asks them. It must"
-		" be one of the group's addresses (`peers`, `peers_file`). Empty: "
-		"the node is in no group and reads only from its backends. Only "
+		"it serves chunks to its peers and from which it asks them; it is a "
+		"member of the group whether `peers` lists it or not. Empty: the "
+		"node is in no group and reads only from its backends. Only "
 		"published `rados://` datasets are shared (their chunks are "
 		"content-addressed); `dir://` and plain RADOS namespaces never are."
-		" See `fleet.md`." },
+		" Read at start, as are `peer_key_file` and `peer_timeout`: SIGHUP "
+		"rereads only the members (`peers`, `peers_file`). See `fleet.md`." },
 	{ "peers", OPT_STR, O(peers), "", 0, 0,
 	  "the peer group, HOST:PORT, ... (this node included)",
 	  .doc =
@@ -376,7 +377,7 @@ static const struct opt opts[] = {
 	  "tests only: flip a byte of every chunk served to peers",
 	  .doc =
 		"For tests only: flip one byte of every chunk this node serves to "
-		"its peers, who must detect it (`tests/rados/peers_fail.sh`)." },
+		"its peers, who must detect it (`tests/rados/peers_trust.sh`)." },
 };
 
 #undef O
