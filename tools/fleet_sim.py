@@ -97,14 +97,10 @@ def sim_group(g, chunks, nic, ceph_share, order, inflight=16, dt_chunks=0.25):
                     continue
                 o = owner[c]
                 active[i] += 1
-                if o == i:
-                    if c not in ceph_done and c not in ceph_flows:
-                        ceph_flows[c] = 1.0
-                    flows.append([o, i, c, 0.0 if True else 1.0, True])
-                else:
-                    if c not in ceph_done and c not in ceph_flows:
-                        ceph_flows[c] = 1.0
-                    flows.append([o, i, c, 1.0, c not in ceph_done])
+                if c not in ceph_done and c not in ceph_flows:
+                    ceph_flows[c] = 1.0  # the owner reads it from Ceph once
+                # its own chunk needs no transfer once the owner (itself) has it
+                flows.append([o, i, c, 0.0 if o == i else 1.0, True])
         if not flows and not ceph_flows and all(p >= chunks for p in pos):
             break
         # rates: equal shares
