@@ -28,7 +28,9 @@
 #                node, LINK for a node alone): backend bytes per dataset byte;
 #                sharded warmup with peers / N nodes warming independently, and
 #                / one node alone; a cold epoch on N nodes with / without
-#                peers; the transport (tools/peerbench) / iperf3 on loopback
+#                peers; the transport (tools/peerbench) / iperf3 on loopback;
+#                a node's own reads while it serves 3 askers flat out (and
+#                with peer_serve_max_mbps=50) / alone
 #   gpu          the warm 2 GiB file into GPU memory with libstagefs (tools/gpubench):
 #                feed rate / min(disk, pinned H2D), and / read() + cudaMemcpy,
 #                all measured in the same run; "skipped: no GPU" without one
@@ -1192,24 +1194,63 @@ bench_peers() {
 	ball=$(backend_sum "$n" backend_bytes)
 	row "$n nodes, peers, no shards" "$tall ms" "$ball" "$(ratio "$ball" "$bytes")"
 	# the transport, node 1 serving from its (page-)cached copy, against iperf3
-	local pbr1 pbr ipf1 ipf16
-	timeout 60 cat "$d/c1"/data/*/* >/dev/null 2>&1
-	pbr1=$(jget "$("$PB" -t 1 -r 2 "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>"$WORK/log/peerbench.err")" bytes_per_s)
-	pbr=$(jget "$("$PB" -t 16 -r 3 "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>>"$WORK/log/peerbench.err")" bytes_per_s)
-	unmount "$n"
-	iperf() {	# iperf STREAMS: bits/s over loopback, 127.0.0.9 -> 127.0.0.2
+	# interleaved with iperf3 over the same loopback, 3 times (the machine
+	# is noisy), iperf3 writing chunk-sized buffers as the server does
+	local pbr1 pbr ipf1 ipf16 r a1=() a16=() b1=() b16=()
+	iperf() {	# iperf STREAMS: bytes/s over loopback, 127.0.0.9 -> 127.0.0.2
 		local p=$((port + 1)) out
 		iperf3 -s -1 -B 127.0.0.2 -p "$p" >/dev/null 2>&1 &
 		sleep 0.5
-		out=$(iperf3 -c 127.0.0.2 -B 127.0.0.9 -p "$p" -t 4 -P "$1" -J 2>/dev/null)
+		out=$(iperf3 -c 127.0.0.2 -B 127.0.0.9 -p "$p" -t 3 -l "$cbytes" -P "$1" -J 2>/dev/null)
 		wait
 		"$PY" -c 'import json, sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8))' <<<"$out"
 	}
-	if command -v iperf3 >/dev/null; then
-		ipf1=$(iperf 1) ipf16=$(iperf 16)
-	fi
-	row "transport: peerbench -t 1 / -t 16" "$(mbs "${pbr1:-0}")" "$(mbs "${pbr:-0}")" "" "chunks checked on arrival"
-	row "iperf3 loopback, 1 / 16 streams" "$(mbs "${ipf1:-0}")" "$(mbs "${ipf16:-0}")" ""
+	pb() { jget "$("$PB" -t "$1" -r "$2" "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>>"$WORK/log/peerbench.err")" bytes_per_s; }
+	timeout 60 cat "$d/c1"/data/*/* >/dev/null 2>&1
+	for r in 1 2 3; do
+		if command -v iperf3 >/dev/null; then
+			a1+=("$(iperf 1)") a16+=("$(iperf 16)")
+		fi
+		b1+=("$(pb 1 4)") b16+=("$(pb 16 8)")
+	done
+	pbr1=$(median "${b1[@]}") pbr=$(median "${b16[@]}")
+	[ ${#a1[@]} = 0 ] || ipf1=$(median "${a1[@]}") ipf16=$(median "${a16[@]}")
+	# local readers first: node 1's own reads of its cached copy (page cache
+	# dropped, 4 readers) alone, then while 3 askers pull from it flat out,
+	# then the same with peer_serve_max_mbps=50 on node 1
+	local loc0 loc1 loc2 srv1 srv2
+	list_files "$d/src" "$d/m1" "$d/files.1"
+	under_load() {	# under_load: sets LOC (node 1's read bytes/s) and SRV (served bytes/s)
+		local k lp=() o0 t
+		# from the other members' addresses: node 1 counts what it serves them
+		for k in 3 4 5; do
+			"$PB" -t 16 -r 100000 "$d/key" "127.0.0.$k:$((port + 7))" "127.0.0.2:$port" "$d/ids" >/dev/null 2>&1 &
+			lp+=($!)
+		done
+		sleep 1
+		drop_caches
+		o0=$(stat_get "$d/m1" peer_bytes_out) t=$(now_ms)
+		LOC=$(rb bytes_per_s files -t 4 -s 1 "$d/files.1")
+		SRV=$((($(stat_get "$d/m1" peer_bytes_out) - o0) * 1000 / ($(now_ms) - t + 1)))
+		kill "${lp[@]}" 2>/dev/null
+		wait "${lp[@]}" 2>/dev/null
+	}
+	drop_caches
+	loc0=$(rb bytes_per_s files -t 4 -s 1 "$d/files.1")
+	under_load
+	loc1=$LOC srv1=$SRV
+	sfs_umount "$d/m1"
+	MOUNT_CONF=$d/peers.conf sfs_mount "$uri" "$d/m1" \
+		"cache_dir=$d/c1,ceph_conf=$CEPH_CONF,backend_max_rate=$cap,peer_listen=127.0.0.2:$port,peer_serve_max_mbps=50" ||
+		{ failed "remount of node 1"; unmount "$n"; return; }
+	under_load
+	loc2=$LOC srv2=$SRV
+	unmount "$n"
+	row "transport: peerbench -t 1 / -t 16" "$(mbs "${pbr1:-0}")" "$(mbs "${pbr:-0}")" "" "median of 3, chunks checked on arrival"
+	row "iperf3 -l $chunk, 1 / 16 streams" "$(mbs "${ipf1:-0}")" "$(mbs "${ipf16:-0}")" "" "median of 3, interleaved"
+	row "node 1 reads its copy: alone" "$(mbs "${loc0:-0}")" "" ""
+	row "... while serving 3 askers" "$(mbs "${loc1:-0}")" "served $(mbs "${srv1:-0}")" "$(ratio "${loc1:-0}" "${loc0:-0}")"
+	row "... the same, peer_serve_max_mbps=50" "$(mbs "${loc2:-0}")" "served $(mbs "${srv2:-0}")" "$(ratio "${loc2:-0}" "${loc0:-0}")"
 	# a cold epoch: every node reads the whole dataset, shuffled, with / without peers
 	list_files "$d/src" "$d/mX" "$d/files"
 	epoch() {	# epoch CONF: ms until n cold nodes have read everything
@@ -1239,6 +1280,8 @@ bench_peers() {
 	result "peers: sharded warmup vs one node alone" "${tpeer} ms" "${t1} ms" "$(ratio "$tpeer" "$t1")" "<1.31"
 	result "peers: cold epoch vs without peers" "${e1} ms" "${e0} ms" "$(ratio "$e1" "$e0")" ""
 	result "peers: every node warming, no shards, vs one node" "${tall} ms" "${t1} ms" "$(ratio "$tall" "$t1")" ""
+	result "peers: local reads while serving / alone" "$(mbs "${loc1:-0}")" "$(mbs "${loc0:-0}")" "$(ratio "${loc1:-0}" "${loc0:-0}")" ""
+	result "peers: the same, serving capped at 50 MB/s" "$(mbs "${loc2:-0}")" "$(mbs "${loc0:-0}")" "$(ratio "${loc2:-0}" "${loc0:-0}")" ""
 	[ -z "${ipf16:-}" ] || {
 		result "peers: transport vs iperf3, 1 stream" "$(mbs "${pbr1:-0}")" "$(mbs "$ipf1")" "$(ratio "${pbr1:-0}" "$ipf1")" ""
 		result "peers: transport vs iperf3, 16 streams" "$(mbs "${pbr:-0}")" "$(mbs "$ipf16")" "$(ratio "${pbr:-0}" "$ipf16")" ""
