@@ -6,7 +6,7 @@ need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
 . "$REPO/tests/lib_peers.sh"
 
-# nodes 1 and 2 read at most 6 MB/s (peers included), so the kill lands mid-read
+# nodes 1 and 2 read their own share from Ceph at 6 MB/s (backend_max_rate), so the kill lands mid-read
 peers_setup 3
 N3=127.0.0.4:$PEER_PORT
 
