@@ -93,8 +93,11 @@ int peerd_group_create(struct sfs *fs, char *err, size_t errlen)
 	};
 
 	fs->peers = NULL;
-	if (!c->peer_listen || !*c->peer_listen)
+	if (!c->peer_listen || !*c->peer_listen) {
+		if ((c->peers && *c->peers) || (c->peers_file && *c->peers_file))
+			log_warn("peers or peers_file is set but peer_listen is not: this node is in no peer group");
 		return 0;
+	}
 	return peer_group_create(&o, &fs->peers, err, errlen);
 }
 
@@ -395,16 +398,20 @@ struct conn {
 	struct sockaddr_in from;
 };
 
-static void conn_end(struct conn *c)
+/* Give connection slot @slot (socket @fd) back: closes @fd. */
+static void slot_release(struct peerd *pd, int slot, int fd)
 {
-	struct peerd *pd = c->pd;
-
 	pthread_mutex_lock(&pd->lock);
-	pd->conn_fd[c->slot] = -1;
-	close(c->fd);
+	pd->conn_fd[slot] = -1;
+	close(fd);
 	if (--pd->nconns == 0)
 		pthread_cond_broadcast(&pd->idle);
 	pthread_mutex_unlock(&pd->lock);
+}
+
+static void conn_end(struct conn *c)
+{
+	slot_release(c->pd, c->slot, c->fd);
 	free(c);
 }
 
@@ -532,26 +539,19 @@ static void *accept_main(void *arg)
 			continue;
 		}
 		c = calloc(1, sizeof(*c));
-		if (c) {
-			c->pd = pd;
-			c->fd = fd;
-			c->slot = slot;
-			c->from = from;
-			pthread_attr_init(&at);
-			pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-			if (pthread_create(&t, &at, conn_main, c)) {
-				pthread_attr_destroy(&at);
-				conn_end(c);
-				continue;
-			}
-			pthread_attr_destroy(&at);
-		} else {
-			c = malloc(sizeof(*c));
-			if (c) {
-				*c = (struct conn){ .pd = pd, .fd = fd, .slot = slot };
-				conn_end(c);
-			}
+		if (!c) {
+			slot_release(pd, slot, fd);
+			continue;
 		}
+		c->pd = pd;
+		c->fd = fd;
+		c->slot = slot;
+		c->from = from;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		if (pthread_create(&t, &at, conn_main, c))
+			conn_end(c);
+		pthread_attr_destroy(&at);
 	}
 	return NULL;
 }
