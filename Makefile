@@ -33,7 +33,7 @@ UNIT_SRCS     = $(wildcard tests/unit/test_*.c)
 UNIT_TESTS    = $(patsubst %.c,%,$(UNIT_SRCS))
 TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
 
-LIBS_CORE = $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(URING_LIBS) -lm
+LIBS_CORE = $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(CRYPTO_LIBS) $(URING_LIBS) -lm
 LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
 # the GPU benchmark (tools/bench.sh gpu) needs the CUDA runtime
@@ -47,7 +47,7 @@ ifeq ($(HAVE_SLURM),y)
 SPANK_PLUGIN  = slurm/spank_stagefs.so
 endif
 
-all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
+all: stagefs $(TOOLS) tools/readbench tools/peerbench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
 
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h slurm/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
@@ -102,6 +102,10 @@ slurm/spank_stagefs.so: $(patsubst %.c,%.o,$(wildcard slurm/*.c)) src/libsfs.a s
 # the reader tools/bench.sh times (plain C, no stagefs code)
 tools/readbench: tools/readbench.o
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $<
+
+# a peer group member asking another for chunks (tools/bench.sh peers)
+tools/peerbench: tools/peerbench.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE)
 
 # libstagefs's GPU feed rate against its ceilings (tools/bench.sh gpu)
 tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
@@ -218,7 +222,7 @@ tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
 fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench slurm/spank_stagefs.so
+	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/peerbench tools/gpubench slurm/spank_stagefs.so
 	rm -f $(MAN_PAGES)
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 

@@ -40,6 +40,7 @@
 #include "cred.h"
 #include "datasets.h"
 #include "log.h"
+#include "peerd.h"
 #include "policy.h"
 
 #include <errno.h>
@@ -314,6 +315,7 @@ static void reload(struct sfs *fs)
 		policy_register(old);
 		return;
 	}
+	peerd_reload(fs, &cfg);
 	config_release(&cfg);
 	atomic_store(&fs->policy, np);
 	/* old policies stay allocated: a request may still be reading one */

@@ -14,9 +14,14 @@ void daemon_fetch_begin(struct sfs *fs, const struct cfile *cf, uint32_t idx)
 	stats_fetch_begin(fs->stats, cf, idx);
 }
 
-void daemon_fetch_end(struct sfs *fs, const struct cfile *cf, uint32_t idx, int res)
+void daemon_fetch_end(struct sfs *fs, const struct cfile *cf, uint32_t idx, int res,
+		      bool peer)
 {
-	stats_fetch_end(fs->stats, cf, idx, res);
+	/* a chunk a peer sent is no backend read: the peer group counts it */
+	if (peer && res >= 0)
+		stats_fetch_end(fs->stats, cf, idx, STATS_FETCH_NONE);
+	else
+		stats_fetch_end(fs->stats, cf, idx, res);
 }
 
 /* The scheduler's hooks (struct pf_opts): the same counting. */
@@ -25,9 +30,10 @@ static void pf_fetch_begin(void *arg, const struct cfile *cf, uint32_t idx)
 	daemon_fetch_begin(arg, cf, idx);
 }
 
-static void pf_fetch_end(void *arg, const struct cfile *cf, uint32_t idx, int res)
+static void pf_fetch_end(void *arg, const struct cfile *cf, uint32_t idx, int res,
+			 bool peer)
 {
-	daemon_fetch_end(arg, cf, idx, res);
+	daemon_fetch_end(arg, cf, idx, res, peer);
 }
 
 int daemon_start(struct sfs *fs, char *err, size_t errlen)

@@ -13,7 +13,8 @@
  * and daemon_fetch_end around it, into the feed-rate counters
  * (stats_fetch_begin/end, src/stats.h): a success is a node-wide miss
  * (the backend_reads of .stagefs/stats) and backend_bytes, a failure
- * STATS_NODE_BACKEND_ERRORS (backend_errors).
+ * STATS_NODE_BACKEND_ERRORS (backend_errors).  A chunk a member of the
+ * peer group sent instead (@peer) is neither: src/peer.c counts it.
  */
 #ifndef STAGEFS_FUSE_DAEMON_H
 #define STAGEFS_FUSE_DAEMON_H
@@ -31,9 +32,11 @@ void daemon_stop(struct sfs *fs);
 
 /*
  * Around one backend fetch of chunk @idx of cache entry @cf, on the thread
- * that fetches: @res is the byte count read or -errno.
+ * that fetches: @res is the byte count read or -errno; @peer: a peer sent
+ * the chunk instead of the backend.
  */
 void daemon_fetch_begin(struct sfs *fs, const struct cfile *cf, uint32_t idx);
-void daemon_fetch_end(struct sfs *fs, const struct cfile *cf, uint32_t idx, int res);
+void daemon_fetch_end(struct sfs *fs, const struct cfile *cf, uint32_t idx, int res,
+		      bool peer);
 
 #endif

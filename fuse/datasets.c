@@ -9,6 +9,7 @@
 #include "datasets.h"
 
 #include "log.h"
+#include "peerd.h"
 #include "policy.h"
 
 #include <errno.h>
@@ -84,9 +85,13 @@ int datasets_add(struct sfs *fs, const char *name, const char *source,
 		atomic_store(&ds->epoch_staging, pd && pd->epoch_staging >= 0 ?
 			     pd->epoch_staging : (int)fs->cfg.epoch_staging);
 	}
+	/* before it is published: no fill may start without the group */
+	if (fs->peers)
+		ds->be->peers = fs->peers;
 	fs->ds[n] = ds;
 	atomic_store(&fs->nds, n + 1);
 	pthread_mutex_unlock(&fs->ds_lock);
+	peerd_dataset_added(fs, ds);
 	if (out)
 		*out = ds;
 	return 0;

@@ -21,6 +21,9 @@
 #include "cache.h"
 #include "config.h"
 
+struct peer_group;
+struct peerd;
+
 /*
  * Inode numbers.  Inodes above SFS_VIRT_BASE are the daemon's own
  * (.stagefs and its files).  With one dataset (`stagefs SOURCE MNT`) the
@@ -87,6 +90,8 @@ struct sfs {
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* counts READs, opens, fetches (src/stats.h) */
 	struct metrics *metrics;	/* their exporters (fuse/metrics.h) */
+	struct peer_group *peers;	/* the node's peer group (src/peer.h), or NULL */
+	struct peerd *peerd;		/* its server (fuse/peerd.h), or NULL */
 	/* READs handed to the I/O engine, not answered yet: unmount waits for 0 */
 	_Atomic uint64_t reads_in_engine;
 	uint64_t start_ms;

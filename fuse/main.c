@@ -24,6 +24,7 @@
 #include "mountpoint.h"
 #include "noopen.h"
 #include "passthrough.h"
+#include "peerd.h"
 #include "policy.h"
 #include "session_io.h"
 #include "uring.h"
@@ -597,6 +598,9 @@ int main(int argc, char **argv)
 	ret = cache_create(&copts, &fs.cache, err, sizeof(err));
 	if (ret)
 		fail("%s", err);
+	/* before the datasets: their backends ask the group */
+	if (peerd_group_create(&fs, err, sizeof(err)))
+		fail("%s", err);
 	if (!fs.multi) {
 		ret = datasets_add(&fs, "", cli.source, false, NULL, err, sizeof(err));
 		if (ret)
@@ -614,6 +618,8 @@ int main(int argc, char **argv)
 	}
 	cache_set_quota_fn(fs.cache, access_quota_of, &fs);
 	if (daemon_start(&fs, err, sizeof(err)))
+		fail("%s", err);
+	if (peerd_start(&fs, err, sizeof(err)))
 		fail("%s", err);
 
 	snprintf(fsname, sizeof(fsname), "max_read=%u,fsname=stagefs:%s,subtype=stagefs",
@@ -733,9 +739,11 @@ int main(int argc, char **argv)
 	noopen_destroy(fs.no);
 	metrics_stop(&fs);
 	ctlsock_stop(&fs);
+	peerd_stop(&fs);
 	daemon_stop(&fs);
 	access_destroy(&fs);
 	datasets_destroy(&fs);
+	peerd_group_destroy(&fs);
 	cache_destroy(fs.cache);
 	fuse_opt_free_args(&args);
 	config_release(&fs.cfg);

@@ -43,7 +43,7 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 	pf_demand_begin(fs->pf, len);	/* the rate cap; background work yields */
 	daemon_fetch_begin(fs, fh->cf, idx);
 	r = be->ops->read_chunk(be, &fh->attr, idx, buf, len);
-	daemon_fetch_end(fs, fh->cf, idx, r);	/* counted there, as the engine's */
+	daemon_fetch_end(fs, fh->cf, idx, r, false);	/* counted there, as the engine's */
 	pf_demand_end(fs->pf);
 	return r;
 }

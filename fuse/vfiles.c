@@ -23,6 +23,7 @@
 #include "ctlsock.h"
 #include "noopen.h"
 #include "passthrough.h"
+#include "peer.h"
 #include "stats.h"
 #include "stats_render.h"
 #include "uring.h"
@@ -77,6 +78,12 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 	struct stats_report rep;
 	struct cache_stats cs;
 	struct pf_stats ps;
+	struct peer_stat *peers = NULL;
+	size_t npeers = 0;
+	struct {
+		uint64_t bytes_in, hits, failures, corrupt, fallbacks;
+		uint64_t bytes_out, served, refused, member, backoff;
+	} psum = { 0 };
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f;
@@ -93,6 +100,20 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 	}
 	cache_get_stats(fs->cache, &cs);
 	pf_get_stats(fs->pf, &ps);
+	if (fs->peers && !peer_group_stats(fs->peers, &peers, &npeers)) {
+		for (size_t i = 0; i < npeers; i++) {
+			psum.bytes_in += peers[i].bytes_in;
+			psum.hits += peers[i].hits;
+			psum.failures += peers[i].failures;
+			psum.corrupt += peers[i].corrupt;
+			psum.fallbacks += peers[i].fallbacks;
+			psum.bytes_out += peers[i].bytes_out;
+			psum.served += peers[i].served;
+			psum.refused += peers[i].refused;
+			psum.member += peers[i].member && !peers[i].self;
+			psum.backoff += peers[i].member && peers[i].backoff;
+		}
+	}
 
 	const struct stats_metric m[] = {
 		/* the background fetches and the I/O engine (prefetch/prefetch.h) */
@@ -195,6 +216,23 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		      "Cache files known to the node cache.", cs.files),
 		JSON_ONLY("cache_loaded_chunks", cs.loaded_chunks),
 		JSON_ONLY("cache_load_ms", cs.load_ms),
+
+		/* the peer group (src/peer.h, fuse/peerd.h): sums over the peers */
+		GAUGE("peer_members", "stagefs_peer_members",
+		      "Other members of the node's peer group.", psum.member),
+		GAUGE("peer_backoff", "stagefs_peer_backoff",
+		      "Members skipped now after failing (their chunks come from the backend).",
+		      psum.backoff),
+		COUNTER("peer_bytes_in", "stagefs_peer_saved_bytes_total",
+			"Chunk bytes peers sent this node, verified: backend bytes saved.",
+			psum.bytes_in),
+		JSON_ONLY("peer_hits", psum.hits),
+		JSON_ONLY("peer_failures", psum.failures),
+		JSON_ONLY("peer_corrupt", psum.corrupt),
+		JSON_ONLY("peer_fallbacks", psum.fallbacks),
+		JSON_ONLY("peer_bytes_out", psum.bytes_out),
+		JSON_ONLY("peer_served", psum.served),
+		JSON_ONLY("peer_refused", psum.refused),
 	};
 
 	rep = (struct stats_report){
@@ -203,6 +241,8 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		.feed = feed,
 		.feed_error = ret,
 		.view = view,
+		.peers = peers,
+		.npeers = npeers,
 	};
 	f = open_memstream(&buf, &len);
 	if (!f) {
@@ -219,6 +259,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 	ret = (int)len;
 out_free_feed:
 	stats_snap_free(feed);
+	free(peers);
 	return ret;
 }
 

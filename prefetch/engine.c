@@ -17,8 +17,9 @@
  *   nobuf       waiting for a buffer of the pool (background fills only)
  *   fetch       librados aio (backend aio_start: the completion callback on
  *               the librados thread only queues the fill and pokes the
- *               eventfd), or an io_uring read of the dir:// source file
- *               (backend source_open)
+ *               eventfd; where the node has a peer group, the chunk's owner
+ *               is asked first, src/peer.h), or an io_uring read of the
+ *               dir:// source file (backend source_open)
  *   verify      on this thread: aio_finish checks the XXH3-128 the chunk is
  *               named by and hands it on (so nothing is hashed twice);
  *               dir:// bytes are hashed here; cache_fill_commit()
@@ -119,6 +120,7 @@ struct fill {
 	bool checking;			/* the claim is a check */
 	bool tokens;			/* rate-cap tokens taken */
 	bool fetched;			/* the backend was read */
+	bool from_peer;			/* ... or a peer sent the chunk (src/peer.h) */
 	bool direct;			/* the transfers in flight use O_DIRECT */
 	bool served;			/* fl->buf holds the verified chunk, published */
 	uint8_t hit_retries;
@@ -505,7 +507,7 @@ static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
 	int st;
 
 	if (e->o.fetch_end)
-		e->o.fetch_end(e->o.account_arg, fl->f->cf, fl->idx, res);
+		e->o.fetch_end(e->o.account_arg, fl->f->cf, fl->idx, res, fl->from_peer);
 	if (res != (int)len) {
 		fill_drop(e, fl, res < 0 ? res : -EIO);
 		return;
@@ -554,6 +556,7 @@ static void start_fetch(struct pf_engine *e, struct fill *fl)
 
 	fl->stage = FS_FETCH;
 	fl->fetched = true;
+	fl->from_peer = false;	/* aio_finish says */
 	if (e->o.fetch_begin)
 		e->o.fetch_begin(e->o.account_arg, fl->f->cf, fl->idx);
 	if (be->ops->source_open) {
@@ -621,6 +624,12 @@ static void check_read_done(struct pf_engine *e, struct fill *fl, int res)
  */
 static void fill_go(struct pf_engine *e, struct fill *fl)
 {
+	const struct backend *be = fl->f->be;
+
+	/* a chunk a peer will send is no backend traffic: no rate-cap tokens */
+	if (!fl->checking && !fl->tokens && be->ops->peer_first &&
+	    be->ops->peer_first(fl->f->be, &fl->f->attr, fl->idx))
+		fl->tokens = true;
 	if (!fl->checking && !fl->tokens) {
 		uint64_t wait = pf_bucket_try(e->s, fl->claim.len, fl->prio), now = now_ns();
 
@@ -816,7 +825,8 @@ static void inbox_fill(struct pf_engine *e, struct fill *fl)
 		fill_claim(e, fl);
 		break;
 	case FS_FETCH:		/* librados is done with the buffer */
-		res = fl->f->be->ops->aio_finish(fl->f->be, fl->aio, &id, &hashed);
+		res = fl->f->be->ops->aio_finish(fl->f->be, fl->aio, &id, &hashed,
+						 &fl->from_peer);
 		fl->aio = NULL;
 		fetch_done(e, fl, res, hashed ? &id : NULL);
 		break;

@@ -75,11 +75,13 @@ struct pf_opts {
 	/*
 	 * Around every backend fetch of chunk @idx of cache entry @cf made by
 	 * the engine or a worker (readers' included, with the engine), on that
-	 * thread: lets the daemon count it.  @res is the byte count or -errno.
-	 * Either may be NULL.
+	 * thread: lets the daemon count it.  @res is the byte count or -errno;
+	 * @peer: a member of the peer group sent the bytes, not the backend
+	 * (src/backend.h, aio_finish).  Either may be NULL.
 	 */
 	void (*fetch_begin)(void *arg, const struct cfile *cf, uint32_t idx);
-	void (*fetch_end)(void *arg, const struct cfile *cf, uint32_t idx, int res);
+	void (*fetch_end)(void *arg, const struct cfile *cf, uint32_t idx, int res,
+			  bool peer);
 	void *account_arg;
 };
 

@@ -489,7 +489,7 @@ static int bg_fetch(void *arg, uint32_t idx, void *buf, size_t len)
 		x->s->o.fetch_begin(x->s->o.account_arg, x->f->cf, idx);
 	r = be->ops->read_chunk(be, &x->f->attr, idx, buf, len);
 	if (x->s->o.fetch_end)
-		x->s->o.fetch_end(x->s->o.account_arg, x->f->cf, idx, r);
+		x->s->o.fetch_end(x->s->o.account_arg, x->f->cf, idx, r, false);
 	if (r == (int)len)
 		x->fetched = true;
 	else

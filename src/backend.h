@@ -31,6 +31,7 @@
 
 struct sfs_config;
 struct manifest;
+struct peer_group;
 
 #define SFS_ROOT_INO	1ULL
 
@@ -108,14 +109,17 @@ struct backend_ops {
 	 * releases the handle and returns @len or -errno.  Where the bytes
 	 * were checked against their XXH3-128 (a content address), that hash
 	 * is stored in *@hash and *@hashed set, so the caller need not hash
-	 * them again.  ->destroy waits for every read started to be finished.
+	 * them again.  *@from_peer is set when the bytes came from a member of
+	 * the node's peer group (->peers) instead of the backend itself: they
+	 * were checked against the chunk's content address all the same.
+	 * ->destroy waits for every read started to be finished.
 	 */
 	int (*aio_start)(struct backend *be, const struct sfs_attr *file,
 			 uint32_t idx, void *buf, size_t len,
 			 void (*done)(void *arg), void *arg,
 			 struct backend_aio **out);
 	int (*aio_finish)(struct backend *be, struct backend_aio *h,
-			  struct sfs_id *hash, bool *hashed);
+			  struct sfs_id *hash, bool *hashed, bool *from_peer);
 
 	/*
 	 * Optional, for sources that are plain files (dir://): chunk @idx of
@@ -132,6 +136,14 @@ struct backend_ops {
 	int (*source_close)(struct backend *be, const struct sfs_attr *file,
 			    int fd, ssize_t res, size_t len);
 
+	/*
+	 * Optional: true when ->aio_start of chunk @idx of @file will ask a
+	 * member of the peer group (->peers) for it first, not the backend,
+	 * as things stand now.  The engine takes no backend_max_rate tokens
+	 * for such a fill: the cap is on the storage network's bytes.
+	 */
+	bool (*peer_first)(struct backend *be, const struct sfs_attr *file, uint32_t idx);
+
 	/* Optional: dataset totals for statfs (bytes, files). */
 	int (*statfs)(struct backend *be, uint64_t *bytes, uint64_t *files);
 	/* Optional: extended attributes, with getxattr(2)/listxattr(2) rules. */
@@ -147,6 +159,14 @@ struct backend {
 	uint32_t chunk_size;	/* fixed for the dataset's lifetime */
 	char *uri;		/* as given, for logs and stats */
 	struct manifest *m;	/* the dataset's tree (both backends keep one) */
+	/*
+	 * The node's peer group (src/peer.h), set by the daemon right after
+	 * backend_open() where chunks may be shared, or NULL.  A backend whose
+	 * chunks are content-addressed (published rados:// datasets) asks the
+	 * chunk's owner in ->aio_start before reading it itself; others ignore
+	 * it.  It outlives the backend.
+	 */
+	struct peer_group *peers;
 };
 
 /*

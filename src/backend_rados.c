@@ -40,12 +40,22 @@
  * the read over to its owner (STYLE 8); the owner's thread then checks the
  * hash in aio_finish and passes the verified id on, so the bytes are hashed
  * once.
+ *
+ * Peer groups (src/peer.h): when the daemon gave the backend its peer
+ * group, an asynchronous read of a published chunk first asks the chunk's
+ * owner (peer_fetch_start), unless this node owns it.  The peer client
+ * checks the bytes against the chunk id before it reports them; on any
+ * failure its callback starts the RADOS read itself (a librados call that
+ * does not block), so the fill goes on as if the peer had not been asked,
+ * having waited at most peer_timeout.  Plain mode is never shared: its
+ * objects are named, not content-addressed, and could not be checked.
  */
 #include "backend.h"
 
 #include "config.h"
 #include "log.h"
 #include "manifest.h"
+#include "peer.h"
 #include "rados.h"
 #include "util.h"
 
@@ -107,8 +117,12 @@ struct rread {
 	time_t got_mtime;
 	size_t bytes_read;
 	int stat_rval, read_rval;
+	uint32_t idx;
 	void (*done)(void *arg);	/* async: the caller's hand-over */
 	void *arg;
+	rados_callback_t cb;		/* the completion to install (async) */
+	bool from_peer;			/* a peer sent the chunk, verified */
+	int start_err;			/* the fallback read could not start */
 	char oid[];
 };
 
@@ -784,13 +798,13 @@ static void rread_complete_cb(rados_completion_t c, void *arg)
 }
 
 /*
- * Prepare and start the read of chunk @idx of @file.  @cb NULL: synchronous
- * (the caller waits on rr->c); else @cb runs on completion and calls
- * @done(@arg).  Returns 0 with *@out set, or -errno.
+ * Prepare the read of chunk @idx of @file (nothing started).  @cb NULL:
+ * synchronous (the caller waits on rr->c); else @cb runs on completion and
+ * calls @done(@arg).  Returns 0 with *@out set, or -errno.
  */
-static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
-		       uint32_t idx, void *buf, size_t len, rados_callback_t cb,
-		       void (*done)(void *arg), void *arg, struct rread **out)
+static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
+			 uint32_t idx, void *buf, size_t len, rados_callback_t cb,
+			 void (*done)(void *arg), void *arg, struct rread **out)
 {
 	struct sfs_attr a;
 	struct rread *rr;
@@ -821,10 +835,6 @@ static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
 		sfs_rados_chunk_oid(&id, path);
 		oidlen = strlen(path);
 	}
-	if (timeout_held(rb, path)) {
-		log_debug("rados: %s timed out just now: failing at once", path);
-		return -EIO;
-	}
 
 	rr = calloc(1, sizeof(*rr) + oidlen + 1);
 	if (!rr)
@@ -838,34 +848,62 @@ static int rread_start(struct rados_backend *rb, const struct sfs_attr *file,
 	rr->want_mtime = a.mtime.tv_sec;
 	rr->done = done;
 	rr->arg = arg;
-	rc = rados_aio_create_completion2(cb ? rr : NULL, cb, &rr->c);
+	rr->cb = cb;
+	rr->idx = idx;
+	*out = rr;
+	return 0;
+}
+
+/* Start the RADOS read @rr was prepared for.  Returns 0 or -errno. */
+static int rread_submit(struct rread *rr)
+{
+	struct rados_backend *rb = rr->rb;
+	int rc;
+
+	if (timeout_held(rb, rr->oid)) {
+		log_debug("rados: %s timed out just now: failing at once", rr->oid);
+		return -EIO;
+	}
+	rc = rados_aio_create_completion2(rr->cb ? rr : NULL, rr->cb, &rr->c);
 	if (rc < 0)
-		goto out_free;
+		return rc;
 	if (rb->plain) {
 		rr->op = rados_create_read_op();
-		if (!rr->op) {
-			rc = -ENOMEM;
-			goto out_free;
-		}
+		if (!rr->op)
+			return -ENOMEM;
 		/* stat and read in one op: both see the same object version */
 		rados_read_op_stat(rr->op, &rr->got_size, &rr->got_mtime, &rr->stat_rval);
-		rados_read_op_read(rr->op, (uint64_t)idx * rb->be.chunk_size, len,
-				   buf, &rr->bytes_read, &rr->read_rval);
+		rados_read_op_read(rr->op, (uint64_t)rr->idx * rb->be.chunk_size, rr->len,
+				   rr->buf, &rr->bytes_read, &rr->read_rval);
 		rc = rados_aio_read_op_operate(rr->op, rb->io, rr->c, rr->oid, 0);
 	} else {
-		rc = rados_aio_read(rb->io, rr->oid, rr->c, buf, len, 0);
+		rc = rados_aio_read(rb->io, rr->oid, rr->c, rr->buf, rr->len, 0);
 	}
 	if (rc < 0) {
 		log_err("rados: cannot start reading %s: %s", rr->oid, strerror(-rc));
-		rc = -EIO;
-		goto out_free;
+		return -EIO;
 	}
-	*out = rr;
 	return 0;
+}
 
-out_free:
-	rread_free(rr);
-	return rc;
+/*
+ * The peer client's thread: the owner answered (@res: the chunk, verified)
+ * or not (then read it from RADOS now; the completion hands it over).
+ */
+static void rread_peer_done(void *arg, int res)
+{
+	struct rread *rr = arg;
+
+	if (res == (int)rr->len) {
+		rr->from_peer = true;
+		rr->done(rr->arg);	/* rr may be finished and freed from here on */
+		return;
+	}
+	res = rread_submit(rr);
+	if (res) {
+		rr->start_err = res;
+		rr->done(rr->arg);
+	}
 }
 
 static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
@@ -874,9 +912,14 @@ static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
 	struct rread *rr;
 	int rc;
 
-	rc = rread_start(RB(be), file, idx, buf, len, NULL, NULL, NULL, &rr);
+	rc = rread_prepare(RB(be), file, idx, buf, len, NULL, NULL, NULL, &rr);
 	if (rc)
 		return rc;
+	rc = rread_submit(rr);
+	if (rc) {
+		rread_free(rr);
+		return rc;
+	}
 	rados_aio_wait_for_complete_and_cb(rr->c);
 	rc = rread_result(rr, rados_aio_get_return_value(rr->c));
 	rread_free(rr);
@@ -901,7 +944,17 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 	rb->inflight++;
 	pthread_mutex_unlock(&rb->lock);
 
-	rc = rread_start(rb, file, idx, buf, len, rread_complete_cb, done, arg, &rr);
+	rc = rread_prepare(rb, file, idx, buf, len, rread_complete_cb, done, arg, &rr);
+	if (!rc && rb->be.peers && !rb->plain &&
+	    !peer_fetch_start(rb->be.peers, &rr->id, buf, len, rread_peer_done, rr)) {
+		*out = (struct backend_aio *)rr;	/* done() may have run already */
+		return 0;
+	}
+	if (!rc) {
+		rc = rread_submit(rr);
+		if (rc)
+			rread_free(rr);
+	}
 	if (rc) {
 		pthread_mutex_lock(&rb->lock);
 		if (--rb->inflight == 0)
@@ -914,15 +967,22 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 }
 
 static int rb_aio_finish(struct backend *be, struct backend_aio *h,
-			 struct sfs_id *hash, bool *hashed)
+			 struct sfs_id *hash, bool *hashed, bool *from_peer)
 {
 	struct rados_backend *rb = RB(be);
 	struct rread *rr = (struct rread *)h;
 	int res;
 
-	/* done() ran, but the callback may not have returned: let it */
-	rados_aio_wait_for_complete_and_cb(rr->c);
-	res = rread_result(rr, rados_aio_get_return_value(rr->c));
+	*from_peer = rr->from_peer;
+	if (rr->from_peer) {
+		res = (int)rr->len;	/* the peer client checked it hashes to rr->id */
+	} else if (rr->start_err) {
+		res = -EIO;
+	} else {
+		/* done() ran, but the callback may not have returned: let it */
+		rados_aio_wait_for_complete_and_cb(rr->c);
+		res = rread_result(rr, rados_aio_get_return_value(rr->c));
+	}
 	*hashed = res >= 0 && !rb->plain;
 	if (*hashed)
 		*hash = rr->id;		/* rread_result checked the bytes hash to it */
@@ -932,6 +992,16 @@ static int rb_aio_finish(struct backend *be, struct backend_aio *h,
 		pthread_cond_broadcast(&rb->idle);
 	pthread_mutex_unlock(&rb->lock);
 	return res;
+}
+
+static bool rb_peer_first(struct backend *be, const struct sfs_attr *file, uint32_t idx)
+{
+	struct rados_backend *rb = RB(be);
+	struct sfs_id id;
+
+	if (!be->peers || rb->plain || manifest_chunk(be->m, file->ino, idx, &id))
+		return false;
+	return !peer_owns(be->peers, &id);
 }
 
 /* ---- metadata: backend_manifest_* (src/backend.c) read be.m ---- */
@@ -1051,5 +1121,6 @@ const struct backend_ops backend_rados_ops = {
 	.read_chunk = rb_read_chunk,
 	.aio_start = rb_aio_start,
 	.aio_finish = rb_aio_finish,
+	.peer_first = rb_peer_first,
 	.statfs = backend_manifest_statfs,
 };

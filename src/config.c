@@ -352,6 +352,62 @@ static const struct opt opts[] = {
 		"Group, by name or number, of `metrics_file`, which is mode 0640 "
 		"because the metrics name every user and job: give it the "
 		"scraper's group. Empty: the daemon's own group." },
+	/* peer groups (src/peer.c, fuse/peerd.c, docs/fleet.md) */
+	{ "peer_listen", OPT_STR, O(peer_listen), "", 0, 0,
+	  "this node's address in its peer group, HOST:PORT (IPv4); empty = no peer group",
+	  .doc =
+		"This node's address in its peer group, `HOST:PORT` (IPv4), where "
+		"it serves chunks to its peers and from which it asks them; it is a "
+		"member of the group whether `peers` lists it or not. Empty: the "
+		"node is in no group and reads only from its backends. Only "
+		"published `rados://` datasets are shared (their chunks are "
+		"content-addressed); `dir://` and plain RADOS namespaces never are."
+		" Read at start, as are `peer_key_file` and `peer_timeout`: SIGHUP "
+		"rereads only the members (`peers`, `peers_file`). See `fleet.md`." },
+	{ "peers", OPT_STR, O(peers), "", 0, 0,
+	  "the peer group, HOST:PORT, ... (this node included)",
+	  .doc =
+		"The peer group as a static list, `HOST:PORT, ...`, this node's "
+		"`peer_listen` included; at most 256. Each chunk is owned by one "
+		"live member, by rendezvous hashing of its content address, and a "
+		"miss asks that owner first. The value has commas: set it in the "
+		"config file." },
+	{ "peers_file", OPT_STR, O(peers_file), "", 0, 0,
+	  "file of the peer group, one HOST:PORT a line, written by a scheduler integration; reread on SIGHUP",
+	  .doc =
+		"A file listing the group, one `HOST:PORT` a line (`#` comments), "
+		"for a scheduler integration (a Slurm prolog) to write; it is "
+		"reread, with the config file, on SIGHUP. Its members are added to "
+		"those of `peers`." },
+	{ "peer_key_file", OPT_STR, O(peer_key_file), "", 0, 0,
+	  "the group's shared secret (at least 32 characters), in a file owned by root and not readable by group or others",
+	  .limits = "required with peer_listen",
+	  .doc =
+		"The group's shared secret, the first line of this file (at least 32"
+		" characters; `openssl rand -hex 32` makes one). Like a Ceph "
+		"keyring, the file must be owned by root (or the daemon's user) and"
+		" not readable or writable by group or others, else the daemon "
+		"refuses to start. Every request between peers carries an "
+		"HMAC-SHA256 of itself under this key (`security.md`, \"Peers\")." },
+	{ "peer_timeout", OPT_DURATION, O(peer_timeout_ms), "2s", 10, 600000,
+	  "longest wait for a peer's chunk before the backend is asked instead",
+	  .doc =
+		"The longest a fill waits for a peer's answer, from the moment it "
+		"asks: past it the chunk is read from the backend, and the peer is "
+		"skipped for a back-off (1 s, doubling to 30 s). It should be above"
+		" the time the backend takes to read a chunk, since an owner that "
+		"misses reads it from the backend before it answers." },
+	{ "peer_serve_max_mbps", OPT_UINT, O(peer_serve_max_mbps), "0", 0, 1000000,
+	  "MB/s this node serves to its peers, all together; 0 = no cap",
+	  .doc =
+		"Megabytes (10^6 bytes) per second this node sends to its peers, all"
+		" together. Serving runs on threads of lower CPU priority (nice 10)"
+		" than the node's own readers. `0`: no cap." },
+	{ "peer_test_corrupt", OPT_BOOL, O(peer_test_corrupt), "no", 0, 0,
+	  "tests only: flip a byte of every chunk served to peers",
+	  .doc =
+		"For tests only: flip one byte of every chunk this node serves to "
+		"its peers, who must detect it (`tests/rados/peers_trust.sh`)." },
 };
 
 #undef O
@@ -368,6 +424,8 @@ static const struct opt_group groups[] = {
 	  "`docs/prefetch.md`, `prefetch/prefetch.h` and `docs/control.md`.\n" },
 	{ "metrics_port", "Metrics",
 	  "The metrics are described in `docs/feedrate.md`.\n" },
+	{ "peer_listen", "Peer groups",
+	  "Nodes of a group share their cached chunks: `docs/fleet.md`.\n" },
 };
 
 struct section_handler {

@@ -79,6 +79,15 @@ struct sfs_config {
 	char *metrics_file;		/* textfile-collector file; "" = off */
 	uint64_t metrics_interval_ms;	/* how often metrics_file is rewritten */
 	char *metrics_group;		/* metrics_file's group; "" = the daemon's */
+
+	/* peer groups (src/peer.h, fuse/peerd.h, docs/fleet.md) */
+	char *peers;			/* "HOST:PORT, ..." the static group */
+	char *peers_file;		/* one HOST:PORT a line, reread on SIGHUP */
+	char *peer_listen;		/* this node's HOST:PORT; "" = no peers */
+	char *peer_key_file;		/* the group's shared secret, root-only */
+	uint64_t peer_timeout_ms;	/* a peer's answer, before the backend is asked */
+	uint64_t peer_serve_max_mbps;	/* MB/s served to peers; 0 = no cap */
+	bool peer_test_corrupt;		/* tests only: serve peers wrong bytes */
 };
 
 /* Where a setting came from, for error messages. */

@@ -204,6 +204,8 @@ void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t b
 	if (!st)
 		return;
 	atomic_fetch_sub(fill_slot(st, file, idx), 1);
+	if (bytes == STATS_FETCH_NONE)
+		return;
 	if (bytes < 0) {
 		stats_node_add(st, STATS_NODE_BACKEND_ERRORS, 1);
 		return;

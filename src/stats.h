@@ -204,8 +204,11 @@ void stats_read_waited(struct stats_read *rd);
  * Bracket a backend fetch of chunk @idx of @file (any thread).  A fetch
  * made inside stats_read_begin/end on the same thread is charged to that
  * READ's reader.  @bytes is what the fetch returned (or -errno): a success
- * is a node-wide miss and backend_bytes, a failure STATS_NODE_BACKEND_ERRORS.
+ * is a node-wide miss and backend_bytes, a failure STATS_NODE_BACKEND_ERRORS;
+ * STATS_FETCH_NONE ends the bracket counting nothing (the chunk came from
+ * elsewhere: a peer of the group).
  */
+#define STATS_FETCH_NONE	((ssize_t)INT64_MIN)
 void stats_fetch_begin(struct stats *st, const void *file, uint32_t idx);
 void stats_fetch_end(struct stats *st, const void *file, uint32_t idx, ssize_t bytes);
 

@@ -9,6 +9,7 @@
 #include "util.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 /* May view @v show row @r?  GPU rows are per device, like node totals. */
@@ -134,6 +135,26 @@ static void json_feed(FILE *f, const struct stats_snap *s, const struct stats_vi
 	json_rows(f, s, v, STATS_GPU, "gpus", indent);
 }
 
+/* The peer group's members: "peers": [ {...}, ... ], */
+static void json_peers(FILE *f, const struct peer_stat *p, size_t n)
+{
+	fputs("  \"peers\": [", f);
+	for (size_t i = 0; i < n; i++) {
+		fprintf(f, "%s\n    {\"addr\": ", i ? "," : "");
+		json_write_str(f, p[i].addr);
+		fprintf(f, ", \"self\": %s, \"member\": %s, \"backoff\": %s, "
+			"\"bytes_in\": %" PRIu64 ", \"hits\": %" PRIu64 ", "
+			"\"failures\": %" PRIu64 ", \"corrupt\": %" PRIu64 ", "
+			"\"fallbacks\": %" PRIu64 ", \"bytes_out\": %" PRIu64 ", "
+			"\"served\": %" PRIu64 ", \"refused\": %" PRIu64 "}",
+			p[i].self ? "true" : "false", p[i].member ? "true" : "false",
+			p[i].backoff ? "true" : "false", p[i].bytes_in, p[i].hits,
+			p[i].failures, p[i].corrupt, p[i].fallbacks, p[i].bytes_out,
+			p[i].served, p[i].refused);
+	}
+	fputs(n ? "\n  ],\n" : "],\n", f);
+}
+
 void stats_render_json(const struct stats_report *r, FILE *f)
 {
 	fputs("{\n", f);
@@ -147,6 +168,8 @@ void stats_render_json(const struct stats_report *r, FILE *f)
 			fprintf(f, "%" PRIu64, m->value);
 		fputs(",\n", f);
 	}
+	if (r->peers)
+		json_peers(f, r->peers, r->npeers);
 	if (r->feed) {
 		json_feed(f, r->feed, &r->view, "  ");
 	} else {
@@ -280,9 +303,43 @@ static void prom_table(FILE *f, const struct stats_metric *m, size_t n)
 	}
 }
 
+/* Per member of the peer group: stagefs_peer_*{peer="HOST:PORT"}. */
+static void prom_peers(FILE *f, const struct peer_stat *p, size_t n)
+{
+	static const struct {
+		const char *name, *help;
+		size_t off;
+	} fam[] = {
+#define PF(n, h, f) { "stagefs_peer_" n, h, offsetof(struct peer_stat, f) }
+		PF("bytes_in_total", "Chunk bytes this peer sent us, verified (backend bytes saved).", bytes_in),
+		PF("hits_total", "Chunks this peer sent us, verified.", hits),
+		PF("failures_total", "Our requests this peer failed (timeout, refusal, hang-up, wrong bytes).", failures),
+		PF("corrupt_total", "Chunks this peer sent with wrong bytes (dropped).", corrupt),
+		PF("fallbacks_total", "Our requests to this peer that ended at the backend.", fallbacks),
+		PF("bytes_out_total", "Chunk bytes we sent this peer.", bytes_out),
+		PF("served_total", "Chunks we sent this peer.", served),
+		PF("refused_total", "Requests from this peer's address we refused (bad key, replay).", refused),
+#undef PF
+	};
+
+	for (size_t k = 0; k < ARRAY_SIZE(fam); k++) {
+		prom_family(f, fam[k].name, "counter", fam[k].help);
+		for (size_t i = 0; i < n; i++) {
+			if (p[i].self)
+				continue;
+			fprintf(f, "%s{peer=", fam[k].name);
+			prom_label(f, p[i].addr);
+			fprintf(f, "} %" PRIu64 "\n",
+				*(const uint64_t *)((const char *)&p[i] + fam[k].off));
+		}
+	}
+}
+
 void stats_render_prom(const struct stats_report *r, FILE *f)
 {
 	if (r->feed)
 		prom_feed(f, r->feed, &r->view);
 	prom_table(f, r->metrics, r->nmetrics);
+	if (r->peers)
+		prom_peers(f, r->peers, r->npeers);
 }

@@ -16,16 +16,19 @@
  * Guarantees.
  *  - JSON: one object.  The table's rows first, in table order, one member
  *    per line ("  \"key\": value,"): tools/bench.sh and tools/demo.sh read
- *    them line by line, tests and `stagefs top` by name.  Then "node",
- *    "users", "jobs", "processes", "gpus" (or "node": null and
- *    "feedrate_error" when the feed-rate snapshot failed).  Strings are
+ *    them line by line, tests and `stagefs top` by name.  Then "peers"
+ *    (the members of the node's peer group, one object each, where it has
+ *    one), then "node", "users", "jobs", "processes", "gpus" (or "node":
+ *    null and "feedrate_error" when the feed-rate snapshot failed).  Strings are
  *    written with json_write_str() (src/json.h).
  *  - Who sees what: a report renders the rows of one user (or all), as its
  *    view says, filtered here from the snapshot, before any text is
  *    written; the node totals are the same for every viewer.
  *  - Prometheus: every family has HELP and TYPE; counters end in _total;
  *    label values escape backslash, quote and newline.  Table rows with no
- *    Prometheus name are JSON only.
+ *    Prometheus name are JSON only.  Peer rows are stagefs_peer_*_total
+ *    families labelled peer="HOST:PORT".
+ *  - Peer rows name nodes, never users: every viewer sees them.
  */
 #ifndef STAGEFS_STATS_RENDER_H
 #define STAGEFS_STATS_RENDER_H
@@ -35,6 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "peer.h"
 #include "stats.h"
 
 enum stats_mtype {
@@ -73,6 +77,8 @@ struct stats_report {
 	const struct stats_snap *feed;		/* feed rate; NULL: see feed_error */
 	int feed_error;				/* -errno why there is no feed */
 	struct stats_view view;			/* whose rows it shows */
+	const struct peer_stat *peers;		/* the peer group's members; NULL: none */
+	size_t npeers;
 };
 
 /*

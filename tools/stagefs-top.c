@@ -12,7 +12,8 @@
  * shows the node's feed rate (bytes and files per second over 1 s, 10 s and
  * 60 s), hit ratio, stall share, backend rate, cache use, warmup progress
  * where the daemon reports it, then one row per user, per job and per GPU,
- * busiest first.  Figures marked ~ include passthrough reads, which the
+ * busiest first, then one per member of the node's peer group (bytes in and
+ * out, hits, failures, fallbacks) where it has one.  Figures marked ~ include passthrough reads, which the
  * daemon does not see and estimates as the file size at open.
  *
  * The terminal is drawn with plain ANSI sequences on the alternate screen;
@@ -22,7 +23,7 @@
  * --json writes one object: "mount", "time" (Unix seconds), "uptime_s",
  * "cache" {"used_bytes", "limit_bytes"}, "warmup" (where reported), and
  * "node", "users", "jobs", "processes", "gpus" exactly as in the stats
- * (exact integer counts).  Exit status: 0, or 1 when the stats cannot be
+ * (exact integer counts), and "peers" where the stats have it.  Exit status: 0, or 1 when the stats cannot be
  * read or parsed (the reason on stderr), 2 for a usage error.
  */
 #include <errno.h>
@@ -134,6 +135,7 @@ static int load_stats(const char *mnt, struct json_doc **doc, char *err, size_t 
 static void print_json(const char *mnt, const struct json *r)
 {
 	static const char *const keys[] = { "node", "users", "jobs", "processes", "gpus" };
+	const char *const opt[] = { "peers" };
 	const struct json *v;
 
 	fputs("{\"mount\":", stdout);
@@ -152,6 +154,12 @@ static void print_json(const char *mnt, const struct json *r)
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 		printf(",\"%s\":", keys[i]);
 		json_write(stdout, json_get(r, keys[i]));
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(opt); i++) {
+		if ((v = json_get(r, opt[i]))) {
+			printf(",\"%s\":", opt[i]);
+			json_write(stdout, v);
+		}
 	}
 	fputs("}\n", stdout);
 }
@@ -339,6 +347,32 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 			    fmt_rate(rate(g, "1s", "gpu_bytes_per_s"), a, sizeof(a)),
 			    fmt_rate(rate(g, "10s", "gpu_bytes_per_s"), b, sizeof(b)),
 			    fmt_size(json_u64(json_get(g, "gpu_bytes"), 0), c, sizeof(c)));
+		}
+	}
+	n = json_len(json_get(r, "peers"));
+	if (n) {
+		put(s, "%s", "");
+		put(s, "peers   %s saved from the backend; %" PRIu64 " of %" PRIu64
+		    " members skipped now",
+		    fmt_size(json_u64(json_get(r, "peer_bytes_in"), 0), a, sizeof(a)),
+		    json_u64(json_get(r, "peer_backoff"), 0),
+		    json_u64(json_get(r, "peer_members"), 0));
+		put(s, "%-21s %-8s %11s %8s %8s %8s %9s %11s %8s %8s", "PEER", "STATE", "in",
+		    "hits", "fail", "corrupt", "fallback", "out", "served", "refused");
+		for (size_t i = 0; i < n; i++) {
+			const struct json *p = json_at(json_get(r, "peers"), i);
+			const char *st = json_bool(json_get(p, "self"), false) ? "self" :
+					 !json_bool(json_get(p, "member"), false) ? "left" :
+					 json_bool(json_get(p, "backoff"), false) ? "backoff" : "live";
+
+			put(s, "%-21s %-8s %11s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %9" PRIu64
+			    " %11s %8" PRIu64 " %8" PRIu64,
+			    json_str(json_get(p, "addr"), "?"), st,
+			    fmt_size(json_u64(json_get(p, "bytes_in"), 0), a, sizeof(a)),
+			    json_u64(json_get(p, "hits"), 0), json_u64(json_get(p, "failures"), 0),
+			    json_u64(json_get(p, "corrupt"), 0), json_u64(json_get(p, "fallbacks"), 0),
+			    fmt_size(json_u64(json_get(p, "bytes_out"), 0), b, sizeof(b)),
+			    json_u64(json_get(p, "served"), 0), json_u64(json_get(p, "refused"), 0));
 		}
 	}
 out:

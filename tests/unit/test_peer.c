@@ -1,0 +1,275 @@
+/*
+ * test_peer: the peer protocol and group (src/peer_proto.c, src/peer.c):
+ * requests MAC'ed and checked, a wrong key, a flipped bit and a replay
+ * refused, the key file's mode rules, and rendezvous ownership: spread over
+ * the members, and a member joining moves chunks only to itself; a peer
+ * that refuses the connection is reported failed and skipped.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "peer.h"
+#include "peer_proto.h"
+
+#define KEY "0123456789abcdef0123456789abcdef"
+
+static char dir[] = "/tmp/test_peer.XXXXXX";
+
+static void write_key(const char *path, const char *text, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	assert_int_equal(chmod(path, mode), 0);
+}
+
+static void key_of(struct peer_key *k, const char *s)
+{
+	memset(k, 0, sizeof(*k));
+	k->len = strlen(s);
+	memcpy(k->k, s, k->len);
+}
+
+static void test_request(void **state)
+{
+	struct peer_key k, wrong;
+	struct sfs_id id = { 0x1122334455667788ULL, 0x99aabbccddeeff00ULL };
+	unsigned char msg[PEER_REQ_LEN];
+	struct peer_req_msg m;
+
+	key_of(&k, KEY);
+	key_of(&wrong, KEY "x");
+	assert_int_equal(peer_req_encode(&k, &id, 4 << 20, msg), 0);
+	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
+	assert_int_equal(m.op, PEER_OP_GET);
+	assert_true(sfs_id_eq(&m.id, &id));
+	assert_int_equal(m.len, 4 << 20);
+	assert_int_equal(peer_req_decode(&wrong, msg, &m), -EACCES);
+	for (int bit = 0; bit < PEER_REQ_LEN * 8; bit += 7) {
+		msg[bit / 8] ^= (unsigned char)(1 << (bit % 8));
+		assert_int_not_equal(peer_req_decode(&k, msg, &m), 0);
+		msg[bit / 8] ^= (unsigned char)(1 << (bit % 8));
+	}
+	msg[0] ^= 1;
+	assert_int_equal(peer_req_decode(&k, msg, &m), -EBADMSG);
+}
+
+static void test_reply(void **state)
+{
+	unsigned char r[PEER_REP_LEN];
+	int st;
+	uint32_t len;
+
+	peer_rep_encode(0, 12345, r);
+	assert_int_equal(peer_rep_decode(r, &st, &len), 0);
+	assert_int_equal(st, 0);
+	assert_int_equal(len, 12345);
+	peer_rep_encode(ENOENT, 12345, r);
+	assert_int_equal(peer_rep_decode(r, &st, &len), 0);
+	assert_int_equal(st, ENOENT);
+	assert_int_equal(len, 0);
+	r[1] ^= 1;
+	assert_int_equal(peer_rep_decode(r, &st, &len), -EBADMSG);
+}
+
+static void test_replay(void **state)
+{
+	struct peer_replay *r;
+	struct peer_key k;
+	struct sfs_id id = { 1, 2 };
+	unsigned char msg[PEER_REQ_LEN];
+	struct peer_req_msg m;
+	uint64_t now = peer_wall_ms();
+
+	key_of(&k, KEY);
+	assert_int_equal(peer_replay_create(&r), 0);
+	assert_int_equal(peer_req_encode(&k, &id, 100, msg), 0);
+	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
+	assert_true(peer_replay_check(r, &m, now));
+	assert_false(peer_replay_check(r, &m, now + 1000));	/* the same nonce */
+	/* a fresh nonce, but stamped too far from the server's clock */
+	assert_int_equal(peer_req_encode(&k, &id, 100, msg), 0);
+	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
+	assert_false(peer_replay_check(r, &m, now + PEER_SKEW_MS + 5000));
+	assert_false(peer_replay_check(r, &m, now - PEER_SKEW_MS - 5000));
+	assert_true(peer_replay_check(r, &m, now));
+	/* many fresh requests are all accepted */
+	for (int i = 0; i < 10000; i++) {
+		assert_int_equal(peer_req_encode(&k, &id, 100, msg), 0);
+		assert_int_equal(peer_req_decode(&k, msg, &m), 0);
+		assert_true(peer_replay_check(r, &m, now));
+	}
+	peer_replay_destroy(r);
+}
+
+static void test_key_file(void **state)
+{
+	char path[256], err[512];
+	struct peer_key k;
+
+	snprintf(path, sizeof(path), "%s/key", dir);
+	write_key(path, KEY "\n", 0600);
+	assert_int_equal(peer_key_load(path, &k, err, sizeof(err)), 0);
+	assert_int_equal(k.len, strlen(KEY));
+	assert_memory_equal(k.k, KEY, k.len);
+	write_key(path, KEY "\n", 0640);
+	assert_int_equal(peer_key_load(path, &k, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "mode 0640"));
+	write_key(path, KEY "\n", 0604);
+	assert_int_equal(peer_key_load(path, &k, err, sizeof(err)), -EPERM);
+	write_key(path, "short\n", 0600);
+	assert_int_equal(peer_key_load(path, &k, err, sizeof(err)), -EINVAL);
+	snprintf(path, sizeof(path), "%s/none", dir);
+	assert_int_equal(peer_key_load(path, &k, err, sizeof(err)), -ENOENT);
+}
+
+static struct peer_group *group(const char *peers)
+{
+	char key[256], err[512];
+	struct peer_group *pg = NULL;
+	struct peer_opts o = {
+		.listen = "127.0.0.1:1",
+		.peers = peers,
+		.key_file = key,
+		.timeout_ms = 2000,
+	};
+
+	snprintf(key, sizeof(key), "%s/key", dir);
+	write_key(key, KEY "\n", 0600);
+	assert_int_equal(peer_group_create(&o, &pg, err, sizeof(err)), 0);
+	return pg;
+}
+
+static struct sfs_id id_n(uint64_t n)
+{
+	struct sfs_id id;
+
+	sfs_id_of(&n, sizeof(n), &id);
+	return id;
+}
+
+#define NIDS 4000
+
+static void test_rendezvous(void **state)
+{
+	struct peer_group *pg = group("127.0.0.1:1, 127.0.0.1:2, 127.0.0.1:3");
+	static bool mine3[NIDS];
+	unsigned int n3 = 0, n4 = 0;
+	char err[256];
+
+	for (int i = 0; i < NIDS; i++) {
+		struct sfs_id id = id_n((uint64_t)i);
+
+		mine3[i] = peer_owns(pg, &id);
+		n3 += mine3[i];
+	}
+	/* a third each, give or take */
+	assert_true(n3 > NIDS / 3 - 200 && n3 < NIDS / 3 + 200);
+	assert_int_equal(peer_group_reload(pg, "127.0.0.1:2, 127.0.0.1:3, 127.0.0.1:4", NULL,
+					   err, sizeof(err)), 0);
+	for (int i = 0; i < NIDS; i++) {
+		struct sfs_id id = id_n((uint64_t)i);
+		bool mine = peer_owns(pg, &id);
+
+		/* a member joining takes chunks; it never moves others' to us */
+		assert_true(!mine || mine3[i]);
+		n4 += mine;
+	}
+	assert_true(n4 > NIDS / 4 - 200 && n4 < NIDS / 4 + 200);
+	/* a bad list leaves the group as it was */
+	assert_int_not_equal(peer_group_reload(pg, "127.0.0.1:2, nonsense", NULL, err, sizeof(err)), 0);
+	peer_group_destroy(pg);
+}
+
+struct done_box {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int res;
+	bool done;
+};
+
+static void done_fn(void *arg, int res)
+{
+	struct done_box *b = arg;
+
+	pthread_mutex_lock(&b->lock);
+	b->res = res;
+	b->done = true;
+	pthread_cond_signal(&b->cond);
+	pthread_mutex_unlock(&b->lock);
+}
+
+static void test_refused_peer(void **state)
+{
+	/* 127.0.0.1:9 (discard) is closed here: connections are refused */
+	struct peer_group *pg = group("127.0.0.1:9");
+	struct done_box b = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, false };
+	static char buf[4096];
+	struct peer_stat *st;
+	size_t n;
+	int i, rc = -ENOENT;
+
+	for (i = 0; i < 100 && rc; i++) {
+		struct sfs_id id = id_n((uint64_t)i + 100000);
+
+		rc = peer_fetch_start(pg, &id, buf, sizeof(buf), done_fn, &b);
+	}
+	assert_int_equal(rc, 0);
+	pthread_mutex_lock(&b.lock);
+	while (!b.done)
+		pthread_cond_wait(&b.cond, &b.lock);
+	pthread_mutex_unlock(&b.lock);
+	assert_true(b.res < 0);
+	/* skipped now: every chunk is ours */
+	for (i = 0; i < 100; i++) {
+		struct sfs_id id = id_n((uint64_t)i);
+
+		assert_true(peer_owns(pg, &id));
+	}
+	assert_int_equal(peer_group_stats(pg, &st, &n), 0);
+	assert_int_equal(n, 2);
+	assert_true(st[1].backoff);
+	assert_int_equal(st[1].failures, 1);
+	assert_int_equal(st[1].fallbacks, 1);
+	free(st);
+	peer_group_destroy(pg);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_request),
+		cmocka_unit_test(test_reply),
+		cmocka_unit_test(test_replay),
+		cmocka_unit_test(test_key_file),
+		cmocka_unit_test(test_rendezvous),
+		cmocka_unit_test(test_refused_peer),
+	};
+	int rc;
+
+	if (!mkdtemp(dir))
+		return 1;
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	{
+		char path[300];
+
+		snprintf(path, sizeof(path), "%s/key", dir);
+		unlink(path);
+		rmdir(dir);
+	}
+	return rc;
+}
