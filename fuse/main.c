@@ -631,8 +631,11 @@ int main(int argc, char **argv)
 	/*
 	 * The rings before the no-open probe: once INIT said io_uring, the
 	 * kernel holds every request until each queue has an entry.
+	 * Passthrough accounting once passthrough is decided, before the rings
+	 * serve any request: no passthrough open goes uncounted.
 	 */
 	if (passthrough_handshake(fs.pt, fs.se, err, sizeof(err)) ||
+	    ptacct_create(&fs, &fs.pa, err, sizeof(err)) ||
 	    uring_start(fs.ur, fs.se, err, sizeof(err)) ||
 	    noopen_handshake(fs.no, fs.se, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
@@ -640,11 +643,6 @@ int main(int argc, char **argv)
 		fail("%s", err);
 	}
 	set_read_ahead(&fs);
-	if (ptacct_create(&fs, &fs.pa, err, sizeof(err))) {
-		fuse_session_unmount(fs.se);
-		uring_destroy(fs.ur);
-		fail("%s", err);
-	}
 	if (metrics_start(&fs, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
