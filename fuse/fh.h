@@ -30,6 +30,7 @@ struct fh {
 	/* passthrough opens counted by fuse/ptacct.c: protected by its lock */
 	struct htab_node pa_node;	/* in its table of open handles */
 	uint64_t pa_bytes;		/* bytes its hook saw read through this open */
+	uint64_t pa_entries;		/* map entries of it drained */
 	bool pa_mmapped;		/* the hook saw it mmap()ed */
 };
 

@@ -12,9 +12,10 @@
  * its RELEASE is sent, so nothing is left for a handle after that drain.
  *
  * Cost: no READ or OPEN of the daemon path is touched.  A passthrough OPEN
- * adds a table insert; its RELEASE a drain of the map, which holds an
- * entry per (handle, thread) read since the last drain: one syscall when
- * empty, two more per entry.
+ * adds a table insert; its RELEASE two bpf() calls: the lookup-and-delete
+ * of the opener thread's entry, and of the handle's count of entries made
+ * ("created"); only when other threads read through it (more entries were
+ * made than were drained) the whole map is drained.
  */
 #include "ptacct.h"
 
@@ -49,6 +50,7 @@ struct ptacct {
 	struct sfs *fs;
 	struct ptread *skel;
 	int map_fd;
+	int created_fd;
 	int hook;			/* enum hook: the set loaded */
 	char fallback[96];		/* why not fentry, for the log */
 
@@ -67,34 +69,38 @@ static bool fh_eq(const struct htab_node *n, const void *key)
 	return (uintptr_t)htab_entry(n, struct fh, pa_node) == *(const uint64_t *)key;
 }
 
+/* Charge one entry of the map (taken out of it) to its open and reader.  Under pa->lock. */
+static void charge_locked(struct ptacct *pa, const struct ptread_key *k,
+			  const struct ptread_val *v)
+{
+	struct htab_node *node = htab_find(&pa->open, htab_hash_u64(k->fh), fh_eq, &k->fh);
+	struct fh *fh = NULL;
+
+	if (node) {
+		fh = htab_entry(node, struct fh, pa_node);
+		fh->pa_bytes += v->bytes;
+		fh->pa_mmapped |= v->mmaps != 0;
+		fh->pa_entries++;
+	} else {
+		pa->unknown++;
+	}
+	stats_passthrough_read(pa->fs->stats, fh ? &fh->so : NULL, (pid_t)k->tid,
+			       (pid_t)v->tgid, v->uid, v->bytes, v->calls, v->ns, v->last_ns,
+			       fh ? fh->ds->be->chunk_size : 0, false);
+}
+
 /* Charge every entry of the map to its open and reader.  Under pa->lock. */
 static void drain_locked(struct ptacct *pa)
 {
-	struct stats *st = pa->fs->stats;
 	struct ptread_key k;
 	struct ptread_val v;
 
 	/* each pass takes the first key and deletes it; bounded against a busy writer */
 	for (unsigned n = 0; n < 2 * PTREAD_MAX_ENTRIES; n++) {
-		struct htab_node *node;
-		struct fh *fh = NULL;
-
 		if (bpf_map_get_next_key(pa->map_fd, NULL, &k))
 			break;
-		if (bpf_map_lookup_and_delete_elem(pa->map_fd, &k, &v))
-			continue;
-		node = htab_find(&pa->open, htab_hash_u64(k.fh), fh_eq, &k.fh);
-		if (node) {
-			fh = htab_entry(node, struct fh, pa_node);
-			fh->pa_bytes += v.bytes;
-			fh->pa_mmapped |= v.mmaps != 0;
-		} else {
-			pa->unknown++;
-		}
-		stats_passthrough_read(st, fh ? &fh->so : NULL, (pid_t)k.tid, (pid_t)v.tgid,
-				       v.uid, v.bytes,
-				       v.calls, v.ns, v.last_ns,
-				       fh ? fh->ds->be->chunk_size : 0, false);
+		if (!bpf_map_lookup_and_delete_elem(pa->map_fd, &k, &v))
+			charge_locked(pa, &k, &v);
 	}
 }
 
@@ -264,6 +270,7 @@ static int bpf_start(struct ptacct *pa, char *why, size_t len)
 		return first;
 	}
 	pa->map_fd = bpf_map__fd(pa->skel->maps.acct);
+	pa->created_fd = bpf_map__fd(pa->skel->maps.created);
 	return 0;
 }
 
@@ -365,6 +372,7 @@ void ptacct_open(struct ptacct *pa, struct fh *fh)
 	if (!pa)
 		return;
 	fh->pa_bytes = 0;
+	fh->pa_entries = 0;
 	fh->pa_mmapped = false;
 	pthread_mutex_lock(&pa->lock);
 	htab_reserve(&pa->open, pa->open.n + 1);	/* or longer chains */
@@ -374,12 +382,19 @@ void ptacct_open(struct ptacct *pa, struct fh *fh)
 
 void ptacct_release(struct ptacct *pa, struct fh *fh)
 {
-	uint64_t rest = 0;
+	struct ptread_key k = { .fh = (uintptr_t)fh, .tid = (uint32_t)stats_open_tid(&fh->so) };
+	struct ptread_val v;
+	uint64_t rest = 0, made = 0;
 
 	if (!pa)
 		return;
 	pthread_mutex_lock(&pa->lock);
-	drain_locked(pa);
+	/* the kernel ends every read of the file before its RELEASE: nothing more comes */
+	if (k.tid && !bpf_map_lookup_and_delete_elem(pa->map_fd, &k, &v))
+		charge_locked(pa, &k, &v);
+	bpf_map_lookup_and_delete_elem(pa->created_fd, &k.fh, &made);
+	if (made > fh->pa_entries || !k.tid)
+		drain_locked(pa);	/* other threads read through it */
 	htab_del(&pa->open, &fh->pa_node);
 	/* pages of a mapping are read by faults no hook sees: the rest of the file, estimated */
 	if (fh->pa_mmapped && fh->attr.size > fh->pa_bytes)

@@ -134,6 +134,11 @@ void stats_open_release(struct stats *st, struct stats_open *so)
 	}
 }
 
+pid_t stats_open_tid(const struct stats_open *so)
+{
+	return so->proc ? so->proc->tid : 0;
+}
+
 /* Chunks a passthrough read of @bytes in @calls touched: see stats_passthrough_read(). */
 static uint64_t pt_hits(uint64_t bytes, uint64_t calls, uint32_t chunk_size)
 {

@@ -170,6 +170,8 @@ struct stats_open {
 void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
 		     uint32_t uid);
 void stats_open_release(struct stats *st, struct stats_open *so);
+/* The opener's thread id (as FUSE named it), or 0 where it was not identified. */
+pid_t stats_open_tid(const struct stats_open *so);
 
 /*
  * The open in @so (after stats_open_init) is served by FUSE passthrough,

@@ -128,6 +128,18 @@ struct {
 	__type(value, struct ptread_val);
 } acct SEC(".maps");
 
+/*
+ * Per handle, the acct entries made for it since its open: the daemon's
+ * RELEASE looks up the opener's entry only, and drains the whole map only
+ * when more were made than it has drained.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PTREAD_MAX_HANDLES);
+	__type(key, __u64);	/* fh */
+	__type(value, __u64);	/* entries made */
+} created SEC(".maps");
+
 /* The start of each thread's call in flight (a thread is in one at a time). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -191,8 +203,16 @@ static __always_inline void charge(__u64 fh, struct ptread_val *v)
 	v->uid = BPF_CORE_READ(task, cred, fsuid.val);
 	e = bpf_map_lookup_elem(&acct, &k);
 	if (!e) {
-		if (!bpf_map_update_elem(&acct, &k, v, BPF_NOEXIST))
+		if (!bpf_map_update_elem(&acct, &k, v, BPF_NOEXIST)) {
+			__u64 one = 1, *n = bpf_map_lookup_elem(&created, &fh);
+
+			if (n)
+				__sync_fetch_and_add(n, 1);
+			else if (bpf_map_update_elem(&created, &fh, &one, BPF_NOEXIST) &&
+				 (n = bpf_map_lookup_elem(&created, &fh)))
+				__sync_fetch_and_add(n, 1);
 			return;
+		}
 		e = bpf_map_lookup_elem(&acct, &k);	/* another CPU made it first */
 		if (!e) {
 			__sync_fetch_and_add(&lost, 1);

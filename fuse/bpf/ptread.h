@@ -7,6 +7,7 @@
 #define STAGEFS_PTREAD_H
 
 #define PTREAD_MAX_ENTRIES	16384	/* (handle, thread) pairs between two drains */
+#define PTREAD_MAX_HANDLES	65536	/* handles read since their open (map "created") */
 
 struct ptread_key {
 	__u64 fh;	/* the daemon's file handle (struct fuse_file's fh) */
