@@ -541,6 +541,9 @@ static const struct stats_metric table[] = {
 	  .type = STATS_GAUGE, .help = "Disk bytes held by cached chunks.", .value = 4096 },
 	{ .key = "cache_limit_bytes", .prom = "stagefs_cache_limit_bytes",
 	  .type = STATS_GAUGE, .help = "Current cache capacity in bytes (0: unknown).", .value = 0 },
+	{ .key = "passthrough_accounting", .prom = "stagefs_passthrough_accounting_info",
+	  .type = STATS_INFO, .label = "mode", .help = "How passthrough reads are counted.",
+	  .text = "bpf" },
 };
 
 /*
@@ -730,6 +733,13 @@ static void test_render_table(void **state)
 	/* one row a line: tools/bench.sh and tools/demo.sh read them so */
 	assert_non_null(strstr(text, "\n  \"backend_errors\": 3,\n"));
 	assert_non_null(strstr(text, "\n  \"version\": \"0.1 \\\"x\\\"\",\n"));
+	assert_string_equal(json_str(json_get(r, "passthrough_accounting"), ""), "bpf");
+	/* the new per-row fields, in the node and its rates */
+	assert_non_null(json_get(json_get(r, "node"), "active_ns"));
+	assert_non_null(json_get(json_get(r, "node"), "read_bytes_estimated"));
+	assert_non_null(json_get(json_get(r, "node"), "passthrough_read_bytes"));
+	assert_non_null(json_get(json_get(json_get(json_get(r, "node"), "rates"), "10s"),
+				 "read_bytes_estimated_per_s"));
 	json_doc_free(doc);
 	free(text);
 
@@ -740,6 +750,10 @@ static void test_render_table(void **state)
 	assert_non_null(strstr(text, "# TYPE stagefs_prefetch_queued gauge\n"
 				     "stagefs_prefetch_queued 9\n"));
 	assert_non_null(strstr(text, "\nstagefs_backend_throttle_seconds_total 1.500000000\n"));
+	assert_non_null(strstr(text, "# TYPE stagefs_passthrough_accounting_info gauge\n"
+				     "stagefs_passthrough_accounting_info{mode=\"bpf\"} 1\n"));
+	assert_non_null(strstr(text, "# TYPE stagefs_active_seconds_total counter\n"));
+	assert_non_null(strstr(text, "# TYPE stagefs_read_bytes_estimated_total counter\n"));
 	assert_null(strstr(text, "hint_fetches"));
 	assert_null(strstr(text, "version"));
 	assert_non_null(strstr(text, "stagefs_read_bytes_total"));
