@@ -22,7 +22,8 @@
  * modes are restored.
  *
  * --json writes one object: "mount", "time" (Unix seconds), "uptime_s",
- * "cache" {"used_bytes", "limit_bytes"}, "warmup" (where reported), and
+ * "cache" {"used_bytes", "limit_bytes"}, "warmup" (where reported),
+ * "passthrough_accounting" (where reported: "bpf", "estimate" or "off"), and
  * "node", "users", "jobs", "processes", "gpus" exactly as in the stats
  * (exact integer counts).  Exit status: 0, or 1 when the stats cannot be
  * read or parsed (the reason on stderr), 2 for a usage error.
@@ -149,6 +150,10 @@ static void print_json(const char *mnt, const struct json *r)
 	fputc('}', stdout);
 	if ((v = json_get(r, "warmup"))) {
 		fputs(",\"warmup\":", stdout);
+		json_write(stdout, v);
+	}
+	if ((v = json_get(r, "passthrough_accounting"))) {
+		fputs(",\"passthrough_accounting\":", stdout);
 		json_write(stdout, v);
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
