@@ -515,9 +515,9 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lcfg;
 	struct cache_opts copts;
-	char mnt[PATH_MAX], err[2048], fsname[PATH_MAX + 32];
+	char mnt[PATH_MAX], err[2048], fsname[PATH_MAX + 32], pt_why[512];
 	struct stat st;
-	int ret;
+	int ret, pt_load;
 
 	if (argc > 1)
 		for (size_t i = 0; i < ARRAY_SIZE(subcommands); i++)
@@ -628,16 +628,20 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
 	}
+	/* before INIT is answered, so before any request: no passthrough read goes unseen */
+	pt_load = ptacct_create(&fs, &fs.pa, pt_why, sizeof(pt_why));
 	/*
 	 * The rings before the no-open probe: once INIT said io_uring, the
 	 * kernel holds every request until each queue has an entry.
-	 * Passthrough accounting once passthrough is decided, before the rings
-	 * serve any request: no passthrough open goes uncounted.
 	 */
 	if (passthrough_handshake(fs.pt, fs.se, err, sizeof(err)) ||
-	    ptacct_create(&fs, &fs.pa, err, sizeof(err)) ||
 	    uring_start(fs.ur, fs.se, err, sizeof(err)) ||
 	    noopen_handshake(fs.no, fs.se, err, sizeof(err))) {
+		fuse_session_unmount(fs.se);
+		uring_destroy(fs.ur);
+		fail("%s", err);
+	}
+	if (ptacct_settle(&fs, pt_load, pt_why, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
 		uring_destroy(fs.ur);
 		fail("%s", err);

@@ -347,6 +347,12 @@ bool ptacct_exact(const struct ptacct *pa)
 	return pa != NULL;
 }
 
+void ptacct_detach(struct ptacct *pa)
+{
+	if (pa)
+		ptread__detach(pa->skel);	/* the maps stay, for ptacct_lost() */
+}
+
 const char *ptacct_hook(const struct ptacct *pa)
 {
 	if (!pa)
@@ -417,6 +423,10 @@ const char *ptacct_hook(const struct ptacct *pa)
 	return "";
 }
 
+void ptacct_detach(struct ptacct *pa)
+{
+}
+
 static int ptacct_create_bpf(struct sfs *fs, struct ptacct **out, char *why, size_t len)
 {
 	snprintf(why, len, "this build has no BPF support (configure found no libbpf, "
@@ -448,14 +458,23 @@ void ptacct_release(struct ptacct *pa, struct fh *fh)
 
 #endif /* CONFIG_HAVE_BPF */
 
-int ptacct_create(struct sfs *fs, struct ptacct **out, char *err, size_t errlen)
+int ptacct_create(struct sfs *fs, struct ptacct **out, char *why, size_t len)
+{
+	*out = NULL;
+	why[0] = '\0';
+	if (fs->cfg.passthrough == CFG_OFF ||
+	    fs->cfg.passthrough_accounting == CFG_PTACCT_ESTIMATE)
+		return 0;
+	return ptacct_create_bpf(fs, out, why, len);
+}
+
+int ptacct_settle(struct sfs *fs, int load_ret, const char *why, char *err, size_t errlen)
 {
 	int mode = fs->cfg.passthrough_accounting;
-	char why[512];
-	int ret;
+	char hook[256];
 
-	*out = NULL;
 	if (!passthrough_active(fs->pt)) {
+		ptacct_detach(fs->pa);
 		log_info("passthrough accounting: off (passthrough is not active)");
 		return 0;
 	}
@@ -464,17 +483,16 @@ int ptacct_create(struct sfs *fs, struct ptacct **out, char *err, size_t errlen)
 			   "each passthrough open counts its file size as read");
 		return 0;
 	}
-	ret = ptacct_create_bpf(fs, out, why, sizeof(why));
-	if (!ret) {
+	if (fs->pa) {
 		log_notice("passthrough accounting: bpf (%s; hook: %s): passthrough reads are "
 			   "counted exactly", mode == CFG_PTACCT_BPF ? "passthrough_accounting=bpf" :
 			   "passthrough_accounting=auto, the BPF program loaded",
-			   hook_text(*out, why, sizeof(why)));
+			   hook_text(fs->pa, hook, sizeof(hook)));
 		return 0;
 	}
 	if (mode == CFG_PTACCT_BPF) {
 		snprintf(err, errlen, "passthrough_accounting=bpf: %s", why);
-		return ret;
+		return load_ret ? load_ret : -ENOTSUP;
 	}
 	log_notice("passthrough accounting: estimate (passthrough_accounting=auto, %s): "
 		   "each passthrough open counts its file size as read", why);

@@ -15,10 +15,11 @@
  *    (stats_open_passthrough() with estimate), marked estimated.
  * With passthrough inactive, nothing is read through it ("off").
  *
- * Lifetime: ptacct_create() after the mount and passthrough_handshake()
- * (it needs the mount's device and whether passthrough is on), before the
- * session loop; ptacct_destroy() after the loop ended.  NULL (no handle)
- * behaves as estimate.
+ * Lifetime: ptacct_create() after the mount and before the kernel's INIT
+ * is answered (passthrough_handshake()), so that the program is in place
+ * before any request is served; ptacct_settle() once passthrough is
+ * decided; ptacct_destroy() after the session loop ended.  NULL (no
+ * handle) behaves as estimate.
  */
 #ifndef STAGEFS_FUSE_PTACCT_H
 #define STAGEFS_FUSE_PTACCT_H
@@ -28,13 +29,24 @@
 struct fh;
 
 /*
- * Decide how passthrough reads of @fs's mount are counted, load the BPF
- * program where that is the answer, and log the choice and why (one
- * line).  Returns 0 and *@out (NULL where there is nothing to run: off or
- * estimate), or -errno with a message in @err where passthrough_accounting
- * = bpf and the program cannot be had.  Release with ptacct_destroy().
+ * Load and attach the BPF program where passthrough may be used and
+ * passthrough_accounting allows it.  Returns 0 and *@out (NULL where
+ * nothing is loaded: passthrough=off or accounting=estimate), or -errno
+ * with *@out NULL and the reason in @why: that is not an error yet,
+ * ptacct_settle() decides.  Release with ptacct_destroy().
  */
-int ptacct_create(struct sfs *fs, struct ptacct **out, char *err, size_t errlen);
+int ptacct_create(struct sfs *fs, struct ptacct **out, char *why, size_t len);
+/*
+ * Passthrough is decided (after passthrough_handshake()): with it off, the
+ * program is detached (its hooks cost syscalls).  Logs one line saying how
+ * passthrough reads are counted and why.  @load_ret and @why are
+ * ptacct_create()'s.  Returns 0, or -errno with a message in @err where
+ * passthrough_accounting=bpf, passthrough is active and the program could
+ * not be had (the mount then fails).
+ */
+int ptacct_settle(struct sfs *fs, int load_ret, const char *why, char *err, size_t errlen);
+/* Detach the program's hooks, keeping its maps.  @pa may be NULL. */
+void ptacct_detach(struct ptacct *pa);
 /* Drain what is left, detach and unload.  @pa may be NULL. */
 void ptacct_destroy(struct ptacct *pa);
 
