@@ -166,14 +166,16 @@ static const struct opt opts[] = {
 	  .doc =
 		"How the feed rate counts reads through passthrough opens, which "
 		"never reach the daemon. `bpf`: an eBPF program on the kernel's "
-		"passthrough read (`fuse_passthrough_read_iter`, "
-		"`fuse_passthrough_splice_read`) counts the bytes each reader "
-		"thread got, exactly; the mount fails if it cannot be loaded "
-		"(a build without libbpf, no BTF, no `CAP_BPF`). `estimate`: each "
-		"passthrough open is charged its file's size at open, marked "
-		"estimated (`read_bytes_estimated`). `auto`: `bpf` where it loads,"
-		" else `estimate`; the log says which at mount, and why. See "
-		"`feedrate.md`." },
+		"passthrough read (fentry on `fuse_passthrough_read_iter` and "
+		"`fuse_passthrough_splice_read`, or, where the kernel refuses "
+		"fentry, the syscall and io_uring tracepoints, which cost every "
+		"syscall on the machine a few hundred ns) counts the bytes each "
+		"reader thread got, exactly; the mount fails if it cannot be "
+		"loaded (a build without libbpf, no BTF, no `CAP_BPF`). "
+		"`estimate`: each passthrough open is charged its file's size at "
+		"open, marked estimated (`read_bytes_estimated`). `auto`: `bpf` "
+		"where it loads, else `estimate`; the log says which at mount, "
+		"which hook, and why. See `feedrate.md`." },
 	{ "stall_idle_gap", OPT_DURATION, O(stall_idle_gap_ms), "2s", 10, 3600000,
 	  "a reader thread with no event (open, read, close) for longer than this is idle, not counted in its active time (the stall share's denominator)",
 	  .doc =
