@@ -81,7 +81,8 @@ struct sfs {
 	struct fuse_session *se;
 	struct session_io *sio;		/* fuse/session_io.h: session I/O hooks */
 	struct passthrough *pt;		/* fuse/passthrough.h */
-	struct ptacct *pa;		/* fuse/ptacct.h; NULL: passthrough reads estimated */
+	/* fuse/ptacct.h (ptacct_of()); NULL: passthrough reads estimated */
+	struct ptacct *_Atomic pa;
 	struct noopen *no;		/* fuse/noopen.h */
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */

@@ -517,6 +517,7 @@ int main(int argc, char **argv)
 	struct cache_opts copts;
 	char mnt[PATH_MAX], err[2048], fsname[PATH_MAX + 32], pt_why[512];
 	struct stat st;
+	struct ptacct *pa;
 	int ret, pt_load;
 
 	if (argc > 1)
@@ -628,8 +629,7 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
 	}
-	/* before INIT is answered, so before any request: no passthrough read goes unseen */
-	pt_load = ptacct_create(&fs, &fs.pa, pt_why, sizeof(pt_why));
+
 	/*
 	 * The rings before the no-open probe: once INIT said io_uring, the
 	 * kernel holds every request until each queue has an entry.
@@ -641,17 +641,26 @@ int main(int argc, char **argv)
 		uring_destroy(fs.ur);
 		fail("%s", err);
 	}
-	if (ptacct_settle(&fs, pt_load, pt_why, err, sizeof(err))) {
-		fuse_session_unmount(fs.se);
-		uring_destroy(fs.ur);
-		fail("%s", err);
-	}
 	set_read_ahead(&fs);
 	if (metrics_start(&fs, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
 	}
 	ctlsock_start(&fs);
+	/*
+	 * Last, as loading the BPF program takes 60-230 ms here: neither
+	 * INIT's reply nor the rings may wait for it (a request sent before
+	 * the rings are up then waits forever), nor the files and sockets a
+	 * mount is expected to have once it answers.  Passthrough opens
+	 * served before it is published are estimated (ptacct.h).
+	 */
+	pt_load = ptacct_create(&fs, &pa, pt_why, sizeof(pt_why));
+	atomic_store_explicit(&fs.pa, pa, memory_order_release);
+	if (ptacct_settle(&fs, pt_load, pt_why, err, sizeof(err))) {
+		fuse_session_unmount(fs.se);
+		uring_destroy(fs.ur);
+		fail("%s", err);
+	}
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,

@@ -659,9 +659,11 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	stats_open_init(fs->stats, &fh->so, fuse_req_ctx(req)->pid,
 			fuse_req_ctx(req)->uid);
 	if (fh->passthrough) {
+		struct ptacct *pa = ptacct_of(fs);
+
 		stats_open_passthrough(fs->stats, &fh->so, fh->attr.size, ds->be->chunk_size,
-				       !ptacct_exact(fs->pa));
-		ptacct_open(fs->pa, fh);
+				       !ptacct_exact(pa));
+		ptacct_open(pa, fh);
 	}
 	if (!fh->passthrough)
 		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
@@ -672,7 +674,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		if (fh->passthrough)
-			ptacct_release(fs->pa, fh);
+			ptacct_release(ptacct_of(fs), fh);
 		passthrough_release(fs->pt, ino, fh->passthrough);
 		fh_destroy(fs, fh);
 	}
@@ -692,7 +694,7 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 
 		/* its readers' last passthrough reads, before the open's accounting goes */
 		if (fh->passthrough)
-			ptacct_release(fs->pa, fh);
+			ptacct_release(ptacct_of(fs), fh);
 		passthrough_release(fs->pt, ino, fh->passthrough);
 		fh_destroy(fs, fh);
 	}

@@ -74,19 +74,19 @@ static void charge_locked(struct ptacct *pa, const struct ptread_key *k,
 			  const struct ptread_val *v)
 {
 	struct htab_node *node = htab_find(&pa->open, htab_hash_u64(k->fh), fh_eq, &k->fh);
-	struct fh *fh = NULL;
+	struct fh *fh;
 
-	if (node) {
-		fh = htab_entry(node, struct fh, pa_node);
-		fh->pa_bytes += v->bytes;
-		fh->pa_mmapped |= v->mmaps != 0;
-		fh->pa_entries++;
-	} else {
+	if (!node) {
+		/* an open served before the handle was published: estimated already */
 		pa->unknown++;
+		return;
 	}
-	stats_passthrough_read(pa->fs->stats, fh ? &fh->so : NULL, (pid_t)k->tid,
-			       (pid_t)v->tgid, v->uid, v->bytes, v->calls, v->ns, v->last_ns,
-			       fh ? fh->ds->be->chunk_size : 0, false);
+	fh = htab_entry(node, struct fh, pa_node);
+	fh->pa_bytes += v->bytes;
+	fh->pa_mmapped |= v->mmaps != 0;
+	fh->pa_entries++;
+	stats_passthrough_read(pa->fs->stats, &fh->so, (pid_t)k->tid, (pid_t)v->tgid, v->uid,
+			       v->bytes, v->calls, v->ns, v->last_ns, fh->ds->be->chunk_size, false);
 }
 
 /* Charge every entry of the map to its open and reader.  Under pa->lock. */
@@ -333,8 +333,8 @@ void ptacct_destroy(struct ptacct *pa)
 	pthread_mutex_lock(&pa->lock);
 	drain_locked(pa);
 	if (pa->unknown)
-		log_info("passthrough accounting: %" PRIu64 " reads of handles no longer open",
-			 pa->unknown);
+		log_info("passthrough accounting: %" PRIu64 " reports of opens made before "
+			 "the BPF program was in place (estimated instead)", pa->unknown);
 	pthread_mutex_unlock(&pa->lock);
 	bpf_stop(pa);
 	htab_release(&pa->open);
@@ -474,7 +474,7 @@ int ptacct_settle(struct sfs *fs, int load_ret, const char *why, char *err, size
 	char hook[256];
 
 	if (!passthrough_active(fs->pt)) {
-		ptacct_detach(fs->pa);
+		ptacct_detach(ptacct_of(fs));
 		log_info("passthrough accounting: off (passthrough is not active)");
 		return 0;
 	}
@@ -483,11 +483,11 @@ int ptacct_settle(struct sfs *fs, int load_ret, const char *why, char *err, size
 			   "each passthrough open counts its file size as read");
 		return 0;
 	}
-	if (fs->pa) {
+	if (ptacct_of(fs)) {
 		log_notice("passthrough accounting: bpf (%s; hook: %s): passthrough reads are "
 			   "counted exactly", mode == CFG_PTACCT_BPF ? "passthrough_accounting=bpf" :
 			   "passthrough_accounting=auto, the BPF program loaded",
-			   hook_text(fs->pa, hook, sizeof(hook)));
+			   hook_text(ptacct_of(fs), hook, sizeof(hook)));
 		return 0;
 	}
 	if (mode == CFG_PTACCT_BPF) {
@@ -499,9 +499,9 @@ int ptacct_settle(struct sfs *fs, int load_ret, const char *why, char *err, size
 	return 0;
 }
 
-const char *ptacct_mode(const struct sfs *fs)
+const char *ptacct_mode(struct sfs *fs)
 {
 	if (!passthrough_active(fs->pt))
 		return "off";
-	return ptacct_exact(fs->pa) ? "bpf" : "estimate";
+	return ptacct_exact(ptacct_of(fs)) ? "bpf" : "estimate";
 }

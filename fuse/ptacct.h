@@ -15,11 +15,13 @@
  *    (stats_open_passthrough() with estimate), marked estimated.
  * With passthrough inactive, nothing is read through it ("off").
  *
- * Lifetime: ptacct_create() after the mount and before the kernel's INIT
- * is answered (passthrough_handshake()), so that the program is in place
- * before any request is served; ptacct_settle() once passthrough is
- * decided; ptacct_destroy() after the session loop ended.  NULL (no
- * handle) behaves as estimate.
+ * Lifetime: ptacct_create() once the mount serves requests (loading takes
+ * 60-230 ms, which neither INIT's reply nor the rings may wait for), its
+ * handle then published in fs->pa (read with ptacct_of()), and
+ * ptacct_settle(); ptacct_destroy() after the session loop ended.  NULL
+ * (no handle) behaves as estimate: a passthrough open served before the
+ * handle is published is estimated and never registered, and the hook's
+ * reports of such a handle are dropped, so that nothing counts twice.
  */
 #ifndef STAGEFS_FUSE_PTACCT_H
 #define STAGEFS_FUSE_PTACCT_H
@@ -27,6 +29,12 @@
 #include "fs.h"
 
 struct fh;
+
+/* @fs's handle, as published (NULL until then, or without one). */
+static inline struct ptacct *ptacct_of(struct sfs *fs)
+{
+	return atomic_load_explicit(&fs->pa, memory_order_acquire);
+}
 
 /*
  * Load and attach the BPF program where passthrough may be used and
@@ -37,7 +45,7 @@ struct fh;
  */
 int ptacct_create(struct sfs *fs, struct ptacct **out, char *why, size_t len);
 /*
- * Passthrough is decided (after passthrough_handshake()): with it off, the
+ * After ptacct_create() and publishing its handle in fs->pa: with passthrough off, the
  * program is detached (its hooks cost syscalls).  Logs one line saying how
  * passthrough reads are counted and why.  @load_ret and @why are
  * ptacct_create()'s.  Returns 0, or -errno with a message in @err where
@@ -51,7 +59,7 @@ void ptacct_detach(struct ptacct *pa);
 void ptacct_destroy(struct ptacct *pa);
 
 /* "bpf", "estimate" or "off" for @fs (.stagefs/stats "passthrough_accounting"). */
-const char *ptacct_mode(const struct sfs *fs);
+const char *ptacct_mode(struct sfs *fs);
 /*
  * The BPF hook in use: "fentry" (on the kernel's passthrough functions) or
  * "syscalls" (the syscall and io_uring tracepoints, where fentry is
