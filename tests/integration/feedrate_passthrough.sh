@@ -100,12 +100,13 @@ sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto no_open=off
 [[ $(stat_get "$mnt" passthrough_active) -eq 1 ]] ||
 	skip "passthrough is not active here (kernel or privileges): nothing to count"
 mode=$(stat_str "$mnt" passthrough_accounting)
+# epoch 1, cold, on the daemon path: fills the cache
+STAGEFS_JOB=cold "$PYTHON" "$T/reader.py" read "$mnt"/f* >"$T/cold.json"
+
 # exact counting (the body is not indented: it holds heredocs)
 if [[ $mode == bpf ]]; then
 log "passthrough accounting: bpf, hook $(stat_str "$mnt" passthrough_bpf_hook)"
 
-# epoch 1, cold, on the daemon path: fills the cache
-STAGEFS_JOB=cold "$PYTHON" "$T/reader.py" read "$mnt"/f* >"$T/cold.json"
 # a second daemon on the same files: its hook must not count our reads
 sfs_mount "dir://$src" "$mnt2" chunk_size=1M passthrough=auto no_open=off \
 	cache_dir="$T/cache2"
