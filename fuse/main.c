@@ -25,6 +25,7 @@
 #include "noopen.h"
 #include "passthrough.h"
 #include "peerd.h"
+#include "ptacct.h"
 #include "policy.h"
 #include "session_io.h"
 #include "uring.h"
@@ -542,9 +543,10 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *lcfg;
 	struct cache_opts copts;
-	char mnt[PATH_MAX], err[2048], fsname[PATH_MAX + 32];
+	char mnt[PATH_MAX], err[2048], fsname[PATH_MAX + 32], pt_why[512];
 	struct stat st;
-	int ret;
+	struct ptacct *pa;
+	int ret, pt_load;
 
 	if (argc > 1)
 		for (size_t i = 0; i < ARRAY_SIZE(subcommands); i++)
@@ -664,6 +666,7 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		fail("cannot hook the FUSE session for passthrough: %s", strerror(-ret));
 	}
+
 	/*
 	 * The rings before the no-open probe: once INIT said io_uring, the
 	 * kernel holds every request until each queue has an entry.
@@ -681,6 +684,20 @@ int main(int argc, char **argv)
 		fail("%s", err);
 	}
 	ctlsock_start(&fs);
+	/*
+	 * Last, as loading the BPF program takes 60-230 ms here: neither
+	 * INIT's reply nor the rings may wait for it (a request sent before
+	 * the rings are up then waits forever), nor the files and sockets a
+	 * mount is expected to have once it answers.  Passthrough opens
+	 * served before it is published are estimated (ptacct.h).
+	 */
+	pt_load = ptacct_create(&fs, &pa, pt_why, sizeof(pt_why));
+	atomic_store_explicit(&fs.pa, pa, memory_order_release);
+	if (ptacct_settle(&fs, pt_load, pt_why, err, sizeof(err))) {
+		fuse_session_unmount(fs.se);
+		uring_destroy(fs.ur);
+		fail("%s", err);
+	}
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
@@ -734,6 +751,7 @@ int main(int argc, char **argv)
 	uring_destroy(fs.ur);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
+	ptacct_destroy(fs.pa);	/* its last reads count into fs.stats */
 	passthrough_destroy(fs.pt);
 	session_io_destroy(fs.sio);
 	noopen_destroy(fs.no);

@@ -55,6 +55,12 @@ struct stats_ent {
 	uint64_t ring[STATS_RING][STATS_NFIELDS];
 
 	_Atomic uint64_t c[STATS_NFIELDS] __attribute__((aligned(64)));
+	/*
+	 * threads: their activity (stats.c, thread_span()), written with c[]:
+	 * the end of their latest event, and of their latest stalled READ
+	 */
+	_Atomic uint64_t last_ev_ns;
+	_Atomic uint64_t stall_end_ns;
 };
 
 struct table {
@@ -139,5 +145,7 @@ struct stats_ent *stats_user_get(struct stats *st, uint32_t uid);
 struct stats_ent *stats_job_get(struct stats *st, struct stats_ent *user, const char *name);
 struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid);
 struct stats_ent *stats_gpu_get(struct stats *st, int gpu);
+/* stats_proc_get(), but NULL for a new thread /proc cannot identify (gone). */
+struct stats_ent *stats_proc_get_known(struct stats *st, pid_t tid, uint32_t uid);
 
 #endif

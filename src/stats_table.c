@@ -325,7 +325,7 @@ struct stats_ent *stats_job_get(struct stats *st, struct stats_ent *user,
 	return ent_insert(st, e, &key);
 }
 
-struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
+static struct stats_ent *proc_get(struct stats *st, pid_t tid, uint32_t uid, bool known)
 {
 	struct key key = { .uid = uid, .tid = tid };
 	uint32_t h = key_hash(STATS_PROC, &key);
@@ -335,6 +335,8 @@ struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
 	if (e)
 		return e;
 	if (tid <= 0 || procinfo_read(tid, &pi)) {
+		if (known)
+			return NULL;
 		/* gone already, or in another pid namespace (FUSE sends 0) */
 		memset(&pi, 0, sizeof(pi));
 		pi.tid = pi.tgid = tid;
@@ -364,6 +366,16 @@ struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
 	e->job = job;
 	e->check = CHECK_EVERY;
 	return ent_insert(st, e, &key);
+}
+
+struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
+{
+	return proc_get(st, tid, uid, false);
+}
+
+struct stats_ent *stats_proc_get_known(struct stats *st, pid_t tid, uint32_t uid)
+{
+	return proc_get(st, tid, uid, true);
 }
 
 struct stats_ent *stats_gpu_get(struct stats *st, int gpu)
@@ -615,6 +627,8 @@ int stats_create(const struct stats_opts *opts, struct stats **out)
 		st->opts.max_gpus = 256;
 	if (!st->opts.proc_keep_s)
 		st->opts.proc_keep_s = 60;
+	if (!st->opts.idle_gap_ns)
+		st->opts.idle_gap_ns = 2000000000ULL;
 	if (table_init(&st->tab[STATS_USER], st->opts.max_users) ||
 	    table_init(&st->tab[STATS_JOB], st->opts.max_jobs) ||
 	    table_init(&st->tab[STATS_PROC], st->opts.max_procs) ||
@@ -810,5 +824,9 @@ double stats_hit_ratio(const uint64_t *v)
 
 double stats_stall_ratio(const uint64_t *v)
 {
-	return v[STATS_READ_NS] ? (double)v[STATS_STALL_NS] / (double)v[STATS_READ_NS] : -1;
+	if (!v[STATS_ACTIVE_NS])
+		return -1;
+	if (v[STATS_STALL_NS] >= v[STATS_ACTIVE_NS])
+		return 1;
+	return (double)v[STATS_STALL_NS] / (double)v[STATS_ACTIVE_NS];
 }

@@ -213,8 +213,12 @@ cache_served() {
 }
 
 _ready() {
-	local mnt=$1
-	mountpoint -q "$mnt" && timeout 5 cat "$mnt/.stagefs/stats" >/dev/null 2>&1
+	local mnt=$1 logf=${SFS_LOG[$1]:-}
+	mountpoint -q "$mnt" && timeout 5 cat "$mnt/.stagefs/stats" >/dev/null 2>&1 &&
+		# with FUSE over io_uring the rings answer before the daemon has
+		# set up the rest (exporters, control socket, passthrough
+		# accounting); it logs "mounted" once it has
+		{ [[ -z $logf || ! -f $logf ]] || grep -q "notice: mounted " "$logf"; }
 }
 
 # sfs_mount SRC MNT [ARG...]: start `$STAGEFS -f` on SRC at MNT and wait until
