@@ -160,7 +160,7 @@ static const struct opt opts[] = {
 		"passthrough, which measured faster for small files read with a "
 		"cold page cache (`passthrough.md`, Figures)." },
 	{ "passthrough_accounting", OPT_CHOICE, O(passthrough_accounting), "auto", 0, 0,
-	  "how reads through passthrough opens are counted: bpf = exactly, by an eBPF program on the kernel's passthrough read; estimate = the file size at open; auto = bpf where its fentry hook loads, else estimate",
+	  "how passthrough reads are counted: bpf = exactly, by an eBPF program; estimate = the file size at open; auto = bpf where its fentry hook loads, else estimate",
 	  .limits = "auto, bpf or estimate",
 	  .choices = (const char *const[]){ "auto", "bpf", "estimate", NULL },
 	  .doc =

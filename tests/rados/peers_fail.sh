@@ -23,8 +23,10 @@ log "node 3 reads everything first: the owner of a third of the chunks has them"
 treecmp "$T/src" "$T/m3" --jobs 3 || die "node 3 read wrong bytes"
 sfs_umount "$T/m1"
 sfs_umount "$T/m2"
-peers_mount 1 backend_max_rate=6M
-peers_mount 2 backend_max_rate=6M
+# epoch_staging=off: the readers' own misses must still go to node 3 when
+# it dies (staging would have fetched every chunk in the background first)
+peers_mount 1 backend_max_rate=6M epoch_staging=off
+peers_mount 2 backend_max_rate=6M epoch_staging=off
 
 log "nodes 1 and 2 read; node 3 is killed (SIGKILL) after a quarter"
 pids=()
