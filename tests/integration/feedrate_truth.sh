@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Feed-rate truth, DS-Analyzer's way: a reader measures its own bytes and its time blocked on data (cold, warm, mixed epochs) through every read path (passthrough exact and estimated, daemon path, no-open, FUSE over io_uring, the client library), and the daemon's per-job bytes (exact, or within 10 % where labelled estimated) and stall share (within 5 points) must agree.
+# timeout: 300
+# FEED_PATHS="pt daemon ..." runs only those paths (debugging).
+. "$(dirname "$0")/../lib.sh"
+need_mount
+
+READER=$REPO/tests/feedreader.py
+LIB=$REPO/gpudirect/libstagefs.so
+[[ -f $LIB ]] || die "$LIB is not built (make)"
+export STAGEFS_LIB=$LIB
+
+T=$TEST_TMPDIR
+K=1024 M=$((1024 * 1024))
+# files: NF per epoch; epochs: cold = F[0, NF), warm = the same again,
+# mixed = F[NF/2, NF/2 + NF): half of them warm, half cold.
+NF=${FEED_FILES:-24}
+SIZE=$((256 * K))
+COMPUTE_MS=${FEED_COMPUTE_MS:-25}
+# The backend cap makes a cold epoch lose a measurable share of its time:
+# a reader borrows one second ahead of the cap, then waits for it.
+RATE=$((3 * M / 2))
+mkdir -p "$T/src"
+"$PYTHON" - "$T/src" $((2 * NF)) "$SIZE" <<'PY'
+import os, random, sys
+d, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(18)
+for i in range(n):
+    with open(os.path.join(d, "s%04d.bin" % i), "wb") as f:
+        # sizes vary a little, so a count of files cannot pass for bytes
+        f.write(rng.randbytes(size - rng.randrange(0, 4096)))
+PY
+mapfile -t ALL < <(cd "$T/src" && ls | sort)
+
+# The uring path needs the kernel's switch; put it back afterwards.
+PARAM=/sys/module/fuse/parameters/enable_uring
+URING_ORIG=
+if [[ -w $PARAM ]]; then
+	URING_ORIG=$(cat "$PARAM")
+	restore_param() {
+		local rc=$?
+		echo "$URING_ORIG" >"$PARAM" 2>/dev/null
+		(exit "$rc")
+		_lib_on_exit
+	}
+	trap restore_param EXIT
+fi
+
+# check.py STATS READER JOB EXACT: compare the daemon's row of JOB in
+# .stagefs/stats (a JSON file) with the reader's own figures.
+cat >"$T/check.py" <<'PY'
+import json, sys
+stats, reader, job, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+s = json.load(open(stats))
+r = json.load(open(reader))
+rows = [j for j in s["jobs"] if j["job"] == job]
+if len(rows) != 1:
+    sys.exit(f"{job}: {len(rows)} rows in .stagefs/stats jobs")
+j = rows[0]
+est = j.get("read_bytes_estimated", 0)
+got, want = j["read_bytes"], r["bytes"]
+stall_d = j["stall_ns"] / j["active_ns"] if j.get("active_ns") else None
+stall_r = r["stall"]
+print(f"{job}: reader {want} B, {r['files']} files, stall {100 * stall_r:.1f}% "
+      f"({r['blocked_ns'] / 1e6:.0f} of {r['wall_ns'] / 1e6:.0f} ms); daemon {got} B "
+      f"({est} estimated), files_read {j['files_read']}, stall "
+      f"{'-' if stall_d is None else f'{100 * stall_d:.1f}%'} "
+      f"({j['stall_ns'] / 1e6:.0f} of {j.get('active_ns', 0) / 1e6:.0f} ms), "
+      f"hits {j['cache_hits']} misses {j['cache_misses']}")
+bad = []
+if mode == "exact":
+    if est:
+        bad.append(f"{est} bytes estimated where the count must be exact")
+    if got != want:
+        bad.append(f"read_bytes {got} != the reader's {want}")
+else:
+    if est == 0:
+        bad.append("no bytes labelled estimated on an estimating path")
+    if abs(got - want) > 0.10 * want:
+        bad.append(f"read_bytes {got} not within 10% of the reader's {want}")
+if j["files_read"] != r["files"]:
+    bad.append(f"files_read {j['files_read']} != the reader's {r['files']}")
+if stall_d is None:
+    bad.append("no active time: the stall share is undefined")
+elif abs(stall_d - stall_r) > 0.05:
+    bad.append(f"stall {100 * stall_d:.1f}% not within 5 points of the reader's {100 * stall_r:.1f}%")
+if bad:
+    print("  " + "\n  ".join(bad))
+    sys.exit(1)
+PY
+
+FAILS=0
+# epoch PATH VIA MODE PHASE FILES...: drop the page cache, read FILES as
+# job PATH-PHASE, and check the daemon's row for it.
+epoch() {
+	local path=$1 via=$2 mode=$3 phase=$4 job="$1-$4" want
+	shift 4
+	drop_caches
+	local args=()
+	for f in "$@"; do args+=("$MNT/$f"); done
+	STAGEFS_JOB=$job "$PYTHON" "$READER" --via "$via" --compute-ms "$COMPUTE_MS" \
+		"${args[@]}" >"$T/$job.reader"
+	want=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$T/$job.reader")
+	# RELEASE (and with it the last passthrough figures) reaches the daemon
+	# after close() returned: wait until the row has settled.
+	rm -f "$T/settle"
+	wait_for -t 15 job_settled "$job" "$want" || log "$job: the daemon's row did not settle in 15 s"
+	stats_dump "$MNT" >"$T/$job.stats"
+	"$PYTHON" "$T/check.py" "$T/$job.stats" "$T/$job.reader" "$job" "$mode" ||
+		FAILS=$((FAILS + 1))
+}
+# job_settled JOB WANT: the row of JOB has at least 90 % of WANT bytes and
+# did not change since the previous call (RELEASE and the once-a-second
+# drain of passthrough figures come after close() returned).
+job_settled() {
+	local now
+	now=$(stats_dump "$MNT" | "$PYTHON" -c '
+import json, sys
+s = json.load(sys.stdin)
+rows = [j for j in s["jobs"] if j["job"] == sys.argv[1]]
+if rows and rows[0]["read_bytes"] >= int(sys.argv[2]) * 0.9:
+    j = rows[0]
+    print(j["read_bytes"], j["files_read"], j.get("active_ns"), j["stall_ns"])
+' "$1" "$2")
+	[[ -n $now && $now == "$(cat "$T/settle" 2>/dev/null)" ]] && return 0
+	echo "$now" >"$T/settle"
+	sleep 1.2
+	return 1
+}
+
+# three_epochs PATH VIA MODE_WARM: cold, warm, mixed on a fresh mount
+three_epochs() {
+	local path=$1 via=$2 warm=$3 half=$((NF / 2))
+	epoch "$path" "$via" exact cold "${ALL[@]:0:NF}"
+	epoch "$path" "$via" "$warm" warm "${ALL[@]:0:NF}"
+	epoch "$path" "$via" "$warm" mixed "${ALL[@]:half:NF}"
+}
+
+MNT=$T/mnt
+# run_path PATH VIA WARM OPTS...: mount with OPTS and read three epochs;
+# WARM is how exact warm reads must be: exact, estimated, or acct (exact
+# if the daemon says its passthrough accounting is bpf, else estimated).
+run_path() {
+	local path=$1 via=$2 warm=$3 acct
+	shift 3
+	[[ " ${FEED_PATHS:-pt ptest daemon noopen uring lib} " == *" $path "* ]] || return 0
+	rm -rf "$T/cache-$path"
+	sfs_mount "dir://$T/src" "$MNT" chunk_size=1M backend_max_rate=$RATE \
+		cache_dir="$T/cache-$path" lookup_readahead_max=0 "$@"
+	acct=$(stats_dump "$MNT" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin).get("passthrough_accounting", "none"))')
+	log "--- $path ($*): passthrough accounting $acct"
+	if [[ $warm == acct ]]; then
+		[[ $acct == bpf ]] && warm=exact || {
+			warm=estimated
+			log "NOTE: the eBPF accounting is not in use here ($acct): warm passthrough reads are checked as estimated"
+		}
+	fi
+	three_epochs "$path" "$via" "$warm"
+	sfs_umount "$MNT"
+}
+
+# passthrough, counted exactly where the daemon may load its eBPF program
+run_path pt posix acct passthrough=on no_open=off uring=off passthrough_accounting=auto
+# passthrough, estimated (the fallback where no eBPF program may be loaded)
+run_path ptest posix estimated passthrough=on no_open=off uring=off passthrough_accounting=estimate
+# the daemon path
+run_path daemon posix exact passthrough=off no_open=off uring=off
+# no-open mode
+run_path noopen posix exact passthrough=off no_open=on uring=off
+# FUSE over io_uring
+if [[ -n $URING_ORIG || " ${FEED_PATHS:-uring} " != *" uring "* ]]; then
+	run_path uring posix exact passthrough=off no_open=off uring=on
+else
+	log "SKIPPED the uring path: $PARAM is missing (this kernel has no FUSE over io_uring)"
+fi
+# the client library: cache files handed over, read through pinned buffers
+run_path lib lib exact passthrough=off no_open=off uring=off
+
+((FAILS == 0)) || die "$FAILS epochs disagree with their readers (above)"
+log "every path agrees with its reader"
