@@ -208,10 +208,10 @@ step "6. epochs 2 and 3 from the node's NVMe cache (page cache dropped before ea
 echo
 echo "   per epoch (page cache dropped before each): what the training loop measured,"
 echo "   and what stagefs counted for its job (STAGEFS_JOB=$STAGEFS_JOB) over the same epoch:"
-printf '   %-34s %9s %7s %6s | %s\n' epoch samples/s MB/s "x cold" "stagefs: feed rate, files/s, cache hits, stall"
+printf '   %-38s %9s %7s %6s | %s\n' epoch samples/s MB/s "x cold" "stagefs: feed rate, files/s, cache hits, stall"
 awk -F'\t' '{ split($1, f, " "); label = substr($1, length(f[1]) + length(f[2]) + 3)
 	if (NR == 1) c = f[1]
-	printf "   %-34s %9d %7d %5.2fx | %s\n", label, f[1], f[2], c ? f[1] / c : 0, $2 }' "$T/results"
+	printf "   %-38.38s %9d %7d %5.2fx | %s\n", label, f[1], f[2], c ? f[1] / c : 0, $2 }' "$T/results"
 echo "   (stall: the share of the readers' time spent waiting for data not in the node cache;"
 echo "    ~ marks a rate that includes estimated passthrough bytes: docs/feedrate.md)"
 
