@@ -49,9 +49,10 @@ int daemon_start(struct sfs *fs, char *err, size_t errlen)
 		.fetch_end = pf_fetch_end,
 		.account_arg = fs,
 	};
+	struct stats_opts so = { .idle_gap_ns = c->stall_idle_gap_ms * 1000000ULL };
 	int ret;
 
-	ret = stats_create(NULL, &fs->stats);
+	ret = stats_create(&so, &fs->stats);
 	if (ret) {
 		snprintf(err, errlen, "feed-rate counters: %s", strerror(-ret));
 		return ret;

@@ -14,6 +14,7 @@
 
 #include "fs.h"
 
+#include "htab.h"
 #include "stats.h"
 #include "prefetch/prefetch.h"
 
@@ -26,6 +27,10 @@ struct fh {
 	bool passthrough;	/* the kernel reads the cache file: no READs */
 	struct stats_open so;	/* feed-rate accounting of this open */
 	struct pf_ra *ra;	/* readahead state; NULL where none */
+	/* passthrough opens counted by fuse/ptacct.c: protected by its lock */
+	struct htab_node pa_node;	/* in its table of open handles */
+	uint64_t pa_bytes;		/* bytes its hook saw read through this open */
+	bool pa_mmapped;		/* the hook saw it mmap()ed */
 };
 
 /* An open virtual file: its content is rendered at open. */

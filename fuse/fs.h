@@ -52,6 +52,7 @@
 #define SFS_NOOPEN_PROBE_INO (SFS_VIRT_BASE + 0x10000)
 
 struct passthrough;
+struct ptacct;
 struct session_io;
 struct noopen;
 struct uring;
@@ -80,6 +81,7 @@ struct sfs {
 	struct fuse_session *se;
 	struct session_io *sio;		/* fuse/session_io.h: session I/O hooks */
 	struct passthrough *pt;		/* fuse/passthrough.h */
+	struct ptacct *pa;		/* fuse/ptacct.h; NULL: passthrough reads estimated */
 	struct noopen *no;		/* fuse/noopen.h */
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */

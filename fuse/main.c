@@ -23,6 +23,7 @@
 #include "mountpoint.h"
 #include "noopen.h"
 #include "passthrough.h"
+#include "ptacct.h"
 #include "policy.h"
 #include "session_io.h"
 #include "uring.h"
@@ -639,6 +640,11 @@ int main(int argc, char **argv)
 		fail("%s", err);
 	}
 	set_read_ahead(&fs);
+	if (ptacct_create(&fs, &fs.pa, err, sizeof(err))) {
+		fuse_session_unmount(fs.se);
+		uring_destroy(fs.ur);
+		fail("%s", err);
+	}
 	if (metrics_start(&fs, err, sizeof(err))) {
 		fuse_session_unmount(fs.se);
 		fail("%s", err);
@@ -693,6 +699,7 @@ int main(int argc, char **argv)
 	uring_destroy(fs.ur);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
+	ptacct_destroy(fs.pa);	/* its last reads count into fs.stats */
 	passthrough_destroy(fs.pt);
 	session_io_destroy(fs.sio);
 	noopen_destroy(fs.no);

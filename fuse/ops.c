@@ -26,6 +26,7 @@
 #include "log.h"
 #include "noopen.h"
 #include "passthrough.h"
+#include "ptacct.h"
 #include "stats.h"
 #include "vfiles.h"
 #include "prefetch/prefetch.h"
@@ -657,8 +658,11 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fh->passthrough = ret > 0;
 	stats_open_init(fs->stats, &fh->so, fuse_req_ctx(req)->pid,
 			fuse_req_ctx(req)->uid);
-	if (fh->passthrough)
-		stats_open_passthrough(fs->stats, &fh->so, fh->attr.size);
+	if (fh->passthrough) {
+		stats_open_passthrough(fs->stats, &fh->so, fh->attr.size, ds->be->chunk_size,
+				       !ptacct_exact(fs->pa));
+		ptacct_open(fs->pa, fh);
+	}
 	if (!fh->passthrough)
 		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
@@ -667,6 +671,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->keep_cache = !fh->passthrough;
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
+		if (fh->passthrough)
+			ptacct_release(fs->pa, fh);
 		passthrough_release(fs->pt, ino, fh->passthrough);
 		fh_destroy(fs, fh);
 	}
@@ -684,6 +690,9 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	} else {
 		struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
 
+		/* its readers' last passthrough reads, before the open's accounting goes */
+		if (fh->passthrough)
+			ptacct_release(fs->pa, fh);
 		passthrough_release(fs->pt, ino, fh->passthrough);
 		fh_destroy(fs, fh);
 	}

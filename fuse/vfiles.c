@@ -23,6 +23,7 @@
 #include "ctlsock.h"
 #include "noopen.h"
 #include "passthrough.h"
+#include "ptacct.h"
 #include "stats.h"
 #include "stats_render.h"
 #include "uring.h"
@@ -38,6 +39,7 @@
 #define COUNTER(k, p, h, v)	{ .key = (k), .prom = (p), .type = STATS_COUNTER, .help = (h), .value = (v) }
 #define GAUGE(k, p, h, v)	{ .key = (k), .prom = (p), .type = STATS_GAUGE, .help = (h), .value = (v) }
 #define TEXT(k, s)		{ .key = (k), .type = STATS_TEXT, .text = (s) }
+#define INFO(k, p, l, h, s)	{ .key = (k), .prom = (p), .type = STATS_INFO, .label = (l), .help = (h), .text = (s) }
 
 /*
  * @a - @b, or 0: for a part of a node total counted apart (the client
@@ -135,7 +137,8 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 
 		/* the FUSE requests and the kernel paths around them */
 		JSON_ONLY("read_requests", tot[STATS_READS]),
-		JSON_ONLY("read_bytes", minus(tot[STATS_READ_BYTES], tot[STATS_CLIENT_BYTES])),
+		JSON_ONLY("read_bytes", minus(minus(tot[STATS_READ_BYTES], tot[STATS_CLIENT_BYTES]),
+					      tot[STATS_PT_READ_BYTES])),
 		COUNTER("read_errors", "stagefs_node_read_errors_total",
 			"READ requests that failed, node-wide (stagefs_read_errors_total is per job).",
 			tot[STATS_READ_ERRORS]),
@@ -147,6 +150,11 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		GAUGE("no_open", "stagefs_no_open_active",
 		      "1 while the kernel sends no OPEN (no-open mode).",
 		      (uint64_t)noopen_active(fs->no)),
+		INFO("passthrough_accounting", "stagefs_passthrough_accounting_info", "mode",
+		     "How reads through passthrough opens are counted: bpf (exactly), estimate "
+		     "(the file size at open) or off (passthrough is not active).",
+		     ptacct_mode(fs)),
+		JSON_ONLY("passthrough_bpf_lost", ptacct_lost(fs->pa)),
 		JSON_ONLY("passthrough_opens", tot[STATS_PT_OPENS]),
 		JSON_ONLY("passthrough_bytes_estimate", tot[STATS_PT_BYTES]),
 		JSON_ONLY("passthrough_reused", nod[STATS_NODE_PT_REUSED]),

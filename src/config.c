@@ -28,6 +28,7 @@ enum opt_type {
 	OPT_RATIO,
 	OPT_LOGLEVEL,
 	OPT_AUTO,	/* enum cfg_auto: auto, on/yes or off/no */
+	OPT_CHOICE,	/* int: the index of one of .choices */
 };
 
 struct opt {
@@ -39,6 +40,7 @@ struct opt {
 	const char *help;	/* one line: --help and the example config */
 	const char *limits;	/* the limits in words where min/max do not say it all */
 	const char *doc;	/* the reference text (markdown) of docs/configuration.md */
+	const char *const *choices;	/* OPT_CHOICE: the words, NULL-terminated */
 };
 
 /*
@@ -157,6 +159,32 @@ static const struct opt opts[] = {
 		" of going passthrough. `0`: every non-empty file may go "
 		"passthrough, which measured faster for small files read with a "
 		"cold page cache (`passthrough.md`, Figures)." },
+	{ "passthrough_accounting", OPT_CHOICE, O(passthrough_accounting), "auto", 0, 0,
+	  "how reads through passthrough opens are counted: bpf = exactly, by an eBPF program on the kernel's passthrough read; estimate = the file size at open; auto = bpf where it loads",
+	  .limits = "auto, bpf or estimate",
+	  .choices = (const char *const[]){ "auto", "bpf", "estimate", NULL },
+	  .doc =
+		"How the feed rate counts reads through passthrough opens, which "
+		"never reach the daemon. `bpf`: an eBPF program on the kernel's "
+		"passthrough read (`fuse_passthrough_read_iter`, "
+		"`fuse_passthrough_splice_read`) counts the bytes each reader "
+		"thread got, exactly; the mount fails if it cannot be loaded "
+		"(a build without libbpf, no BTF, no `CAP_BPF`). `estimate`: each "
+		"passthrough open is charged its file's size at open, marked "
+		"estimated (`read_bytes_estimated`). `auto`: `bpf` where it loads,"
+		" else `estimate`; the log says which at mount, and why. See "
+		"`feedrate.md`." },
+	{ "stall_idle_gap", OPT_DURATION, O(stall_idle_gap_ms), "2s", 10, 3600000,
+	  "a reader thread with no event (open, read, close) for longer than this is idle, not counted in its active time (the stall share's denominator)",
+	  .doc =
+		"The stall share is the share of a reader's active time it spent "
+		"waiting for data the cache did not have. A reader thread's active"
+		" time is the time between its consecutive events (OPEN, READ, "
+		"RELEASE, a passthrough read, a client-library report), except "
+		"gaps longer than this, which count as idle (a data loader paused "
+		"for validation or a checkpoint). Longer than the one-second "
+		"period at which passthrough reads are collected. See "
+		"`feedrate.md`." },
 	{ "no_open", OPT_AUTO, O(no_open), "auto", 0, 0,
 	  "read files with no OPEN or RELEASE request (FUSE no-open mode); auto = on a single-dataset mount where passthrough is not active",
 	  .doc =
@@ -503,6 +531,14 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		*(int *)p = l;
 		return 0;
 	}
+	case OPT_CHOICE:
+		for (int i = 0; o->choices[i]; i++) {
+			if (!strcasecmp(value, o->choices[i])) {
+				*(int *)p = i;
+				return 0;
+			}
+		}
+		return errf(err, len, "%s: '%s' is not one of %s", o->name, value, o->limits);
 	case OPT_AUTO:
 		if (!strcasecmp(value, "auto")) {
 			*(enum cfg_auto *)p = CFG_AUTO;
@@ -845,6 +881,7 @@ static const char *type_hint(enum opt_type t)
 	case OPT_RATIO: return "RATIO";
 	case OPT_LOGLEVEL: return "LEVEL";
 	case OPT_AUTO: return "auto|on|off";
+	case OPT_CHOICE: return "WORD";
 	}
 	return "?";
 }

@@ -28,6 +28,13 @@ enum cfg_auto {
 	CFG_AUTO,
 };
 
+/* passthrough_accounting: how reads through passthrough opens are counted. */
+enum cfg_ptacct {
+	CFG_PTACCT_AUTO,	/* bpf where it loads, else estimate */
+	CFG_PTACCT_BPF,		/* exactly (fuse/ptacct.c); the mount fails without */
+	CFG_PTACCT_ESTIMATE,	/* the file size at open */
+};
+
 struct sfs_config {
 	/* cache */
 	char *cache_dir;
@@ -45,6 +52,8 @@ struct sfs_config {
 	bool splice;			/* reply to cache hits with splice */
 	enum cfg_auto passthrough;	/* FUSE passthrough for fully cached files */
 	uint64_t passthrough_min_size;	/* files up to this size stay on the daemon path */
+	int passthrough_accounting;	/* enum cfg_ptacct */
+	uint64_t stall_idle_gap_ms;	/* a longer gap between a reader's events is idle */
 	enum cfg_auto no_open;		/* FUSE no-open mode (fuse/noopen.h) */
 	enum cfg_auto uring;		/* FUSE over io_uring (fuse/uring.h) */
 	uint64_t lookup_readahead_max;	/* cached files up to this size are read ahead at LOOKUP */

@@ -11,6 +11,19 @@
  * was running then, or if one was started while it ran (it fetched, or it
  * waited on another reader's fetch of a chunk it needed).  Slot collisions
  * can only make a READ look stalled, never hide one.
+ *
+ * Active time.  Each reader thread keeps the end of its latest event
+ * (last_ev_ns) and of its latest stalled READ (stall_end_ns), both moved
+ * forward only, with a compare-and-swap on the cache line its counters
+ * are added to anyway (thread_span()).  An event that ends at t1 adds the
+ * time from the previous end to t1 when the gap before it began is at
+ * most the idle gap, else only its own span; a stalled READ adds to
+ * stall_ns the part of its span after the previous stalled READ's end.
+ * Events are taken in the order they end, so overlapping READs of one
+ * thread (the kernel's readahead sends several at once) count once; a
+ * READ that began before an earlier-ending one of the same thread, after
+ * an idle gap, counts only from that one's end (active time is kept at
+ * least the stall time, so the share never exceeds 1).
  */
 #include "stats_i.h"
 
@@ -39,6 +52,54 @@ static void node_add(struct stats *st, const uint64_t *v)
 	stats_add_fields(shard_of(st)->c, v);
 }
 
+/* ---- active time ---- */
+
+/*
+ * Thread @p was busy over [@t0, @t1] (an instant when equal): returns the
+ * time to add to its active_ns (see the top of this file).  With @stalled
+ * (a READ that waited on data), *@stall gets the time to add to its
+ * stall_ns.  Relaxed atomics only: the counts are sums, not a timeline.
+ */
+static uint64_t thread_span(struct stats *st, struct stats_ent *p, uint64_t t0,
+			    uint64_t t1, bool stalled, uint64_t *stall)
+{
+	uint64_t prev = atomic_load_explicit(&p->last_ev_ns, memory_order_relaxed), act;
+
+	while (prev < t1 && !atomic_compare_exchange_weak_explicit(&p->last_ev_ns, &prev, t1,
+								    memory_order_relaxed,
+								    memory_order_relaxed))
+		;
+	if (prev >= t1)
+		act = 0;
+	else if (prev >= t0 || (prev && t0 - prev <= st->opts.idle_gap_ns))
+		act = t1 - prev;
+	else
+		act = t1 - t0;
+	if (stalled) {
+		uint64_t se = atomic_load_explicit(&p->stall_end_ns, memory_order_relaxed);
+
+		while (se < t1 && !atomic_compare_exchange_weak_explicit(&p->stall_end_ns, &se, t1,
+									  memory_order_relaxed,
+									  memory_order_relaxed))
+			;
+		*stall = se >= t1 ? 0 : t1 - MAX(se, t0);
+		act = MAX(act, *stall);
+	}
+	return act;
+}
+
+/* An instant event of thread @p now (open, release, a client report): its active time. */
+static void thread_event(struct stats *st, struct stats_ent *p, uint64_t t0, uint64_t t1)
+{
+	uint64_t v[STATS_NFIELDS] = { 0 };
+
+	v[STATS_ACTIVE_NS] = thread_span(st, p, t0, t1, false, NULL);
+	if (!v[STATS_ACTIVE_NS])
+		return;
+	stats_add_fields(p->c, v);
+	node_add(st, v);
+}
+
 /* ---- the read path ---- */
 
 void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
@@ -47,33 +108,92 @@ void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
 	uint64_t v[STATS_NFIELDS] = { [STATS_OPENS] = 1 };
 
 	so->proc = NULL;
+	so->pt_estimated = false;
 	atomic_store(&so->delivered, false);
 	if (!st)
 		return;
+	so->open_ns = now_ns();
 	so->proc = stats_proc_get(st, pid, uid);
-	if (so->proc)
+	if (so->proc) {
 		stats_add_fields(so->proc->c, v);
+		thread_event(st, so->proc, so->open_ns, so->open_ns);
+	}
 	node_add(st, v);
 }
 
 void stats_open_release(struct stats *st, struct stats_open *so)
 {
+	uint64_t t = now_ns();
+
 	if (so->proc) {
-		atomic_store_explicit(&so->proc->last_ms, now_ms(), memory_order_relaxed);
+		/* an estimated passthrough open was, as far as we know, read all along */
+		thread_event(st, so->proc, so->pt_estimated ? so->open_ns : t, t);
+		atomic_store_explicit(&so->proc->last_ms, stats_ms_of(t), memory_order_relaxed);
 		stats_ent_put(so->proc);
 		so->proc = NULL;
 	}
 }
 
-void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t size)
+/* Chunks a passthrough read of @bytes in @calls touched: see stats_passthrough_read(). */
+static uint64_t pt_hits(uint64_t bytes, uint64_t calls, uint32_t chunk_size)
+{
+	return calls + (chunk_size ? bytes / chunk_size : 0);
+}
+
+void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t size,
+			    uint32_t chunk_size, bool estimate)
 {
 	uint64_t v[STATS_NFIELDS] = { [STATS_PT_OPENS] = 1, [STATS_PT_BYTES] = size };
 
 	if (!st)
 		return;
+	if (estimate && size) {
+		v[STATS_READ_BYTES] = size;
+		v[STATS_READ_BYTES_EST] = size;
+		v[STATS_PT_READ_BYTES] = size;
+		v[STATS_FILES] = 1;
+		v[STATS_HITS] = chunk_size ? (size + chunk_size - 1) / chunk_size : 1;
+		atomic_store_explicit(&so->delivered, true, memory_order_relaxed);
+		so->pt_estimated = true;
+	}
 	if (so->proc)
 		stats_add_fields(so->proc->c, v);
 	node_add(st, v);
+}
+
+void stats_passthrough_read(struct stats *st, struct stats_open *so, pid_t tid,
+			    uint32_t uid, uint64_t bytes, uint64_t calls, uint64_t busy_ns,
+			    uint64_t last_ns, uint32_t chunk_size, bool estimated)
+{
+	uint64_t v[STATS_NFIELDS] = { 0 };
+	struct stats_ent *p = so ? so->proc : NULL, *ref = NULL;
+
+	if (!st || (!bytes && !calls))
+		return;
+	v[STATS_READ_BYTES] = bytes;
+	v[STATS_PT_READ_BYTES] = bytes;
+	if (estimated)
+		v[STATS_READ_BYTES_EST] = bytes;
+	if (bytes) {
+		v[STATS_HITS] = pt_hits(bytes, calls, chunk_size);
+		if (so && !atomic_load_explicit(&so->delivered, memory_order_relaxed) &&
+		    !atomic_exchange_explicit(&so->delivered, true, memory_order_relaxed))
+			v[STATS_FILES] = 1;
+	}
+	if (tid > 0 && (!p || p->tid != tid || p->uid != uid)) {
+		ref = stats_proc_get(st, tid, uid);
+		if (ref)
+			p = ref;
+	}
+	if (p) {
+		if (busy_ns > last_ns)
+			busy_ns = last_ns;
+		v[STATS_ACTIVE_NS] = thread_span(st, p, last_ns - busy_ns, last_ns, false, NULL);
+		stats_add_fields(p->c, v);
+		atomic_store_explicit(&p->last_ms, now_ms(), memory_order_relaxed);
+	}
+	node_add(st, v);
+	stats_ent_put(ref);
 }
 
 static _Atomic uint64_t *fill_slot(struct stats *st, const void *file, uint32_t idx)
@@ -125,8 +245,9 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		    uint32_t uid, ssize_t n)
 {
 	struct stats *st = rd->st;
-	uint64_t v[STATS_NFIELDS] = { 0 }, t1;
+	uint64_t v[STATS_NFIELDS] = { 0 }, t1, stall = 0;
 	struct stats_ent *p, *ref = NULL;
+	bool stalled;
 
 	if (!st)
 		return;
@@ -135,8 +256,7 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 	t1 = now_ns();
 	v[STATS_READS] = 1;
 	v[STATS_READ_NS] = t1 - rd->t0;
-	if (rd->pending || rd->misses || fills_seen(rd, NULL) != rd->fills0)
-		v[STATS_STALL_NS] = t1 - rd->t0;
+	stalled = rd->pending || rd->misses || fills_seen(rd, NULL) != rd->fills0;
 	if (n < 0) {
 		v[STATS_READ_ERRORS] = 1;
 	} else if (n > 0) {
@@ -150,10 +270,6 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		    !atomic_exchange_explicit(&so->delivered, true, memory_order_relaxed))
 			v[STATS_FILES] = 1;
 	}
-	/* node-wide misses and backend bytes were counted by stats_fetch_end */
-	node_add(st, v);
-	v[STATS_MISSES] = rd->misses;
-	v[STATS_BACKEND_BYTES] = rd->backend_bytes;
 
 	p = so ? so->proc : NULL;
 	if (!p || p->tid != pid || p->uid != uid) {
@@ -162,6 +278,19 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		if (ref)
 			p = ref;
 	}
+	if (p) {
+		v[STATS_ACTIVE_NS] = thread_span(st, p, rd->t0, t1, stalled, &stall);
+		v[STATS_STALL_NS] = stall;
+	} else {
+		/* charged to nobody: the READ's own time, node-wide */
+		v[STATS_ACTIVE_NS] = t1 - rd->t0;
+		v[STATS_STALL_NS] = stalled ? t1 - rd->t0 : 0;
+	}
+	/* node-wide misses and backend bytes were counted by stats_fetch_end */
+	node_add(st, v);
+	v[STATS_MISSES] = rd->misses;
+	v[STATS_BACKEND_BYTES] = rd->backend_bytes;
+
 	if (p) {
 		stats_add_fields(p->c, v);
 		if (stats_ms_of(t1) != atomic_load_explicit(&p->last_ms, memory_order_relaxed))
@@ -258,8 +387,11 @@ static int charge_peer(struct stats *st, pid_t pid, uint32_t uid, const char *jo
 	if (job)
 		stats_clean_name(clean, sizeof(clean), job[0] ? job : "unknown");
 	if (p && (!job || !strcmp(p->job->name, clean))) {
+		uint64_t t = now_ns();
+
 		add_fields_sat(p->c, v);
-		atomic_store_explicit(&p->last_ms, now_ms(), memory_order_relaxed);
+		thread_event(st, p, t, t);
+		atomic_store_explicit(&p->last_ms, stats_ms_of(t), memory_order_relaxed);
 		stats_ent_put(p);
 		return 0;
 	}

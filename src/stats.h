@@ -23,14 +23,27 @@
  *    ends (stats_fetch_end), for a READ or for nobody's (warmup,
  *    readahead); the node cache's own hits and misses (cache_get_stats)
  *    are counted apart, in src/cache_read.c and src/cache_fill.c.
- *  - stall_ns: for each READ that waited on data not in the cache yet (it
- *    fetched a chunk, or a chunk it needed was being fetched when it began
- *    or began being fetched while it ran), the READ's whole time in the
- *    daemon.  read_ns: every READ's time in the daemon.  stall_ratio =
- *    stall_ns / read_ns.
- *  - passthrough_opens, passthrough_bytes_est: opens served by FUSE
- *    passthrough, whose reads never reach the daemon; bytes are estimated
- *    as the file's size at open.
+ *  - Passthrough reads never reach the daemon.  Where a kernel hook sees
+ *    them (fuse/ptacct.c) they are reported with stats_passthrough_read()
+ *    and counted exactly, as hits with no stall; otherwise
+ *    stats_open_passthrough() charges the file's size at open as an
+ *    estimate, kept apart in read_bytes_estimated.  pt_read_bytes: the
+ *    part of read_bytes read through passthrough (exact or estimated).
+ *    passthrough_opens, passthrough_bytes_est: those opens and the sum of
+ *    their files' sizes at open.
+ *  - active_ns: per reader thread, the time it was busy reading: the time
+ *    between its consecutive events (OPEN, a READ's begin and end,
+ *    RELEASE, a client-library report, passthrough reads drained with the
+ *    end of their last call), except gaps longer than idle_gap_ns; a READ
+ *    in flight is always active.  Users, jobs, processes and the node sum
+ *    their threads'.
+ *  - stall_ns: per reader thread, the time it had a READ in flight that
+ *    waited on data not in the cache yet (it fetched a chunk, or a chunk
+ *    it needed was being fetched when it began or began being fetched
+ *    while it ran); overlapping READs of one thread count once.
+ *    stall_ratio = stall_ns / active_ns: the share of the readers' time
+ *    lost waiting for data.  read_ns: every READ's time in the daemon
+ *    (summed, overlaps and all).
  *  - gpu_bytes: bytes the client library reports it copied to GPU memory
  *    (stats_gpu_account()), whichever way it read them.  A byte read from a
  *    handed-over cache file into a GPU is in read_bytes, client_read_bytes
@@ -89,6 +102,9 @@ enum stats_field {
 	STATS_PT_BYTES,		/* estimated */
 	STATS_GPU_BYTES,
 	STATS_CLIENT_BYTES,	/* read by the client library itself (also in READ_BYTES) */
+	STATS_PT_READ_BYTES,	/* read through passthrough opens (also in READ_BYTES) */
+	STATS_READ_BYTES_EST,	/* of READ_BYTES, the part that is estimated */
+	STATS_ACTIVE_NS,	/* reader threads' active time */
 	STATS_NFIELDS
 };
 
@@ -120,6 +136,7 @@ struct stats_opts {
 	uint32_t max_users;	/* (default 1024) */
 	uint32_t max_gpus;	/* (default 256) */
 	uint32_t proc_keep_s;	/* a gone thread's row stays this long (default 60) */
+	uint64_t idle_gap_ns;	/* a longer gap between a thread's events is idle (default 2 s) */
 	bool no_ticker;		/* tests: call stats_tick() by hand */
 };
 
@@ -140,6 +157,8 @@ void stats_tick(struct stats *st);
 struct stats_open {
 	struct stats_ent *proc;		/* the opener's thread; a reference */
 	_Atomic bool delivered;		/* a READ through this open returned data */
+	bool pt_estimated;		/* passthrough, charged as an estimate at open */
+	uint64_t open_ns;		/* when it was opened (CLOCK_MONOTONIC) */
 };
 
 /*
@@ -153,10 +172,29 @@ void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
 void stats_open_release(struct stats *st, struct stats_open *so);
 
 /*
- * The open in @so (after stats_open_init) is served by FUSE passthrough:
- * its reads will not be seen; charge @size bytes as an estimate.
+ * The open in @so (after stats_open_init) is served by FUSE passthrough,
+ * of a file of @size bytes cut in @chunk_size chunks.  With @estimate
+ * (nothing will report its reads) the whole file is charged now, as read
+ * and estimated (read_bytes_estimated), its chunks as hits, and the open's
+ * life as active time at its release; without, only the open is counted
+ * and its reads come with stats_passthrough_read().
  */
-void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t size);
+void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t size,
+			    uint32_t chunk_size, bool estimate);
+
+/*
+ * Reads through the passthrough open @so that a kernel hook saw (fuse/ptacct.c):
+ * thread @tid of user @uid (@tid 0: unknown, charged to the opener) read
+ * @bytes in @calls calls, which took @busy_ns in all, the last ending at
+ * @last_ns (CLOCK_MONOTONIC).  Charged like READs served from the cache:
+ * read_bytes, files_read at the open's first byte, one hit per call and
+ * per @chunk_size boundary crossed (calls + bytes / chunk_size), no stall,
+ * and active time up to @last_ns.  @estimated: the bytes are an estimate
+ * (read_bytes_estimated too).
+ */
+void stats_passthrough_read(struct stats *st, struct stats_open *so, pid_t tid,
+			    uint32_t uid, uint64_t bytes, uint64_t calls, uint64_t busy_ns,
+			    uint64_t last_ns, uint32_t chunk_size, bool estimated);
 
 /* One READ in flight, on the READ handler's stack. */
 struct stats_read {
@@ -288,7 +326,10 @@ void stats_node_totals(struct stats *st, uint64_t total[STATS_NFIELDS],
 extern const unsigned stats_window_s[STATS_NWIN];
 extern const char *const stats_window_name[STATS_NWIN];
 
-/* hits / (hits + misses) and stall / busy time of @v; negative if undefined. */
+/*
+ * hits / (hits + misses) and stall / active time of @v (at most 1);
+ * negative if undefined.
+ */
 double stats_hit_ratio(const uint64_t *v);
 double stats_stall_ratio(const uint64_t *v);
 

@@ -55,6 +55,12 @@ struct stats_ent {
 	uint64_t ring[STATS_RING][STATS_NFIELDS];
 
 	_Atomic uint64_t c[STATS_NFIELDS] __attribute__((aligned(64)));
+	/*
+	 * threads: their activity (stats.c, thread_span()), written with c[]:
+	 * the end of their latest event, and of their latest stalled READ
+	 */
+	_Atomic uint64_t last_ev_ns;
+	_Atomic uint64_t stall_end_ns;
 };
 
 struct table {

@@ -22,6 +22,14 @@ static double ratio_of(double a, double b)
 	return b > 0 ? a / b : -1;
 }
 
+/* Stall over active time, at most 1 (stats_stall_ratio() for rates). */
+static double stall_share(double stall, double active)
+{
+	double r = ratio_of(stall, active);
+
+	return r > 1 ? 1 : r;
+}
+
 /* ---- JSON ---- */
 
 /* JSON names of the fields; NULL rate name: no per-second rate shown. */
@@ -43,6 +51,9 @@ static const struct {
 			     "passthrough_bytes_estimated_per_s" },
 	[STATS_GPU_BYTES] = { "gpu_bytes", "gpu_bytes_per_s" },
 	[STATS_CLIENT_BYTES] = { "client_read_bytes", "client_read_bytes_per_s" },
+	[STATS_PT_READ_BYTES] = { "passthrough_read_bytes", "passthrough_read_bytes_per_s" },
+	[STATS_READ_BYTES_EST] = { "read_bytes_estimated", "read_bytes_estimated_per_s" },
+	[STATS_ACTIVE_NS] = { "active_ns", NULL },
 };
 
 static void json_ratio(FILE *f, double r)
@@ -72,7 +83,7 @@ static void json_counts(FILE *f, const struct stats_row *r)
 		fputs("\"hit_ratio\": ", f);
 		json_ratio(f, ratio_of(v[STATS_HITS], v[STATS_HITS] + v[STATS_MISSES]));
 		fputs(", \"stall_ratio\": ", f);
-		json_ratio(f, ratio_of(v[STATS_STALL_NS], v[STATS_READ_NS]));
+		json_ratio(f, stall_share(v[STATS_STALL_NS], v[STATS_ACTIVE_NS]));
 		fputc('}', f);
 	}
 	fputs("}", f);
@@ -141,7 +152,7 @@ void stats_render_json(const struct stats_report *r, FILE *f)
 		const struct stats_metric *m = &r->metrics[i];
 
 		fprintf(f, "  \"%s\": ", m->key);
-		if (m->type == STATS_TEXT)
+		if (m->type == STATS_TEXT || m->type == STATS_INFO)
 			json_write_str(f, m->text ? m->text : "");
 		else
 			fprintf(f, "%" PRIu64, m->value);
@@ -186,8 +197,13 @@ static const struct {
 	double scale;		/* 0: an integer count */
 } prom_job[] = {
 	{ STATS_READ_BYTES, "stagefs_read_bytes_total",
-	  "Bytes delivered to readers: READ replies and client-library reads of cache "
-	  "files (page-cache and passthrough reads excluded).", 0 },
+	  "Bytes delivered to readers: READ replies, passthrough reads (exact, or estimated: "
+	  "stagefs_read_bytes_estimated_total) and client-library reads of cache files.", 0 },
+	{ STATS_READ_BYTES_EST, "stagefs_read_bytes_estimated_total",
+	  "Of stagefs_read_bytes_total, the bytes that are estimated (passthrough opens "
+	  "charged their file size at open); 0 where every byte was counted.", 0 },
+	{ STATS_PT_READ_BYTES, "stagefs_passthrough_read_bytes_total",
+	  "Of stagefs_read_bytes_total, the bytes read through FUSE passthrough opens.", 0 },
 	{ STATS_FILES, "stagefs_files_read_total",
 	  "Opens through which at least one byte was read (samples delivered).", 0 },
 	{ STATS_OPENS, "stagefs_opens_total", "Opens of regular files.", 0 },
@@ -200,7 +216,10 @@ static const struct {
 	{ STATS_BACKEND_BYTES, "stagefs_backend_bytes_total",
 	  "Bytes fetched from the backend for these READs.", 0 },
 	{ STATS_STALL_NS, "stagefs_stall_seconds_total",
-	  "Time READs spent waiting on data not cached yet.", 1e-9 },
+	  "Time readers had a READ in flight waiting on data not cached yet (overlaps once).", 1e-9 },
+	{ STATS_ACTIVE_NS, "stagefs_active_seconds_total",
+	  "Time readers were busy reading (gaps between their events up to stall_idle_gap); "
+	  "stall share = stall / active.", 1e-9 },
 	{ STATS_READ_NS, "stagefs_read_seconds_total",
 	  "Time READs spent in the daemon.", 1e-9 },
 	{ STATS_PT_OPENS, "stagefs_passthrough_opens_total",
@@ -273,6 +292,13 @@ static void prom_table(FILE *f, const struct stats_metric *m, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		if (!m[i].prom || m[i].type == STATS_TEXT)
 			continue;
+		if (m[i].type == STATS_INFO) {
+			prom_family(f, m[i].prom, "gauge", m[i].help);
+			fprintf(f, "%s{%s=", m[i].prom, m[i].label);
+			prom_label(f, m[i].text ? m[i].text : "");
+			fputs("} 1\n", f);
+			continue;
+		}
 		prom_family(f, m[i].prom, m[i].type == STATS_COUNTER ? "counter" : "gauge",
 			    m[i].help);
 		fputs(m[i].prom, f);

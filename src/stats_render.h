@@ -41,6 +41,7 @@ enum stats_mtype {
 	STATS_COUNTER,		/* only grows (Prometheus: a counter, NAME_total) */
 	STATS_GAUGE,		/* a level now */
 	STATS_TEXT,		/* a string (JSON only) */
+	STATS_INFO,		/* a string; Prometheus: NAME{label="text"} 1 */
 };
 
 /* One daemon-wide figure: a row of the report's table. */
@@ -51,7 +52,8 @@ struct stats_metric {
 	const char *help;	/* Prometheus HELP text (rows with ->prom) */
 	uint64_t value;		/* counters and gauges */
 	double prom_scale;	/* Prometheus shows value * prom_scale (ms -> s); 0: value */
-	const char *text;	/* STATS_TEXT: the string */
+	const char *text;	/* STATS_TEXT, STATS_INFO: the string */
+	const char *label;	/* STATS_INFO: the Prometheus label that holds it */
 };
 
 /*

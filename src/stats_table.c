@@ -615,6 +615,8 @@ int stats_create(const struct stats_opts *opts, struct stats **out)
 		st->opts.max_gpus = 256;
 	if (!st->opts.proc_keep_s)
 		st->opts.proc_keep_s = 60;
+	if (!st->opts.idle_gap_ns)
+		st->opts.idle_gap_ns = 2000000000ULL;
 	if (table_init(&st->tab[STATS_USER], st->opts.max_users) ||
 	    table_init(&st->tab[STATS_JOB], st->opts.max_jobs) ||
 	    table_init(&st->tab[STATS_PROC], st->opts.max_procs) ||
@@ -810,5 +812,9 @@ double stats_hit_ratio(const uint64_t *v)
 
 double stats_stall_ratio(const uint64_t *v)
 {
-	return v[STATS_READ_NS] ? (double)v[STATS_STALL_NS] / (double)v[STATS_READ_NS] : -1;
+	if (!v[STATS_ACTIVE_NS])
+		return -1;
+	if (v[STATS_STALL_NS] >= v[STATS_ACTIVE_NS])
+		return 1;
+	return (double)v[STATS_STALL_NS] / (double)v[STATS_ACTIVE_NS];
 }

@@ -12,8 +12,10 @@
  * shows the node's feed rate (bytes and files per second over 1 s, 10 s and
  * 60 s), hit ratio, stall share, backend rate, cache use, warmup progress
  * where the daemon reports it, then one row per user, per job and per GPU,
- * busiest first.  Figures marked ~ include passthrough reads, which the
- * daemon does not see and estimates as the file size at open.
+ * busiest first.  Rates include reads through passthrough opens, counted
+ * exactly where the daemon's BPF hook runs; a rate marked ~ includes
+ * estimated bytes (read_bytes_estimated: passthrough opens charged their
+ * file size at open).
  *
  * The terminal is drawn with plain ANSI sequences on the alternate screen;
  * on exit, q, ^C (SIGINT), SIGTERM or SIGHUP the screen, cursor and tty
@@ -242,22 +244,26 @@ static size_t sorted(const struct json *arr, const struct json ***out)
 	return n;
 }
 
+/* "~" where the rate of @o over @win includes estimated bytes, else " ". */
+static const char *est_mark(const struct json *o, const char *win)
+{
+	return rate(o, win, "read_bytes_estimated_per_s") > 0 ? "~" : " ";
+}
+
 static void entity_row(struct screen *s, const char *who, const char *job,
 		       const struct json *o)
 {
 	char r1[32], r10[32], be[32], hit[16], stall[16], tot[32], gpu[32];
-	double pt = rate(o, "10s", "passthrough_bytes_estimated_per_s");
 
-	put(s, "%-12.12s %-22.22s %10s%s %11s %8.1f %7s %7s %11s %10s %11s", who, job,
-	    fmt_rate(rate(o, "1s", "read_bytes_per_s") + rate(o, "1s", "passthrough_bytes_estimated_per_s"),
-		     r1, sizeof(r1)),
-	    pt > 0 ? "~" : " ",
-	    fmt_rate(rate(o, "10s", "read_bytes_per_s") + pt, r10, sizeof(r10)),
-	    rate(o, "10s", "files_per_s") + rate(o, "10s", "passthrough_opens_per_s"),
+	put(s, "%-12.12s %-22.22s %10s%s %10s%s %8.1f %7s %7s %11s %9s%s %11s", who, job,
+	    fmt_rate(rate(o, "1s", "read_bytes_per_s"), r1, sizeof(r1)), est_mark(o, "1s"),
+	    fmt_rate(rate(o, "10s", "read_bytes_per_s"), r10, sizeof(r10)), est_mark(o, "10s"),
+	    rate(o, "10s", "files_per_s"),
 	    fmt_pct(json_get(o, "hit_ratio"), hit, sizeof(hit)),
 	    fmt_pct(json_get(o, "stall_ratio"), stall, sizeof(stall)),
 	    fmt_rate(rate(o, "10s", "backend_bytes_per_s"), be, sizeof(be)),
 	    fmt_size(json_u64(json_get(o, "read_bytes"), 0), tot, sizeof(tot)),
+	    json_u64(json_get(o, "read_bytes_estimated"), 0) ? "~" : " ",
 	    fmt_rate(rate(o, "10s", "gpu_bytes_per_s"), gpu, sizeof(gpu)));
 }
 
@@ -285,11 +291,14 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 		put(s, "this daemon reports no feed rate (no \"node\" in .stagefs/stats)");
 		goto out;
 	}
-	put(s, "feed    1s: %-10s %8.1f files/s   10s: %-10s %8.1f files/s   60s: %-10s %8.1f files/s",
+	put(s, "feed    1s: %s%-10s %8.1f files/s   10s: %s%-10s %8.1f files/s   60s: %s%-10s %8.1f files/s",
+	    est_mark(node, "1s")[0] == '~' ? "~" : "",
 	    fmt_rate(rate(node, "1s", "read_bytes_per_s"), a, sizeof(a)),
 	    rate(node, "1s", "files_per_s"),
+	    est_mark(node, "10s")[0] == '~' ? "~" : "",
 	    fmt_rate(rate(node, "10s", "read_bytes_per_s"), b, sizeof(b)),
 	    rate(node, "10s", "files_per_s"),
+	    est_mark(node, "60s")[0] == '~' ? "~" : "",
 	    fmt_rate(rate(node, "60s", "read_bytes_per_s"), c, sizeof(c)),
 	    rate(node, "60s", "files_per_s"));
 	put(s, "cache   hit %s (10s %s)   stall %s (10s %s)   backend %s   used %s of %s",
@@ -300,13 +309,17 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 	    fmt_rate(rate(node, "10s", "backend_bytes_per_s"), e, sizeof(e)),
 	    fmt_size(used, u, sizeof(u)), limit ? fmt_size(limit, l, sizeof(l)) : "?");
 	put(s, "total   %s in %" PRIu64 " files read (%s from cache files), %" PRIu64
-	    " opens; passthrough ~%s in %" PRIu64 " opens; GPUs %s",
+	    " opens; passthrough %s in %" PRIu64 " opens (%s%s%s); GPUs %s",
 	    fmt_size(json_u64(json_get(node, "read_bytes"), 0), a, sizeof(a)),
 	    json_u64(json_get(node, "files_read"), 0),
 	    fmt_size(json_u64(json_get(node, "client_read_bytes"), 0), d, sizeof(d)),
 	    json_u64(json_get(node, "opens"), 0),
-	    fmt_size(json_u64(json_get(node, "passthrough_bytes_estimated"), 0), b, sizeof(b)),
+	    fmt_size(json_u64(json_get(node, "passthrough_read_bytes"), 0), b, sizeof(b)),
 	    json_u64(json_get(node, "passthrough_opens"), 0),
+	    json_str(json_get(r, "passthrough_accounting"), "?"),
+	    json_u64(json_get(node, "read_bytes_estimated"), 0) ? ", ~" : "",
+	    json_u64(json_get(node, "read_bytes_estimated"), 0) ?
+	    fmt_size(json_u64(json_get(node, "read_bytes_estimated"), 0), e, sizeof(e)) : "",
 	    fmt_size(json_u64(json_get(node, "gpu_bytes"), 0), c, sizeof(c)));
 	if (json_get(r, "warmup_jobs")) {
 		put(s, "warmup  %" PRIu64 " jobs, %" PRIu64 " chunks fetched, %" PRIu64

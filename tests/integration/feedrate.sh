@@ -184,28 +184,57 @@ sfs_umount "$mnt"
 [[ ! -e $prom ]] || die "metrics_file was left behind after unmount"
 
 # Passthrough opens (where the kernel and privileges allow them): the reads
-# bypass the daemon, so they are counted as opens with the file size as an
-# estimate.  f6 is fully cached by now.
-sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto no_open=off
-for i in 1 2; do
-	drop_caches
-	runuser -u $A -- env STAGEFS_JOB=train42 "$PYTHON" "$T/reader.py" "$mnt/a/f6"
-done
-stats_dump "$mnt" >"$T/stats2.json"
-"$PYTHON" - "$T/stats2.json" "$A" "${a_sizes[6]}" <<'PY' || die "passthrough opens are not counted as estimated"
+# bypass the daemon; they are counted exactly by the BPF hook, or as the
+# file size at open, marked estimated.  f6 is fully cached by now.
+for acct in auto estimate; do
+	sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto no_open=off \
+		passthrough_accounting=$acct
+	for i in 1 2; do
+		drop_caches
+		runuser -u $A -- env STAGEFS_JOB=train42 "$PYTHON" "$T/reader.py" "$mnt/a/f6"
+	done
+	stats_dump "$mnt" >"$T/stats2.json"
+	cp "$mnt/.stagefs/metrics" "$T/pt.prom"
+	"$PYTHON" - "$T/stats2.json" "$T/pt.prom" "$A" "${a_sizes[6]}" "$acct" <<'PY' ||
 import json, sys
-d, user, size = json.load(open(sys.argv[1])), sys.argv[2], int(sys.argv[3])
+from prometheus_client.parser import text_string_to_metric_families
+d, user, size, acct = json.load(open(sys.argv[1])), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+fams = {f.name: f for f in text_string_to_metric_families(open(sys.argv[2]).read())}
 job = [j for j in d["jobs"] if j["user"] == user and j["job"] == "train42"][0]
-pt = job["passthrough_opens"]
-print(f"passthrough_active {d['passthrough_active']}: job opens {job['opens']}, "
-      f"passthrough opens {pt}, estimated bytes {job['passthrough_bytes_estimated']}, "
-      f"read_bytes {job['read_bytes']}")
+pt, mode = job["passthrough_opens"], d["passthrough_accounting"]
+print(f"passthrough_active {d['passthrough_active']}, accounting {mode}: job opens {job['opens']}, "
+      f"passthrough opens {pt}, read_bytes {job['read_bytes']} "
+      f"(passthrough {job['passthrough_read_bytes']}, estimated {job['read_bytes_estimated']}), "
+      f"files_read {job['files_read']}, stall_ratio {job['stall_ratio']}")
 assert job["opens"] == 2
 assert pt == d["passthrough_opens"], "the old node-wide counter disagrees"
 assert job["passthrough_bytes_estimated"] == pt * size
-if d["passthrough_active"]:
-    assert pt >= 1, "passthrough is active but no open went through it"
-# each open delivered the whole file, through the daemon or estimated
-assert job["read_bytes"] + job["passthrough_bytes_estimated"] == 2 * size
+info = {s.labels["mode"]: s.value for s in fams["stagefs_passthrough_accounting_info"].samples}
+assert info == {mode: 1}, info
+if not d["passthrough_active"]:
+    assert mode == "off" and pt == 0
+    sys.exit(0)
+assert pt >= 1, "passthrough is active but no open went through it"
+assert mode in ("bpf", "estimate") and (acct == "auto" or mode == acct), mode
+# the reader reads the file whole, then 4096 bytes again from 0 through the
+# same open: the daemon path's page cache serves those, passthrough reads
+# them from the cache file (seen by the hook, not by the estimate)
+want = pt * (size + 4096 if mode == "bpf" else size) + (2 - pt) * size
+assert job["read_bytes"] == want, (job["read_bytes"], want)
+assert job["passthrough_read_bytes"] == want - (2 - pt) * size
+assert job["read_bytes_estimated"] == (0 if mode == "bpf" else pt * size)
+assert job["files_read"] == 2
+# warm reads: no stall; the readers' time was active
+assert job["active_ns"] > 0 and job["stall_ns"] == 0 and job["stall_ratio"] == 0, job
+# the old top-level key counts READs only
+assert d["read_bytes"] == (2 - pt) * size, d["read_bytes"]
+est = sum(s.value for s in fams["stagefs_read_bytes_estimated"].samples
+          if s.labels.get("job") == "train42" and s.name.endswith("_total"))
+assert est == job["read_bytes_estimated"], est
 PY
-sfs_umount "$mnt"
+		die "passthrough reads are not counted as they should be ($acct)"
+	"$STAGEFS" top --once "$mnt" >"$T/top2.txt"
+	grep -q "passthrough .* opens (\(bpf\|estimate\)" "$T/top2.txt" ||
+		die "stagefs top does not say how passthrough reads are counted: $(cat "$T/top2.txt")"
+	sfs_umount "$mnt"
+done

@@ -4,8 +4,10 @@
  * once per open, chunk hits and misses, stalls on own and others' fetches),
  * folding of gone threads, the node-only counters, rates, the JSON and
  * Prometheus renderers (the feed-rate rows and the daemon-wide table of a
- * report, and what one user's view of it shows), and exact totals under 8 threads hammering one reader while
- * snapshots run.
+ * report, and what one user's view of it shows), active time and the stall
+ * share (idle gaps, overlapping READs, passthrough reads reported by the
+ * hook or estimated at open), and exact totals under 8 threads hammering
+ * one reader while snapshots run.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -202,7 +204,7 @@ static void test_accounting(void **state)
 	/* b: an EOF READ only, then an error */
 	do_read(st, &b, &file, getpid(), UID, 0, 0, 0);
 	do_read(st, &b, &file, getpid(), UID, 0, -EIO, 0);
-	stats_open_passthrough(st, &b, 12345);
+	stats_open_passthrough(st, &b, 12345, CHUNK, false);	/* reads reported apart */
 
 	usleep(2000);	/* rates need a millisecond of history */
 	s = snap(st);
@@ -762,6 +764,170 @@ static void test_render_table(void **state)
 	stats_destroy(st);
 }
 
+
+/* ---- active time and the stall share ---- */
+
+static struct stats *mkstats_gap(uint64_t gap_ns)
+{
+	struct stats_opts o = { .no_ticker = true, .idle_gap_ns = gap_ns };
+	struct stats *st = NULL;
+
+	assert_int_equal(stats_create(&o, &st), 0);
+	return st;
+}
+
+/* A fetch that takes @ms, made by the READ in flight on this thread. */
+static void slow_fetch(struct stats *st, const void *file, uint32_t idx, unsigned ms)
+{
+	stats_fetch_begin(st, file, idx);
+	usleep(ms * 1000);
+	stats_fetch_end(st, file, idx, CHUNK);
+}
+
+static void test_active_passthrough(void **state)
+{
+	struct stats *st = mkstats_gap(2000000000ULL);
+	const uint64_t s1 = 1000000000ULL;
+	struct stats_open so;
+	struct stats_snap *s;
+	const struct stats_row *u;
+	uint64_t t;
+
+	stats_open_init(st, &so, getpid(), UID);
+	stats_open_passthrough(st, &so, 10 * CHUNK, CHUNK, false);
+	t = so.open_ns;
+	/* the hook's reports, at set times after the open */
+	stats_passthrough_read(st, &so, getpid(), UID, 3 * CHUNK, 3, s1 / 2, t + s1, CHUNK, false);
+	stats_passthrough_read(st, &so, getpid(), UID, CHUNK / 2, 2, s1 / 10, t + s1 + s1 / 2,
+			       CHUNK, false);
+	/* 8.5 s later: an idle gap; only the calls' own 0.1 s count */
+	stats_passthrough_read(st, &so, getpid(), UID, 100, 1, s1 / 10, t + 10 * s1, CHUNK, false);
+	/* an EOF-only report (no bytes) counts nothing */
+	stats_passthrough_read(st, &so, getpid(), UID, 0, 0, 5, t + 11 * s1, CHUNK, false);
+	stats_open_release(st, &so);	/* now, before the last report's end: adds nothing */
+
+	s = snap(st);
+	u = row(s, STATS_USER, UID, NULL);
+	assert_non_null(u);
+	for (const struct stats_row *r = u; r; r = r == u ? &s->node : NULL) {
+		assert_int_equal(r->total[STATS_READ_BYTES], 3 * CHUNK + CHUNK / 2 + 100);
+		assert_int_equal(r->total[STATS_PT_READ_BYTES], 3 * CHUNK + CHUNK / 2 + 100);
+		assert_int_equal(r->total[STATS_READ_BYTES_EST], 0);
+		assert_int_equal(r->total[STATS_PT_BYTES], 10 * CHUNK);
+		assert_int_equal(r->total[STATS_FILES], 1);
+		assert_int_equal(r->total[STATS_READS], 0);	/* no READ reached the daemon */
+		assert_int_equal(r->total[STATS_HITS], (3 + 3) + (2 + 0) + (1 + 0));
+		assert_int_equal(r->total[STATS_MISSES], 0);
+		assert_int_equal(r->total[STATS_STALL_NS], 0);
+		assert_int_equal(r->total[STATS_ACTIVE_NS], s1 + s1 / 2 + s1 / 10);
+		assert_true(stats_stall_ratio(r->total) == 0);
+	}
+	stats_snap_free(s);
+	stats_destroy(st);
+}
+
+static void test_active_estimate(void **state)
+{
+	struct stats *st = mkstats_gap(2000000000ULL);
+	struct stats_open so;
+	struct stats_snap *s;
+	const struct stats_row *u;
+
+	stats_open_init(st, &so, getpid(), UID);
+	stats_open_passthrough(st, &so, 3 * CHUNK + 5, CHUNK, true);
+	usleep(30000);
+	stats_open_release(st, &so);
+	s = snap(st);
+	u = row(s, STATS_USER, UID, NULL);
+	assert_non_null(u);
+	/* the whole file, estimated: the bound is what was opened */
+	assert_int_equal(u->total[STATS_READ_BYTES], 3 * CHUNK + 5);
+	assert_int_equal(u->total[STATS_READ_BYTES_EST], 3 * CHUNK + 5);
+	assert_int_equal(u->total[STATS_PT_READ_BYTES], 3 * CHUNK + 5);
+	assert_int_equal(u->total[STATS_FILES], 1);
+	assert_int_equal(u->total[STATS_HITS], 4);
+	/* the open's life is active, with no stall */
+	assert_true(u->total[STATS_ACTIVE_NS] >= 30000000);
+	assert_int_equal(u->total[STATS_STALL_NS], 0);
+	stats_snap_free(s);
+
+	/* an empty file: opened, nothing read, nothing estimated */
+	stats_open_init(st, &so, getpid(), UID);
+	stats_open_passthrough(st, &so, 0, CHUNK, true);
+	stats_open_release(st, &so);
+	s = snap(st);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_FILES], 1);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_PT_OPENS], 2);
+	stats_snap_free(s);
+	stats_destroy(st);
+}
+
+static void test_stall_share(void **state)
+{
+	struct stats *st = mkstats_gap(5000000ULL);	/* 5 ms */
+	struct stats_read a, b;
+	struct stats_open so;
+	struct stats_snap *s;
+	const struct stats_row *u;
+	uint64_t act0, stall0, t0;
+	int file;
+
+	stats_open_init(st, &so, getpid(), UID);
+	/* one cold READ (a 20 ms fetch), then warm ones back to back */
+	do_read(st, &so, &file, getpid(), UID, 0, 4096, 0);
+	stats_read_begin(st, &a, &file, CHUNK, 4096, CHUNK);
+	slow_fetch(st, &file, 1, 20);
+	stats_read_end(&a, &so, getpid(), UID, 4096);
+	for (int i = 0; i < 10; i++)
+		do_read(st, &so, &file, getpid(), UID, (uint64_t)i * 4096, 4096, 0);
+	s = snap(st);
+	u = row(s, STATS_USER, UID, NULL);
+	assert_true(u->total[STATS_STALL_NS] >= 20000000);
+	assert_true(u->total[STATS_STALL_NS] <= u->total[STATS_ACTIVE_NS]);
+	assert_true(u->total[STATS_STALL_NS] <= u->total[STATS_READ_NS]);
+	/* nearly all of this reader's time was the cold READ */
+	assert_true(stats_stall_ratio(u->total) > 0.5 && stats_stall_ratio(u->total) <= 1);
+	act0 = u->total[STATS_ACTIVE_NS];
+	stall0 = u->total[STATS_STALL_NS];
+	stats_snap_free(s);
+
+	/* an idle gap (30 ms > 5 ms): not active */
+	usleep(30000);
+	t0 = now_ns();
+	do_read(st, &so, &file, getpid(), UID, 0, 4096, 0);
+	s = snap(st);
+	u = row(s, STATS_USER, UID, NULL);
+	assert_true(u->total[STATS_ACTIVE_NS] - act0 <= now_ns() - t0);
+	assert_int_equal(u->total[STATS_STALL_NS], stall0);
+	act0 = u->total[STATS_ACTIVE_NS];
+	stats_snap_free(s);
+
+	/* two stalled READs of one thread at once (readahead): their time counts once */
+	stats_read_begin(st, &a, &file, 8ull * CHUNK, 4096, CHUNK);
+	stats_read_begin(st, &b, &file, 9ull * CHUNK, 4096, CHUNK);
+	slow_fetch(st, &file, 9, 20);	/* b's */
+	stats_fetch_begin(st, &file, 8);	/* a's chunk, by someone else */
+	stats_fetch_end(st, &file, 8, CHUNK);
+	stats_read_end(&b, &so, getpid(), UID, 4096);
+	stats_read_end(&a, &so, getpid(), UID, 4096);
+	s = snap(st);
+	u = row(s, STATS_USER, UID, NULL);
+	{
+		uint64_t stall = u->total[STATS_STALL_NS] - stall0;
+		uint64_t act = u->total[STATS_ACTIVE_NS] - act0;
+
+		print_message("two overlapping stalled READs: stall %.1f ms, active %.1f ms, "
+			      "read time %.1f ms in all\n", stall / 1e6, act / 1e6,
+			      u->total[STATS_READ_NS] / 1e6);
+		assert_true(stall >= 20000000 && stall < 35000000);
+		assert_true(act >= stall);
+	}
+	assert_true(stats_stall_ratio(u->total) > 0.5 && stats_stall_ratio(u->total) <= 1);
+	stats_snap_free(s);
+	stats_open_release(st, &so);
+	stats_destroy(st);
+}
+
 /* ---- concurrency ---- */
 
 #define NTHREADS	8
@@ -854,6 +1020,9 @@ int main(void)
 		cmocka_unit_test(test_render),
 		cmocka_unit_test(test_render_view),
 		cmocka_unit_test(test_render_table),
+		cmocka_unit_test(test_active_passthrough),
+		cmocka_unit_test(test_active_estimate),
+		cmocka_unit_test(test_stall_share),
 		cmocka_unit_test(test_concurrent_exact),
 	};
 

@@ -1,0 +1,398 @@
+/*
+ * ptacct: see ptacct.h.
+ *
+ * The BPF side (CONFIG_HAVE_BPF: libbpf, clang and bpftool at build time)
+ * is the skeleton bpftool generates from fuse/bpf/ptread.bpf.c, embedded
+ * in the binary.  Its map is keyed by the file handle the daemon gave the
+ * kernel at OPEN, which is the address of our struct fh: a handle is
+ * looked up in pa->open (the passthrough opens not yet released) before it
+ * is used, and RELEASE drains the map and takes its handle out of that
+ * table before the handle is freed, under pa->lock, so a drain never
+ * touches a freed handle.  The kernel finishes every read of a file before
+ * its RELEASE is sent, so nothing is left for a handle after that drain.
+ *
+ * Cost: no READ or OPEN of the daemon path is touched.  A passthrough OPEN
+ * adds a table insert; its RELEASE a drain of the map, which holds an
+ * entry per (handle, thread) read since the last drain: one syscall when
+ * empty, two more per entry.
+ */
+#include "ptacct.h"
+
+#include "fh.h"
+#include "log.h"
+#include "passthrough.h"
+#include "stats.h"
+#include "util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef CONFIG_HAVE_BPF
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/types.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+
+#include "bpf/ptread.h"
+#include "bpf/ptread.skel.h"
+
+#define DRAIN_PERIOD_NS	1000000000ULL
+
+struct ptacct {
+	struct sfs *fs;
+	struct ptread *skel;
+	int map_fd;
+
+	pthread_mutex_t lock;
+	struct htab open;		/* protected by lock: struct fh by pa_node, passthrough opens */
+	uint64_t unknown;		/* protected by lock: entries of no open handle */
+
+	pthread_t drainer;
+	pthread_mutex_t stop_lock;
+	pthread_cond_t stop_cond;
+	bool stop;			/* protected by stop_lock */
+};
+
+static bool fh_eq(const struct htab_node *n, const void *key)
+{
+	return (uintptr_t)htab_entry(n, struct fh, pa_node) == *(const uint64_t *)key;
+}
+
+/* Charge every entry of the map to its open and reader.  Under pa->lock. */
+static void drain_locked(struct ptacct *pa)
+{
+	struct stats *st = pa->fs->stats;
+	struct ptread_key k;
+	struct ptread_val v;
+
+	/* each pass takes the first key and deletes it; bounded against a busy writer */
+	for (unsigned n = 0; n < 2 * PTREAD_MAX_ENTRIES; n++) {
+		struct htab_node *node;
+		struct fh *fh = NULL;
+
+		if (bpf_map_get_next_key(pa->map_fd, NULL, &k))
+			break;
+		if (bpf_map_lookup_and_delete_elem(pa->map_fd, &k, &v))
+			continue;
+		node = htab_find(&pa->open, htab_hash_u64(k.fh), fh_eq, &k.fh);
+		if (node) {
+			fh = htab_entry(node, struct fh, pa_node);
+			fh->pa_bytes += v.bytes;
+			fh->pa_mmapped |= v.mmaps != 0;
+		} else {
+			pa->unknown++;
+		}
+		stats_passthrough_read(st, fh ? &fh->so : NULL, (pid_t)k.tid, v.uid, v.bytes,
+				       v.calls, v.ns, v.last_ns,
+				       fh ? fh->ds->be->chunk_size : 0, false);
+	}
+}
+
+static void *drainer_main(void *arg)
+{
+	struct ptacct *pa = arg;
+	uint64_t next = now_ns();
+
+	pthread_mutex_lock(&pa->stop_lock);
+	while (!pa->stop) {
+		struct timespec ts;
+
+		next += DRAIN_PERIOD_NS;
+		if (next < now_ns())
+			next = now_ns();
+		ts.tv_sec = (time_t)(next / 1000000000ULL);
+		ts.tv_nsec = (long)(next % 1000000000ULL);
+		while (!pa->stop && pthread_cond_timedwait(&pa->stop_cond, &pa->stop_lock, &ts) == 0)
+			;
+		if (pa->stop)
+			break;
+		pthread_mutex_unlock(&pa->stop_lock);
+		pthread_mutex_lock(&pa->lock);
+		drain_locked(pa);
+		pthread_mutex_unlock(&pa->lock);
+		pthread_mutex_lock(&pa->stop_lock);
+	}
+	pthread_mutex_unlock(&pa->stop_lock);
+	return NULL;
+}
+
+/* libbpf's messages go to our log, at debug level (the failure is logged once, by us). */
+static int libbpf_log(enum libbpf_print_level level, const char *fmt, va_list ap)
+{
+	char line[512];
+	size_t n;
+
+	if (level == LIBBPF_DEBUG)
+		return 0;
+	vsnprintf(line, sizeof(line), fmt, ap);
+	n = strlen(line);
+	if (n && line[n - 1] == '\n')
+		line[n - 1] = '\0';
+	log_debug("libbpf: %s", line);
+	return 0;
+}
+
+/* A stat(2) device number as the kernel holds it (MKDEV: major << 20 | minor). */
+static uint64_t kernel_dev(dev_t d)
+{
+	return (uint64_t)major(d) << 20 | minor(d);
+}
+
+/*
+ * The device of @fs's mount, from /proc/self/mountinfo: stat(2) of the
+ * mount point would wait on this very daemon.  0 or -ENOENT.
+ */
+static int mount_dev(struct sfs *fs, uint64_t *dev)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[8192];
+	int ret = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (fgets(line, sizeof(line), f)) {
+		char mnt[4096];
+		unsigned a, b;
+
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &a, &b, mnt) != 3)
+			continue;
+		if (!strcmp(mnt, fs->mountpoint) && strstr(line, " - fuse.stagefs ")) {
+			*dev = (uint64_t)a << 20 | b;	/* the last one: ours, on top */
+			ret = 0;
+		}
+	}
+	fclose(f);
+	return ret;
+}
+
+/* Load and attach the program; 0, or -errno with the reason in @why. */
+static int bpf_start(struct ptacct *pa, char *why, size_t len)
+{
+	struct stat ns;
+	uint64_t dev;
+	int ret;
+
+	libbpf_set_print(libbpf_log);
+	ret = mount_dev(pa->fs, &dev);
+	if (ret) {
+		snprintf(why, len, "the mount is not in /proc/self/mountinfo");
+		return ret;
+	}
+	if (stat("/proc/self/ns/pid", &ns) < 0) {
+		ret = -errno;
+		snprintf(why, len, "/proc/self/ns/pid: %s", strerror(-ret));
+		return ret;
+	}
+	pa->skel = ptread__open();
+	if (!pa->skel) {
+		ret = -errno;
+		snprintf(why, len, "cannot open the BPF object: %s", strerror(-ret));
+		return ret;
+	}
+	pa->skel->rodata->mount_dev = (__u32)dev;
+	pa->skel->rodata->pidns_dev = kernel_dev(ns.st_dev);
+	pa->skel->rodata->pidns_ino = ns.st_ino;
+	ret = ptread__load(pa->skel);
+	if (ret) {
+		snprintf(why, len, "cannot load the BPF program (%s; needs CAP_BPF and "
+			 "CAP_PERFMON, and the kernel's BTF with fuse_passthrough_read_iter)",
+			 strerror(-ret));
+		return ret;
+	}
+	ret = ptread__attach(pa->skel);
+	if (ret) {
+		snprintf(why, len, "cannot attach the BPF program to fuse_passthrough_read_iter: %s",
+			 strerror(-ret));
+		return ret;
+	}
+	pa->map_fd = bpf_map__fd(pa->skel->maps.acct);
+	return 0;
+}
+
+static void bpf_stop(struct ptacct *pa)
+{
+	ptread__destroy(pa->skel);
+	pa->skel = NULL;
+}
+
+static int ptacct_create_bpf(struct sfs *fs, struct ptacct **out, char *why, size_t len)
+{
+	struct ptacct *pa = calloc(1, sizeof(*pa));
+	pthread_condattr_t ca;
+	int ret;
+
+	if (!pa) {
+		snprintf(why, len, "out of memory");
+		return -ENOMEM;
+	}
+	pa->fs = fs;
+	ret = htab_init(&pa->open, 1024);
+	if (ret) {
+		snprintf(why, len, "out of memory");
+		goto out_free;
+	}
+	ret = bpf_start(pa, why, len);
+	if (ret)
+		goto out_stop;
+	pthread_mutex_init(&pa->lock, NULL);
+	pthread_mutex_init(&pa->stop_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&pa->stop_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	ret = -pthread_create(&pa->drainer, NULL, drainer_main, pa);
+	if (ret) {
+		snprintf(why, len, "cannot start its thread: %s", strerror(-ret));
+		goto out_stop;
+	}
+	*out = pa;
+	return 0;
+
+out_stop:
+	bpf_stop(pa);
+	htab_release(&pa->open);
+out_free:
+	free(pa);
+	return ret;
+}
+
+void ptacct_destroy(struct ptacct *pa)
+{
+	if (!pa)
+		return;
+	pthread_mutex_lock(&pa->stop_lock);
+	pa->stop = true;
+	pthread_cond_signal(&pa->stop_cond);
+	pthread_mutex_unlock(&pa->stop_lock);
+	pthread_join(pa->drainer, NULL);
+	pthread_mutex_lock(&pa->lock);
+	drain_locked(pa);
+	if (pa->unknown)
+		log_info("passthrough accounting: %" PRIu64 " reads of handles no longer open",
+			 pa->unknown);
+	pthread_mutex_unlock(&pa->lock);
+	bpf_stop(pa);
+	htab_release(&pa->open);
+	pthread_mutex_destroy(&pa->lock);
+	free(pa);
+}
+
+bool ptacct_exact(const struct ptacct *pa)
+{
+	return pa != NULL;
+}
+
+uint64_t ptacct_lost(struct ptacct *pa)
+{
+	return pa ? __atomic_load_n(&pa->skel->bss->lost, __ATOMIC_RELAXED) : 0;
+}
+
+void ptacct_open(struct ptacct *pa, struct fh *fh)
+{
+	uint64_t key = (uintptr_t)fh;
+
+	if (!pa)
+		return;
+	fh->pa_bytes = 0;
+	fh->pa_mmapped = false;
+	pthread_mutex_lock(&pa->lock);
+	htab_reserve(&pa->open, pa->open.n + 1);	/* or longer chains */
+	htab_add(&pa->open, &fh->pa_node, htab_hash_u64(key));
+	pthread_mutex_unlock(&pa->lock);
+}
+
+void ptacct_release(struct ptacct *pa, struct fh *fh)
+{
+	uint64_t rest = 0;
+
+	if (!pa)
+		return;
+	pthread_mutex_lock(&pa->lock);
+	drain_locked(pa);
+	htab_del(&pa->open, &fh->pa_node);
+	/* pages of a mapping are read by faults no hook sees: the rest of the file, estimated */
+	if (fh->pa_mmapped && fh->attr.size > fh->pa_bytes)
+		rest = fh->attr.size - fh->pa_bytes;
+	pthread_mutex_unlock(&pa->lock);
+	if (rest)
+		stats_passthrough_read(pa->fs->stats, &fh->so, 0, 0, rest, 0, 0, now_ns(),
+				       fh->ds->be->chunk_size, true);
+}
+
+#else /* !CONFIG_HAVE_BPF */
+
+static int ptacct_create_bpf(struct sfs *fs, struct ptacct **out, char *why, size_t len)
+{
+	snprintf(why, len, "this build has no BPF support (configure found no libbpf, "
+		 "clang or bpftool)");
+	return -ENOTSUP;
+}
+
+void ptacct_destroy(struct ptacct *pa)
+{
+}
+
+bool ptacct_exact(const struct ptacct *pa)
+{
+	return false;
+}
+
+uint64_t ptacct_lost(struct ptacct *pa)
+{
+	return 0;
+}
+
+void ptacct_open(struct ptacct *pa, struct fh *fh)
+{
+}
+
+void ptacct_release(struct ptacct *pa, struct fh *fh)
+{
+}
+
+#endif /* CONFIG_HAVE_BPF */
+
+int ptacct_create(struct sfs *fs, struct ptacct **out, char *err, size_t errlen)
+{
+	int mode = fs->cfg.passthrough_accounting;
+	char why[512];
+	int ret;
+
+	*out = NULL;
+	if (!passthrough_active(fs->pt)) {
+		log_info("passthrough accounting: off (passthrough is not active)");
+		return 0;
+	}
+	if (mode == CFG_PTACCT_ESTIMATE) {
+		log_notice("passthrough accounting: estimate (passthrough_accounting=estimate): "
+			   "each passthrough open counts its file size as read");
+		return 0;
+	}
+	ret = ptacct_create_bpf(fs, out, why, sizeof(why));
+	if (!ret) {
+		log_notice("passthrough accounting: bpf (%s): passthrough reads are counted exactly",
+			   mode == CFG_PTACCT_BPF ? "passthrough_accounting=bpf" :
+			   "passthrough_accounting=auto, the BPF program loaded");
+		return 0;
+	}
+	if (mode == CFG_PTACCT_BPF) {
+		snprintf(err, errlen, "passthrough_accounting=bpf: %s", why);
+		return ret;
+	}
+	log_notice("passthrough accounting: estimate (passthrough_accounting=auto, %s): "
+		   "each passthrough open counts its file size as read", why);
+	return 0;
+}
+
+const char *ptacct_mode(const struct sfs *fs)
+{
+	if (!passthrough_active(fs->pt))
+		return "off";
+	return ptacct_exact(fs->pa) ? "bpf" : "estimate";
+}

@@ -1,0 +1,60 @@
+/*
+ * ptacct: how the feed rate counts reads through passthrough opens, which
+ * never reach the daemon (docs/feedrate.md).
+ *
+ * Two ways, chosen at mount by passthrough_accounting:
+ *  - bpf: an eBPF program (fuse/bpf/ptread.bpf.c) on the kernel's
+ *    passthrough read and splice functions counts, for this mount only,
+ *    the bytes, calls and time of each (file handle, reader thread).  This
+ *    module drains its map every second and at the RELEASE of a handle,
+ *    and charges them to the reader thread like READs served from the
+ *    cache (stats_passthrough_read()): exact, but for mmap()ed reads,
+ *    which no hook sees (an mmap()ed open is charged, at RELEASE, the
+ *    rest of its file size, as an estimate).
+ *  - estimate: each passthrough open is charged its file size at open
+ *    (stats_open_passthrough() with estimate), marked estimated.
+ * With passthrough inactive, nothing is read through it ("off").
+ *
+ * Lifetime: ptacct_create() after the mount and passthrough_handshake()
+ * (it needs the mount's device and whether passthrough is on), before the
+ * session loop; ptacct_destroy() after the loop ended.  NULL (no handle)
+ * behaves as estimate.
+ */
+#ifndef STAGEFS_FUSE_PTACCT_H
+#define STAGEFS_FUSE_PTACCT_H
+
+#include "fs.h"
+
+struct fh;
+
+/*
+ * Decide how passthrough reads of @fs's mount are counted, load the BPF
+ * program where that is the answer, and log the choice and why (one
+ * line).  Returns 0 and *@out (NULL where there is nothing to run: off or
+ * estimate), or -errno with a message in @err where passthrough_accounting
+ * = bpf and the program cannot be had.  Release with ptacct_destroy().
+ */
+int ptacct_create(struct sfs *fs, struct ptacct **out, char *err, size_t errlen);
+/* Drain what is left, detach and unload.  @pa may be NULL. */
+void ptacct_destroy(struct ptacct *pa);
+
+/* "bpf", "estimate" or "off" for @fs (.stagefs/stats "passthrough_accounting"). */
+const char *ptacct_mode(const struct sfs *fs);
+/* True where the reads of passthrough opens are counted exactly (bpf). */
+bool ptacct_exact(const struct ptacct *pa);
+/* Reads the BPF program dropped (its map was full); 0 without one. */
+uint64_t ptacct_lost(struct ptacct *pa);
+
+/*
+ * The passthrough open @fh starts (after stats_open_passthrough()): its
+ * reads will be charged to its readers.  No-op unless exact.
+ */
+void ptacct_open(struct ptacct *pa, struct fh *fh);
+/*
+ * The passthrough open @fh is released: charge what its readers read
+ * since the last drain (and, if it was mmap()ed, the estimate of the
+ * rest), then forget it.  Call before fh_destroy().  No-op unless exact.
+ */
+void ptacct_release(struct ptacct *pa, struct fh *fh);
+
+#endif
