@@ -56,10 +56,23 @@ prefetch/libprefetch.a: $(PREFETCH_OBJS)
 # the linker takes only the members a program refers to; the object lists
 # are wildcards, so a new file in fuse/, prefetch/ or src/ is picked up.
 
+# the BPF program that counts passthrough reads (fuse/ptacct.c embeds it
+# through the skeleton header bpftool generates); without HAVE_BPF the
+# daemon estimates those reads
+ifeq ($(HAVE_BPF),y)
+fuse/bpf/ptread.bpf.o: fuse/bpf/ptread.bpf.c fuse/bpf/ptread.h
+	$(call quiet,BPF,$@)$(BPF_CLANG) -g -O2 -target bpf $(BPF_CFLAGS) -c -o $@ $<
+
+fuse/bpf/ptread.skel.h: fuse/bpf/ptread.bpf.o
+	$(call quiet,GEN,$@)$(BPFTOOL) gen skeleton $< name ptread >$@.tmp && mv $@.tmp $@
+
+fuse/ptacct.o: fuse/bpf/ptread.skel.h
+endif
+
 # the daemon: the FUSE front end, the prefetcher and the core (no gpudirect/:
 # pinned buffers belong to the client library)
 stagefs: $(FUSE_OBJS) prefetch/libprefetch.a src/libsfs.a
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(FUSE_LIBS) $(LIBS_CORE)
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(FUSE_LIBS) $(LIBS_CORE) $(BPF_LIBS)
 
 # the subcommands (tools/stagefs-NAME.c): each links its own object and the
 # archives in stagefs-NAME_LINK, src/libsfs.a unless it says otherwise.  None

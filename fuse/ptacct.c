@@ -25,6 +25,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,8 @@ struct ptacct {
 	struct sfs *fs;
 	struct ptread *skel;
 	int map_fd;
+	int hook;			/* enum hook: the set loaded */
+	char fallback[96];		/* why not fentry, for the log */
 
 	pthread_mutex_t lock;
 	struct htab open;		/* protected by lock: struct fh by pa_node, passthrough opens */
@@ -88,7 +91,8 @@ static void drain_locked(struct ptacct *pa)
 		} else {
 			pa->unknown++;
 		}
-		stats_passthrough_read(st, fh ? &fh->so : NULL, (pid_t)k.tid, v.uid, v.bytes,
+		stats_passthrough_read(st, fh ? &fh->so : NULL, (pid_t)k.tid, (pid_t)v.tgid,
+				       v.uid, v.bytes,
 				       v.calls, v.ns, v.last_ns,
 				       fh ? fh->ds->be->chunk_size : 0, false);
 	}
@@ -171,12 +175,65 @@ static int mount_dev(struct sfs *fs, uint64_t *dev)
 	return ret;
 }
 
+/*
+ * The program sets of ptread.bpf.c, in the order they are tried: the
+ * fentry hooks on the passthrough functions (exact for every read path),
+ * else the syscall and io_uring tracepoints (x86-64), else those without
+ * io_uring (a kernel without it).
+ */
+enum hook { HOOK_FENTRY, HOOK_SYSCALLS, HOOK_SYSCALLS_NO_URING, NHOOKS };
+
+static const char *const hook_name[NHOOKS] = {
+	"fentry on fuse_passthrough_read_iter",
+	"syscall and io_uring tracepoints",
+	"syscall tracepoints",
+};
+
+/* Open, set up, load and attach set @h; 0 or -errno (pa->skel NULL then). */
+static int bpf_try(struct ptacct *pa, enum hook h, uint64_t dev, const struct stat *ns)
+{
+	struct ptread *sk = ptread__open();
+	bool fe = h == HOOK_FENTRY;
+	int ret;
+
+	if (!sk)
+		return -errno;
+	sk->rodata->mount_dev = (__u32)dev;
+	sk->rodata->pidns_dev = kernel_dev(ns->st_dev);
+	sk->rodata->pidns_ino = ns->st_ino;
+	bpf_program__set_autoload(sk->progs.read_enter, fe);
+	bpf_program__set_autoload(sk->progs.read_exit, fe);
+	bpf_program__set_autoload(sk->progs.splice_enter, fe);
+	bpf_program__set_autoload(sk->progs.splice_exit, fe);
+	bpf_program__set_autoload(sk->progs.mmap_enter, fe);
+#ifdef __x86_64__
+	bpf_program__set_autoload(sk->progs.sys_enter, !fe);
+	bpf_program__set_autoload(sk->progs.sys_exit, !fe);
+	bpf_program__set_autoload(sk->progs.uring_complete, h == HOOK_SYSCALLS);
+#else
+	if (!fe) {
+		ptread__destroy(sk);
+		return -ENOTSUP;
+	}
+#endif
+	ret = ptread__load(sk);
+	if (!ret)
+		ret = ptread__attach(sk);
+	if (ret) {
+		ptread__destroy(sk);
+		return ret;
+	}
+	pa->skel = sk;
+	pa->hook = h;
+	return 0;
+}
+
 /* Load and attach the program; 0, or -errno with the reason in @why. */
 static int bpf_start(struct ptacct *pa, char *why, size_t len)
 {
+	int ret, first = 0;
 	struct stat ns;
 	uint64_t dev;
-	int ret;
 
 	libbpf_set_print(libbpf_log);
 	ret = mount_dev(pa->fs, &dev);
@@ -189,27 +246,22 @@ static int bpf_start(struct ptacct *pa, char *why, size_t len)
 		snprintf(why, len, "/proc/self/ns/pid: %s", strerror(-ret));
 		return ret;
 	}
-	pa->skel = ptread__open();
-	if (!pa->skel) {
-		ret = -errno;
-		snprintf(why, len, "cannot open the BPF object: %s", strerror(-ret));
-		return ret;
+	for (int h = 0; h < NHOOKS; h++) {
+		ret = bpf_try(pa, (enum hook)h, dev, &ns);
+		if (!ret) {
+			if (h > HOOK_FENTRY)
+				snprintf(pa->fallback, sizeof(pa->fallback),
+					 "; fentry refused: %s", strerror(-first));
+			break;
+		}
+		log_debug("passthrough accounting: %s: %s", hook_name[h], strerror(-ret));
+		if (!first)
+			first = ret;
 	}
-	pa->skel->rodata->mount_dev = (__u32)dev;
-	pa->skel->rodata->pidns_dev = kernel_dev(ns.st_dev);
-	pa->skel->rodata->pidns_ino = ns.st_ino;
-	ret = ptread__load(pa->skel);
 	if (ret) {
-		snprintf(why, len, "cannot load the BPF program (%s; needs CAP_BPF and "
-			 "CAP_PERFMON, and the kernel's BTF with fuse_passthrough_read_iter)",
-			 strerror(-ret));
-		return ret;
-	}
-	ret = ptread__attach(pa->skel);
-	if (ret) {
-		snprintf(why, len, "cannot attach the BPF program to fuse_passthrough_read_iter: %s",
-			 strerror(-ret));
-		return ret;
+		snprintf(why, len, "the BPF program did not load (%s; it needs CAP_BPF, "
+			 "CAP_PERFMON and the kernel's BTF)", strerror(-first));
+		return first;
 	}
 	pa->map_fd = bpf_map__fd(pa->skel->maps.acct);
 	return 0;
@@ -288,6 +340,19 @@ bool ptacct_exact(const struct ptacct *pa)
 	return pa != NULL;
 }
 
+const char *ptacct_hook(const struct ptacct *pa)
+{
+	if (!pa)
+		return "";
+	return pa->hook == HOOK_FENTRY ? "fentry" : "syscalls";
+}
+
+static const char *hook_text(const struct ptacct *pa, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s%s", hook_name[pa->hook], pa->fallback);
+	return buf;
+}
+
 uint64_t ptacct_lost(struct ptacct *pa)
 {
 	return pa ? __atomic_load_n(&pa->skel->bss->lost, __ATOMIC_RELAXED) : 0;
@@ -321,11 +386,21 @@ void ptacct_release(struct ptacct *pa, struct fh *fh)
 		rest = fh->attr.size - fh->pa_bytes;
 	pthread_mutex_unlock(&pa->lock);
 	if (rest)
-		stats_passthrough_read(pa->fs->stats, &fh->so, 0, 0, rest, 0, 0, now_ns(),
+		stats_passthrough_read(pa->fs->stats, &fh->so, 0, 0, 0, rest, 1, 0, now_ns(),
 				       fh->ds->be->chunk_size, true);
 }
 
 #else /* !CONFIG_HAVE_BPF */
+
+static const char *hook_text(const struct ptacct *pa, char *buf, size_t len)
+{
+	return "";
+}
+
+const char *ptacct_hook(const struct ptacct *pa)
+{
+	return "";
+}
 
 static int ptacct_create_bpf(struct sfs *fs, struct ptacct **out, char *why, size_t len)
 {
@@ -376,9 +451,10 @@ int ptacct_create(struct sfs *fs, struct ptacct **out, char *err, size_t errlen)
 	}
 	ret = ptacct_create_bpf(fs, out, why, sizeof(why));
 	if (!ret) {
-		log_notice("passthrough accounting: bpf (%s): passthrough reads are counted exactly",
-			   mode == CFG_PTACCT_BPF ? "passthrough_accounting=bpf" :
-			   "passthrough_accounting=auto, the BPF program loaded");
+		log_notice("passthrough accounting: bpf (%s; hook: %s): passthrough reads are "
+			   "counted exactly", mode == CFG_PTACCT_BPF ? "passthrough_accounting=bpf" :
+			   "passthrough_accounting=auto, the BPF program loaded",
+			   hook_text(*out, why, sizeof(why)));
 		return 0;
 	}
 	if (mode == CFG_PTACCT_BPF) {

@@ -40,6 +40,12 @@ void ptacct_destroy(struct ptacct *pa);
 
 /* "bpf", "estimate" or "off" for @fs (.stagefs/stats "passthrough_accounting"). */
 const char *ptacct_mode(const struct sfs *fs);
+/*
+ * The BPF hook in use: "fentry" (on the kernel's passthrough functions) or
+ * "syscalls" (the syscall and io_uring tracepoints, where fentry is
+ * refused); "" without.
+ */
+const char *ptacct_hook(const struct ptacct *pa);
 /* True where the reads of passthrough opens are counted exactly (bpf). */
 bool ptacct_exact(const struct ptacct *pa);
 /* Reads the BPF program dropped (its map was full); 0 without one. */

@@ -154,6 +154,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		     "How reads through passthrough opens are counted: bpf (exactly), estimate "
 		     "(the file size at open) or off (passthrough is not active).",
 		     ptacct_mode(fs)),
+		TEXT("passthrough_bpf_hook", ptacct_hook(fs->pa)),
 		JSON_ONLY("passthrough_bpf_lost", ptacct_lost(fs->pa)),
 		JSON_ONLY("passthrough_opens", tot[STATS_PT_OPENS]),
 		JSON_ONLY("passthrough_bytes_estimate", tot[STATS_PT_BYTES]),

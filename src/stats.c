@@ -162,7 +162,7 @@ void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t si
 }
 
 void stats_passthrough_read(struct stats *st, struct stats_open *so, pid_t tid,
-			    uint32_t uid, uint64_t bytes, uint64_t calls, uint64_t busy_ns,
+			    pid_t tgid, uint32_t uid, uint64_t bytes, uint64_t calls, uint64_t busy_ns,
 			    uint64_t last_ns, uint32_t chunk_size, bool estimated)
 {
 	uint64_t v[STATS_NFIELDS] = { 0 };
@@ -180,8 +180,16 @@ void stats_passthrough_read(struct stats *st, struct stats_open *so, pid_t tid,
 		    !atomic_exchange_explicit(&so->delivered, true, memory_order_relaxed))
 			v[STATS_FILES] = 1;
 	}
-	if (tid > 0 && (!p || p->tid != tid || p->uid != uid)) {
-		ref = stats_proc_get(st, tid, uid);
+	/*
+	 * Reported up to a second late: the reader (an io_uring worker, a
+	 * short-lived thread) may be exiting by then, and /proc no longer says
+	 * its job.  A thread of the opener's process has the opener's job:
+	 * it is charged to the opener's record.  Another process is looked up;
+	 * one that is gone is charged to the opener too.
+	 */
+	if (tid > 0 && (!p || ((p->tid != tid || p->uid != uid) &&
+			       (p->tgid != tgid || p->uid != uid)))) {
+		ref = p ? stats_proc_get_known(st, tid, uid) : stats_proc_get(st, tid, uid);
 		if (ref)
 			p = ref;
 	}

@@ -184,7 +184,9 @@ void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t si
 
 /*
  * Reads through the passthrough open @so that a kernel hook saw (fuse/ptacct.c):
- * thread @tid of user @uid (@tid 0: unknown, charged to the opener) read
+ * thread @tid of process @tgid, user @uid (@tid 0: unknown, charged to the
+ * opener; a thread of the opener's process too, since it has its job and
+ * may be gone by the time this is reported) read
  * @bytes in @calls calls, which took @busy_ns in all, the last ending at
  * @last_ns (CLOCK_MONOTONIC).  Charged like READs served from the cache:
  * read_bytes, files_read at the open's first byte, one hit per call and
@@ -193,7 +195,7 @@ void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t si
  * (read_bytes_estimated too).
  */
 void stats_passthrough_read(struct stats *st, struct stats_open *so, pid_t tid,
-			    uint32_t uid, uint64_t bytes, uint64_t calls, uint64_t busy_ns,
+			    pid_t tgid, uint32_t uid, uint64_t bytes, uint64_t calls, uint64_t busy_ns,
 			    uint64_t last_ns, uint32_t chunk_size, bool estimated);
 
 /* One READ in flight, on the READ handler's stack. */

@@ -145,5 +145,7 @@ struct stats_ent *stats_user_get(struct stats *st, uint32_t uid);
 struct stats_ent *stats_job_get(struct stats *st, struct stats_ent *user, const char *name);
 struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid);
 struct stats_ent *stats_gpu_get(struct stats *st, int gpu);
+/* stats_proc_get(), but NULL for a new thread /proc cannot identify (gone). */
+struct stats_ent *stats_proc_get_known(struct stats *st, pid_t tid, uint32_t uid);
 
 #endif

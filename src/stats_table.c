@@ -325,7 +325,7 @@ struct stats_ent *stats_job_get(struct stats *st, struct stats_ent *user,
 	return ent_insert(st, e, &key);
 }
 
-struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
+static struct stats_ent *proc_get(struct stats *st, pid_t tid, uint32_t uid, bool known)
 {
 	struct key key = { .uid = uid, .tid = tid };
 	uint32_t h = key_hash(STATS_PROC, &key);
@@ -335,6 +335,8 @@ struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
 	if (e)
 		return e;
 	if (tid <= 0 || procinfo_read(tid, &pi)) {
+		if (known)
+			return NULL;
 		/* gone already, or in another pid namespace (FUSE sends 0) */
 		memset(&pi, 0, sizeof(pi));
 		pi.tid = pi.tgid = tid;
@@ -364,6 +366,16 @@ struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
 	e->job = job;
 	e->check = CHECK_EVERY;
 	return ent_insert(st, e, &key);
+}
+
+struct stats_ent *stats_proc_get(struct stats *st, pid_t tid, uint32_t uid)
+{
+	return proc_get(st, tid, uid, false);
+}
+
+struct stats_ent *stats_proc_get_known(struct stats *st, pid_t tid, uint32_t uid)
+{
+	return proc_get(st, tid, uid, true);
 }
 
 struct stats_ent *stats_gpu_get(struct stats *st, int gpu)

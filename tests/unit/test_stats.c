@@ -797,13 +797,13 @@ static void test_active_passthrough(void **state)
 	stats_open_passthrough(st, &so, 10 * CHUNK, CHUNK, false);
 	t = so.open_ns;
 	/* the hook's reports, at set times after the open */
-	stats_passthrough_read(st, &so, getpid(), UID, 3 * CHUNK, 3, s1 / 2, t + s1, CHUNK, false);
-	stats_passthrough_read(st, &so, getpid(), UID, CHUNK / 2, 2, s1 / 10, t + s1 + s1 / 2,
+	stats_passthrough_read(st, &so, getpid(), getpid(), UID, 3 * CHUNK, 3, s1 / 2, t + s1, CHUNK, false);
+	stats_passthrough_read(st, &so, getpid(), getpid(), UID, CHUNK / 2, 2, s1 / 10, t + s1 + s1 / 2,
 			       CHUNK, false);
 	/* 8.5 s later: an idle gap; only the calls' own 0.1 s count */
-	stats_passthrough_read(st, &so, getpid(), UID, 100, 1, s1 / 10, t + 10 * s1, CHUNK, false);
+	stats_passthrough_read(st, &so, getpid(), getpid(), UID, 100, 1, s1 / 10, t + 10 * s1, CHUNK, false);
 	/* an EOF-only report (no bytes) counts nothing */
-	stats_passthrough_read(st, &so, getpid(), UID, 0, 0, 5, t + 11 * s1, CHUNK, false);
+	stats_passthrough_read(st, &so, getpid(), getpid(), UID, 0, 0, 5, t + 11 * s1, CHUNK, false);
 	stats_open_release(st, &so);	/* now, before the last report's end: adds nothing */
 
 	s = snap(st);
