@@ -193,13 +193,13 @@ static bool tick(void *arg)
 /*
  * Bring every missing chunk of file @ino of @ds in: a warmup of that one
  * file for the peer (charged to its uid, scheduled and rate-capped like
- * `stagefs warmup`).  *@fetched is the bytes it brought in.  Returns 0,
+ * `stagefs warmup`).  *@p is the job's last progress.  Returns 0,
  * the errno of the first chunk that could not be fetched or kept
  * (-ENOSPC: the cache would not keep it), or -ECONNRESET when the peer
  * left or the daemon stops.
  */
 static int stage_file(struct ctlsock_client *cl, struct sfs_dataset *ds, uint64_t ino,
-		      const char *path, uint64_t *fetched)
+		      const char *path, struct pf_job_progress *p)
 {
 	struct pf_job_opts o = {
 		.mode = PF_JOB_FETCH,
@@ -215,7 +215,6 @@ static int stage_file(struct ctlsock_client *cl, struct sfs_dataset *ds, uint64_
 		.nothrash = atomic_load(&ds->nothrash),
 	};
 	struct pf_job_failure *fails;
-	struct pf_job_progress p;
 	struct pf_job *j;
 	size_t nfails;
 	int ret;
@@ -230,7 +229,7 @@ static int stage_file(struct ctlsock_client *cl, struct sfs_dataset *ds, uint64_
 	}
 	if (ret == -ECANCELED)
 		ret = -ECONNRESET;
-	pf_job_get_progress(j, &p);
+	pf_job_get_progress(j, p);
 	pf_job_take_failures(j, &fails, &nfails);
 	if (!ret && nfails)
 		ret = -fails[0].err;
@@ -238,7 +237,6 @@ static int stage_file(struct ctlsock_client *cl, struct sfs_dataset *ds, uint64_
 		free(fails[i].path);
 	free(fails);
 	pf_job_destroy(j);
-	*fetched = p.fetched_bytes;
 	return ret;
 }
 
@@ -311,7 +309,8 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	const char *path = ctl_get(m, "path");
 	char cpath[PATH_MAX];
 	struct sfs_dataset *ds;
-	uint64_t ino, id, fetched = 0;
+	struct pf_job_progress p = { 0 };
+	uint64_t ino, id, t0;
 	struct ctlsock_user *u;
 	struct sfs_attr a;
 	struct cfile *cf;
@@ -352,7 +351,8 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	/* pinned before the fetches: they must not evict each other's chunks */
 	cache_file_pin(fs->cache, cf);
 	cache_file_put(fs->cache, cf);
-	ret = stage_file(cl, ds, ino, path, &fetched);
+	t0 = now_ns();
+	ret = stage_file(cl, ds, ino, path, &p);
 	if (ret == -ECONNRESET)
 		goto out_unpin;
 	if (!ret)
@@ -367,6 +367,18 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 		if (fd < 0)
 			ret = -errno;
 	}
+	if (!ret && p.cached_before < p.chunks) {
+		/*
+		 * Chunks just fetched are dirty in the page cache, and the
+		 * library reads with O_DIRECT, which would first wait for their
+		 * writeback: start it and wait here, where the wait is seen.
+		 */
+		(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE |
+				      SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+	}
+	/* the open waited this long for the file: a stall if it was not all cached */
+	stats_client_stage(fs->stats, cl->cred.pid, cl->cred.uid, t0, now_ns(), p.chunks,
+			   p.chunks - MIN(p.cached_before, p.chunks), p.fetched_bytes);
 	if (!ret) {
 		ret = handle_add(cl, cf, &id);
 		if (ret)
@@ -381,7 +393,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	ret = ctl_sendf_fd(cl->fd, fd,
 			   "OK handle=%" PRIu64 " size=%" PRIu64 " ino=%" PRIu64 " chunk_size=%u"
 			   " fetched=%" PRIu64 " fd=1\n", id, a.size, sfs_ino(fs, ds, ino),
-			   ds->be->chunk_size, fetched);
+			   ds->be->chunk_size, p.fetched_bytes);
 	close(fd);
 	if (ret) {
 		handle_drop(cl, id);	/* the peer is gone: so is its descriptor */

@@ -449,6 +449,33 @@ void stats_client_open(struct stats *st, pid_t pid, uint32_t uid)
 	charge_peer(st, pid, uid, NULL, v);
 }
 
+void stats_client_stage(struct stats *st, pid_t pid, uint32_t uid, uint64_t t0,
+			uint64_t t1, uint64_t chunks, uint64_t missing,
+			uint64_t fetched_bytes)
+{
+	uint64_t v[STATS_NFIELDS] = { 0 }, node[STATS_NFIELDS] = { 0 }, stall = 0;
+	struct stats_ent *p;
+
+	if (!st || pid <= 0 || t1 < t0)
+		return;
+	p = stats_proc_get(st, pid, uid);
+	if (!p)
+		return;
+	if (missing > chunks)
+		missing = chunks;
+	v[STATS_HITS] = node[STATS_HITS] = chunks - missing;
+	v[STATS_MISSES] = missing;
+	v[STATS_BACKEND_BYTES] = fetched_bytes;
+	v[STATS_ACTIVE_NS] = thread_span(st, p, t0, t1, missing > 0, &stall);
+	v[STATS_STALL_NS] = stall;
+	node[STATS_ACTIVE_NS] = v[STATS_ACTIVE_NS];
+	node[STATS_STALL_NS] = stall;
+	add_fields_sat(p->c, v);
+	add_fields_sat(shard_of(st)->c, node);
+	atomic_store_explicit(&p->last_ms, stats_ms_of(t1), memory_order_relaxed);
+	stats_ent_put(p);
+}
+
 int stats_gpu_account(struct stats *st, pid_t pid, uint32_t uid, const char *job,
 		      int gpu, uint64_t bytes)
 {

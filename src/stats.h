@@ -283,6 +283,19 @@ int stats_client_account(struct stats *st, pid_t pid, uint32_t uid, const char *
 void stats_client_open(struct stats *st, pid_t pid, uint32_t uid);
 
 /*
+ * The library's open of a file by its cache file (CACHE_FD) took from @t0
+ * to @t1 (CLOCK_MONOTONIC) in the daemon, which staged the file's @chunks
+ * chunks, @missing of which were not in the cache when it looked
+ * (@fetched_bytes came from the backend for it).  Charged to @pid's reader
+ * record like a READ's chunks: hits and misses, backend_bytes, active
+ * time, and the whole span as a stall when anything was missing.  The
+ * node's misses and backend_bytes are counted by the fetches themselves.
+ */
+void stats_client_stage(struct stats *st, pid_t pid, uint32_t uid, uint64_t t0,
+			uint64_t t1, uint64_t chunks, uint64_t missing,
+			uint64_t fetched_bytes);
+
+/*
  * The library copied @bytes to GPU @gpu (the node's index of the device,
  * 0-65535): gpu_bytes of the GPU's row and of the reader's rows.
  * -EINVAL for a bad index.

@@ -10,8 +10,9 @@
 #      (tools/demo_train.py: shuffled, several readers, a torch DataLoader if
 #      torch is installed), checking every byte
 #   5. evict it and stage it again with `stagefs warmup` (progress shown)
-#   6. read two more epochs from the warm NVMe cache; print samples/s and
-#      MB/s per epoch, cold vs warm
+#   6. read two more epochs from the warm NVMe cache; print per epoch the
+#      samples/s and MB/s the loop measured beside the feed rate, hit ratio
+#      and stall stagefs counted for the job over that epoch
 #   7. print the feed rate as stagefs reports it (`stagefs top`, or the
 #      counters of MNT/.stagefs/stats), unmount, stop the cluster
 #
@@ -176,6 +177,8 @@ step "4. epoch 1 on a cold node: every sample comes from the source through stag
 "$PY" -c 'import torch' 2>/dev/null && echo "   torch found: a real DataLoader" ||
 	echo "   (no torch for $PY: plain reader threads stand in for DataLoader workers)"
 : >"$T/results"
+# the job's name: what stagefs counts the training loop's reads under
+export STAGEFS_JOB=demo-train
 "$PY" "$REPO/tools/demo_train.py" "$MNT" --epochs 1 --workers "$WORKERS" \
 	--sums "$T/sums" --drop-caches --results "$T/results" --label "cold: from the source through stagefs"
 
@@ -203,8 +206,14 @@ step "6. epochs 2 and 3 from the node's NVMe cache (page cache dropped before ea
 	--label "warm: stagefs NVMe cache" --label "warm again"
 
 echo
-echo "   cold vs warm (samples/s, MB/s; page cache dropped before every epoch):"
-awk 'NR == 1 { c = $1 } { printf "   %-40s %8d %6d MB/s  %5.2fx cold\n", substr($0, index($0, $3)), $1, $2, c ? $1 / c : 0 }' "$T/results"
+echo "   per epoch (page cache dropped before each): what the training loop measured,"
+echo "   and what stagefs counted for its job (STAGEFS_JOB=$STAGEFS_JOB) over the same epoch:"
+printf '   %-38s %9s %7s %6s | %s\n' epoch samples/s MB/s "x cold" "stagefs: feed rate, files/s, cache hits, stall"
+awk -F'\t' '{ split($1, f, " "); label = substr($1, length(f[1]) + length(f[2]) + 3)
+	if (NR == 1) c = f[1]
+	printf "   %-38.38s %9d %7d %5.2fx | %s\n", label, f[1], f[2], c ? f[1] / c : 0, $2 }' "$T/results"
+echo "   (stall: the share of the readers' time spent waiting for data not in the node cache;"
+echo "    ~ marks a rate that includes estimated passthrough bytes: docs/feedrate.md)"
 
 # ---------------------------------------------------------------------------
 step "7. the feed rate, as stagefs reports it"

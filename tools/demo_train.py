@@ -18,6 +18,13 @@ feed rate, not a model's.
 --label TEXT   a name for epoch 1, 2, ... in the summary (repeatable)
 --results FILE append one "samples/s MB/s label" line per epoch to FILE, so
                a caller running several invocations can compare them
+--stats FILE   the mount's .stagefs/stats (default ROOT/.stagefs/stats when
+               ROOT is a stagefs mount): after each epoch, what stagefs
+               counted for this job over the epoch (bytes per second, cache
+               hit ratio, stall share) is printed beside what the loop
+               measured.  The job is $STAGEFS_JOB (set it before starting
+               this script: the daemon reads it from the environment a
+               process was started with); without it, the user's row.
 
 Prints one line per epoch and a summary table; exits 1 if a file could not
 be read or a checksum did not match.
@@ -51,6 +58,52 @@ def list_files(root):
         dirs[:] = sorted(x for x in dirs if not x.startswith("."))
         out.extend(os.path.join(d, f) for f in sorted(files))
     return out
+
+
+class FeedRow:
+    """This job's (or user's) row in the mount's .stagefs/stats."""
+
+    KEYS = ("read_bytes", "read_bytes_estimated", "files_read", "cache_hits",
+            "cache_misses", "stall_ns", "active_ns")
+
+    def __init__(self, path):
+        self.path = path
+        self.job = os.environ.get("STAGEFS_JOB")
+        self.uid = os.getuid()
+
+    def read(self):
+        import json
+        with open(self.path) as f:
+            s = json.load(f)
+        if self.job:
+            rows = [r for r in s.get("jobs", []) if r.get("job") == self.job and r.get("uid") == self.uid]
+        else:
+            rows = [r for r in s.get("users", []) if r.get("uid") == self.uid]
+        r = rows[0] if rows else {}
+        return {k: r.get(k, 0) for k in self.KEYS}, s.get("passthrough_accounting")
+
+    def settled(self, timeout=5.0):
+        """The row once it stops moving: RELEASEs and the once-a-second
+        passthrough figures reach the daemon just after the reads."""
+        prev, _ = self.read()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(1.1)
+            cur, acct = self.read()
+            if cur == prev:
+                return cur, acct
+            prev = cur
+        return prev, acct
+
+
+def feed_summary(before, after, acct, dt):
+    d = {k: after[k] - before[k] for k in after}
+    hits, miss = d["cache_hits"], d["cache_misses"]
+    hit = f"{100 * hits / (hits + miss):5.1f}%" if hits + miss else "    -"
+    stall = f"{100 * d['stall_ns'] / d['active_ns']:5.1f}%" if d["active_ns"] else "    -"
+    est = "~" if d["read_bytes_estimated"] else " "
+    return (f"{est}{d['read_bytes'] / 1e6 / dt:6.0f} MB/s  {d['files_read'] / dt:7.0f} files/s  "
+            f"hit {hit}  stall {stall}")
 
 
 def drop_caches():
@@ -107,6 +160,7 @@ def main():
     ap.add_argument("--drop-caches", action="store_true")
     ap.add_argument("--label", action="append", default=[])
     ap.add_argument("--results")
+    ap.add_argument("--stats")
     ap.add_argument("--no-torch", action="store_true", help="use threads even if torch is there")
     a = ap.parse_args()
 
@@ -132,10 +186,17 @@ def main():
     print(f"dataset: {len(files)} files, {total / 1e6:.0f} MB, {len(classes)} directories; "
           f"{a.workers} readers ({loader}), {a.epochs} epoch{'s' if a.epochs != 1 else ''}")
 
+    feed = None
+    stats = a.stats or os.path.join(a.root, ".stagefs", "stats")
+    if a.stats or os.path.exists(stats):
+        feed = FeedRow(stats)
+
     results, bad = [], 0
     for e in range(a.epochs):
         if a.drop_caches:
             drop_caches()
+        if feed:
+            before, _ = feed.settled(timeout=3.0)
         t0 = time.monotonic()
         n = nbytes = 0
         try:
@@ -151,17 +212,23 @@ def main():
             sys.exit(f"demo_train: read failed: {err}")
         dt = time.monotonic() - t0
         label = a.label[e] if e < len(a.label) else f"epoch {e + 1}"
-        results.append((label, n, nbytes, dt))
+        summary = ""
+        if feed:
+            after, acct = feed.settled()
+            summary = feed_summary(before, after, acct, dt)
+        results.append((label, n, nbytes, dt, summary))
         print(f"  epoch {e + 1} ({label}): {n} samples, {nbytes / 1e6:.0f} MB in {dt:.2f} s: "
               f"{n / dt:.0f} samples/s, {nbytes / 1e6 / dt:.0f} MB/s")
+        if summary:
+            print(f"    stagefs counted: {summary}")
 
     if a.results:
         with open(a.results, "a") as f:
-            for label, n, nbytes, dt in results:
-                f.write(f"{n / dt:.0f} {nbytes / 1e6 / dt:.0f} {label}\n")
+            for label, n, nbytes, dt, summary in results:
+                f.write(f"{n / dt:.0f} {nbytes / 1e6 / dt:.0f} {label}\t{summary}\n")
     print()
     print(f"  {'epoch':<44} {'samples/s':>10} {'MB/s':>8} {'x epoch 1':>10}")
-    for label, n, nbytes, dt in results:
+    for label, n, nbytes, dt, _ in results:
         print(f"  {label:<44} {n / dt:>10.0f} {nbytes / 1e6 / dt:>8.0f} "
               f"{results[0][3] / dt:>10.2f}")
     if want:
