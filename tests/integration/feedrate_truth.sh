@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Feed-rate truth, DS-Analyzer's way: a reader measures its own bytes and its time blocked on data (cold, warm, mixed epochs) through every read path (passthrough exact and estimated, daemon path, no-open, FUSE over io_uring, the client library), and the daemon's per-job bytes (exact, or within 10 % where labelled estimated) and stall share (within 5 points) must agree.
+# Feed-rate truth, DS-Analyzer's way: a reader measures its own bytes and its time blocked on data (cold, warm, mixed epochs) through every read path (passthrough as by default, exact with BPF and estimated, daemon path, no-open, FUSE over io_uring, the client library), and the daemon's per-job bytes (exact, or within 10 % where labelled estimated) and stall share (within 5 points) must agree.
 # timeout: 300
 # FEED_PATHS="pt daemon ..." runs only those paths (debugging).
 . "$(dirname "$0")/../lib.sh"
@@ -166,11 +166,12 @@ MNT=$T/mnt
 run_path() {
 	local path=$1 via=$2 warm=$3 acct
 	shift 3
-	[[ " ${FEED_PATHS:-pt ptest daemon noopen uring lib} " == *" $path "* ]] || return 0
+	[[ " ${FEED_PATHS:-pt ptbpf ptest daemon noopen uring lib} " == *" $path "* ]] || return 0
 	rm -rf "$T/cache-$path"
 	sfs_mount "dir://$T/src" "$MNT" chunk_size=1M backend_max_rate=$RATE \
 		cache_dir="$T/cache-$path" lookup_readahead_max=0 "$@"
 	acct=$(stats_dump "$MNT" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin).get("passthrough_accounting", "none"))')
+	LAST_ACCT=$acct
 	log "--- $path ($*): passthrough accounting $acct"
 	if [[ $warm == acct ]]; then
 		[[ $acct == bpf ]] && warm=exact || {
@@ -182,10 +183,20 @@ run_path() {
 	sfs_umount "$MNT"
 }
 
-# passthrough, counted exactly where the daemon may load its eBPF program
+# passthrough as configured by default (auto: exact where the kernel takes
+# the cheap fentry hook, else estimated)
+LAST_ACCT=
 run_path pt posix acct passthrough=on no_open=off uring=off passthrough_accounting=auto
-# passthrough, estimated (the fallback where no eBPF program may be loaded)
-run_path ptest posix estimated passthrough=on no_open=off uring=off passthrough_accounting=estimate
+# passthrough counted exactly, whatever hook it takes
+if grep -q '^HAVE_BPF=y' "$REPO/config.mk" 2>/dev/null; then
+	run_path ptbpf posix exact passthrough=on no_open=off uring=off passthrough_accounting=bpf
+else
+	log "SKIPPED the ptbpf path: this build has no BPF support (./configure says why)"
+fi
+# passthrough, estimated (the fallback), unless pt was just that
+if [[ $LAST_ACCT != estimate ]]; then
+	run_path ptest posix estimated passthrough=on no_open=off uring=off passthrough_accounting=estimate
+fi
 # the daemon path
 run_path daemon posix exact passthrough=off no_open=off uring=off
 # no-open mode
