@@ -715,7 +715,15 @@ static void sfs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
-/* ---- extended attributes: a few read-only facts about the cache ---- */
+/*
+ * ---- extended attributes: a few read-only facts about the cache ----
+ *
+ * Only with xattrs=yes.  Otherwise the first GETXATTR and the first
+ * LISTXATTR are answered ENOSYS: the kernel then sets the connection's
+ * no_getxattr / no_listxattr and fails every later call with EOPNOTSUPP
+ * without a request (fs/fuse/xattr.c), so that `ls -l`'s two probes per
+ * file (security.selinux, system.posix_acl_access) cost no round trip.
+ */
 
 static const char *const xattr_names[] = {
 	"user.stagefs.content",	/* cache identity (hex) */
@@ -765,8 +773,13 @@ static void sfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			 size_t size)
 {
 	char buf[4200];
-	int n = xattr_value(fs_of(req), ino, name, buf, sizeof(buf));
+	int n;
 
+	if (!fs_of(req)->cfg.xattrs) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	n = xattr_value(fs_of(req), ino, name, buf, sizeof(buf));
 	if (n < 0)
 		fuse_reply_err(req, -n);
 	else if (size == 0)
@@ -784,6 +797,10 @@ static void sfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	size_t pos = 0;
 	struct sfs_attr a;
 
+	if (!fs->cfg.xattrs) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (ino < SFS_VIRT_BASE && !do_getattr(fs, ino, &a)) {
 		for (size_t i = 0; i < ARRAY_SIZE(xattr_names); i++) {
 			if (!S_ISREG(a.mode) && strcmp(xattr_names[i], "user.stagefs.source"))

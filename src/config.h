@@ -48,6 +48,7 @@ struct sfs_config {
 	enum cfg_auto no_open;		/* FUSE no-open mode (fuse/noopen.h) */
 	enum cfg_auto uring;		/* FUSE over io_uring (fuse/uring.h) */
 	uint64_t lookup_readahead_max;	/* cached files up to this size are read ahead at LOOKUP */
+	bool xattrs;			/* serve user.stagefs.*; no: ENOSYS, the kernel stops asking */
 	bool allow_other;
 	char *runtime_dir;
 	uint32_t control_max_connections;	/* control-socket connections, all users */
