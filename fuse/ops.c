@@ -20,6 +20,7 @@
 #include "access.h"
 #include "datasets.h"
 #include "fh.h"
+#include "kinodes.h"
 #include "read.h"
 
 #include "cred.h"
@@ -140,6 +141,7 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	passthrough_init(fs->pt, conn);
 	noopen_init(fs->no, conn);
+	kinodes_start(fs->ki, fs->se, conn->proto_minor);
 	/* max_pages follows max_write in libfuse 3.14: ask for 1 MiB requests */
 	conn->max_write = fs->cfg.max_read_kb * 1024;
 	conn->max_read = fs->cfg.max_read_kb * 1024;
@@ -338,11 +340,13 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	fill_entry(fs, &a, &e);
 	lookup_readahead(fs, &a);
+	kinodes_add(fs->ki, &e.ino, 1);
 	fuse_reply_entry(req, &e);
 }
 
 static void sfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	kinodes_forget(fs_of(req)->ki, ino, nlookup);
 	do_forget(fs_of(req), ino, nlookup);
 	fuse_reply_none(req);
 }
@@ -352,8 +356,10 @@ static void sfs_forget_multi(fuse_req_t req, size_t count,
 {
 	struct sfs *fs = fs_of(req);
 
-	for (size_t i = 0; i < count; i++)
+	for (size_t i = 0; i < count; i++) {
+		kinodes_forget(fs->ki, forgets[i].ino, forgets[i].nlookup);
 		do_forget(fs, forgets[i].ino, forgets[i].nlookup);
+	}
 	fuse_reply_none(req);
 }
 
@@ -488,9 +494,13 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sfs *fs = fs_of(req);
 	struct sfs_dirlist *dl = (struct sfs_dirlist *)(uintptr_t)fi->fh;
 	char *buf = malloc(size);
-	size_t pos = 0;
+	/* the inodes a READDIRPLUS reply hands the kernel (>= 152 bytes each) */
+	uint64_t *ids = plus ? malloc((size / 152 + 1) * sizeof(*ids)) : NULL;
+	size_t pos = 0, nids = 0;
 
-	if (!buf) {
+	if (!buf || (plus && !ids)) {
+		free(buf);
+		free(ids);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
@@ -528,6 +538,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				if (ret) {
 					if (!pos) {
 						free(buf);
+						free(ids);
 						fuse_reply_err(req, -ret);
 						return;
 					}
@@ -543,6 +554,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					do_forget(fs, e.ino, 1);
 				break;
 			}
+			if (i >= 2)
+				ids[nids++] = e.ino;
 		} else {
 			need = fuse_add_direntry(req, buf + pos, size - pos, name,
 						 &st, i + 1);
@@ -551,8 +564,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		pos += need;
 	}
+	kinodes_add(fs->ki, ids, nids);
 	fuse_reply_buf(req, buf, pos);
 	free(buf);
+	free(ids);
 }
 
 static void sfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -33,6 +33,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -272,6 +273,8 @@ static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 	ret = manifest_open(r.manifest, r.manifest_len, &d->be.m, err, errlen);
 	if (ret)
 		free(r.manifest);
+	/* the builder's memory, freed in the scan threads' arenas, back to the system */
+	malloc_trim(0);
 	return ret;
 }
 

@@ -115,14 +115,41 @@ static const struct opt opts[] = {
 		"(its affinity mask), at least 16, at most 64. Threads start on "
 		"demand and are kept (none is ended when idle)." },
 	{ "entry_timeout", OPT_DURATION, O(entry_timeout_ms), "1h", 0, 0,
-	  "kernel dentry cache lifetime (datasets are immutable)",
+	  "how long the kernel trusts a name lookup before asking again (datasets are immutable)",
 	  .doc =
-		"How long the kernel caches name lookups. Datasets are immutable, "
-		"so long is safe." },
+		"How long the kernel trusts a name lookup (and a negative one) "
+		"before it asks the daemon again at the entry's next use. Datasets "
+		"are immutable, so long is safe, and short costs a LOOKUP round "
+		"trip per path component per use once expired (`0`: on every path "
+		"walk). It does not bound the kernel's memory: an expired entry "
+		"stays cached until reclaimed; `kernel_inodes_max` bounds that." },
 	{ "attr_timeout", OPT_DURATION, O(attr_timeout_ms), "1h", 0, 0,
-	  "kernel attribute cache lifetime",
+	  "how long the kernel trusts an inode's attributes before asking again",
 	  .doc =
-		"How long the kernel caches attributes." },
+		"How long the kernel trusts attributes before a `stat` asks the "
+		"daemon again (a GETATTR round trip). Like `entry_timeout`, it frees"
+		" no kernel memory." },
+	{ "kernel_inodes_max", OPT_UINT, O(kernel_inodes_max), "1000000", 0, 2000000000,
+	  "most inodes (and dentries) the kernel keeps for the mount, ~1.1 KiB of slab each; above it the oldest are pruned (Linux >= 6.18); 0 = left to the kernel's reclaim",
+	  .doc =
+		"Most inodes the kernel keeps for this mount. Each entry a walk "
+		"(`find`, `ls -l`, a DataLoader's first epoch) looks up leaves an "
+		"inode and a dentry in the kernel, about 1.1 KiB of slab "
+		"(`fuse_inode` 896 B, `dentry` 192 B), kept once unused until "
+		"memory pressure reclaims them: 9 GB after a walk of 10 M entries. "
+		"`entry_timeout` and `attr_timeout` do not free them (an expired "
+		"FUSE dentry is only looked up again at its next use). Above this "
+		"many the daemon asks the kernel to drop the oldest it looked up "
+		"(`FUSE_NOTIFY_PRUNE`, FUSE 7.45, Linux 6.18) down to 90 %: an "
+		"unused one is evicted (its FORGET follows), one in use (open, a "
+		"cwd, a directory with cached children) stays and is asked again "
+		"later. Cost: an evicted file's next access is a LOOKUP round trip "
+		"and its page cache is gone (the next read comes from the daemon's "
+		"cache file); the daemon keeps 40-72 bytes per inode counted. The "
+		"default bounds the slab near 1.1 GB. `0`, or an older kernel (said"
+		" once in the log): the kernel's own reclaim decides. "
+		"`.stagefs/stats` shows `kernel_inodes` (counted now) and "
+		"`kernel_prunes` (asked so far)." },
 	{ "read_ahead_kb", OPT_UINT, O(read_ahead_kb), "4096", 0, 65536,
 	  "bdi read_ahead_kb set on the mount (larger READ requests)",
 	  .doc =

@@ -51,6 +51,7 @@ struct sfs_config {
 	bool xattrs;			/* serve user.stagefs.*; no: ENOSYS, the kernel stops asking */
 	uint32_t dir_scan_threads;	/* dir:// scan threads; 0 = from the CPUs */
 	bool dir_reuse_scan;		/* dir://: reuse the saved scan of an unchanged tree */
+	uint32_t kernel_inodes_max;	/* inodes the kernel keeps for the mount; 0 = unbounded */
 	bool allow_other;
 	char *runtime_dir;
 	uint32_t control_max_connections;	/* control-socket connections, all users */

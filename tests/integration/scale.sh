@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 100,000 tiny files through dir://: every entry listed, a sample byte-compared, daemon RSS per entry bounded; the remount reuses the saved scan, a new file or a file changed in place makes the next mount scan again, dir_reuse_scan=no always scans.
+# 100,000 tiny files through dir://: every entry listed, a sample byte-compared, daemon RSS per entry bounded; the remount reuses the saved scan, a new file or a file changed in place makes the next mount scan again, dir_reuse_scan=no always scans; kernel_inodes_max bounds the FUSE inodes a walk leaves.
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -81,5 +81,26 @@ sfs_umount "$mnt"
 # ... and a chunk_size other than the saved scan's scans too
 sfs_mount "dir://$src" "$mnt" chunk_size=1M
 said "scanned with chunk_size 4194304, now 1048576" || die "another chunk_size reused the scan: $(grep -i scan "$(sfs_log "$mnt")")"
+sfs_umount "$mnt"
+# --- the kernel's inodes after a walk: bounded by kernel_inodes_max ----------
+slab() { awk '$1 == "fuse_inode" { print $2 }' /proc/slabinfo; }
+sfs_mount "dir://$src" "$mnt" kernel_inodes_max=20000
+if grep -q "pruning needs 7.45" "$(sfs_log "$mnt")"; then
+	log "this kernel cannot prune: kernel_inodes_max not checked"
+else
+	listing "$src" >"$T/src.list"	# with d0042/new-file
+	drop_caches
+	s0=$(slab)
+	listing "$mnt" | cmp -s - "$T/src.list" || die "the bounded mount lists other entries"
+	wait_for -t 10 eval '[[ $(stat_get "$mnt" kernel_inodes) -le 20000 ]]' ||
+		die "kernel_inodes $(stat_get "$mnt" kernel_inodes) > 20000 after the walk"
+	s1=$(slab)
+	log "walk of $entries entries with kernel_inodes_max=20000: $(stat_get "$mnt" kernel_prunes) prunes, fuse_inode slab +$((s1 - s0)), kernel_inodes $(stat_get "$mnt" kernel_inodes)"
+	assert_gt "$(stat_get "$mnt" kernel_prunes)" 0 "kernel_prunes"
+	[[ $((s1 - s0)) -le 25000 ]] || die "the kernel holds $((s1 - s0)) more FUSE inodes after the walk, bound 20000"
+	# pruned entries are looked up again, right
+	(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tests/genscale.py" "$mnt" --check) ||
+		die "a sampled file read back wrong after its inode was pruned"
+fi
 sfs_umount "$mnt"
 log "ok: $entries entries, $per B of daemon memory each"
