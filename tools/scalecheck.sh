@@ -18,8 +18,9 @@
 #     pages), against the same on the source (ext4 here), as ratios;
 #   - the daemon's resident memory per entry after the walk (VmRSS less a
 #     mount of an empty tree's), asserted <= SCALE_RSS_MAX (bytes, 400);
-#   - the kernel's FUSE inodes and dentries left after the walk (slab), with
-#     the default entry_timeout and with SCALE_SHORT_TIMEOUT (0).
+#   - the kernel's FUSE inodes and dentries left after the walk (slab, and
+#     the daemon's count, `kernel_inodes`), with the default settings and
+#     again with kernel_inodes_max=SCALE_KINODES (100000), which must hold.
 # Exits 1 if a check fails (listing, bytes, RSS, reuse); the ratios are
 # printed against their targets (find <= 2, ls -l <= 1.5) and fail the run
 # only with SCALE_STRICT=1 (a shared VM's timings move).  The tree is kept
@@ -32,7 +33,7 @@ N=${SCALE_N:-1000000}
 BASE=${SCALE_DIR:-/var/tmp}
 SAMPLE=${SCALE_SAMPLE:-2000}
 RSS_MAX=${SCALE_RSS_MAX:-400}
-SHORT=${SCALE_SHORT_TIMEOUT:-0}
+KINODES=${SCALE_KINODES:-100000}
 PYTHON=${PYTHON:-python3}
 
 [[ $(id -u) -eq 0 ]] || { echo "scalecheck: needs root (FUSE mounts, drop_caches)" >&2; exit 77; }
@@ -76,6 +77,7 @@ mount_sfs() {
 }
 umount_sfs() { fusermount3 -u "$MNT"; wait "$PID" || fail "the daemon exited $?"; PID=; }
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$PID/status"; }
+stat_key() { "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$MNT/.stagefs/stats" "$1"; }
 # tm CMD...: run CMD, print its wall time in ms (its output discarded)
 tm() { local t0; t0=$(now_ms); "$@" >/dev/null; echo $(($(now_ms) - t0)); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
@@ -123,6 +125,7 @@ drop
 S0_I=$(slab fuse_inode) S0_D=$(slab dentry)
 FIND_SFS=$(tm find "$MNT")
 S1_I=$(slab fuse_inode) S1_D=$(slab dentry)
+KI_DEF=$(stat_key kernel_inodes)
 drop
 LS_EXT=$(tm ls -l "$SRC/wide")
 drop
@@ -136,28 +139,37 @@ umount_sfs
 drop
 mount_sfs "$SRC"
 REMOUNT_MS=$MOUNT_MS
+REUSE_MS=$(grep -o 'reused it in [0-9]* ms' "$W/mount.log" | grep -o '[0-9]*' || echo "?")
 grep -q "unchanged since its last scan" "$W/mount.log" || fail "the remount scanned again: $(grep -i scan "$W/mount.log" | head -2)"
 n=$(find "$MNT" | wc -l)
 [[ $n -eq $ENTRIES ]] || fail "after the remount: $n entries, expected $ENTRIES"
 umount_sfs
 
-# kernel memory left by a walk with a short entry/attr timeout
-mount_sfs "$SRC" "entry_timeout=$SHORT,attr_timeout=$SHORT"
+# kernel memory left by a walk with a bound on the kernel's inodes
+mount_sfs "$SRC" "kernel_inodes_max=$KINODES"
 drop
 T0_I=$(slab fuse_inode) T0_D=$(slab dentry)
-FIND_SHORT=$(tm find "$MNT")
+FIND_BOUND=$(tm find "$MNT")
+sleep 1
 T1_I=$(slab fuse_inode) T1_D=$(slab dentry)
+KI_BOUND=$(stat_key kernel_inodes) KP_BOUND=$(stat_key kernel_prunes)
+if grep -q "pruning needs 7.45" "$W/mount.log"; then
+	KI_BOUND="n/a (kernel < 6.18)"
+elif ((KI_BOUND > KINODES)); then
+	fail "kernel_inodes $KI_BOUND after the walk, bound $KINODES"
+fi
 umount_sfs
 
 printf '\n%-44s %12s %12s %8s %s\n' "$N files ($ENTRIES entries)" stagefs source ratio target
 printf '%-44s %10s ms %12s\n' "first mount (scan) to ready" "$SCAN_MS" ""
 printf '%-44s %10s ms %12s %8s %s\n' "remount (saved scan) to ready" "$REMOUNT_MS" "" "" "< 2000 ms"
+printf '%-44s %10s ms\n' "  of which the stamps' check and manifest load" "$REUSE_MS"
 printf '%-44s %10s ms %9s ms %8s %s\n' "find, caches dropped" "$FIND_SFS" "$FIND_EXT" "$(ratio "$FIND_SFS" "$FIND_EXT")" "<= 2"
 printf '%-44s %10s ms %9s ms %8s %s\n' "ls -l of $((N / 10)) entries, caches dropped" "$LS_SFS" "$LS_EXT" "$(ratio "$LS_SFS" "$LS_EXT")" "<= 1.5"
-printf '%-44s %10s ms\n' "find with entry/attr_timeout=$SHORT" "$FIND_SHORT"
+printf '%-44s %10s ms\n' "find with kernel_inodes_max=$KINODES" "$FIND_BOUND"
 printf '%-44s %10s B %12s %8s %s\n' "daemon RSS per entry after the walk" "$RSS_B" "" "" "<= $RSS_MAX"
-printf '%-44s %12s\n' "FUSE inodes / dentries after find (default)" "$((S1_I - S0_I)) / $((S1_D - S0_D))"
-printf '%-44s %12s\n' "the same with entry/attr_timeout=$SHORT" "$((T1_I - T0_I)) / $((T1_D - T0_D))"
+printf '%-44s %12s\n' "after find: +FUSE inodes / +dentries (slab)" "$((S1_I - S0_I)) / $((S1_D - S0_D)), kernel_inodes $KI_DEF (default bound)"
+printf '%-44s %12s\n' "the same, kernel_inodes_max=$KINODES" "$((T1_I - T0_I)) / $((T1_D - T0_D)), kernel_inodes $KI_BOUND, $KP_BOUND prunes"
 printf '%-44s %12s\n' "listed / sampled byte-compared" "$ENTRIES / $NSAMPLE"
 if [[ ${SCALE_STRICT:-0} == 1 ]]; then
 	awk -v a="$FIND_SFS" -v b="$FIND_EXT" 'BEGIN { exit !(a <= 2 * b) }' || fail "find over 2x the source's time"
