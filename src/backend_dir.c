@@ -196,7 +196,7 @@ static int dir_reuse(struct backend_dir *d, const struct sfs_config *cfg, int ro
 	struct stamp_hdr h;
 	void *st = NULL, *mbuf = NULL;
 	size_t stlen, mlen;
-	uint64_t t0 = now_ms();
+	uint64_t t0 = now_ms(), t1, t2, t3;
 	int ret;
 
 	snapshot_path(cfg, d->root, ".dirs", path, sizeof(path));
@@ -225,12 +225,14 @@ static int dir_reuse(struct backend_dir *d, const struct sfs_config *cfg, int ro
 		snprintf(why, sizeof(why), "%s: bad stamps", path);
 	if (ret)
 		goto rescan;
+	t1 = now_ms();
 	snapshot_path(cfg, d->root, ".manifest", path, sizeof(path));
 	ret = read_whole(path, SIZE_MAX, &mbuf, &mlen);
 	if (ret) {
 		snprintf(why, sizeof(why), "%s: %s", path, strerror(-ret));
 		goto rescan;
 	}
+	t2 = now_ms();
 	if (mlen != h.manifest_len || sfs_hash64(mbuf, mlen) != h.manifest_hash) {
 		snprintf(why, sizeof(why), "%s is not the manifest the stamps were saved with", path);
 		goto rescan;
@@ -240,8 +242,9 @@ static int dir_reuse(struct backend_dir *d, const struct sfs_config *cfg, int ro
 		snprintf(why, sizeof(why), "%s: %s", path, merr);
 		goto rescan;
 	}
-	log_info("%s: unchanged since its last scan (%" PRIu64 " entries): reused it in %" PRIu64 " ms",
-		 d->root, manifest_nentries(d->be.m), now_ms() - t0);
+	t3 = now_ms();
+	log_info("%s: unchanged since its last scan (%" PRIu64 " entries): reused it in %" PRIu64 " ms (stamps checked %" PRIu64 ", manifest read %" PRIu64 ", hashed and opened %" PRIu64 ")",
+		 d->root, manifest_nentries(d->be.m), t3 - t0, t1 - t0, t2 - t1, t3 - t2);
 	free(st);
 	return 0;
 
