@@ -193,21 +193,37 @@ void kinodes_add(struct kinodes *k, const uint64_t *ino, size_t n)
 	pthread_mutex_unlock(&k->lock);
 }
 
+/* Under k->lock. */
+static void forget_locked(struct kinodes *k, uint64_t ino, uint64_t nlookup)
+{
+	struct slot *s = find(k, ino);
+
+	if (!s)
+		return;
+	if (s->count > nlookup)
+		s->count -= nlookup;
+	else
+		del(k, s);
+}
+
 void kinodes_forget(struct kinodes *k, uint64_t ino, uint64_t nlookup)
 {
-	struct slot *s;
-
 	if (!k || !atomic_load_explicit(&k->on, memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&k->lock);
-	s = find(k, ino);
-	if (s) {
-		if (s->count > nlookup)
-			s->count -= nlookup;
-		else
-			del(k, s);
-		atomic_store(&k->count, k->live);
-	}
+	forget_locked(k, ino, nlookup);
+	atomic_store(&k->count, k->live);
+	pthread_mutex_unlock(&k->lock);
+}
+
+void kinodes_forget_batch(struct kinodes *k, const struct fuse_forget_data *f, size_t n)
+{
+	if (!k || !n || !atomic_load_explicit(&k->on, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&k->lock);
+	for (size_t i = 0; i < n; i++)
+		forget_locked(k, f[i].ino, f[i].nlookup);
+	atomic_store(&k->count, k->live);
 	pthread_mutex_unlock(&k->lock);
 }
 

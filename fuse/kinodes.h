@@ -51,6 +51,9 @@ void kinodes_start(struct kinodes *k, struct fuse_session *se, unsigned minor);
 void kinodes_add(struct kinodes *k, const uint64_t *ino, size_t n);
 /* FORGET: the kernel dropped @nlookup references to @ino. */
 void kinodes_forget(struct kinodes *k, uint64_t ino, uint64_t nlookup);
+/* BATCH_FORGET: kinodes_forget() of each of @f[0..@n), under one lock. */
+struct fuse_forget_data;
+void kinodes_forget_batch(struct kinodes *k, const struct fuse_forget_data *f, size_t n);
 
 /* Inodes the kernel holds a reference to, as counted; prunes asked so far. */
 uint64_t kinodes_count(struct kinodes *k);

@@ -341,7 +341,8 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fill_entry(fs, &a, &e);
 	lookup_readahead(fs, &a);
 	kinodes_add(fs->ki, &e.ino, 1);
-	fuse_reply_entry(req, &e);
+	if (fuse_reply_entry(req, &e))	/* not delivered: no reference taken */
+		kinodes_forget(fs->ki, e.ino, 1);
 }
 
 static void sfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -356,10 +357,9 @@ static void sfs_forget_multi(fuse_req_t req, size_t count,
 {
 	struct sfs *fs = fs_of(req);
 
-	for (size_t i = 0; i < count; i++) {
-		kinodes_forget(fs->ki, forgets[i].ino, forgets[i].nlookup);
+	kinodes_forget_batch(fs->ki, forgets, count);
+	for (size_t i = 0; i < count; i++)
 		do_forget(fs, forgets[i].ino, forgets[i].nlookup);
-	}
 	fuse_reply_none(req);
 }
 
@@ -565,7 +565,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		pos += need;
 	}
 	kinodes_add(fs->ki, ids, nids);
-	fuse_reply_buf(req, buf, pos);
+	if (fuse_reply_buf(req, buf, pos))	/* not delivered: no references taken */
+		for (size_t i = 0; i < nids; i++)
+			kinodes_forget(fs->ki, ids[i], 1);
 	free(buf);
 	free(ids);
 }
