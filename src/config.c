@@ -229,10 +229,13 @@ static const struct opt opts[] = {
 		"time of ext4). With `no` (the default) the first GETXATTR or "
 		"LISTXATTR is answered `ENOSYS`, and the kernel then answers every "
 		"later one itself (`EOPNOTSUPP`, for every file of the mount) with "
-		"no request. The same facts stay available: `stagefs warmup "
-		"--check PATH` reports how much of a file is cached, and a mount "
-		"with `-o xattrs=yes` serves the attributes. Fixed for the mount's "
-		"lifetime: the kernel remembers `ENOSYS` until unmount." },
+		"no request. The facts stay available another way: how much of a "
+		"file is cached from `stagefs warmup --check [--json] PATH` "
+		"(`user.stagefs.cached`), the dataset's URI from `source` in "
+		"`.stagefs/stats` (`user.stagefs.source`); a file's cache identity "
+		"(`user.stagefs.content`, the name of its cache file) only from a "
+		"mount with `-o xattrs=yes`, as the benchmarks mount. Fixed for the "
+		"mount's lifetime: the kernel remembers `ENOSYS` until unmount." },
 	{ "dir_scan_threads", OPT_UINT, O(dir_scan_threads), "0", 0, 256,
 	  "threads scanning a dir:// source at mount (and checking a saved scan); 0 = 4 per CPU, 8 to 64",
 	  .doc =
