@@ -6,7 +6,9 @@
  * fetched from the backend once (src/cache_fill.c's claim coordinates
  * concurrent readers).
  * The dataset is immutable, so entries and attributes carry long timeouts
- * and open files keep the kernel page cache (keep_cache).
+ * and open files keep the kernel page cache (keep_cache); the inodes the
+ * kernel keeps are counted at each entry reply and FORGET and bounded by
+ * fuse/kinodes.h.
  *
  * READ is fuse/read.c's (read_op); file handles are fuse/fh.h's.  In
  * no-open mode (fuse/noopen.h) the kernel sends no OPEN and no RELEASE for
