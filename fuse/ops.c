@@ -141,6 +141,10 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	if (fs->cfg.readdirplus == CFG_OFF)
+		conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+	else if (fs->cfg.readdirplus == CFG_ON)
+		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	passthrough_init(fs->pt, conn);
 	noopen_init(fs->no, conn);
 	kinodes_start(fs->ki, fs->se, conn->proto_minor);
@@ -507,7 +511,15 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	/* offsets: 1 = ".", 2 = "..", 2 + i + 1 = dl->ent[i] */
-	for (off_t i = off; (size_t)i < dl->n + 2; i++) {
+	/*
+	 * A short READDIRPLUS reply: the kernel asks for the rest with plain
+	 * READDIR unless entries of the directory were used meanwhile
+	 * (readdirplus=auto), so a names-only walk instantiates few inodes
+	 * while `ls -l` still gets attributes (config.c, readdirplus_max).
+	 */
+	size_t cap = plus && fs->cfg.readdirplus_max ? fs->cfg.readdirplus_max : SIZE_MAX;
+
+	for (off_t i = off; (size_t)i < dl->n + 2 && nids < cap; i++) {
 		struct stat st = { 0 };
 		const char *name;
 		size_t need;

@@ -150,6 +150,33 @@ static const struct opt opts[] = {
 		" once in the log): the kernel's own reclaim decides. "
 		"`.stagefs/stats` shows `kernel_inodes` (counted now) and "
 		"`kernel_prunes` (asked so far)." },
+	{ "readdirplus", OPT_AUTO, O(readdirplus), "auto", 0, 0,
+	  "directory listings with attributes (READDIRPLUS); auto = the kernel's adaptive mode, on = always, off = never (names only; a stat is a LOOKUP)",
+	  .doc =
+		"Whether directory listings carry each entry's attributes "
+		"(`READDIRPLUS`). A READDIRPLUS reply makes the kernel create an "
+		"inode and a dentry for every entry listed, which `ls -l` and a "
+		"DataLoader's `stat` then use without a LOOKUP, but which a "
+		"names-only walk (`find`, `os.scandir` without `stat`) pays for and "
+		"leaves in memory (`kernel_inodes_max`). `auto`: the kernel's "
+		"adaptive mode (the first part of a listing with attributes, the "
+		"rest too only if entries of the directory were looked up). `on`: "
+		"always. `off`: names only; each `stat` is then a LOOKUP round trip"
+		" (`benchmarks.md`, scale check)." },
+	{ "readdirplus_max", OPT_UINT, O(readdirplus_max), "32", 0, 1000000,
+	  "most entries in one READDIRPLUS reply (the kernel lists the rest names-only unless the entries are being stat'ed); 0 = as many as fit",
+	  .doc =
+		"Most entries one READDIRPLUS reply carries. With `readdirplus = "
+		"auto` the kernel asks for the first part of a listing with "
+		"attributes and the rest with plain READDIR, unless entries of the "
+		"directory were used in between (`ls -l` stats them): a short first"
+		" reply keeps a names-only walk from making an inode for every "
+		"entry, while `ls -l` still gets attributes. Linux 6.18 asks for "
+		"up to 128 KiB at once, so without a cap `find` instantiated every "
+		"entry of each directory of up to ~750 entries. Measured at 1 M "
+		"files, caches dropped (`benchmarks.md`, scale check): no cap, "
+		"`find` 2.6-3.1x ext4 and `ls -l` of 100,000 entries 0.5x; 256: "
+		"1.1x and 0.47x; 32: 0.6x and 0.6x. `0`: as many as fit." },
 	{ "read_ahead_kb", OPT_UINT, O(read_ahead_kb), "4096", 0, 65536,
 	  "bdi read_ahead_kb set on the mount (larger READ requests)",
 	  .doc =
