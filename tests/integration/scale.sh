@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 100,000 tiny files through dir://: every entry listed, a sample byte-compared, daemon RSS per entry bounded; the remount reuses the saved scan, a new file or a file changed in place makes the next mount scan again, dir_reuse_scan=no always scans; kernel_inodes_max bounds the FUSE inodes a walk leaves.
+# 100,000 tiny files through dir://: every entry listed, a sample byte-compared, daemon RSS per entry bounded; the remount reuses the saved scan, a new file or a file changed in place makes the next mount scan again, dir_reuse_scan=no always scans; a names-only walk leaves few kernel inodes (readdirplus_max) and kernel_inodes_max bounds those a stat'ing walk leaves.
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -90,8 +90,14 @@ if grep -q "pruning needs 7.45" "$(sfs_log "$mnt")"; then
 else
 	listing "$src" >"$T/src.list"	# with d0042/new-file
 	drop_caches
-	s0=$(slab)
 	listing "$mnt" | cmp -s - "$T/src.list" || die "the bounded mount lists other entries"
+	# a names-only walk: short READDIRPLUS replies (readdirplus_max) make few inodes
+	ki=$(stat_get "$mnt" kernel_inodes)
+	log "a names-only walk of $entries entries left $ki inodes in the kernel"
+	[[ $ki -lt $((entries / 4)) ]] || die "a names-only walk left $ki inodes in the kernel (readdirplus_max)"
+	# a walk that stats every entry: pruned down to the bound
+	s0=$(slab)
+	find "$mnt" -printf '%s\n' >/dev/null
 	wait_for -t 10 eval '[[ $(stat_get "$mnt" kernel_inodes) -le 20000 ]]' ||
 		die "kernel_inodes $(stat_get "$mnt" kernel_inodes) > 20000 after the walk"
 	s1=$(slab)
