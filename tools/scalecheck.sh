@@ -13,14 +13,17 @@
 #   - lists every entry through the mount and compares the sorted list with
 #     the source's (every name, once);
 #   - byte-compares a sample of SCALE_SAMPLE (2,000) files spread over the tree;
-#   - `find` of the whole tree and `ls -l` of wide/, each with the kernel's
-#     caches dropped first (`echo 3 > drop_caches`: dentries, inodes and
-#     pages), against the same on the source (ext4 here), as ratios;
+#   - `find` of the whole tree (names only), `find -printf %s` (a stat of
+#     every entry, as du or ls -lR) and `ls -l` of wide/, each with the
+#     kernel's caches dropped first (`echo 3 > drop_caches`: dentries,
+#     inodes and pages), against the same on the source (ext4 here), as
+#     ratios;
 #   - the daemon's resident memory per entry after the walk (VmRSS less a
 #     mount of an empty tree's), asserted <= SCALE_RSS_MAX (bytes, 400);
-#   - the kernel's FUSE inodes and dentries left after the walk (slab, and
+#   - the kernel's FUSE inodes and dentries left after the walks (slab, and
 #     the daemon's count, `kernel_inodes`), with the default settings and
-#     again with kernel_inodes_max=SCALE_KINODES (100000), which must hold.
+#     again after a stat walk with kernel_inodes_max=SCALE_KINODES (100000),
+#     which must hold.
 # Exits 1 if a check fails (listing, bytes, RSS, reuse); the ratios are
 # printed against their targets (find <= 2, ls -l <= 1.5) and fail the run
 # only with SCALE_STRICT=1 (a shared VM's timings move).  The tree is kept
@@ -127,6 +130,11 @@ FIND_SFS=$(tm find "$MNT")
 S1_I=$(slab fuse_inode) S1_D=$(slab dentry)
 KI_DEF=$(stat_key kernel_inodes)
 drop
+STAT_EXT=$(tm find "$SRC" -printf '%s\n')
+drop
+STAT_SFS=$(tm find "$MNT" -printf '%s\n')
+KI_STAT=$(stat_key kernel_inodes)
+drop
 LS_EXT=$(tm ls -l "$SRC/wide")
 drop
 LS_SFS=$(tm ls -l "$MNT/wide")
@@ -149,7 +157,7 @@ umount_sfs
 mount_sfs "$SRC" "kernel_inodes_max=$KINODES"
 drop
 T0_I=$(slab fuse_inode) T0_D=$(slab dentry)
-FIND_BOUND=$(tm find "$MNT")
+FIND_BOUND=$(tm find "$MNT" -printf '%s\n')
 sleep 1
 T1_I=$(slab fuse_inode) T1_D=$(slab dentry)
 KI_BOUND=$(stat_key kernel_inodes) KP_BOUND=$(stat_key kernel_prunes)
@@ -166,10 +174,12 @@ printf '%-44s %10s ms %12s %8s %s\n' "remount (saved scan) to ready" "$REMOUNT_M
 printf '%-44s %10s ms\n' "  of which the stamps' check and manifest load" "$REUSE_MS"
 printf '%-44s %10s ms %9s ms %8s %s\n' "find, caches dropped" "$FIND_SFS" "$FIND_EXT" "$(ratio "$FIND_SFS" "$FIND_EXT")" "<= 2"
 printf '%-44s %10s ms %9s ms %8s %s\n' "ls -l of $((N / 10)) entries, caches dropped" "$LS_SFS" "$LS_EXT" "$(ratio "$LS_SFS" "$LS_EXT")" "<= 1.5"
-printf '%-44s %10s ms\n' "find with kernel_inodes_max=$KINODES" "$FIND_BOUND"
+printf '%-44s %10s ms %9s ms %8s\n' "find -printf %s (stat of every entry)" "$STAT_SFS" "$STAT_EXT" "$(ratio "$STAT_SFS" "$STAT_EXT")"
+printf '%-44s %10s ms\n' "the same with kernel_inodes_max=$KINODES" "$FIND_BOUND"
 printf '%-44s %10s B %12s %8s %s\n' "daemon RSS per entry after the walk" "$RSS_B" "" "" "<= $RSS_MAX"
-printf '%-44s %12s\n' "after find: +FUSE inodes / +dentries (slab)" "$((S1_I - S0_I)) / $((S1_D - S0_D)), kernel_inodes $KI_DEF (default bound)"
-printf '%-44s %12s\n' "the same, kernel_inodes_max=$KINODES" "$((T1_I - T0_I)) / $((T1_D - T0_D)), kernel_inodes $KI_BOUND, $KP_BOUND prunes"
+printf '%-44s %12s\n' "after find: +FUSE inodes / +dentries (slab)" "$((S1_I - S0_I)) / $((S1_D - S0_D)), kernel_inodes $KI_DEF"
+printf '%-44s %12s\n' "after find -printf %s: kernel_inodes" "$KI_STAT (default kernel_inodes_max)"
+printf '%-44s %12s\n' "the same, kernel_inodes_max=$KINODES" "$((T1_I - T0_I)) / $((T1_D - T0_D)) (slab), kernel_inodes $KI_BOUND, $KP_BOUND prunes"
 printf '%-44s %12s\n' "listed / sampled byte-compared" "$ENTRIES / $NSAMPLE"
 if [[ ${SCALE_STRICT:-0} == 1 ]]; then
 	awk -v a="$FIND_SFS" -v b="$FIND_EXT" 'BEGIN { exit !(a <= 2 * b) }' || fail "find over 2x the source's time"
