@@ -453,7 +453,9 @@ int dirscan_run(int rootfd, const char *root, unsigned threads,
 	ret = manifest_builder_add(sc.b, "", &a, NULL, NULL, 0);
 	if (!ret)
 		sc.entries = 1;
-	if (!ret && !push(&sc, top)) {
+	else
+		free(top);
+	if (!ret && !push(&sc, top)) {	/* push() frees @top on failure */
 		for (; started < threads; started++)
 			if (pthread_create(&tids[started], NULL, worker, &sc))
 				break;
