@@ -89,6 +89,7 @@ struct sfs {
 	struct ptacct *_Atomic pa;
 	struct noopen *no;		/* fuse/noopen.h */
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
+	struct kinodes *ki;		/* fuse/kinodes.h: the kernel's inodes, bounded */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* counts READs, opens, fetches (src/stats.h) */

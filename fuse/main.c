@@ -18,6 +18,7 @@
 #include "ctlsock.h"
 #include "daemon.h"
 #include "datasets.h"
+#include "kinodes.h"
 
 #include "log.h"
 #include "metrics.h"
@@ -585,6 +586,9 @@ int main(int argc, char **argv)
 	fs.start_ms = now_ms();
 	fs.entry_timeout = (double)fs.cfg.entry_timeout_ms / 1000.0;
 	fs.attr_timeout = (double)fs.cfg.attr_timeout_ms / 1000.0;
+	fs.ki = kinodes_create(fs.cfg.kernel_inodes_max);
+	if (!fs.ki)
+		fail("out of memory");
 
 	if (!cli.foreground)
 		daemonize_begin();
@@ -745,6 +749,8 @@ int main(int argc, char **argv)
 		usleep(1000);
 	}
 
+	kinodes_destroy(fs.ki);	/* its thread writes to the session */
+	fs.ki = NULL;
 	log_notice("unmounting %s", mnt);
 	sfs_sd_notify("STOPPING=1");
 	fuse_session_unmount(fs.se);

@@ -6,7 +6,9 @@
  * fetched from the backend once (src/cache_fill.c's claim coordinates
  * concurrent readers).
  * The dataset is immutable, so entries and attributes carry long timeouts
- * and open files keep the kernel page cache (keep_cache).
+ * and open files keep the kernel page cache (keep_cache); the inodes the
+ * kernel keeps are counted at each entry reply and FORGET and bounded by
+ * fuse/kinodes.h.
  *
  * READ is fuse/read.c's (read_op); file handles are fuse/fh.h's.  In
  * no-open mode (fuse/noopen.h) the kernel sends no OPEN and no RELEASE for
@@ -20,6 +22,7 @@
 #include "access.h"
 #include "datasets.h"
 #include "fh.h"
+#include "kinodes.h"
 #include "read.h"
 
 #include "cred.h"
@@ -139,8 +142,13 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	if (fs->cfg.readdirplus == CFG_OFF)
+		conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+	else if (fs->cfg.readdirplus == CFG_ON)
+		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	passthrough_init(fs->pt, conn);
 	noopen_init(fs->no, conn);
+	kinodes_start(fs->ki, fs->se, conn->proto_minor);
 	/* max_pages follows max_write in libfuse 3.14: ask for 1 MiB requests */
 	conn->max_write = fs->cfg.max_read_kb * 1024;
 	conn->max_read = fs->cfg.max_read_kb * 1024;
@@ -339,11 +347,14 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	fill_entry(fs, &a, &e);
 	lookup_readahead(fs, &a);
-	fuse_reply_entry(req, &e);
+	kinodes_add(fs->ki, &e.ino, 1);
+	if (fuse_reply_entry(req, &e))	/* not delivered: no reference taken */
+		kinodes_forget(fs->ki, e.ino, 1);
 }
 
 static void sfs_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	kinodes_forget(fs_of(req)->ki, ino, nlookup);
 	do_forget(fs_of(req), ino, nlookup);
 	fuse_reply_none(req);
 }
@@ -353,6 +364,7 @@ static void sfs_forget_multi(fuse_req_t req, size_t count,
 {
 	struct sfs *fs = fs_of(req);
 
+	kinodes_forget_batch(fs->ki, forgets, count);
 	for (size_t i = 0; i < count; i++)
 		do_forget(fs, forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
@@ -489,14 +501,26 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sfs *fs = fs_of(req);
 	struct sfs_dirlist *dl = (struct sfs_dirlist *)(uintptr_t)fi->fh;
 	char *buf = malloc(size);
-	size_t pos = 0;
+	/* the inodes a READDIRPLUS reply hands the kernel (>= 152 bytes each) */
+	uint64_t *ids = plus ? malloc((size / 152 + 1) * sizeof(*ids)) : NULL;
+	size_t pos = 0, nids = 0;
 
-	if (!buf) {
+	if (!buf || (plus && !ids)) {
+		free(buf);
+		free(ids);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	/* offsets: 1 = ".", 2 = "..", 2 + i + 1 = dl->ent[i] */
-	for (off_t i = off; (size_t)i < dl->n + 2; i++) {
+	/*
+	 * A short READDIRPLUS reply: the kernel asks for the rest with plain
+	 * READDIR unless entries of the directory were used meanwhile
+	 * (readdirplus=auto), so a names-only walk instantiates few inodes
+	 * while `ls -l` still gets attributes (config.c, readdirplus_max).
+	 */
+	size_t cap = plus && fs->cfg.readdirplus_max ? fs->cfg.readdirplus_max : SIZE_MAX;
+
+	for (off_t i = off; (size_t)i < dl->n + 2 && nids < cap; i++) {
 		struct stat st = { 0 };
 		const char *name;
 		size_t need;
@@ -529,6 +553,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				if (ret) {
 					if (!pos) {
 						free(buf);
+						free(ids);
 						fuse_reply_err(req, -ret);
 						return;
 					}
@@ -544,6 +569,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 					do_forget(fs, e.ino, 1);
 				break;
 			}
+			if (i >= 2)
+				ids[nids++] = e.ino;
 		} else {
 			need = fuse_add_direntry(req, buf + pos, size - pos, name,
 						 &st, i + 1);
@@ -552,8 +579,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		pos += need;
 	}
-	fuse_reply_buf(req, buf, pos);
+	kinodes_add(fs->ki, ids, nids);
+	if (fuse_reply_buf(req, buf, pos))	/* not delivered: no references taken */
+		for (size_t i = 0; i < nids; i++)
+			kinodes_forget(fs->ki, ids[i], 1);
 	free(buf);
+	free(ids);
 }
 
 static void sfs_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -728,7 +759,15 @@ static void sfs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
-/* ---- extended attributes: a few read-only facts about the cache ---- */
+/*
+ * ---- extended attributes: a few read-only facts about the cache ----
+ *
+ * Only with xattrs=yes.  Otherwise the first GETXATTR and the first
+ * LISTXATTR are answered ENOSYS: the kernel then sets the connection's
+ * no_getxattr / no_listxattr and fails every later call with EOPNOTSUPP
+ * without a request (fs/fuse/xattr.c), so that `ls -l`'s two probes per
+ * file (security.selinux, system.posix_acl_access) cost no round trip.
+ */
 
 static const char *const xattr_names[] = {
 	"user.stagefs.content",	/* cache identity (hex) */
@@ -778,8 +817,13 @@ static void sfs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			 size_t size)
 {
 	char buf[4200];
-	int n = xattr_value(fs_of(req), ino, name, buf, sizeof(buf));
+	int n;
 
+	if (!fs_of(req)->cfg.xattrs) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	n = xattr_value(fs_of(req), ino, name, buf, sizeof(buf));
 	if (n < 0)
 		fuse_reply_err(req, -n);
 	else if (size == 0)
@@ -797,6 +841,10 @@ static void sfs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	size_t pos = 0;
 	struct sfs_attr a;
 
+	if (!fs->cfg.xattrs) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (ino < SFS_VIRT_BASE && !do_getattr(fs, ino, &a)) {
 		for (size_t i = 0; i < ARRAY_SIZE(xattr_names); i++) {
 			if (!S_ISREG(a.mode) && strcmp(xattr_names[i], "user.stagefs.source"))

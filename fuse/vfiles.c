@@ -21,6 +21,7 @@
 #include "access.h"
 #include "cred.h"
 #include "ctlsock.h"
+#include "kinodes.h"
 #include "noopen.h"
 #include "passthrough.h"
 #include "peer.h"
@@ -193,6 +194,8 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		JSON_ONLY("passthrough_reused", nod[STATS_NODE_PT_REUSED]),
 		JSON_ONLY("passthrough_idle_ids", passthrough_idle_ids(fs->pt)),
 		JSON_ONLY("lookup_readaheads", nod[STATS_NODE_LOOKUP_READAHEADS]),
+		JSON_ONLY("kernel_inodes", kinodes_count(fs->ki)),
+		JSON_ONLY("kernel_prunes", kinodes_pruned(fs->ki)),
 		GAUGE("fuse_uring_active", "stagefs_fuse_uring_active",
 		      "1 while FUSE requests arrive over io_uring.", (uint64_t)uring_active(fs->ur)),
 		JSON_ONLY("fuse_uring_requests", uring_requests(fs->ur)),

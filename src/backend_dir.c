@@ -1,14 +1,19 @@
 /*
  * backend_dir: a local, NFS or Lustre directory as an immutable dataset.
  *
- * At mount the tree is scanned once (metadata only: lstat, readlink) into a
- * manifest (manifest.h), the same indexed format a published RADOS dataset
- * uses, so all metadata operations are served by the same code.
- * A copy of that manifest is saved as CACHE_DIR/snapshots/<id>.manifest and
- * served from there, mapped (the daemon holds none of it); if
- * the source cannot be opened at the next mount (NFS server gone, directory
- * removed or unreadable) the snapshot is used instead and every cached byte
- * is still served.
+ * At mount the tree is scanned once (metadata only: lstat, readlink), by
+ * several threads (dirscan.h), into a manifest (manifest.h), the same
+ * indexed format a published RADOS dataset uses, so all metadata operations
+ * are served by the same code.  A copy of that manifest is
+ * saved as CACHE_DIR/snapshots/<id>.manifest and served from there,
+ * mapped (the daemon holds none of it), and a stamp of every
+ * directory (inode number, mtime, ctime) as <id>.dirs.  At the next mount,
+ * if no directory's stamp changed (dir_reuse_scan), the saved manifest is
+ * served without a scan; if the source cannot be opened at all (NFS server
+ * gone, directory removed or unreadable) the saved manifest is used
+ * instead and every cached byte is still served.  What the stamps cannot
+ * see is in dirscan.h; a file found changed in place at a read removes
+ * them, so the mount after that scans again.
  *
  * A file's content id is XXH3-128 of its path, size, mtime, ctime, device
  * and inode: any change to the file gives it a new cache file.  Names of
@@ -21,28 +26,30 @@
 #include "backend.h"
 
 #include "config.h"
-#include "inomap.h"
+#include "dirscan.h"
 #include "log.h"
 #include "manifest.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <malloc.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
-
 struct backend_dir {
 	struct backend be;
 	char *root;		/* absolute source path */
 	bool offline;		/* serving a saved snapshot */
+	char *stamps;		/* the saved scan's stamp file */
+	atomic_bool stale;	/* stamps removed: a file changed in place */
 };
 
 static struct backend_dir *to_dir(struct backend *be)
@@ -50,163 +57,114 @@ static struct backend_dir *to_dir(struct backend *be)
 	return (struct backend_dir *)be;
 }
 
-static void content_id(const char *rel, const struct stat *st, struct sfs_id *out)
-{
-	XXH3_state_t s;
-	XXH128_hash_t h;
-	uint64_t meta[8] = {
-		(uint64_t)st->st_size,
-		(uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec,
-		(uint64_t)st->st_ctim.tv_sec, (uint64_t)st->st_ctim.tv_nsec,
-		(uint64_t)st->st_dev, (uint64_t)st->st_ino, 0x646972 /* "dir" */
-	};
-
-	XXH3_128bits_reset(&s);
-	XXH3_128bits_update(&s, rel, strlen(rel));
-	XXH3_128bits_update(&s, meta, sizeof(meta));
-	h = XXH3_128bits_digest(&s);
-	out->hi = h.high64;
-	out->lo = h.low64;
-}
-
-static void attr_from_stat(const struct stat *st, struct sfs_attr *a)
-{
-	memset(a, 0, sizeof(*a));
-	a->mode = st->st_mode;
-	a->nlink = (uint32_t)st->st_nlink;
-	a->uid = st->st_uid;
-	a->gid = st->st_gid;
-	a->size = S_ISREG(st->st_mode) || S_ISLNK(st->st_mode) ? (uint64_t)st->st_size : 0;
-	a->atime = st->st_atim;
-	a->mtime = st->st_mtim;
-	a->ctime = st->st_ctim;
-}
-
-struct scan {
-	struct manifest_builder *b;
-	struct inomap links;	/* files with st_nlink > 1: their first name */
-	uint64_t entries, bytes, skipped;
-	int dev_err;
-};
-
-/* Add everything below directory fd @dfd (path @rel) to the builder. */
-static int scan_dir(struct scan *sc, int dfd, const char *rel, int depth)
-{
-	DIR *d;
-	struct dirent *de;
-	int ret = 0;
-
-	if (depth > 512)
-		return -ELOOP;
-	d = fdopendir(dfd);
-	if (!d) {
-		ret = -errno;
-		close(dfd);
-		return ret;
-	}
-	while ((errno = 0, de = readdir(d))) {
-		char path[PATH_MAX];
-		struct stat st;
-		struct sfs_attr a;
-		char target[PATH_MAX];
-		const char *tgt = NULL;
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "",
-			     de->d_name) >= (int)sizeof(path)) {
-			ret = -ENAMETOOLONG;
-			break;
-		}
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-			ret = -errno;
-			log_err("scan %s: %s", path, strerror(errno));
-			break;
-		}
-		attr_from_stat(&st, &a);
-		if (S_ISREG(st.st_mode) && st.st_nlink > 1) {
-			const char *first = inomap_first(&sc->links, st.st_dev,
-							 st.st_ino, path, &ret);
-
-			if (ret)
-				break;
-			if (first) {
-				ret = manifest_builder_link(sc->b, path, first);
-				if (ret) {
-					log_err("scan %s: %s", path, strerror(-ret));
-					break;
-				}
-				sc->entries++;
-				continue;
-			}
-		}
-		if (S_ISREG(st.st_mode)) {
-			content_id(path, &st, &a.content);
-			sc->bytes += (uint64_t)st.st_size;
-		} else if (S_ISLNK(st.st_mode)) {
-			ssize_t n = readlinkat(dirfd(d), de->d_name, target,
-					       sizeof(target) - 1);
-
-			if (n < 0) {
-				ret = -errno;
-				break;
-			}
-			target[n] = '\0';
-			tgt = target;
-		} else if (!S_ISDIR(st.st_mode)) {
-			log_warn("scan %s: not a file, directory or symlink: skipped", path);
-			sc->skipped++;
-			continue;
-		}
-		ret = manifest_builder_add(sc->b, path, &a, tgt, NULL, 0);
-		if (ret) {
-			log_err("scan %s: %s", path, strerror(-ret));
-			break;
-		}
-		sc->entries++;
-		if (S_ISDIR(st.st_mode)) {
-			int sub = openat(dirfd(d), de->d_name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-
-			if (sub < 0) {
-				ret = -errno;
-				log_err("scan %s: %s", path, strerror(errno));
-				break;
-			}
-			ret = scan_dir(sc, sub, path, depth + 1);
-			if (ret)
-				break;
-		}
-	}
-	if (!ret && errno)
-		ret = -errno;
-	closedir(d);
-	return ret;
-}
-
+/* CACHE_DIR/snapshots/<XXH3-128 of the root path><@ext> */
 static void snapshot_path(const struct sfs_config *cfg, const char *root,
-			  char *buf, size_t len)
+			  const char *ext, char *buf, size_t len)
 {
 	struct sfs_id id;
 	char hex[SFS_ID_HEX_LEN + 1];
 
 	sfs_id_of(root, strlen(root), &id);
 	sfs_id_hex(&id, hex);
-	snprintf(buf, len, "%s/snapshots/%s.manifest", cfg->cache_dir, hex);
+	snprintf(buf, len, "%s/snapshots/%s%s", cfg->cache_dir, hex, ext);
 }
 
+/*
+ * The stamp file (<id>.dirs) that lets a mount reuse <id>.manifest: which
+ * manifest file it goes with (inode number, size and mtime of the file as
+ * written: a later scan renames a new file over it), the chunk size it was
+ * scanned with, and the directories' stamps (dirscan.h).  The manifest's
+ * bytes are checked by manifest_open(), as for any manifest, not here: the
+ * reuse costs no pass over them.
+ */
+struct stamp_hdr {
+	char magic[8];		/* STAMP_FILE_MAGIC */
+	uint32_t chunk_size;
+	uint32_t zero;
+	uint64_t manifest_ino;
+	uint64_t manifest_len;
+	int64_t manifest_mtime_ns;
+};
+
+#define STAMP_FILE_MAGIC	"SFSDIRS2"
+
+static int64_t mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+/* Read the whole of @path (at most @max bytes).  Returns 0 or -errno. */
+static int read_whole(const char *path, size_t max, void **out, size_t *outlen)
+{
+	struct stat st;
+	void *buf;
+	int fd, ret = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+		ret = -EINVAL;
+		goto out_close;
+	}
+	buf = malloc((size_t)st.st_size ? (size_t)st.st_size : 1);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto out_close;
+	}
+	if (pread_full(fd, buf, (size_t)st.st_size, 0) != st.st_size) {
+		free(buf);
+		ret = -EIO;
+		goto out_close;
+	}
+	*out = buf;
+	*outlen = (size_t)st.st_size;
+out_close:
+	close(fd);
+	return ret;
+}
+
+/*
+ * Save the scan's manifest (for offline mounts and reuse) and its stamps
+ * (for reuse).  The manifest goes first: a crash between the two leaves
+ * stamps naming another manifest's hash, which are then not used.
+ */
 static int snapshot_save(const struct sfs_config *cfg, const char *root,
-			 const void *buf, size_t len)
+			 const struct dirscan_result *r)
 {
 	char path[PATH_MAX], dir[PATH_MAX];
+	struct stamp_hdr h = { .magic = STAMP_FILE_MAGIC };
+	struct stat st;
+	char *buf;
 	int ret;
 
 	snprintf(dir, sizeof(dir), "%s/snapshots", cfg->cache_dir);
 	ret = mkdir_p(dir, 0700);
 	if (ret)
 		return ret;
-	snapshot_path(cfg, root, path, sizeof(path));
-	return write_file_atomic(path, buf, len, 0600, true);
+	snapshot_path(cfg, root, ".manifest", path, sizeof(path));
+	ret = write_file_atomic(path, r->manifest, r->manifest_len, 0600, true);
+	if (ret)
+		return ret;
+	if (stat(path, &st) < 0)
+		return -errno;
+	h.chunk_size = (uint32_t)cfg->chunk_size;
+	h.manifest_ino = (uint64_t)st.st_ino;
+	h.manifest_len = (uint64_t)st.st_size;
+	h.manifest_mtime_ns = mtime_ns(&st);
+	buf = malloc(sizeof(h) + r->stamps_len);
+	if (!buf)
+		return -ENOMEM;
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), r->stamps, r->stamps_len);
+	snapshot_path(cfg, root, ".dirs", path, sizeof(path));
+	ret = write_file_atomic(path, buf, sizeof(h) + r->stamps_len, 0600, true);
+	free(buf);
+	return ret;
 }
 
 /* The saved snapshot, mapped (manifest_open_file). */
@@ -216,65 +174,122 @@ static int snapshot_load(const struct sfs_config *cfg, const char *root,
 	char path[PATH_MAX];
 	int ret;
 
-	snapshot_path(cfg, root, path, sizeof(path));
+	snapshot_path(cfg, root, ".manifest", path, sizeof(path));
 	ret = manifest_open_file(path, out, err, errlen);
 	if (ret == -ENOENT && err && errlen)
 		err[0] = '\0';	/* no snapshot: nothing more to say */
 	return ret;
 }
 
+/* Scan threads: the setting, or 4 per CPU we may run on, 8 to 64. */
+static unsigned scan_threads(const struct sfs_config *cfg)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (cfg->dir_scan_threads)
+		return cfg->dir_scan_threads;
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		n = CPU_COUNT(&set);
+	return (unsigned)MIN(MAX(4 * n, 8), 64);
+}
+
+/*
+ * Reuse the saved scan of @d->root if its stamps match (same chunk size,
+ * same manifest bytes, every directory's inode number, mtime and ctime
+ * unchanged).  Returns 0 with d->be.m set, or 1 (a new scan is needed,
+ * logged with the reason).
+ */
+static int dir_reuse(struct backend_dir *d, const struct sfs_config *cfg, int rootfd)
+{
+	char path[PATH_MAX], why[PATH_MAX + 512] = "", merr[256];
+	struct stamp_hdr h;
+	struct stat mst;
+	void *st = NULL;
+	size_t stlen = 0;
+	uint64_t t0 = now_ms(), t1, t2;
+	int ret;
+
+	snapshot_path(cfg, d->root, ".dirs", path, sizeof(path));
+	ret = read_whole(path, SIZE_MAX, &st, &stlen);
+	if (ret == -ENOENT) {
+		log_info("%s: no saved scan: scanning", d->root);
+		return 1;
+	}
+	if (ret || stlen < sizeof(h)) {
+		snprintf(why, sizeof(why), "%s: %s", path, ret ? strerror(-ret) : "truncated");
+		goto rescan;
+	}
+	memcpy(&h, st, sizeof(h));
+	if (memcmp(h.magic, STAMP_FILE_MAGIC, sizeof(h.magic))) {
+		snprintf(why, sizeof(why), "%s: not a stamp file", path);
+		goto rescan;
+	}
+	if (h.chunk_size != cfg->chunk_size) {
+		snprintf(why, sizeof(why), "scanned with chunk_size %u, now %" PRIu64,
+			 h.chunk_size, cfg->chunk_size);
+		goto rescan;
+	}
+	ret = dirscan_unchanged(rootfd, (char *)st + sizeof(h), stlen - sizeof(h),
+				scan_threads(cfg), why, sizeof(why));
+	if (ret < 0)
+		snprintf(why, sizeof(why), "%s: bad stamps", path);
+	if (ret)
+		goto rescan;
+	t1 = now_ms();
+	snapshot_path(cfg, d->root, ".manifest", path, sizeof(path));
+	if (stat(path, &mst) < 0 || (uint64_t)mst.st_ino != h.manifest_ino ||
+	    (uint64_t)mst.st_size != h.manifest_len || mtime_ns(&mst) != h.manifest_mtime_ns) {
+		snprintf(why, sizeof(why), "%s is not the manifest the stamps were saved with", path);
+		goto rescan;
+	}
+	/* mapped, not read: its parts are verified as they are touched */
+	ret = manifest_open_file(path, &d->be.m, merr, sizeof(merr));
+	if (ret) {
+		snprintf(why, sizeof(why), "%s: %s", path, merr[0] ? merr : strerror(-ret));
+		goto rescan;
+	}
+	t2 = now_ms();
+	log_info("%s: unchanged since its last scan (%" PRIu64 " entries): reused it in %" PRIu64 " ms (stamps checked %" PRIu64 ", manifest mapped %" PRIu64 ")",
+		 d->root, manifest_nentries(d->be.m), t2 - t0, t1 - t0, t2 - t1);
+	free(st);
+	return 0;
+
+rescan:
+	log_notice("%s: scanning again: %s", d->root, why);
+	free(st);
+	return 1;
+}
+
 static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 		    int rootfd, char *err, size_t errlen)
 {
-	struct scan sc = { 0 };
-	struct stat st;
-	struct sfs_attr a;
-	void *buf = NULL;
-	size_t len = 0;
+	struct dirscan_result r;
+	unsigned threads = scan_threads(cfg);
 	uint64_t t0 = now_ms();
 	int ret;
 
-	if (fstat(rootfd, &st) < 0) {
-		ret = -errno;
-		close(rootfd);
-		return ret;
-	}
-	sc.b = manifest_builder_create(d->be.chunk_size);
-	if (!sc.b) {
-		close(rootfd);
-		return -ENOMEM;
-	}
-	attr_from_stat(&st, &a);
-	ret = manifest_builder_add(sc.b, "", &a, NULL, NULL, 0);
-	if (!ret)
-		ret = scan_dir(&sc, rootfd, "", 0);
-	else
-		close(rootfd);
-	if (!ret)
-		ret = manifest_builder_finish(sc.b, 0, &buf, &len);
-	manifest_builder_destroy(sc.b);
-	inomap_release(&sc.links);
-	if (ret) {
-		snprintf(err, errlen, "scanning %s failed: %s", d->root, strerror(-ret));
-		return ret;
-	}
-	ret = snapshot_save(cfg, d->root, buf, len);
+	ret = dirscan_run(rootfd, d->root, threads, d->be.chunk_size, &r, err, errlen);
 	if (ret)
-		log_warn("cannot save the snapshot of %s in the cache: %s (offline remounts will not work)",
+		return ret;
+	log_info("scanned %s: %" PRIu64 " entries in %" PRIu64 " directories, %" PRIu64 " bytes in %" PRIu64 " ms (%u threads)",
+		 d->root, r.entries, r.dirs, r.bytes, now_ms() - t0, threads);
+	ret = snapshot_save(cfg, d->root, &r);
+	if (ret)
+		log_warn("cannot save the snapshot of %s in the cache: %s (remounts will scan again, offline remounts will not work)",
 			 d->root, strerror(-ret));
+	free(r.stamps);
 	/* served from the saved file, mapped: the daemon keeps no copy */
 	if (!ret && snapshot_load(cfg, d->root, &d->be.m, NULL, 0) == 0) {
-		free(buf);
+		free(r.manifest);
 	} else {
-		ret = manifest_open(buf, len, &d->be.m, err, errlen);
-		if (ret) {
-			free(buf);
-			return ret;
-		}
+		ret = manifest_open(r.manifest, r.manifest_len, &d->be.m, err, errlen);
+		if (ret)
+			free(r.manifest);
 	}
-	log_info("scanned %s: %" PRIu64 " entries, %" PRIu64 " bytes in %" PRIu64 " ms",
-		 d->root, sc.entries, sc.bytes, now_ms() - t0);
-	return 0;
+	/* the builder's memory, freed in the scan threads' arenas, back to the system */
+	malloc_trim(0);
+	return ret;
 }
 
 static int dir_create(const char *uri, const struct sfs_config *cfg,
@@ -295,17 +310,24 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 	d->be.chunk_size = (uint32_t)cfg->chunk_size;
 	d->be.uri = strdup(uri);
 	d->root = strdup(path);
-	if (!d->be.uri || !d->root) {
+	d->stamps = malloc(PATH_MAX);
+	if (!d->be.uri || !d->root || !d->stamps) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
 	/* strip trailing slashes so the snapshot key is stable */
 	for (size_t n = strlen(d->root); n > 1 && d->root[n - 1] == '/'; n--)
 		d->root[n - 1] = '\0';
+	snapshot_path(cfg, d->root, ".dirs", d->stamps, PATH_MAX);
 
 	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd >= 0) {
-		ret = dir_scan(d, cfg, rootfd, err, errlen);
+		ret = 1;
+		if (cfg->dir_reuse_scan)
+			ret = dir_reuse(d, cfg, rootfd);
+		if (ret)
+			ret = dir_scan(d, cfg, rootfd, err, errlen);
+		close(rootfd);
 		if (ret)
 			goto out_free;
 	} else {
@@ -331,6 +353,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 	return 0;
 
 out_free:
+	free(d->stamps);
 	free(d->root);
 	free(d->be.uri);
 	free(d);
@@ -342,6 +365,7 @@ static void dir_destroy(struct backend *be)
 	struct backend_dir *d = to_dir(be);
 
 	manifest_close(d->be.m);
+	free(d->stamps);
 	free(d->root);
 	free(d->be.uri);
 	free(d);
@@ -385,6 +409,14 @@ static int dir_source_open(struct backend *be, const struct sfs_attr *file,
 		log_err("source %s changed since it was mounted: remount to see the new version",
 			path);
 		close(fd);
+		/*
+		 * Changed in place, which the directory stamps cannot see:
+		 * drop them, so that the next mount scans again.
+		 */
+		if (d->stamps && !atomic_exchange(&d->stale, true) &&
+		    unlink(d->stamps) < 0 && errno != ENOENT)
+			log_warn("%s: %s (the next mount may reuse a stale scan)",
+				 d->stamps, strerror(errno));
 		return -EIO;
 	}
 	*off = (off_t)idx * be->chunk_size;

@@ -117,14 +117,68 @@ static const struct opt opts[] = {
 		"(its affinity mask), at least 16, at most 64. Threads start on "
 		"demand and are kept (none is ended when idle)." },
 	{ "entry_timeout", OPT_DURATION, O(entry_timeout_ms), "1h", 0, 0,
-	  "kernel dentry cache lifetime (datasets are immutable)",
+	  "how long the kernel trusts a name lookup before asking again (datasets are immutable)",
 	  .doc =
-		"How long the kernel caches name lookups. Datasets are immutable, "
-		"so long is safe." },
+		"How long the kernel trusts a name lookup (and a negative one) "
+		"before it asks the daemon again at the entry's next use. Datasets "
+		"are immutable, so long is safe, and short costs a LOOKUP round "
+		"trip per path component per use once expired (`0`: on every path "
+		"walk). It does not bound the kernel's memory: an expired entry "
+		"stays cached until reclaimed; `kernel_inodes_max` bounds that." },
 	{ "attr_timeout", OPT_DURATION, O(attr_timeout_ms), "1h", 0, 0,
-	  "kernel attribute cache lifetime",
+	  "how long the kernel trusts an inode's attributes before asking again",
 	  .doc =
-		"How long the kernel caches attributes." },
+		"How long the kernel trusts attributes before a `stat` asks the "
+		"daemon again (a GETATTR round trip). Like `entry_timeout`, it frees"
+		" no kernel memory." },
+	{ "kernel_inodes_max", OPT_UINT, O(kernel_inodes_max), "1000000", 0, 2000000000,
+	  "most inodes (and dentries) the kernel keeps for the mount, ~1.1 KiB of slab each; above it the oldest are pruned (Linux >= 6.18); 0 = left to the kernel's reclaim",
+	  .doc =
+		"Most inodes the kernel keeps for this mount. Each entry a walk "
+		"(`find`, `ls -l`, a DataLoader's first epoch) looks up leaves an "
+		"inode and a dentry in the kernel, about 1.1 KiB of slab "
+		"(`fuse_inode` 896 B, `dentry` 192 B), kept once unused until "
+		"memory pressure reclaims them: 9 GB after a walk of 10 M entries. "
+		"`entry_timeout` and `attr_timeout` do not free them (an expired "
+		"FUSE dentry is only looked up again at its next use). Above this "
+		"many the daemon asks the kernel to drop the oldest it looked up "
+		"(`FUSE_NOTIFY_PRUNE`, FUSE 7.45, Linux 6.18) down to 90 %: an "
+		"unused one is evicted (its FORGET follows), one in use (open, a "
+		"cwd, a directory with cached children) stays and is asked again "
+		"later. Cost: an evicted file's next access is a LOOKUP round trip "
+		"and its page cache is gone (the next read comes from the daemon's "
+		"cache file); the daemon keeps 40-72 bytes per inode counted. The "
+		"default bounds the slab near 1.1 GB. `0`, or an older kernel (said"
+		" once in the log): the kernel's own reclaim decides. "
+		"`.stagefs/stats` shows `kernel_inodes` (counted now) and "
+		"`kernel_prunes` (asked so far)." },
+	{ "readdirplus", OPT_AUTO, O(readdirplus), "auto", 0, 0,
+	  "directory listings with attributes (READDIRPLUS); auto = the kernel's adaptive mode, on = always, off = never (names only; a stat is a LOOKUP)",
+	  .doc =
+		"Whether directory listings carry each entry's attributes "
+		"(`READDIRPLUS`). A READDIRPLUS reply makes the kernel create an "
+		"inode and a dentry for every entry listed, which `ls -l` and a "
+		"DataLoader's `stat` then use without a LOOKUP, but which a "
+		"names-only walk (`find`, `os.scandir` without `stat`) pays for and "
+		"leaves in memory (`kernel_inodes_max`). `auto`: the kernel's "
+		"adaptive mode (the first part of a listing with attributes, the "
+		"rest too only if entries of the directory were looked up). `on`: "
+		"always. `off`: names only; each `stat` is then a LOOKUP round trip"
+		" (`benchmarks.md`, scale check)." },
+	{ "readdirplus_max", OPT_UINT, O(readdirplus_max), "32", 0, 1000000,
+	  "most entries in one READDIRPLUS reply (the kernel lists the rest names-only unless the entries are being stat'ed); 0 = as many as fit",
+	  .doc =
+		"Most entries one READDIRPLUS reply carries. With `readdirplus = "
+		"auto` the kernel asks for the first part of a listing with "
+		"attributes and the rest with plain READDIR, unless entries of the "
+		"directory were used in between (`ls -l` stats them): a short first"
+		" reply keeps a names-only walk from making an inode for every "
+		"entry, while `ls -l` still gets attributes. Linux 6.18 asks for "
+		"up to 128 KiB at once, so without a cap `find` instantiated every "
+		"entry of each directory of up to ~750 entries. Measured at 1 M "
+		"files, caches dropped (`benchmarks.md`, scale check): no cap, "
+		"`find` 2.6-3.1x ext4 and `ls -l` of 100,000 entries 0.5x; 256: "
+		"1.1x and 0.47x; 32: 0.6x and 0.6x. `0`: as many as fit." },
 	{ "read_ahead_kb", OPT_UINT, O(read_ahead_kb), "4096", 0, 65536,
 	  "bdi read_ahead_kb set on the mount (larger READ requests)",
 	  .doc =
@@ -222,6 +276,55 @@ static const struct opt opts[] = {
 		"them. Costs a wasted read of the file for a LOOKUP that no read "
 		"follows (`stat` of many files). `0`: never. See `passthrough.md`, "
 		"\"Small files with a cold page cache\"." },
+	{ "xattrs", OPT_BOOL, O(xattrs), "no", 0, 0,
+	  "serve the user.stagefs.* extended attributes; no: the kernel is told at the first getxattr/listxattr that there are none and never asks again (ls -l probes two per file)",
+	  .doc =
+		"Serve the read-only `user.stagefs.content`, `user.stagefs.cached` "
+		"and `user.stagefs.source` extended attributes. A dataset has no "
+		"other attributes, yet `ls -l` asks for two per file "
+		"(`security.selinux`, `system.posix_acl_access`) and the kernel "
+		"does not cache the answers, so with `yes` each costs a round trip "
+		"to the daemon (`ls -l` of 10,000 files: 20,000 requests, 3-4x the "
+		"time of ext4). With `no` (the default) the first GETXATTR or "
+		"LISTXATTR is answered `ENOSYS`, and the kernel then answers every "
+		"later one itself (`EOPNOTSUPP`, for every file of the mount) with "
+		"no request. The facts stay available another way: how much of a "
+		"file is cached from `stagefs warmup --check [--json] PATH` "
+		"(`user.stagefs.cached`), the dataset's URI from `source` in "
+		"`.stagefs/stats` (`user.stagefs.source`); a file's cache identity "
+		"(`user.stagefs.content`, the name of its cache file) only from a "
+		"mount with `-o xattrs=yes`, as the benchmarks mount. Fixed for the "
+		"mount's lifetime: the kernel remembers `ENOSYS` until unmount." },
+	{ "dir_scan_threads", OPT_UINT, O(dir_scan_threads), "0", 0, 256,
+	  "threads scanning a dir:// source at mount (and checking a saved scan); 0 = 4 per CPU, 8 to 64",
+	  .doc =
+		"Threads that scan a `dir://` source at mount, each reading whole "
+		"directories and `lstat`ing their entries, and that check a saved "
+		"scan's directories (`dir_reuse_scan`). A scan waits on the disk "
+		"or, on NFS and Lustre, on the server for each entry, so more "
+		"threads than CPUs pay off there. `0`: 4 per CPU the daemon may run"
+		" on, at least 8, at most 64." },
+	{ "dir_reuse_scan", OPT_BOOL, O(dir_reuse_scan), "yes", 0, 0,
+	  "dir://: mount from the scan saved at the last mount when no directory of the source changed (mtime, ctime, inode); no = always scan",
+	  .doc =
+		"A `dir://` mount saves its scan (the manifest and a stamp of every"
+		" directory: inode number, mtime, ctime) under "
+		"`CACHE_DIR/snapshots/`. With `yes` the next mount of the same path"
+		" and `chunk_size` stats each directory once and, if none changed, "
+		"serves the saved scan instead of scanning again (1 M files in "
+		"1,000 directories: well under a second against a full scan). "
+		"Adding, removing or renaming an entry changes its directory's "
+		"mtime and ctime, so a new, deleted or renamed file or directory "
+		"is seen. **What the check cannot see**: a file rewritten, "
+		"truncated, `chmod`ed, `chown`ed or `touch`ed in place (no name "
+		"added or removed), and a directory change whose times equal the "
+		"recorded ones (timestamps set back with `touch -d`, a timestamp "
+		"granularity coarser than the change, an NFS client still caching "
+		"the old attributes: `actimeo`). A file changed in place is still "
+		"never served mixed: a read of it fails with `EIO` (its size, mtime"
+		" and ctime no longer match) and the saved stamps are removed, so "
+		"the next mount scans. To force a scan: `-o dir_reuse_scan=no`, or "
+		"delete `CACHE_DIR/snapshots/*.dirs`." },
 	{ "allow_other", OPT_BOOL, O(allow_other), "yes", 0, 0,
 	  "let users other than the mounter read (access rules still apply)",
 	  .doc =

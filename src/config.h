@@ -57,6 +57,12 @@ struct sfs_config {
 	enum cfg_auto no_open;		/* FUSE no-open mode (fuse/noopen.h) */
 	enum cfg_auto uring;		/* FUSE over io_uring (fuse/uring.h) */
 	uint64_t lookup_readahead_max;	/* cached files up to this size are read ahead at LOOKUP */
+	bool xattrs;			/* serve user.stagefs.*; no: ENOSYS, the kernel stops asking */
+	uint32_t dir_scan_threads;	/* dir:// scan threads; 0 = from the CPUs */
+	bool dir_reuse_scan;		/* dir://: reuse the saved scan of an unchanged tree */
+	uint32_t kernel_inodes_max;	/* inodes the kernel keeps for the mount; 0 = unbounded */
+	enum cfg_auto readdirplus;	/* READDIRPLUS: auto = the kernel's adaptive mode */
+	uint32_t readdirplus_max;	/* entries per READDIRPLUS reply; 0 = as many as fit */
 	bool allow_other;
 	char *runtime_dir;
 	uint32_t control_max_connections;	/* control-socket connections, all users */

@@ -301,6 +301,8 @@ sfs_mount() {
 	mkdir -p "$mnt" "$WORK/run/$NMOUNT" "$WORK/log"
 	MOUNT_LOG=$WORK/log/mount.$NMOUNT.log
 	t0=$(now_ms)
+	# the user.stagefs.content xattr finds the cache files (cache_files)
+	has_option xattrs && opts="xattrs=yes${opts:+,$opts}"
 	CEPH_ARGS=${MOUNT_CEPH_ARGS:-${CEPH_ARGS:-}} "$STAGEFS" -f "${cargs[@]}" -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}${BENCH_MOUNT_OPTS:+,$BENCH_MOUNT_OPTS}" \
 		"$src" "$mnt" </dev/null >"$MOUNT_LOG" 2>&1 &
 	pid=$!

@@ -12,7 +12,7 @@ head -c $((16 * M + 5)) /dev/urandom >"$src/part.bin"
 want_full=$(sha256 "$src/full.bin")
 want_part=$(sha256 "$src/part.bin")
 
-sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto
+sfs_mount "dir://$src" "$mnt" chunk_size=1M passthrough=auto xattrs=yes
 [[ $(stat_get "$mnt" passthrough_active) -eq 1 ]] ||
 	skip "passthrough is not available here: $(grep -o 'passthrough: off.*' "$(sfs_log "$mnt")" || echo 'no reason logged')"
 

@@ -21,6 +21,7 @@ write_conf() {
 [stagefs]
 chunk_size = 1M
 cache_size = 64M
+xattrs = yes
 
 [quota]
 default = none

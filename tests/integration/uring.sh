@@ -42,7 +42,7 @@ sfs_umount "$T/mnt"
 # --- on: the daemon sets the parameter; every path goes through the rings ----
 # passthrough=off,no_open=off: the daemon path with OPEN, cold: READs wait for
 # the backend and are answered from the I/O engine's thread, not the ring's.
-sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=on passthrough=off no_open=off
+sfs_mount "dir://$T/src" "$T/mnt" chunk_size=1M uring=on passthrough=off no_open=off xattrs=yes
 [[ $(cat "$PARAM") == Y ]] || die "uring=on did not set $PARAM"
 assert_eq "$(stat_get "$T/mnt" fuse_uring_active)" 1 "fuse_uring_active with uring=on"
 r0=$(stat_get "$T/mnt" fuse_uring_requests)

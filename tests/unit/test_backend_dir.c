@@ -4,7 +4,8 @@
  * bytes; hard links (one inode, the source's nlink, one content id); files
  * changed after the scan give -EIO; a removed source is served
  * from the snapshot saved in the cache dir (with the cache still serving
- * its bytes); URI forms and errors.
+ * its bytes); URI forms and errors; the saved scan reused for an unchanged
+ * tree, and not for a changed one, bad stamps or dir_reuse_scan = no.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -706,6 +707,169 @@ static void test_hard_links(void **state)
 	backend_close(be);
 }
 
+/* The stamp file of the saved scan of @t's source (the only one there). */
+static void stamps_path(const struct tctx *t, char *out, size_t len)
+{
+	char cmd[PATH_MAX * 2];
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "ls %s/snapshots/*.dirs", t->cdir);
+	f = popen(cmd, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(out, (int)len, f));
+	out[strcspn(out, "\n")] = '\0';
+	pclose(f);
+}
+
+/* Rewrite @rel in place with the same size: no directory changes. */
+static void rewrite_in_place(const struct tctx *t, const char *rel)
+{
+	char p[PATH_MAX * 2];
+	int fd;
+
+	usleep(20000);
+	sub(t, rel, p, sizeof(p));
+	fd = open(p, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, "NEWBYTES!!", 10, 0), 10);
+	close(fd);
+}
+
+/*
+ * An unchanged tree is served from the saved scan: proven by a file
+ * rewritten in place (which the directory stamps cannot see) still having
+ * its old attributes, so that its read fails with EIO; that EIO removes the
+ * stamps, and the next mount scans and serves the new bytes.
+ */
+static void test_reuse_saved_scan(void **state)
+{
+	struct tctx *t = *state;
+	struct backend *be = open_be(t->uri, &t->cfg);
+	unsigned char buf[16];
+	char stamps[PATH_MAX * 2];
+	struct sfs_attr a, b;
+
+	lookup_path(be, "file with space", &a);
+	backend_close(be);
+	stamps_path(t, stamps, sizeof(stamps));
+	rewrite_in_place(t, "file with space");
+
+	be = open_be(t->uri, &t->cfg);
+	lookup_path(be, "file with space", &b);
+	assert_true(sfs_id_eq(&a.content, &b.content));	/* the saved scan's */
+	check_attr(t, be, "sub/deeper/c.bin");
+	check_chunks(be, "sub/deeper/c.bin", 6);
+	assert_int_equal(be->ops->read_chunk(be, &b, 0, buf, 10), -EIO);
+	assert_int_equal(access(stamps, F_OK), -1);	/* removed by that EIO */
+	backend_close(be);
+
+	be = open_be(t->uri, &t->cfg);
+	lookup_path(be, "file with space", &b);
+	assert_false(sfs_id_eq(&a.content, &b.content));
+	assert_int_equal(be->ops->read_chunk(be, &b, 0, buf, 10), 10);
+	assert_memory_equal(buf, "NEWBYTES!!", 10);
+	assert_int_equal(access(stamps, F_OK), 0);	/* saved again */
+	backend_close(be);
+}
+
+/* A name added, removed or renamed anywhere, or a chmod of a directory: a scan. */
+static void test_reuse_sees_names(void **state)
+{
+	struct tctx *t = *state;
+	struct backend *be = open_be(t->uri, &t->cfg);
+	char p[PATH_MAX * 2], q[PATH_MAX * 2];
+	struct sfs_attr a;
+
+	backend_close(be);
+	make_file(t->src, "sub/deeper/new.bin", 7, 100, 0644);
+	be = open_be(t->uri, &t->cfg);
+	lookup_path(be, "sub/deeper/new.bin", &a);
+	assert_int_equal(a.size, 100);
+	backend_close(be);
+
+	sub(t, "sub/deeper/new.bin", p, sizeof(p));
+	sub(t, "sub/deeper/renamed.bin", q, sizeof(q));
+	assert_int_equal(rename(p, q), 0);
+	be = open_be(t->uri, &t->cfg);
+	assert_int_equal(be->ops->lookup(be, SFS_ROOT_INO, "sub", &a), 0);
+	lookup_path(be, "sub/deeper", &a);
+	assert_int_equal(be->ops->lookup(be, a.ino, "new.bin", &a), -ENOENT);
+	lookup_path(be, "sub/deeper/renamed.bin", &a);
+	backend_close(be);
+
+	sub(t, "sub", p, sizeof(p));
+	assert_int_equal(chmod(p, 0700), 0);	/* the directory's ctime */
+	be = open_be(t->uri, &t->cfg);
+	lookup_path(be, "sub", &a);
+	assert_int_equal(a.mode & 07777, 0700);
+	backend_close(be);
+}
+
+/* Stamps that are not well formed, or of another chunk size: a scan, never a failure. */
+static void test_reuse_bad_stamps(void **state)
+{
+	struct tctx *t = *state;
+	struct backend *be = open_be(t->uri, &t->cfg);
+	char stamps[PATH_MAX * 2], err[256];
+	unsigned char *good;
+	struct stat st;
+	size_t len;
+	int fd;
+
+	backend_close(be);
+	stamps_path(t, stamps, sizeof(stamps));
+	assert_int_equal(stat(stamps, &st), 0);
+	len = (size_t)st.st_size;
+	good = malloc(len);
+	fd = open(stamps, O_RDONLY);
+	assert_int_equal(pread_full(fd, good, len, 0), (ssize_t)len);
+	close(fd);
+	for (size_t cut = 0; cut < len; cut += 1 + cut / 3) {
+		/* truncated, then the same length with one byte flipped */
+		for (int flip = 0; flip < 2; flip++) {
+			unsigned char *bad = malloc(len);
+
+			memcpy(bad, good, len);
+			if (flip)
+				bad[cut] ^= 0x5a;
+			assert_int_equal(write_file_atomic(stamps, bad, flip ? len : cut,
+							   0600, false), 0);
+			free(bad);
+			be = open_be(t->uri, &t->cfg);
+			check_attr(t, be, "sub/deeper/c.bin");
+			check_chunks(be, "a.txt", 1);
+			backend_close(be);
+		}
+	}
+	free(good);
+
+	/* another chunk size: scanned again, with its own chunk size */
+	assert_int_equal(config_set(&t->cfg, "chunk_size", "128K", err, sizeof(err)), 0);
+	be = open_be(t->uri, &t->cfg);
+	assert_int_equal(be->chunk_size, 128 * 1024);
+	check_chunks(be, "a.txt", 1);
+	backend_close(be);
+}
+
+/* dir_reuse_scan = no: always a scan. */
+static void test_reuse_off(void **state)
+{
+	struct tctx *t = *state;
+	struct backend *be = open_be(t->uri, &t->cfg);
+	unsigned char buf[16];
+	char err[256];
+	struct sfs_attr a;
+
+	backend_close(be);
+	rewrite_in_place(t, "file with space");
+	assert_int_equal(config_set(&t->cfg, "dir_reuse_scan", "no", err, sizeof(err)), 0);
+	be = open_be(t->uri, &t->cfg);
+	lookup_path(be, "file with space", &a);
+	assert_int_equal(be->ops->read_chunk(be, &a, 0, buf, 10), 10);
+	assert_memory_equal(buf, "NEWBYTES!!", 10);
+	backend_close(be);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -720,6 +884,10 @@ int main(void)
 		T(test_offline_bad_snapshot),
 		T(test_offline_serves_cache),
 		T(test_uris),
+		T(test_reuse_saved_scan),
+		T(test_reuse_sees_names),
+		T(test_reuse_bad_stamps),
+		T(test_reuse_off),
 #undef T
 	};
 
