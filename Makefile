@@ -41,7 +41,7 @@ ifeq ($(HAVE_CUDA),y)
 GPU_BENCH     = tools/gpubench
 endif
 
-all: stagefs $(TOOLS) tools/readbench gpudirect/libstagefs.so $(GPU_BENCH)
+all: stagefs $(TOOLS) tools/readbench tools/aubench gpudirect/libstagefs.so $(GPU_BENCH)
 
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
@@ -85,6 +85,10 @@ gpudirect/libstagefs.so: gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudi
 # the reader tools/bench.sh times (plain C, no stagefs code)
 tools/readbench: tools/readbench.o
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $<
+
+# simulated accelerators and their utilization (tools/bench.sh au; no stagefs code)
+tools/aubench: tools/aubench.o
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< -lpthread -lm
 
 # libstagefs's GPU feed rate against its ceilings (tools/bench.sh gpu)
 tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
@@ -170,7 +174,7 @@ tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
 fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/gpubench
+	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/aubench tools/gpubench
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 distclean: clean
