@@ -54,13 +54,16 @@
  * scales linearly.
  *
  * search: the first trial is at N = -n START (default: the most the data
- * allows, at most -m, default 64): far past the knee, throughput alone
+ * allows, at most -m, default 64; the data allows N while each accelerator
+ * gets -M, default 10, steps an epoch): far past the knee, throughput alone
  * bounds AU, so after a failure at H with AU a the next trial is at
  * floor(H * a / pass) when that lies between the largest passing and the
  * smallest failing N tried, else at their midpoint; after a pass at L
  * with no failure yet, at 2L.  It ends when they are adjacent.  With -H, before
  * each trial aubench writes "prepare N" on stdout and reads a line from
- * stdin: "go" starts the trial, "go SECONDS" starts it and counts SECONDS of
+ * stdin (-L LISTDIR takes the file names and sizes from LISTDIR/WORKLOAD,
+ * so DIR may be mounted or filled only by the caller's preparation; a file
+ * read back with another size is a read error): "go" starts the trial, "go SECONDS" starts it and counts SECONDS of
  * idle accelerators into the wall time (staging done by the caller before
  * training could start, e.g. copy-then-read), "stop" ends the search.
  *
@@ -107,7 +110,7 @@ static const struct aub_workload aub_workloads[] = {
 struct aub_opts {
 	const struct aub_workload *wl;
 	const char *dir;		/* DIR/WORKLOAD */
-	unsigned threads, batch, prefetch, epochs, per_file;
+	unsigned threads, batch, prefetch, epochs, per_file, min_steps;
 	double compute, scale, pass;
 	uint64_t seed;
 	bool drop;
@@ -216,9 +219,10 @@ static void aub_set_release(struct aub_set *s)
 
 /*
  * Load the regular, non-empty files of @dir (not recursive), sorted by
- * name, with their sizes.  Returns 0 or -errno; release with aub_set_release().
+ * name, with their sizes; with @readdir_, their paths are the same names
+ * under @readdir_ (listed in one place, read in another).  Returns 0 or -errno; release with aub_set_release().
  */
-static int aub_set_load(struct aub_set *s, const char *dir)
+static int aub_set_load(struct aub_set *s, const char *dir, const char *readdir_)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -241,6 +245,13 @@ static int aub_set_load(struct aub_set *s, const char *dir)
 		if (stat(p, &st) || !S_ISREG(st.st_mode) || st.st_size == 0) {
 			free(p);
 			continue;
+		}
+		if (readdir_) {
+			free(p);
+			if (asprintf(&p, "%s/%s", readdir_, e->d_name) < 0) {
+				err = -ENOMEM;
+				break;
+			}
 		}
 		if (s->n == cap) {
 			struct aub_file *nv = realloc(s->v, (cap ? cap * 2 : 256) * sizeof(*nv));
@@ -352,6 +363,9 @@ static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf
 				break;
 			got += (uint64_t)r;
 		}
+		/* a file of one sample must end there: else it is not the listed file */
+		if (got == want && o->per_file == 1 && read(fd, buf, 1) != 0)
+			got++;
 		if (got != want) {
 			aub_read_error(a, f->path, err);
 			aub_unclaim(a);
@@ -627,10 +641,11 @@ static void aub_print(const char *kind, const struct aub_opts *o, const struct a
 /* search */
 
 /*
- * The most accelerators of which each gets at least one full batch an
- * epoch, whatever the shuffle deals it (files dealt round-robin: each gets
- * at least floor(files / N) of them, of at least the smallest file's
- * samples).
+ * The most accelerators of which each gets at least o->min_steps full
+ * batches an epoch, whatever the shuffle deals it (files dealt round-robin:
+ * each gets at least floor(files / N) of them, of at least the smallest
+ * file's samples).  Fewer steps and the first batch of an epoch, which is
+ * always waited for, would weigh in AU more than the storage does.
  */
 static unsigned aub_max_n(const struct aub_opts *o, const struct aub_set *set)
 {
@@ -644,7 +659,7 @@ static unsigned aub_max_n(const struct aub_opts *o, const struct aub_set *set)
 			least = ns;
 	}
 	for (unsigned n = 1; n <= AUB_MAX_N && n <= set->n; n++)
-		if ((set->n / n) * least >= o->batch)
+		if ((set->n / n) * least >= (uint64_t)o->batch * o->min_steps)
 			best = n;
 	return best;
 }
@@ -827,7 +842,8 @@ static void aub_usage(FILE *f)
 		"       aubench run -w WORKLOAD -n N [options] DIR\n"
 		"       aubench search -w WORKLOAD [-n START] [-m MAX] [-H] [options] DIR\n"
 		"options: -t READERS -b BATCH -c COMPUTE_S -S SCALE -p PREFETCH -e EPOCHS\n"
-		"         -P PASS -k SAMPLES_PER_FILE -s SEED -z SIZE_SCALE -D (drop caches per epoch)\n"
+		"         -P PASS -k SAMPLES_PER_FILE -s SEED -z SIZE_SCALE -M MIN_STEPS\n"
+		"         -D (drop caches per epoch) -L LISTDIR (list LISTDIR/WORKLOAD, read DIR/WORKLOAD)\n"
 		"WORKLOAD: unet3d resnet50 cosmoflow; files are read from DIR/WORKLOAD/\n");
 }
 
@@ -860,10 +876,10 @@ static bool aub_double(const char *s, double lo, double *out)
 int main(int argc, char **argv)
 {
 	struct aub_opts o = { .prefetch = 2, .epochs = 3, .scale = 1, .seed = 1,
-			      .max = 64 };
+			      .max = 64, .min_steps = 10 };
 	unsigned threads = 0, batch = 0, per_file = 0, count = 0, tmp;
 	double compute = -1, pass = -1, zscale = 1;
-	const char *mode, *wl = NULL;
+	const char *mode, *wl = NULL, *listdir = NULL;
 	struct aub_set set;
 	struct aub_result res;
 	char *dir;
@@ -881,7 +897,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:DH")) != -1) {
+	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:M:L:DH")) != -1) {
 		bool ok = true;
 
 		switch (opt) {
@@ -899,7 +915,9 @@ int main(int argc, char **argv)
 		case 's': ok = aub_uint(optarg, 0, UINT32_MAX, &tmp); o.seed = tmp; break;
 		case 'z': ok = aub_double(optarg, 1, &zscale); break;
 		case 'N': ok = aub_uint(optarg, 1, 1u << 24, &count); break;
+		case 'M': ok = aub_uint(optarg, 1, 1u << 24, &o.min_steps); break;
 		case 'D': o.drop = true; break;
+		case 'L': listdir = optarg; break;
 		case 'H': o.handshake = true; break;
 		default: ok = false; break;
 		}
@@ -949,7 +967,16 @@ int main(int argc, char **argv)
 	 * The sample size of a packed file is the workload's, divided by the
 	 * size scale gen used (-z): a record file holds per_file samples.
 	 */
-	rc = aub_set_load(&set, dir);
+	if (listdir) {
+		char *ld;
+
+		if (asprintf(&ld, "%s/%s", listdir, o.wl->name) < 0)
+			return 2;
+		rc = aub_set_load(&set, ld, dir);
+		free(ld);
+	} else {
+		rc = aub_set_load(&set, dir, NULL);
+	}
 	if (rc) {
 		fprintf(stderr, "aubench: %s: %s\n", dir, rc == -ENOENT ? "no data files" : strerror(-rc));
 		return 2;
@@ -967,7 +994,8 @@ int main(int argc, char **argv)
 	}
 	cap = aub_max_n(&o, &set);
 	if (cap == 0) {
-		fprintf(stderr, "aubench: %s: fewer than one batch (%u samples) of data\n", dir, o.batch);
+		fprintf(stderr, "aubench: %s: too little data for %u steps of %u samples\n",
+			dir, o.min_steps, o.batch);
 		return 2;
 	}
 	if (o.max > cap)
@@ -976,8 +1004,8 @@ int main(int argc, char **argv)
 		o.start = o.max;
 	if (!strcmp(mode, "run")) {
 		if (o.start > cap)
-			fprintf(stderr, "aubench: warning: with %u accelerators some get no full batch"
-				" (at most %u do)\n", o.start, cap);
+			fprintf(stderr, "aubench: warning: with %u accelerators some get fewer than"
+				" %u steps an epoch (at most %u get them)\n", o.start, o.min_steps, cap);
 		rc = aub_run(&o, &set, o.start, 0, &res);
 		if (!rc)
 			aub_print("run", &o, &res);
