@@ -943,8 +943,6 @@ int main(int argc, char **argv)
 	o.compute = compute >= 0 ? compute : o.wl->compute * o.batch / o.wl->batch;
 	o.pass = pass >= 0 ? pass : o.wl->pass;
 	o.per_file = per_file ? per_file : o.wl->per_file;
-	if (!strcmp(mode, "run"))
-		o.max = AUB_MAX_N;
 	if (asprintf(&dir, "%s/%s", argv[optind], o.wl->name) < 0)
 		return 2;
 	o.dir = dir;
@@ -993,15 +991,6 @@ int main(int argc, char **argv)
 		o.wl = &w;
 	}
 	cap = aub_max_n(&o, &set);
-	if (cap == 0) {
-		fprintf(stderr, "aubench: %s: too little data for %u steps of %u samples\n",
-			dir, o.min_steps, o.batch);
-		return 2;
-	}
-	if (o.max > cap)
-		o.max = cap;
-	if (!o.start || o.start > o.max)
-		o.start = o.max;
 	if (!strcmp(mode, "run")) {
 		if (o.start > cap)
 			fprintf(stderr, "aubench: warning: with %u accelerators some get fewer than"
@@ -1010,7 +999,15 @@ int main(int argc, char **argv)
 		if (!rc)
 			aub_print("run", &o, &res);
 		rc = rc ? 2 : res.errors ? 1 : 0;
+	} else if (cap == 0) {
+		fprintf(stderr, "aubench: %s: too little data for %u steps of %u samples\n",
+			dir, o.min_steps, o.batch);
+		rc = 2;
 	} else {
+		if (o.max > cap)
+			o.max = cap;
+		if (!o.start || o.start > o.max)
+			o.start = o.max;
 		rc = aub_search(&o, &set);
 	}
 	aub_set_release(&set);

@@ -1212,6 +1212,8 @@ au_search() {
 		'{"result"'*)
 			AU_N=$(jget "$line" n) AU_AU=$(jget "$line" au) AU_MBS=$(jget "$line" mb_per_s) AU_SPS=$(jget "$line" samples_per_s)
 			[ "$(jget "$line" fail_n)" != 0 ] || AU_N=">=$AU_N"
+			# none passed: show the AU of the smallest N tried (1)
+			[ "$AU_N" != 0 ] || AU_AU="$(jget "$line" fail_au) at N=$(jget "$line" fail_n)"
 			;;
 		esac
 	done
@@ -1317,7 +1319,12 @@ bench_au() {
 			s=-
 			for b in "${sums[@]}"; do
 				IFS='|' read -r w y n a m p _ <<<"$b"
-				[ "$w|$y" = "$wl|$sys" ] && s=$(printf '%s (%.2f, %.0f, %.0f)' "$n" "$a" "$m" "$p")
+				[ "$w|$y" = "$wl|$sys" ] || continue
+				if [ "$n" = 0 ]; then
+					s="0 (AU ${a% at*} at ${a#* at N=})"
+				else
+					s=$(printf '%s (%.2f, %.0f, %.0f)' "$n" "$a" "$m" "$p")
+				fi
 			done
 			line+=$(printf ' %-22s' "$s")
 		done
