@@ -24,7 +24,9 @@
  *
  * The model of one accelerator (one DLIO rank): its share of the epoch's
  * files (the file list shuffled per epoch with the seed and the epoch
- * number, dealt round-robin to the accelerators), T reader threads that
+ * number, dealt round-robin to the accelerators; each runs as many steps
+ * as the one dealt the fewest samples can, the rest is left unread), T
+ * reader threads that
  * take the next file of that share and read its samples in order (one
  * read(2) per sample; a file of one sample is read whole in reads of at most
  * 4 MiB: open, read, close), and a training loop that waits until the next
@@ -466,21 +468,33 @@ static uint64_t aub_deal(struct aub_run *r, size_t *order, unsigned epoch, uint6
 {
 	const struct aub_opts *o = r->o;
 	const struct aub_set *set = r->set;
-	uint64_t expect = 0;
+	uint64_t expect = 0, steps = UINT64_MAX;
 
 	for (size_t i = 0; i < set->n; i++)
 		order[i] = i;
 	aub_shuffle(order, set->n, o->seed * 1000003u + epoch);
 	for (unsigned k = 0; k < r->n; k++) {
 		struct aub_acc *a = &r->acc[k];
-		uint64_t have = 0, left;
+		uint64_t have = 0;
 
 		a->nfiles = 0;
 		for (size_t i = k; i < set->n; i += r->n) {
 			a->files[a->nfiles++] = order[i];
 			have += aub_file_samples(o, &set->v[order[i]]);
 		}
-		a->target = have / o->batch * o->batch;
+		if (have / o->batch < steps)
+			steps = have / o->batch;
+	}
+	/*
+	 * Every accelerator runs as many steps (DLIO gives each rank
+	 * samples / ranks): one with more would leave the others idle at the
+	 * epoch's barrier, an AU loss that has nothing to do with the storage.
+	 */
+	for (unsigned k = 0; k < r->n; k++) {
+		struct aub_acc *a = &r->acc[k];
+		uint64_t left;
+
+		a->target = steps * o->batch;
 		a->next_file = a->issued = a->delivered = a->consumed = 0;
 		a->readers = o->threads;
 		a->stop = false;

@@ -2,7 +2,7 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|index|warmup|hints|gpu|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|index|warmup|hints|gpu|au|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
@@ -25,6 +25,10 @@
 #   gpu          the warm 2 GiB file into GPU memory with libstagefs (tools/gpubench):
 #                feed rate / min(disk, pinned H2D), and / read() + cudaMemcpy,
 #                all measured in the same run; "skipped: no GPU" without one
+#   au           MLPerf-Storage-style: the most simulated accelerators kept at the
+#                AU pass line (tools/aubench: unet3d, resnet50, cosmoflow), reading
+#                from the local disk, stagefs warm, stagefs cold (rados://),
+#                ceph-fuse over CephFS, and copy-then-read (cp -r from CephFS)
 #
 # Each prints a table; at the end one summary table of ratio vs target.  A
 # sub-benchmark whose piece is not built yet prints "skipped: <why>".  The
@@ -59,6 +63,11 @@
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
 #   BENCH_GPU_DEV    gpu: the CUDA device (default 0)
 #   BENCH_GPU_REQ    gpu: sfs_read_device request size (default 64M)
+#   BENCH_AU_MB      au: MB of data per workload (default 1400; quick 300)
+#   BENCH_AU_EPOCHS  au: epochs per trial (default 2)
+#   BENCH_AU_MAX_N   au: most accelerators tried (default 48)
+#   BENCH_AU_S_UNET3D, BENCH_AU_S_RESNET50, BENCH_AU_S_COSMOFLOW
+#                    au: compute-time scale factor per workload (default 2, 4, 10)
 #   BENCH_STAGEFS    the stagefs binary (default ./stagefs; stagefs-CMD beside it)
 #   BENCH_OSD_SIZE   apparent size of the throwaway OSD (default 48G, sparse)
 #   BENCH_MOUNT_OPTS extra -o options for every stagefs mount (experiments)
@@ -1083,13 +1092,13 @@ bench_gpu() {
 
 # Per workload: the arguments aubench gets (search and gen), and the size of
 # one data file in bytes.  Scaled for a 2-vCPU VM (docs/benchmarks.md, "au"):
-#   unet3d     samples 1/20 of 146.6 MB, batch 1 (compute per sample kept), S=1
-#   resnet50   114.7 KB samples, 313 a record file, batch 40, S=2
+#   unet3d     samples 1/20 of 146.6 MB, batch 1 (compute per sample kept), S=2
+#   resnet50   114.7 KB samples, 313 a record file, batch 40, S=4
 #   cosmoflow  2.83 MB samples, batch 1, S=10
 au_args() {
 	case $1 in
-	unet3d) echo "-b 1 -S ${BENCH_AU_S_UNET3D:-1}" ;;
-	resnet50) echo "-k 313 -b 40 -S ${BENCH_AU_S_RESNET50:-2}" ;;
+	unet3d) echo "-b 1 -S ${BENCH_AU_S_UNET3D:-2}" ;;
+	resnet50) echo "-k 313 -b 40 -S ${BENCH_AU_S_RESNET50:-4}" ;;
 	cosmoflow) echo "-b 1 -S ${BENCH_AU_S_COSMOFLOW:-10}" ;;
 	esac
 }

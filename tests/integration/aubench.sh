@@ -70,7 +70,10 @@ run() {
 	out=$(STAGEFS_JOB=au-$name "$AUB" run -n "$n" "$@" "$mnt") || die "aubench run $*: exit $?"
 	log "$name: $out"
 	"$PYTHON" "$T/check.py" "$out" "$samples" "$bytes" "$n" || die "$name accounting"
-	assert_eq "$(job_bytes "au-$name")" "$bytes" "$name: stagefs job read_bytes vs the tool's bytes"
+	# (files read whole only: of a file read in part the kernel's
+	# readahead fetches more than the reader asked for)
+	[[ ${PARTIAL:-} ]] ||
+		assert_eq "$(job_bytes "au-$name")" "$bytes" "$name: stagefs job read_bytes vs the tool's bytes"
 }
 
 # unet3d: 40 files, 2 accelerators, batch 2: 20 files each, 10 steps,
@@ -79,9 +82,13 @@ run unet3d 80 $((80 * 146600)) 2 -w unet3d -b 2 -c 0.001 -e 2 -D
 # resnet50: 10 records of 20 samples, 2 accelerators, batch 10: 5 records
 # each = 100 samples = 10 steps; 3 epochs: 600 samples of 11,470 bytes
 run resnet50 600 $((600 * 11470)) 2 -w resnet50 -k 20 -b 10 -c 0.001 -e 3 -D
-# cosmoflow: 61 files, 3 accelerators (21, 20, 20 files), batch 4: 5 steps
-# each, 60 samples an epoch, one partial batch dropped per accelerator
-run cosmoflow $((2 * 60)) $((2 * 60 * 28300)) 3 -w cosmoflow -b 4 -c 0.0005 -e 2 -D
+# cosmoflow: 61 files, 3 accelerators (21, 20, 20 files), batch 1: every
+# accelerator runs as many steps, 20 (the one dealt 21 leaves one unread):
+# 60 samples an epoch
+run cosmoflow $((2 * 60)) $((2 * 60 * 28300)) 3 -w cosmoflow -b 1 -c 0.0005 -e 2 -D
+# resnet50 again, 3 accelerators: 4, 3, 3 records of 20 = 60 samples each,
+# batch 8: 7 steps each, 56 samples an epoch (a record read in part)
+PARTIAL=1 run resnet50-3 $((2 * 3 * 56)) $((2 * 3 * 56 * 11470)) 3 -w resnet50 -k 20 -b 8 -c 0.001 -e 2 -D -M 1
 
 # a file that is not the listed size is an error, not a short sample
 cp -r "$src/cosmoflow" "$T/bad"
