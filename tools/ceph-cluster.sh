@@ -13,6 +13,7 @@
 #   tools/ceph-cluster.sh fs DIR         add an MDS and a CephFS "cephfs" (idempotent)
 #   tools/ceph-cluster.sh mount-fs DIR MNT     mount the CephFS on MNT with ceph-fuse
 #   tools/ceph-cluster.sh umount-fs DIR MNT    unmount it, wait for ceph-fuse to exit
+#   tools/ceph-cluster.sh rm-fs DIR      unmount, remove the CephFS and its pools, stop the MDS
 #
 # Environment:
 #   CEPH_PORT_BASE     first port (default 46789); the cluster uses
@@ -778,6 +779,28 @@ do_fs() {
     log "CephFS cephfs up (mds.a active) after $(elapsed "$t0")s"
 }
 
+# rm-fs: undo fs (ceph-fuse mounts, the file system, its pools, the MDS)
+do_rm_fs() {
+    need_cluster
+    local m
+    if [ -s "$RUN/fuse-mounts" ]; then
+        while IFS= read -r m; do
+            [ -n "$m" ] && fuse_umount "$m"
+        done < "$RUN/fuse-mounts"
+    fi
+    if cephcli fs ls --format json 2>/dev/null | grep -q '"cephfs"'; then
+        cephcli fs fail cephfs >>"$LOGD/setup.log" 2>&1 &&
+            cephcli fs rm cephfs --yes-i-really-mean-it >>"$LOGD/setup.log" 2>&1 ||
+            die "cannot remove the file system (see $LOGD/setup.log)"
+    fi
+    for m in cephfs_metadata cephfs_data; do
+        cephcli osd pool rm "$m" "$m" --yes-i-really-really-mean-it >>"$LOGD/setup.log" 2>&1 || true
+    done
+    stop_daemon mds.a || die "cannot stop mds.a"
+    rm -rf -- "$DIR/mds"
+    log "CephFS removed, mds.a stopped"
+}
+
 # mount-fs MNT: ceph-fuse, as client.admin, the whole file system; returns
 # once MNT is a mount point.  stop unmounts what this made.
 do_mount_fs() {
@@ -842,6 +865,7 @@ case $cmd in
             set_dir "${1:-}"; do_start
         fi ;;
     fs)        set_dir "${1:-}"; do_fs ;;
+    rm-fs)     set_dir "${1:-}"; do_rm_fs ;;
     mount-fs)  set_dir "${1:-}"; do_mount_fs "${2:-}" ;;
     umount-fs) set_dir "${1:-}"; [ -n "${2:-}" ] || usage; fuse_umount "$2" ;;
     stop)      set_dir "${1:-}"; do_stop ;;
