@@ -47,7 +47,8 @@ ifeq ($(HAVE_SLURM),y)
 SPANK_PLUGIN  = slurm/spank_stagefs.so
 endif
 
-all: stagefs $(TOOLS) tools/readbench tools/peerbench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
+all: stagefs $(TOOLS) tools/readbench tools/peerbench tools/aubench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
+
 
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h slurm/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
@@ -119,6 +120,10 @@ tools/readbench: tools/readbench.o
 # a peer group member asking another for chunks (tools/bench.sh peers)
 tools/peerbench: tools/peerbench.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE)
+
+# simulated accelerators and their utilization (tools/bench.sh au; no stagefs code)
+tools/aubench: tools/aubench.o
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< -lpthread -lm
 
 # libstagefs's GPU feed rate against its ceilings (tools/bench.sh gpu)
 tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
@@ -235,7 +240,7 @@ tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
 fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/peerbench tools/gpubench slurm/spank_stagefs.so
+	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/peerbench tools/aubench tools/gpubench slurm/spank_stagefs.so
 	rm -f $(MAN_PAGES)
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 

@@ -9,6 +9,11 @@
 #   tools/ceph-cluster.sh start-osd DIR  start the OSD again, wait until it serves
 #   tools/ceph-cluster.sh status DIR     `ceph -s`; non-zero if not running
 #   tools/ceph-cluster.sh env DIR        prints: export CEPH_CONF=DIR/ceph.conf
+#   tools/ceph-cluster.sh start --with-fs DIR   start, then `fs`
+#   tools/ceph-cluster.sh fs DIR         add an MDS and a CephFS "cephfs" (idempotent)
+#   tools/ceph-cluster.sh mount-fs DIR MNT     mount the CephFS on MNT with ceph-fuse
+#   tools/ceph-cluster.sh umount-fs DIR MNT    unmount it, wait for ceph-fuse to exit
+#   tools/ceph-cluster.sh rm-fs DIR      unmount, remove the CephFS and its pools, stop the MDS
 #
 # Environment:
 #   CEPH_PORT_BASE     first port (default 46789); the cluster uses
@@ -25,7 +30,8 @@
 #
 # Progress and errors go to stderr; stdout carries only the result.
 # Requires: ceph-mon ceph-mgr ceph-osd ceph-common (Ceph 16), ss, python3
-# with the rados module (a dependency of ceph-common).
+# with the rados module (a dependency of ceph-common); the fs commands also
+# ceph-mds and ceph-fuse.
 
 set -euo pipefail
 
@@ -76,6 +82,7 @@ daemon_bin() {
         mon.*) echo ceph-mon ;;
         mgr.*) echo ceph-mgr ;;
         osd.*) echo ceph-osd ;;
+        mds.*) echo ceph-mds ;;
     esac
 }
 
@@ -348,6 +355,41 @@ try:
                 fail("cannot create pool %s" % pool)
             time.sleep(0.2)
         wait_serving(c, pool, True)
+    elif mode == "fs":
+        # pools and file system (idempotent), then wait for an active MDS
+        while True:
+            try:
+                pools = cmd(c, "mon", prefix="osd pool ls") or []
+                for p in ("cephfs_metadata", "cephfs_data"):
+                    if p not in pools:
+                        cmd(c, "mon", prefix="osd pool create", pool=p, pg_num=8,
+                            pgp_num=8, pool_type="replicated", autoscale_mode="off")
+                        cmd(c, "mon", prefix="osd pool set", pool=p, var="size", val="1",
+                            yes_i_really_mean_it=True)
+                fss = [f["name"] for f in (cmd(c, "mon", prefix="fs ls") or [])]
+                if "cephfs" not in fss:
+                    cmd(c, "mon", prefix="fs new", fs_name="cephfs",
+                        metadata="cephfs_metadata", data="cephfs_data")
+                break
+            except (rados.Error, RuntimeError) as e:
+                last[0] = str(e)
+            if left() <= 0:
+                fail("cannot create the file system")
+            time.sleep(0.2)
+        while True:
+            try:
+                d = cmd(c, "mon", prefix="fs dump")
+                states = [i["state"] for f in d.get("filesystems", [])
+                          for i in f["mdsmap"]["info"].values()]
+                last[0] = "mds states %s" % states
+                if "up:active" in states:
+                    break
+            except (rados.Error, RuntimeError, KeyError) as e:
+                last[0] = str(e)
+            if left() <= 0:
+                fail("no active MDS")
+            time.sleep(0.25)
+        wait_serving(c, "cephfs_data", False)
     elif mode == "osd-up":
         pool = args[0]
         pools = sorted(osd_info(c)[1])
@@ -471,6 +513,12 @@ bluestore_debug_enforce_settings = ssd
 osd_memory_target = 1610612736
 osd_crush_initial_weight = 1
 
+[mds]
+mds_data = $DIR/mds/\$name
+pid_file = $RUN/\$name.pid
+# the default 4 GiB is for real metadata servers
+mds_cache_memory_limit = 268435456
+
 [client]
 log_file = $LOGD/\$name.log
 keyring = $KEYRING
@@ -505,7 +553,7 @@ start_fail() {
     if [ "$STARTED" = 1 ]; then
         if [ "${CEPH_KEEP_ON_FAIL:-0}" = 1 ]; then
             local d
-            for d in osd.0 mgr.x mon.a; do stop_daemon "$d" || true; done
+            for d in mds.a osd.0 mgr.x mon.a; do stop_daemon "$d" || true; done
             log "CEPH_KEEP_ON_FAIL=1: daemons stopped, $DIR left in place"
         else
             do_stop >/dev/null || true
@@ -580,6 +628,10 @@ do_start() {
         --cap mon 'allow profile mgr' --cap osd 'allow *' --cap mds 'allow *'
     setup_step "ceph-authtool" ceph-authtool "$KEYRING" --gen-key -n osd.0 \
         --cap mon 'allow profile osd' --cap mgr 'allow profile osd' --cap osd 'allow *'
+    # the MDS's key too, so that `fs` needs no auth change later
+    setup_step "ceph-authtool" ceph-authtool "$KEYRING" --gen-key -n mds.a \
+        --cap mon 'allow profile mds' --cap mgr 'allow profile mds' --cap osd 'allow *' \
+        --cap mds 'allow *'
     setup_step "monmaptool" monmaptool --create --fsid "$fsid" \
         --addv a "[v2:127.0.0.1:$base,v1:127.0.0.1:$((base + 1))]" "$DIR/monmap"
 
@@ -619,8 +671,14 @@ owned_dir() {
 }
 
 do_stop() {
-    local rc=0 d
-    for d in osd.0 mgr.x mon.a; do
+    local rc=0 d m
+    # clients first: the ceph-fuse mounts made by mount-fs, then the MDS
+    if [ -s "$RUN/fuse-mounts" ]; then
+        while IFS= read -r m; do
+            [ -n "$m" ] && { fuse_umount "$m" || rc=1; }
+        done < "$RUN/fuse-mounts"
+    fi
+    for d in mds.a osd.0 mgr.x mon.a; do
         stop_daemon "$d" || rc=1
     done
     [ "$rc" = 0 ] || { log "error: some daemons would not die; $DIR left in place"; return 1; }
@@ -680,7 +738,9 @@ do_start_osd() {
 do_status() {
     need_cluster
     local d rc=0
-    for d in mon.a mgr.x osd.0; do
+    local ds="mon.a mgr.x osd.0"
+    [ ! -d "$DIR/mds" ] || ds="$ds mds.a"
+    for d in $ds; do
         if daemon_running "$d"; then
             echo "$d: running (pid $(daemon_pids "$d" | tr '\n' ' ' | sed 's/ $//'))" >&2
         else
@@ -693,11 +753,121 @@ do_status() {
 }
 
 # ---------------------------------------------------------------------------
+# CephFS: an MDS, a file system, ceph-fuse mounts (only when asked: the
+# tests' clusters do not pay for them)
+
+do_fs() {
+    need_cluster
+    local t0
+    t0=$(now)
+    for b in ceph-mds ceph-fuse; do
+        command -v "$b" >/dev/null || die "$b not found (apt-get install ceph-mds ceph-fuse)"
+    done
+    daemon_running mon.a || die "the monitor of $DIR is not running"
+    if ! daemon_running mds.a; then
+        mkdir -p "$DIR/mds/mds.a"
+        rm -f "$(pidfile mds.a)"
+        if ! ceph-mds -c "$CONF" -i a >>"$LOGD/setup.log" 2>&1; then
+            tail_logs setup.log mds.a.log
+            die "ceph-mds failed to start"
+        fi
+    fi
+    if ! CEPH_PY_DEADLINE=${CEPH_START_TIMEOUT:-60} cluster_py fs; then
+        tail_logs mds.a.log
+        die "the file system did not come up"
+    fi
+    log "CephFS cephfs up (mds.a active) after $(elapsed "$t0")s"
+}
+
+# rm-fs: undo fs (ceph-fuse mounts, the file system, its pools, the MDS)
+do_rm_fs() {
+    need_cluster
+    local m
+    if [ -s "$RUN/fuse-mounts" ]; then
+        while IFS= read -r m; do
+            [ -n "$m" ] && fuse_umount "$m"
+        done < "$RUN/fuse-mounts"
+    fi
+    if cephcli fs ls --format json 2>/dev/null | grep -q '"cephfs"'; then
+        cephcli fs fail cephfs >>"$LOGD/setup.log" 2>&1 &&
+            cephcli fs rm cephfs --yes-i-really-mean-it >>"$LOGD/setup.log" 2>&1 ||
+            die "cannot remove the file system (see $LOGD/setup.log)"
+    fi
+    for m in cephfs_metadata cephfs_data; do
+        cephcli osd pool rm "$m" "$m" --yes-i-really-really-mean-it >>"$LOGD/setup.log" 2>&1 || true
+    done
+    stop_daemon mds.a || die "cannot stop mds.a"
+    rm -rf -- "$DIR/mds"
+    log "CephFS removed, mds.a stopped"
+}
+
+# mount-fs MNT: ceph-fuse, as client.admin, the whole file system; returns
+# once MNT is a mount point.  stop unmounts what this made.
+do_mount_fs() {
+    local mnt=$1 end
+    [ -n "$mnt" ] || usage
+    need_cluster
+    command -v ceph-fuse >/dev/null || die "ceph-fuse not found (apt-get install ceph-fuse)"
+    mkdir -p "$mnt"
+    mnt=$(realpath -- "$mnt")
+    mountpoint -q "$mnt" && die "$mnt is already a mount point"
+    # ceph-fuse forks; the parent returns once the mount is made (or failed)
+    if ! timeout -k 5 "${CEPH_START_TIMEOUT:-60}" ceph-fuse -c "$CONF" "$mnt" >>"$LOGD/setup.log" 2>&1; then
+        tail_logs setup.log client.admin.log
+        die "ceph-fuse could not mount $mnt"
+    fi
+    end=$((SECONDS + 10))
+    until mountpoint -q "$mnt"; do
+        [ "$SECONDS" -lt "$end" ] || die "$mnt is not a mount point after ceph-fuse"
+        sleep 0.1
+    done
+    grep -qxF -- "$mnt" "$RUN/fuse-mounts" 2>/dev/null || echo "$mnt" >> "$RUN/fuse-mounts"
+    log "CephFS mounted on $mnt (ceph-fuse)"
+}
+
+# fuse_umount MNT: unmount a ceph-fuse mount of this cluster and wait until
+# its ceph-fuse process has exited (a lazy unmount if it is busy)
+fuse_umount() {
+    local mnt pids p f
+    mnt=$(realpath -m -- "$1")
+    pids=
+    for f in /proc/[0-9]*/cmdline; do
+        p=${f#/proc/}; p=${p%/cmdline}
+        grep -qzxF -- "$CONF" "$f" 2>/dev/null || continue
+        grep -qzxF -- "$mnt" "$f" 2>/dev/null || continue
+        [ "$(tr '\0' '\n' < "$f" 2>/dev/null | head -n 1)" = ceph-fuse ] || continue
+        pids="$pids $p"
+    done
+    if mountpoint -q "$mnt"; then
+        fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null ||
+            umount -l "$mnt" 2>/dev/null || { log "cannot unmount $mnt"; return 1; }
+    fi
+    # shellcheck disable=SC2086
+    if [ -n "$pids" ] && ! wait_gone "${CEPH_STOP_TIMEOUT:-15}" $pids; then
+        for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done
+    fi
+    if [ -f "$RUN/fuse-mounts" ]; then
+        grep -vxF -- "$mnt" "$RUN/fuse-mounts" > "$RUN/fuse-mounts.new" || true
+        mv "$RUN/fuse-mounts.new" "$RUN/fuse-mounts"
+    fi
+    return 0
+}
+
+# ---------------------------------------------------------------------------
 
 [ $# -ge 1 ] || usage
 cmd=$1; shift
 case $cmd in
-    start)     set_dir "${1:-}"; do_start ;;
+    start)
+        if [ "${1:-}" = --with-fs ]; then
+            set_dir "${2:-}"; do_start; do_fs
+        else
+            set_dir "${1:-}"; do_start
+        fi ;;
+    fs)        set_dir "${1:-}"; do_fs ;;
+    rm-fs)     set_dir "${1:-}"; do_rm_fs ;;
+    mount-fs)  set_dir "${1:-}"; do_mount_fs "${2:-}" ;;
+    umount-fs) set_dir "${1:-}"; [ -n "${2:-}" ] || usage; fuse_umount "$2" ;;
     stop)      set_dir "${1:-}"; do_stop ;;
     stop-osd)  set_dir "${1:-}"; do_stop_osd ;;
     start-osd) set_dir "${1:-}"; do_start_osd ;;
