@@ -22,7 +22,10 @@ for mode in "" passthrough=off; do
 	rm -rf "$T/cache"
 	# few engine buffers: a READ of the damaged file must not be served from
 	# the buffer of its fill (correct bytes, but no check to see)
-	sfs_mount "dir://$src" "$mnt" chunk_size=1M lookup_readahead_max=1M prefetch_buffers=4M xattrs=yes ${mode:+"$mode"}
+	# epoch_staging=off: staging would cache files ahead of the first pass,
+	# whose LOOKUPs must find nothing to read ahead
+	sfs_mount "dir://$src" "$mnt" chunk_size=1M lookup_readahead_max=1M prefetch_buffers=4M xattrs=yes \
+		epoch_staging=off ${mode:+"$mode"}
 	check "$mnt"	# fills the cache: nothing to read ahead at these LOOKUPs
 	# (only a LOOKUP the kernel repeats for a file already read may count)
 	ra=$(stat_get "$mnt" lookup_readaheads)
