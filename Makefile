@@ -49,7 +49,6 @@ endif
 
 all: stagefs $(TOOLS) tools/readbench tools/peerbench tools/aubench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
 
-
 %.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h slurm/*.h)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
 
