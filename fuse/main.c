@@ -707,9 +707,9 @@ int main(int argc, char **argv)
 			   fs.ds[i]->be->uri, mnt, fs.multi ? "/" : "", fs.ds[i]->name,
 			   fs.cfg.cache_dir, fs.ds[i]->be->chunk_size / 1024);
 	if (!fs.nds)
-		log_notice("%s configures no dataset yet: %s stays empty until a "
-			   "[dataset NAME] with a source is added and the daemon reloads "
-			   "(SIGHUP, systemctl reload stagefs)", cli.config, mnt);
+		log_notice("mounted %s, empty: %s configures no dataset yet; it stays "
+			   "empty until a [dataset NAME] with a source is added and the "
+			   "daemon reloads (SIGHUP, systemctl reload stagefs)", mnt, cli.config);
 
 	if (!cli.foreground) {
 		if (chdir("/") < 0)

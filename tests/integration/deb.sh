@@ -158,7 +158,8 @@ ${start% /datasets} "$root" >"$T/unit.log" 2>&1 &
 daemon=$!
 wait_for -t 20 _ready "$root" || { cat "$T/unit.log" >&2; die "the unit's command did not mount $root"; }
 [[ -z $(ls -A "$root") ]] || die "the default config mounted something: $(ls -A "$root")"
-grep -q "configures no dataset yet" "$T/unit.log" || die "no notice about the empty config: $(cat "$T/unit.log")"
+# the notice comes once the mount is set up, a moment after it answers
+wait_for -t 10 grep -q "configures no dataset yet" "$T/unit.log" || die "no notice about the empty config: $(cat "$T/unit.log")"
 printf '\n[dataset d]\nsource = dir://%s\n' "$src/d" >>/etc/stagefs/stagefs.conf
 # shellcheck disable=SC2086
 ${reload//\$MAINPID/$daemon} || die "the unit's reload failed"
