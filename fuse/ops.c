@@ -334,8 +334,11 @@ static void sfs_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (!ret)
 		ret = do_lookup(fs, req, parent, name, &a);
 
-	if (ret == -ENOENT) {
-		/* negative entries are as immutable as the rest */
+	if (ret == -ENOENT && !sfs_is_multi_root(fs, parent)) {
+		/*
+		 * negative entries are as immutable as the rest, except in a
+		 * mount root of datasets, where a reload (SIGHUP) may add one
+		 */
 		memset(&e, 0, sizeof(e));
 		e.entry_timeout = fs->entry_timeout;
 		fuse_reply_entry(req, &e);
