@@ -36,8 +36,8 @@ static const char *const warmup_keys[] = {
 /* The fields of a job's row that the feed summary uses. */
 static const char *const feed_keys[] = {
 	"read_bytes", "files_read", "cache_hits", "cache_misses", "stall_ns",
-	"read_ns", "backend_bytes", "gpu_bytes", "passthrough_opens",
-	"passthrough_bytes_estimated",
+	"active_ns", "backend_bytes", "gpu_bytes", "passthrough_opens",
+	"read_bytes_estimated",
 };
 
 static uint64_t mono_ms(void)

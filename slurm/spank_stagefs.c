@@ -157,10 +157,11 @@ out_state:
 
 /*
  * The feed summary of @job (uid @u) on this node since @since_ms (wall
- * clock), as one sentence in @out.  Reads served by FUSE passthrough never
- * reach the daemon: they count as cached (a file is handed to passthrough
- * only whole in the cache) and their bytes are the daemon's estimate
- * (docs/feedrate.md).  0, or -1 with the reason in @out.
+ * clock), as one sentence in @out, from the job's row: bytes and files
+ * read (reads through FUSE passthrough included, exact or estimated: the
+ * sentence says when part is estimated), the cache hit ratio, and the
+ * stall share of the readers' active time (docs/feedrate.md).  0, or -1
+ * with the reason in @out.
  */
 static int feed_summary(const struct spank_user *u, uint32_t jobid, const char *job,
 			uint64_t since_ms, const char *node, char *out, size_t len)
@@ -168,7 +169,7 @@ static int feed_summary(const struct spank_user *u, uint32_t jobid, const char *
 	struct client_feed f = { .mount = conf.mount, .job = job, .uid = u->uid };
 	char res[SPANK_LINE_MAX], b[32], bk[32], hit[96], pt[96] = "";
 	struct ctl_msg m;
-	uint64_t bytes, hits, misses, stall, rd, files, pto, now = job_now_ms();
+	uint64_t bytes, est, hits, misses, stall, act, files, pto, now = job_now_ms();
 	double secs;
 	int ret = asuser_run(u, client_feed, &f, FEED_TIMEOUT_MS, res, sizeof(res));
 
@@ -191,12 +192,13 @@ static int feed_summary(const struct spank_user *u, uint32_t jobid, const char *
 		return 0;
 	}
 	pto = client_msg_u64(&m, "passthrough_opens");
-	bytes = client_msg_u64(&m, "read_bytes") + client_msg_u64(&m, "passthrough_bytes_estimated");
-	files = client_msg_u64(&m, "files_read") + pto;
+	bytes = client_msg_u64(&m, "read_bytes");
+	est = client_msg_u64(&m, "read_bytes_estimated");
+	files = client_msg_u64(&m, "files_read");
 	hits = client_msg_u64(&m, "cache_hits");
 	misses = client_msg_u64(&m, "cache_misses");
 	stall = client_msg_u64(&m, "stall_ns");
-	rd = client_msg_u64(&m, "read_ns");
+	act = client_msg_u64(&m, "active_ns");
 	secs = since_ms && now > since_ms ? (double)(now - since_ms) / 1000 : 0;
 	fmt_size(bytes, b, sizeof(b));
 	fmt_size(client_msg_u64(&m, "backend_bytes"), bk, sizeof(bk));
@@ -204,15 +206,19 @@ static int feed_summary(const struct spank_user *u, uint32_t jobid, const char *
 		snprintf(hit, sizeof(hit), "hit ratio %.1f%%",
 			 100.0 * (double)hits / (double)(hits + misses));
 	else
-		snprintf(hit, sizeof(hit), "hit ratio %s", pto ? "100.0%" : "-");
-	if (pto)
-		snprintf(pt, sizeof(pt), ", %" PRIu64 " of them by passthrough (bytes estimated)",
-			 pto);
+		snprintf(hit, sizeof(hit), "hit ratio -");
+	if (pto) {
+		char e[32];
+
+		fmt_size(est, e, sizeof(e));
+		snprintf(pt, sizeof(pt), ", %" PRIu64 " opens by passthrough%s%s%s", pto,
+			 est ? " (" : "", est ? e : "", est ? " estimated)" : "");
+	}
 	snprintf(out, len,
 		 "stagefs: job %" PRIu32 " (%s) on %s: read %s in %" PRIu64 " files%s,"
-		 " %.1f MB/s over %.1f s, %s (%s from the backend), stalled %.3f s (%.1f%% of read time)",
+		 " %.1f MB/s over %.1f s, %s (%s from the backend), stalled %.3f s (%.1f%% of the readers' time)",
 		 jobid, job, node, b, files, pt, secs > 0 ? (double)bytes / secs / 1e6 : 0, secs,
-		 hit, bk, (double)stall / 1e9, rd ? 100.0 * (double)stall / (double)rd : 0);
+		 hit, bk, (double)stall / 1e9, act ? 100.0 * (double)stall / (double)act : 0);
 	return 0;
 }
 
