@@ -30,9 +30,14 @@ assert_eq "$(stat_get "$T/m1" corrupt_chunks)" 0 "corrupt chunks in node 1's cac
 assert_eq $(($(stat_get "$T/m1" backend_reads) - r0)) 0 "backend reads of a cached dataset"
 
 log "requests by hand: the right key gets a chunk, a wrong key or a replay nothing"
-CHUNK=$(rados --conf "$CEPH_CONF" -p "$POOL" ls | grep -m1 '^sfs\.chunk\.')
-[[ -n $CHUNK ]] || die "no chunk object in pool $POOL"
-CLEN=$(rados --conf "$CEPH_CONF" -p "$POOL" stat "$CHUNK" | sed -n 's/.* size \([0-9]*\).*/\1/p')
+# a chunk of this dataset (the pool holds other tests' datasets too, and a
+# node serves only those it has mounted): a file of one 1 MiB chunk at
+# most is that chunk, named by its XXH3-128
+CFILE=$(find "$T/src" -type f -size +4k -size -1024k | sort | head -1)
+[[ -n $CFILE ]] || die "no one-chunk file in $T/src"
+CHUNK=sfs.chunk.$("$PYTHON" -c 'import sys, xxhash; print(xxhash.xxh3_128_hexdigest(open(sys.argv[1], "rb").read()))' "$CFILE")
+rados --conf "$CEPH_CONF" -p "$POOL" stat "$CHUNK" >/dev/null || die "no chunk object $CHUNK for $CFILE"
+CLEN=$(stat -c %s "$CFILE")
 "$PYTHON" - "$PEER_KEY" "127.0.0.2" "$PEER_PORT" "${CHUNK#sfs.chunk.}" "$CLEN" <<'PY' || die "hand-made requests"
 import hashlib, hmac, os, socket, struct, sys, time, xxhash
 keyfile, host, port, idhex, clen = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
