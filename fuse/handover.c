@@ -314,7 +314,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	struct ctlsock_user *u;
 	struct sfs_attr a;
 	struct cfile *cf;
-	int fd, ret;
+	int fd = -1, ret;
 
 	if (!path)
 		return ctlconn_send_err(cl, EINVAL, "CACHE_FD needs path=P");

@@ -9,6 +9,11 @@ READER=$REPO/tests/feedreader.py
 LIB=$REPO/gpudirect/libstagefs.so
 [[ -f $LIB ]] || die "$LIB is not built (make)"
 export STAGEFS_LIB=$LIB
+# a sanitizer build's library needs its runtime loaded first into Python
+LIB_ENV=()
+if ldd "$LIB" 2>/dev/null | grep -q libasan; then
+	LIB_ENV=(LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
+fi
 
 T=$TEST_TMPDIR
 K=1024 M=$((1024 * 1024))
@@ -111,9 +116,9 @@ epoch() {
 	drop_caches
 	local args=()
 	for f in "$@"; do args+=("$MNT/$f"); done
-	local ms=$COMPUTE_MS
-	[[ $via == lib ]] && ms=$LIB_COMPUTE_MS
-	STAGEFS_JOB=$job "$PYTHON" "$READER" --via "$via" --compute-ms "$ms" \
+	local ms=$COMPUTE_MS env=()
+	[[ $via == lib ]] && ms=$LIB_COMPUTE_MS env=("${LIB_ENV[@]}")
+	env "${env[@]}" STAGEFS_JOB=$job "$PYTHON" "$READER" --via "$via" --compute-ms "$ms" \
 		"${args[@]}" >"$T/$job.reader"
 	want=$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["bytes"])' "$T/$job.reader")
 	# RELEASE (and with it the last passthrough figures) reaches the daemon
