@@ -30,6 +30,7 @@
 #   gentree ARGS... / treecmp ARGS...           tests/gentree.py, tests/treecmp.py
 #   flip_bytes FILE OFFSET [COUNT]              invert COUNT bytes in place
 #   sha256 FILE                                 hex digest
+#   keep_uring_param                            restore fuse.enable_uring at exit
 
 set -eEu -o pipefail
 shopt -s inherit_errexit 2>/dev/null || true
@@ -75,6 +76,23 @@ need_users() {
 	done
 }
 as() { local u=$1; shift; runuser -u "$u" -- "$@"; }
+
+# keep_uring_param: remember the kernel-wide switch of FUSE over io_uring
+# ($URING_PARAM, which a mount with uring=on sets) and put it back when the
+# test exits, keeping the test's status.  Returns 1, keeping nothing, where
+# this kernel has no such switch.
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+keep_uring_param() {
+	[[ -w $URING_PARAM ]] || return 1
+	_URING_ORIG=$(cat "$URING_PARAM")
+	trap _restore_uring_param EXIT
+}
+_restore_uring_param() {
+	local rc=$?
+	echo "$_URING_ORIG" >"$URING_PARAM" 2>/dev/null
+	(exit "$rc")
+	_lib_on_exit
+}
 
 # --- temp dir and cleanup ----------------------------------------------------
 

@@ -43,18 +43,8 @@ PY
 mapfile -t ALL < <(cd "$T/src" && ls | sort)
 
 # The uring path needs the kernel's switch; put it back afterwards.
-PARAM=/sys/module/fuse/parameters/enable_uring
-URING_ORIG=
-if [[ -w $PARAM ]]; then
-	URING_ORIG=$(cat "$PARAM")
-	restore_param() {
-		local rc=$?
-		echo "$URING_ORIG" >"$PARAM" 2>/dev/null
-		(exit "$rc")
-		_lib_on_exit
-	}
-	trap restore_param EXIT
-fi
+HAVE_URING=
+keep_uring_param && HAVE_URING=1
 
 # check.py STATS READER JOB MODE WARM: compare the daemon's row of JOB in
 # .stagefs/stats (a JSON file) with the reader's own figures.  What the
@@ -207,10 +197,10 @@ run_path daemon posix exact passthrough=off no_open=off uring=off
 # no-open mode
 run_path noopen posix exact passthrough=off no_open=on uring=off
 # FUSE over io_uring
-if [[ -n $URING_ORIG || " ${FEED_PATHS:-uring} " != *" uring "* ]]; then
+if [[ -n $HAVE_URING || " ${FEED_PATHS:-uring} " != *" uring "* ]]; then
 	run_path uring posix exact passthrough=off no_open=off uring=on
 else
-	log "SKIPPED the uring path: $PARAM is missing (this kernel has no FUSE over io_uring)"
+	log "SKIPPED the uring path: $URING_PARAM is missing (this kernel has no FUSE over io_uring)"
 fi
 # the client library: cache files handed over, read through pinned buffers
 # (its longer steps let the cap's tokens pile up: a lower cap keeps it cold)

@@ -4,17 +4,8 @@
 . "$(dirname "$0")/../lib.sh"
 need_mount
 
-PARAM=/sys/module/fuse/parameters/enable_uring
-[[ -w $PARAM ]] || skip "$PARAM is missing or not writable: this kernel has no FUSE over io_uring"
-orig=$(cat "$PARAM")
-# the test's status survives the restore: _lib_on_exit reads it from $?
-restore_param() {
-	local rc=$?
-	echo "$orig" >"$PARAM" 2>/dev/null
-	(exit "$rc")
-	_lib_on_exit
-}
-trap restore_param EXIT
+PARAM=$URING_PARAM
+keep_uring_param || skip "$PARAM is missing or not writable: this kernel has no FUSE over io_uring"
 
 T=$TEST_TMPDIR
 M=$((1 << 20))
