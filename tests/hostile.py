@@ -37,6 +37,37 @@ def refusal(line):
     return kv.get("code", "") + ": " + urllib.parse.unquote(kv.get("msg", line.strip()))
 
 
+def hold(path, n):
+    """Open N control connections to PATH, saying HELLO on each.
+
+    Returns (held, refused, msg): the admitted sockets (still open), how
+    many were refused, and the first refusal as refusal() words it.
+    """
+    held, refused, msg = [], 0, ""
+    for _ in range(n):
+        s, line = ctl_hello(path)
+        if line.startswith("OK "):
+            held.append(s)
+            continue
+        refused += 1
+        if not msg:
+            msg = refusal(line)
+        s.close()
+    return held, refused, msg
+
+
+def closed_by_peer(socks):
+    """How many of SOCKS the daemon has closed (a read returns EOF now)."""
+    closed = 0
+    for s in socks:
+        s.setblocking(False)
+        try:
+            closed += s.recv(1) == b""
+        except BlockingIOError:
+            pass
+    return closed
+
+
 def trickle(port, limit_s):
     """Send "GET /metrics ..." to 127.0.0.1:PORT one byte a second.
 

@@ -169,6 +169,19 @@ assert_eq() { [[ $1 -eq $2 ]] || die "${3:-assert_eq}: expected $2, got $1"; }
 assert_ge() { [[ $1 -ge $2 ]] || die "${3:-assert_ge}: expected >= $2, got $1"; }
 assert_gt() { [[ $1 -gt $2 ]] || die "${3:-assert_gt}: expected > $2, got $1"; }
 
+# rand_files SIZE N DIR...: DIR/f1..fN of SIZE random bytes each, readable by
+# every user, with TEST_TMPDIR and its parent open to them (the multi-user
+# tests read as other users).
+rand_files() {
+	local size=$1 n=$2 d i
+	shift 2
+	chmod 755 "$TEST_TMPDIR" "$(dirname "$TEST_TMPDIR")"
+	for d in "$@"; do
+		mkdir -p "$d"
+		for ((i = 1; i <= n; i++)); do head -c "$size" /dev/urandom >"$d/f$i"; done
+		chmod -R a+rX "$d"
+	done
+}
 gentree() { "$PYTHON" "$REPO/tests/gentree.py" "$@"; }
 treecmp() { "$PYTHON" "$REPO/tests/treecmp.py" "$@"; }
 

@@ -8,13 +8,7 @@ getent group sfs_vision >/dev/null || groupadd sfs_vision
 usermod -aG sfs_vision sfs_bob
 
 T=$TEST_TMPDIR
-chmod 755 "$T" "$(dirname "$T")"
-mkdir -p "$T/open" "$T/secret"
-for i in $(seq 1 10); do
-	head -c $((1024 * 1024)) /dev/urandom >"$T/open/f$i"
-	head -c $((1024 * 1024)) /dev/urandom >"$T/secret/f$i"
-done
-chmod -R a+rX "$T/open" "$T/secret"
+rand_files $((1024 * 1024)) 10 "$T/open" "$T/secret"
 CONF=$T/stagefs.conf
 write_conf() {
 	cat >"$CONF" <<EOC

@@ -25,26 +25,10 @@ import os, sys, time
 sys.path.insert(0, os.path.join(os.environ["REPO"], "tests"))
 import hostile
 path, n, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-held, refused, msg = [], 0, ""
-for _ in range(n):
-    s, line = hostile.ctl_hello(path)
-    if line.startswith("OK "):
-        held.append(s)
-        continue
-    refused += 1
-    if not msg:
-        msg = hostile.refusal(line)
-    s.close()
+held, refused, msg = hostile.hold(path, n)
 print("ok=%d refused=%d msg=%s" % (len(held), refused, msg), flush=True)
 time.sleep(secs)
-closed = 0
-for s in held:
-    s.setblocking(False)
-    try:
-        closed += s.recv(1) == b""
-    except BlockingIOError:
-        pass
-print("closed=%d" % closed, flush=True)
+print("closed=%d" % hostile.closed_by_peer(held), flush=True)
 PY
 
 # --- defaults: a user's connections are capped, others still get in ---

@@ -92,16 +92,7 @@ sys.path.insert(0, os.path.join(os.environ["REPO"], "tests"))
 import hostile
 path, n, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 out = open(os.path.join(d, "hold.out"), "w")
-held, refused, msg = [], 0, ""
-for _ in range(n):
-    s, line = hostile.ctl_hello(path)
-    if line.startswith("OK "):
-        held.append(s)
-        continue
-    refused += 1
-    if not msg:
-        msg = hostile.refusal(line)
-    s.close()
+held, refused, msg = hostile.hold(path, n)
 print("ok=%d refused=%d msg=%s" % (len(held), refused, msg), file=out, flush=True)
 greedy = 0
 while not os.path.exists(os.path.join(d, "release")):
@@ -118,14 +109,7 @@ held = held[4:]
 print("greedy=%d, released 4" % greedy, file=out, flush=True)
 while not os.path.exists(os.path.join(d, "stop")):
     time.sleep(0.1)
-closed = 0
-for s in held:
-    s.setblocking(False)
-    try:
-        closed += s.recv(1) == b""
-    except BlockingIOError:
-        pass
-print("closed=%d" % closed, file=out, flush=True)
+print("closed=%d" % hostile.closed_by_peer(held), file=out, flush=True)
 PY
 
 # reports.py SOCK VICTIM_UID FIRST: false reports, each of which must be

@@ -7,13 +7,7 @@ need_mount
 need_users sfs_alice sfs_bob
 
 T=$TEST_TMPDIR
-chmod 755 "$T" "$(dirname "$T")"
-mkdir -p "$T/open" "$T/secret"
-for i in $(seq 1 7); do
-	head -c $((1024 * 1024)) /dev/urandom >"$T/open/f$i"
-	head -c $((1024 * 1024)) /dev/urandom >"$T/secret/f$i"
-done
-chmod -R a+rX "$T/open" "$T/secret"
+rand_files $((1024 * 1024)) 7 "$T/open" "$T/secret"
 CONF=$T/stagefs.conf
 # write_conf BOB_QUOTA [no-secret]
 write_conf() {
