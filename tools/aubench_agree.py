@@ -135,7 +135,7 @@ def line(v):
             f"{' (est.)' if s['bytes_estimated'] else ' (exact)'} stall {st}"
             f" ({s['stall_s']:.1f} of {s['active_s']:.1f} s)"
             f" | tool {t['mb_per_s']:6.1f} MB/s {t['bytes'] / 1e6:8.1f} MB stall {t['stall']:.3f}"
-            f" ({t['lost_s']:.1f} of {t['active_s']:.1f} s)"
+            f" ({t['lost_s']:.1f} of {t['active_s']:.1f} s; blocked {t['blocked_s']:.1f} s)"
             f" | {'agree' if v['agree'] else 'DISAGREE: ' + '; '.join(v['why'])}")
 
 
