@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/aubench against stagefs's job row: a cold trial (dir://, capped backend) and a warm one (passthrough, the default) each agree with the tool's own bytes and readers' stall share within the stated bounds (tools/aubench_agree.py), and a wrong row is caught.
+# tools/aubench against stagefs's job row: a cold trial (dir://, capped backend) and a warm one (passthrough, the default) each agree with the tool's own bytes and its readers' lost and blocked shares within the stated bounds (tools/aubench_agree.py), and a wrong row is caught.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 AUB=$REPO/tools/aubench
@@ -72,17 +72,24 @@ fi
 
 # The check can fail: the same trial disagrees with a row that counted a
 # quarter more bytes than the tool read (the tool's bytes cut by a fifth),
-# and with one that saw a stall the tool did not.
+# with one that missed half the stall (below the readers' lost share),
+# and with a tool whose readers were blocked a tenth of the time (a stall
+# share above what they were blocked).
 before=$(cat "$T/cold.before")
 out=$(cat "$T/cold.trial")
-fewer=$("$PYTHON" -c 'import json,sys; t = json.loads(sys.argv[1]); t["bytes"] = t["opened_bytes"] = t["bytes"] * 4 // 5; print(json.dumps(t))' "$out")
-rc=0
-"$PYTHON" "$AGREE" check "$mnt" au-cold "$before" "$fewer" >"$T/neg1" || rc=$?
-assert_eq "$rc" 1 "a row with a quarter more bytes must disagree ($(cat "$T/neg1"))"
-nostall=$("$PYTHON" -c 'import json,sys; t = json.loads(sys.argv[1]); t["reader_stall"] = 0; print(json.dumps(t))' "$out")
-rc=0
-"$PYTHON" "$AGREE" check "$mnt" au-cold "$before" "$nostall" >"$T/neg2" || rc=$?
-assert_eq "$rc" 1 "a stall share the tool did not see must disagree ($(cat "$T/neg2"))"
+neg() {
+	local what=$1 b=$2 t=$3 rc=0
+	"$PYTHON" "$AGREE" check "$mnt" au-cold "$b" "$t" >"$T/neg" || rc=$?
+	assert_eq "$rc" 1 "$what must disagree ($(cat "$T/neg"))"
+	log "caught: $(cat "$T/neg")"
+}
+neg "a row with a quarter more bytes" "$before" \
+	"$("$PYTHON" -c 'import json,sys; t = json.loads(sys.argv[1]); t["bytes"] = t["opened_bytes"] = t["bytes"] * 4 // 5; print(json.dumps(t))' "$out")"
+neg "a row missing half the stall" \
+	"$("$PYTHON" -c 'import json,sys; b = json.loads(sys.argv[1]); b["stall_ns"] += int(float(sys.argv[2]) * 1e9 / 2); print(json.dumps(b))' "$before" "$(field cold 'v["stagefs"]["stall_s"]')")" \
+	"$out"
+neg "a stall share the readers were not blocked for" "$before" \
+	"$("$PYTHON" -c 'import json,sys; t = json.loads(sys.argv[1]); t["reader_blocked_s"] = t["reader_lost_s"] = t["reader_active_s"] / 10; t["reader_stall"] = 0.1; print(json.dumps(t))' "$out")"
 
 sfs_umount "$mnt"
 log "ok"
