@@ -1561,8 +1561,8 @@ bench_au() {
 		printf '%s\n' "$line"
 	done
 	printf '\n  at that N, stagefs'"'"'s job row against the tool (tools/aubench_agree.py: bytes exact, or within 10 %% where\n'
-	printf '  estimated; stall share = stall_ns / active_ns against the readers'"'"' time lost in open/read/close over their\n'
-	printf '  active time, within 5 points; docs/benchmarks.md):\n'
+	printf '  estimated; stall share = stall_ns / active_ns between the readers'"'"' lost and blocked shares of their active\n'
+	printf '  time, plus or minus 5 points; docs/benchmarks.md):\n'
 	for b in "${sums[@]}"; do
 		IFS='|' read -r w y _ <<<"$b"
 		line=${b#*|*|*|*|*|*|}	# the row and its comparison: two lines
