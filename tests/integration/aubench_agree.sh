@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # tools/aubench against stagefs's job row: a cold trial (dir://, capped backend) and a warm one (passthrough, the default) each agree with the tool's own bytes and its readers' lost and blocked shares within the stated bounds (tools/aubench_agree.py), and a wrong row is caught.
+# AGREE_MOPTS (mount options) and AGREE_ARGS (aubench options) added to
+# the test's are for experiments: AGREE_MOPTS=uring=on fails it (below).
 . "$(dirname "$0")/../lib.sh"
 need_mount
 AUB=$REPO/tools/aubench
@@ -20,6 +22,7 @@ mkdir -p "$src"
 # stall share then falls short of the readers' (0.73 against 0.93 with
 # these 8 readers).  AGREE_MOPTS="uring=on" shows it.
 RATE=$((16 * 1024 * 1024))
+# shellcheck disable=SC2086 # AGREE_MOPTS: several options
 sfs_mount "dir://$src" "$mnt" chunk_size=1M backend_max_rate=$RATE cache_dir="$T/cache" uring=off ${AGREE_MOPTS:-}
 acct=$(stats_dump "$mnt" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin).get("passthrough_accounting"))')
 log "passthrough accounting: $acct"
@@ -30,6 +33,7 @@ log "passthrough accounting: $acct"
 trial() {
 	local job=au-$1 before out rc=0
 	before=$("$PYTHON" "$AGREE" row "$mnt" "$job")
+	# shellcheck disable=SC2086 # AGREE_ARGS: several options
 	out=$(STAGEFS_JOB=$job "$AUB" run -w unet3d -n 2 -b 1 -c 0.05 -e 2 -D -M 1 ${AGREE_ARGS:-} "$mnt") ||
 		die "aubench run ($1): exit $?"
 	log "$1 trial: $out"
