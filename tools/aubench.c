@@ -69,6 +69,24 @@
  * idle accelerators into the wall time (staging done by the caller before
  * training could start, e.g. copy-then-read), "stop" ends the search.
  *
+ * The readers' own figures, for checking what a storage system reports
+ * about them (stagefs's job row: tools/aubench_agree.py): bytes read
+ * (every byte read(2) returned; "partial_files" counts files left before
+ * their end, of which a kernel's readahead may fetch more, "opened_bytes"
+ * the sizes of the files opened, the most that could be read), each reader
+ * thread's time blocked in open, read and close ("reader_blocked_s"), and
+ * its active time counted as stagefs counts a reader thread's: each call's
+ * own time plus the gap since the thread's previous call, unless that gap
+ * is longer than -G (stagefs's stall_idle_gap, 2 s).  "reader_lost_s" is
+ * the blocked time beyond what reading costs when the storage does not
+ * make the reader wait: per epoch, the blocked time less the cheapest
+ * epoch's blocked time per byte times the epoch's bytes (on a cache that
+ * the first epoch fills, the later epochs are the cheap ones; with one
+ * epoch nothing is subtracted).  "reader_stall" = lost / active, summed
+ * over reader threads: the share of the readers' time lost waiting, the
+ * figure stagefs's stall_ratio (stall_ns / active_ns) states.  Per epoch:
+ * "epoch_bytes", "epoch_blocked_s", "epoch_active_s".
+ *
  * Exit status: 0, 1 on a read error (the run is reported with errors > 0),
  * 2 on a usage error.
  */
@@ -118,6 +136,7 @@ struct aub_opts {
 	bool drop;
 	unsigned start, max;		/* search */
 	bool handshake;
+	double idle_gap;		/* -G: a reader idle longer is not active */
 };
 
 struct aub_file {
@@ -148,8 +167,23 @@ struct aub_acc {
 	bool stop;
 	/* results, all epochs */
 	double compute_s, wall_s, wait_s;
-	double *epoch_wall;	/* per epoch; bytes as read by this accelerator */
+	/* the readers' calls (struct aub_io), added as each reader ends; protected by lock */
+	double blocked_s, active_s;
+	uint64_t calls, partial, opened;
 	atomic_uint_fast64_t bytes, samples, errors;
+};
+
+/*
+ * One reader thread's time in the calls that can block on data (open,
+ * read, close), and its active time as stagefs counts a reader thread's
+ * (docs/feedrate.md, "Stall share"): each call's own time, plus the gap
+ * since the thread's previous call unless that gap is longer than
+ * o->idle_gap (stagefs's stall_idle_gap).  Local to its thread.
+ */
+struct aub_io {
+	double blocked, active, last_end;	/* last_end < 0: no call yet */
+	uint64_t calls, partial;		/* partial: files left before their end */
+	uint64_t opened;			/* the sizes of the files opened */
 };
 
 struct aub_run {
@@ -326,48 +360,75 @@ static void aub_unclaim(struct aub_acc *a)
 	pthread_mutex_unlock(&a->lock);
 }
 
+/* Count one call that ran from @t0 to @t1 (seconds, aub_now()). */
+static void aub_io_note(struct aub_io *io, double idle_gap, double t0, double t1)
+{
+	if (io->last_end >= 0 && t0 - io->last_end <= idle_gap)
+		io->active += t0 - io->last_end;
+	io->active += t1 - t0;
+	io->blocked += t1 - t0;
+	io->last_end = t1;
+	io->calls++;
+}
+
 static void aub_read_error(struct aub_acc *a, const char *path, int err)
 {
 	if (atomic_fetch_add(&a->errors, 1) < 5)
 		fprintf(stderr, "aubench: %s: %s\n", path, strerror(err));
 }
 
-/* Read one file's samples (claiming a slot for each); false to stop. */
-static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf)
+/*
+ * Read one file's samples (claiming a slot for each), timing each call in
+ * @io; false to stop.
+ */
+static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf,
+			  struct aub_io *io)
 {
 	const struct aub_opts *o = a->run->o;
-	uint64_t n = aub_file_samples(o, f), chunk;
-	int fd;
+	uint64_t n = aub_file_samples(o, f), chunk, i;
+	double t0;
+	ssize_t r;
+	int fd, err;
 
 	if (!aub_claim(a))
 		return false;
+	t0 = aub_now();
 	fd = open(f->path, O_RDONLY | O_CLOEXEC);
+	err = errno;
+	aub_io_note(io, o->idle_gap, t0, aub_now());
 	if (fd < 0) {
-		aub_read_error(a, f->path, errno);
+		aub_read_error(a, f->path, err);
 		aub_unclaim(a);
 		return true;
 	}
-	for (uint64_t i = 0; i < n; i++) {
+	io->opened += f->size;
+	for (i = 0; i < n; i++) {
 		uint64_t want = o->per_file == 1 ? f->size : o->wl->sample, got = 0;
-		ssize_t r;
-		int err = EIO;	/* a short file */
 
+		err = EIO;	/* a short file */
 		if (i && !aub_claim(a))
 			break;
 		while (got < want) {
 			chunk = want - got < AUB_READ_MAX ? want - got : AUB_READ_MAX;
+			t0 = aub_now();
 			r = read(fd, buf, chunk);
-			if (r < 0 && errno == EINTR)
-				continue;
 			if (r < 0)
 				err = errno;
+			aub_io_note(io, o->idle_gap, t0, aub_now());
+			if (r < 0 && err == EINTR)
+				continue;
 			if (r <= 0)
 				break;
 			got += (uint64_t)r;
 		}
 		/* a file of one sample must end there: else it is not the listed file */
-		if (got == want && o->per_file == 1 && read(fd, buf, 1) != 0)
-			got++;
+		if (got == want && o->per_file == 1) {
+			t0 = aub_now();
+			r = read(fd, buf, 1);
+			aub_io_note(io, o->idle_gap, t0, aub_now());
+			if (r != 0)
+				got++;
+		}
 		if (got != want) {
 			aub_read_error(a, f->path, err);
 			aub_unclaim(a);
@@ -377,7 +438,11 @@ static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf
 		atomic_fetch_add(&a->samples, 1);
 		aub_deliver(a, 1);
 	}
+	if (i < n)
+		io->partial++;
+	t0 = aub_now();
 	close(fd);
+	aub_io_note(io, o->idle_gap, t0, aub_now());
 	return true;
 }
 
@@ -385,6 +450,7 @@ static void *aub_reader(void *arg)
 {
 	struct aub_acc *a = arg;
 	char *buf = malloc(AUB_READ_MAX);
+	struct aub_io io = { .last_end = -1 };
 	size_t i;
 
 	if (!buf) {
@@ -395,11 +461,16 @@ static void *aub_reader(void *arg)
 		pthread_mutex_lock(&a->lock);
 		i = a->next_file < a->nfiles ? a->next_file++ : SIZE_MAX;
 		pthread_mutex_unlock(&a->lock);
-		if (i == SIZE_MAX || !aub_read_file(a, &a->run->set->v[a->files[i]], buf))
+		if (i == SIZE_MAX || !aub_read_file(a, &a->run->set->v[a->files[i]], buf, &io))
 			break;
 	}
 	free(buf);
 	pthread_mutex_lock(&a->lock);
+	a->blocked_s += io.blocked;
+	a->active_s += io.active;
+	a->calls += io.calls;
+	a->partial += io.partial;
+	a->opened += io.opened;
 	a->readers--;
 	pthread_cond_broadcast(&a->cond);
 	pthread_mutex_unlock(&a->lock);
@@ -451,13 +522,65 @@ static int aub_drop_caches(void)
 	return err;
 }
 
+/*
+ * A run's figures.  The readers' (blocked, active, lost, stall) are what
+ * a storage system's per-reader stall share is checked against
+ * (docs/benchmarks.md, "stagefs's own figures"): lost is the time blocked
+ * beyond what the cheapest epoch's calls cost per byte (with one epoch,
+ * all of it), stall = lost / active.
+ */
 struct aub_result {
 	unsigned n;
 	double au, au_min, wall, compute, wait, mbps, sps, staging;
 	uint64_t samples, samples_expected, bytes, bytes_expected, errors;
-	double epoch_au[64];
+	double blocked, active, lost, stall;
+	uint64_t calls, partial, opened;
+	double epoch_au[64], epoch_blocked[64], epoch_active[64];
+	uint64_t epoch_bytes[64];
 	unsigned epochs;
 };
+
+/* Sums over the accelerators of @r: bytes read, blocked and active time. */
+static void aub_io_sum(const struct aub_run *r, uint64_t *bytes, double *blocked, double *active)
+{
+	*bytes = 0;
+	*blocked = *active = 0;
+	for (unsigned k = 0; k < r->n; k++) {
+		*bytes += atomic_load(&r->acc[k].bytes);
+		*blocked += r->acc[k].blocked_s;
+		*active += r->acc[k].active_s;
+	}
+}
+
+/*
+ * The readers' time lost waiting for the storage: per epoch, the time
+ * blocked beyond the cheapest epoch's cost per byte (an epoch of cached
+ * data, on a cache that fills in the first), summed.  With one epoch
+ * there is nothing to compare with: all of the blocked time.
+ */
+static double aub_lost(const struct aub_result *res)
+{
+	unsigned ne = res->epochs < 64 ? res->epochs : 64;
+	double per_byte = -1, lost = 0;
+
+	for (unsigned e = 0; ne > 1 && e < ne; e++) {
+		double c;
+
+		if (!res->epoch_bytes[e])
+			continue;
+		c = res->epoch_blocked[e] / (double)res->epoch_bytes[e];
+		if (per_byte < 0 || c < per_byte)
+			per_byte = c;
+	}
+	if (per_byte < 0)
+		return res->blocked;
+	for (unsigned e = 0; e < ne; e++) {
+		double l = res->epoch_blocked[e] - per_byte * (double)res->epoch_bytes[e];
+
+		lost += l > 0 ? l : 0;
+	}
+	return lost;
+}
 
 /*
  * Deal this epoch's shuffled files to the accelerators and size each one's
@@ -553,7 +676,8 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 		a->wall_s = staging;
 	}
 	for (unsigned e = 0; e < o->epochs; e++) {
-		double t0, dt, comp0 = 0, comp1 = 0;
+		double t0, dt, comp0 = 0, comp1 = 0, blk0, blk1, act0, act1;
+		uint64_t b0, b1;
 		size_t nt = 0;
 
 		if (o->drop && (err = aub_drop_caches())) {
@@ -563,6 +687,7 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 		res->samples_expected += aub_deal(&r, order, e, &res->bytes_expected);
 		for (unsigned k = 0; k < n; k++)
 			comp0 += r.acc[k].compute_s;
+		aub_io_sum(&r, &b0, &blk0, &act0);
 		t0 = aub_now();
 		for (unsigned k = 0; k < n && !err; k++) {
 			if (pthread_create(&tids[nt], NULL, aub_trainer, &r.acc[k])) {
@@ -598,8 +723,13 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 			r.acc[k].wall_s += dt;
 			comp1 += r.acc[k].compute_s;
 		}
-		if (e < 64)
+		aub_io_sum(&r, &b1, &blk1, &act1);
+		if (e < 64) {
 			res->epoch_au[e] = (comp1 - comp0) / ((double)n * (dt + (e ? 0 : staging)));
+			res->epoch_bytes[e] = b1 - b0;
+			res->epoch_blocked[e] = blk1 - blk0;
+			res->epoch_active[e] = act1 - act0;
+		}
 	}
 	res->au_min = 1;
 	for (unsigned k = 0; k < n; k++) {
@@ -614,7 +744,14 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 		res->bytes += atomic_load(&a->bytes);
 		res->samples += atomic_load(&a->samples);
 		res->errors += atomic_load(&a->errors);
+		res->blocked += a->blocked_s;
+		res->active += a->active_s;
+		res->calls += a->calls;
+		res->partial += a->partial;
+		res->opened += a->opened;
 	}
+	res->lost = aub_lost(res);
+	res->stall = res->active > 0 ? res->lost / res->active : 0;
 	res->wall = t_all + staging;
 	res->mbps = res->wall > 0 ? (double)res->bytes / res->wall / 1e6 : 0;
 	res->sps = res->wall > 0 ? (double)res->samples / res->wall : 0;
@@ -647,6 +784,20 @@ static void aub_print(const char *kind, const struct aub_opts *o, const struct a
 	       o->compute, o->scale, r->errors);
 	for (unsigned e = 0; e < r->epochs && e < 64; e++)
 		printf("%s%.4f", e ? ", " : "", r->epoch_au[e]);
+	printf("], \"read_calls\": %" PRIu64 ", \"partial_files\": %" PRIu64
+	       ", \"opened_bytes\": %" PRIu64
+	       ", \"reader_blocked_s\": %.4f, \"reader_active_s\": %.4f"
+	       ", \"reader_lost_s\": %.4f, \"reader_stall\": %.4f, \"idle_gap\": %g"
+	       ", \"epoch_bytes\": [", r->calls, r->partial, r->opened, r->blocked,
+	       r->active, r->lost, r->stall, o->idle_gap);
+	for (unsigned e = 0; e < r->epochs && e < 64; e++)
+		printf("%s%" PRIu64, e ? ", " : "", r->epoch_bytes[e]);
+	printf("], \"epoch_blocked_s\": [");
+	for (unsigned e = 0; e < r->epochs && e < 64; e++)
+		printf("%s%.4f", e ? ", " : "", r->epoch_blocked[e]);
+	printf("], \"epoch_active_s\": [");
+	for (unsigned e = 0; e < r->epochs && e < 64; e++)
+		printf("%s%.4f", e ? ", " : "", r->epoch_active[e]);
 	printf("]}\n");
 	fflush(stdout);
 }
@@ -857,6 +1008,7 @@ static void aub_usage(FILE *f)
 		"       aubench search -w WORKLOAD [-n START] [-m MAX] [-H] [options] DIR\n"
 		"options: -t READERS -b BATCH -c COMPUTE_S -S SCALE -p PREFETCH -e EPOCHS\n"
 		"         -P PASS -k SAMPLES_PER_FILE -s SEED -z SIZE_SCALE -M MIN_STEPS\n"
+		"         -G IDLE_GAP_S (a reader idle longer is not active; default 2)\n"
 		"         -D (drop caches per epoch) -L LISTDIR (list LISTDIR/WORKLOAD, read DIR/WORKLOAD)\n"
 		"WORKLOAD: unet3d resnet50 cosmoflow; files are read from DIR/WORKLOAD/\n");
 }
@@ -890,7 +1042,7 @@ static bool aub_double(const char *s, double lo, double *out)
 int main(int argc, char **argv)
 {
 	struct aub_opts o = { .prefetch = 2, .epochs = 3, .scale = 1, .seed = 1,
-			      .max = 64, .min_steps = 10 };
+			      .max = 64, .min_steps = 10, .idle_gap = 2 };
 	unsigned threads = 0, batch = 0, per_file = 0, count = 0, tmp;
 	double compute = -1, pass = -1, zscale = 1;
 	const char *mode, *wl = NULL, *listdir = NULL;
@@ -911,7 +1063,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:M:L:DH")) != -1) {
+	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:M:L:G:DH")) != -1) {
 		bool ok = true;
 
 		switch (opt) {
@@ -930,6 +1082,7 @@ int main(int argc, char **argv)
 		case 'z': ok = aub_double(optarg, 1, &zscale); break;
 		case 'N': ok = aub_uint(optarg, 1, 1u << 24, &count); break;
 		case 'M': ok = aub_uint(optarg, 1, 1u << 24, &o.min_steps); break;
+		case 'G': ok = aub_double(optarg, 0, &o.idle_gap); break;
 		case 'D': o.drop = true; break;
 		case 'L': listdir = optarg; break;
 		case 'H': o.handshake = true; break;

@@ -1342,21 +1342,11 @@ au_file_bytes() {
 	esac
 }
 
-# au_jobstat MNT JOB: "read_bytes stall_ns stall_ratio" of JOB's row in
-# MNT/.stagefs/stats ("0 0 0" when the job has no row yet)
-au_jobstat() {
-	timeout 10 cat "$1/.stagefs/stats" 2>/dev/null | "$PY" -c '
-import json, sys
-try:
-    d = json.load(sys.stdin)
-except ValueError:
-    print("0 0 0"); sys.exit()
-for j in d.get("jobs", []):
-    if j.get("job") == sys.argv[1]:
-        print(j.get("read_bytes", 0), j.get("stall_ns", 0), j.get("stall_ratio", 0)); break
-else:
-    print("0 0 0")' "$2"
-}
+# stagefs's job row against the tool's own figures (tools/aubench_agree.py):
+# au_row MNT JOB prints the row before a trial; au_agree MNT JOB BEFORE
+# TRIAL prints the comparison after it (status 1: they disagree).
+au_row() { "$PY" "$REPO/tools/aubench_agree.py" row "$1" "$2" 2>>"$WORK/log/au.log"; }
+au_agree() { "$PY" "$REPO/tools/aubench_agree.py" check "$@" 2>>"$WORK/log/au.log"; }
 
 # au_cold_ceph: a cold OSD (bluestore cache dropped; restarted if that fails)
 au_cold_ceph() {
@@ -1399,9 +1389,10 @@ au_prep_copy() {
 # handshake, the system prepared before each trial; prints a row per trial.
 # Sets AU_N, AU_AU, AU_MBS, AU_SPS (the result) and AU_ROW (the line for
 # the result's N: tool and stagefs figures).  MNT: a stagefs mount whose
-# job row to read ("" for none).
+# job row to read ("" for none); each of its trials adds to AU_AGREE or
+# AU_DISAGREE.
 au_search() {
-	local sys=$1 wl=$2 dir=$3 mnt=$4 start=$5 line n b0 s0 b1 s1 sr feed stall job=au-$1-$2 rfd wfd pid
+	local sys=$1 wl=$2 dir=$3 mnt=$4 start=$5 line n before agree job=au-$1-$2 rfd wfd pid
 	local -A rows=()
 	AU_N=0 AU_AU=0 AU_MBS=0 AU_SPS=0 AU_ROW=
 	# shellcheck disable=SC2046
@@ -1420,7 +1411,7 @@ au_search() {
 		prepare*)
 			n=${line#prepare }
 			if "au_prep_$sys" "$wl" "$n" >>"$WORK/log/au.log" 2>&1; then
-				[ -z "$mnt" ] || read -r b0 s0 _ <<<"$(au_jobstat "$mnt" "$job")"
+				[ -z "$mnt" ] || before=$(au_row "$mnt" "$job") || before=
 				echo "go $AU_STAGING" >&"$wfd"
 			else
 				printf '  %s: preparing the trial failed (see log/au.log)\n' "$sys"
@@ -1429,18 +1420,22 @@ au_search() {
 			;;
 		'{"trial"'*)
 			n=$(jget "$line" n)
-			feed=- stall=- sr=-
-			if [ -n "$mnt" ]; then
-				read -r b1 s1 sr <<<"$(au_jobstat "$mnt" "$job")"
-				feed=$(awk -v a="$b0" -v b="$b1" -v w="$(jget "$line" wall_s)" -v s="$(jget "$line" staging_s)" \
-					'BEGIN { printf "%.0f", (b - a) / (w - s) / 1e6 }')
-				stall=$(awk -v a="$s0" -v b="$s1" 'BEGIN { printf "%.1f", (b - a) / 1e9 }')
-			fi
-			rows[$n]=$(printf '%-9s N=%-3s AU %-6s (epoch 1 %-6s) %5.0f MB/s  wait %6.1f s | stagefs %5s MB/s  stall %6s s  ratio %s' \
+			rows[$n]=$(printf '%-9s N=%-3s AU %-6s (epoch 1 %-6s) %5.0f MB/s  wait %6.1f s' \
 				"$sys" "$n" "$(jget "$line" au)" "$(sed -n 's/.*"epoch_au": \[\([0-9.]*\).*/\1/p' <<<"$line")" \
-				"$(jget "$line" mb_per_s)" "$(jget "$line" wait_s)" "$feed" "$stall" "$sr")
-			[ -n "$mnt" ] || rows[$n]=${rows[$n]%% |*}
+				"$(jget "$line" mb_per_s)" "$(jget "$line" wait_s)")
 			printf '    %s%s\n' "${rows[$n]}" "$(awk -v s="$(jget "$line" staging_s)" 'BEGIN { if (s > 0) printf "  (copy %.1f s)", s }')"
+			if [ -n "$mnt" ]; then
+				if [ -z "$before" ]; then
+					agree="stagefs's row unreadable (log/au.log)"
+					AU_DISAGREE=$((AU_DISAGREE + 1))
+				elif agree=$(au_agree "$mnt" "$job" "$before" "$line"); then
+					AU_AGREE=$((AU_AGREE + 1))
+				else
+					AU_DISAGREE=$((AU_DISAGREE + 1))
+				fi
+				printf '      %s\n' "$agree"
+				rows[$n]+=$'\n'"      $agree"
+			fi
 			[ "$(jget "$line" errors)" = 0 ] || printf '    read errors: %s\n' "$(tail -1 "$WORK/log/aubench.err")"
 			;;
 		'{"result"'*)
@@ -1458,6 +1453,7 @@ au_search() {
 
 bench_au() {
 	local d=$WORK/au wl sys n start cnt mb=$AU_MB line nlocal nwarm ncold nfuse ncopy sums=() dir mnt s b w y a m p
+	AU_AGREE=0 AU_DISAGREE=0
 	hdr au "simulated accelerators kept busy at the pass line (tools/aubench; MLPerf Storage workloads, scaled)"
 	[ -x "$AUB" ] || make -C "$REPO" -s tools/aubench >&2 || { skipped "tools/aubench does not build"; return; }
 	mkdir -p "$d/data"
@@ -1564,11 +1560,15 @@ bench_au() {
 		done
 		printf '%s\n' "$line"
 	done
-	printf '\n  at that N, the tool and stagefs (feed rate = job read_bytes / wall; stall = job stall_ns; its stall_ratio):\n'
+	printf '\n  at that N, stagefs'"'"'s job row against the tool (tools/aubench_agree.py: bytes exact, or within 10 %% where\n'
+	printf '  estimated; stall share = stall_ns / active_ns between the readers'"'"' lost and blocked shares of their active\n'
+	printf '  time, plus or minus 5 points; docs/benchmarks.md):\n'
 	for b in "${sums[@]}"; do
-		IFS='|' read -r w y _ _ _ _ line <<<"$b"
+		IFS='|' read -r w y _ <<<"$b"
+		line=${b#*|*|*|*|*|*|}	# the row and its comparison: two lines
 		case $y in warm | cold) [ -z "$line" ] || printf '    %-9s %s\n' "$w" "$line" ;; esac
 	done
+	printf '  stagefs'"'"'s figures agree with the tool'"'"'s in %s of %s stagefs trials\n' "$AU_AGREE" $((AU_AGREE + AU_DISAGREE))
 }
 
 # ---------------------------------------------------------------------------
