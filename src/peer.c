@@ -36,6 +36,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -87,6 +88,9 @@ struct preq {
 };
 
 struct peer_group {
+	/* serializes reloads (SIGHUP, the control socket's PEERS reload=1) */
+	pthread_mutex_t reload_lock;
+	char *peers, *peers_file;	/* the last membership applied; protected by reload_lock */
 	pthread_mutex_t lock;
 	struct peer *p[PEER_MAX];	/* slots, never freed before destroy; protected by lock */
 	unsigned int np;		/* protected by lock */
@@ -179,15 +183,35 @@ static int list_parse(const char *s, struct sockaddr_in *v, size_t *n,
 static int file_parse(const char *path, struct sockaddr_in *v, size_t *n,
 		      char *err, size_t errlen)
 {
+	struct stat st = { 0 };
 	char *buf, e[256];
 	ssize_t len;
 	int fd, rc;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		/* a scheduler writes it at its first job: none yet is no members yet */
+		log_notice("peers_file %s does not exist (yet): no members from it", path);
+		return 0;
+	}
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "peers_file %s: %s", path, strerror(-rc));
 		return rc;
+	}
+	/*
+	 * The file names whom this node asks for chunks: only root (or the
+	 * daemon's user) may write it, as for the key.  A peer named by
+	 * someone else could not forge chunks (they are hash-checked) but
+	 * would see which chunks this node reads and could stall its misses.
+	 */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022)) {
+		snprintf(err, errlen, "peers_file %s: must be a regular file owned by root (or "
+			 "the daemon's user) and writable by nobody else (owner %u, mode %04o)",
+			 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
 	}
 	buf = malloc(LIST_MAX_BYTES + 1);
 	if (!buf) {
@@ -232,8 +256,9 @@ static struct peer *slot_find_locked(struct peer_group *pg, const struct sockadd
 	return NULL;
 }
 
-int peer_group_reload(struct peer_group *pg, const char *peers,
-		      const char *peers_file, char *err, size_t errlen)
+/* Under pg->reload_lock: see peer_group_reload(). */
+static int reload_locked(struct peer_group *pg, const char *peers,
+			 const char *peers_file, char *err, size_t errlen)
 {
 	struct sockaddr_in *v;
 	struct peer *fresh[PEER_MAX];
@@ -290,6 +315,43 @@ int peer_group_reload(struct peer_group *pg, const char *peers,
 	log_notice("peer group: %zu members (this node %s)", members, pg->self->addr);
 out:
 	free(v);
+	return rc;
+}
+
+int peer_group_reload(struct peer_group *pg, const char *peers,
+		      const char *peers_file, char *err, size_t errlen)
+{
+	char *np = strdup(peers ? peers : ""), *nf = strdup(peers_file ? peers_file : "");
+	int rc = -ENOMEM;
+
+	if (!np || !nf) {
+		snprintf(err, errlen, "out of memory");
+		goto out_free;
+	}
+	pthread_mutex_lock(&pg->reload_lock);
+	rc = reload_locked(pg, np, nf, err, errlen);
+	if (!rc) {
+		/* what a later peer_group_reread() reads again */
+		free(pg->peers);
+		free(pg->peers_file);
+		pg->peers = np;
+		pg->peers_file = nf;
+		np = nf = NULL;
+	}
+	pthread_mutex_unlock(&pg->reload_lock);
+out_free:
+	free(np);
+	free(nf);
+	return rc;
+}
+
+int peer_group_reread(struct peer_group *pg, char *err, size_t errlen)
+{
+	int rc;
+
+	pthread_mutex_lock(&pg->reload_lock);
+	rc = reload_locked(pg, pg->peers, pg->peers_file, err, errlen);
+	pthread_mutex_unlock(&pg->reload_lock);
 	return rc;
 }
 
@@ -810,6 +872,7 @@ int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 	pg = calloc(1, sizeof(*pg));
 	if (!pg)
 		return -ENOMEM;
+	pthread_mutex_init(&pg->reload_lock, NULL);
 	pthread_mutex_init(&pg->lock, NULL);
 	list_init(&pg->inbox);
 	list_init(&pg->live);
@@ -855,6 +918,9 @@ out_free:
 		free(pg->p[i]);
 	peer_key_wipe(&pg->key);
 	pthread_mutex_destroy(&pg->lock);
+	pthread_mutex_destroy(&pg->reload_lock);
+	free(pg->peers);
+	free(pg->peers_file);
 	free(pg);
 	return rc;
 }
@@ -879,5 +945,8 @@ void peer_group_destroy(struct peer_group *pg)
 	close(pg->epfd);
 	peer_key_wipe(&pg->key);
 	pthread_mutex_destroy(&pg->lock);
+	pthread_mutex_destroy(&pg->reload_lock);
+	free(pg->peers);
+	free(pg->peers_file);
 	free(pg);
 }

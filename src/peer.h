@@ -32,8 +32,8 @@
  *
  * Threads: peer_fetch_start() from any thread; the done function runs on
  * the client thread and must only hand over (it may start a backend read,
- * which does not block).  Lock: pg->lock guards the membership and the
- * inbox; a leaf.
+ * which does not block).  Locks: pg->reload_lock serializes reloads;
+ * pg->lock guards the membership and the inbox, a leaf.
  */
 #ifndef STAGEFS_PEER_H
 #define STAGEFS_PEER_H
@@ -71,11 +71,18 @@ void peer_group_destroy(struct peer_group *pg);
 
 /*
  * Replace the membership with @peers plus the lines of @peers_file (this
- * node is always a member).  On an error (-errno, message in @err) the
- * group stays as it was.  Counters of members that stay are kept.
+ * node is always a member).  The file must be root's (or the daemon's
+ * user's) and writable by nobody else, else -EPERM.  On an error (-errno,
+ * message in @err) the group stays as it was.  Counters of members that
+ * stay are kept.  Reloads are serialized.
  */
 int peer_group_reload(struct peer_group *pg, const char *peers,
 		      const char *peers_file, char *err, size_t errlen);
+/*
+ * Read the last @peers and @peers_file applied again (a scheduler
+ * rewrote the file): peer_group_reload() with them.
+ */
+int peer_group_reread(struct peer_group *pg, char *err, size_t errlen);
 
 /* The group's key and this node's address (valid until destroy). */
 const struct peer_key *peer_group_key(const struct peer_group *pg);
