@@ -362,6 +362,8 @@ printf '%s\n' "$out" | sed 's/^/    job: /' >&2
 [[ $(job_field "$j7" JobState) == COMPLETED ]] || die "job $j7 did not run after its staging hung"
 grep -q "stagefs: staging train on n[12] failed: the staging helper hung past its deadline and was killed" <<<"$out" ||
 	die "job $j7's output does not say its staging hung"
+grep -q "stagefs: the job's nodes are not the peer group on n[12] (.*): the peer group helper hung past its deadline" <<<"$out" ||
+	die "job $j7's output does not say its nodes are not the peer group"
 
 # --- 4. srun takes the option too; data already cached is not fetched again ------
 
