@@ -18,16 +18,17 @@
 #include "peer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* "OK members=N self=ADDR peers=ADDR,..." (this node included). */
+/* "OK members=N self=ADDR peers=ADDR,... peers_file=PATH" (this node included). */
 static int send_members(struct ctlsock_client *cl, struct peer_group *pg)
 {
 	struct peer_stat *v;
-	char list[PEER_MAX * 24] = "", self[32] = "";
+	char list[PEER_MAX * 24] = "", self[32] = "", file[PATH_MAX], esc[PATH_MAX * 3 + 1];
 	size_t n, members = 0, len = 0;
 	int rc = peer_group_stats(pg, &v, &n);
 
@@ -43,7 +44,10 @@ static int send_members(struct ctlsock_client *cl, struct peer_group *pg)
 					len ? "," : "", v[i].addr);
 	}
 	free(v);
-	return ctl_sendf(cl->fd, "OK members=%zu self=%s peers=%s\n", members, self, list);
+	peer_group_peers_file(pg, file, sizeof(file));
+	ctl_escape(file, esc, sizeof(esc));
+	return ctl_sendf(cl->fd, "OK members=%zu self=%s peers=%s peers_file=%s\n", members, self,
+			 list, esc);
 }
 
 int ctlpeers_peers(struct ctlsock_client *cl, const struct ctl_msg *m)

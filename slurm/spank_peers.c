@@ -345,6 +345,7 @@ static int daemon_reread(struct ctl_conn *conn, char *err, size_t errlen, char *
 			 struct ctl_msg *m)
 {
 	int ret = ctl_sendf(conn->fd, "PEERS reload=1\n");
+	const char *pf;
 
 	if (!ret)
 		ret = ctl_read_line(conn, line, PEERS_TIMEOUT_MS);
@@ -357,6 +358,13 @@ static int daemon_reread(struct ctl_conn *conn, char *err, size_t errlen, char *
 
 		snprintf(err, errlen, "the daemon refused its new peers_file: %s (%s)",
 			 msg ? msg : "?", code ? code : "?");
+		return -1;
+	}
+	/* a daemon reading another file would never see the jobs' nodes */
+	pf = ctl_get(m, "peers_file");
+	if (!pf || strcmp(pf, conf.peers_file)) {
+		snprintf(err, errlen, "the daemon's peers_file is '%s', not %s (plugstack.conf peers_file=)",
+			 pf ? pf : "?", conf.peers_file);
 		return -1;
 	}
 	return 0;

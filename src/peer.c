@@ -345,6 +345,13 @@ out_free:
 	return rc;
 }
 
+void peer_group_peers_file(struct peer_group *pg, char *out, size_t len)
+{
+	pthread_mutex_lock(&pg->reload_lock);
+	snprintf(out, len, "%s", pg->peers_file ? pg->peers_file : "");
+	pthread_mutex_unlock(&pg->reload_lock);
+}
+
 int peer_group_reread(struct peer_group *pg, char *err, size_t errlen)
 {
 	int rc;

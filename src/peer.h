@@ -83,6 +83,8 @@ int peer_group_reload(struct peer_group *pg, const char *peers,
  * rewrote the file): peer_group_reload() with them.
  */
 int peer_group_reread(struct peer_group *pg, char *err, size_t errlen);
+/* The peers_file last applied into @out ("" if none). */
+void peer_group_peers_file(struct peer_group *pg, char *out, size_t len);
 
 /* The group's key and this node's address (valid until destroy). */
 const struct peer_key *peer_group_key(const struct peer_group *pg);

@@ -305,7 +305,7 @@ SOCK=$(cat "$MNT/.stagefs/socket")
 got=$(as sfs_alice "$PYTHON" "$T/peers.py" "$SOCK" "PEERS reload=1")
 [[ $got == "ERR code=EPERM "* ]] || die "a user's PEERS reload=1 was not refused: $got"
 got=$(as sfs_alice "$PYTHON" "$T/peers.py" "$SOCK" "PEERS")
-[[ $got == "OK members=1 self=127.0.0.2:$PEER_PORT peers=127.0.0.2:$PEER_PORT" ]] ||
+[[ $got == "OK members=1 self=127.0.0.2:$PEER_PORT peers=127.0.0.2:$PEER_PORT peers_file=$PEERS_FILE" ]] ||
 	die "a user cannot read the group: $got"
 cp -p "$PEERS_FILE" "$T/peers.saved"
 echo "127.0.0.9:$PEER_PORT" >>"$PEERS_FILE"
