@@ -37,6 +37,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -55,6 +56,8 @@ struct peer {
 	uint64_t seed;			/* rendezvous: the hash of addr */
 	bool self;
 	bool member;			/* protected by pg->lock */
+	bool keep;			/* a reload names it: not reclaimed; protected by pg->lock */
+	bool was_member;		/* before a reclaiming reload; protected by pg->lock */
 	uint64_t backoff_until;		/* ms (monotonic); protected by pg->lock */
 	unsigned int fails;		/* in a row; protected by pg->lock */
 	/* the client thread's own */
@@ -92,8 +95,15 @@ struct peer_group {
 	pthread_mutex_t reload_lock;
 	char *peers, *peers_file;	/* the last membership applied; protected by reload_lock */
 	pthread_mutex_t lock;
-	struct peer *p[PEER_MAX];	/* slots, never freed before destroy; protected by lock */
+	struct peer *p[PEER_MAX];	/* slots; protected by lock */
 	unsigned int np;		/* protected by lock */
+	/*
+	 * A reload short of slots asks the client thread to free those of
+	 * former members with no request left (reclaim_locked) and waits on
+	 * reclaimed; both protected by lock.
+	 */
+	bool reclaim;
+	pthread_cond_t reclaimed;
 	struct peer *self;
 	struct peer_key key;
 	uint64_t timeout_ms;
@@ -247,6 +257,48 @@ static struct peer *slot_new(const struct sockaddr_in *sa)
 	return p;
 }
 
+static void poke(struct peer_group *pg);
+
+/*
+ * Under pg->lock, from a reload short of slots: have the client thread
+ * free the slots that @v (@n addresses, the new membership) does not
+ * name and that no request uses, and wait for it (at most 2 s).  Members
+ * leaving with this reload stop being members first (they are leaving
+ * anyway), so a group can be replaced by another whole; their counters go
+ * with their slots.  If the reload still fails, reclaim_undo_locked()
+ * gives the group back its members, but for those already freed.
+ */
+static void reclaim_wait_locked(struct peer_group *pg, const struct sockaddr_in *v, size_t n)
+{
+	struct timespec ts;
+
+	if (pg->efd < 0)
+		return;		/* no client thread yet: nothing was ever a member */
+	for (unsigned int i = 0; i < pg->np; i++) {
+		struct peer *p = pg->p[i];
+
+		p->keep = p->self;
+		for (size_t j = 0; j < n && !p->keep; j++)
+			p->keep = addr_eq(&p->sa, &v[j]);
+		p->was_member = p->member;
+		if (!p->keep)
+			p->member = false;
+	}
+	pg->reclaim = true;
+	poke(pg);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += 2;
+	while (pg->reclaim && pthread_cond_timedwait(&pg->reclaimed, &pg->lock, &ts) == 0)
+		;
+}
+
+static void reclaim_undo_locked(struct peer_group *pg)
+{
+	for (unsigned int i = 0; i < pg->np; i++)
+		if (pg->p[i]->was_member)
+			pg->p[i]->member = true;
+}
+
 /* Under pg->lock: the slot of @sa, or NULL. */
 static struct peer *slot_find_locked(struct peer_group *pg, const struct sockaddr_in *sa)
 {
@@ -273,6 +325,20 @@ static int reload_locked(struct peer_group *pg, const char *peers,
 		rc = file_parse(peers_file, v, &n, err, errlen);
 	if (rc)
 		goto out;
+	/* a group larger than a node can hold is refused before anything moves */
+	for (size_t i = 0; i < n; i++) {
+		bool dup = addr_eq(&v[i], &pg->self->sa);
+
+		for (size_t j = 0; j < i && !dup; j++)
+			dup = addr_eq(&v[i], &v[j]);
+		members += !dup;
+	}
+	if (members + 1 > PEER_MAX) {
+		snprintf(err, errlen, "more than %d peers", PEER_MAX);
+		rc = -E2BIG;
+		goto out;
+	}
+	members = 0;
 	/* slots for addresses not known yet: made here, published under the lock */
 	for (size_t i = 0; i < n; i++) {
 		bool known;
@@ -296,10 +362,16 @@ static int reload_locked(struct peer_group *pg, const char *peers,
 	}
 	pthread_mutex_lock(&pg->lock);
 	if (pg->np + nfresh > PEER_MAX) {
+		reclaim_wait_locked(pg, v, n);
+		if (pg->np + nfresh > PEER_MAX)
+			reclaim_undo_locked(pg);
+	}
+	if (pg->np + nfresh > PEER_MAX) {
 		pthread_mutex_unlock(&pg->lock);
 		for (size_t j = 0; j < nfresh; j++)
 			free(fresh[j]);
-		snprintf(err, errlen, "more than %d peers known", PEER_MAX);
+		snprintf(err, errlen, "more than %d peers known, former members still in use; retry",
+			 PEER_MAX);
 		rc = -E2BIG;
 		goto out;
 	}
@@ -674,6 +746,46 @@ static void rq_event(struct peer_group *pg, struct preq *rq, uint32_t ev)
 		rq_readable(pg, rq);
 }
 
+/*
+ * On the client thread, once the inbox's requests are started (so every
+ * request of a slot is counted in its active or queue, or still waits in
+ * the inbox): free the slots a reload asked for (reclaim_wait_locked).
+ */
+static void reclaim(struct peer_group *pg)
+{
+	struct peer *gone[PEER_MAX];
+	unsigned int ngone = 0, kept = 0;
+	struct list_node *n;
+
+	pthread_mutex_lock(&pg->lock);
+	if (!pg->reclaim) {
+		pthread_mutex_unlock(&pg->lock);
+		return;
+	}
+	for (unsigned int i = 0; i < pg->np; i++) {
+		struct peer *p = pg->p[i];
+		bool used = p->self || p->member || p->keep || p->active || !list_empty(&p->queue);
+
+		for (n = pg->inbox.next; n != &pg->inbox && !used; n = n->next)
+			used = list_entry(n, struct preq, node)->p == p;
+		if (used)
+			pg->p[kept++] = p;
+		else
+			gone[ngone++] = p;
+	}
+	pg->np = kept;
+	pg->reclaim = false;
+	pthread_cond_broadcast(&pg->reclaimed);
+	pthread_mutex_unlock(&pg->lock);
+	for (unsigned int i = 0; i < ngone; i++) {
+		while (gone[i]->nidle)
+			close(gone[i]->idle[--gone[i]->nidle]);
+		free(gone[i]);
+	}
+	if (ngone)
+		log_info("peer group: forgot %u former members", ngone);
+}
+
 /* End every request past its deadline; the time to the nearest other, ms. */
 static int expire(struct peer_group *pg)
 {
@@ -733,6 +845,7 @@ static void *client_main(void *arg)
 			list_add_tail(&pg->live, &rq->node);
 			rq_start(pg, rq);
 		}
+		reclaim(pg);
 		if (stopping) {
 			while (!list_empty(&pg->live))
 				rq_end(pg, list_entry(list_first(&pg->live), struct preq, node),
@@ -881,6 +994,14 @@ int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 		return -ENOMEM;
 	pthread_mutex_init(&pg->reload_lock, NULL);
 	pthread_mutex_init(&pg->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&pg->reclaimed, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	list_init(&pg->inbox);
 	list_init(&pg->live);
 	pg->efd = pg->epfd = -1;
@@ -926,6 +1047,7 @@ out_free:
 	peer_key_wipe(&pg->key);
 	pthread_mutex_destroy(&pg->lock);
 	pthread_mutex_destroy(&pg->reload_lock);
+	pthread_cond_destroy(&pg->reclaimed);
 	free(pg->peers);
 	free(pg->peers_file);
 	free(pg);
@@ -953,6 +1075,7 @@ void peer_group_destroy(struct peer_group *pg)
 	peer_key_wipe(&pg->key);
 	pthread_mutex_destroy(&pg->lock);
 	pthread_mutex_destroy(&pg->reload_lock);
+	pthread_cond_destroy(&pg->reclaimed);
 	free(pg->peers);
 	free(pg->peers_file);
 	free(pg);

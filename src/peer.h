@@ -9,6 +9,10 @@
  * seeded with the hash of the member's address, highest wins.  A member
  * joining or leaving moves only the chunks it wins or won, about 1/n.
  *
+ * A node keeps a slot, with its counters, for every address it knew
+ * (PEER_MAX at most); a reload that needs room frees the slots of former
+ * members that no request uses any more.
+ *
  * A member is live unless it is in a back-off: a peer that timed out,
  * refused, hung up or sent wrong bytes is skipped for 1 s, doubling up to
  * 30 s while it keeps failing, and its chunks go to the next member in
@@ -71,7 +75,8 @@ void peer_group_destroy(struct peer_group *pg);
 
 /*
  * Replace the membership with @peers plus the lines of @peers_file (this
- * node is always a member).  The file must be root's (or the daemon's
+ * node is always a member); short of slots (PEER_MAX addresses known), the
+ * client thread first frees those of former members no request uses.  The file must be root's (or the daemon's
  * user's) and writable by nobody else, else -EPERM.  On an error (-errno,
  * message in @err) the group stays as it was.  Counters of members that
  * stay are kept.  Reloads are serialized.
@@ -115,7 +120,7 @@ void peer_note_refused(struct peer_group *pg, const struct sockaddr_in *from);
 struct peer_stat {
 	char addr[32];		/* "a.b.c.d:port" */
 	bool self;
-	bool member;		/* in the group now (false: left, counters kept) */
+	bool member;		/* in the group now (false: left, counters kept until the room is needed) */
 	bool backoff;		/* skipped now */
 	uint64_t bytes_in;	/* chunk bytes it sent us, verified */
 	uint64_t hits;		/* chunks it sent us, verified */

@@ -245,6 +245,45 @@ static void test_peers_file(void **state)
 	peer_group_destroy(pg);
 }
 
+/*
+ * Churn: a node whose jobs go through more than PEER_MAX other nodes
+ * forgets former members to make room; it never forgets a member.
+ */
+static void test_churn(void **state)
+{
+	struct peer_group *pg = group("");
+	static char list[PEER_MAX * 24];
+	struct peer_stat *v;
+	char err[512];
+	size_t n;
+
+	for (int round = 0; round < 3; round++) {
+		size_t len = 0;
+
+		for (int i = 2; i <= PEER_MAX; i++)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "127.0.%d.1:%d,",
+						round + 1, i);
+		assert_int_equal(peer_group_reload(pg, list, NULL, err, sizeof(err)), 0);
+		assert_int_equal(members(pg), PEER_MAX);
+	}
+	assert_int_equal(peer_group_stats(pg, &v, &n), 0);
+	assert_int_equal(n, PEER_MAX);
+	for (size_t i = 0; i < n; i++)
+		assert_true(v[i].member);
+	free(v);
+	/* one more than fits: refused, the group as it was */
+	{
+		size_t len = 0;
+
+		for (int i = 1; i < PEER_MAX; i++)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "127.0.9.%d:1,", i);
+		snprintf(list + len, sizeof(list) - len, "127.0.10.1:1");
+		assert_int_equal(peer_group_reload(pg, list, NULL, err, sizeof(err)), -E2BIG);
+		assert_int_equal(members(pg), PEER_MAX);
+	}
+	peer_group_destroy(pg);
+}
+
 struct done_box {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -308,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_key_file),
 		cmocka_unit_test(test_rendezvous),
 		cmocka_unit_test(test_peers_file),
+		cmocka_unit_test(test_churn),
 		cmocka_unit_test(test_refused_peer),
 	};
 	int rc;
