@@ -947,6 +947,7 @@ int peer_group_stats(struct peer_group *pg, struct peer_stat **out, size_t *n)
 		v[i].self = p->self;
 		v[i].member = p->member;
 		v[i].backoff = !p->self && p->backoff_until > now;
+		v[i].down = !p->self && p->fails > 0;
 		v[i].bytes_in = atomic_load(&p->bytes_in);
 		v[i].hits = atomic_load(&p->hits);
 		v[i].failures = atomic_load(&p->failures);

@@ -122,6 +122,7 @@ struct peer_stat {
 	bool self;
 	bool member;		/* in the group now (false: left, counters kept until the room is needed) */
 	bool backoff;		/* skipped now */
+	bool down;		/* our last request to it failed, none has succeeded since */
 	uint64_t bytes_in;	/* chunk bytes it sent us, verified */
 	uint64_t hits;		/* chunks it sent us, verified */
 	uint64_t failures;	/* our requests it failed: timeout, refusal, hang-up, bad bytes */

@@ -332,6 +332,8 @@ static void test_refused_peer(void **state)
 	assert_int_equal(peer_group_stats(pg, &st, &n), 0);
 	assert_int_equal(n, 2);
 	assert_true(st[1].backoff);
+	assert_true(st[1].down);
+	assert_false(st[0].down);
 	assert_int_equal(st[1].failures, 1);
 	assert_int_equal(st[1].fallbacks, 1);
 	free(st);
