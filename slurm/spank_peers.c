@@ -16,7 +16,8 @@
  *
  * A node's address: its Slurm name put into peer_host= for %n (default:
  * the name itself), resolved to IPv4 by getaddrinfo (nsswitch.conf:
- * /etc/hosts, DNS), with peer_port=.  Resolved here rather than by the
+ * /etc/hosts, DNS), with peer_port=.  A node leaves itself out of its
+ * job's list: the daemon is always a member of its own group.  Resolved here rather than by the
  * daemon, so that a name that does not resolve leaves out that node alone,
  * and says so, instead of making the daemon refuse the whole file.  The
  * node list is expanded by Slurm's own hostlist functions.
@@ -146,6 +147,14 @@ static int job_list_write(uint32_t jobid, char *err, size_t errlen, char *bad, s
 		const char *why = NULL;
 		size_t bl = strlen(bad);
 
+		/*
+		 * Not this node: the daemon is always a member, at its
+		 * peer_listen, and a machine's own name often resolves to a
+		 * loopback address (Debian's /etc/hosts: 127.0.1.1), which
+		 * would make it a phantom member here.
+		 */
+		if (!strcmp(name, job_node()))
+			continue;
 		if (n == PEERS_MAX || len + strlen(name) + ADDR_MAX + 8 > LIST_MAX) {
 			left++;
 			continue;

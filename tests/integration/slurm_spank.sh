@@ -274,7 +274,8 @@ d = json.load(open(sys.argv[1]))
 print(" ".join(sorted(p["addr"] for p in d["peers"] if p["member"] and not p["self"])))' "${1:-$MNT/.stagefs/stats}"
 }
 job_peer=127.0.0.1:$PEER_PORT
-grep -qx "$job_peer # n1 n2" "$S/jobs/peers.$j1" ||
+# (each node lists the job's other nodes: n1's list has n2, n2's has n1)
+grep -Eqx "$job_peer # (n1 n2|n2 n1)" "$S/jobs/peers.$j1" ||
 	die "the peers_file during job $j1 does not name its nodes n1 and n2: $(cat "$S/jobs/peers.$j1")"
 got=$(peer_members "$S/jobs/stats.$j1.json")
 [[ $got == "$job_peer" ]] || die "the daemon's peers during job $j1: expected $job_peer, got '$got'"
