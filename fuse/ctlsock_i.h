@@ -6,6 +6,7 @@
  *               per connection, HELLO, dispatch of requests
  *   ctlconn.c   one connection's helpers: replies, liveness, PATH lists
  *   ctljobs.c   the job requests: WARMUP, HINT, HINT_END, STATUS
+ *   ctlpeers.c  PEERS: the peer group, and its reread (root only)
  *   handover.c  the client library's requests: CACHE_FD, CACHE_FD_CLOSE
  *               (descriptor hand-over), CLIENT_READ, GPU_BYTES
  *
@@ -135,6 +136,10 @@ int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m);
 int ctljobs_hint(struct ctlsock_client *cl, const struct ctl_msg *m);
 int ctljobs_hint_end(struct ctlsock_client *cl, const struct ctl_msg *m);
 int ctljobs_status(struct ctlsock_client *cl);
+
+/* ---- ctlpeers.c ---- */
+
+int ctlpeers_peers(struct ctlsock_client *cl, const struct ctl_msg *m);
 
 /* ---- handover.c ---- */
 

@@ -26,6 +26,7 @@ int conf_parse(int ac, char **av)
 {
 	memset(&conf, 0, sizeof(conf));
 	snprintf(conf.statedir, sizeof(conf.statedir), "%s", CONF_STATEDIR);
+	snprintf(conf.peer_host, sizeof(conf.peer_host), "%%n");
 	conf.wait_s = CONF_WAIT_S;
 	conf.max_wait_s = CONF_MAX_WAIT_S;
 	for (int i = 0; i < ac; i++) {
@@ -35,9 +36,9 @@ int conf_parse(int ac, char **av)
 		uint64_t n;
 
 #define KEY(k) (kl == strlen(k) && !strncmp(a, k, kl))
-		if (KEY("mount") || KEY("socket") || KEY("statedir")) {
-			char *dst = KEY("mount") ? conf.mount : KEY("socket") ? conf.socket
-									     : conf.statedir;
+		if (KEY("mount") || KEY("socket") || KEY("statedir") || KEY("peers_file")) {
+			char *dst = KEY("mount") ? conf.mount : KEY("socket") ? conf.socket :
+				    KEY("statedir") ? conf.statedir : conf.peers_file;
 
 			if (v[0] != '/' || strlen(v) >= PATH_MAX) {
 				slurm_error("stagefs: plugstack.conf: %.*s= wants an absolute path, not '%s'",
@@ -55,6 +56,24 @@ int conf_parse(int ac, char **av)
 				return -1;
 			}
 			*(KEY("wait") ? &conf.wait_s : &conf.max_wait_s) = (unsigned)n;
+		} else if (KEY("peer_port")) {
+			if (parse_uint(v, &n) || !n || n > 65535) {
+				slurm_error("stagefs: plugstack.conf: peer_port= wants a TCP port (1 to 65535), not '%s'",
+					    v);
+				return -1;
+			}
+			conf.peer_port = (unsigned)n;
+		} else if (KEY("peer_host")) {
+			const char *pc = strchr(v, '%');
+
+			/* a name or address, where %n is the node's name (once at most) */
+			if (!*v || strlen(v) >= sizeof(conf.peer_host) || strcspn(v, " \t/:") != strlen(v) ||
+			    (pc && (pc[1] != 'n' || strchr(pc + 1, '%')))) {
+				slurm_error("stagefs: plugstack.conf: peer_host= wants a host name or IPv4 address, %%n standing for the node's name (once), not '%s'",
+					    v);
+				return -1;
+			}
+			strcpy(conf.peer_host, v);
 		} else if (KEY("shard")) {
 			if (strcmp(v, "node") && strcmp(v, "all")) {
 				slurm_error("stagefs: plugstack.conf: shard= is node or all, not '%s'", v);
@@ -68,7 +87,7 @@ int conf_parse(int ac, char **av)
 			}
 			conf.onfail_fail = !strcmp(v, "fail");
 		} else {
-			slurm_error("stagefs: plugstack.conf: unknown argument '%s' (known: mount= socket= statedir= wait= max_wait= onfail= shard=)",
+			slurm_error("stagefs: plugstack.conf: unknown argument '%s' (known: mount= socket= statedir= wait= max_wait= onfail= shard= peers_file= peer_port= peer_host=)",
 				    a);
 			return -1;
 		}
@@ -76,6 +95,10 @@ int conf_parse(int ac, char **av)
 	}
 	if (!conf.mount[0]) {
 		slurm_error("stagefs: plugstack.conf: mount=PATH (the node's stagefs mount) is missing");
+		return -1;
+	}
+	if (!conf.peers_file[0] != !conf.peer_port) {
+		slurm_error("stagefs: plugstack.conf: peers_file= and peer_port= go together (the daemon's peers_file, and the port of every node's peer_listen)");
 		return -1;
 	}
 	if (conf.wait_s > conf.max_wait_s)

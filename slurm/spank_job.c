@@ -158,13 +158,18 @@ static int statedir_check(void)
 	return 0;
 }
 
+int job_statedir_ready(void)
+{
+	int ret = mkdir_p(conf.statedir, 0700);
+
+	return ret ? ret : statedir_check();
+}
+
 int job_state_write(uint32_t jobid, const char *line)
 {
 	char path[STATE_PATH_MAX];
-	int ret = mkdir_p(conf.statedir, 0700);
+	int ret = job_statedir_ready();
 
-	if (!ret)
-		ret = statedir_check();
 	if (ret)
 		return ret;
 	/* a requeued job runs again under its id: its outcome is told again */

@@ -44,6 +44,11 @@
  *   rate (bytes, rate, hit ratio, stall), read as the user, goes to the
  *   job's output; at the job's end on each node
  *   (slurm_spank_job_epilog) to slurmd's log, and the state file goes.
+ * - With peers_file= and peer_port= in plugstack.conf, every job's prolog
+ *   adds the job's nodes to the node's peer group and its epilog takes
+ *   them out again (spank_peers.c): the group is the union of the nodes
+ *   of the jobs running on the node, so the nodes of a job share their
+ *   cached chunks (docs/fleet.md).
  *
  * Everything that talks to the daemon or reads the mount runs in a child
  * with a deadline, so a hung daemon never holds up slurmd or slurmstepd
@@ -76,16 +81,30 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 	const char *paths[SPANK_MAX_PATHS];
 	char buf[OPT_PATHS_MAX], node[256], why[PATH_MAX + 64];
 	char res[SPANK_LINE_MAX], line[SPANK_LINE_MAX + OPT_PATHS_MAX * 3 + 1024];
+	char peers[SPANK_LINE_MAX] = "";
 	struct client_warmup w = { 0 };
 	struct spank_user u;
 	uint32_t jobid = 0, idx, cnt;
 	size_t np = 0, ml;
 	char *save = NULL;
+	bool peers_failed = false;
 	int ret;
 
-	if (conf_parse(ac, av) || conf_opts_from_env(sp) || !conf_opt.given)
-		return 0;	/* never fail: that would drain the node */
-	if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS || job_user_from_db(sp, &u)) {
+	/* never fail: that would drain the node */
+	if (conf_parse(ac, av) || spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
+		return 0;
+	/* every job's nodes join the group, before any staging asks a peer */
+	if (conf.peers_file[0]) {
+		peers_failed = peers_job_start(jobid, peers, sizeof(peers)) != 0;
+		if (peers_failed)
+			slurm_error("stagefs: job %" PRIu32 " on %s: the job's nodes are not the peer group: %s",
+				    jobid, job_node(), peers);
+		else
+			slurm_info("stagefs: job %" PRIu32 " on %s: %s", jobid, job_node(), peers);
+	}
+	if (conf_opts_from_env(sp) || !conf_opt.given)
+		return 0;
+	if (job_user_from_db(sp, &u)) {
 		slurm_error("stagefs: prolog: cannot tell the job's id or user; not staging");
 		return 0;
 	}
@@ -144,6 +163,8 @@ out_state:
 	client_put_word(line, sizeof(line), "shard", why);
 	client_put_word(line, sizeof(line), "paths", conf_opt.paths);
 	client_put_word(line, sizeof(line), "node", node);
+	if (peers_failed)
+		client_put_word(line, sizeof(line), "peers_err", peers);
 	slurm_info("stagefs: job %" PRIu32 ": %s", jobid, line);
 	strncat(line, "\n", sizeof(line) - strlen(line) - 1);
 	ret = job_state_write(jobid, line);
@@ -243,6 +264,14 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	unlink(path);
 	job_state_path(jobid, ".reported", path, sizeof(path));
 	unlink(path);
+	/* the job's nodes leave the group: the next job is not pinned to them */
+	if (conf.peers_file[0]) {
+		if (peers_job_end(jobid, out, sizeof(out)))
+			slurm_error("stagefs: job %" PRIu32 " on %s: the peer group was not restored: %s",
+				    jobid, job_node(), out);
+		else if (out[0])
+			slurm_info("stagefs: job %" PRIu32 " ended on %s: %s", jobid, job_node(), out);
+	}
 	return 0;
 }
 
@@ -321,10 +350,14 @@ static void report_staging(void)
 	const struct ctl_msg *m = &step.m;
 	const char *st = ctl_get(m, "status"), *node = ctl_get(m, "node");
 	const char *paths = ctl_get(m, "paths"), *shard = ctl_get(m, "shard");
+	const char *peers_err = ctl_get(m, "peers_err");
 	char b[32], f[32], c[32], then[256];
 
 	if (!node || !*node)
 		node = job_node();
+	if (peers_err)
+		slurm_error("stagefs: the job's nodes are not the peer group on %s (each node reads from the backend what it lacks): %s",
+			    node, peers_err);
 	if (!paths || !*paths)
 		paths = conf_opt.paths;
 	snprintf(then, sizeof(then), conf_onfail_fail() ?

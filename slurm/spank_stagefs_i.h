@@ -5,7 +5,8 @@
  * spank_job.c the job's user, node and shard, and the state its prolog
  * leaves its steps; spank_asuser.c runs a piece of work as the job's user
  * in a child process with a deadline; spank_client.c is that work: a
- * WARMUP over the control socket, or the job's row of .stagefs/stats.
+ * WARMUP over the control socket, or the job's row of .stagefs/stats;
+ * spank_peers.c makes the job's nodes the node's peer group.
  */
 #ifndef STAGEFS_SPANK_STAGEFS_I_H
 #define STAGEFS_SPANK_STAGEFS_I_H
@@ -40,6 +41,9 @@ struct conf {
 	unsigned wait_s, max_wait_s;
 	bool onfail_fail;
 	bool shard_all;		/* every node stages all of the data */
+	char peers_file[PATH_MAX];	/* the daemon's peers_file; "": no peer groups */
+	unsigned peer_port;		/* every node's peer_listen port */
+	char peer_host[256];		/* a node's peer address; %n: its name */
 	bool ok;		/* parsed without error, and mount= given */
 };
 extern struct conf conf;
@@ -110,6 +114,24 @@ int job_state_write(uint32_t jobid, const char *line);
  * directory is not root's alone), -EINVAL (not a STAGED line) or -errno.
  */
 int job_state_read(uint32_t jobid, char *buf, size_t len, struct ctl_msg *m);
+
+/*
+ * The state directory, made (0700) if missing and trusted only if it is
+ * root's alone.  0, -EPERM or -errno.
+ */
+int job_statedir_ready(void);
+
+/* ---- spank_peers.c ---- */
+
+/*
+ * The node's peer group is the union of the nodes of the jobs running on
+ * it (peers_file= and peer_port= given): at a job's start, add its nodes
+ * (SLURM_JOB_NODELIST), at its end take them out, and have the daemon
+ * reread its peers_file.  Run as root in a child with a deadline.  0 with
+ * a summary in @msg, or -1 with the reason in @msg.
+ */
+int peers_job_start(uint32_t jobid, char *msg, size_t len);
+int peers_job_end(uint32_t jobid, char *msg, size_t len);
 
 /* ---- spank_asuser.c ---- */
 

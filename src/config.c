@@ -508,12 +508,16 @@ static const struct opt opts[] = {
 		"miss asks that owner first. The value has commas: set it in the "
 		"config file." },
 	{ "peers_file", OPT_STR, O(peers_file), "", 0, 0,
-	  "file of the peer group, one HOST:PORT a line, written by a scheduler integration; reread on SIGHUP",
+	  "file of the peer group, one HOST:PORT a line, written by a scheduler integration; reread on SIGHUP or PEERS reload=1",
 	  .doc =
 		"A file listing the group, one `HOST:PORT` a line (`#` comments), "
-		"for a scheduler integration (a Slurm prolog) to write; it is "
-		"reread, with the config file, on SIGHUP. Its members are added to "
-		"those of `peers`." },
+		"for a scheduler integration (a Slurm prolog, `slurm.md`) to write; "
+		"it is reread, with the config file, on SIGHUP, and alone on the "
+		"control socket's `PEERS reload=1` (root only, `control.md`). Its "
+		"members are added to those of `peers`. It must be owned by root "
+		"(or the daemon's user) and writable by nobody else, else it is "
+		"refused (the group stays as it was, or the daemon does not "
+		"start); a file that does not exist (yet) adds no member." },
 	{ "peer_key_file", OPT_STR, O(peer_key_file), "", 0, 0,
 	  "the group's shared secret (at least 32 characters), in a file owned by root and not readable by group or others",
 	  .limits = "required with peer_listen",

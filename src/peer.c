@@ -36,6 +36,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -54,6 +56,8 @@ struct peer {
 	uint64_t seed;			/* rendezvous: the hash of addr */
 	bool self;
 	bool member;			/* protected by pg->lock */
+	bool keep;			/* a reload names it: not reclaimed; protected by pg->lock */
+	bool was_member;		/* before a reclaiming reload; protected by pg->lock */
 	uint64_t backoff_until;		/* ms (monotonic); protected by pg->lock */
 	unsigned int fails;		/* in a row; protected by pg->lock */
 	/* the client thread's own */
@@ -87,9 +91,19 @@ struct preq {
 };
 
 struct peer_group {
+	/* serializes reloads (SIGHUP, the control socket's PEERS reload=1) */
+	pthread_mutex_t reload_lock;
+	char *peers, *peers_file;	/* the last membership applied; protected by reload_lock */
 	pthread_mutex_t lock;
-	struct peer *p[PEER_MAX];	/* slots, never freed before destroy; protected by lock */
+	struct peer *p[PEER_MAX];	/* slots; protected by lock */
 	unsigned int np;		/* protected by lock */
+	/*
+	 * A reload short of slots asks the client thread to free those of
+	 * former members with no request left (reclaim_locked) and waits on
+	 * reclaimed; both protected by lock.
+	 */
+	bool reclaim;
+	pthread_cond_t reclaimed;
 	struct peer *self;
 	struct peer_key key;
 	uint64_t timeout_ms;
@@ -179,15 +193,35 @@ static int list_parse(const char *s, struct sockaddr_in *v, size_t *n,
 static int file_parse(const char *path, struct sockaddr_in *v, size_t *n,
 		      char *err, size_t errlen)
 {
+	struct stat st = { 0 };
 	char *buf, e[256];
 	ssize_t len;
 	int fd, rc;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		/* a scheduler writes it at its first job: none yet is no members yet */
+		log_notice("peers_file %s does not exist (yet): no members from it", path);
+		return 0;
+	}
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "peers_file %s: %s", path, strerror(-rc));
 		return rc;
+	}
+	/*
+	 * The file names whom this node asks for chunks: only root (or the
+	 * daemon's user) may write it, as for the key.  A peer named by
+	 * someone else could not forge chunks (they are hash-checked) but
+	 * would see which chunks this node reads and could stall its misses.
+	 */
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022)) {
+		snprintf(err, errlen, "peers_file %s: must be a regular file owned by root (or "
+			 "the daemon's user) and writable by nobody else (owner %u, mode %04o)",
+			 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+		close(fd);
+		return -EPERM;
 	}
 	buf = malloc(LIST_MAX_BYTES + 1);
 	if (!buf) {
@@ -223,6 +257,48 @@ static struct peer *slot_new(const struct sockaddr_in *sa)
 	return p;
 }
 
+static void poke(struct peer_group *pg);
+
+/*
+ * Under pg->lock, from a reload short of slots: have the client thread
+ * free the slots that @v (@n addresses, the new membership) does not
+ * name and that no request uses, and wait for it (at most 2 s).  Members
+ * leaving with this reload stop being members first (they are leaving
+ * anyway), so a group can be replaced by another whole; their counters go
+ * with their slots.  If the reload still fails, reclaim_undo_locked()
+ * gives the group back its members, but for those already freed.
+ */
+static void reclaim_wait_locked(struct peer_group *pg, const struct sockaddr_in *v, size_t n)
+{
+	struct timespec ts;
+
+	if (pg->efd < 0)
+		return;		/* no client thread yet: nothing was ever a member */
+	for (unsigned int i = 0; i < pg->np; i++) {
+		struct peer *p = pg->p[i];
+
+		p->keep = p->self;
+		for (size_t j = 0; j < n && !p->keep; j++)
+			p->keep = addr_eq(&p->sa, &v[j]);
+		p->was_member = p->member;
+		if (!p->keep)
+			p->member = false;
+	}
+	pg->reclaim = true;
+	poke(pg);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += 2;
+	while (pg->reclaim && pthread_cond_timedwait(&pg->reclaimed, &pg->lock, &ts) == 0)
+		;
+}
+
+static void reclaim_undo_locked(struct peer_group *pg)
+{
+	for (unsigned int i = 0; i < pg->np; i++)
+		if (pg->p[i]->was_member)
+			pg->p[i]->member = true;
+}
+
 /* Under pg->lock: the slot of @sa, or NULL. */
 static struct peer *slot_find_locked(struct peer_group *pg, const struct sockaddr_in *sa)
 {
@@ -232,8 +308,9 @@ static struct peer *slot_find_locked(struct peer_group *pg, const struct sockadd
 	return NULL;
 }
 
-int peer_group_reload(struct peer_group *pg, const char *peers,
-		      const char *peers_file, char *err, size_t errlen)
+/* Under pg->reload_lock: see peer_group_reload(). */
+static int reload_locked(struct peer_group *pg, const char *peers,
+			 const char *peers_file, char *err, size_t errlen)
 {
 	struct sockaddr_in *v;
 	struct peer *fresh[PEER_MAX];
@@ -248,6 +325,20 @@ int peer_group_reload(struct peer_group *pg, const char *peers,
 		rc = file_parse(peers_file, v, &n, err, errlen);
 	if (rc)
 		goto out;
+	/* a group larger than a node can hold is refused before anything moves */
+	for (size_t i = 0; i < n; i++) {
+		bool dup = addr_eq(&v[i], &pg->self->sa);
+
+		for (size_t j = 0; j < i && !dup; j++)
+			dup = addr_eq(&v[i], &v[j]);
+		members += !dup;
+	}
+	if (members + 1 > PEER_MAX) {
+		snprintf(err, errlen, "more than %d peers", PEER_MAX);
+		rc = -E2BIG;
+		goto out;
+	}
+	members = 0;
 	/* slots for addresses not known yet: made here, published under the lock */
 	for (size_t i = 0; i < n; i++) {
 		bool known;
@@ -271,10 +362,16 @@ int peer_group_reload(struct peer_group *pg, const char *peers,
 	}
 	pthread_mutex_lock(&pg->lock);
 	if (pg->np + nfresh > PEER_MAX) {
+		reclaim_wait_locked(pg, v, n);
+		if (pg->np + nfresh > PEER_MAX)
+			reclaim_undo_locked(pg);
+	}
+	if (pg->np + nfresh > PEER_MAX) {
 		pthread_mutex_unlock(&pg->lock);
 		for (size_t j = 0; j < nfresh; j++)
 			free(fresh[j]);
-		snprintf(err, errlen, "more than %d peers known", PEER_MAX);
+		snprintf(err, errlen, "more than %d peers known, former members still in use; retry",
+			 PEER_MAX);
 		rc = -E2BIG;
 		goto out;
 	}
@@ -290,6 +387,50 @@ int peer_group_reload(struct peer_group *pg, const char *peers,
 	log_notice("peer group: %zu members (this node %s)", members, pg->self->addr);
 out:
 	free(v);
+	return rc;
+}
+
+int peer_group_reload(struct peer_group *pg, const char *peers,
+		      const char *peers_file, char *err, size_t errlen)
+{
+	char *np = strdup(peers ? peers : ""), *nf = strdup(peers_file ? peers_file : "");
+	int rc = -ENOMEM;
+
+	if (!np || !nf) {
+		snprintf(err, errlen, "out of memory");
+		goto out_free;
+	}
+	pthread_mutex_lock(&pg->reload_lock);
+	rc = reload_locked(pg, np, nf, err, errlen);
+	if (!rc) {
+		/* what a later peer_group_reread() reads again */
+		free(pg->peers);
+		free(pg->peers_file);
+		pg->peers = np;
+		pg->peers_file = nf;
+		np = nf = NULL;
+	}
+	pthread_mutex_unlock(&pg->reload_lock);
+out_free:
+	free(np);
+	free(nf);
+	return rc;
+}
+
+void peer_group_peers_file(struct peer_group *pg, char *out, size_t len)
+{
+	pthread_mutex_lock(&pg->reload_lock);
+	snprintf(out, len, "%s", pg->peers_file ? pg->peers_file : "");
+	pthread_mutex_unlock(&pg->reload_lock);
+}
+
+int peer_group_reread(struct peer_group *pg, char *err, size_t errlen)
+{
+	int rc;
+
+	pthread_mutex_lock(&pg->reload_lock);
+	rc = reload_locked(pg, pg->peers, pg->peers_file, err, errlen);
+	pthread_mutex_unlock(&pg->reload_lock);
 	return rc;
 }
 
@@ -605,6 +746,46 @@ static void rq_event(struct peer_group *pg, struct preq *rq, uint32_t ev)
 		rq_readable(pg, rq);
 }
 
+/*
+ * On the client thread, once the inbox's requests are started (so every
+ * request of a slot is counted in its active or queue, or still waits in
+ * the inbox): free the slots a reload asked for (reclaim_wait_locked).
+ */
+static void reclaim(struct peer_group *pg)
+{
+	struct peer *gone[PEER_MAX];
+	unsigned int ngone = 0, kept = 0;
+	struct list_node *n;
+
+	pthread_mutex_lock(&pg->lock);
+	if (!pg->reclaim) {
+		pthread_mutex_unlock(&pg->lock);
+		return;
+	}
+	for (unsigned int i = 0; i < pg->np; i++) {
+		struct peer *p = pg->p[i];
+		bool used = p->self || p->member || p->keep || p->active || !list_empty(&p->queue);
+
+		for (n = pg->inbox.next; n != &pg->inbox && !used; n = n->next)
+			used = list_entry(n, struct preq, node)->p == p;
+		if (used)
+			pg->p[kept++] = p;
+		else
+			gone[ngone++] = p;
+	}
+	pg->np = kept;
+	pg->reclaim = false;
+	pthread_cond_broadcast(&pg->reclaimed);
+	pthread_mutex_unlock(&pg->lock);
+	for (unsigned int i = 0; i < ngone; i++) {
+		while (gone[i]->nidle)
+			close(gone[i]->idle[--gone[i]->nidle]);
+		free(gone[i]);
+	}
+	if (ngone)
+		log_info("peer group: forgot %u former members", ngone);
+}
+
 /* End every request past its deadline; the time to the nearest other, ms. */
 static int expire(struct peer_group *pg)
 {
@@ -664,6 +845,7 @@ static void *client_main(void *arg)
 			list_add_tail(&pg->live, &rq->node);
 			rq_start(pg, rq);
 		}
+		reclaim(pg);
 		if (stopping) {
 			while (!list_empty(&pg->live))
 				rq_end(pg, list_entry(list_first(&pg->live), struct preq, node),
@@ -765,6 +947,7 @@ int peer_group_stats(struct peer_group *pg, struct peer_stat **out, size_t *n)
 		v[i].self = p->self;
 		v[i].member = p->member;
 		v[i].backoff = !p->self && p->backoff_until > now;
+		v[i].down = !p->self && p->fails > 0;
 		v[i].bytes_in = atomic_load(&p->bytes_in);
 		v[i].hits = atomic_load(&p->hits);
 		v[i].failures = atomic_load(&p->failures);
@@ -810,7 +993,16 @@ int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 	pg = calloc(1, sizeof(*pg));
 	if (!pg)
 		return -ENOMEM;
+	pthread_mutex_init(&pg->reload_lock, NULL);
 	pthread_mutex_init(&pg->lock, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&pg->reclaimed, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	list_init(&pg->inbox);
 	list_init(&pg->live);
 	pg->efd = pg->epfd = -1;
@@ -855,6 +1047,10 @@ out_free:
 		free(pg->p[i]);
 	peer_key_wipe(&pg->key);
 	pthread_mutex_destroy(&pg->lock);
+	pthread_mutex_destroy(&pg->reload_lock);
+	pthread_cond_destroy(&pg->reclaimed);
+	free(pg->peers);
+	free(pg->peers_file);
 	free(pg);
 	return rc;
 }
@@ -879,5 +1075,9 @@ void peer_group_destroy(struct peer_group *pg)
 	close(pg->epfd);
 	peer_key_wipe(&pg->key);
 	pthread_mutex_destroy(&pg->lock);
+	pthread_mutex_destroy(&pg->reload_lock);
+	pthread_cond_destroy(&pg->reclaimed);
+	free(pg->peers);
+	free(pg->peers_file);
 	free(pg);
 }

@@ -9,6 +9,10 @@
  * seeded with the hash of the member's address, highest wins.  A member
  * joining or leaving moves only the chunks it wins or won, about 1/n.
  *
+ * A node keeps a slot, with its counters, for every address it knew
+ * (PEER_MAX at most); a reload that needs room frees the slots of former
+ * members that no request uses any more.
+ *
  * A member is live unless it is in a back-off: a peer that timed out,
  * refused, hung up or sent wrong bytes is skipped for 1 s, doubling up to
  * 30 s while it keeps failing, and its chunks go to the next member in
@@ -32,8 +36,8 @@
  *
  * Threads: peer_fetch_start() from any thread; the done function runs on
  * the client thread and must only hand over (it may start a backend read,
- * which does not block).  Lock: pg->lock guards the membership and the
- * inbox; a leaf.
+ * which does not block).  Locks: pg->reload_lock serializes reloads;
+ * pg->lock guards the membership and the inbox, a leaf.
  */
 #ifndef STAGEFS_PEER_H
 #define STAGEFS_PEER_H
@@ -71,11 +75,21 @@ void peer_group_destroy(struct peer_group *pg);
 
 /*
  * Replace the membership with @peers plus the lines of @peers_file (this
- * node is always a member).  On an error (-errno, message in @err) the
- * group stays as it was.  Counters of members that stay are kept.
+ * node is always a member); short of slots (PEER_MAX addresses known), the
+ * client thread first frees those of former members no request uses.  The file must be root's (or the daemon's
+ * user's) and writable by nobody else, else -EPERM.  On an error (-errno,
+ * message in @err) the group stays as it was.  Counters of members that
+ * stay are kept.  Reloads are serialized.
  */
 int peer_group_reload(struct peer_group *pg, const char *peers,
 		      const char *peers_file, char *err, size_t errlen);
+/*
+ * Read the last @peers and @peers_file applied again (a scheduler
+ * rewrote the file): peer_group_reload() with them.
+ */
+int peer_group_reread(struct peer_group *pg, char *err, size_t errlen);
+/* The peers_file last applied into @out ("" if none). */
+void peer_group_peers_file(struct peer_group *pg, char *out, size_t len);
 
 /* The group's key and this node's address (valid until destroy). */
 const struct peer_key *peer_group_key(const struct peer_group *pg);
@@ -106,8 +120,9 @@ void peer_note_refused(struct peer_group *pg, const struct sockaddr_in *from);
 struct peer_stat {
 	char addr[32];		/* "a.b.c.d:port" */
 	bool self;
-	bool member;		/* in the group now (false: left, counters kept) */
+	bool member;		/* in the group now (false: left, counters kept until the room is needed) */
 	bool backoff;		/* skipped now */
+	bool down;		/* our last request to it failed, none has succeeded since */
 	uint64_t bytes_in;	/* chunk bytes it sent us, verified */
 	uint64_t hits;		/* chunks it sent us, verified */
 	uint64_t failures;	/* our requests it failed: timeout, refusal, hang-up, bad bytes */

@@ -153,13 +153,14 @@ static void json_peers(FILE *f, const struct peer_stat *p, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		fprintf(f, "%s\n    {\"addr\": ", i ? "," : "");
 		json_write_str(f, p[i].addr);
-		fprintf(f, ", \"self\": %s, \"member\": %s, \"backoff\": %s, "
+		fprintf(f, ", \"self\": %s, \"member\": %s, \"backoff\": %s, \"down\": %s, "
 			"\"bytes_in\": %" PRIu64 ", \"hits\": %" PRIu64 ", "
 			"\"failures\": %" PRIu64 ", \"corrupt\": %" PRIu64 ", "
 			"\"fallbacks\": %" PRIu64 ", \"bytes_out\": %" PRIu64 ", "
 			"\"served\": %" PRIu64 ", \"refused\": %" PRIu64 "}",
 			p[i].self ? "true" : "false", p[i].member ? "true" : "false",
-			p[i].backoff ? "true" : "false", p[i].bytes_in, p[i].hits,
+			p[i].backoff ? "true" : "false", p[i].down ? "true" : "false",
+			p[i].bytes_in, p[i].hits,
 			p[i].failures, p[i].corrupt, p[i].fallbacks, p[i].bytes_out,
 			p[i].served, p[i].refused);
 	}
@@ -358,6 +359,20 @@ static void prom_peers(FILE *f, const struct peer_stat *p, size_t n)
 			fprintf(f, "} %" PRIu64 "\n",
 				*(const uint64_t *)((const char *)&p[i] + fam[k].off));
 		}
+	}
+	/*
+	 * Up unless failing: a back-off ends and the peer is tried again, so
+	 * "in a back-off" flaps while a peer stays down; "its last request
+	 * failed" holds until it answers.  Members only: one that left goes.
+	 */
+	prom_family(f, "stagefs_peer_up", "gauge",
+		    "1 unless this member is failing: our last request to it failed and none has succeeded since.");
+	for (size_t i = 0; i < n; i++) {
+		if (p[i].self || !p[i].member)
+			continue;
+		fputs("stagefs_peer_up{peer=", f);
+		prom_label(f, p[i].addr);
+		fprintf(f, "} %d\n", !p[i].down);
 	}
 }
 

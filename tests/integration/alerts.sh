@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The shipped Prometheus alert rules (conf/stagefs-alerts.yml): promtool check rules passes, promtool test rules fires each alert (high stall, backend errors, corrupt chunks, cache near full, peer down) for the right node and only there, a loosened threshold fails the tests, and every metric the rules name except the future stagefs_peer_up is one a real mount exports.
+# The shipped Prometheus alert rules (conf/stagefs-alerts.yml): promtool check rules passes, promtool test rules fires each alert (high stall, backend errors, corrupt chunks, cache near full, peer down) for the right node and only there, a loosened threshold fails the tests, and every metric the rules name is one a real mount exports (with a peer group: stagefs_peer_up for the other member, not for itself).
 # timeout: 60
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
@@ -33,19 +33,23 @@ fi
 src=$T/src mnt=$T/mnt
 mkdir -p "$src"
 head -c 2000000 /dev/urandom >"$src/f"
-sfs_mount "dir://$src" "$mnt" chunk_size=1M
+# a peer group, so that the per-member metrics (stagefs_peer_up) are there
+port=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.2", 0)); print(s.getsockname()[1])')
+(umask 077 && "$PYTHON" -c "import secrets; print(secrets.token_hex(32))" >"$T/peer.key")
+sfs_mount "dir://$src" "$mnt" chunk_size=1M "peer_listen=127.0.0.2:$port" \
+	"peer_key_file=$T/peer.key" "peers=127.0.0.3:$port"
 cmp "$src/f" "$mnt/f" || die "wrong bytes through the mount"
 timeout 10 cat "$mnt/.stagefs/metrics" >"$T/metrics" || die "cannot read .stagefs/metrics"
 promtool check metrics <"$T/metrics" >"$T/lint" 2>&1 || { cat "$T/lint" >&2; die "promtool check metrics failed"; }
 n=0
 for m in $(grep -o 'stagefs_[a-z_]*' "$rules" | grep -v '^stagefs_hints$' | sort -u); do
-	if [[ $m == stagefs_peer_up ]]; then
-		log "$m: not exported until peer groups exist (the rule is inert)"
-		continue
-	fi
 	grep -q "^${m}[ {]" "$T/metrics" || die "the rules use $m, which the daemon does not export"
 	n=$((n + 1))
 done
 ((n >= 6)) || die "only $n metric names found in the rules"
+# the other member, not this node; up until a request to it fails
+grep -qx "stagefs_peer_up{peer=\"127.0.0.3:$port\"} 1" "$T/metrics" ||
+	die "no stagefs_peer_up 1 for the other member: $(grep stagefs_peer_up "$T/metrics")"
+! grep -q "stagefs_peer_up{peer=\"127.0.0.2:$port\"}" "$T/metrics" || die "stagefs_peer_up names this node itself"
 log "$n metric names of the rules are exported by the daemon"
 sfs_umount "$mnt"

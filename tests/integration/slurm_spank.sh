@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs, as it does when the daemon hangs; srun takes the option too; --stagefs-shard=all stages everything on every node; bad option values fail at submission.
+# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job, its nodes are the daemon's peer group while it runs (peers_file, PEERS) and are not after it, only root may change the group; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs, as it does when the daemon hangs; srun takes the option too; --stagefs-shard=all stages everything on every node; bad option values fail at submission.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do
@@ -35,9 +35,22 @@ for i in 1 2; do head -c $((1024 * 1024)) /dev/urandom >"$T/data/secret/f$i"; do
 mkdir -p "$T/data/big"
 for i in 1 2 3 4; do head -c $((12 * 1024 * 1024)) /dev/urandom >"$T/data/big/f$i"; done
 chmod -R a+rX "$T/data"
+# the peer group: the plugin writes the daemon's peers_file with the job's
+# nodes.  n1 and n2 both name this machine, which the plugin resolves
+# (peer_host=localhost) to 127.0.0.1, and the daemon listens on 127.0.0.2:
+# so the job's nodes show as a member besides the daemon itself while a job
+# runs, and as gone after it (dir:// datasets never ask peers)
+PEER_PORT=$("$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.2", 0)); print(s.getsockname()[1])')
+(umask 077 && "$PYTHON" -c "import secrets; print(secrets.token_hex(32))" >"$T/peer.key")
+PEERS_FILE=$S/peers.d/peers
+mkdir -p "$S/peers.d"
+chmod 755 "$S/peers.d"
 cat >"$T/stagefs.conf" <<EOC
 [stagefs]
 chunk_size = 1M
+peer_listen = 127.0.0.2:$PEER_PORT
+peer_key_file = $T/peer.key
+peers_file = $PEERS_FILE
 # slow enough that big/ (48 MiB) takes ~3 s to stage: longer than a 1 s wait
 backend_max_rate = 16M
 
@@ -99,7 +112,7 @@ PartitionName=debug Nodes=n[1-2] Default=YES State=UP
 EOC
 chmod 644 "$SLURM_CONF"
 cat >"$S/plugstack.conf" <<EOC
-required $S/spank_stagefs.so mount=$MNT statedir=$S/staged wait=30
+required $S/spank_stagefs.so mount=$MNT statedir=$S/staged wait=30 peers_file=$PEERS_FILE peer_port=$PEER_PORT peer_host=localhost
 EOC
 chmod 644 "$S/plugstack.conf"
 
@@ -175,6 +188,9 @@ srun -l bash -c 'echo "task on \$SLURMD_NODENAME: STAGEFS_JOB=\$STAGEFS_JOB"
 	$S/stagefs warmup --check --json --shard \$SLURM_NODEID/2 $MNT/train >check.\$SLURM_JOB_ID.\$SLURM_NODEID.json'
 cd $MNT/train
 find . -type f | sort | xargs sha256sum >$S/jobs/read.\$SLURM_JOB_ID.sha
+# the peer group while the job runs: the file the plugin wrote, the daemon's view
+cp $PEERS_FILE $S/jobs/peers.\$SLURM_JOB_ID
+cp $MNT/.stagefs/stats $S/jobs/stats.\$SLURM_JOB_ID.json
 EOS
 chmod 755 "$S/jobs/train.sh"
 (cd "$T/data/train" && find . -type f | sort | xargs sha256sum) >"$T/src.sha"
@@ -250,6 +266,57 @@ for n in 1 2; do
 		die "the epilog on n$n did not log the job's feed summary"
 done
 
+# the job's nodes were the daemon's peer group while it ran, and are not after it
+peer_members() { # the daemon's members other than itself, from its stats (or FILE)
+	"$PYTHON" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(" ".join(sorted(p["addr"] for p in d["peers"] if p["member"] and not p["self"])))' "${1:-$MNT/.stagefs/stats}"
+}
+job_peer=127.0.0.1:$PEER_PORT
+# (each node lists the job's other nodes: n1's list has n2, n2's has n1)
+grep -Eqx "$job_peer # (n1 n2|n2 n1)" "$S/jobs/peers.$j1" ||
+	die "the peers_file during job $j1 does not name its nodes n1 and n2: $(cat "$S/jobs/peers.$j1")"
+got=$(peer_members "$S/jobs/stats.$j1.json")
+[[ $got == "$job_peer" ]] || die "the daemon's peers during job $j1: expected $job_peer, got '$got'"
+for n in 1 2; do
+	grep -q "stagefs: job $j1 on n$n: the daemon's peer group: 2 member(s): 127.0.0.2:$PEER_PORT,$job_peer" \
+		"$S/log/slurmd-n$n.log" || die "the prolog on n$n did not make the job's nodes the peer group"
+done
+no_job_peers() { [[ -z $(peer_members) ]] && ! grep -q '^[0-9]' "$PEERS_FILE"; }
+wait_for -t 10 no_job_peers ||
+	die "the peer group was not restored after job $j1: $(peer_members); $(cat "$PEERS_FILE")"
+grep -q "stagefs: job $j1 ended on n[12]: the daemon's peer group: 1 member(s): 127.0.0.2:$PEER_PORT\$" "$S"/log/slurmd-n*.log ||
+	die "no epilog restored the peer group after job $j1"
+[[ $(stat -c '%U %a' "$PEERS_FILE") == "root 644" ]] || die "the peers_file is not root's 0644: $(stat -c '%U %a' "$PEERS_FILE")"
+
+# only root may change the group: a user's PEERS reload=1 is refused, and the
+# daemon takes no peers_file that someone else may write
+cat >"$T/peers.py" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+f = s.makefile("rb")
+for line in ("HELLO version=1", sys.argv[2]):
+    s.sendall(line.encode() + b"\n")
+    got = f.readline().decode().strip()
+print(got)
+PY
+SOCK=$(cat "$MNT/.stagefs/socket")
+got=$(as sfs_alice "$PYTHON" "$T/peers.py" "$SOCK" "PEERS reload=1")
+[[ $got == "ERR code=EPERM "* ]] || die "a user's PEERS reload=1 was not refused: $got"
+got=$(as sfs_alice "$PYTHON" "$T/peers.py" "$SOCK" "PEERS")
+[[ $got == "OK members=1 self=127.0.0.2:$PEER_PORT peers=127.0.0.2:$PEER_PORT peers_file=$PEERS_FILE" ]] ||
+	die "a user cannot read the group: $got"
+cp -p "$PEERS_FILE" "$T/peers.saved"
+echo "127.0.0.9:$PEER_PORT" >>"$PEERS_FILE"
+chmod 666 "$PEERS_FILE"
+got=$("$PYTHON" "$T/peers.py" "$SOCK" "PEERS reload=1")
+[[ $got == "ERR code=EPERM msg=peers_file"*"writable%20by%20nobody%20else"* ]] ||
+	die "the daemon took a peers_file anyone may write: $got"
+[[ -z $(peer_members) ]] || die "a refused peers_file changed the group: $(peer_members)"
+cp -p "$T/peers.saved" "$PEERS_FILE"
+
 # --- 2. a dataset the user may not read is not staged; onfail=fail fails the job --
 
 before=$(stat_get "$MNT" backend_reads)
@@ -280,21 +347,24 @@ sum=$(grep "^stagefs: job $j4 (slurm:job_$j4) on n[12]: read [0-9.]* MiB in 4 fi
 # cancelled warmup's last fetches)
 [[ $sum != *"stalled 0.000 s"* ]] || die "job $j4's summary shows no wait for data: $sum"
 
-# a hung daemon holds the job up no longer than its wait (+5 s to kill the helper)
+# a hung daemon holds the job up no longer than its wait (+5 s to kill the
+# staging helper, +5 s for the peer group's helper)
 dpid=$(sfs_pid "$MNT")
 kill -STOP "$dpid"
 t0=$SECONDS
 j7=$(submit -N1 --stagefs=train --stagefs-wait=2 --wrap "echo started")
 prolog_done() { grep -q "stagefs: job $j7: STAGED" "$S"/log/slurmd-n*.log; }
-wait_for -t 20 prolog_done || { kill -CONT "$dpid"; die "job $j7's prolog did not end with the daemon stopped"; }
+wait_for -t 25 prolog_done || { kill -CONT "$dpid"; die "job $j7's prolog did not end with the daemon stopped"; }
 kill -CONT "$dpid"
-assert_ge 12 $((SECONDS - t0)) "seconds job $j7's prolog took with the daemon stopped"
+assert_ge 17 $((SECONDS - t0)) "seconds job $j7's prolog took with the daemon stopped"
 wait_for -t 40 job_done "$j7" || die "job $j7 did not finish"
 out=$(cat "$S/jobs/$j7.out")
 printf '%s\n' "$out" | sed 's/^/    job: /' >&2
 [[ $(job_field "$j7" JobState) == COMPLETED ]] || die "job $j7 did not run after its staging hung"
 grep -q "stagefs: staging train on n[12] failed: the staging helper hung past its deadline and was killed" <<<"$out" ||
 	die "job $j7's output does not say its staging hung"
+grep -q "stagefs: the job's nodes are not the peer group on n[12] (.*): the peer group helper hung past its deadline" <<<"$out" ||
+	die "job $j7's output does not say its nodes are not the peer group"
 
 # --- 4. srun takes the option too; data already cached is not fetched again ------
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: a peer killed mid-epoch: the others read on without an error, its share from Ceph; restarted, it serves again; a hung peer costs a read at most peer_timeout; SIGHUP rereads the peers_file.
+# Ceph: a peer killed mid-epoch: the others read on without an error, its share from Ceph, its stagefs_peer_up 0; restarted, it serves again and is up; a hung peer costs a read at most peer_timeout; SIGHUP rereads the peers_file.
 # needs: ceph
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -51,6 +51,9 @@ assert_gt "$f1" 0 "node 1's failed requests to the killed node 3"
 assert_ge "$(peer_row "$T/m1" "$N3" fallbacks)" "$f1" "node 1's fallbacks to Ceph for node 3"
 grep -q "peer $N3: .*its chunks come from the backend" "$(sfs_log "$T/m1")" ||
 	die "node 1 did not log node 3's failure"
+# the alert rules' StagefsPeerDown: node 3 is down for node 1 until it answers
+peer_up() { grep "^stagefs_peer_up{peer=\"$2\"} " "$1/.stagefs/metrics" | cut -d' ' -f2; }
+assert_eq "$(peer_up "$T/m1" "$N3")" 0 "stagefs_peer_up of the killed node 3 on node 1"
 # nodes 1 and 2 together hold the dataset; Ceph gave node 3's share again
 be=$(($(stat_get "$T/m1" backend_bytes) + $(stat_get "$T/m2" backend_bytes)))
 assert_gt "$be" 0 "backend bytes of nodes 1 and 2"
@@ -66,6 +69,7 @@ treecmp "$T/src" "$T/m1" --jobs 3 || die "node 1 read wrong bytes after node 3 r
 h1=$(peer_row "$T/m1" "$N3" hits)
 log "node 1: $((h1 - h0)) chunks from the restarted node 3"
 assert_gt $((h1 - h0)) 0 "chunks node 1 had from node 3 after its restart"
+assert_eq "$(peer_up "$T/m1" "$N3")" 1 "stagefs_peer_up of the restarted node 3 on node 1"
 assert_eq "$(stat_get "$T/m1" read_errors)" 0 "node 1 read errors"
 
 log "node 2 hangs (SIGSTOP): node 1 (peer_timeout=1s) waits at most that before Ceph"

@@ -2,8 +2,9 @@
  * test_peer: the peer protocol and group (src/peer_proto.c, src/peer.c):
  * requests MAC'ed and checked, a wrong key, a flipped bit and a replay
  * refused, the key file's mode rules, and rendezvous ownership: spread over
- * the members, and a member joining moves chunks only to itself; a peer
- * that refuses the connection is reported failed and skipped.
+ * the members, and a member joining moves chunks only to itself; a
+ * peers_file reread, and refused when others may write it; a peer that
+ * refuses the connection is reported failed and skipped.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -195,6 +196,94 @@ static void test_rendezvous(void **state)
 	peer_group_destroy(pg);
 }
 
+static size_t members(struct peer_group *pg)
+{
+	struct peer_stat *v;
+	size_t n, m = 0;
+
+	assert_int_equal(peer_group_stats(pg, &v, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		m += v[i].member;
+	free(v);
+	return m;
+}
+
+/*
+ * A scheduler's peers_file: none yet is no members; rewritten and reread
+ * (peer_group_reread) it changes the group; one that others may write is
+ * refused and the group stays.
+ */
+static void test_peers_file(void **state)
+{
+	char key[256], path[256], err[512];
+	struct peer_group *pg = NULL;
+	struct peer_opts o = {
+		.listen = "127.0.0.1:1",
+		.peers_file = path,
+		.key_file = key,
+		.timeout_ms = 2000,
+	};
+
+	snprintf(key, sizeof(key), "%s/key", dir);
+	write_key(key, KEY "\n", 0600);
+	snprintf(path, sizeof(path), "%s/peers", dir);
+	unlink(path);
+	assert_int_equal(peer_group_create(&o, &pg, err, sizeof(err)), 0);
+	assert_int_equal(members(pg), 1);
+	write_key(path, "# job 7\n127.0.0.1:2 # n2\n127.0.0.1:3 # n3\n", 0644);
+	assert_int_equal(peer_group_reread(pg, err, sizeof(err)), 0);
+	assert_int_equal(members(pg), 3);
+	write_key(path, "127.0.0.1:4\n", 0666);
+	assert_int_equal(peer_group_reread(pg, err, sizeof(err)), -EPERM);
+	assert_non_null(strstr(err, "writable by nobody else"));
+	assert_int_equal(members(pg), 3);
+	write_key(path, "127.0.0.1:4\n", 0620);
+	assert_int_equal(peer_group_reread(pg, err, sizeof(err)), -EPERM);
+	write_key(path, "# no job\n", 0644);
+	assert_int_equal(peer_group_reread(pg, err, sizeof(err)), 0);
+	assert_int_equal(members(pg), 1);
+	peer_group_destroy(pg);
+}
+
+/*
+ * Churn: a node whose jobs go through more than PEER_MAX other nodes
+ * forgets former members to make room; it never forgets a member.
+ */
+static void test_churn(void **state)
+{
+	struct peer_group *pg = group("");
+	static char list[PEER_MAX * 24];
+	struct peer_stat *v;
+	char err[512];
+	size_t n;
+
+	for (int round = 0; round < 3; round++) {
+		size_t len = 0;
+
+		for (int i = 2; i <= PEER_MAX; i++)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "127.0.%d.1:%d,",
+						round + 1, i);
+		assert_int_equal(peer_group_reload(pg, list, NULL, err, sizeof(err)), 0);
+		assert_int_equal(members(pg), PEER_MAX);
+	}
+	assert_int_equal(peer_group_stats(pg, &v, &n), 0);
+	assert_int_equal(n, PEER_MAX);
+	for (size_t i = 0; i < n; i++)
+		assert_true(v[i].member);
+	free(v);
+	/* one more than fits: refused, the group as it was */
+	{
+		size_t len = 0;
+
+		for (int i = 1; i < PEER_MAX; i++)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "127.0.9.%d:1,", i);
+		snprintf(list + len, sizeof(list) - len, "127.0.10.1:1");
+		assert_int_equal(peer_group_reload(pg, list, NULL, err, sizeof(err)), -E2BIG);
+		assert_int_equal(members(pg), PEER_MAX);
+	}
+	peer_group_destroy(pg);
+}
+
 struct done_box {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -243,6 +332,8 @@ static void test_refused_peer(void **state)
 	assert_int_equal(peer_group_stats(pg, &st, &n), 0);
 	assert_int_equal(n, 2);
 	assert_true(st[1].backoff);
+	assert_true(st[1].down);
+	assert_false(st[0].down);
 	assert_int_equal(st[1].failures, 1);
 	assert_int_equal(st[1].fallbacks, 1);
 	free(st);
@@ -257,6 +348,8 @@ int main(void)
 		cmocka_unit_test(test_replay),
 		cmocka_unit_test(test_key_file),
 		cmocka_unit_test(test_rendezvous),
+		cmocka_unit_test(test_peers_file),
+		cmocka_unit_test(test_churn),
 		cmocka_unit_test(test_refused_peer),
 	};
 	int rc;
