@@ -33,7 +33,7 @@ log "requests by hand: the right key gets a chunk, a wrong key or a replay nothi
 # a chunk of this dataset (the pool holds other tests' datasets too, and a
 # node serves only those it has mounted): a file of one 1 MiB chunk at
 # most is that chunk, named by its XXH3-128
-CFILE=$(find "$T/src" -type f -size +4k -size -1024k | sort | head -1)
+CFILE=$(find "$T/src" -type f -size +4k -size -1024k | sort | sed -n 1p)
 [[ -n $CFILE ]] || die "no one-chunk file in $T/src"
 CHUNK=sfs.chunk.$("$PYTHON" -c 'import sys, xxhash; print(xxhash.xxh3_128_hexdigest(open(sys.argv[1], "rb").read()))' "$CFILE")
 rados --conf "$CEPH_CONF" -p "$POOL" stat "$CHUNK" >/dev/null || die "no chunk object $CHUNK for $CFILE"
