@@ -765,7 +765,14 @@ void dirscan_destroy(struct dirscan *sc)
 
 void dirscan_cancel(struct dirscan *sc)
 {
-	fail(sc, -ECANCELED, "%s: scan cancelled", sc->root ? sc->root : "");
+	bool walked;
+
+	pthread_mutex_lock(&sc->qlock);
+	walked = sc->walked;
+	pthread_mutex_unlock(&sc->qlock);
+	/* once every directory is read, building the manifest is worth the wait */
+	if (!walked)
+		fail(sc, -ECANCELED, "%s: scan cancelled", sc->root ? sc->root : "");
 }
 
 int dirscan_start(int rootfd, const char *root, unsigned threads,

@@ -94,7 +94,11 @@ int dirscan_start(int rootfd, const char *root, unsigned threads,
 int dirscan_finish(struct dirscan *s, struct dirscan_result *out,
 		   char *err, size_t errlen);
 
-/* Make a running scan stop soon (dirscan_finish() then fails with -ECANCELED). */
+/*
+ * Make a scan that is still reading directories stop soon
+ * (dirscan_finish() then fails with -ECANCELED); once every directory is
+ * read it changes nothing.
+ */
 void dirscan_cancel(struct dirscan *s);
 
 /* Stop the scan if it still runs and free everything.  NULL is fine. */

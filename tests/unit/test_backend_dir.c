@@ -27,6 +27,7 @@
 #include "backend.h"
 #include "cache.h"
 #include "config.h"
+#include "dirscan.h"
 #include "log.h"
 #include "util.h"
 
@@ -880,6 +881,39 @@ static void test_reuse_off(void **state)
 	backend_close(be);
 }
 
+/* The manifest is a function of the tree, not of the scan's threads or timing. */
+static void test_scan_same_bytes(void **state)
+{
+	struct tctx *t = *state;
+	struct dirscan_result r[3];
+	char p[PATH_MAX * 2], q[PATH_MAX * 2], err[512];
+	int rootfd;
+
+	for (int i = 0; i < 30; i++) {
+		snprintf(p, sizeof(p), "%s/d%02d", t->src, i);
+		assert_int_equal(mkdir(p, 0755), 0);
+		make_file(p, "f", (uint32_t)i, (uint64_t)i * 10, 0644);
+		/* names of one file in several directories, none first for sure */
+		snprintf(q, sizeof(q), "%s/d%02d/hard", t->src, i);
+		sub(t, "d00/f", p, sizeof(p));
+		if (i)
+			assert_int_equal(link(p, q), 0);
+	}
+	rootfd = open(t->src, O_RDONLY | O_DIRECTORY);
+	assert_true(rootfd >= 0);
+	/* the first reads the directories (their atimes move), the others compare */
+	for (int i = 0; i < 3; i++)
+		if (dirscan_run(rootfd, t->src, i == 1 ? 1 : 8, CS, &r[i], err, sizeof(err)))
+			fail_msg("dirscan_run: %s", err);
+	close(rootfd);
+	assert_int_equal(r[1].manifest_len, r[2].manifest_len);
+	assert_memory_equal(r[1].manifest, r[2].manifest, r[1].manifest_len);
+	for (int i = 0; i < 3; i++) {
+		free(r[i].manifest);
+		free(r[i].stamps);
+	}
+}
+
 /* Every entry under @dir (inode @ino, path @rel), depth first, as "path ino mode nlink size content\n". */
 static void walk(struct backend *be, uint64_t ino, const char *rel, FILE *out)
 {
@@ -995,6 +1029,7 @@ int main(void)
 		T(test_reuse_sees_names),
 		T(test_reuse_bad_stamps),
 		T(test_reuse_off),
+		T(test_scan_same_bytes),
 		T(test_background_same_answers),
 		T(test_background_fails_with_eio),
 #undef T
