@@ -491,10 +491,13 @@ static void dir_destroy(struct backend *be)
 	struct backend_dir *d = to_dir(be);
 
 	if (d->scanner_started) {
-		pthread_rwlock_rdlock(&d->live);
-		if (d->scan)
-			dirscan_cancel(d->scan);
-		pthread_rwlock_unlock(&d->live);
+		/*
+		 * Finished, not cancelled: the saved scan is what makes the next
+		 * mount quick (the mount itself used to wait this long).
+		 */
+		if (atomic_load(&d->state) == D_SCANNING)
+			log_notice("%s: waiting for the scan to end, so that the next mount can reuse it",
+				   d->root);
 		pthread_join(d->scanner, NULL);
 	}
 	dirscan_destroy(d->scan);	/* a failed scan's */

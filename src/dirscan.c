@@ -738,6 +738,19 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* Make a scan still reading directories stop soon; after that, nothing. */
+static void dirscan_cancel(struct dirscan *sc)
+{
+	bool walked;
+
+	pthread_mutex_lock(&sc->qlock);
+	walked = sc->walked;
+	pthread_mutex_unlock(&sc->qlock);
+	/* once every directory is read, building the manifest is worth the wait */
+	if (!walked)
+		fail(sc, -ECANCELED, "%s: scan cancelled", sc->root ? sc->root : "");
+}
+
 void dirscan_destroy(struct dirscan *sc)
 {
 	if (!sc)
@@ -763,17 +776,6 @@ void dirscan_destroy(struct dirscan *sc)
 	free(sc);
 }
 
-void dirscan_cancel(struct dirscan *sc)
-{
-	bool walked;
-
-	pthread_mutex_lock(&sc->qlock);
-	walked = sc->walked;
-	pthread_mutex_unlock(&sc->qlock);
-	/* once every directory is read, building the manifest is worth the wait */
-	if (!walked)
-		fail(sc, -ECANCELED, "%s: scan cancelled", sc->root ? sc->root : "");
-}
 
 int dirscan_start(int rootfd, const char *root, unsigned threads,
 		  uint32_t chunk_size, unsigned delay_us, struct dirscan **out,

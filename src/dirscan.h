@@ -95,13 +95,10 @@ int dirscan_finish(struct dirscan *s, struct dirscan_result *out,
 		   char *err, size_t errlen);
 
 /*
- * Make a scan that is still reading directories stop soon
- * (dirscan_finish() then fails with -ECANCELED); once every directory is
- * read it changes nothing.
+ * Stop the scan if it is still reading directories (dirscan_finish() then
+ * fails with -ECANCELED; once all are read, the build is waited for) and
+ * free everything.  NULL is fine.
  */
-void dirscan_cancel(struct dirscan *s);
-
-/* Stop the scan if it still runs and free everything.  NULL is fine. */
 void dirscan_destroy(struct dirscan *s);
 
 /* Scan in one call: dirscan_start(), dirscan_finish(), dirscan_destroy(). */
