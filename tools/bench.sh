@@ -93,7 +93,8 @@
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
 #   BENCH_EPOCH_N    epoch: files (default 5000)
 #   BENCH_EPOCH_KB   epoch: file size in KiB (default 110, a JPEG's)
-#   BENCH_EPOCH_WORKERS  epoch: reader processes (default 4)
+#   BENCH_EPOCH_WORKERS  epoch, coldsmall: reader processes (default 4)
+#   BENCH_COLD_N     coldsmall: tiny files (default 200000)
 #   BENCH_EPOCH_STEP_MS  epoch: training step after each sample, per worker
 #                    (default 0: the input pipeline alone)
 #   BENCH_EPOCH_REMOTE_MS  epoch: also measure with this much latency (ms, at
@@ -1844,7 +1845,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | smallhot | uring | rados | publish | manifest | index | warmup | hints | epoch | peers | gpu | au) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | uring | rados | publish | manifest | index | warmup | hints | epoch | coldsmall | peers | gpu | au) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac
