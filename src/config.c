@@ -320,8 +320,11 @@ static const struct opt opts[] = {
 		"symlink or unreadable while it runs) the error is logged, what "
 		"was read is still served, everything else gives `EIO` (never an"
 		" empty listing), and nothing is saved: the next mount scans "
-		"again. With `no` the mount waits for the whole scan and fails if "
-		"it fails." },
+		"again. An unmount during the scan waits for its end (logged), so "
+		"that the next mount can reuse it. The daemon's peak memory is its "
+		"own plus the scan's, now at the same time (1 M files here: 450 MB "
+		"against 290 MB). With `no` the mount waits for the whole scan and "
+		"fails if it fails." },
 	{ "dir_reuse_scan", OPT_BOOL, O(dir_reuse_scan), "yes", 0, 0,
 	  "dir://: mount from the scan saved at the last mount when no directory of the source changed (mtime, ctime, inode); no = always scan",
 	  .doc =

@@ -480,50 +480,52 @@ static int off_cmp(const void *a, const void *b, void *names)
 		      (const char *)names + *(const uint32_t *)b);
 }
 
+/* Sort @ls by name, its types with it.  Returns 0 or -ENOMEM. */
+static int listing_sort(struct listing *ls)
+{
+	uint32_t *orig;
+	uint8_t *type;
+
+	if (ls->n < 2)
+		return 0;
+	orig = malloc(ls->n * sizeof(*orig));
+	type = malloc(ls->n);
+	if (!orig || !type) {
+		free(orig);
+		free(type);
+		return -ENOMEM;
+	}
+	memcpy(orig, ls->off, ls->n * sizeof(*orig));
+	qsort_r(ls->off, ls->n, sizeof(*ls->off), off_cmp, ls->names.p);
+	/* orig[] is in increasing offset order: find each sorted one's type */
+	for (size_t i = 0; i < ls->n; i++) {
+		size_t lo = 0, hi = ls->n;
+
+		while (lo + 1 < hi) {
+			size_t mid = (lo + hi) / 2;
+
+			if (orig[mid] <= ls->off[i])
+				lo = mid;
+			else
+				hi = mid;
+		}
+		type[i] = ls->type[lo];
+	}
+	free(orig);
+	free(ls->type);
+	ls->type = type;
+	return 0;
+}
+
 /*
- * @l's listing, sorted, handed to @l, and its subdirectories made.  Under
- * qlock (ldir_new).  Returns 0 or -ENOMEM; @ls is emptied either way.
+ * Hand @l the sorted listing @ls and make its subdirectories.  Under qlock
+ * (ldir_new).  Returns 0 or -ENOMEM; @ls is emptied either way.
  */
 static int listing_give(struct dirscan *sc, struct ldir *l, struct listing *ls)
 {
-	uint8_t *type = NULL;
 	uint32_t nsubs = 0;
 	int ret = 0;
 
-	if (ls->n > 1) {
-		/* sort the offsets, and the types with them (via a name -> type lookup) */
-		uint32_t *orig = malloc(ls->n * sizeof(*orig));
-
-		if (!orig) {
-			ret = -ENOMEM;
-			goto out;
-		}
-		memcpy(orig, ls->off, ls->n * sizeof(*orig));
-		qsort_r(ls->off, ls->n, sizeof(*ls->off), off_cmp, ls->names.p);
-		type = malloc(ls->n);
-		if (!type) {
-			free(orig);
-			ret = -ENOMEM;
-			goto out;
-		}
-		/* orig[i] is in increasing offset order: find each sorted one's type */
-		for (size_t i = 0; i < ls->n; i++) {
-			size_t lo = 0, hi = ls->n;
-
-			while (lo + 1 < hi) {
-				size_t mid = (lo + hi) / 2;
-
-				if (orig[mid] <= ls->off[i])
-					lo = mid;
-				else
-					hi = mid;
-			}
-			type[i] = ls->type[lo];
-		}
-		free(orig);
-		free(ls->type);
-		ls->type = type;
-	}
 	for (size_t i = 0; i < ls->n; i++)
 		nsubs += ls->type[i] == (S_IFDIR >> 12);
 	if (nsubs) {
@@ -663,6 +665,8 @@ static int scan_one(struct dirscan *sc, struct ldir *l, struct batch *bt,
 	closedir(d);
 	if (!ret)
 		ret = batch_flush(sc, bt);
+	if (!ret && (ret = listing_sort(ls)))
+		fail(sc, ret, "%s/%s: %s", sc->root, rel, strerror(-ret));
 	if (!ret && sc->delay_us)
 		usleep(sc->delay_us);
 	return ret;
