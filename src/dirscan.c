@@ -745,14 +745,16 @@ static void *worker(void *arg)
 /* Make a scan still reading directories stop soon; after that, nothing. */
 static void dirscan_cancel(struct dirscan *sc)
 {
-	bool walked;
-
 	pthread_mutex_lock(&sc->qlock);
-	walked = sc->walked;
-	pthread_mutex_unlock(&sc->qlock);
 	/* once every directory is read, building the manifest is worth the wait */
-	if (!walked)
-		fail(sc, -ECANCELED, "%s: scan cancelled", sc->root ? sc->root : "");
+	if (!sc->walked && !sc->err) {
+		sc->err = -ECANCELED;
+		snprintf(sc->msg, sizeof(sc->msg), "%s: scan cancelled",
+			 sc->root ? sc->root : "");
+	}
+	pthread_cond_broadcast(&sc->qcond);
+	pthread_cond_broadcast(&sc->lcond);
+	pthread_mutex_unlock(&sc->qlock);
 }
 
 void dirscan_destroy(struct dirscan *sc)
