@@ -351,6 +351,13 @@ static void *dir_scanner(void *arg)
 		pthread_mutex_unlock(&d->lock);
 		return NULL;
 	}
+	/*
+	 * A read that found a file changed in place meanwhile dropped the
+	 * stamps before they were saved: drop the new ones too.
+	 */
+	if (atomic_load(&d->stale) && unlink(d->stamps) < 0 && errno != ENOENT)
+		log_warn("%s: %s (the next mount may reuse a stale scan)",
+			 d->stamps, strerror(errno));
 	manifest_set_name(m, d->be.uri);
 	pthread_rwlock_wrlock(&d->live);
 	__atomic_store_n(&d->be.m, m, __ATOMIC_RELEASE);
