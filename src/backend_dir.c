@@ -4,7 +4,14 @@
  * At mount the tree is scanned once (metadata only: lstat, readlink), by
  * several threads (dirscan.h), into a manifest (manifest.h), the same
  * indexed format a published RADOS dataset uses, so all metadata operations
- * are served by the same code.  A copy of that manifest is
+ * are served by the same code.  With dir_scan_background the mount answers
+ * once the top directory is read: until the manifest is ready, metadata
+ * calls go to the scan's live index (dirscan_live_*(), which gives the
+ * manifest's own inode numbers), under d->live held shared; a thread of
+ * ours waits for the scan, saves and maps the manifest, then, holding
+ * d->live exclusively, installs it in be->m and drops the scan.  Calls the
+ * live index leaves to the manifest (-EAGAIN) wait for it (d->cond); after
+ * a failed scan they get -EIO.  A copy of that manifest is
  * saved as CACHE_DIR/snapshots/<id>.manifest and served from there,
  * mapped (the daemon holds none of it), and a stamp of every
  * directory (inode number, mtime, ctime) as <id>.dirs.  At the next mount,
@@ -35,6 +42,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -44,12 +52,26 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+enum { D_READY, D_SCANNING, D_FAILED };
+
 struct backend_dir {
 	struct backend be;
 	char *root;		/* absolute source path */
+	char *cache_dir;
 	bool offline;		/* serving a saved snapshot */
 	char *stamps;		/* the saved scan's stamp file */
 	atomic_bool stale;	/* stamps removed: a file changed in place */
+
+	/* a first scan in the background (dir_scan_background) */
+	atomic_int state;	/* D_*; changes under lock */
+	pthread_rwlock_t live;	/* shared: a live call; exclusive: the switch */
+	struct dirscan *scan;	/* while it is the index; protected by live */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;	/* state left D_SCANNING */
+	pthread_t scanner;
+	bool scanner_started;
+	uint64_t scan_t0;
+	unsigned scan_threads;
 };
 
 static struct backend_dir *to_dir(struct backend *be)
@@ -58,7 +80,7 @@ static struct backend_dir *to_dir(struct backend *be)
 }
 
 /* CACHE_DIR/snapshots/<XXH3-128 of the root path><@ext> */
-static void snapshot_path(const struct sfs_config *cfg, const char *root,
+static void snapshot_path(const char *cache_dir, const char *root,
 			  const char *ext, char *buf, size_t len)
 {
 	struct sfs_id id;
@@ -66,7 +88,7 @@ static void snapshot_path(const struct sfs_config *cfg, const char *root,
 
 	sfs_id_of(root, strlen(root), &id);
 	sfs_id_hex(&id, hex);
-	snprintf(buf, len, "%s/snapshots/%s%s", cfg->cache_dir, hex, ext);
+	snprintf(buf, len, "%s/snapshots/%s%s", cache_dir, hex, ext);
 }
 
 /*
@@ -133,8 +155,8 @@ out_close:
  * (for reuse).  The manifest goes first: a crash between the two leaves
  * stamps naming another manifest's hash, which are then not used.
  */
-static int snapshot_save(const struct sfs_config *cfg, const char *root,
-			 const struct dirscan_result *r)
+static int snapshot_save(const char *cache_dir, uint32_t chunk_size,
+			 const char *root, const struct dirscan_result *r)
 {
 	char path[PATH_MAX], dir[PATH_MAX];
 	struct stamp_hdr h = { .magic = STAMP_FILE_MAGIC };
@@ -142,17 +164,17 @@ static int snapshot_save(const struct sfs_config *cfg, const char *root,
 	char *buf;
 	int ret;
 
-	snprintf(dir, sizeof(dir), "%s/snapshots", cfg->cache_dir);
+	snprintf(dir, sizeof(dir), "%s/snapshots", cache_dir);
 	ret = mkdir_p(dir, 0700);
 	if (ret)
 		return ret;
-	snapshot_path(cfg, root, ".manifest", path, sizeof(path));
+	snapshot_path(cache_dir, root, ".manifest", path, sizeof(path));
 	ret = write_file_atomic(path, r->manifest, r->manifest_len, 0600, true);
 	if (ret)
 		return ret;
 	if (stat(path, &st) < 0)
 		return -errno;
-	h.chunk_size = (uint32_t)cfg->chunk_size;
+	h.chunk_size = chunk_size;
 	h.manifest_ino = (uint64_t)st.st_ino;
 	h.manifest_len = (uint64_t)st.st_size;
 	h.manifest_mtime_ns = mtime_ns(&st);
@@ -161,20 +183,20 @@ static int snapshot_save(const struct sfs_config *cfg, const char *root,
 		return -ENOMEM;
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), r->stamps, r->stamps_len);
-	snapshot_path(cfg, root, ".dirs", path, sizeof(path));
+	snapshot_path(cache_dir, root, ".dirs", path, sizeof(path));
 	ret = write_file_atomic(path, buf, sizeof(h) + r->stamps_len, 0600, true);
 	free(buf);
 	return ret;
 }
 
 /* The saved snapshot, mapped (manifest_open_file). */
-static int snapshot_load(const struct sfs_config *cfg, const char *root,
+static int snapshot_load(const char *cache_dir, const char *root,
 			 struct manifest **out, char *err, size_t errlen)
 {
 	char path[PATH_MAX];
 	int ret;
 
-	snapshot_path(cfg, root, ".manifest", path, sizeof(path));
+	snapshot_path(cache_dir, root, ".manifest", path, sizeof(path));
 	ret = manifest_open_file(path, out, err, errlen);
 	if (ret == -ENOENT && err && errlen)
 		err[0] = '\0';	/* no snapshot: nothing more to say */
@@ -210,7 +232,7 @@ static int dir_reuse(struct backend_dir *d, const struct sfs_config *cfg, int ro
 	uint64_t t0 = now_ms(), t1, t2;
 	int ret;
 
-	snapshot_path(cfg, d->root, ".dirs", path, sizeof(path));
+	snapshot_path(d->cache_dir, d->root, ".dirs", path, sizeof(path));
 	ret = read_whole(path, SIZE_MAX, &st, &stlen);
 	if (ret == -ENOENT) {
 		log_info("%s: no saved scan: scanning", d->root);
@@ -237,7 +259,7 @@ static int dir_reuse(struct backend_dir *d, const struct sfs_config *cfg, int ro
 	if (ret)
 		goto rescan;
 	t1 = now_ms();
-	snapshot_path(cfg, d->root, ".manifest", path, sizeof(path));
+	snapshot_path(d->cache_dir, d->root, ".manifest", path, sizeof(path));
 	if (stat(path, &mst) < 0 || (uint64_t)mst.st_ino != h.manifest_ino ||
 	    (uint64_t)mst.st_size != h.manifest_len || mtime_ns(&mst) != h.manifest_mtime_ns) {
 		snprintf(why, sizeof(why), "%s is not the manifest the stamps were saved with", path);
@@ -261,6 +283,36 @@ rescan:
 	return 1;
 }
 
+/*
+ * The scan @r of d->root, begun at @t0 with @threads threads, is done:
+ * save it, and open the manifest in *@m.  Returns 0 or -errno with @err set.
+ */
+static int dir_scanned(struct backend_dir *d, struct dirscan_result *r,
+		       uint64_t t0, unsigned threads, struct manifest **m,
+		       char *err, size_t errlen)
+{
+	int ret;
+
+	log_info("scanned %s: %" PRIu64 " entries in %" PRIu64 " directories, %" PRIu64 " bytes in %" PRIu64 " ms (%u threads)",
+		 d->root, r->entries, r->dirs, r->bytes, now_ms() - t0, threads);
+	ret = snapshot_save(d->cache_dir, d->be.chunk_size, d->root, r);
+	if (ret)
+		log_warn("cannot save the snapshot of %s in the cache: %s (remounts will scan again, offline remounts will not work)",
+			 d->root, strerror(-ret));
+	free(r->stamps);
+	/* served from the saved file, mapped: the daemon keeps no copy */
+	if (!ret && snapshot_load(d->cache_dir, d->root, m, NULL, 0) == 0) {
+		free(r->manifest);
+	} else {
+		ret = manifest_open(r->manifest, r->manifest_len, m, err, errlen);
+		if (ret)
+			free(r->manifest);
+	}
+	/* the builder's memory, freed in the scan threads' arenas, back to the system */
+	malloc_trim(0);
+	return ret;
+}
+
 static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 		    int rootfd, char *err, size_t errlen)
 {
@@ -272,24 +324,85 @@ static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 	ret = dirscan_run(rootfd, d->root, threads, d->be.chunk_size, &r, err, errlen);
 	if (ret)
 		return ret;
-	log_info("scanned %s: %" PRIu64 " entries in %" PRIu64 " directories, %" PRIu64 " bytes in %" PRIu64 " ms (%u threads)",
-		 d->root, r.entries, r.dirs, r.bytes, now_ms() - t0, threads);
-	ret = snapshot_save(cfg, d->root, &r);
-	if (ret)
-		log_warn("cannot save the snapshot of %s in the cache: %s (remounts will scan again, offline remounts will not work)",
-			 d->root, strerror(-ret));
-	free(r.stamps);
-	/* served from the saved file, mapped: the daemon keeps no copy */
-	if (!ret && snapshot_load(cfg, d->root, &d->be.m, NULL, 0) == 0) {
-		free(r.manifest);
-	} else {
-		ret = manifest_open(r.manifest, r.manifest_len, &d->be.m, err, errlen);
-		if (ret)
-			free(r.manifest);
+	return dir_scanned(d, &r, t0, threads, &d->be.m, err, errlen);
+}
+
+/* The thread that waits for a background scan and switches to its manifest. */
+static void *dir_scanner(void *arg)
+{
+	struct backend_dir *d = arg;
+	struct dirscan_result r;
+	struct dirscan *done;
+	struct manifest *m = NULL;
+	char err[1024] = "";
+	int ret;
+
+	ret = dirscan_finish(d->scan, &r, err, sizeof(err));
+	if (!ret)
+		ret = dir_scanned(d, &r, d->scan_t0, d->scan_threads, &m, err, sizeof(err));
+	if (ret) {
+		if (ret != -ECANCELED)
+			log_err("scan of %s failed: %s; what was scanned before is still served, the rest gives EIO; remount to scan again",
+				d->root, err);
+		/* d->scan stays: it still serves the part it read */
+		pthread_mutex_lock(&d->lock);
+		atomic_store(&d->state, D_FAILED);
+		pthread_cond_broadcast(&d->cond);
+		pthread_mutex_unlock(&d->lock);
+		return NULL;
 	}
-	/* the builder's memory, freed in the scan threads' arenas, back to the system */
+	/*
+	 * A read that found a file changed in place meanwhile dropped the
+	 * stamps before they were saved: drop the new ones too.
+	 */
+	if (atomic_load(&d->stale) && unlink(d->stamps) < 0 && errno != ENOENT)
+		log_warn("%s: %s (the next mount may reuse a stale scan)",
+			 d->stamps, strerror(errno));
+	manifest_set_name(m, d->be.uri);
+	pthread_rwlock_wrlock(&d->live);
+	__atomic_store_n(&d->be.m, m, __ATOMIC_RELEASE);
+	done = d->scan;
+	d->scan = NULL;
+	pthread_rwlock_unlock(&d->live);
+	pthread_mutex_lock(&d->lock);
+	atomic_store(&d->state, D_READY);
+	pthread_cond_broadcast(&d->cond);
+	pthread_mutex_unlock(&d->lock);
+	dirscan_destroy(done);
 	malloc_trim(0);
-	return ret;
+	return NULL;
+}
+
+/* Start scanning d->root in the background; 0 once its top directory is read. */
+static int dir_scan_start(struct backend_dir *d, const struct sfs_config *cfg,
+			  int rootfd, char *err, size_t errlen)
+{
+	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");
+	unsigned delay = env ? (unsigned)strtoul(env, NULL, 10) : 0;
+	int ret;
+
+	d->scan_threads = scan_threads(cfg);
+	d->scan_t0 = now_ms();
+	ret = dirscan_start(rootfd, d->root, d->scan_threads, d->be.chunk_size,
+			    delay, &d->scan, err, errlen);
+	if (ret)
+		return ret;
+	atomic_store(&d->state, D_SCANNING);
+	if (pthread_create(&d->scanner, NULL, dir_scanner, d)) {
+		/* no thread: wait for the scan here */
+		dir_scanner(d);
+		if (atomic_load(&d->state) != D_READY) {
+			snprintf(err, errlen, "%s: the scan failed (see the log)", d->root);
+			dirscan_destroy(d->scan);
+			d->scan = NULL;
+			return -EIO;
+		}
+		return 0;
+	}
+	d->scanner_started = true;
+	log_info("%s: scanning in the background (%u threads); answering meanwhile",
+		 d->root, d->scan_threads);
+	return 0;
 }
 
 static int dir_create(const char *uri, const struct sfs_config *cfg,
@@ -310,22 +423,37 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 	d->be.chunk_size = (uint32_t)cfg->chunk_size;
 	d->be.uri = strdup(uri);
 	d->root = strdup(path);
+	d->cache_dir = strdup(cfg->cache_dir);
 	d->stamps = malloc(PATH_MAX);
-	if (!d->be.uri || !d->root || !d->stamps) {
+	atomic_init(&d->state, D_READY);
+	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->cond, NULL);
+	{
+		pthread_rwlockattr_t ra;
+
+		/* the switch must not wait behind a stream of live calls */
+		pthread_rwlockattr_init(&ra);
+		pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+		pthread_rwlock_init(&d->live, &ra);
+		pthread_rwlockattr_destroy(&ra);
+	}
+	if (!d->be.uri || !d->root || !d->cache_dir || !d->stamps) {
 		ret = -ENOMEM;
 		goto out_free;
 	}
 	/* strip trailing slashes so the snapshot key is stable */
 	for (size_t n = strlen(d->root); n > 1 && d->root[n - 1] == '/'; n--)
 		d->root[n - 1] = '\0';
-	snapshot_path(cfg, d->root, ".dirs", d->stamps, PATH_MAX);
+	snapshot_path(d->cache_dir, d->root, ".dirs", d->stamps, PATH_MAX);
 
 	rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (rootfd >= 0) {
 		ret = 1;
 		if (cfg->dir_reuse_scan)
 			ret = dir_reuse(d, cfg, rootfd);
-		if (ret)
+		if (ret && cfg->dir_scan_background)
+			ret = dir_scan_start(d, cfg, rootfd, err, errlen);
+		else if (ret)
 			ret = dir_scan(d, cfg, rootfd, err, errlen);
 		close(rootfd);
 		if (ret)
@@ -334,7 +462,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 		int e = errno;
 		char serr[256] = "";
 
-		ret = snapshot_load(cfg, d->root, &d->be.m, serr, sizeof(serr));
+		ret = snapshot_load(d->cache_dir, d->root, &d->be.m, serr, sizeof(serr));
 		if (ret) {
 			snprintf(err, errlen, "%s: %s%s%s", d->root, strerror(e),
 				 serr[0] ? " (saved snapshot: " : "", serr[0] ? serr : "");
@@ -348,11 +476,16 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 		log_notice("source %s is unavailable (%s): serving its snapshot from the cache; uncached data reads fail with EIO",
 			   d->root, strerror(e));
 	}
-	manifest_set_name(d->be.m, d->be.uri);
+	if (!d->scanner_started)	/* else the scanner names it */
+		manifest_set_name(d->be.m, d->be.uri);
 	*out = &d->be;
 	return 0;
 
 out_free:
+	pthread_rwlock_destroy(&d->live);
+	pthread_mutex_destroy(&d->lock);
+	pthread_cond_destroy(&d->cond);
+	free(d->cache_dir);
 	free(d->stamps);
 	free(d->root);
 	free(d->be.uri);
@@ -364,11 +497,111 @@ static void dir_destroy(struct backend *be)
 {
 	struct backend_dir *d = to_dir(be);
 
+	if (d->scanner_started) {
+		/*
+		 * Finished, not cancelled: the saved scan is what makes the next
+		 * mount quick (the mount itself used to wait this long).
+		 */
+		if (atomic_load(&d->state) == D_SCANNING)
+			log_notice("%s: waiting for the scan to end, so that the next mount can reuse it",
+				   d->root);
+		pthread_join(d->scanner, NULL);
+	}
+	dirscan_destroy(d->scan);	/* a failed scan's */
 	manifest_close(d->be.m);
+	pthread_rwlock_destroy(&d->live);
+	pthread_mutex_destroy(&d->lock);
+	pthread_cond_destroy(&d->cond);
+	free(d->cache_dir);
 	free(d->stamps);
 	free(d->root);
 	free(d->be.uri);
 	free(d);
+}
+
+/* ---- metadata: the live index while a background scan runs, then the manifest ---- */
+
+/* Wait until the manifest is in be->m.  Returns 0, or -EIO if the scan failed. */
+static int dir_wait_manifest(struct backend_dir *d)
+{
+	int st;
+
+	pthread_mutex_lock(&d->lock);
+	while ((st = atomic_load(&d->state)) == D_SCANNING)
+		pthread_cond_wait(&d->cond, &d->lock);
+	pthread_mutex_unlock(&d->lock);
+	return st == D_READY ? 0 : -EIO;
+}
+
+/*
+ * Run @live_call on the scan while it is the index; where it cannot answer
+ * (-EAGAIN), wait for the manifest and fall through to the manifest's op.
+ */
+#define DIR_LIVE(d, live_call)						\
+	do {								\
+		if (atomic_load(&(d)->state) != D_READY) {		\
+			int r_ = -EAGAIN;				\
+									\
+			pthread_rwlock_rdlock(&(d)->live);		\
+			if ((d)->scan)					\
+				r_ = live_call;				\
+			pthread_rwlock_unlock(&(d)->live);		\
+			if (r_ != -EAGAIN)				\
+				return r_;				\
+			r_ = dir_wait_manifest(d);			\
+			if (r_)						\
+				return r_;				\
+		}							\
+	} while (0)
+
+static int dir_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
+{
+	struct backend_dir *d = to_dir(be);
+
+	DIR_LIVE(d, dirscan_live_getattr(d->scan, ino, out));
+	return backend_manifest_getattr(be, ino, out);
+}
+
+static int dir_lookup(struct backend *be, uint64_t parent, const char *name,
+		      struct sfs_attr *out)
+{
+	struct backend_dir *d = to_dir(be);
+
+	DIR_LIVE(d, dirscan_live_lookup(d->scan, parent, name, out));
+	return backend_manifest_lookup(be, parent, name, out);
+}
+
+static int dir_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
+{
+	struct backend_dir *d = to_dir(be);
+
+	DIR_LIVE(d, dirscan_live_readdir(d->scan, ino, out));
+	return backend_manifest_readdir(be, ino, out);
+}
+
+static int dir_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
+{
+	struct backend_dir *d = to_dir(be);
+
+	DIR_LIVE(d, dirscan_live_readlink(d->scan, ino, buf, size));
+	return backend_manifest_readlink(be, ino, buf, size);
+}
+
+static int dir_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
+{
+	int st = atomic_load(&to_dir(be)->state);
+
+	/* the totals are the finished scan's: unknown until then */
+	if (st != D_READY)
+		return st == D_SCANNING ? -EAGAIN : -EIO;
+	return backend_manifest_statfs(be, bytes, files);
+}
+
+/* @ino's path relative to the root, as manifest_path(). */
+static int dir_relpath(struct backend_dir *d, uint64_t ino, char *buf, size_t len)
+{
+	DIR_LIVE(d, dirscan_live_path(d->scan, ino, buf, len));
+	return manifest_path(d->be.m, ino, buf, len);
 }
 
 /* The source path of @file, for logs.  Returns 0 or -errno. */
@@ -376,7 +609,7 @@ static int source_path(struct backend_dir *d, const struct sfs_attr *file,
 		       char *path, size_t len)
 {
 	char rel[PATH_MAX];
-	int ret = manifest_path(d->be.m, file->ino, rel, sizeof(rel));
+	int ret = dir_relpath(d, file->ino, rel, sizeof(rel));
 
 	if (ret < 0)
 		return ret;
@@ -457,12 +690,12 @@ const struct backend_ops backend_dir_ops = {
 	.scheme = "dir",
 	.create = dir_create,
 	.destroy = dir_destroy,
-	.getattr = backend_manifest_getattr,
-	.lookup = backend_manifest_lookup,
-	.readdir = backend_manifest_readdir,
-	.readlink = backend_manifest_readlink,
+	.getattr = dir_getattr,
+	.lookup = dir_lookup,
+	.readdir = dir_readdir,
+	.readlink = dir_readlink,
 	.read_chunk = dir_read_chunk,
 	.source_open = dir_source_open,
 	.source_close = dir_source_close,
-	.statfs = backend_manifest_statfs,
+	.statfs = dir_statfs,
 };

@@ -304,6 +304,29 @@ static const struct opt opts[] = {
 		"or, on NFS and Lustre, on the server for each entry, so more "
 		"threads than CPUs pay off there. `0`: 4 per CPU the daemon may run"
 		" on, at least 8, at most 64." },
+	{ "dir_scan_background", OPT_BOOL, O(dir_scan_background), "yes", 0, 0,
+	  "dir://: the mount answers once the source's top directory is read, while the rest is scanned; no = wait for the whole scan",
+	  .doc =
+		"With `yes` a `dir://` mount that has to scan (no saved scan, or a "
+		"changed source) answers as soon as the top directory is read; "
+		"the rest is scanned in the background, breadth first. A lookup "
+		"or listing of a directory already read is answered at once, with "
+		"the inode numbers the finished scan gives (nothing the kernel "
+		"holds changes when it ends); one of a directory not read yet "
+		"waits until the scan has read it and every directory before it "
+		"in breadth-first order (its children's inode numbers depend on "
+		"those), as does a listing of a directory "
+		"holding a file with several names (hard links), and `statfs` "
+		"reports no size until the end (epoch staging waits for it). If "
+		"the scan fails past the top (a directory removed, swapped for a "
+		"symlink or unreadable while it runs) the error is logged, what "
+		"was read is still served, everything else gives `EIO` (never an"
+		" empty listing), and nothing is saved: the next mount scans "
+		"again. An unmount during the scan waits for its end (logged), so "
+		"that the next mount can reuse it. The daemon's peak memory is its "
+		"own plus the scan's, now at the same time (1 M files here: 450 MB "
+		"against 290 MB). With `no` the mount waits for the whole scan and "
+		"fails if it fails." },
 	{ "dir_reuse_scan", OPT_BOOL, O(dir_reuse_scan), "yes", 0, 0,
 	  "dir://: mount from the scan saved at the last mount when no directory of the source changed (mtime, ctime, inode); no = always scan",
 	  .doc =

@@ -60,6 +60,7 @@ struct sfs_config {
 	bool xattrs;			/* serve user.stagefs.*; no: ENOSYS, the kernel stops asking */
 	uint32_t dir_scan_threads;	/* dir:// scan threads; 0 = from the CPUs */
 	bool dir_reuse_scan;		/* dir://: reuse the saved scan of an unchanged tree */
+	bool dir_scan_background;	/* dir://: answer while the first scan runs */
 	uint32_t kernel_inodes_max;	/* inodes the kernel keeps for the mount; 0 = unbounded */
 	enum cfg_auto readdirplus;	/* READDIRPLUS: auto = the kernel's adaptive mode */
 	uint32_t readdirplus_max;	/* entries per READDIRPLUS reply; 0 = as many as fit */

@@ -4,9 +4,9 @@
  *
  * The dir:// backend's metadata (backend_dir.c).  A scan takes one lstat per
  * entry; on a disk, NFS or Lustre those wait on I/O or on the server, so
- * dirscan_run() spreads directories over @threads workers (a shared stack of
- * directory paths, depth first; each worker reads one directory, fstatat()s
- * its entries and hands them to the manifest builder in one batch under the
+ * the scan spreads directories over @threads workers (a shared heap of
+ * directories, breadth first; each worker reads one directory, fstatat()s
+ * its entries and hands them to the manifest builder in batches under the
  * builder's lock).  Entry order does not matter: the builder sorts at finish.
  *
  * Besides the manifest a scan records a stamp of every directory: its path,
@@ -25,12 +25,42 @@
  * Directories are opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
  * under the root's descriptor, so a directory swapped for a symlink during
  * the scan is refused, not followed out of the tree.
+ *
+ * Serving while scanning.  The manifest numbers entries breadth-first from
+ * the root, each directory's children consecutive and in bytewise name
+ * order (manifest_i.h), so the inode numbers of a directory's children are
+ * known as soon as that directory and every directory before it in that
+ * order have been read: they need only the counts of those directories'
+ * children, never the rest of the tree.  The workers therefore take
+ * directories in breadth-first order (a heap ordered by depth, then by
+ * parent's order, then by name), and the scan keeps, for every directory
+ * read, its children's sorted names and types; the read prefix of that
+ * order is the part of the tree already known.  dirscan_live_*() answer
+ * lookups, readdirs, getattrs and readlinks in that part with exactly the
+ * inode numbers and attributes the finished manifest will give (attributes
+ * are taken from the source at the call, as the scan takes them), and wait
+ * for the scan to reach anything past it.  So a mount can answer at once,
+ * and the switch to the manifest changes nothing the kernel holds.  The
+ * price: about the names once more (name, 4-byte offset, 1-byte type per
+ * entry) until the manifest replaces them.  Two cases are left to the
+ * manifest (-EAGAIN): a directory holding a file with several names (a hard
+ * link's inode number is that of its first name in the whole tree) and
+ * anything asked after the scan has ended.  A scan that fails (a directory
+ * that cannot be read, removed or swapped during the scan) stops; the part
+ * already known is still served and everything else gives -EIO, never an
+ * empty or partial listing.
+ *
+ * The manifest is a function of the tree only, not of the threads' timing:
+ * the builder sorts, and a file with several names gets a content id that
+ * does not depend on which name the scan met first.
  */
 #ifndef STAGEFS_DIRSCAN_H
 #define STAGEFS_DIRSCAN_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "backend.h"
 
 struct dirscan_result {
 	void *manifest;		/* serialized manifest (manifest.h); free() */
@@ -40,16 +70,59 @@ struct dirscan_result {
 	uint64_t entries, bytes, skipped, dirs;
 };
 
+struct dirscan;
+
 /*
- * Scan the tree under the directory @rootfd (its path @root is only for
- * messages; @rootfd stays the caller's) with @threads workers (at least 1)
- * into a manifest of @chunk_size chunks.  Returns 0 with @out filled (the
- * caller frees its two buffers), or -errno with a message in @err naming the
- * entry that failed.
+ * Start scanning the tree under the directory @rootfd (duplicated: @rootfd
+ * stays the caller's; its path @root is only for messages, and is copied)
+ * with @threads workers (at least 1) into a manifest of @chunk_size chunks,
+ * each worker sleeping @delay_us after each directory (0; for tests that
+ * need a slow scan).  Returns once the root directory has been read, 0 with
+ * *@out set (release it with dirscan_destroy()), or -errno with a message
+ * in @err (nothing to release).
  */
+int dirscan_start(int rootfd, const char *root, unsigned threads,
+		  uint32_t chunk_size, unsigned delay_us, struct dirscan **out,
+		  char *err, size_t errlen);
+
+/*
+ * Wait for the scan to end and build its manifest.  Returns 0 with @out
+ * filled (the caller frees its two buffers), or -errno with a message in
+ * @err naming the entry that failed.  Call once.  The dirscan_live_*()
+ * calls keep working, during and after, until dirscan_destroy().
+ */
+int dirscan_finish(struct dirscan *s, struct dirscan_result *out,
+		   char *err, size_t errlen);
+
+/*
+ * Stop the scan if it is still reading directories (dirscan_finish() then
+ * fails with -ECANCELED; once all are read, the build is waited for) and
+ * free everything.  NULL is fine.
+ */
+void dirscan_destroy(struct dirscan *s);
+
+/* Scan in one call: dirscan_start(), dirscan_finish(), dirscan_destroy(). */
 int dirscan_run(int rootfd, const char *root, unsigned threads,
 		uint32_t chunk_size, struct dirscan_result *out,
 		char *err, size_t errlen);
+
+/*
+ * The part of the tree already scanned, with the finished manifest's inode
+ * numbers (manifest.h), for any thread at any time between
+ * dirscan_start() and dirscan_destroy().  Each waits while what it is asked
+ * about lies past the part read, and returns -EAGAIN where the manifest
+ * must answer instead (see above), -EIO where the scan failed before
+ * reaching it, else what the backend op of that name returns
+ * (backend.h).  Attributes come from the source now, as the scan takes
+ * them.
+ */
+int dirscan_live_getattr(struct dirscan *s, uint64_t ino, struct sfs_attr *out);
+int dirscan_live_lookup(struct dirscan *s, uint64_t parent, const char *name,
+			struct sfs_attr *out);
+int dirscan_live_readdir(struct dirscan *s, uint64_t ino, struct sfs_dirlist *out);
+int dirscan_live_readlink(struct dirscan *s, uint64_t ino, char *buf, size_t size);
+/* Path of @ino relative to the root, as manifest_path(). */
+int dirscan_live_path(struct dirscan *s, uint64_t ino, char *buf, size_t size);
 
 /*
  * Whether every directory recorded in @stamps (@len bytes from a

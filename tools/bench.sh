@@ -2,7 +2,7 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|manifest|index|warmup|hints|epoch|peers|gpu|au|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|manifest|index|warmup|hints|epoch|coldsmall|peers|gpu|au|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
@@ -35,6 +35,12 @@
 #                staging (the default) / with epoch_staging=off, and / `stagefs
 #                warmup` then the epoch (timed together); page cache, node
 #                cache and the OSD's cache dropped before each
+#   coldsmall    BENCH_COLD_N (200,000) tiny files (tests/genscale.py) read
+#                once, cold (empty cache, page cache dropped), shuffled, by
+#                BENCH_EPOCH_WORKERS readers (tools/epoch_reader.py) through
+#                dir:// with epoch_staging=on and =off / the same files read
+#                directly from the source (ext4 here), in files/s; the
+#                mount's first scan and the readers' listing are not timed
 #   peers        BENCH_PEER_NODES (4) daemons in one peer group on 127.0.0.2..,
 #                a dataset from a Ceph cluster made remote (OSD replies delayed)
 #                and narrow (a link shared fairly: backend_max_rate LINK/N per
@@ -87,7 +93,8 @@
 #   BENCH_WARMUP_ARGS  extra arguments for `stagefs warmup`
 #   BENCH_EPOCH_N    epoch: files (default 5000)
 #   BENCH_EPOCH_KB   epoch: file size in KiB (default 110, a JPEG's)
-#   BENCH_EPOCH_WORKERS  epoch: reader processes (default 4)
+#   BENCH_EPOCH_WORKERS  epoch, coldsmall: reader processes (default 4)
+#   BENCH_COLD_N     coldsmall: tiny files (default 200000)
 #   BENCH_EPOCH_STEP_MS  epoch: training step after each sample, per worker
 #                    (default 0: the input pipeline alone)
 #   BENCH_EPOCH_REMOTE_MS  epoch: also measure with this much latency (ms, at
@@ -156,7 +163,7 @@ AU_EPOCHS=${BENCH_AU_EPOCHS:-2}
 AU_MAX_N=${BENCH_AU_MAX_N:-48}
 POOL=stagefs
 
-ALL="warm smallfiles passthrough smallhot uring rados publish manifest index warmup hints epoch peers gpu au"
+ALL="warm smallfiles passthrough smallhot uring rados publish manifest index warmup hints epoch coldsmall peers gpu au"
 
 # ---------------------------------------------------------------------------
 # output
@@ -1274,6 +1281,66 @@ bench_epoch() {
 }
 
 # ---------------------------------------------------------------------------
+# coldsmall: many tiny files read once, cold, through dir:// / directly
+
+# cold_run WHERE ROUND: one cold shuffled read of $WORK/cold/src, directly
+# (WHERE=direct) or through a fresh dir:// mount (WHERE=on|off: epoch_staging).
+# Sets CR_FPS and CR_NOTE; returns 1 with CR_WHY on a failure.
+cold_run() {
+	local where=$1 r=$2 d=$WORK/cold root out secs
+	root=$d/src
+	if [ "$where" != direct ]; then
+		retire "$d/cache"
+		drop_caches
+		sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache,epoch_staging=$where" ||
+			{ CR_WHY="mount failed"; return 1; }
+		root=$d/mnt
+		# the first scan, not timed: the listing below waits for it
+	fi
+	drop_caches
+	out=$("$PY" "$REPO/tools/epoch_reader.py" "$root" --workers "$EPOCH_WORKERS" --seed "$r" 2>"$WORK/log/cold.err") ||
+		{ CR_WHY="the reader failed: $(tail -1 "$WORK/log/cold.err")"; [ "$where" = direct ] || sfs_umount "$d/mnt"; return 1; }
+	[ "$(jget "$out" files)" = "$COLD_N" ] || { CR_WHY="the reader read $(jget "$out" files) files"; [ "$where" = direct ] || sfs_umount "$d/mnt"; return 1; }
+	secs=$(jget "$out" seconds)
+	CR_FPS=$(awk -v n="$COLD_N" -v s="$secs" 'BEGIN { printf "%.0f", n / s }')
+	CR_NOTE="$secs s"
+	if [ "$where" != direct ]; then
+		CR_NOTE+=", demand $(stat_get "$d/mnt" demand_fetches), staged $(stat_get "$d/mnt" stage_fetches)"
+		sfs_umount "$d/mnt"
+	fi
+}
+
+bench_coldsmall() {
+	local d=$WORK/cold r where fd=() fon=() foff=() ron=() roff=()
+	COLD_N=${BENCH_COLD_N:-200000} EPOCH_WORKERS=${BENCH_EPOCH_WORKERS:-4}
+	[ "${BENCH_QUICK:-0}" = 1 ] && [ -z "${BENCH_COLD_N:-}" ] && COLD_N=20000
+	hdr coldsmall "$COLD_N tiny files (10-20 B) read once, cold, shuffled, $EPOCH_WORKERS readers: dir:// with epoch staging on / off / the source directly (files/s)"
+	has_option epoch_staging || { skipped "this stagefs has no epoch_staging"; return; }
+	log "coldsmall: writing $COLD_N files"
+	"$PY" "$REPO/tests/genscale.py" "$d/src" --files "$COLD_N" >/dev/null ||
+		{ skipped "could not write the data"; return; }
+	row5 "files/s" "staging on" "staging off" "source" ""
+	for r in $(seq "$ROUNDS"); do
+		for where in direct on off; do
+			cold_run "$where" "$r" || { failed "$where: $CR_WHY"; return; }
+			printf '  round %s %-7s %8s f/s  (%s)\n' "$r" "$where" "$CR_FPS" "$CR_NOTE"
+			case $where in
+			direct) fd+=("$CR_FPS") ;;
+			on) fon+=("$CR_FPS") ;;
+			off) foff+=("$CR_FPS") ;;
+			esac
+		done
+		ron+=("$(ratio "${fon[-1]}" "${fd[-1]}")") roff+=("$(ratio "${foff[-1]}" "${fd[-1]}")")
+	done
+	row5 "median of $ROUNDS" "$(fps "$(median "${fon[@]}")")" "$(fps "$(median "${foff[@]}")")" "$(fps "$(median "${fd[@]}")")" ""
+	row "staging on / source (median)" "" "" "$(median "${ron[@]}")"
+	row "staging off / source (median)" "" "" "$(median "${roff[@]}")"
+	result "coldsmall: dir://, staging on / source" "$(fps "$(median "${fon[@]}")")" "$(fps "$(median "${fd[@]}")")" "$(median "${ron[@]}")" ""
+	result "coldsmall: dir://, staging off / source" "$(fps "$(median "${foff[@]}")")" "$(fps "$(median "${fd[@]}")")" "$(median "${roff[@]}")" ""
+	retire "$d"
+}
+
+# ---------------------------------------------------------------------------
 # gpu: libstagefs into GPU memory, against the ceilings of the same run
 
 bench_gpu() {
@@ -1778,7 +1845,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | smallhot | uring | rados | publish | manifest | index | warmup | hints | epoch | peers | gpu | au) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | uring | rados | publish | manifest | index | warmup | hints | epoch | coldsmall | peers | gpu | au) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac

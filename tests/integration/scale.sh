@@ -25,7 +25,8 @@ sfs_umount "$mnt"
 
 # --- first mount: a scan; every entry, a sample of bytes, memory -------------
 sfs_mount "dir://$src" "$mnt"
-said "scanned $src: $entries entries" || die "the first mount did not scan $entries entries: $(grep -i scan "$(sfs_log "$mnt")")"
+# the mount answers while it scans (dir_scan_background): the end is logged
+wait_for -t 120 said "scanned $src: $entries entries" || die "the first mount did not scan $entries entries: $(grep -i scan "$(sfs_log "$mnt")")"
 listing "$mnt" >"$T/mnt.list"
 cmp -s "$T/src.list" "$T/mnt.list" ||
 	die "the mount lists $(wc -l <"$T/mnt.list") entries, the source $((entries - 1)): $(diff "$T/src.list" "$T/mnt.list" | head -3 | tr '\n' ' ')"
@@ -80,7 +81,7 @@ sfs_umount "$mnt"
 
 # --- forced: dir_reuse_scan=no scans an unchanged tree ---------------------
 sfs_mount "dir://$src" "$mnt" dir_reuse_scan=no
-said "scanned $src" || die "dir_reuse_scan=no did not scan"
+wait_for -t 120 said "scanned $src" || die "dir_reuse_scan=no did not scan"
 sfs_umount "$mnt"
 # ... and a chunk_size other than the saved scan's scans too
 sfs_mount "dir://$src" "$mnt" chunk_size=1M

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "backend.h"
 #include "cache.h"
 #include "config.h"
+#include "dirscan.h"
 #include "log.h"
 #include "util.h"
 
@@ -153,6 +155,15 @@ static struct backend *open_be(const char *uri, const struct sfs_config *cfg)
 		fail_msg("backend_open(%s) = %d: %s", uri, r, err);
 	assert_non_null(be);
 	return be;
+}
+
+/* The config with dir_scan_background off: the snapshot is saved when open returns. */
+static const struct sfs_config *foreground(struct tctx *t)
+{
+	char err[256];
+
+	assert_int_equal(config_set(&t->cfg, "dir_scan_background", "no", err, sizeof(err)), 0);
+	return &t->cfg;
 }
 
 static void lookup_path(struct backend *be, const char *path, struct sfs_attr *a)
@@ -463,7 +474,7 @@ static void test_changed_mtime_restored(void **state)
 static void test_offline_snapshot(void **state)
 {
 	struct tctx *t = *state;
-	struct backend *be = open_be(t->uri, &t->cfg);
+	struct backend *be = open_be(t->uri, foreground(t));
 	struct sfs_dirlist dl = { 0 };
 	struct sfs_attr a, a_off;
 	char moved[PATH_MAX + 16], snapdir[PATH_MAX], err[512], buf[64];
@@ -536,7 +547,7 @@ static void test_offline_snapshot(void **state)
 static void test_offline_bad_snapshot(void **state)
 {
 	struct tctx *t = *state;
-	struct backend *be = open_be(t->uri, &t->cfg);
+	struct backend *be = open_be(t->uri, foreground(t));
 	char moved[PATH_MAX + 16], err[512] = "", cmd[PATH_MAX * 2];
 
 	backend_close(be);
@@ -744,7 +755,7 @@ static void rewrite_in_place(const struct tctx *t, const char *rel)
 static void test_reuse_saved_scan(void **state)
 {
 	struct tctx *t = *state;
-	struct backend *be = open_be(t->uri, &t->cfg);
+	struct backend *be = open_be(t->uri, foreground(t));
 	unsigned char buf[16];
 	char stamps[PATH_MAX * 2];
 	struct sfs_attr a, b;
@@ -809,7 +820,7 @@ static void test_reuse_sees_names(void **state)
 static void test_reuse_bad_stamps(void **state)
 {
 	struct tctx *t = *state;
-	struct backend *be = open_be(t->uri, &t->cfg);
+	struct backend *be = open_be(t->uri, foreground(t));
 	char stamps[PATH_MAX * 2], err[256];
 	unsigned char *good;
 	struct stat st;
@@ -870,6 +881,136 @@ static void test_reuse_off(void **state)
 	backend_close(be);
 }
 
+/* The manifest is a function of the tree, not of the scan's threads or timing. */
+static void test_scan_same_bytes(void **state)
+{
+	struct tctx *t = *state;
+	struct dirscan_result r[3];
+	char p[PATH_MAX * 2], q[PATH_MAX * 2], err[512];
+	int rootfd;
+
+	for (int i = 0; i < 30; i++) {
+		snprintf(p, sizeof(p), "%s/d%02d", t->src, i);
+		assert_int_equal(mkdir(p, 0755), 0);
+		make_file(p, "f", (uint32_t)i, (uint64_t)i * 10, 0644);
+		/* names of one file in several directories, none first for sure */
+		snprintf(q, sizeof(q), "%s/d%02d/hard", t->src, i);
+		sub(t, "d00/f", p, sizeof(p));
+		if (i)
+			assert_int_equal(link(p, q), 0);
+	}
+	rootfd = open(t->src, O_RDONLY | O_DIRECTORY);
+	assert_true(rootfd >= 0);
+	/* the first reads the directories (their atimes move), the others compare */
+	for (int i = 0; i < 3; i++)
+		if (dirscan_run(rootfd, t->src, i == 1 ? 1 : 8, CS, &r[i], err, sizeof(err)))
+			fail_msg("dirscan_run: %s", err);
+	close(rootfd);
+	assert_int_equal(r[1].manifest_len, r[2].manifest_len);
+	assert_memory_equal(r[1].manifest, r[2].manifest, r[1].manifest_len);
+	for (int i = 0; i < 3; i++) {
+		free(r[i].manifest);
+		free(r[i].stamps);
+	}
+}
+
+/* Every entry under @dir (inode @ino, path @rel), depth first, as "path ino mode nlink size content\n". */
+static void walk(struct backend *be, uint64_t ino, const char *rel, FILE *out)
+{
+	struct sfs_dirlist dl;
+
+	assert_int_equal(be->ops->readdir(be, ino, &dl), 0);
+	for (size_t i = 0; i < dl.n; i++) {
+		char p[PATH_MAX];
+		struct sfs_attr a;
+
+		snprintf(p, sizeof(p), "%s%s%s", rel, rel[0] ? "/" : "", dl.ent[i].name);
+		assert_int_equal(be->ops->lookup(be, ino, dl.ent[i].name, &a), 0);
+		assert_int_equal(dl.ent[i].ino, a.ino);
+		fprintf(out, "%s %" PRIu64 " %o %u %" PRIu64 " %016" PRIx64 "%016" PRIx64 "\n",
+			p, a.ino, a.mode, a.nlink, a.size, a.content.hi, a.content.lo);
+		if (S_ISDIR(a.mode))
+			walk(be, a.ino, p, out);
+	}
+	sfs_dirlist_release(&dl);
+}
+
+/*
+ * dir_scan_background: the mount answers from the scan while it runs (slowed
+ * here), with the inode numbers and attributes the finished manifest gives.
+ */
+static void test_background_same_answers(void **state)
+{
+	struct tctx *t = *state;
+	char p[PATH_MAX * 2], *live = NULL, *done = NULL;
+	size_t llen = 0, dlen = 0;
+	uint64_t bytes, files;
+	struct backend *be;
+	struct sfs_attr a;
+	FILE *f;
+
+	/* more directories, so that the scan is still running below */
+	for (int i = 0; i < 20; i++) {
+		snprintf(p, sizeof(p), "%s/d%02d", t->src, i);
+		assert_int_equal(mkdir(p, 0755), 0);
+		make_file(p, "f", (uint32_t)i, (uint64_t)i * 100, 0644);
+		snprintf(p, sizeof(p), "%s/d%02d/e", t->src, i);
+		assert_int_equal(mkdir(p, 0755), 0);
+	}
+	setenv("STAGEFS_TEST_SCAN_DELAY_US", "20000", 1);
+	be = open_be(t->uri, &t->cfg);
+	unsetenv("STAGEFS_TEST_SCAN_DELAY_US");
+	/* 42 directories at 20 ms each over the threads: not done yet */
+	assert_int_equal(be->ops->statfs(be, &bytes, &files), -EAGAIN);
+	f = open_memstream(&live, &llen);
+	walk(be, SFS_ROOT_INO, "", f);
+	fclose(f);
+	while (be->ops->statfs(be, &bytes, &files) == -EAGAIN)
+		usleep(10000);
+	f = open_memstream(&done, &dlen);
+	walk(be, SFS_ROOT_INO, "", f);
+	fclose(f);
+	assert_string_equal(live, done);
+	assert_int_equal(be->ops->getattr(be, SFS_ROOT_INO, &a), 0);
+	assert_true(S_ISDIR(a.mode));
+	free(live);
+	free(done);
+	backend_close(be);
+}
+
+/* A directory removed before the background scan reaches it: EIO, never an empty listing. */
+static void test_background_fails_with_eio(void **state)
+{
+	struct tctx *t = *state;
+	char p[PATH_MAX * 2];
+	struct sfs_dirlist dl;
+	struct backend *be;
+	struct sfs_attr a;
+	uint64_t bytes, files;
+
+	for (int i = 0; i < 20; i++) {
+		snprintf(p, sizeof(p), "%s/d%02d", t->src, i);
+		assert_int_equal(mkdir(p, 0755), 0);
+	}
+	setenv("STAGEFS_TEST_SCAN_DELAY_US", "50000", 1);
+	be = open_be(t->uri, &t->cfg);
+	unsetenv("STAGEFS_TEST_SCAN_DELAY_US");
+	/* the top was read: d19 is known, and last in line */
+	assert_int_equal(be->ops->lookup(be, SFS_ROOT_INO, "d19", &a), 0);
+	snprintf(p, sizeof(p), "%s/d19", t->src);
+	assert_int_equal(rmdir(p), 0);
+	assert_int_equal(be->ops->readdir(be, a.ino, &dl), -EIO);
+	/* the scan failed; the backend says so a moment later */
+	for (int i = 0; i < 500 && be->ops->statfs(be, &bytes, &files) == -EAGAIN; i++)
+		usleep(10000);
+	assert_int_equal(be->ops->statfs(be, &bytes, &files), -EIO);
+	/* what was read is still served */
+	assert_int_equal(be->ops->lookup(be, SFS_ROOT_INO, "a.txt", &a), 0);
+	backend_close(be);
+	/* nothing saved: the next mount scans again */
+	backend_close(open_be(t->uri, foreground(t)));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -888,6 +1029,9 @@ int main(void)
 		T(test_reuse_sees_names),
 		T(test_reuse_bad_stamps),
 		T(test_reuse_off),
+		T(test_scan_same_bytes),
+		T(test_background_same_answers),
+		T(test_background_fails_with_eio),
 #undef T
 	};
 
