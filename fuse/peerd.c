@@ -184,10 +184,15 @@ static bool index_find(struct peerd *pd, const struct sfs_id *id, struct ient *o
 	return found;
 }
 
-/* Index every chunk id of @ds's manifest (none for dir:// and plain RADOS). */
+/*
+ * Index every chunk id of @ds's manifest.  Only a backend that can ask
+ * peers (->peer_first: published rados://) has content-addressed chunks to
+ * offer; a dir:// backend's ->m is not even read here, since its first
+ * scan may still be swapping it in.
+ */
 static void index_dataset(struct peerd *pd, struct sfs_dataset *ds)
 {
-	struct manifest *m = ds->be->m;
+	struct manifest *m = ds->be->ops->peer_first ? ds->be->m : NULL;
 	uint64_t n = m ? manifest_nentries(m) : 0, chunks = 0;
 	int rc = 0;
 
