@@ -199,6 +199,13 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		GAUGE("fuse_uring_active", "stagefs_fuse_uring_active",
 		      "1 while FUSE requests arrive over io_uring.", (uint64_t)uring_active(fs->ur)),
 		JSON_ONLY("fuse_uring_requests", uring_requests(fs->ur)),
+		GAUGE("fuse_uring_entries", "stagefs_fuse_uring_entries",
+		      "FUSE io_uring entries registered: the requests the daemon can hold at once.",
+		      uring_entries(fs->ur)),
+		COUNTER("fuse_uring_queue_full", "stagefs_fuse_uring_queue_full_total",
+			"Times every io_uring entry of a CPU's queue held a request: the kernel "
+			"then kept that CPU's next requests, and their wait is not in stall_ns.",
+			uring_queue_full(fs->ur)),
 
 		/* the node cache (src/cache.h) and the backend fetches */
 		JSON_ONLY("cache_hits", cs.hits),
