@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FUSE over io_uring with more cold readers than one entry per ring thread: 24 readers on a capped backend; with several entries per thread the daemon holds every READ and its stall share agrees within 5 points with what the readers measured, and with uring_depth=1 (the old layout) fuse_uring_queue_full flags the requests the kernel kept.
+# FUSE over io_uring with more cold readers than one entry per ring thread: 24 readers on a capped backend; with several entries per thread the daemon holds every READ and its stall share agrees within 5 points with what the readers measured, and with uring_depth=1 (the old layout) fuse_uring_queue_full flags the requests the kernel kept; the cold fills are never taken for an outside change to a cache file.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 keep_uring_param || skip "$URING_PARAM is missing or not writable: this kernel has no FUSE over io_uring"
@@ -91,6 +91,9 @@ epochs() {
 	readers "cold$1" "$2"
 	readers "warm$1" "$2"
 	FULL=$(stat_get "$MNT" fuse_uring_queue_full)
+	# the daemon's own fills are no outside change to its cache files
+	assert_eq "$(stat_get "$MNT" cache_outside_changes)" 0 "cache_outside_changes after a cold fill"
+	! grep "changed outside stagefs" "$(sfs_log "$MNT")" || die "a cold fill was taken for an outside change"
 	log "uring_depth=$1: $(stat_get "$MNT" fuse_uring_entries) entries, all of a queue's held $FULL times"
 	sfs_umount "$MNT"
 }
