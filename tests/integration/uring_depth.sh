@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FUSE over io_uring with more cold readers than one entry per ring thread: 24 readers on a capped backend; with several entries per thread the daemon holds every READ and its stall share agrees within 5 points with what the readers measured, and with uring_depth=1 (the old layout) fuse_uring_queue_full flags the requests the kernel kept; the cold fills are never taken for an outside change to a cache file.
+# FUSE over io_uring with more cold readers than ring entries of old: 24 readers on a capped backend; with the default uring_queue_depth the daemon holds every READ and its stall share agrees within 5 points with what the readers measured, and with uring_queue_depth=8 (the old threads / CPUs here) fuse_uring_queue_full flags the requests the kernel kept; the cold fills are never taken for an outside change to a cache file.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 keep_uring_param || skip "$URING_PARAM is missing or not writable: this kernel has no FUSE over io_uring"
@@ -7,7 +7,7 @@ keep_uring_param || skip "$URING_PARAM is missing or not writable: this kernel h
 T=$TEST_TMPDIR
 READER=$REPO/tests/feedreader.py
 M=$((1 << 20))
-NR=${URING_READERS:-24}	# readers at once: more than the 16 entries of one entry per thread here
+NR=${URING_READERS:-24}	# readers at once: more than the 16 entries of old here
 FPR=3			# files per reader, with a 0.5 s step after each but the last
 # 72 MiB at 8 MiB/s: the readers lose more than half of a cold epoch
 # waiting, and wait long enough that the warm cost per file (tens of ms
@@ -82,11 +82,12 @@ PY
 }
 
 MNT=$T/mnt
-# epochs DEPTH: a cold and a warm epoch on a fresh cache, uring_depth=DEPTH
+# epochs DEPTH SET: a cold and a warm epoch of file set SET on a fresh
+# cache, uring_queue_depth=DEPTH (0: the default)
 epochs() {
 	rm -rf "$T/cache"
 	sfs_mount "dir://$T/src" "$MNT" chunk_size=1M backend_max_rate=$RATE uring=on \
-		passthrough=off no_open=off lookup_readahead_max=0 uring_depth="$1"
+		passthrough=off no_open=off lookup_readahead_max=0 uring_queue_depth="$1"
 	assert_eq "$(stat_get "$MNT" fuse_uring_active)" 1 "fuse_uring_active"
 	readers "cold$1" "$2"
 	readers "warm$1" "$2"
@@ -94,15 +95,15 @@ epochs() {
 	# the daemon's own fills are no outside change to its cache files
 	assert_eq "$(stat_get "$MNT" cache_outside_changes)" 0 "cache_outside_changes after a cold fill"
 	! grep "changed outside stagefs" "$(sfs_log "$MNT")" || die "a cold fill was taken for an outside change"
-	log "uring_depth=$1: $(stat_get "$MNT" fuse_uring_entries) entries, all of a queue's held $FULL times"
+	log "uring_queue_depth=$1: $(stat_get "$MNT" fuse_uring_entries) entries, all of a queue's held $FULL times"
 	sfs_umount "$MNT"
 }
 
-# the old layout, one entry per thread: the kernel keeps READs; flagged
-epochs 1 0
-compare cold1 warm1 || log "uring_depth=1: the daemon did not see every wait (expected: its queues were full)"
-assert_gt "$FULL" 0 "fuse_uring_queue_full with one entry per thread and $NR cold readers"
+# the old layout, threads / CPUs entries a queue: the kernel keeps READs; flagged
+epochs 8 0
+compare cold8 warm8 || log "uring_queue_depth=8: the daemon did not see every wait (expected: its queues were full)"
+assert_gt "$FULL" 0 "fuse_uring_queue_full with 8 entries a queue and $NR cold readers"
 
-# the default depth: every READ reaches the daemon, and its stall is the readers'
-epochs 4 1
-compare cold4 warm4 || die "uring_depth=4: the daemon's stall share disagrees with the readers'"
+# the default: every READ reaches the daemon, and its stall is the readers'
+epochs 0 1
+compare cold0 warm0 || die "uring_queue_depth=0 (auto): the daemon's stall share disagrees with the readers'"
