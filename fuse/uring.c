@@ -2,12 +2,27 @@
  * uring: see uring.h for the contract, docs/fuse-uring.md for the design
  * and the figures.
  *
- * One ring entry per thread.  A queue (one per possible CPU, as the kernel
- * counts them) has per_q threads pinned to its CPU, and each thread owns
- * one io_uring with one registered entry: a thread busy in a slow handler
- * (the first passthrough open of a big file hashes all of it) holds only
- * its own entry, and the kernel hands the queue's next request to another
- * of its threads (it gives requests to the most recently freed entry).
+ * Entries and threads.  A queue (one per possible CPU, as the kernel
+ * counts them) has per_q threads pinned to its CPU (uring_queue_depth),
+ * and each thread owns one io_uring with THREAD_ENTRIES registered
+ * entries.  A request holds its entry until its reply is committed, so
+ * the entries bound the requests the daemon can hold: a cold READ handed
+ * to the I/O engine holds one for the whole fetch (its thread is free
+ * meanwhile).  When every entry of a queue is held, the kernel keeps that
+ * CPU's next requests to itself, where the daemon cannot see (or count
+ * as stall) their wait: each time that happens is counted
+ * (uring_queue_full()), and per_q defaults to enough entries for many
+ * more readers than the FUSE worker threads.
+ *
+ * Why one entry per thread: a thread busy in a handler cannot serve its
+ * other entries, and the kernel gives the next request to the most
+ * recently freed entry, which is likely another of that same busy
+ * thread's (it served the last ones).  With 4 entries a thread, a single
+ * reader's mixed warm/cold epoch took 2.4 s instead of 1.8 s; the same 32
+ * entries a queue as 32 threads of one entry took 1.8 s.  So a thread
+ * stuck in a slow handler (the first passthrough open of a big file
+ * hashes all of it) holds only its own entry, and the kernel hands the
+ * queue's next request to another thread.
  *
  * A request in hand: the kernel wrote the fuse_in_header to in_out, the
  * request's first argument (its fixed header, zero bytes for LOOKUP and
@@ -19,13 +34,16 @@
  *
  * Its reply: libfuse calls the session's writev hook (fuse/session_io.c),
  * which calls uring_reply(), registered there by uring_create().  That
- * copies the reply behind the out header into the payload buffer and commits it: at once if the handler replied from the
- * ring's own thread (the COMMIT_AND_FETCH goes with the thread's next
- * wait, one io_uring_enter), or, when it replied from another thread (a
- * READ the I/O engine answers), by waking the ring's thread through its
- * eventfd.  Only the owning thread ever submits to a ring: the kernel runs
- * the next request's copy in the task that submitted the entry, which must
- * not be one that may sleep elsewhere or exit.
+ * finds the entry by the reply's unique, copies the reply behind the out
+ * header into the entry's payload buffer and commits it: at once if the
+ * handler replied from the ring's own thread (the COMMIT_AND_FETCH goes
+ * with the thread's next wait, one io_uring_enter), or, when it replied
+ * from another thread (a READ the I/O engine answers), by marking the
+ * entry and waking the ring's thread through its eventfd; the thread
+ * commits every marked entry on its next turn.  Only the owning thread
+ * ever submits to a ring: the kernel runs the next request's copy in the
+ * task that submitted the entry, which must not be one that may sleep
+ * elsewhere or exit.
  */
 #include "uring.h"
 
@@ -89,8 +107,31 @@ struct fuse_uring_cmd_req {
 #endif
 
 #define URING_PARAM	"/sys/module/fuse/parameters/enable_uring"
-#define TAG_ENT		1	/* user_data of the entry's command */
-#define TAG_EFD		2	/* user_data of the eventfd poll */
+#define TAG_EFD		1	/* user_data of the eventfd poll */
+#define TAG_ENT		16	/* user_data of entry i's command: TAG_ENT + i */
+#define THREAD_ENTRIES	1	/* entries per ring thread: see the top */
+
+struct uring_worker;
+
+/* One registered ring entry: a request the kernel can hand to the daemon. */
+struct uring_ent {
+	struct uring_worker *w;		/* its owner: the only thread submitting it */
+	unsigned idx;			/* in w->ent[] */
+	struct fuse_uring_req_header *hdr;	/* registered with the kernel */
+	char *payload;			/* registered, u->payload_sz bytes */
+	struct iovec iov[2];
+	_Atomic uint64_t unique;	/* request in hand, 0 = none */
+	_Atomic bool commit_ready;	/* its reply was written by another thread */
+	uint64_t async_commit;		/* ... for this unique */
+	uint32_t last_cmd;		/* the command in flight, to repeat on EAGAIN */
+	uint64_t last_commit;
+};
+
+/* Per queue: how many of its entries hold a request, and how often all did. */
+struct uring_queue {
+	_Atomic unsigned held;
+	_Atomic uint64_t full;
+};
 
 struct uring_worker {
 	struct uring *u;
@@ -99,17 +140,10 @@ struct uring_worker {
 	bool started;
 	struct io_uring ring;
 	bool ring_ok;
-	bool refused;			/* the kernel refused its REGISTER */
+	bool refused;			/* the kernel refused a REGISTER */
 	int efd;			/* wakes the thread: async commit or stop */
-	struct fuse_uring_req_header *hdr;	/* registered with the kernel */
-	char *payload;			/* registered, u->payload_sz bytes */
-	struct iovec iov[2];
 	char *req;			/* the request rebuilt for libfuse */
-	_Atomic uint64_t unique;	/* request in hand, 0 = none */
-	_Atomic bool commit_ready;	/* its reply was written by another thread */
-	uint64_t async_commit;		/* ... for this unique */
-	uint32_t last_cmd;		/* the command in flight, to repeat on EAGAIN */
-	uint64_t last_commit;
+	struct uring_ent *ent;		/* u->depth entries */
 };
 
 struct uring {
@@ -121,8 +155,9 @@ struct uring {
 	_Atomic bool active;		/* every ring entry is registered */
 	_Atomic bool stopping;
 	size_t payload_sz;
-	unsigned nq, per_q, nw;
+	unsigned nq, per_q, nw, depth;
 	struct uring_worker *w;
+	struct uring_queue *q;		/* nq */
 	pthread_mutex_t lock;		/* start-up: registered, failed */
 	pthread_cond_t cond;
 	unsigned registered, failed, refused;
@@ -261,30 +296,53 @@ uint64_t uring_requests(const struct uring *u)
 	return u ? atomic_load(&u->requests) : 0;
 }
 
+uint64_t uring_queue_full(const struct uring *u)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; u && u->q && i < u->nq; i++)
+		n += atomic_load(&u->q[i].full);
+	return n;
+}
+
+unsigned uring_entries(const struct uring *u)
+{
+	return uring_active(u) ? u->nw * u->depth : 0;
+}
+
 /* ---- one ring ---- */
 
-static struct io_uring_sqe *cmd_sqe(struct uring_worker *w, uint32_t cmd, uint64_t commit_id)
+/* Prepare @e's command @cmd; submitted with the owner's next wait. */
+static struct io_uring_sqe *cmd_sqe(struct uring_ent *e, uint32_t cmd, uint64_t commit_id)
 {
+	struct uring_worker *w = e->w;
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&w->ring);
 	struct fuse_uring_cmd_req *cr;
 
 	if (!sqe)
-		return NULL;	/* cannot happen: one command in flight at most */
+		return NULL;	/* cannot happen: the SQ has room for every entry and the poll */
 	memset(sqe, 0, 2 * sizeof(*sqe));	/* SQE128 */
 	sqe->opcode = IORING_OP_URING_CMD;
 	sqe->fd = fuse_session_fd(w->u->se);
 	sqe->cmd_op = cmd;
-	sqe->user_data = TAG_ENT;
+	sqe->user_data = TAG_ENT + e->idx;
 	if (cmd == FUSE_IO_URING_CMD_REGISTER) {
-		sqe->addr = (uint64_t)(uintptr_t)w->iov;
+		sqe->addr = (uint64_t)(uintptr_t)e->iov;
 		sqe->len = 2;
 	}
 	cr = (struct fuse_uring_cmd_req *)sqe->cmd;
 	cr->commit_id = commit_id;
 	cr->qid = (uint16_t)w->qid;
-	w->last_cmd = cmd;
-	w->last_commit = commit_id;
+	e->last_cmd = cmd;
+	e->last_commit = commit_id;
 	return sqe;
+}
+
+/* @e's reply is in its buffers: commit it and fetch the next request. */
+static void commit_ent(struct uring_ent *e, uint64_t unique)
+{
+	atomic_fetch_sub(&e->w->u->q[e->w->qid].held, 1);
+	cmd_sqe(e, FUSE_IO_URING_CMD_COMMIT_AND_FETCH, unique);
 }
 
 static void arm_efd(struct uring_worker *w)
@@ -303,32 +361,45 @@ static int worker_setup(struct uring_worker *w)
 	struct uring *u = w->u;
 	struct io_uring_params p = { .flags = IORING_SETUP_SQE128 };
 	struct io_uring_cqe *cqe;
+	unsigned sq = 4;
 	int ret;
 
 	w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (w->efd < 0)
 		return -errno;
-	/* lazily backed: the kernel writes only what a request carries */
-	w->hdr = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	w->payload = mmap(NULL, u->payload_sz, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	w->ent = calloc(u->depth, sizeof(*w->ent));
 	w->req = malloc(sizeof(struct fuse_in_header) + FUSE_URING_OP_IN_OUT_SZ + u->payload_sz);
-	if (w->hdr == MAP_FAILED || w->payload == MAP_FAILED || !w->req) {
-		if (w->hdr == MAP_FAILED)
-			w->hdr = NULL;
-		if (w->payload == MAP_FAILED)
-			w->payload = NULL;
+	if (!w->ent || !w->req)
 		return -ENOMEM;
+	for (unsigned i = 0; i < u->depth; i++) {
+		struct uring_ent *e = &w->ent[i];
+
+		e->w = w;
+		e->idx = i;
+		/* lazily backed: the kernel writes only what a request carries */
+		e->hdr = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		e->payload = mmap(NULL, u->payload_sz, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (e->hdr == MAP_FAILED)
+			e->hdr = NULL;
+		if (e->payload == MAP_FAILED)
+			e->payload = NULL;
+		if (!e->hdr || !e->payload)
+			return -ENOMEM;
+		e->iov[0] = (struct iovec){ e->hdr, sizeof(*e->hdr) };
+		e->iov[1] = (struct iovec){ e->payload, u->payload_sz };
 	}
-	w->iov[0] = (struct iovec){ w->hdr, sizeof(*w->hdr) };
-	w->iov[1] = (struct iovec){ w->payload, u->payload_sz };
-	ret = io_uring_queue_init_params(4, &w->ring, &p);
+	/* one command per entry and the eventfd's poll, at most, in the SQ */
+	while (sq < u->depth + 1)
+		sq *= 2;
+	ret = io_uring_queue_init_params(sq, &w->ring, &p);
 	if (ret)
 		return ret;
 	w->ring_ok = true;
 	arm_efd(w);
-	if (!cmd_sqe(w, FUSE_IO_URING_CMD_REGISTER, 0))
-		return -EIO;
+	for (unsigned i = 0; i < u->depth; i++)
+		if (!cmd_sqe(&w->ent[i], FUSE_IO_URING_CMD_REGISTER, 0))
+			return -EIO;
 	ret = io_uring_submit(&w->ring);
 	if (ret < 0)
 		return ret;
@@ -338,7 +409,7 @@ static int worker_setup(struct uring_worker *w)
 	 * through /dev/fuse.
 	 */
 	while (io_uring_peek_cqe(&w->ring, &cqe) == 0) {
-		ret = cqe->user_data == TAG_ENT ? cqe->res : 0;
+		ret = cqe->user_data >= TAG_ENT ? cqe->res : 0;
 		io_uring_cqe_seen(&w->ring, cqe);
 		if (ret < 0) {
 			w->refused = true;
@@ -359,18 +430,21 @@ static void pin_to_queue_cpu(struct uring_worker *w)
 		log_debug("uring: queue %u: cannot pin to its CPU: %s", w->qid, strerror(errno));
 }
 
-/* The ring handed us a request: rebuild it as /dev/fuse gives it, handle it. */
-static void handle_request(struct uring_worker *w)
+/* Entry @e handed us a request: rebuild it as /dev/fuse gives it, handle it. */
+static void handle_request(struct uring_ent *e)
 {
+	struct uring_worker *w = e->w;
 	struct uring *u = w->u;
-	const struct fuse_in_header *in = (const void *)w->hdr->in_out;
-	const struct fuse_uring_ent_in_out *eio = &w->hdr->ring_ent_in_out;
+	const struct fuse_in_header *in = (const void *)e->hdr->in_out;
+	const struct fuse_uring_ent_in_out *eio = &e->hdr->ring_ent_in_out;
 	struct fuse_in_header *rin = (void *)w->req;
 	size_t psz = eio->payload_sz, opsz;
 	struct fuse_buf fbuf = { .mem = w->req };
 
 	atomic_fetch_add(&u->requests, 1);
-	atomic_store(&w->unique, eio->commit_id);
+	if (atomic_fetch_add(&u->q[w->qid].held, 1) + 1 == u->per_q * u->depth)
+		atomic_fetch_add(&u->q[w->qid].full, 1);
+	atomic_store(&e->unique, eio->commit_id);
 	if (in->len < sizeof(*in) + psz || in->len - sizeof(*in) - psz > FUSE_URING_OP_IN_OUT_SZ ||
 	    psz > u->payload_sz || eio->commit_id != in->unique) {
 		struct fuse_out_header out = { .len = sizeof(out), .error = -EIO,
@@ -385,8 +459,8 @@ static void handle_request(struct uring_worker *w)
 	}
 	opsz = in->len - sizeof(*in) - psz;
 	memcpy(rin, in, sizeof(*in));
-	memcpy(w->req + sizeof(*in), w->hdr->op_in, opsz);
-	memcpy(w->req + sizeof(*in) + opsz, w->payload, psz);
+	memcpy(w->req + sizeof(*in), e->hdr->op_in, opsz);
+	memcpy(w->req + sizeof(*in) + opsz, e->payload, psz);
 	fbuf.size = in->len;
 	session_io_note_request(in->unique, in->opcode);
 	fuse_session_process_buf(u->se, &fbuf);
@@ -413,6 +487,7 @@ static void *worker_main(void *arg)
 {
 	struct uring_worker *w = arg;
 	struct uring *u = w->u;
+	unsigned live = u->depth;	/* entries the kernel has not ended */
 	char name[16];
 	int ret;
 
@@ -425,18 +500,19 @@ static void *worker_main(void *arg)
 	if (ret)
 		return NULL;
 
-	while (!atomic_load(&u->stopping)) {
+	while (!atomic_load(&u->stopping) && live) {
 		struct io_uring_cqe *cqe;
 		unsigned head, seen = 0;
-		bool stop = false;
 
-		/* submits what is prepared (a commit, a re-armed poll), then waits */
+		/* submits what is prepared (commits, a re-armed poll), then waits */
 		ret = io_uring_submit_and_wait(&w->ring, 1);
 		if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
 			log_err("uring: queue %u: %s", w->qid, strerror(-ret));
 			break;
 		}
 		io_uring_for_each_cqe(&w->ring, head, cqe) {
+			struct uring_ent *e;
+
 			seen++;
 			if (cqe->user_data == TAG_EFD) {
 				uint64_t v;
@@ -447,39 +523,46 @@ static void *worker_main(void *arg)
 					arm_efd(w);
 				continue;
 			}
+			if (cqe->user_data < TAG_ENT || cqe->user_data - TAG_ENT >= u->depth)
+				continue;
+			e = &w->ent[cqe->user_data - TAG_ENT];
 			if (cqe->res == -EAGAIN || cqe->res == -EINTR) {
 				/* the same command again */
-				cmd_sqe(w, w->last_cmd, w->last_commit);
+				cmd_sqe(e, e->last_cmd, e->last_commit);
 				continue;
 			}
 			if (cqe->res < 0) {
 				/* ENOTCONN, ECANCELED: the connection is going away */
 				if (cqe->res != -ENOTCONN && cqe->res != -ECANCELED)
 					log_err("uring: queue %u: %s", w->qid, strerror(-cqe->res));
-				stop = true;
+				if (live)
+					live--;
 				continue;
 			}
-			handle_request(w);
+			handle_request(e);
 		}
 		io_uring_cq_advance(&w->ring, seen);
-		if (stop)
-			break;
-		/* a reply another thread wrote (it woke the eventfd) */
-		if (atomic_exchange(&w->commit_ready, false))
-			cmd_sqe(w, FUSE_IO_URING_CMD_COMMIT_AND_FETCH, w->async_commit);
+		/* replies other threads wrote (they woke the eventfd) */
+		for (unsigned i = 0; i < u->depth; i++)
+			if (atomic_exchange(&w->ent[i].commit_ready, false))
+				commit_ent(&w->ent[i], w->ent[i].async_commit);
 	}
 	return NULL;
 }
 
 /* ---- replies ---- */
 
-static struct uring_worker *find_worker(struct uring *u, uint64_t unique)
+/* The entry holding request @unique, or NULL (it came from /dev/fuse). */
+static struct uring_ent *find_ent(struct uring *u, uint64_t unique)
 {
-	if (self && self->u == u && atomic_load(&self->unique) == unique)
-		return self;
+	if (self && self->u == u)
+		for (unsigned j = 0; j < u->depth; j++)
+			if (atomic_load(&self->ent[j].unique) == unique)
+				return &self->ent[j];
 	for (unsigned i = 0; i < u->nw; i++)
-		if (atomic_load(&u->w[i].unique) == unique)
-			return &u->w[i];
+		for (unsigned j = 0; u->w[i].ent && j < u->depth; j++)
+			if (atomic_load(&u->w[i].ent[j].unique) == unique)
+				return &u->w[i].ent[j];
 	return NULL;
 }
 
@@ -494,14 +577,14 @@ static bool uring_reply(struct uring *u, const struct iovec *iov, int count,
 {
 	const struct fuse_out_header *out = iov[0].iov_base;
 	struct fuse_out_header *oh;
-	struct uring_worker *w;
+	struct uring_ent *e;
 	size_t len = 0;
 	int err = out->error;
 
 	if (!u || !u->nw || !out->unique)
 		return false;	/* notifications go to /dev/fuse */
-	w = find_worker(u, out->unique);
-	if (!w)
+	e = find_ent(u, out->unique);
+	if (!e)
 		return false;	/* a request read from /dev/fuse */
 	for (int i = 1; i < count; i++) {
 		if (len + iov[i].iov_len > u->payload_sz) {
@@ -511,25 +594,25 @@ static bool uring_reply(struct uring *u, const struct iovec *iov, int count,
 			len = 0;
 			break;
 		}
-		memcpy(w->payload + len, iov[i].iov_base, iov[i].iov_len);
+		memcpy(e->payload + len, iov[i].iov_base, iov[i].iov_len);
 		len += iov[i].iov_len;
 	}
-	oh = (void *)w->hdr->in_out;
+	oh = (void *)e->hdr->in_out;
 	oh->len = (uint32_t)(sizeof(*oh) + len);
 	oh->error = err;
 	oh->unique = out->unique;
-	w->hdr->ring_ent_in_out.payload_sz = (uint32_t)len;
-	atomic_store(&w->unique, 0);
-	if (w == self) {
+	e->hdr->ring_ent_in_out.payload_sz = (uint32_t)len;
+	atomic_store(&e->unique, 0);
+	if (e->w == self) {
 		/* submitted with this thread's next wait */
-		cmd_sqe(w, FUSE_IO_URING_CMD_COMMIT_AND_FETCH, out->unique);
+		commit_ent(e, out->unique);
 	} else {
 		uint64_t one = 1;
 
-		w->async_commit = out->unique;
-		atomic_store(&w->commit_ready, true);
-		if (write(w->efd, &one, sizeof(one)) < 0)
-			log_err("uring: waking queue %u: %s", w->qid, strerror(errno));
+		e->async_commit = out->unique;
+		atomic_store(&e->commit_ready, true);
+		if (write(e->w->efd, &one, sizeof(one)) < 0)
+			log_err("uring: waking queue %u: %s", e->w->qid, strerror(errno));
 	}
 	*ret = (ssize_t)(sizeof(*oh) + len);
 	return true;
@@ -562,6 +645,16 @@ static unsigned possible_cpus(void)
 	return n ? n : 1;
 }
 
+/*
+ * uring_queue_depth=0: the FUSE worker threads' share of a queue, and at
+ * least 32 a queue up to 256 in all (a cold READ holds its entry for the
+ * whole fetch, so readers on one CPU need about two each).
+ */
+static unsigned uring_auto_depth(unsigned threads, unsigned nq)
+{
+	return MAX(MAX(2u, threads / nq), MIN(32u, 256u / nq));
+}
+
 int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errlen)
 {
 	const char *why = NULL;
@@ -579,10 +672,14 @@ int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errl
 	u->se = se;
 	/* the kernel makes one queue per possible CPU and needs every one */
 	u->nq = possible_cpus();
-	u->per_q = MAX(2u, u->fs->cfg.threads / u->nq);
+	u->per_q = u->fs->cfg.uring_queue_depth;
+	if (!u->per_q)
+		u->per_q = uring_auto_depth(u->fs->cfg.threads, u->nq);
+	u->depth = THREAD_ENTRIES;
 	u->nw = u->nq * u->per_q;
 	u->w = calloc(u->nw, sizeof(*u->w));
-	if (!u->w) {
+	u->q = calloc(u->nq, sizeof(*u->q));
+	if (!u->w || !u->q) {
 		u->nw = 0;
 		why = "out of memory";
 		goto off;
@@ -618,8 +715,8 @@ int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errl
 		return ret;
 	}
 	atomic_store(&u->active, true);
-	log_info("uring: on (%u queues, %u threads each, %zu KiB per entry)",
-		 u->nq, u->per_q, u->payload_sz / 1024);
+	log_info("uring: on (%u queues, %u threads and entries each, %zu KiB per entry)",
+		 u->nq, u->per_q * u->depth, u->payload_sz / 1024);
 	return 0;
 off:
 	if (u->mode == CFG_ON) {
@@ -655,18 +752,22 @@ void uring_destroy(struct uring *u)
 	for (unsigned i = 0; u->w && i < u->nw; i++) {
 		struct uring_worker *w = &u->w[i];
 
-		/* closing the ring cancels the entry's command */
+		/* closing the ring cancels the entries' commands */
 		if (w->ring_ok)
 			io_uring_queue_exit(&w->ring);
-		if (w->hdr)
-			munmap(w->hdr, 4096);
-		if (w->payload)
-			munmap(w->payload, u->payload_sz);
+		for (unsigned j = 0; w->ent && j < u->depth; j++) {
+			if (w->ent[j].hdr)
+				munmap(w->ent[j].hdr, 4096);
+			if (w->ent[j].payload)
+				munmap(w->ent[j].payload, u->payload_sz);
+		}
+		free(w->ent);
 		free(w->req);
 		if (w->efd >= 0)
 			close(w->efd);
 	}
 	free(u->w);
+	free(u->q);
 	pthread_cond_destroy(&u->cond);
 	pthread_mutex_destroy(&u->lock);
 	free(u);

@@ -57,5 +57,12 @@ int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errl
 
 bool uring_active(const struct uring *u);
 uint64_t uring_requests(const struct uring *u);
+/*
+ * Times every entry of a queue held a request (the kernel then keeps the
+ * queue's next requests to itself, unseen), summed over the queues.
+ */
+uint64_t uring_queue_full(const struct uring *u);
+/* Ring entries registered (0 while the rings are not in use). */
+unsigned uring_entries(const struct uring *u);
 
 #endif

@@ -112,6 +112,7 @@ struct cache_stats {
 	uint64_t corrupt;	/* chunks whose hash did not match: refetched */
 	uint64_t bypass;	/* reads served without caching (no space) */
 	uint64_t evicted;	/* chunks evicted */
+	uint64_t outside_changes; /* cache files changed outside stagefs: re-verified */
 	uint64_t used_bytes;	/* disk blocks held by present chunks */
 	uint64_t limit_bytes;	/* current effective capacity */
 	uint64_t chunks;	/* present chunks */

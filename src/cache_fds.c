@@ -9,7 +9,9 @@
  * a use (the descriptor stays open until cache_fd_release()) and notices
  * what happened to the file behind the cache's back: a file deleted or
  * vanished has its chunks forgotten (refetched), one whose ctime moved
- * without our own write has them re-verified.
+ * without our own write has them re-verified.  Our own writes (fills,
+ * holes punched, the sizing of a new file) are bracketed by cf->writers
+ * and recorded (cache_note_own_write()), so only outside ones count.
  *
  * Locking: c->lock guards the list and every cfile field touched here;
  * open(2), fstat(2) and ftruncate(2) run outside it (cache_i.h).
@@ -120,6 +122,33 @@ static int cfile_reopen(struct cache *c, const char *path)
 }
 
 /*
+ * Give @fd, @cf's cache file just opened by the create path, @cf's size.
+ * ftruncate(2) moves ctime even to the same size, and a file found there
+ * with no chunk in the index (a sibling created it a moment ago, or its
+ * descriptor was closed before any fill completed) may have a ctime
+ * recorded already: so only where the size is wrong, and as a write of
+ * ours, so that no cache_fd_acquire() takes it for an outside change.
+ */
+static int cfile_size_fd(struct cache *c, struct cfile *cf, int fd)
+{
+	struct stat st;
+	int ret = 0;
+
+	if (fstat(fd, &st) == 0 && st.st_size == (off_t)cf->size)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	cf->writers++;
+	pthread_mutex_unlock(&c->lock);
+	if (ftruncate(fd, (off_t)cf->size) < 0)
+		ret = -errno;
+	pthread_mutex_lock(&c->lock);
+	cf->writers--;
+	cache_note_own_write(cf, fd);
+	pthread_mutex_unlock(&c->lock);
+	return ret;
+}
+
+/*
  * Open @cf's cache file, creating it (sized) if needed.  @had_chunks: the
  * index held chunks of it when the caller looked; without any there is no
  * vanished file to notice, so go straight to O_CREAT (a cold fill creates
@@ -128,7 +157,7 @@ static int cfile_reopen(struct cache *c, const char *path)
 static int cfile_open_fd(struct cache *c, struct cfile *cf, bool had_chunks, int *out)
 {
 	char path[PATH_MAX];
-	int fd;
+	int fd, ret;
 
 	cache_cfile_path(c, &cf->id, path, sizeof(path));
 	if (!had_chunks)
@@ -181,11 +210,10 @@ create:
 	}
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, (off_t)cf->size) < 0) {
-		int e = -errno;
-
+	ret = cfile_size_fd(c, cf, fd);
+	if (ret) {
 		close(fd);
-		return e;
+		return ret;
 	}
 out:
 	*out = fd;
@@ -255,6 +283,7 @@ int cache_fd_acquire(struct cache *c, struct cfile *cf, int *out)
 			log_notice("cache file of %016" PRIx64 "%016" PRIx64
 				   " changed outside stagefs: re-verifying it",
 				   cf->id.hi, cf->id.lo);
+			c->st.outside_changes++;
 			cfile_distrust(cf);
 		}
 		if (!cf->writers && !ours_in_flight && cf->wgen == wgen) {

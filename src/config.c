@@ -265,6 +265,18 @@ static const struct opt opts[] = {
 		"stays set) and fails the mount where the rings cannot be had; "
 		"`off` keeps `/dev/fuse`. Only in builds against libfuse 3.14-3.16."
 		" See `fuse-uring.md`." },
+	{ "uring_queue_depth", OPT_UINT, O(uring_queue_depth), "0", 0, 1024,
+	  "FUSE io_uring entries per CPU queue, a thread each: the requests the daemon can hold per CPU; 0 = auto",
+	  .doc =
+		"Ring entries of each `uring` queue (one queue per CPU), each "
+		"with its own thread pinned to that CPU. A request holds its entry"
+		" until it is answered (a cold READ waiting for the backend holds "
+		"one, its thread free meanwhile), so a queue holds at most this "
+		"many requests; the kernel keeps the rest to itself, where their "
+		"wait cannot be counted as stall (`fuse_uring_queue_full` counts "
+		"how often that happened). `0`: `threads / CPUs` (at least 2) or "
+		"32 per queue up to 256 in all, whichever is more. See "
+		"`fuse-uring.md`." },
 	{ "lookup_readahead_max", OPT_SIZE, O(lookup_readahead_max), "1M", 0, 0,
 	  "a fully cached file of at most this size is read into the page cache when it is looked up, overlapping the disk read with the OPEN and READ that follow; 0 = never",
 	  .doc =

@@ -725,6 +725,7 @@ static void test_corrupt_while_open(void **state)
 	usleep(20000);		/* ctime has jiffy resolution */
 	flip_byte(path, 7ull * CS + 100);
 	read_whole(c, cf, &s, FSIZE, 20000);
+	assert_int_equal(stats(c).outside_changes, 1);
 	assert_int_equal(stats(c).corrupt, 1);
 	assert_int_equal(atomic_load(&s.fetches), NCH + 1);
 	check_disk(path, 1, 0, FSIZE);
@@ -786,9 +787,100 @@ static void test_corrupt_after_fd_closed(void **state)
 	usleep(20000);
 	flip_byte(path, 2ull * CS + 5);
 	read_whole(c, a, &sa, FSIZE, CS);
+	assert_int_equal(stats(c).outside_changes, 1);
 	assert_int_equal(stats(c).corrupt, 1);
 	cache_file_put(c, a);
 	cache_file_put(c, b);
+	cache_destroy(c);
+}
+
+/*
+ * Cold fills of our own are no outside change: 16 threads fill 4 cold
+ * files at once (every first open of a file races its siblings' creates)
+ * while fd_cache = 1 closes their descriptors between fills (reopens of
+ * files with no chunk yet).  The daemon's own creates, sizing and writes
+ * move ctime; none of that may be taken for an outside write.
+ */
+struct filler {
+	pthread_t th;
+	pthread_barrier_t *bar;
+	struct cache *c;
+	struct cfile **cf;
+	struct fsrc *s;
+	unsigned i;
+	bool bad;
+};
+
+static void *filler_main(void *arg)
+{
+	struct filler *f = arg;
+	unsigned char *got = malloc(CS), *want = malloc(CS);
+
+	for (unsigned r = 0; r < NCH && got && want; r++) {
+		unsigned fi = (f->i + r) % 4, idx = (f->i / 4 + r * 3) % NCH;
+		uint64_t off = (uint64_t)idx * CS;
+		ssize_t n;
+
+		pthread_barrier_wait(f->bar);
+		n = cache_read(f->c, f->cf[fi], off, got, CS, &f->s[fi].cs);
+		pattern(f->s[fi].seed, off, want, n > 0 ? (size_t)n : 0);
+		if (n <= 0 || memcmp(got, want, (size_t)n))
+			f->bad = true;
+	}
+	free(got);
+	free(want);
+	return NULL;
+}
+
+static void test_own_fills_not_outside(void **state)
+{
+	struct tctx *t = *state;
+	struct cache *c = open_cache(t->cdir, 0, 1);
+	struct cfile *cf[4];
+	struct fsrc s[4];
+	struct filler f[16];
+	pthread_barrier_t bar;
+	unsigned char buf[100];
+
+	/*
+	 * First a file whose descriptor was closed while it had no chunk
+	 * (its only fill failed): reopening it must not resize it, or the
+	 * ctime its earlier open recorded looks moved by someone else.
+	 */
+	cf[0] = get_file(c, 30, FSIZE, CS);
+	cf[1] = get_file(c, 31, 2 * CS, CS);
+	fsrc_init(&s[0], 30, CS);
+	fsrc_init(&s[1], 31, CS);
+	s[0].fail_ret = -EIO;
+	atomic_store(&s[0].fail_idx, 0);
+	atomic_store(&s[0].fail_left, 1);
+	assert_true(cache_read(c, cf[0], 0, buf, sizeof(buf), &s[0].cs) < 0);
+	read_whole(c, cf[1], &s[1], 2 * CS, CS);	/* cf[0]'s descriptor is closed now */
+	usleep(20000);		/* ctime has jiffy resolution */
+	read_whole(c, cf[0], &s[0], FSIZE, CS);
+	assert_int_equal(stats(c).outside_changes, 0);
+	cache_file_put(c, cf[0]);
+	cache_file_put(c, cf[1]);
+
+	for (unsigned i = 0; i < 4; i++) {
+		cf[i] = get_file(c, 40 + i, FSIZE, CS);
+		fsrc_init(&s[i], 40 + i, CS);
+		s[i].delay_us = 2000;	/* a backend slower than the disk */
+	}
+	pthread_barrier_init(&bar, NULL, 16);
+	memset(f, 0, sizeof(f));
+	for (unsigned i = 0; i < 16; i++) {
+		f[i] = (struct filler){ .bar = &bar, .c = c, .cf = cf, .s = s, .i = i };
+		assert_int_equal(pthread_create(&f[i].th, NULL, filler_main, &f[i]), 0);
+	}
+	for (unsigned i = 0; i < 16; i++) {
+		pthread_join(f[i].th, NULL);
+		assert_false(f[i].bad);
+	}
+	pthread_barrier_destroy(&bar);
+	assert_int_equal(stats(c).outside_changes, 0);
+	for (unsigned i = 0; i < 4; i++)
+		cache_file_put(c, cf[i]);
 	cache_destroy(c);
 }
 
@@ -2015,6 +2107,7 @@ int main(void)
 		T(test_corrupt_while_open),
 		T(test_fd_exhaustion),
 		T(test_corrupt_after_fd_closed),
+		T(test_own_fills_not_outside),
 		T(test_crash_and_torn_journal),
 		T(test_journal_compaction),
 		T(test_size_limit),
