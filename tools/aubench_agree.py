@@ -31,6 +31,11 @@ check: after a trial (TRIAL: aubench's JSON line for it, BEFORE: the row
          from the cache included, so on a backend about as fast as the
          cache its share lies above the lost share; where the waits
          dominate the two shares meet and this is "within 5 points".
+         A trial in which no READ of the job missed the cache
+         (cache_misses unchanged) had nothing to stall on: its share must
+         be within 5 points of 0, whatever the readers lost; a warm epoch
+         slower than the other is the disk's or the CPU's noise, not a
+         wait for data.
   rate   stagefs's bytes over the trial's wall time (less any staging)
          beside the tool's: it agrees when the bytes do.
 
@@ -43,7 +48,7 @@ import sys
 import time
 
 FIELDS = ("read_bytes", "read_bytes_estimated", "passthrough_read_bytes", "stall_ns",
-          "active_ns", "files_read")
+          "active_ns", "files_read", "cache_misses")
 BYTES_EST_TOL = 0.10	# estimated bytes: within 10 % (tests/integration/feedrate_truth.sh)
 STALL_TOL = 0.05	# stall share: within 5 points (idem)
 SETTLE_S = 15		# longest wait for the row to settle
@@ -116,6 +121,9 @@ def check(mnt, job, before, trial):
     tool_blocked = min(1.0, trial["reader_blocked_s"] / act) if act > 0 else 0.0
     if sfs_stall is None:
         bad.append("stagefs counted no active time: its stall share is undefined")
+    elif d["cache_misses"] == 0:
+        if sfs_stall > STALL_TOL:
+            bad.append(f"stall share {sfs_stall:.3f} with no READ missing the cache (more than 5 points)")
     elif sfs_stall < tool_stall - STALL_TOL:
         bad.append(f"stall share {sfs_stall:.3f} below the tool's lost share {tool_stall:.3f} (by more than 5 points)")
     elif sfs_stall > tool_blocked + STALL_TOL:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/aubench against stagefs's job row: a cold trial (dir://, capped backend) and a warm one (passthrough, the default) each agree with the tool's own bytes and its readers' lost and blocked shares within the stated bounds (tools/aubench_agree.py), and a wrong row is caught.
 # AGREE_MOPTS (mount options) and AGREE_ARGS (aubench options) added to
-# the test's are for experiments: AGREE_MOPTS=uring=on fails it (below).
+# the test's are for experiments: AGREE_MOPTS=uring_queue_depth=8 fails it where uring is on (below).
 . "$(dirname "$0")/../lib.sh"
 need_mount
 AUB=$REPO/tools/aubench
@@ -16,14 +16,14 @@ mkdir -p "$src"
 "$AUB" gen -w unet3d -N 24 -z 50 "$src" >"$T/gen"
 # The cap makes the cold epoch wait for the backend (about 4 s for 70 MB),
 # a stall share far from 0; the second epoch reads the cache it filled.
-# uring=off: with FUSE over io_uring a READ that waits for a fetch holds
-# its ring entry (one per thread, 8 a CPU here), and READs queued in the
-# kernel behind a full queue wait where the daemon cannot see them: its
-# stall share then falls short of the readers' (0.73 against 0.93 with
-# these 8 readers).  AGREE_MOPTS="uring=on" shows it.
+# The mount's defaults (uring where the kernel offers it): with FUSE over
+# io_uring a READ that waits holds its ring entry, and with too few
+# entries a queue (uring_queue_depth=8, what they were before that
+# setting) READs wait unseen in the kernel and the stall share falls
+# short (0.73 against the readers' 0.93).
 RATE=$((16 * 1024 * 1024))
 # shellcheck disable=SC2086 # AGREE_MOPTS: several options
-sfs_mount "dir://$src" "$mnt" chunk_size=1M backend_max_rate=$RATE cache_dir="$T/cache" uring=off ${AGREE_MOPTS:-}
+sfs_mount "dir://$src" "$mnt" chunk_size=1M backend_max_rate=$RATE cache_dir="$T/cache" ${AGREE_MOPTS:-}
 acct=$(stats_dump "$mnt" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin).get("passthrough_accounting"))')
 log "passthrough accounting: $acct"
 
@@ -74,7 +74,7 @@ if [[ $acct == estimate ]]; then
 		die "warm trial: passthrough accounting is estimate, but no byte is labelled estimated"
 fi
 
-# The check can fail: the same trial disagrees with a row that counted a
+# The check can fail: the cold trial disagrees with a row that counted a
 # quarter more bytes than the tool read (the tool's bytes cut by a fifth),
 # with one that missed half the stall (below the readers' lost share),
 # and with a tool whose readers were blocked a tenth of the time (a stall
@@ -82,8 +82,8 @@ fi
 before=$(cat "$T/cold.before")
 out=$(cat "$T/cold.trial")
 neg() {
-	local what=$1 b=$2 t=$3 rc=0
-	"$PYTHON" "$AGREE" check "$mnt" au-cold "$b" "$t" >"$T/neg" || rc=$?
+	local what=$1 b=$2 t=$3 job=${4:-au-cold} rc=0
+	"$PYTHON" "$AGREE" check "$mnt" "$job" "$b" "$t" >"$T/neg" || rc=$?
 	assert_eq "$rc" 1 "$what must disagree ($(cat "$T/neg"))"
 	log "caught: $(cat "$T/neg")"
 }
@@ -94,6 +94,10 @@ neg "a row missing half the stall" \
 	"$out"
 neg "a stall share the readers were not blocked for" "$before" \
 	"$("$PYTHON" -c 'import json,sys; t = json.loads(sys.argv[1]); t["reader_blocked_s"] = t["reader_lost_s"] = t["reader_active_s"] / 10; t["reader_stall"] = 0.1; print(json.dumps(t))' "$out")"
+# and a warm trial (no READ missed the cache) whose row shows a stall
+neg "a warm row with a stall and no miss" \
+	"$("$PYTHON" -c 'import json,sys; b = json.loads(sys.argv[1]); b["stall_ns"] -= int(float(sys.argv[2]) * 1e9 / 2); print(json.dumps(b))' "$(cat "$T/warm.before")" "$(field warm 'v["stagefs"]["active_s"]')")" \
+	"$(cat "$T/warm.trial")" au-warm
 
 sfs_umount "$mnt"
 log "ok"
