@@ -39,7 +39,7 @@
 #define LZ_BUSY		16	/* fetches in flight at once per manifest */
 #define LZ_FAILED	8	/* failed ranges remembered */
 #define LZ_HOLD_MS	1000	/* how long a failed range fails at once */
-#define LZ_AHEAD	16	/* parts fetched at once by a sequential touch */
+#define LZ_AHEAD	64	/* parts fetched at once by a walk, at most */
 
 /* The three sections, as the header gives them (bounds checked). */
 struct lz_layout {
@@ -230,13 +230,24 @@ static int lz_fill(void *arg, uint64_t part, uint64_t off, uint64_t len, bool ag
 		pthread_cond_wait(&z->done, &z->lock);
 		again = false;
 	}
-	/* a walk: the previous part is here, so fetch on to the next ones too */
+	/*
+	 * A walk: the parts just before are here, so fetch on, twice as many
+	 * as are there behind it (a readahead window that doubles, up to
+	 * LZ_AHEAD); a lone touch fetches its part alone.
+	 */
 	s = part_range(&z->l, part, &o, &l);
 	hi = part;
-	if (!again && part > z->l.part0[s] && marked(z, part - 1))
-		while (hi + 1 < z->l.part0[s + 1] && hi + 1 - part < LZ_AHEAD &&
+	if (!again) {
+		uint64_t behind = 0, ahead;
+
+		while (behind < LZ_AHEAD && part - behind > z->l.part0[s] &&
+		       marked(z, part - behind - 1))
+			behind++;
+		ahead = MIN(2 * behind, (uint64_t)LZ_AHEAD);
+		while (hi + 1 < z->l.part0[s + 1] && hi + 1 - part < ahead &&
 		       !marked(z, hi + 1) && !busy_has(z, hi + 1))
 			hi++;
+	}
 	z->busy[slot].lo = part;
 	z->busy[slot].hi = hi;
 	z->busy[slot].used = true;

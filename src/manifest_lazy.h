@@ -19,7 +19,8 @@
  * the same parts fail at once for a second rather than each wait for the
  * remote again, so a dead remote costs a reader one remote timeout; the
  * remote read is the only wait and is bounded by the caller's reader.
- * Sequential touches (a walk) fetch up to 1 MiB of a section at a time.
+ * Sequential touches (a walk) fetch a window that doubles up to 4 MiB of a
+ * section at a time; a lone touch (a lookup) fetches its 64 KiB part alone.
  */
 #ifndef STAGEFS_MANIFEST_LAZY_H
 #define STAGEFS_MANIFEST_LAZY_H
