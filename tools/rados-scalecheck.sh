@@ -88,7 +88,7 @@ opened() { grep -o '[0-9]* of [0-9]* bytes fetched to open it' "$W/mount.log" | 
 stat_key() { "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], "n/a"))' "$MNT/.stagefs/stats" "$1"; }
 status_kb() { awk -v k="$1:" '$1 == k { print $2 }' "/proc/$PID/status"; }
 tm() { local t0; t0=$(now_ms); "$@" >/dev/null; echo $(($(now_ms) - t0)); }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
 
 echo "rados-scalecheck: $N files, kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%d GiB", $2 / 1048576 }' /proc/meminfo)"
 mkdir -p "$W/blobs"
@@ -117,14 +117,22 @@ fi
 FAILS=0
 fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
 
-# first mount: nothing cached, caches dropped
+# timed_mount PREFIX: mount with caches dropped, then find with caches
+# dropped; sets PREFIX_MS, PREFIX_OPEN, PREFIX_FIND, PREFIX_FETCHED, and
+# leaves the mount up
+timed_mount() {
+	drop
+	mount_sfs
+	printf -v "$1_MS" %s "$MOUNT_MS"
+	printf -v "$1_OPEN" %s "$(opened)"
+	drop
+	printf -v "$1_FIND" %s "$(tm find "$MNT")"
+	printf -v "$1_FETCHED" %s "$(stat_key manifest_fetched_bytes)"
+}
+
+# first mount: nothing cached
 rm -rf "$W/cache"
-drop
-mount_sfs
-FIRST_MS=$MOUNT_MS FIRST_OPEN=$(opened)
-drop
-FIND_SFS=$(tm find "$MNT")
-FIND_FETCHED=$(stat_key manifest_fetched_bytes)
+timed_mount FIRST
 n=$(find "$MNT" | wc -l)
 ((n == ENTRIES)) || fail "the mount lists $n entries, expected $ENTRIES"
 ANON=$(status_kb RssAnon) FILE=$(status_kb RssFile)
@@ -140,12 +148,7 @@ PY
 umount_sfs
 
 # remount: the copy's parts are all there
-drop
-mount_sfs
-RE_MS=$MOUNT_MS RE_OPEN=$(opened)
-drop
-FIND_RE=$(tm find "$MNT")
-RE_FETCHED=$(stat_key manifest_fetched_bytes)
+timed_mount RE
 umount_sfs
 
 FIND_EXT=
@@ -157,9 +160,9 @@ fi
 printf '\n%-52s %14s %10s %6s\n' "$N files ($ENTRIES entries), manifest $SIZE B" stagefs local ratio
 printf '%-52s %11s ms   (fetched %s B to open)\n' "first mount, exec to first answer" "$FIRST_MS" "$FIRST_OPEN"
 printf '%-52s %11s ms   (fetched %s B to open)\n' "remount, exec to first answer" "$RE_MS" "$RE_OPEN"
-printf '%-52s %11s ms %7s ms %6s\n' "find, first mount (parts fetched), caches dropped" "$FIND_SFS" "${FIND_EXT:-n/a}" "$(ratio "$FIND_SFS" "${FIND_EXT:-0}")"
-printf '%-52s %11s ms %7s ms %6s\n' "find, remount, caches dropped" "$FIND_RE" "${FIND_EXT:-n/a}" "$(ratio "$FIND_RE" "${FIND_EXT:-0}")"
-printf '%-52s %11s B\n' "manifest bytes fetched by the first mount's walk" "$FIND_FETCHED"
+printf '%-52s %11s ms %7s ms %6s\n' "find, first mount (parts fetched), caches dropped" "$FIRST_FIND" "${FIND_EXT:-n/a}" "$(ratio "$FIRST_FIND" "${FIND_EXT:-0}")"
+printf '%-52s %11s ms %7s ms %6s\n' "find, remount, caches dropped" "$RE_FIND" "${FIND_EXT:-n/a}" "$(ratio "$RE_FIND" "${FIND_EXT:-0}")"
+printf '%-52s %11s B\n' "manifest bytes fetched by the first mount's walk" "$FIRST_FETCHED"
 printf '%-52s %11s B\n' "manifest bytes fetched by the remount's walk" "$RE_FETCHED"
 printf '%-52s %11s B   (RssFile %s B per entry: the mapped copy)\n' "daemon RssAnon per entry after the walk" \
 	"$((ANON * 1024 / ENTRIES))" "$((FILE * 1024 / ENTRIES))"
