@@ -15,10 +15,11 @@
  * (dataset_open_local): a small one whole at the first mount, a larger one
  * part by part as the mount first touches each (src/manifest_lazy.h:
  * ranged reads of the manifest objects, so a mount answers after reading
- * its header and part table, whatever its size); a remount reuses every
- * part already there.  Chunk k of a file is the object sfs.chunk.<id>
- * named by the manifest.  Every chunk read is verified: XXH3-128 of the bytes must equal
- * the id, else -EIO and a log line naming the object; the bad bytes are never
+ * its header and part table, whatever its size), and with manifest_fill
+ * the rest in the background; a remount reuses every part already there.
+ * Chunk k of a file is the object sfs.chunk.<id> named by the manifest.
+ * Every chunk read is verified: XXH3-128 of the bytes must equal the id,
+ * else -EIO and a log line naming the object; the bad bytes are never
  * reported as data.
  *
  * Plain mode: the namespace is listed once at create() (rados_nobjects_list)
@@ -595,14 +596,14 @@ static int lazy_read(void *arg, void *buf, size_t len, uint64_t off,
  * directory cannot hold it) or another -errno with @err.
  */
 static int local_lazy(struct rados_backend *rb, const char *path,
-		      const char *label, char *err, size_t errlen)
+		      const char *label, bool fill, char *err, size_t errlen)
 {
 	struct manifest_remote r = { .read = lazy_read, .arg = rb };
 	uint64_t t0 = now_ms(), got;
 	char msg[256];
 	int rc;
 
-	rc = manifest_lazy_open(path, rb->ml.size, &r, label, &rb->be.m, &got,
+	rc = manifest_lazy_open(path, rb->ml.size, &r, label, fill, &rb->be.m, &got,
 				msg, sizeof(msg));
 	if (rc == 0) {
 		log_info("rados: %s@%" PRIu64 ": manifest mapped from %s, parts fetched when first touched (%" PRIu64 " of %" PRIu64 " bytes fetched to open it, %" PRIu64 " ms)",
@@ -684,7 +685,7 @@ static int dataset_open_local(struct rados_backend *rb, const struct sfs_config 
 	}
 	rc = -ENOTSUP;
 	if (rb->ml.size > RB_WHOLE_MAX)
-		rc = local_lazy(rb, path, label, err, errlen);
+		rc = local_lazy(rb, path, label, cfg->manifest_fill, err, errlen);
 	if (rc != -ENOTSUP) {
 		if (rc == 0)
 			local_prune(dir, key, version);

@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define LZ_BUSY		16	/* fetches in flight at once per manifest */
@@ -62,6 +63,11 @@ struct mlazy {
 	struct { uint64_t lo, hi, until_ms; } failed[LZ_FAILED];	/* protected by lock */
 	unsigned int failed_next;	/* protected by lock */
 	bool open_failed;		/* a fetch failed during manifest_open_fd() */
+	/* the background fill (manifest_lazy_open's @fill) */
+	pthread_t filler;
+	bool filling;			/* the thread runs */
+	bool stop;			/* protected by lock */
+	pthread_cond_t wake;		/* stop was set */
 };
 
 static int errf(char *err, size_t errlen, int rc, const char *fmt, ...)
@@ -278,11 +284,94 @@ static uint64_t lz_fetched(void *arg)
 	return atomic_load_explicit(&z->fetched, memory_order_relaxed);
 }
 
+/*
+ * Wait @ms on z->wake unless asked to stop; true if asked.  z->lock held.
+ */
+static bool fill_nap(struct mlazy *z, uint64_t ms)
+{
+	struct timespec ts;
+	uint64_t ns;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ns = (uint64_t)ts.tv_nsec + ms * 1000000;
+	ts.tv_sec += (time_t)(ns / 1000000000);
+	ts.tv_nsec = (long)(ns % 1000000000);
+	while (!z->stop && pthread_cond_timedwait(&z->wake, &z->lock, &ts) == 0)
+		;
+	return z->stop;
+}
+
+/*
+ * The background fill: the parts nobody fetched yet, in file order, up to
+ * LZ_AHEAD a fetch, one fetch at a time and only while no reader's fetch
+ * is in flight (they come first).  After a failure it waits, doubling up to
+ * a minute, and tries again; it ends when every part is there or at close.
+ */
+static void *lz_filler(void *arg)
+{
+	struct mlazy *z = arg;
+	uint64_t p = 0, backoff = LZ_HOLD_MS, t0 = now_ms(), bytes0 = lz_fetched(z);
+	int slot, s;
+
+	pthread_mutex_lock(&z->lock);
+	while (!z->stop && p < z->l.nparts) {
+		uint64_t hi, o, l;
+		bool readers = false;
+		int rc;
+
+		if (marked(z, p) || busy_has(z, p)) {
+			p++;
+			continue;
+		}
+		for (int i = 0; i < LZ_BUSY; i++)
+			readers |= z->busy[i].used;
+		if (readers) {
+			fill_nap(z, 10);
+			continue;
+		}
+		slot = 0;	/* all free */
+		s = part_range(&z->l, p, &o, &l);
+		hi = p;
+		while (hi + 1 < z->l.part0[s + 1] && hi + 1 - p < LZ_AHEAD &&
+		       !marked(z, hi + 1))
+			hi++;
+		z->busy[slot].lo = p;
+		z->busy[slot].hi = hi;
+		z->busy[slot].used = true;
+		pthread_mutex_unlock(&z->lock);
+		rc = fetch(z, p, hi);
+		pthread_mutex_lock(&z->lock);
+		z->busy[slot].used = false;
+		pthread_cond_broadcast(&z->done);
+		if (rc) {
+			if (fill_nap(z, backoff))
+				break;
+			backoff = MIN(backoff * 2, 60000ull);
+			continue;
+		}
+		backoff = LZ_HOLD_MS;
+		p = hi + 1;
+	}
+	if (p >= z->l.nparts)
+		log_info("%s: the manifest copy is complete (%" PRIu64 " bytes fetched in the background in %" PRIu64 " ms)",
+			 z->label, lz_fetched(z) - bytes0, now_ms() - t0);
+	pthread_mutex_unlock(&z->lock);
+	return NULL;
+}
+
 /* manifest_source.release */
 static void lz_release(void *arg)
 {
 	struct mlazy *z = arg;
 
+	if (z->filling) {
+		pthread_mutex_lock(&z->lock);
+		z->stop = true;
+		pthread_cond_broadcast(&z->wake);
+		pthread_mutex_unlock(&z->lock);
+		pthread_join(z->filler, NULL);	/* within one remote read */
+	}
+	pthread_cond_destroy(&z->wake);
 	munmap(z->marks, z->l.nparts);
 	close(z->fd);
 	pthread_cond_destroy(&z->done);
@@ -446,7 +535,7 @@ out_close:
 
 /* Map the marks and open the manifest over the copy. */
 static int lz_open(int fd, int mfd, const struct lz_layout *l,
-		   const struct manifest_remote *r, const char *label,
+		   const struct manifest_remote *r, const char *label, bool fill,
 		   struct manifest **out, uint64_t *fetched, bool *remote_failed,
 		   char *err, size_t errlen)
 {
@@ -470,6 +559,14 @@ static int lz_open(int fd, int mfd, const struct lz_layout *l,
 	snprintf(z->label, sizeof(z->label), "%s", label);
 	pthread_mutex_init(&z->lock, NULL);
 	pthread_cond_init(&z->done, NULL);
+	{
+		pthread_condattr_t ca;
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&z->wake, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	src = (struct manifest_source){
 		.fill = lz_fill, .fetched = lz_fetched, .release = lz_release, .arg = z,
 	};
@@ -482,12 +579,18 @@ static int lz_open(int fd, int mfd, const struct lz_layout *l,
 	}
 	manifest_set_name(*out, label);
 	*fetched = lz_fetched(z);
+	if (fill) {
+		z->filling = pthread_create(&z->filler, NULL, lz_filler, z) == 0;
+		if (!z->filling)
+			log_warn("%s: cannot start the manifest's background fill: parts come when touched",
+				 label);
+	}
 	return 0;
 }
 
 int manifest_lazy_open(const char *path, uint64_t size,
 		       const struct manifest_remote *r, const char *label,
-		       struct manifest **out, uint64_t *fetched_at_open,
+		       bool fill, struct manifest **out, uint64_t *fetched_at_open,
 		       char *err, size_t errlen)
 {
 	char mpath[PATH_MAX], msg[256];
@@ -512,7 +615,7 @@ again:
 			return rc;
 		created = true;
 	}
-	rc = lz_open(fd, mfd, &l, r, label, out, fetched_at_open, &remote_failed,
+	rc = lz_open(fd, mfd, &l, r, label, fill, out, fetched_at_open, &remote_failed,
 		     msg, sizeof(msg));
 	close(mfd);
 	if (rc == 0)

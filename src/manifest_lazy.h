@@ -25,6 +25,7 @@
 #ifndef STAGEFS_MANIFEST_LAZY_H
 #define STAGEFS_MANIFEST_LAZY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,7 +42,10 @@ struct manifest_remote {
  * Open the copy of a remote manifest of @size bytes at @path, creating it
  * (header and part table read from @r, the rest left as holes) if it or its
  * marks are missing or do not match @size.  @label names the manifest in
- * log lines.  On success *@out is the manifest (manifest_close() releases
+ * log lines.  @fill: a thread fetches the parts nobody touched, one fetch
+ * at a time and only while no reader's fetch is in flight, until the copy
+ * is complete or the manifest closed (which waits for its fetch: at most
+ * one remote timeout).  On success *@out is the manifest (manifest_close() releases
  * the copy's state too) and *@fetched_at_open the bytes read from @r by
  * this call.  Returns 0, -ENOTSUP (the remote manifest is not format 2:
  * copy it whole), -EINVAL (a bad manifest; the copy is removed) or another
@@ -49,7 +53,7 @@ struct manifest_remote {
  */
 int manifest_lazy_open(const char *path, uint64_t size,
 		       const struct manifest_remote *r, const char *label,
-		       struct manifest **out, uint64_t *fetched_at_open,
+		       bool fill, struct manifest **out, uint64_t *fetched_at_open,
 		       char *err, size_t errlen);
 
 /* The marks file of the copy at @path: "@path.parts", into @out. */

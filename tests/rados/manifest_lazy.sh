@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: a 1 M-entry manifest is copied part by part as the mount touches it: the first mount answers having fetched under 1 % of it, lists every entry and reads sampled files byte for byte having fetched each part once; a remount fetches nothing; a part damaged in RADOS is refused (EIO, logged) only when touched; with the OSD stopped an untouched part gives EIO within rados_timeout.
+# Ceph: a 1 M-entry manifest is copied part by part as the mount touches it: the first mount answers having fetched under 1 % of it, lists every entry and reads sampled files byte for byte having fetched each part once; a remount fetches nothing; manifest_fill=yes completes the copy in the background; a part damaged in RADOS is refused (EIO, logged) only when touched; with the OSD stopped an untouched part gives EIO within rados_timeout.
 # needs: ceph
 # timeout: 300
 # shellcheck source=tests/lib.sh
@@ -37,7 +37,8 @@ R put "sfs.manifest.$NAME.1" "$T/head"
 log "$N files, a manifest of $size bytes in $nparts objects"
 
 M=$T/m
-opts=("ceph_conf=$CEPH_CONF" rados_timeout=3s)
+# manifest_fill=no: only what is touched is fetched, so the counts below hold
+opts=("ceph_conf=$CEPH_CONF" rados_timeout=3s manifest_fill=no)
 
 # --- first mount: answers having fetched the header, the part table, the root
 t0=$(now_ms)
@@ -101,6 +102,20 @@ n=$(find "$M" | wc -l)
 assert_eq "$n" "$entries" "entries after the remount"
 assert_eq "$(fetched "$M")" 0 "manifest bytes fetched by a remount's walk"
 sfs_umount "$M"
+
+# --- manifest_fill=yes: the rest comes in the background, each part once
+sfs_mount "rados://$POOL/$NAME@1" "$M" "${opts[@]}" manifest_fill=yes "cache_dir=$T/c4"
+wait_for -t 60 grep -q "the manifest copy is complete" "$(sfs_log "$M")" ||
+	die "the background fill did not complete the copy in 60 s ($(fetched "$M") of $size bytes)"
+filled=$(fetched "$M")
+((filled <= size && filled * 10 >= size * 9)) || die "the background fill fetched $filled bytes of $size"
+"$PYTHON" - "$T/c4/manifests" <<'PY' || die "a part is not marked present after the fill"
+import glob, sys
+marks = open(glob.glob(sys.argv[1] + "/*.parts")[0], "rb").read()
+sys.exit(0 if all(marks) else 1)
+PY
+sfs_umount "$M"
+log "manifest_fill=yes: the copy completed in the background ($filled bytes)"
 
 # --- a part damaged in RADOS: refused only when touched.  Entry part 796
 # holds entries 501480..502109: d00500's files 500479..500999 (BFS order:

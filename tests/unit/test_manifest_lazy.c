@@ -7,7 +7,8 @@
  * -EIO at once for the hold and works again after; a part damaged in the
  * remote is refused only where touched, after one fetch again; a part
  * torn in the local copy is fetched again and served; marks that do not
- * match make a new copy.
+ * match make a new copy; the background fill completes the copy untouched,
+ * fetching each part once, and a close waits for one remote read at most.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -135,8 +136,8 @@ static struct manifest *lopen(uint64_t *got)
 	struct manifest *m;
 	char err[256];
 	uint64_t g;
-	int rc = manifest_lazy_open(cpath, rsize, &R, "test", &m, got ? got : &g,
-				    err, sizeof(err));
+	int rc = manifest_lazy_open(cpath, rsize, &R, "test", false, &m,
+				    got ? got : &g, err, sizeof(err));
 
 	if (rc)
 		fail_msg("manifest_lazy_open: %d %s", rc, err);
@@ -305,6 +306,37 @@ static void test_concurrent(void **state)
 	manifest_close(shared_m);
 }
 
+static void test_background_fill(void **state)
+{
+	struct manifest *m;
+	char err[256];
+	uint64_t got, t0;
+
+	(void)state;
+	fresh();
+	assert_int_equal(manifest_lazy_open(cpath, rsize, &R, "test", true, &m, &got,
+					    err, sizeof(err)), 0);
+	/* the whole copy arrives untouched, each part once */
+	for (t0 = now_ms(); manifest_fetched_bytes(m) < rsize * 9 / 10 && now_ms() - t0 < 10000;)
+		usleep(10000);
+	usleep(100000);
+	assert_true(manifest_fetched_bytes(m) > rsize * 9 / 10);
+	assert_true(manifest_fetched_bytes(m) <= rsize);
+	atomic_store(&rem.fail, 1);
+	assert_int_equal(manifest_verify(m, NULL), 0);	/* all local */
+	manifest_close(m);
+
+	/* a close while the fill waits on a slow remote: within one read */
+	fresh();
+	atomic_store(&rem.delay_ms, 300);
+	assert_int_equal(manifest_lazy_open(cpath, rsize, &R, "test", true, &m, &got,
+					    err, sizeof(err)), 0);
+	usleep(50000);
+	t0 = now_ms();
+	manifest_close(m);
+	assert_true(now_ms() - t0 < 1000);
+}
+
 static void test_bad_marks(void **state)
 {
 	struct manifest *m;
@@ -331,6 +363,7 @@ int main(void)
 		cmocka_unit_test(test_remote_corrupt),
 		cmocka_unit_test(test_torn_local),
 		cmocka_unit_test(test_concurrent),
+		cmocka_unit_test(test_background_fill),
 		cmocka_unit_test(test_bad_marks),
 	};
 
