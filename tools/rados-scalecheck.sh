@@ -14,7 +14,9 @@
 #   - times the first mount (a fresh cache directory, caches dropped) and a
 #     remount, from exec to a mount that answers, with the manifest bytes
 #     each fetched from RADOS to open (the log) and after a walk
-#     (manifest_fetched_bytes);
+#     (manifest_fetched_bytes), both with manifest_fill=no (parts fetched
+#     only as touched), and how long manifest_fill=yes takes to complete a
+#     fresh copy in the background;
 #   - `find` of the whole tree (names only), caches dropped, against the
 #     same shape on the local filesystem (tests/genscale.py --wide 0, under
 #     SCALE_DIR, default /var/tmp) as a ratio, unless SCALE_EXT4=0;
@@ -67,12 +69,12 @@ fi
 export CEPH_CONF
 R() { rados -p "$POOL" "$@"; }
 
-# mount [OPTS]: start the daemon, wait until the mount answers; sets PID, MOUNT_MS
+# mount_sfs [FILL]: start the daemon (manifest_fill=FILL, default no), wait until the mount answers; sets PID, MOUNT_MS
 mount_sfs() {
 	local t0 end
 	mkdir -p "$MNT"
 	t0=$(now_ms)
-	"$STAGEFS" -f -o "ceph_conf=$CEPH_CONF,cache_dir=$W/cache,runtime_dir=$W/run,log_level=info" \
+	"$STAGEFS" -f -o "ceph_conf=$CEPH_CONF,cache_dir=$W/cache,runtime_dir=$W/run,log_level=info,manifest_fill=${1:-no}" \
 		"rados://$POOL/$NAME@1" "$MNT" </dev/null >"$W/mount.log" 2>&1 &
 	PID=$!
 	end=$((SECONDS + 600))
@@ -151,6 +153,17 @@ umount_sfs
 timed_mount RE
 umount_sfs
 
+# the background fill (manifest_fill=yes) of a fresh copy: how long to complete
+rm -rf "$W/cache"
+mount_sfs yes
+end=$((SECONDS + 1800))
+until FILL=$(grep -o 'fetched in the background in [0-9]* ms' "$W/mount.log"); do
+	((SECONDS < end)) || { fail "the background fill did not complete in 30 min"; break; }
+	sleep 0.2
+done
+FILL_MS=${FILL##* in }
+umount_sfs
+
 FIND_EXT=
 if [[ ${SCALE_EXT4:-1} == 1 ]]; then
 	drop
@@ -164,6 +177,7 @@ printf '%-52s %11s ms %7s ms %6s\n' "find, first mount (parts fetched), caches d
 printf '%-52s %11s ms %7s ms %6s\n' "find, remount, caches dropped" "$RE_FIND" "${FIND_EXT:-n/a}" "$(ratio "$RE_FIND" "${FIND_EXT:-0}")"
 printf '%-52s %11s B\n' "manifest bytes fetched by the first mount's walk" "$FIRST_FETCHED"
 printf '%-52s %11s B\n' "manifest bytes fetched by the remount's walk" "$RE_FETCHED"
+printf '%-52s %14s\n' "manifest_fill=yes: the copy complete after" "${FILL_MS:-n/a}"
 printf '%-52s %11s B   (RssFile %s B per entry: the mapped copy)\n' "daemon RssAnon per entry after the walk" \
 	"$((ANON * 1024 / ENTRIES))" "$((FILE * 1024 / ENTRIES))"
 ((FAILS == 0)) || { echo "rados-scalecheck: $FAILS check(s) failed" >&2; exit 1; }
