@@ -22,6 +22,7 @@
 #include "cred.h"
 #include "ctlsock.h"
 #include "kinodes.h"
+#include "manifest.h"
 #include "noopen.h"
 #include "passthrough.h"
 #include "peer.h"
@@ -87,11 +88,15 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		uint64_t bytes_in, hits, failures, corrupt, fallbacks;
 		uint64_t bytes_out, served, refused, member, backoff;
 	} psum = { 0 };
+	uint64_t mfetched = 0;
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f;
 	int ret;
 
+	for (size_t i = 0; i < atomic_load(&fs->nds); i++)
+		if (fs->ds[i]->be->m)
+			mfetched += manifest_fetched_bytes(fs->ds[i]->be->m);
 	ret = fs->stats ? stats_snapshot(fs->stats, &feed) : -ENODEV;
 	if (ret && need_feed)
 		return ret;
@@ -227,6 +232,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 			"Chunk fetches from the backend that failed.",
 			nod[STATS_NODE_BACKEND_ERRORS]),
 		JSON_ONLY("stall_ms", tot[STATS_STALL_NS] / 1000000),
+		JSON_ONLY("manifest_fetched_bytes", mfetched),
 		GAUGE("cache_used_bytes", "stagefs_cache_used_bytes",
 		      "Disk bytes held by cached chunks.", cs.used_bytes),
 		GAUGE("cache_limit_bytes", "stagefs_cache_limit_bytes",

@@ -12,10 +12,14 @@
  *
  * Published datasets (docs/publish.md): the manifest is copied once per
  * version into CACHE_DIR/manifests/ and mapped from there
- * (dataset_open_local); the tree is served from it with no further cluster
- * traffic, and chunk k of a file is the object sfs.chunk.<id> named by the
- * manifest.  Every chunk read is verified: XXH3-128 of the bytes must equal
- * the id, else -EIO and a log line naming the object; the bad bytes are never
+ * (dataset_open_local): a small one whole at the first mount, a larger one
+ * part by part as the mount first touches each (src/manifest_lazy.h:
+ * ranged reads of the manifest objects, so a mount answers after reading
+ * its header and part table, whatever its size), and with manifest_fill
+ * the rest in the background; a remount reuses every part already there.
+ * Chunk k of a file is the object sfs.chunk.<id> named by the manifest.
+ * Every chunk read is verified: XXH3-128 of the bytes must equal the id,
+ * else -EIO and a log line naming the object; the bad bytes are never
  * reported as data.
  *
  * Plain mode: the namespace is listed once at create() (rados_nobjects_list)
@@ -55,6 +59,7 @@
 #include "config.h"
 #include "log.h"
 #include "manifest.h"
+#include "manifest_lazy.h"
 #include "peer.h"
 #include "rados.h"
 #include "util.h"
@@ -79,6 +84,8 @@
 /* objects that timed out lately, and for how long they fail at once */
 #define RB_TIMEOUT_SLOTS	32
 #define RB_TIMEOUT_HOLD_MS	1000
+/* manifests up to this size are copied whole at the first mount */
+#define RB_WHOLE_MAX		(4u * 1024 * 1024)
 
 struct rados_backend {
 	struct backend be;		/* first: struct backend * casts to this */
@@ -89,6 +96,7 @@ struct rados_backend {
 	char *nspace;
 	char *name;			/* dataset name; NULL in plain mode */
 	uint64_t version;
+	struct sfs_rados_mlayout ml;	/* where the manifest lies in the pool */
 
 	pthread_mutex_t lock;
 	pthread_cond_t idle;		/* inflight dropped to 0 */
@@ -533,20 +541,16 @@ static void local_prune(const char *dir, const char *key, uint64_t version)
 }
 
 /*
- * Download the manifest of @version into @path: under a temporary name in
+ * Download the whole manifest rb->ml into @path: under a temporary name in
  * the same directory, flushed, then renamed.  Returns 0 or -errno (@err).
  */
 static int local_fetch(struct rados_backend *rb, const char *dir,
-		       const char *path, uint64_t version, char *err,
-		       size_t errlen)
+		       const char *path, char *err, size_t errlen)
 {
 	char tmp[PATH_MAX], msg[256];
-	uint64_t len, t0 = now_ms();
+	uint64_t t0 = now_ms();
 	int fd, rc;
 
-	rc = mkdir_p(dir, 0700);
-	if (rc)
-		return errf(err, errlen, rc, "cannot create %s: %s", dir, strerror(-rc));
 	if (snprintf(tmp, sizeof(tmp), "%s/.fetch.XXXXXX", dir) >= (int)sizeof(tmp))
 		return errf(err, errlen, -ENAMETOOLONG, "%s: path too long", dir);
 	fd = mkostemp(tmp, O_CLOEXEC);
@@ -555,8 +559,7 @@ static int local_fetch(struct rados_backend *rb, const char *dir,
 		return errf(err, errlen, rc, "cannot create a file in %s: %s", dir,
 			    strerror(-rc));
 	}
-	rc = sfs_rados_manifest_fetch(rb->io, rb->name, version, fd, &len, msg,
-				      sizeof(msg));
+	rc = sfs_rados_manifest_fetch(rb->io, &rb->ml, fd, msg, sizeof(msg));
 	if (rc)
 		errf(err, errlen, rc, "%s (pool '%s')", msg, rb->pool);
 	if (!rc && fsync(fd) < 0) {
@@ -573,40 +576,74 @@ static int local_fetch(struct rados_backend *rb, const char *dir,
 		return rc;
 	}
 	log_info("rados: %s@%" PRIu64 ": manifest copied to %s (%" PRIu64 " bytes in %" PRIu64 " ms)",
-		 rb->name, version, path, len, now_ms() - t0);
+		 rb->name, rb->ml.version, path, rb->ml.size, now_ms() - t0);
 	return 0;
+}
+
+/* manifest_remote.read: ranged reads of the manifest's objects */
+static int lazy_read(void *arg, void *buf, size_t len, uint64_t off,
+		     char *err, size_t errlen)
+{
+	struct rados_backend *rb = arg;
+	int rc = sfs_rados_manifest_pread(rb->io, &rb->ml, buf, len, off, err, errlen);
+
+	return rc == -ETIMEDOUT ? -EIO : rc;
+}
+
+/*
+ * Open the copy at @path filled on demand (manifest_lazy.h).  Returns 0,
+ * -ENOTSUP (a format 1 manifest: copy it whole), -EAGAIN (the cache
+ * directory cannot hold it) or another -errno with @err.
+ */
+static int local_lazy(struct rados_backend *rb, const char *path,
+		      const char *label, bool fill, char *err, size_t errlen)
+{
+	struct manifest_remote r = { .read = lazy_read, .arg = rb };
+	uint64_t t0 = now_ms(), got;
+	char msg[256];
+	int rc;
+
+	rc = manifest_lazy_open(path, rb->ml.size, &r, label, fill, &rb->be.m, &got,
+				msg, sizeof(msg));
+	if (rc == 0) {
+		log_info("rados: %s@%" PRIu64 ": manifest mapped from %s, parts fetched when first touched (%" PRIu64 " of %" PRIu64 " bytes fetched to open it, %" PRIu64 " ms)",
+			 rb->name, rb->ml.version, path, got, rb->ml.size, now_ms() - t0);
+		return 0;
+	}
+	if (rc == -ENOTSUP)
+		return rc;
+	if (rc == -ENOENT || rc == -EIO || rc == -ETIMEDOUT || rc == -ENOMEM)
+		return errf(err, errlen, rc == -ENOMEM ? rc : -EIO, "%s (pool '%s')", msg, rb->pool);
+	if (rc == -EINVAL)
+		return errf(err, errlen, -EIO, "%s@%" PRIu64 ": bad manifest: %s",
+			    rb->name, rb->ml.version, msg);
+	log_warn("rados: %s@%" PRIu64 ": cannot keep the manifest in the cache directory (%s): reading it into memory",
+		 rb->name, rb->ml.version, msg);
+	return -EAGAIN;
 }
 
 /*
  * Open the manifest of @version from its copy in the cache directory,
- * downloading it first if there is none: CACHE_DIR/manifests/KEY.V.STAMP,
- * KEY naming the cluster (fsid), pool, namespace and dataset, STAMP the
- * head object's size and mtime (so a pool recreated and published again
- * gives a new copy).  The copy is mapped, not read: mounts of one version
- * share its page cache and a remount does not download it again.  Returns
- * 0, -EAGAIN (no usable cache directory: read it into memory instead) or
- * another -errno with @err.
+ * CACHE_DIR/manifests/KEY.V.STAMP, KEY naming the cluster (fsid), pool,
+ * namespace and dataset, STAMP the head object's size and mtime (so a pool
+ * recreated and published again gives a new copy).  The copy is mapped,
+ * not read: mounts of one version share its page cache.  A manifest larger
+ * than RB_WHOLE_MAX is copied part by part as the mount touches it (the
+ * copy has a KEY.V.STAMP.parts beside it); a smaller one, or a format 1
+ * one, whole at the first mount.  Returns 0, -EAGAIN (no usable cache
+ * directory: read it into memory instead) or another -errno with @err.
  */
 static int dataset_open_local(struct rados_backend *rb, const struct sfs_config *cfg,
-			      uint64_t version, char *err, size_t errlen)
+			      const char *label, char *err, size_t errlen)
 {
-	char oid[SFS_RADOS_OID_MAX], dir[PATH_MAX], path[PATH_MAX], key[17];
+	char dir[PATH_MAX], path[PATH_MAX], mpath[PATH_MAX], key[17];
 	char fsid[64] = "", msg[256];
-	uint64_t osize, h;
-	time_t mtime;
+	uint64_t version = rb->ml.version, h;
 	XXH3_state_t st;
 	int rc;
 
 	if (!cfg || !cfg->cache_dir || !cfg->cache_dir[0])
 		return -EAGAIN;
-	sfs_rados_manifest_oid(rb->name, version, oid);
-	rc = rados_stat(rb->io, oid, &osize, &mtime);
-	if (rc == -ENOENT)
-		return errf(err, errlen, rc, "%s@%" PRIu64 " does not exist (no object %s) (pool '%s')",
-			    rb->name, version, oid, rb->pool);
-	if (rc < 0)
-		return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc,
-			    "cannot read %s: %s (pool '%s')", oid, strerror(-rc), rb->pool);
 	if (rados_cluster_fsid(rb->cl, fsid, sizeof(fsid) - 1) < 0)
 		fsid[0] = '\0';
 	XXH3_64bits_reset(&st);
@@ -616,27 +653,45 @@ static int dataset_open_local(struct rados_backend *rb, const struct sfs_config 
 	XXH3_64bits_update(&st, rb->name, strlen(rb->name) + 1);
 	snprintf(key, sizeof(key), "%016" PRIx64, XXH3_64bits_digest(&st));
 	{
-		uint64_t stamp[2] = { htole64(osize), htole64((uint64_t)mtime) };
+		uint64_t stamp[2] = { htole64(rb->ml.head_size), htole64((uint64_t)rb->ml.head_mtime) };
 
 		h = XXH3_64bits(stamp, sizeof(stamp));
 	}
 	if (snprintf(dir, sizeof(dir), "%s/manifests", cfg->cache_dir) >= (int)sizeof(dir) - 64 ||
 	    snprintf(path, sizeof(path), "%s/%s.%" PRIu64 ".%016" PRIx64, dir, key,
-		     version, h) >= (int)sizeof(path))
+		     version, h) >= (int)sizeof(path) ||
+	    manifest_lazy_marks_path(path, mpath, sizeof(mpath)))
 		return -EAGAIN;
 
-	rc = manifest_open_file(path, &rb->be.m, msg, sizeof(msg));
-	if (rc == 0) {
-		log_info("rados: %s@%" PRIu64 ": manifest mapped from %s", rb->name,
-			 version, path);
-		return 0;
+	/* a whole copy (no marks beside it) from an earlier mount */
+	if (access(mpath, F_OK) < 0) {
+		rc = manifest_open_file(path, &rb->be.m, msg, sizeof(msg));
+		if (rc == 0) {
+			log_info("rados: %s@%" PRIu64 ": manifest mapped from %s", rb->name,
+				 version, path);
+			return 0;
+		}
+		if (rc != -ENOENT) {
+			log_warn("rados: %s@%" PRIu64 ": cached manifest %s is unusable (%s): downloading it again",
+				 rb->name, version, path, msg);
+			unlink(path);
+		}
 	}
-	if (rc != -ENOENT) {
-		log_warn("rados: %s@%" PRIu64 ": cached manifest %s is unusable (%s): downloading it again",
-			 rb->name, version, path, msg);
-		unlink(path);
+	rc = mkdir_p(dir, 0700);
+	if (rc) {
+		log_warn("rados: %s@%" PRIu64 ": cannot create %s (%s): reading the manifest into memory",
+			 rb->name, version, dir, strerror(-rc));
+		return -EAGAIN;
 	}
-	rc = local_fetch(rb, dir, path, version, err, errlen);
+	rc = -ENOTSUP;
+	if (rb->ml.size > RB_WHOLE_MAX)
+		rc = local_lazy(rb, path, label, cfg->manifest_fill, err, errlen);
+	if (rc != -ENOTSUP) {
+		if (rc == 0)
+			local_prune(dir, key, version);
+		return rc;
+	}
+	rc = local_fetch(rb, dir, path, err, errlen);
 	if (rc == -ENOENT || rc == -EIO || rc == -ETIMEDOUT || rc == -ENOMEM)
 		return rc == -ETIMEDOUT ? -EIO : rc;
 	if (rc) {
@@ -674,7 +729,13 @@ static int dataset_open(struct rados_backend *rb, const struct sfs_config *cfg,
 				    "cannot read the version of dataset '%s': %s",
 				    rb->name, strerror(-rc));
 	}
-	rc = dataset_open_local(rb, cfg, version, err, errlen);
+	rc = sfs_rados_manifest_layout(rb->io, rb->name, version, &rb->ml, msg, sizeof(msg));
+	if (rc)
+		return errf(err, errlen, rc == -ETIMEDOUT ? -EIO : rc, "%s (pool '%s')",
+			    msg, rb->pool);
+	snprintf(label, sizeof(label), "rados://%s/%s%s%s@%" PRIu64, rb->pool,
+		 rb->name, rb->nspace[0] ? "?ns=" : "", rb->nspace, version);
+	rc = dataset_open_local(rb, cfg, label, err, errlen);
 	if (rc == -EAGAIN) {
 		rc = sfs_rados_manifest_read(rb->io, rb->name, version, &buf, &len,
 					     msg, sizeof(msg));
@@ -690,8 +751,6 @@ static int dataset_open(struct rados_backend *rb, const struct sfs_config *cfg,
 	}
 	if (rc)
 		return rc;
-	snprintf(label, sizeof(label), "rados://%s/%s%s%s@%" PRIu64, rb->pool,
-		 rb->name, rb->nspace[0] ? "?ns=" : "", rb->nspace, version);
 	manifest_set_name(rb->be.m, label);
 	if (manifest_version(rb->be.m) != version)
 		return errf(err, errlen, -EIO,

@@ -412,6 +412,19 @@ static const struct opt opts[] = {
 	  .doc =
 		"Bound on every RADOS operation (OSD and monitor ops). A reader "
 		"gets EIO after it instead of a hung mount." },
+	{ "manifest_fill", OPT_BOOL, O(manifest_fill), "yes", 0, 0,
+	  "rados://: fetch the rest of a large manifest in the background after the mount answers; no = only the parts touched",
+	  .doc =
+		"A `rados://` manifest over 4 MiB is copied into "
+		"`CACHE_DIR/manifests/` part by part: the mount answers once it "
+		"has the header and the part table, and a part comes from RADOS "
+		"when first touched (docs/manifest.md, \"The local copy\"). With "
+		"`yes` a thread then fetches the parts nobody touched, 4 MiB at a "
+		"time, one read at a time and only while no reader waits for a "
+		"part, until the copy is complete, so later walks and an OSD "
+		"outage find it local; it costs the manifest's size in network "
+		"reads and disk (about 130 bytes per entry) once per version and "
+		"node. With `no` only the parts the mounts touch are ever fetched." },
 	{ "log_level", OPT_LOGLEVEL, O(log_level), "notice", 0, 0,
 	  "error, warning, notice, info or debug",
 	  .doc =

@@ -75,6 +75,7 @@ struct sfs_config {
 	char *client_id;
 	char *keyring;
 	uint64_t rados_timeout_ms;	/* osd/mon op timeout: bound on a reader's EIO */
+	bool manifest_fill;		/* rados://: fetch a large manifest's untouched parts in the background */
 	/* misc */
 	int log_level;
 	char *log_file;

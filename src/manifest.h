@@ -134,6 +134,38 @@ int manifest_open_file(const char *path, struct manifest **out,
 void manifest_close(struct manifest *m);
 
 /*
+ * Where the parts of a mapped manifest come from when its file does not
+ * hold them yet (a copy filled on demand, src/manifest_lazy.h).  Before an
+ * accessor hashes part @part, bytes [@off, @off + @len) of the file, the
+ * reader calls @fill; if the part then fails its checksum it calls @fill
+ * again with @again set (fetch it even if it is marked present: a torn or
+ * damaged local copy) and hashes once more before it refuses the part.
+ * @fill returns 0 or -errno (logged by the source); on an error the access
+ * fails with EIO and the part is not marked bad, so a later touch tries
+ * again.  @fill is called from any thread, concurrently, and must return
+ * within a bounded time.  @fetched (optional): bytes fetched so far.
+ * @release (optional): called by manifest_close() with @arg.
+ */
+struct manifest_source {
+	int (*fill)(void *arg, uint64_t part, uint64_t off, uint64_t len, bool again);
+	uint64_t (*fetched)(void *arg);
+	void (*release)(void *arg);
+	void *arg;
+};
+
+/*
+ * As manifest_open_file(), for the file open at @fd (not kept: the caller
+ * closes it), whose missing parts @src fills (NULL: none missing).  The
+ * header and the part table must already be in the file.  On success the
+ * manifest owns @src->arg (@release at close); on failure the caller does.
+ */
+int manifest_open_fd(int fd, const struct manifest_source *src,
+		     struct manifest **out, char *err, size_t errlen);
+
+/* Bytes its source fetched for the manifest so far (0 without a source). */
+uint64_t manifest_fetched_bytes(const struct manifest *m);
+
+/*
  * Name the manifest in log lines ("pool/NAME", "dir:///data"); at most 127
  * bytes kept.  Call before the manifest is shared between threads.
  */

@@ -24,6 +24,14 @@
  * Bytes of an unverified or bad part are never decoded.  Format 1
  * manifests are verified whole at open, as they always were.
  *
+ * Parts fetched on demand.  A mapped file may be a sparse copy that its
+ * manifest_source fills (src/manifest_lazy.h: rados:// copies parts from
+ * RADOS as they are touched).  The reader asks the source for a part just
+ * before it hashes it, and once more, forcing a fetch, if the hash fails;
+ * only a part that fails after that is marked bad.  A source that cannot
+ * fetch (the OSD is down) fails the access with EIO and marks nothing, so
+ * the next touch tries again.
+ *
  * Guarantees.  The checksums catch accidental damage; they are no defence
  * against a crafted manifest with valid checksums, so every accessor decodes
  * the records it touches through ent_load(), which checks each index, offset
@@ -78,6 +86,7 @@ struct manifest {
 	const uint8_t *table;	/* nparts XXH3-64s */
 	_Atomic uint64_t *ok;	/* parts verified good, one bit each */
 	_Atomic uint64_t *bad;	/* parts that failed, logged once */
+	struct manifest_source src;	/* fills parts missing from the file, or none */
 	char name[128];		/* for logs: "pool/NAME", or "" */
 };
 
@@ -126,10 +135,15 @@ static int part_verify(const struct manifest *m, uint64_t p)
 	off = k << m->shift;
 	len = MIN(slen - off, 1ull << m->shift);
 	want = ld64(m->table + p * 8);
+	if (m->src.fill && m->src.fill(m->src.arg, p, soff + off, len, false))
+		return -EIO;	/* not there and not fetched: a later touch tries again */
 	if (m->map)
 		madvise((void *)((uintptr_t)(m->base + soff + off) & ~(uintptr_t)4095),
 			len + ((uintptr_t)(m->base + soff + off) & 4095), MADV_WILLNEED);
-	if (XXH3_64bits(m->base + soff + off, len) == want) {
+	if (XXH3_64bits(m->base + soff + off, len) == want ||
+	    /* a copy filled on demand: the local bytes may be torn; once more from the source */
+	    (m->src.fill && m->src.fill(m->src.arg, p, soff + off, len, true) == 0 &&
+	     XXH3_64bits(m->base + soff + off, len) == want)) {
 		atomic_fetch_or_explicit(&m->ok[p / 64], bit, memory_order_relaxed);
 		return 0;
 	}
@@ -468,7 +482,8 @@ static void manifest_free(struct manifest *m)
  * Check header and layout of the @len bytes at @b and make the manifest
  * (not owning @b yet).  Returns 0 or -EINVAL/-ENOMEM with @err.
  */
-static int open_bytes(const uint8_t *b, size_t len, struct manifest **out,
+static int open_bytes(const uint8_t *b, size_t len,
+		      const struct manifest_source *src, struct manifest **out,
 		      char *err, size_t errlen)
 {
 	uint8_t hdr[MF_HEADER_MAX];
@@ -530,6 +545,8 @@ static int open_bytes(const uint8_t *b, size_t len, struct manifest **out,
 	m->nentries = nent;
 	m->nchunks = nchk;
 	m->bytes = ld64(b + H_BYTES);
+	if (src)
+		m->src = *src;	/* format 1 is verified whole at open: never called */
 	rc = fmt == MF_FORMAT_V1 ? open_v1(m, err, errlen) : open_v2(m, err, errlen);
 	if (rc) {
 		manifest_free(m);
@@ -546,18 +563,66 @@ static int open_bytes(const uint8_t *b, size_t len, struct manifest **out,
 int manifest_open(void *buf, size_t len, struct manifest **out,
 		  char *err, size_t errlen)
 {
-	int rc = open_bytes(buf, len, out, err, errlen);
+	int rc = open_bytes(buf, len, NULL, out, err, errlen);
 
 	if (!rc)
 		(*out)->owned = buf;
 	return rc;
 }
 
+/* Map @fd (size @size) and open it; the mapping is the manifest's on success. */
+static int open_mapped(int fd, uint64_t size, const struct manifest_source *src,
+		       struct manifest **out, char *err, size_t errlen)
+{
+	void *map;
+	int rc;
+
+	map = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+	if (map == MAP_FAILED) {
+		rc = -errno;
+		return errmsg(err, errlen, rc, "mmap: %s", strerror(-rc));
+	}
+	rc = open_bytes(map, (size_t)size, src, out, err, errlen);
+	if (rc) {
+		munmap(map, (size_t)size);
+		return rc;
+	}
+	(*out)->map = map;
+	return 0;
+}
+
+/* The size of regular file @fd, or -errno / -EINVAL with @err. */
+static int64_t file_size(int fd, char *err, size_t errlen)
+{
+	struct stat st;
+	int rc;
+
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		return errmsg(err, errlen, rc, "%s", strerror(-rc));
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size < 16 || (uint64_t)st.st_size > SIZE_MAX)
+		return errmsg(err, errlen, -EINVAL, "%s",
+			      S_ISREG(st.st_mode) ? "truncated header" : "not a regular file");
+	return st.st_size;
+}
+
+int manifest_open_fd(int fd, const struct manifest_source *src,
+		     struct manifest **out, char *err, size_t errlen)
+{
+	int64_t size;
+
+	*out = NULL;
+	size = file_size(fd, err, errlen);
+	if (size < 0)
+		return (int)size;
+	return open_mapped(fd, (uint64_t)size, src, out, err, errlen);
+}
+
 int manifest_open_file(const char *path, struct manifest **out,
 		       char *err, size_t errlen)
 {
-	struct stat st;
-	void *map;
+	char msg[200];
 	int fd, rc;
 
 	*out = NULL;
@@ -566,28 +631,11 @@ int manifest_open_file(const char *path, struct manifest **out,
 		rc = -errno;
 		return errmsg(err, errlen, rc, "%s: %s", path, strerror(-rc));
 	}
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		close(fd);
-		return errmsg(err, errlen, rc, "%s: %s", path, strerror(-rc));
-	}
-	if (!S_ISREG(st.st_mode) || st.st_size < 16 || (uint64_t)st.st_size > SIZE_MAX) {
-		close(fd);
-		return errmsg(err, errlen, -EINVAL, "%s: %s", path,
-			      S_ISREG(st.st_mode) ? "truncated header" : "not a regular file");
-	}
-	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	rc = -errno;
+	rc = manifest_open_fd(fd, NULL, out, msg, sizeof(msg));
 	close(fd);
-	if (map == MAP_FAILED)
-		return errmsg(err, errlen, rc, "%s: mmap: %s", path, strerror(-rc));
-	rc = open_bytes(map, (size_t)st.st_size, out, err, errlen);
-	if (rc) {
-		munmap(map, (size_t)st.st_size);
-		return rc;
-	}
-	(*out)->map = map;
-	return 0;
+	if (rc)
+		errmsg(err, errlen, rc, "%s: %s", path, msg);
+	return rc;
 }
 
 void manifest_close(struct manifest *m)
@@ -597,7 +645,14 @@ void manifest_close(struct manifest *m)
 	if (m->map)
 		munmap(m->map, m->len);
 	free(m->owned);
+	if (m->src.release)
+		m->src.release(m->src.arg);
 	manifest_free(m);
+}
+
+uint64_t manifest_fetched_bytes(const struct manifest *m)
+{
+	return m->src.fetched ? m->src.fetched(m->src.arg) : 0;
 }
 
 void manifest_set_name(struct manifest *m, const char *name)

@@ -335,20 +335,11 @@ int sfs_rados_latest(rados_ioctx_t io, const char *name, uint64_t *version)
 }
 
 /*
- * Read [0, len) of @oid into @buf in IO_PIECE pieces, IO_INFLIGHT at a time.
- * Returns 0, -EIO if the object is shorter, or -errno.
+ * Read [off, off + len) of @oid into @buf in pieces of @piece bytes,
+ * IO_INFLIGHT in flight.  Returns 0, -EIO if the object is shorter, or -errno.
  */
-static int read_pieces_of(rados_ioctx_t io, const char *oid, char *buf,
-			  size_t len, size_t piece);
-
-static int read_pieces(rados_ioctx_t io, const char *oid, char *buf, size_t len)
-{
-	return read_pieces_of(io, oid, buf, len, IO_PIECE);
-}
-
-/* The same in pieces of @piece bytes: several reads of one object in flight. */
-static int read_pieces_of(rados_ioctx_t io, const char *oid, char *buf,
-			  size_t len, size_t piece)
+static int read_pieces_at(rados_ioctx_t io, const char *oid, char *buf,
+			  size_t len, uint64_t off, size_t piece)
 {
 	rados_completion_t c[IO_INFLIGHT];
 	size_t want[IO_INFLIGHT];
@@ -359,12 +350,12 @@ static int read_pieces_of(rados_ioctx_t io, const char *oid, char *buf,
 		/* start pieces while there is room and no error */
 		while (!rc && next < npieces && next - done < IO_INFLIGHT) {
 			size_t k = next % IO_INFLIGHT;
-			uint64_t off = (uint64_t)next * piece;
-			size_t n = MIN(piece, len - off);
+			uint64_t at = (uint64_t)next * piece;
+			size_t n = MIN(piece, len - at);
 			int r;
 
 			rados_aio_create_completion2(NULL, NULL, &c[k]);
-			r = rados_aio_read(io, oid, c[k], buf + off, n, off);
+			r = rados_aio_read(io, oid, c[k], buf + at, n, off + at);
 			if (r < 0) {
 				rados_aio_release(c[k]);
 				rc = r;
@@ -408,7 +399,7 @@ int sfs_rados_read_all(rados_ioctx_t io, const char *oid, size_t max,
 	buf = malloc(size ? size : 1);
 	if (!buf)
 		return -ENOMEM;
-	rc = read_pieces(io, oid, buf, size);
+	rc = read_pieces_at(io, oid, buf, size, 0, IO_PIECE);
 	if (rc) {
 		free(buf);
 		return rc;
@@ -433,149 +424,152 @@ static int parse_head(const char *b, size_t len, uint64_t *nparts, uint64_t *siz
 	return 0;
 }
 
+/* a head object is "parts N SIZE\n": 6 + 20 + 1 + 20 + 1 bytes at most */
+#define HEAD_MAX	64
+
+int sfs_rados_manifest_layout(rados_ioctx_t io, const char *name,
+			      uint64_t version, struct sfs_rados_mlayout *out,
+			      char *err, size_t errlen)
+{
+	char oid[SFS_RADOS_OID_MAX], head[HEAD_MAX];
+	rados_read_op_t op;
+	size_t got = 0;
+	int rc, stat_rval = 0, read_rval = 0;
+
+	memset(out, 0, sizeof(*out));
+	snprintf(out->name, sizeof(out->name), "%s", name);
+	out->version = version;
+	sfs_rados_manifest_oid(name, version, oid);
+	/* one round trip: the head's size and mtime and its first bytes */
+	op = rados_create_read_op();
+	if (!op) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rados_read_op_stat(op, &out->head_size, &out->head_mtime, &stat_rval);
+	rados_read_op_read(op, 0, sizeof(head), head, &got, &read_rval);
+	rc = rados_read_op_operate(op, io, oid, 0);
+	rados_release_read_op(op);
+	if (rc == 0)
+		rc = stat_rval < 0 ? stat_rval : read_rval < 0 ? read_rval : 0;
+	if (rc == -ENOENT) {
+		snprintf(err, errlen, "%s@%" PRIu64 " does not exist (no object %s)",
+			 name, version, oid);
+		return rc;
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
+		return rc;
+	}
+	if (out->head_size > SFS_RADOS_PART_SIZE || got > out->head_size) {
+		snprintf(err, errlen, "%s: bad manifest head object", oid);
+		return -EIO;
+	}
+	if (got < 6 || memcmp(head, "parts ", 6)) {
+		out->size = out->head_size;	/* a one-object manifest */
+		return 0;
+	}
+	if (out->head_size > HEAD_MAX || got != out->head_size ||
+	    parse_head(head, got, &out->nparts, &out->size)) {
+		snprintf(err, errlen, "%s: bad manifest head object", oid);
+		return -EIO;
+	}
+	return 0;
+}
+
+int sfs_rados_manifest_pread(rados_ioctx_t io, const struct sfs_rados_mlayout *l,
+			     void *buf, size_t len, uint64_t off,
+			     char *err, size_t errlen)
+{
+	char oid[SFS_RADOS_OID_MAX];
+	char *b = buf;
+
+	if (off > l->size || len > l->size - off) {
+		snprintf(err, errlen, "%s@%" PRIu64 ": read past the manifest's end",
+			 l->name, l->version);
+		return -EINVAL;
+	}
+	while (len) {
+		uint64_t part = l->nparts ? off / SFS_RADOS_PART_SIZE : 0;
+		uint64_t poff = l->nparts ? off % SFS_RADOS_PART_SIZE : off;
+		size_t n = (size_t)MIN((uint64_t)len, (l->nparts ? SFS_RADOS_PART_SIZE : l->size) - poff);
+		int rc;
+
+		if (l->nparts)
+			sfs_rados_part_oid(l->name, l->version, part, oid);
+		else
+			sfs_rados_manifest_oid(l->name, l->version, oid);
+		/* the objects of a manifest never change: a short read is damage */
+		rc = read_pieces_at(io, oid, b, n, poff, FETCH_PIECE);
+		if (rc) {
+			snprintf(err, errlen, "cannot read manifest %s %s: %s%s",
+				 l->nparts ? "part" : "object", oid, strerror(-rc),
+				 l->nparts && (rc == -ENOENT || rc == -EIO) ?
+				 " (publish still running or interrupted?)" : "");
+			return rc == -ENOENT ? -EIO : rc;
+		}
+		b += n;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
 int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
 			    uint64_t version, void **bufp, size_t *lenp,
 			    char *err, size_t errlen)
 {
-	char oid[SFS_RADOS_OID_MAX], poid[SFS_RADOS_OID_MAX];
-	uint64_t nparts, size;
-	char *head, *buf;
-	size_t hlen;
+	struct sfs_rados_mlayout l;
+	char *buf;
 	int rc;
 
 	*bufp = NULL;
 	*lenp = 0;
-	sfs_rados_manifest_oid(name, version, oid);
-	rc = sfs_rados_read_all(io, oid, SFS_RADOS_PART_SIZE, (void **)&head, &hlen);
-	if (rc == -ENOENT) {
-		snprintf(err, errlen, "%s@%" PRIu64 " does not exist (no object %s)",
-			 name, version, oid);
+	rc = sfs_rados_manifest_layout(io, name, version, &l, err, errlen);
+	if (rc)
 		return rc;
-	}
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
-		return rc;
-	}
-	if (hlen < 6 || memcmp(head, "parts ", 6)) {
-		*bufp = head;	/* a one-object manifest */
-		*lenp = hlen;
-		return 0;
-	}
-
-	rc = parse_head(head, hlen, &nparts, &size);
-	free(head);
-	if (rc) {
-		snprintf(err, errlen, "%s: bad manifest head object", oid);
-		return -EIO;
-	}
-	if (size > SIZE_MAX - 1 || !(buf = malloc(size))) {
-		snprintf(err, errlen, "%s: cannot allocate %" PRIu64 " bytes", oid, size);
+	if (l.size > SIZE_MAX - 1 || !(buf = malloc(MAX(l.size, (uint64_t)1)))) {
+		snprintf(err, errlen, "%s@%" PRIu64 ": cannot allocate %" PRIu64 " bytes",
+			 name, version, l.size);
 		return -ENOMEM;
 	}
-	for (uint64_t i = 0; i < nparts; i++) {
-		uint64_t off = i * SFS_RADOS_PART_SIZE;
-
-		sfs_rados_part_oid(name, version, i, poid);
-		rc = read_pieces(io, poid, buf + off,
-				 (size_t)MIN((uint64_t)SFS_RADOS_PART_SIZE, size - off));
-		if (rc) {
-			snprintf(err, errlen, "cannot read manifest part %s: %s%s", poid,
-				 strerror(-rc),
-				 rc == -ENOENT || rc == -EIO ?
-				 " (publish still running or interrupted?)" : "");
-			free(buf);
-			return rc == -ENOENT ? -EIO : rc;
-		}
+	rc = sfs_rados_manifest_pread(io, &l, buf, (size_t)l.size, 0, err, errlen);
+	if (rc) {
+		free(buf);
+		return rc;
 	}
 	*bufp = buf;
-	*lenp = size;
+	*lenp = l.size;
 	return 0;
 }
 
-int sfs_rados_manifest_fetch(rados_ioctx_t io, const char *name,
-			     uint64_t version, int fd, uint64_t *lenp,
-			     char *err, size_t errlen)
+int sfs_rados_manifest_fetch(rados_ioctx_t io, const struct sfs_rados_mlayout *l,
+			     int fd, char *err, size_t errlen)
 {
-	char oid[SFS_RADOS_OID_MAX], poid[SFS_RADOS_OID_MAX];
-	uint64_t nparts, size, osize;
-	time_t mtime;
+	size_t step = (size_t)MIN(l->size, (uint64_t)SFS_RADOS_PART_SIZE);
 	char *buf;
-	int rc;
+	int rc = 0;
 
-	*lenp = 0;
-	sfs_rados_manifest_oid(name, version, oid);
-	rc = rados_stat(io, oid, &osize, &mtime);
-	if (rc == -ENOENT) {
-		snprintf(err, errlen, "%s@%" PRIu64 " does not exist (no object %s)",
-			 name, version, oid);
-		return rc;
-	}
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
-		return rc;
-	}
-	if (osize > SFS_RADOS_PART_SIZE) {
-		snprintf(err, errlen, "%s: bad manifest head object", oid);
-		return -EIO;
-	}
-	buf = malloc(MAX(osize, (uint64_t)1));
-	if (!buf) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	rc = read_pieces_of(io, oid, buf, (size_t)osize, FETCH_PIECE);
-	if (rc) {
-		snprintf(err, errlen, "cannot read %s: %s", oid, strerror(-rc));
-		goto out_free;
-	}
-	if (osize < 6 || memcmp(buf, "parts ", 6)) {
-		/* a one-object manifest */
-		ssize_t w = pwrite_full(fd, buf, (size_t)osize, 0);
-
-		if (w != (ssize_t)osize) {
-			rc = w < 0 ? (int)w : -EIO;
-			snprintf(err, errlen, "cannot write the manifest copy: %s", strerror(-rc));
-			goto out_free;
-		}
-		*lenp = osize;
-		goto out_free;
-	}
-	rc = parse_head(buf, (size_t)osize, &nparts, &size);
-	free(buf);
-	if (rc) {
-		snprintf(err, errlen, "%s: bad manifest head object", oid);
-		return -EIO;
-	}
 	/* one part at a time: the daemon never holds more than 32 MiB of it */
-	buf = malloc(SFS_RADOS_PART_SIZE);
+	buf = malloc(MAX(step, (size_t)1));
 	if (!buf) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	for (uint64_t i = 0; i < nparts; i++) {
-		uint64_t off = i * SFS_RADOS_PART_SIZE;
-		size_t n = (size_t)MIN((uint64_t)SFS_RADOS_PART_SIZE, size - off);
+	for (uint64_t off = 0; off < l->size; off += step) {
+		size_t n = (size_t)MIN((uint64_t)step, l->size - off);
 		ssize_t w;
 
-		sfs_rados_part_oid(name, version, i, poid);
-		rc = read_pieces_of(io, poid, buf, n, FETCH_PIECE);
-		if (rc) {
-			snprintf(err, errlen, "cannot read manifest part %s: %s%s", poid,
-				 strerror(-rc),
-				 rc == -ENOENT || rc == -EIO ?
-				 " (publish still running or interrupted?)" : "");
-			rc = rc == -ENOENT ? -EIO : rc;
-			goto out_free;
-		}
+		rc = sfs_rados_manifest_pread(io, l, buf, n, off, err, errlen);
+		if (rc)
+			break;
 		w = pwrite_full(fd, buf, n, (off_t)off);
 		if (w != (ssize_t)n) {
 			rc = w < 0 ? (int)w : -EIO;
 			snprintf(err, errlen, "cannot write the manifest copy: %s", strerror(-rc));
-			goto out_free;
+			break;
 		}
 	}
-	*lenp = size;
-out_free:
 	free(buf);
 	return rc;
 }

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <rados/librados.h>
 
@@ -158,25 +159,54 @@ enum sfs_rados_kind sfs_rados_oid_parse(const char *oid, struct sfs_rados_oid *o
  */
 int sfs_rados_latest(rados_ioctx_t io, const char *name, uint64_t *version);
 
+/* Where the bytes of one published manifest lie in the pool. */
+struct sfs_rados_mlayout {
+	char name[SFS_RADOS_NAME_MAX + 1];
+	uint64_t version;
+	uint64_t size;		/* the manifest's bytes */
+	uint64_t nparts;	/* 0: the head object is the manifest itself */
+	uint64_t head_size;	/* the head object's size and mtime, which */
+	time_t head_mtime;	/* change if the pool is made again */
+};
+
+/*
+ * Find the manifest of @name@@version: one read op on its head object (stat
+ * and its first bytes), whatever the manifest's size.  Returns 0, -ENOENT
+ * if the version does not exist, -EIO for a bad head object, else -errno;
+ * every error with a message in @err.
+ */
+int sfs_rados_manifest_layout(rados_ioctx_t io, const char *name,
+			      uint64_t version, struct sfs_rados_mlayout *out,
+			      char *err, size_t errlen);
+
+/*
+ * Read @len bytes at @off of the manifest @l into @buf: ranged reads of the
+ * objects the range spans, several in flight.  Bounded by the connection's
+ * timeouts (-ETIMEDOUT).  Not validated.  Returns 0, -EIO for an object
+ * missing or shorter than the head says, else -errno, with @err.
+ */
+int sfs_rados_manifest_pread(rados_ioctx_t io, const struct sfs_rados_mlayout *l,
+			     void *buf, size_t len, uint64_t off,
+			     char *err, size_t errlen);
+
 /*
  * Read the serialized manifest of @name@@version (one object or a head and
  * its parts).  On success *@buf is malloc'ed (caller frees) and holds *@len
- * bytes; it is not validated (see manifest_open()).  Returns -ENOENT if the
- * version does not exist, else -errno with a message in @err.
+ * bytes; it is not validated (see manifest_open()).  Errors as
+ * sfs_rados_manifest_layout() and sfs_rados_manifest_pread().
  */
 int sfs_rados_manifest_read(rados_ioctx_t io, const char *name,
 			    uint64_t version, void **buf, size_t *len,
 			    char *err, size_t errlen);
 
 /*
- * Copy the serialized manifest of @name@@version into @fd (a regular file,
- * written from offset 0 with pwrite), one object at a time, so that no more
- * than one 32 MiB part is ever in memory.  *@len: its size.  Not validated.
- * Errors as sfs_rados_manifest_read().
+ * Copy the whole manifest @l into @fd (a regular file, written from offset
+ * 0 with pwrite), one object at a time, so that no more than one 32 MiB
+ * part is ever in memory.  Not validated.  Errors as
+ * sfs_rados_manifest_pread(), or the write's.
  */
-int sfs_rados_manifest_fetch(rados_ioctx_t io, const char *name,
-			     uint64_t version, int fd, uint64_t *len,
-			     char *err, size_t errlen);
+int sfs_rados_manifest_fetch(rados_ioctx_t io, const struct sfs_rados_mlayout *l,
+			     int fd, char *err, size_t errlen);
 
 /*
  * Store a serialized manifest as @name@@version, claiming the version with an
