@@ -537,6 +537,25 @@ static bool uring_reply(struct uring *u, const struct iovec *iov, int count,
 
 /* ---- start and stop ---- */
 
+/*
+ * Entries (threads) per queue.  A READ the I/O engine answers later keeps
+ * its entry while the chunk comes from the backend, and the kernel holds
+ * the queue's next request until an entry is free: cold READs of a few
+ * files, one 4 MiB fetch each, then stall the LOOKUPs and OPENs of every
+ * other reader on that CPU (measured: the AU benchmark's resnet50 readers
+ * waited up to 1.3 s in open(2) with 8 entries a queue, docs/fuse-uring.md).
+ * So by default a queue has room for what the kernel lets wait in the
+ * background (max_background, 128, mostly from one CPU on a small node):
+ * at least 64, at most 512 over all queues, and never fewer than threads
+ * spread over the queues.
+ */
+static unsigned uring_queue_depth(const struct sfs_config *c, unsigned nq)
+{
+	if (c->uring_queue_depth)
+		return MAX(2u, c->uring_queue_depth);
+	return MAX(MAX(2u, c->threads / nq), MIN(64u, MAX(2u, 512u / nq)));
+}
+
 static unsigned possible_cpus(void)
 {
 	FILE *f = fopen("/sys/devices/system/cpu/possible", "r");
@@ -579,7 +598,7 @@ int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errl
 	u->se = se;
 	/* the kernel makes one queue per possible CPU and needs every one */
 	u->nq = possible_cpus();
-	u->per_q = MAX(2u, u->fs->cfg.threads / u->nq);
+	u->per_q = uring_queue_depth(&u->fs->cfg, u->nq);
 	u->nw = u->nq * u->per_q;
 	u->w = calloc(u->nw, sizeof(*u->w));
 	if (!u->w) {

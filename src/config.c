@@ -265,6 +265,21 @@ static const struct opt opts[] = {
 		"stays set) and fails the mount where the rings cannot be had; "
 		"`off` keeps `/dev/fuse`. Only in builds against libfuse 3.14-3.16."
 		" See `fuse-uring.md`." },
+	{ "uring_queue_depth", OPT_UINT, O(uring_queue_depth), "0", 0, 1024,
+	  "ring entries (each a thread pinned to the queue's CPU) per FUSE io_uring queue; 0 = threads / CPUs, and at least 64 (512 / CPUs where less)",
+	  .doc =
+		"Ring entries of each FUSE io_uring queue (`uring`), each owned by "
+		"a thread pinned to the queue's CPU. A READ waiting for its chunk "
+		"from the backend keeps its entry until the reply, and the kernel "
+		"holds every other request of that CPU (LOOKUP, OPEN, READs of "
+		"other files) while no entry is free: with too few, the cold "
+		"reads of a few files stall every other reader. `0`: `threads` / "
+		"CPUs, and at least 64 (512 / CPUs where that is less): as many as "
+		"the kernel lets READs wait in the background (its "
+		"`max_background`, 128 here) can mostly be held by one queue. An "
+		"idle entry costs a sleeping thread and address space; its "
+		"buffers are backed only as requests use them. See "
+		"`fuse-uring.md`." },
 	{ "lookup_readahead_max", OPT_SIZE, O(lookup_readahead_max), "1M", 0, 0,
 	  "a fully cached file of at most this size is read into the page cache when it is looked up, overlapping the disk read with the OPEN and READ that follow; 0 = never",
 	  .doc =

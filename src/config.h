@@ -56,6 +56,7 @@ struct sfs_config {
 	uint64_t stall_idle_gap_ms;	/* a longer gap between a reader's events is idle */
 	enum cfg_auto no_open;		/* FUSE no-open mode (fuse/noopen.h) */
 	enum cfg_auto uring;		/* FUSE over io_uring (fuse/uring.h) */
+	uint32_t uring_queue_depth;	/* ring entries per queue; 0 = auto */
 	uint64_t lookup_readahead_max;	/* cached files up to this size are read ahead at LOOKUP */
 	bool xattrs;			/* serve user.stagefs.*; no: ENOSYS, the kernel stops asking */
 	uint32_t dir_scan_threads;	/* dir:// scan threads; 0 = from the CPUs */
