@@ -647,12 +647,14 @@ static unsigned possible_cpus(void)
 
 /*
  * uring_queue_depth=0: the FUSE worker threads' share of a queue, and at
- * least 32 a queue up to 256 in all (a cold READ holds its entry for the
- * whole fetch, so readers on one CPU need about two each).
+ * least 64 a queue up to 512 in all.  A cold READ holds its entry for the
+ * whole fetch, and a LOOKUP or OPEN behind a full queue waits with it:
+ * 64 covers what the kernel lets wait in the background (max_background,
+ * 128) on a small node.
  */
 static unsigned uring_auto_depth(unsigned threads, unsigned nq)
 {
-	return MAX(MAX(2u, threads / nq), MIN(32u, 256u / nq));
+	return MAX(MAX(2u, threads / nq), MIN(64u, 512u / nq));
 }
 
 int uring_start(struct uring *u, struct fuse_session *se, char *err, size_t errlen)

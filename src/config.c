@@ -275,7 +275,7 @@ static const struct opt opts[] = {
 		"many requests; the kernel keeps the rest to itself, where their "
 		"wait cannot be counted as stall (`fuse_uring_queue_full` counts "
 		"how often that happened). `0`: `threads / CPUs` (at least 2) or "
-		"32 per queue up to 256 in all, whichever is more. See "
+		"64 per queue up to 512 in all, whichever is more. See "
 		"`fuse-uring.md`." },
 	{ "lookup_readahead_max", OPT_SIZE, O(lookup_readahead_max), "1M", 0, 0,
 	  "a fully cached file of at most this size is read into the page cache when it is looked up, overlapping the disk read with the OPEN and READ that follow; 0 = never",

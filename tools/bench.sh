@@ -232,6 +232,11 @@ machine_notes() {
 		[ "$st" = on ] && printf '  note: DAMON kdamond %s is on (actions: %s): it may page out cached pages mid-run\n' \
 			"${k##*/}" "${act% }"
 	done
+	# system-wide, and flipped by tests/integration/uring.sh and `uring`: it
+	# decides whether cold reads of mounts with uring=auto take the rings
+	[ -r /sys/module/fuse/parameters/enable_uring ] &&
+		printf '  note: fuse.enable_uring=%s (uring=auto mounts take FUSE requests through io_uring where Y)\n' \
+			"$(cat /sys/module/fuse/parameters/enable_uring)"
 	[ -r /sys/module/haltpoll/parameters/guest_halt_poll_ns ] &&
 		printf '  note: guest_halt_poll_ns=%s (0: an idle vCPU halts at once; cross-CPU wake-ups cost more)\n' \
 			"$(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns)"
