@@ -346,6 +346,16 @@ static void fire_locked(struct pf_stager *g, struct track *t, int mode)
 	if (g->running >= MAX_STAGINGS || running_of(g, t->uid) >= MAX_USER_STAGINGS)
 		return;	/* the window starts over: tried again later */
 	sret = t->be->ops->statfs ? t->be->ops->statfs(t->be, &bytes, &files) : -ENOTSUP;
+	if (sret == -EAGAIN) {
+		/*
+		 * The size is not known yet (a dir:// dataset's first scan
+		 * runs): not a decline; the window counts again and the next
+		 * epoch-like window asks again.
+		 */
+		log_debug("epoch staging: dataset %s, uid %u: read as an epoch; its size is not known yet",
+			  t->name, t->uid);
+		return;
+	}
 	quota = cache_user_limit(pf_cache(g->s), t->uid);
 	cache_get_stats(pf_cache(g->s), &cs);
 	share = MIN(quota, cs.limit_bytes);

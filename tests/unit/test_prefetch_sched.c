@@ -139,6 +139,14 @@ static int setup(void **state)
 		fprintf(stderr, "backend_open: %s\n", err);
 		return -1;
 	}
+	/* a dir:// backend scans in the background: wait until its size is known */
+	for (int i = 0; i < 1000; i++) {
+		uint64_t bytes, files;
+
+		if (t->be->ops->statfs(t->be, &bytes, &files) != -EAGAIN)
+			break;
+		usleep(10000);
+	}
 	co.dir = t->cdir;
 	if (cache_create(&co, &t->c, err, sizeof(err))) {
 		fprintf(stderr, "cache_create: %s\n", err);
@@ -152,6 +160,11 @@ static int teardown(void **state)
 {
 	struct tctx *t = *state;
 
+	/* a failed test may have left fetches held: let them go, or this waits forever */
+	pthread_mutex_lock(&t->lock);
+	t->hold = false;
+	pthread_cond_broadcast(&t->cond);
+	pthread_mutex_unlock(&t->lock);
 	if (t->s)
 		pf_sched_destroy(t->s);
 	cache_destroy(t->c);
