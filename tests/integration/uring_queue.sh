@@ -45,14 +45,17 @@ readers() {
 job_row() {
 	"$PYTHON" -c 'import json, sys; print([j for j in json.load(sys.stdin)["jobs"] if j["job"] == sys.argv[1]])' "$1" <"$T/$1.stats"
 }
-# settled JOB: the job's row holds every byte the readers read, unchanged since the last call
+# settled JOB: the job's row holds every byte the readers read, unchanged
+# since the last call.  It may hold a little more: under memory pressure
+# the kernel can drop a page it read ahead before the reader copies it and
+# ask for it again (72 files came as 73-81 READs on a loaded VM).
 settled() {
 	local now
 	now=$("$PYTHON" -c '
 import json, sys
 want = sum(json.loads(l)["bytes"] for l in open(sys.argv[2]))
 rows = [j for j in json.load(open(sys.argv[3]))["jobs"] if j["job"] == sys.argv[1]]
-if rows and rows[0]["read_bytes"] == want:
+if rows and want <= rows[0]["read_bytes"] <= want * 1.05:
     print(rows[0]["read_bytes"], rows[0]["active_ns"], rows[0]["stall_ns"])
 ' "$1" "$T/$1.readers" <(stats_dump "$MNT"))
 	[[ -n $now && $now == "$(cat "$T/settle" 2>/dev/null)" ]] && return 0
