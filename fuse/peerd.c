@@ -1,13 +1,17 @@
 /*
  * peerd: see peerd.h.
  *
- * The index: chunk id -> (dataset, inode, chunk index), an open-addressing
- * table under pd->ilock (a rwlock: the connections look up, a dataset
- * added later inserts).  A chunk id named by several files (deduplicated
- * chunks) keeps its first place: any one serves.
+ * No index: a request names where the asker's manifest has the chunk
+ * (struct peer_loc: dataset tag, inode, chunk index), and the server looks
+ * there in its own manifest of that dataset, which it has mounted too.
+ * The chunk id there must be the one asked for, else "not here" (ENOENT):
+ * the locator is only a hint, checked against the content address.  So a
+ * mount with a peer group touches no more of its manifest than one
+ * without, and holds nothing per chunk (a mount of ten million files used
+ * to walk them all and hold a table of every chunk before it answered).
  *
- * Lock order: pd->ilock, pd->lock (the connection count), pd->pace_lock
- * and pd->log_lock are leaves; the cache's locks are taken outside them.
+ * Lock order: pd->lock (the connection count), pd->pace_lock and
+ * pd->log_lock are leaves; the cache's locks are taken outside them.
  */
 #include "peerd.h"
 
@@ -36,15 +40,15 @@
 #include <unistd.h>
 
 #define IDLE_MS		60000	/* a connection with no request this long is closed */
-#define REQ_MS		5000	/* a request's 80 bytes, once begun */
+#define REQ_MS		5000	/* a request's 96 bytes, once begun */
 #define SEND_MS		30000	/* a reply, once begun */
 #define LOGGED_MAX	256	/* sources logged once each */
 #define SERVE_NICE	10
 #define PER_SOURCE	(2 * PEER_CONNS)	/* connections from one address at once */
 
+/* A chunk of a dataset mounted here. */
 struct ient {
-	struct sfs_id id;
-	uint64_t ino;		/* 0: free slot */
+	uint64_t ino;
 	uint32_t ds;
 	uint32_t idx;
 };
@@ -55,10 +59,6 @@ struct peerd {
 	int stop_fd;			/* eventfd: stop */
 	pthread_t accept_thread;
 	bool started;
-
-	pthread_rwlock_t ilock;
-	struct ient *tab;		/* protected by ilock */
-	size_t cap, n;			/* protected by ilock */
 
 	pthread_mutex_t lock;
 	pthread_cond_t idle;		/* nconns dropped to 0 */
@@ -117,117 +117,46 @@ void peerd_reload(struct sfs *fs, const struct sfs_config *cfg)
 		log_err("reload: peers: %s; the group stays as it was", err);
 }
 
-/* ---- the index ---- */
-
-static size_t slot_of(const struct sfs_id *id, size_t cap)
-{
-	return (size_t)(id->lo ^ (id->hi >> 7)) & (cap - 1);
-}
-
-/* Under ilock (write): room for one more at load <= 1/2. */
-static int index_grow_locked(struct peerd *pd)
-{
-	struct ient *nt;
-	size_t ncap;
-
-	if ((pd->n + 1) * 2 <= pd->cap)
-		return 0;
-	ncap = pd->cap ? pd->cap * 2 : 4096;
-	nt = calloc(ncap, sizeof(*nt));
-	if (!nt)
-		return -ENOMEM;
-	for (size_t i = 0; i < pd->cap; i++) {
-		size_t k;
-
-		if (!pd->tab[i].ino)
-			continue;
-		for (k = slot_of(&pd->tab[i].id, ncap); nt[k].ino; k = (k + 1) & (ncap - 1))
-			;
-		nt[k] = pd->tab[i];
-	}
-	free(pd->tab);
-	pd->tab = nt;
-	pd->cap = ncap;
-	return 0;
-}
-
-static int index_add_locked(struct peerd *pd, const struct ient *e)
-{
-	size_t k;
-	int rc = index_grow_locked(pd);
-
-	if (rc)
-		return rc;
-	for (k = slot_of(&e->id, pd->cap); pd->tab[k].ino; k = (k + 1) & (pd->cap - 1))
-		if (sfs_id_eq(&pd->tab[k].id, &e->id))
-			return 0;	/* a chunk of another file too: the first place serves */
-	pd->tab[k] = *e;
-	pd->n++;
-	return 0;
-}
-
-static bool index_find(struct peerd *pd, const struct sfs_id *id, struct ient *out)
-{
-	bool found = false;
-
-	pthread_rwlock_rdlock(&pd->ilock);
-	if (pd->cap) {
-		for (size_t k = slot_of(id, pd->cap); pd->tab[k].ino; k = (k + 1) & (pd->cap - 1)) {
-			if (sfs_id_eq(&pd->tab[k].id, id)) {
-				*out = pd->tab[k];
-				found = true;
-				break;
-			}
-		}
-	}
-	pthread_rwlock_unlock(&pd->ilock);
-	return found;
-}
+/* ---- finding a chunk ---- */
 
 /*
- * Index every chunk id of @ds's manifest.  Only a backend that can ask
- * peers (->peer_first: published rados://) has content-addressed chunks to
- * offer; a dir:// backend's ->m is not even read here, since its first
- * scan may still be swapping it in.
+ * Is chunk @id at @loc in a dataset mounted here?  Only a backend that can
+ * ask peers (->peer_first: published rados://) has content-addressed
+ * chunks to offer.  @loc is the network's: bounds-checked by the manifest
+ * (an inode or index out of range is an error there), and what it names
+ * must hash to @id.  Touches at most the one manifest part that holds
+ * the inode, as a read of the file here would.
  */
-static void index_dataset(struct peerd *pd, struct sfs_dataset *ds)
+static bool chunk_find(struct peerd *pd, const struct sfs_id *id,
+		       const struct peer_loc *loc, struct ient *out)
 {
-	struct manifest *m = ds->be->ops->peer_first ? ds->be->m : NULL;
-	uint64_t n = m ? manifest_nentries(m) : 0, chunks = 0;
-	int rc = 0;
+	struct sfs *fs = pd->fs;
+	uint32_t nds = atomic_load(&fs->nds);
 
-	pthread_rwlock_wrlock(&pd->ilock);
-	for (uint64_t ino = 1; ino <= n && !rc; ino++) {
-		struct sfs_attr a;
-		uint32_t nc;
+	if (!loc->tag || !loc->ino)
+		return false;
+	for (uint32_t i = 0; i < nds; i++) {
+		struct backend *be = fs->ds[i]->be;
+		struct sfs_id got;
 
-		if (manifest_getattr(m, ino, &a) || a.ino != ino || !S_ISREG(a.mode))
-			continue;	/* not a file, or a hard link to one seen */
-		nc = manifest_nchunks(m, ino);
-		for (uint32_t k = 0; k < nc && !rc; k++) {
-			struct ient e = { .ino = ino, .ds = ds->index, .idx = k };
-
-			if (manifest_chunk(m, ino, k, &e.id))
-				break;
-			rc = index_add_locked(pd, &e);
-			chunks++;
-		}
+		if (!be->ops->peer_first || be->peer_tag != loc->tag)
+			continue;
+		/* manifest_chunk() refuses an inode or index out of range */
+		if (loc->ino > manifest_nentries(be->m) ||
+		    manifest_chunk(be->m, loc->ino, loc->idx, &got) ||
+		    !sfs_id_eq(&got, id))
+			continue;	/* another version, or a wrong locator */
+		*out = (struct ient){ .ino = loc->ino, .ds = i, .idx = loc->idx };
+		return true;
 	}
-	pthread_rwlock_unlock(&pd->ilock);
-	if (rc)
-		log_err("peer server: cannot index %s: %s", ds->be->uri, strerror(-rc));
-	else if (chunks)
-		log_info("peer server: %s: %" PRIu64 " chunks offered to the group",
-			 ds->be->uri, chunks);
+	return false;
 }
 
 void peerd_dataset_added(struct sfs *fs, struct sfs_dataset *ds)
 {
 	if (!fs->peers)
 		return;
-	ds->be->peers = fs->peers;
-	if (fs->peerd)
-		index_dataset(fs->peerd, ds);
+	ds->be->peers = fs->peers;	/* served from now: chunk_find() looks at fs->ds */
 }
 
 /* ---- one connection ---- */
@@ -437,7 +366,18 @@ static void *conn_main(void *arg)
 		struct ient e;
 		int rc, status = 0;
 
-		if (recv_full(c->fd, req, sizeof(req), IDLE_MS))
+		if (recv_full(c->fd, req, PEER_REQ_V1_LEN, IDLE_MS))
+			break;
+		if (peer_req_v1(req)) {
+			/* an older node (SFP1, no locator): "not here", it reads its backend */
+			log_once(pd, &c->from, "an older stagefs (protocol SFP1, no locator): upgrade it");
+			peer_rep_encode(ENOENT, 0, rep);
+			iov[0] = (struct iovec){ .iov_base = rep, .iov_len = sizeof(rep) };
+			if (send_full(c->fd, iov, 1))
+				break;
+			continue;
+		}
+		if (recv_full(c->fd, req + PEER_REQ_V1_LEN, sizeof(req) - PEER_REQ_V1_LEN, REQ_MS))
 			break;
 		rc = peer_req_decode(key, req, &m);
 		if (rc) {
@@ -452,8 +392,8 @@ static void *conn_main(void *arg)
 		}
 		if (m.op != PEER_OP_GET || m.len == 0 || m.len > 64 * MiB)
 			status = EINVAL;
-		else if (!index_find(pd, &m.id, &e))
-			status = ENOENT;	/* not a chunk of a dataset mounted here */
+		else if (!chunk_find(pd, &m.id, &m.loc, &e))
+			status = ENOENT;	/* not there in a dataset mounted here */
 		if (!status && bufcap < m.len) {
 			free(buf);
 			bufcap = 0;
@@ -580,7 +520,6 @@ int peerd_start(struct sfs *fs, char *err, size_t errlen)
 		pd->ns_per_byte_x1000 = 1000000 / fs->cfg.peer_serve_max_mbps;	/* 1e9/1e6 * 1000 */
 	for (int i = 0; i < PEERD_MAX_CONNS; i++)
 		pd->conn_fd[i] = -1;
-	pthread_rwlock_init(&pd->ilock, NULL);
 	pthread_mutex_init(&pd->lock, NULL);
 	pthread_cond_init(&pd->idle, NULL);
 	pthread_mutex_init(&pd->pace_lock, NULL);
@@ -606,8 +545,6 @@ int peerd_start(struct sfs *fs, char *err, size_t errlen)
 			 strerror(-rc));
 		goto out_free;
 	}
-	for (uint32_t i = 0; i < atomic_load(&fs->nds); i++)
-		index_dataset(pd, fs->ds[i]);
 	rc = -pthread_create(&pd->accept_thread, NULL, accept_main, pd);
 	if (rc) {
 		snprintf(err, errlen, "peer server thread: %s", strerror(-rc));
@@ -615,8 +552,8 @@ int peerd_start(struct sfs *fs, char *err, size_t errlen)
 	}
 	pd->started = true;
 	fs->peerd = pd;
-	log_notice("peer server: listening on %s:%u, %zu chunks indexed",
-		   inet_ntoa(me->sin_addr), (unsigned)ntohs(me->sin_port), pd->n);
+	log_notice("peer server: listening on %s:%u",
+		   inet_ntoa(me->sin_addr), (unsigned)ntohs(me->sin_port));
 	return 0;
 
 out_free:
@@ -625,7 +562,6 @@ out_free:
 	if (pd->stop_fd >= 0)
 		close(pd->stop_fd);
 	peer_replay_destroy(pd->replay);
-	free(pd->tab);
 	free(pd);
 	return rc;
 }
@@ -652,8 +588,6 @@ void peerd_stop(struct sfs *fs)
 	close(pd->lfd);
 	close(pd->stop_fd);
 	peer_replay_destroy(pd->replay);
-	free(pd->tab);
-	pthread_rwlock_destroy(&pd->ilock);
 	pthread_mutex_destroy(&pd->lock);
 	pthread_cond_destroy(&pd->idle);
 	pthread_mutex_destroy(&pd->pace_lock);

@@ -167,6 +167,12 @@ struct backend {
 	 * it.  It outlives the backend.
 	 */
 	struct peer_group *peers;
+	/*
+	 * The dataset and version as a peer group names it in a request
+	 * (struct peer_loc): a hash of the pool, namespace, name and version,
+	 * the same on every node; 0 for a backend that does not share chunks.
+	 */
+	uint64_t peer_tag;
 };
 
 /*

@@ -760,6 +760,8 @@ static int dataset_open(struct rados_backend *rb, const struct sfs_config *cfg,
 		log_notice("%s: a format 1 manifest, verified whole at every mount; publish the dataset again for the paged format",
 			   label);
 	rb->version = version;
+	if (!rb->plain)
+		rb->be.peer_tag = XXH3_64bits(label, strlen(label)) | 1;	/* never 0 */
 	return 0;
 }
 
@@ -1005,7 +1007,9 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 
 	rc = rread_prepare(rb, file, idx, buf, len, rread_complete_cb, done, arg, &rr);
 	if (!rc && rb->be.peers && !rb->plain &&
-	    !peer_fetch_start(rb->be.peers, &rr->id, buf, len, rread_peer_done, rr)) {
+	    !peer_fetch_start(rb->be.peers, &rr->id,
+			      &(struct peer_loc){ be->peer_tag, file->ino, idx },
+			      buf, len, rread_peer_done, rr)) {
 		*out = (struct backend_aio *)rr;	/* done() may have run already */
 		return 0;
 	}

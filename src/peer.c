@@ -7,7 +7,7 @@
  *   queued      waiting for one of the peer's PEER_CONNS connections
  *   connecting  a new non-blocking connect (EPOLLOUT), or an idle
  *               connection taken (checked with MSG_PEEK: not closed)
- *   send        the 80-byte request (EPOLLOUT while it does not fit)
+ *   send        the 96-byte request (EPOLLOUT while it does not fit)
  *   header      the 16-byte reply header (EPOLLIN)
  *   data        the chunk, straight into the caller's buffer (EPOLLIN)
  *
@@ -78,6 +78,7 @@ struct preq {
 	struct list_node qnode;		/* p->queue while RQ_QUEUED */
 	struct peer *p;
 	struct sfs_id id;
+	struct peer_loc loc;		/* where our manifest has it */
 	void *buf;
 	size_t len;
 	uint64_t deadline;		/* ms (monotonic) */
@@ -624,7 +625,7 @@ static void rq_start(struct peer_group *pg, struct preq *rq)
 		return;
 	}
 	p->active++;
-	rc = peer_req_encode(&pg->key, &rq->id, (uint32_t)rq->len, rq->msg);
+	rc = peer_req_encode(&pg->key, &rq->id, (uint32_t)rq->len, &rq->loc, rq->msg);
 	if (rc) {
 		rq->st = RQ_SEND;
 		rq_end(pg, rq, rc, false);
@@ -857,8 +858,9 @@ static void *client_main(void *arg)
 
 /* ---- the API ---- */
 
-int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id, void *buf,
-		     size_t len, void (*done)(void *arg, int res), void *arg)
+int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
+		     const struct peer_loc *loc, void *buf, size_t len,
+		     void (*done)(void *arg, int res), void *arg)
 {
 	struct peer *owner;
 	struct preq *rq;
@@ -878,6 +880,7 @@ int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id, void *buf,
 	}
 	rq->p = owner;
 	rq->id = *id;
+	rq->loc = *loc;
 	rq->buf = buf;
 	rq->len = len;
 	rq->deadline = now + pg->timeout_ms;

@@ -96,7 +96,8 @@ const struct peer_key *peer_group_key(const struct peer_group *pg);
 const struct sockaddr_in *peer_group_self(const struct peer_group *pg);
 
 /*
- * Ask the owner of chunk @id (@len bytes) for it, into @buf.  Returns
+ * Ask the owner of chunk @id (@len bytes), which this node's manifest has
+ * at @loc, for it, into @buf.  Returns
  * -ENOENT when this node owns it (or no other member is live): read it
  * from the backend.  Returns 0 when asked: @done(@arg, @res) then runs
  * exactly once on the client thread, @res being @len (@buf holds the
@@ -104,8 +105,9 @@ const struct sockaddr_in *peer_group_self(const struct peer_group *pg);
  * shutting down: @buf may hold anything; read it from the backend), at the
  * latest peer_timeout after this call.
  */
-int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id, void *buf,
-		     size_t len, void (*done)(void *arg, int res), void *arg);
+int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
+		     const struct peer_loc *loc, void *buf, size_t len,
+		     void (*done)(void *arg, int res), void *arg);
 
 /* Is this node the owner of chunk @id among the live members now? */
 bool peer_owns(struct peer_group *pg, const struct sfs_id *id);

@@ -19,9 +19,10 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#define REQ_MAGIC	0x31504653U	/* "SFP1" */
+#define REQ_MAGIC	0x32504653U	/* "SFP2" */
+#define REQ_V1_MAGIC	0x31504653U	/* "SFP1" */
 #define REP_MAGIC	0x31524653U	/* "SFR1" */
-#define MAC_OFF		56
+#define MAC_OFF		72
 
 /* nonces: 2^14 buckets of 8: 131072 requests per window of 60 s */
 #define RP_BUCKETS	(1U << 14)
@@ -141,7 +142,8 @@ static void mac_of(const struct peer_key *key, const unsigned char *msg,
 }
 
 int peer_req_encode(const struct peer_key *key, const struct sfs_id *id,
-		    uint32_t len, unsigned char out[PEER_REQ_LEN])
+		    uint32_t len, const struct peer_loc *loc,
+		    unsigned char out[PEER_REQ_LEN])
 {
 	memset(out, 0, PEER_REQ_LEN);
 	st32(out, REQ_MAGIC);
@@ -152,6 +154,9 @@ int peer_req_encode(const struct peer_key *key, const struct sfs_id *id,
 	st64(out + 32, id->hi);
 	st64(out + 40, id->lo);
 	st32(out + 48, len);
+	st32(out + 52, loc->idx);
+	st64(out + 56, loc->ino);
+	st64(out + 64, loc->tag);
 	mac_of(key, out, out + MAC_OFF);
 	return 0;
 }
@@ -172,7 +177,15 @@ int peer_req_decode(const struct peer_key *key, const unsigned char in[PEER_REQ_
 	m->id.hi = ld64(in + 32);
 	m->id.lo = ld64(in + 40);
 	m->len = ld32(in + 48);
+	m->loc.idx = ld32(in + 52);
+	m->loc.ino = ld64(in + 56);
+	m->loc.tag = ld64(in + 64);
 	return 0;
+}
+
+bool peer_req_v1(const unsigned char in[4])
+{
+	return ld32(in) == REQ_V1_MAGIC;
 }
 
 void peer_rep_encode(int status, uint32_t len, unsigned char out[PEER_REP_LEN])

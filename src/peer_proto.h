@@ -5,19 +5,33 @@
  * A small binary protocol over TCP, one request at a time per connection
  * (a connection is kept and reused for the next request):
  *
- *   request  (PEER_REQ_LEN = 80 bytes, little endian)
- *     0  magic "SFP1"        4  op (PEER_OP_GET)
+ *   request  (PEER_REQ_LEN = 96 bytes, little endian)
+ *     0  magic "SFP2"        4  op (PEER_OP_GET)
  *     8  ts: sender's wall clock, ms since the epoch
  *    16  nonce: 16 random bytes
  *    32  chunk id hi, lo: the XXH3-128 content address of the chunk
- *    48  len: the chunk's length      52  zero
- *    56  HMAC-SHA256 under the group's key of bytes 0..55 (first 24 bytes)
+ *    48  len: the chunk's length
+ *    52  idx   56  ino   64  tag: where the asker's manifest has the chunk
+ *        (struct peer_loc)
+ *    72  HMAC-SHA256 under the group's key of bytes 0..71 (first 24 bytes)
  *
  *   reply    (PEER_REP_LEN = 16 bytes, then len bytes of the chunk)
  *     0  magic "SFR1"        4  status: 0 or an errno value
  *     8  len (0 unless status is 0)    12  zero
  *
- * Only content addresses cross: no file or dataset name, no inode, no uid.
+ * The locator lets the server find the chunk in its own copy of the
+ * manifest without an index of every chunk (a mount of ten million files
+ * must not walk them all): it checks that its manifest of the dataset
+ * @tag names chunk @id at (@ino, @idx), and answers ENOENT otherwise (a
+ * dataset or version it has not mounted, a forged or stale locator).  No
+ * file or dataset name crosses, no uid: the tag is a hash (peer_loc).
+ *
+ * Versions: the magic is the protocol's version.  SFP1 (80 bytes, the
+ * same without the locator, its MAC at 56) was served from an index of
+ * every chunk; a server now reads an SFP1 request's 80 bytes and answers
+ * ENOENT (the old asker reads from its backend, no back-off), and an SFP1
+ * server hangs up on an SFP2 request (the new asker backs off that peer
+ * and reads from its backend).  Upgrade a group's nodes together.
  * The reply is not authenticated: its bytes are checked against the content
  * address they were asked by, and a forged refusal only sends the asker to
  * the backend.  A request is accepted once (peer_replay_check): its time
@@ -37,7 +51,8 @@
 
 #include "util.h"
 
-#define PEER_REQ_LEN	80
+#define PEER_REQ_LEN	96
+#define PEER_REQ_V1_LEN	80	/* an SFP1 request (answered ENOENT) */
 #define PEER_REP_LEN	16
 #define PEER_MAC_LEN	24
 #define PEER_OP_GET	1
@@ -50,6 +65,17 @@ struct peer_key {
 	size_t len;
 };
 
+/*
+ * Where the asker's manifest has a chunk: the dataset and version (@tag,
+ * backend_peer_tag(); 0: none), the file's inode and the chunk's index.
+ * Untrusted on the server: only a hint that the chunk id must confirm.
+ */
+struct peer_loc {
+	uint64_t tag;
+	uint64_t ino;
+	uint32_t idx;
+};
+
 /* A request, decoded. */
 struct peer_req_msg {
 	uint32_t op;
@@ -57,6 +83,7 @@ struct peer_req_msg {
 	unsigned char nonce[16];
 	struct sfs_id id;
 	uint32_t len;
+	struct peer_loc loc;
 };
 
 /*
@@ -70,11 +97,15 @@ int peer_key_load(const char *path, struct peer_key *key, char *err, size_t errl
 void peer_key_wipe(struct peer_key *key);
 
 /*
- * Encode a GET of chunk @id (@len bytes) into @out, stamped now with a
- * fresh nonce and MAC'ed with @key.  Returns 0 or -EIO (no random bytes).
+ * Encode a GET of chunk @id (@len bytes), found at @loc, into @out, stamped
+ * now with a fresh nonce and MAC'ed with @key.  Returns 0 or -EIO (no
+ * random bytes).
  */
 int peer_req_encode(const struct peer_key *key, const struct sfs_id *id,
-		    uint32_t len, unsigned char out[PEER_REQ_LEN]);
+		    uint32_t len, const struct peer_loc *loc,
+		    unsigned char out[PEER_REQ_LEN]);
+/* Do the first 4 bytes of a request say SFP1 (the older protocol)? */
+bool peer_req_v1(const unsigned char in[4]);
 /*
  * Decode @in into @m if its magic and MAC are right (any op; the caller
  * checks it).  Returns 0, -EBADMSG (not our protocol) or -EACCES (bad MAC).

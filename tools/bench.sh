@@ -1667,7 +1667,6 @@ bench_peers() {
 	uri="rados://$POOL/bench-peers?ns=bench-peers"
 	"$STAGEFS" publish -q -j "$T" --chunk-size "$chunk" "$d/src" "$uri" >>"$WORK/log/publish.log" 2>&1 ||
 		{ skipped "stagefs publish failed"; return; }
-	rados -p "$POOL" -N bench-peers ls | sed -n "s/^sfs\\.chunk\\.\\([0-9a-f]\\{32\\}\\)\$/\\1 $cbytes/p" >"$d/ids"
 	port=$((20000 + RANDOM % 20000))
 	for ((i = 1; i <= n; i++)); do
 		list+="${list:+, }127.0.0.$((i + 1)):$port"
@@ -1757,7 +1756,7 @@ bench_peers() {
 		wait
 		"$PY" -c 'import json, sys; print(int(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 8))' <<<"$out"
 	}
-	pb() { jget "$("$PB" -t "$1" -r "$2" "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$d/ids" 2>>"$WORK/log/peerbench.err")" bytes_per_s; }
+	pb() { jget "$("$PB" -t "$1" -r "$2" "$d/key" "127.0.0.9:$port" "127.0.0.2:$port" "$uri" 2>>"$WORK/log/peerbench.err")" bytes_per_s; }
 	timeout 60 cat "$d/c1"/data/*/* >/dev/null 2>&1
 	for r in 1 2 3; do
 		if command -v iperf3 >/dev/null; then
@@ -1776,7 +1775,7 @@ bench_peers() {
 		local k lp=() o0 t
 		# from the other members' addresses: node 1 counts what it serves them
 		for k in 3 4 5; do
-			"$PB" -t 16 -r 100000 "$d/key" "127.0.0.$k:$((port + 7))" "127.0.0.2:$port" "$d/ids" >/dev/null 2>&1 &
+			"$PB" -t 16 -r 100000 "$d/key" "127.0.0.$k:$((port + 7))" "127.0.0.2:$port" "$uri" >/dev/null 2>&1 &
 			lp+=($!)
 		done
 		sleep 1

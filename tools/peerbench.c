@@ -3,14 +3,16 @@
  * it: this program is a member of a peer group (src/peer.h) that asks
  * another member for chunks the way a daemon's fills do.
  *
- *   peerbench [-t INFLIGHT] [-r ROUNDS] KEYFILE SELF PEER IDLIST
+ *   peerbench [-t INFLIGHT] [-r ROUNDS] KEYFILE SELF PEER DATASET
  *
- * SELF (HOST:PORT, not listened on) and PEER form the group; IDLIST has one
- * chunk a line, "HEX32 LENGTH" (the content address and the byte count,
- * as `rados stat` of sfs.chunk.HEX32 says).  The chunks PEER owns (about
- * half) are asked of it, INFLIGHT at a time (default 16), ROUNDS times
- * (default 1); the client thread checks each against its content address
- * as for a daemon.  Prints one JSON object:
+ * SELF (HOST:PORT, not listened on) and PEER form the group; DATASET is a
+ * published rados:// dataset PEER has mounted (librados finds the cluster
+ * as for `stagefs publish`): its manifest is read whole, and each distinct
+ * chunk is asked with the place its manifest has it (a request names one,
+ * src/peer_proto.h).  The chunks PEER owns (about half) are asked of it,
+ * INFLIGHT at a time (default 16), ROUNDS times (default 1); the client
+ * thread checks each against its content address as for a daemon.  Prints
+ * one JSON object:
  *   {"chunks": N, "bytes": B, "seconds": S, "bytes_per_s": ..., "errors": E}
  * and exits 1 if any chunk failed, 2 on a usage error.
  */
@@ -20,7 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "backend.h"
+#include "config.h"
+#include "manifest.h"
 #include "peer.h"
 #include "util.h"
 
@@ -52,20 +58,22 @@ static void done(void *arg, int res)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: peerbench [-t INFLIGHT] [-r ROUNDS] KEYFILE SELF PEER IDLIST\n");
+	fprintf(stderr, "usage: peerbench [-t INFLIGHT] [-r ROUNDS] KEYFILE SELF PEER DATASET\n");
 	exit(2);
 }
 
 int main(int argc, char **argv)
 {
 	struct sfs_id *ids = NULL;
+	struct peer_loc *locs = NULL;
 	size_t *lens = NULL, n = 0, cap = 0, maxlen = 0, asked = 0;
+	struct sfs_config cfg;
+	struct backend *be;
 	unsigned int inflight = 16, rounds = 1;
 	struct peer_group *pg;
 	struct slot *slots;
-	char line[256], err[512], peers[300];
-	uint64_t t0, ns;
-	FILE *f;
+	char err[512], peers[300];
+	uint64_t t0, ns, nent;
 	int c;
 
 	while ((c = getopt(argc, argv, "t:r:")) != -1) {
@@ -78,31 +86,50 @@ int main(int argc, char **argv)
 	}
 	if (argc - optind != 4 || inflight < 1 || inflight > 256 || rounds < 1)
 		usage();
-	f = fopen(argv[optind + 3], "r");
-	if (!f) {
-		perror(argv[optind + 3]);
+	config_init(&cfg);
+	free(cfg.cache_dir);
+	cfg.cache_dir = NULL;	/* the manifest read whole, kept nowhere */
+	if (backend_open(argv[optind + 3], &cfg, &be, err, sizeof(err))) {
+		fprintf(stderr, "peerbench: %s\n", err);
+		return 1;
+	}
+	if (!be->peer_tag) {
+		fprintf(stderr, "peerbench: %s: not a published rados:// dataset\n", argv[optind + 3]);
 		return 2;
 	}
-	while (fgets(line, sizeof(line), f)) {
-		char hex[64];
-		unsigned long long len;
+	nent = manifest_nentries(be->m);
+	for (uint64_t ino = 1; ino <= nent; ino++) {
+		struct sfs_attr a;
+		uint32_t nc;
 
-		if (sscanf(line, "%63s %llu", hex, &len) != 2)
+		if (manifest_getattr(be->m, ino, &a) || a.ino != ino || !S_ISREG(a.mode))
 			continue;
-		if (n == cap) {
-			cap = cap ? cap * 2 : 1024;
-			ids = realloc(ids, cap * sizeof(*ids));
-			lens = realloc(lens, cap * sizeof(*lens));
-			if (!ids || !lens)
-				return 1;
+		nc = manifest_nchunks(be->m, ino);
+		for (uint32_t k = 0; k < nc; k++) {
+			bool dup = false;
+
+			if (n == cap) {
+				cap = cap ? cap * 2 : 1024;
+				ids = realloc(ids, cap * sizeof(*ids));
+				lens = realloc(lens, cap * sizeof(*lens));
+				locs = realloc(locs, cap * sizeof(*locs));
+				if (!ids || !lens || !locs)
+					return 1;
+			}
+			if (manifest_chunk(be->m, ino, k, &ids[n]))
+				break;
+			for (size_t i = 0; i < n && !dup; i++)	/* a bench's few hundred chunks */
+				dup = sfs_id_eq(&ids[i], &ids[n]);
+			if (dup)
+				continue;
+			lens[n] = backend_chunk_len(a.size, be->chunk_size, k);
+			locs[n] = (struct peer_loc){ be->peer_tag, ino, k };
+			maxlen = MAX(maxlen, lens[n]);
+			n++;
 		}
-		if (sfs_id_parse(hex, &ids[n]) || !len || len > 64 * MiB)
-			continue;
-		lens[n] = (size_t)len;
-		maxlen = MAX(maxlen, lens[n]);
-		n++;
 	}
-	fclose(f);
+	backend_close(be);
+	config_release(&cfg);
 	snprintf(peers, sizeof(peers), "%s", argv[optind + 2]);
 	{
 		struct peer_opts o = {
@@ -135,7 +162,8 @@ int main(int argc, char **argv)
 			slots[k].busy = true;
 			busy++;
 			pthread_mutex_unlock(&lock);
-			if (peer_fetch_start(pg, &ids[i], slots[k].buf, lens[i], done, &slots[k])) {
+			if (peer_fetch_start(pg, &ids[i], &locs[i], slots[k].buf, lens[i], done,
+					     &slots[k])) {
 				done(&slots[k], -EIO);
 				continue;
 			}

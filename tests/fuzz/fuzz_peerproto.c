@@ -44,13 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(rep, data + sizeof(req), MIN(size - sizeof(req), sizeof(rep)));
 
 	/* as it is: only a request whose tag is right may pass */
-	HMAC(EVP_sha256(), k.k, (int)k.len, req, 56, md, &mdlen);
-	forged = memcmp(md, req + 56, PEER_MAC_LEN) != 0;
+	HMAC(EVP_sha256(), k.k, (int)k.len, req, 72, md, &mdlen);
+	forged = memcmp(md, req + 72, PEER_MAC_LEN) != 0;
 	rc = peer_req_decode(&k, req, &m);
 	if (rc == 0 && forged)
 		__builtin_trap();
 	/* with its tag made right */
-	memcpy(req + 56, md, PEER_MAC_LEN);
+	memcpy(req + 72, md, PEER_MAC_LEN);
 	rc = peer_req_decode(&k, req, &m);
 	if (rc == 0) {
 		uint64_t now = m.ts_ms;

@@ -38,16 +38,22 @@ CFILE=$(find "$T/src" -type f -size +4k -size -1024k | sort | sed -n 1p)
 CHUNK=sfs.chunk.$("$PYTHON" -c 'import sys, xxhash; print(xxhash.xxh3_128_hexdigest(open(sys.argv[1], "rb").read()))' "$CFILE")
 rados --conf "$CEPH_CONF" -p "$POOL" stat "$CHUNK" >/dev/null || die "no chunk object $CHUNK for $CFILE"
 CLEN=$(stat -c %s "$CFILE")
-"$PYTHON" - "$PEER_KEY" "127.0.0.2" "$PEER_PORT" "${CHUNK#sfs.chunk.}" "$CLEN" <<'PY' || die "hand-made requests"
+# the request names where the asker's manifest has the chunk: the dataset
+# (a hash of its URI and version: a new name's first publish is version 1),
+# the file's inode (st_ino on a mount of one dataset) and the chunk's index
+CINO=$(stat -c %i "$T/m1/${CFILE#"$T/src/"}")
+"$PYTHON" - "$PEER_KEY" "127.0.0.2" "$PEER_PORT" "${CHUNK#sfs.chunk.}" "$CLEN" "$CINO" "rados://$POOL/$PEER_NAME@1" <<'PY' || die "hand-made requests"
 import hashlib, hmac, os, socket, struct, sys, time, xxhash
 keyfile, host, port, idhex, clen = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+ino, tag = int(sys.argv[6]), xxhash.xxh3_64_intdigest(sys.argv[7].encode()) | 1
 key = open(keyfile).readline().strip().encode()
 hi, lo = int(idhex[:16], 16), int(idhex[16:], 16)
 
-def request(k, nonce=None, ts=None):
+def request(k, nonce=None, ts=None, loc=None):
     nonce = nonce or os.urandom(16)
     ts = int(time.time() * 1000) if ts is None else ts
-    body = struct.pack("<IIQ16sQQII", 0x31504653, 1, ts, nonce, hi, lo, clen, 0)
+    t, i, x = loc or (tag, ino, 0)
+    body = struct.pack("<IIQ16sQQIIQQ", 0x32504653, 1, ts, nonce, hi, lo, clen, x, i, t)
     return body + hmac.new(k, body, hashlib.sha256).digest()[:24]
 
 def ask(msg, src="127.0.0.3"):
@@ -74,11 +80,21 @@ assert magic == 0x31524653 and st == 0 and n == clen, (hex(magic), st, n)
 assert xxhash.xxh3_128_hexdigest(rep[16:16 + n]) == idhex, "the chunk does not hash to its id"
 assert ask(good) == b"", "a replayed request was answered"
 assert ask(request(key, ts=int(time.time() * 1000) - 120000)) == b"", "a stale request was answered"
-# an unknown chunk id: refused with ENOENT, nothing else
+# a locator that does not name the chunk (another dataset or version, an
+# inode or index out of range, a directory): ENOENT, nothing else
+for loc in [(tag ^ 2, ino, 0), (tag, ino, 1), (tag, ino, 1 << 31), (tag, 1 << 62, 0),
+            (tag, (1 << 64) - 1, 0), (tag, 1, 0), (tag, 0, 0), (0, ino, 0)]:
+    rep = ask(request(key, loc=loc))
+    assert struct.unpack_from("<III", rep)[1:] == (2, 0) and len(rep) == 16, (loc, rep[:16])
+# an unknown chunk id at the right place: the same
 hi, lo = 1, 2
 rep = ask(request(key))
 assert struct.unpack_from("<III", rep)[1:] == (2, 0) and len(rep) == 16, rep[:16]
-print("hand-made requests: right key served, replay, wrong key, stale time refused")
+# an SFP1 request (an older node, no locator): ENOENT, so that it reads its backend
+body = struct.pack("<IIQ16sQQII", 0x31504653, 1, int(time.time() * 1000), os.urandom(16), hi, lo, clen, 0)
+rep = ask(body + hmac.new(key, body, hashlib.sha256).digest()[:24])
+assert struct.unpack_from("<III", rep)[1:] == (2, 0) and len(rep) == 16, rep[:16]
+print("hand-made requests: right key served, replay, wrong key, stale time refused; wrong places and SFP1 not here")
 PY
 grep -q "refused a request from 127.0.0.3: wrong key" "$(sfs_log "$T/m1")" || die "the wrong key was not logged"
 [[ $(grep -c "refused a request from 127.0.0.3" "$(sfs_log "$T/m1")") == 1 ]] ||
@@ -87,7 +103,7 @@ refused=$("$PYTHON" -c '
 import json, sys
 print([r for r in json.load(sys.stdin)["peers"] if r["addr"] == sys.argv[1]][0]["refused"])' \
 	"$N2" < <(stats_dump "$T/m1"))
-assert_eq "$refused" 3 "requests from node 2's address refused"
+assert_eq "$refused" 4 "requests from node 2's address refused (wrong key, replay, stale, SFP1)"
 
 log "a key file others may read: the daemon refuses to start"
 chmod 0640 "$PEER_KEY"

@@ -49,16 +49,19 @@ static void test_request(void **state)
 {
 	struct peer_key k, wrong;
 	struct sfs_id id = { 0x1122334455667788ULL, 0x99aabbccddeeff00ULL };
+	struct peer_loc loc = { 0xfeedfacecafebeefULL, 1234567, 89 };
 	unsigned char msg[PEER_REQ_LEN];
 	struct peer_req_msg m;
 
 	key_of(&k, KEY);
 	key_of(&wrong, KEY "x");
-	assert_int_equal(peer_req_encode(&k, &id, 4 << 20, msg), 0);
+	assert_int_equal(peer_req_encode(&k, &id, 4 << 20, &loc, msg), 0);
 	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
 	assert_int_equal(m.op, PEER_OP_GET);
 	assert_true(sfs_id_eq(&m.id, &id));
 	assert_int_equal(m.len, 4 << 20);
+	assert_true(m.loc.tag == loc.tag && m.loc.ino == loc.ino && m.loc.idx == loc.idx);
+	assert_false(peer_req_v1(msg));
 	assert_int_equal(peer_req_decode(&wrong, msg, &m), -EACCES);
 	for (int bit = 0; bit < PEER_REQ_LEN * 8; bit += 7) {
 		msg[bit / 8] ^= (unsigned char)(1 << (bit % 8));
@@ -66,6 +69,10 @@ static void test_request(void **state)
 		msg[bit / 8] ^= (unsigned char)(1 << (bit % 8));
 	}
 	msg[0] ^= 1;
+	assert_int_equal(peer_req_decode(&k, msg, &m), -EBADMSG);
+	/* an SFP1 request (80 bytes, no locator) is told apart, never decoded */
+	memcpy(msg, "SFP1", 4);
+	assert_true(peer_req_v1(msg));
 	assert_int_equal(peer_req_decode(&k, msg, &m), -EBADMSG);
 }
 
@@ -92,25 +99,26 @@ static void test_replay(void **state)
 	struct peer_replay *r;
 	struct peer_key k;
 	struct sfs_id id = { 1, 2 };
+	struct peer_loc loc = { 3, 4, 5 };
 	unsigned char msg[PEER_REQ_LEN];
 	struct peer_req_msg m;
 	uint64_t now = peer_wall_ms();
 
 	key_of(&k, KEY);
 	assert_int_equal(peer_replay_create(&r), 0);
-	assert_int_equal(peer_req_encode(&k, &id, 100, msg), 0);
+	assert_int_equal(peer_req_encode(&k, &id, 100, &loc, msg), 0);
 	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
 	assert_true(peer_replay_check(r, &m, now));
 	assert_false(peer_replay_check(r, &m, now + 1000));	/* the same nonce */
 	/* a fresh nonce, but stamped too far from the server's clock */
-	assert_int_equal(peer_req_encode(&k, &id, 100, msg), 0);
+	assert_int_equal(peer_req_encode(&k, &id, 100, &loc, msg), 0);
 	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
 	assert_false(peer_replay_check(r, &m, now + PEER_SKEW_MS + 5000));
 	assert_false(peer_replay_check(r, &m, now - PEER_SKEW_MS - 5000));
 	assert_true(peer_replay_check(r, &m, now));
 	/* many fresh requests are all accepted */
 	for (int i = 0; i < 10000; i++) {
-		assert_int_equal(peer_req_encode(&k, &id, 100, msg), 0);
+		assert_int_equal(peer_req_encode(&k, &id, 100, &loc, msg), 0);
 		assert_int_equal(peer_req_decode(&k, msg, &m), 0);
 		assert_true(peer_replay_check(r, &m, now));
 	}
@@ -315,7 +323,7 @@ static void test_refused_peer(void **state)
 	for (i = 0; i < 100 && rc; i++) {
 		struct sfs_id id = id_n((uint64_t)i + 100000);
 
-		rc = peer_fetch_start(pg, &id, buf, sizeof(buf), done_fn, &b);
+		rc = peer_fetch_start(pg, &id, &(struct peer_loc){ 1, 2, 0 }, buf, sizeof(buf), done_fn, &b);
 	}
 	assert_int_equal(rc, 0);
 	pthread_mutex_lock(&b.lock);
