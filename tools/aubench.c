@@ -1117,16 +1117,19 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "gen")) {
 		if (!count) {
 			fprintf(stderr, "aubench gen: -N COUNT is required\n");
-			return 2;
+			rc = 2;
+			goto out;
 		}
 		rc = aub_gen_run(&o, count, zscale);
 		if (rc)
 			fprintf(stderr, "aubench gen: %s\n", strerror(-rc));
-		return rc ? 1 : 0;
+		rc = rc ? 1 : 0;
+		goto out;
 	}
 	if (!strcmp(mode, "run") && !n_set) {
 		fprintf(stderr, "aubench run: -n N is required\n");
-		return 2;
+		rc = 2;
+		goto out;
 	}
 	/*
 	 * The sample size of a packed file is the workload's, divided by the
@@ -1135,8 +1138,10 @@ int main(int argc, char **argv)
 	if (listdir) {
 		char *ld;
 
-		if (asprintf(&ld, "%s/%s", listdir, o.wl->name) < 0)
-			return 2;
+		if (asprintf(&ld, "%s/%s", listdir, o.wl->name) < 0) {
+			rc = 2;
+			goto out;
+		}
 		rc = aub_set_load(&set, ld, dir);
 		free(ld);
 	} else {
@@ -1144,7 +1149,8 @@ int main(int argc, char **argv)
 	}
 	if (rc) {
 		fprintf(stderr, "aubench: %s: %s\n", dir, rc == -ENOENT ? "no data files" : strerror(-rc));
-		return 2;
+		rc = 2;
+		goto out;
 	}
 	if (o.per_file > 1) {
 		static struct aub_workload w;
@@ -1153,7 +1159,8 @@ int main(int argc, char **argv)
 		w.sample = set.v[0].size / o.per_file;
 		if (!w.sample) {
 			fprintf(stderr, "aubench: %s is smaller than %u samples\n", set.v[0].path, o.per_file);
-			return 2;
+			rc = 2;
+			goto out_set;
 		}
 		o.wl = &w;
 	}
@@ -1177,7 +1184,9 @@ int main(int argc, char **argv)
 			o.start = o.max;
 		rc = aub_search(&o, &set);
 	}
+out_set:
 	aub_set_release(&set);
+out:
 	free(dir);
 	return rc;
 }
