@@ -245,7 +245,7 @@ cache_served() {
 
 _ready() {
 	local mnt=$1 logf=${SFS_LOG[$1]:-}
-	timeout 5 mountpoint -q "$mnt" && timeout 5 cat "$mnt/.stagefs/stats" >/dev/null 2>&1 &&
+	timeout -k 2 5 mountpoint -q "$mnt" && timeout -k 2 5 cat "$mnt/.stagefs/stats" >/dev/null 2>&1 &&
 		# with FUSE over io_uring the rings answer before the daemon has
 		# set up the rest (exporters, control socket, passthrough
 		# accounting); it logs "mounted" once it has
