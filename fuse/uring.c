@@ -403,18 +403,28 @@ static int worker_setup(struct uring_worker *w)
 	ret = io_uring_submit(&w->ring);
 	if (ret < 0)
 		return ret;
+	{
+		/* tests/integration/uring_start.sh: widen the window below */
+		const char *d = getenv("STAGEFS_TEST_URING_REGISTER_DELAY_US");
+
+		if (d)
+			usleep((useconds_t)strtoul(d, NULL, 10));
+	}
 	/*
 	 * REGISTER is issued inline: a refusal is in the CQ already.  The
 	 * kernel then turns io_uring off for the connection and serves it
-	 * through /dev/fuse.
+	 * through /dev/fuse.  Anything else there is the worker loop's and
+	 * stays: the last queue's REGISTER makes the connection ready, and
+	 * the kernel may hand a request it held (a stat of the mount point
+	 * during start-up) to this entry at once.  Consuming that CQE here
+	 * lost the request, and whoever sent it waited forever.
 	 */
-	while (io_uring_peek_cqe(&w->ring, &cqe) == 0) {
-		ret = cqe->user_data >= TAG_ENT ? cqe->res : 0;
+	if (io_uring_peek_cqe(&w->ring, &cqe) == 0 && cqe->user_data >= TAG_ENT &&
+	    cqe->res < 0 && cqe->res != -EAGAIN && cqe->res != -EINTR) {
+		ret = cqe->res;
 		io_uring_cqe_seen(&w->ring, cqe);
-		if (ret < 0) {
-			w->refused = true;
-			return ret;
-		}
+		w->refused = true;
+		return ret;
 	}
 	return 0;
 }
