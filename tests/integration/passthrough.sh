@@ -73,6 +73,13 @@ PY
 # the inode reuses it.  An outside write to the cache file (its ctime moves)
 # must make the next open check the file again instead.
 stat_ge() { [[ $(stat_get "$mnt" "$1") -ge $2 ]]; }
+# Hold the inode with an O_PATH descriptor (no OPEN, no RELEASE) until the
+# FORGET below: on a loaded machine memory reclaim may evict the unused
+# inode at any time, and its FORGET closes the idle id this part is about.
+"$PYTHON" -c 'import os, sys, time; fd = os.open(sys.argv[1], os.O_PATH); print("held", flush=True); time.sleep(600)' \
+	"$mnt/full.bin" >"$TEST_TMPDIR/pin.out" &
+pin=$!
+wait_for -t 10 grep -q held "$TEST_TMPDIR/pin.out" || die "cannot hold full.bin's inode"
 wait_for -t 20 stat_ge passthrough_idle_ids 1 || die "no idle backing id after the opens were released"
 r0=$(stat_get "$mnt" passthrough_reused)
 [[ $(sha256 "$mnt/full.bin") == "$want_full" ]] || die "read through a kept backing id: wrong content"
@@ -87,6 +94,8 @@ c0=$(stat_get "$mnt" corrupt_chunks)
 assert_eq "$(stat_get "$mnt" passthrough_reused)" "$r0" "passthrough_reused after the cache file changed"
 assert_gt "$(stat_get "$mnt" corrupt_chunks)" "$c0" "corrupt_chunks found by the check that replaced the reuse"
 # FORGET (the kernel drops its inodes) closes the idle ids
+kill "$pin"
+wait "$pin" 2>/dev/null || true
 drop_caches
 stat_zero() { [[ $(stat_get "$mnt" passthrough_idle_ids) -eq 0 ]]; }
 wait_for -t 20 stat_zero || die "idle backing ids left after drop_caches: $(stat_get "$mnt" passthrough_idle_ids)"
