@@ -34,7 +34,7 @@ int log_level_parse(const char *name)
 	return -1;
 }
 
-void log_msg(int level, const char *fmt, ...)
+static void log_vmsg(int level, const char *suffix, const char *fmt, va_list ap)
 {
 	static const char *const tag[] = {
 		[LOG_EMERG] = "emerg", [LOG_ALERT] = "alert", [LOG_CRIT] = "crit",
@@ -42,13 +42,15 @@ void log_msg(int level, const char *fmt, ...)
 		[LOG_NOTICE] = "notice", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
 	};
 	char buf[2048];
-	va_list ap;
 	int n;
 
-	va_start(ap, fmt);
 	if (use_syslog) {
-		vsyslog(level, fmt, ap);
-		va_end(ap);
+		if (suffix && *suffix) {
+			vsnprintf(buf, sizeof(buf), fmt, ap);
+			syslog(level, "%s%s", buf, suffix);
+		} else {
+			vsyslog(level, fmt, ap);
+		}
 		return;
 	}
 	struct timespec ts;
@@ -60,11 +62,89 @@ void log_msg(int level, const char *fmt, ...)
 		     tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
 		     tag[level & 7]);
 	n += vsnprintf(buf + n, sizeof(buf) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
 	if (n > (int)sizeof(buf) - 2)
 		n = (int)sizeof(buf) - 2;
+	if (suffix && *suffix) {
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n - 1, "%s", suffix);
+		if (n > (int)sizeof(buf) - 2)
+			n = (int)sizeof(buf) - 2;
+	}
 	buf[n++] = '\n';
 	/* best effort: nothing useful can be done if stderr is gone */
 	if (write(STDERR_FILENO, buf, (size_t)n) < 0)
 		return;
+}
+
+void log_msg(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vmsg(level, NULL, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- rate limits ---- */
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void log_ratelimit_init(struct log_ratelimit *rl, uint32_t interval_ms, uint32_t burst)
+{
+	*rl = (struct log_ratelimit){ .interval_ms = interval_ms, .burst = burst };
+	pthread_mutex_init(&rl->lock, NULL);
+}
+
+bool log_ratelimit_ok(struct log_ratelimit *rl, uint64_t *missed)
+{
+	uint64_t now = mono_ms();
+	bool ok;
+
+	pthread_mutex_lock(&rl->lock);
+	if (!rl->begin_ms || now - rl->begin_ms >= rl->interval_ms) {
+		rl->begin_ms = now ? now : 1;
+		rl->printed = 0;
+	}
+	ok = rl->printed < rl->burst;
+	if (ok) {
+		rl->printed++;
+		*missed = rl->missed;
+		rl->missed = 0;
+	} else {
+		rl->missed++;
+		rl->missed_total++;
+	}
+	pthread_mutex_unlock(&rl->lock);
+	return ok;
+}
+
+uint64_t log_ratelimit_suppressed(struct log_ratelimit *rl)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&rl->lock);
+	n = rl->missed_total;
+	pthread_mutex_unlock(&rl->lock);
+	return n;
+}
+
+void log_msg_limited(struct log_ratelimit *rl, int level, const char *fmt, ...)
+{
+	char suffix[96] = "";
+	uint64_t missed;
+	va_list ap;
+
+	if (!log_ratelimit_ok(rl, &missed))
+		return;
+	if (missed)
+		snprintf(suffix, sizeof(suffix), " (%llu similar lines suppressed before this one)",
+			 (unsigned long long)missed);
+	va_start(ap, fmt);
+	log_vmsg(level, suffix, fmt, ap);
+	va_end(ap);
 }

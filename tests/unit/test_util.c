@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "util.h"
 
 #define XXH_INLINE_ALL
@@ -536,10 +537,35 @@ static void test_write_file_atomic(void **state)
 	assert_int_equal(write_file_atomic(path, "x", 1, 0600, true), -ENOENT);
 }
 
+/* A limit lets @burst lines out per interval and counts the rest. */
+static void test_log_ratelimit(void **state)
+{
+	struct log_ratelimit rl;
+	uint64_t missed = 99;
+	unsigned int ok = 0;
+
+	(void)state;
+	log_ratelimit_init(&rl, 200, 3);
+	for (int i = 0; i < 1000; i++)
+		if (log_ratelimit_ok(&rl, &missed))
+			ok++;
+	assert_int_equal(ok, 3);
+	assert_int_equal(missed, 0);
+	assert_int_equal(log_ratelimit_suppressed(&rl), 997);
+	usleep(250 * 1000);
+	/* the next interval: the first line says what was dropped */
+	assert_true(log_ratelimit_ok(&rl, &missed));
+	assert_int_equal(missed, 997);
+	assert_true(log_ratelimit_ok(&rl, &missed));
+	assert_int_equal(missed, 0);
+	pthread_mutex_destroy(&rl.lock);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_u64_add_sat),
+		cmocka_unit_test(test_log_ratelimit),
 		cmocka_unit_test(test_parse_size),
 		cmocka_unit_test(test_parse_size_blank_before_unit),
 		cmocka_unit_test(test_parse_size_nan_and_overflow),
