@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peerd: see peerd.h.
  *
@@ -10,8 +11,22 @@
  * without, and holds nothing per chunk (a mount of ten million files used
  * to walk them all and hold a table of every chunk before it answered).
  *
- * Lock order: pd->lock (the connection count), pd->pace_lock and
- * pd->log_lock are leaves; the cache's locks are taken outside them.
+ * Connection slots (struct slot), in three pools, so that no one without
+ * the key can take what members need:
+ *   pending, members   a connection from a member's address, before its
+ *                      TLS handshake is done: PENDING_MEMBERS in all,
+ *                      PEER_CONNS from one address (what one member asks
+ *                      on at once)
+ *   pending, others    from any other address: PENDING_OTHERS in all,
+ *                      PENDING_OTHER_PER_SOURCE from one
+ *   authenticated      after the handshake proved the group key:
+ *                      PEERD_MAX_CONNS in all, PER_SOURCE from one
+ * A pending connection has HANDSHAKE_MS from its accept to an
+ * authenticated session, however slowly its bytes come; then it is
+ * closed.  Only a key holder ever holds an authenticated slot.
+ *
+ * Lock order: pd->lock (the slots), pd->pace_lock are leaves; the cache's
+ * locks and the group's (peer_group_member) are taken outside them.
  */
 #include "peerd.h"
 
@@ -20,11 +35,13 @@
 #include "manifest.h"
 #include "peer.h"
 #include "peer_proto.h"
+#include "peer_tls.h"
 #include "prefetch/prefetch.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
@@ -35,16 +52,23 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+
 #define IDLE_MS		60000	/* a connection with no request this long is closed */
-#define REQ_MS		5000	/* a request's 96 bytes, once begun */
+#define REQ_MS		5000	/* a request's 48 bytes, once begun */
 #define SEND_MS		30000	/* a reply, once begun */
-#define LOGGED_MAX	256	/* sources logged once each */
+#define HANDSHAKE_MS	2000	/* from accept to an authenticated session */
 #define SERVE_NICE	10
-#define PER_SOURCE	(2 * PEER_CONNS)	/* connections from one address at once */
+#define PER_SOURCE	(2 * PEER_CONNS)	/* authenticated connections from one address */
+#define PENDING_MEMBERS	128	/* handshakes from members' addresses at once */
+#define PENDING_OTHERS	32	/* handshakes from other addresses at once */
+#define PENDING_OTHER_PER_SOURCE 4
+#define NSLOTS		(PEERD_MAX_CONNS + PENDING_MEMBERS + PENDING_OTHERS)
+#define BIND_RETRY_MIN_MS 1000
+#define BIND_RETRY_MAX_MS 30000
 
 /* A chunk of a dataset mounted here. */
 struct ient {
@@ -53,29 +77,36 @@ struct ient {
 	uint32_t idx;
 };
 
+enum slot_state { SLOT_FREE, SLOT_PENDING, SLOT_AUTH };
+
+struct slot {
+	int fd;
+	uint32_t src;			/* source address, network order */
+	enum slot_state state;
+	bool member;			/* from a member's address (its pending pool) */
+};
+
 struct peerd {
 	struct sfs *fs;
-	int lfd;			/* listening socket */
+	struct peer_tls *tls;		/* the server side's (src/peer_tls.h) */
+	int lfd;			/* listening socket; -1 until bound */
 	int stop_fd;			/* eventfd: stop */
+	struct sockaddr_in me;		/* peer_listen */
 	pthread_t accept_thread;
-	bool started;
 
 	pthread_mutex_t lock;
 	pthread_cond_t idle;		/* nconns dropped to 0 */
-	unsigned int nconns;		/* protected by lock */
-	int conn_fd[PEERD_MAX_CONNS];	/* protected by lock; -1: free */
-	uint32_t conn_src[PEERD_MAX_CONNS];	/* their source addresses; protected by lock */
+	unsigned int nconns;		/* slots used; protected by lock */
+	unsigned int nauth, npend_member, npend_other;	/* protected by lock */
+	struct slot slot[NSLOTS];	/* protected by lock */
 	bool stopping;			/* protected by lock */
 
 	pthread_mutex_t pace_lock;
 	uint64_t pace_ns;		/* when the next reply may start; protected by pace_lock */
 	uint64_t ns_per_byte_x1000;	/* 0: no cap */
 
-	pthread_mutex_t log_lock;
-	uint32_t logged[LOGGED_MAX];	/* sources logged; protected by log_lock */
-	unsigned int nlogged;
-
-	struct peer_replay *replay;
+	/* what anyone who reaches the port can make us log: a few a minute */
+	struct log_ratelimit rl_refused, rl_full, rl_legacy;
 	bool corrupt;			/* peer_test_corrupt */
 };
 
@@ -161,24 +192,20 @@ void peerd_dataset_added(struct sfs *fs, struct sfs_dataset *ds)
 
 /* ---- one connection ---- */
 
-/* Log a refusal of @from once per source (then only count it). */
-static void log_once(struct peerd *pd, const struct sockaddr_in *from, const char *why)
-{
+struct conn {
+	struct peerd *pd;
+	int fd;
+	int slot;
+	SSL *ssl;
+	struct sockaddr_in from;
 	char ip[INET_ADDRSTRLEN];
-	bool seen = false;
+};
 
-	peer_note_refused(pd->fs->peers, from);
-	pthread_mutex_lock(&pd->log_lock);
-	for (unsigned int i = 0; i < pd->nlogged && !seen; i++)
-		seen = pd->logged[i] == from->sin_addr.s_addr;
-	if (!seen && pd->nlogged < LOGGED_MAX)
-		pd->logged[pd->nlogged++] = from->sin_addr.s_addr;
-	pthread_mutex_unlock(&pd->log_lock);
-	if (seen)
-		return;
-	inet_ntop(AF_INET, &from->sin_addr, ip, sizeof(ip));
-	log_warn("peer server: refused a request from %s: %s (logged once per source)",
-		 ip, why);
+/* A refusal of @c: counted for its member, logged within a rate limit. */
+static void refused(struct conn *c, struct log_ratelimit *rl, const char *why)
+{
+	peer_note_refused(c->pd->fs->peers, &c->from);
+	log_limited(rl, LOG_WARNING, "peer server: refused %s: %s", c->ip, why);
 }
 
 /* Wait up to @ms for @fd to be ready for @ev.  Returns 0, -ETIMEDOUT, -errno. */
@@ -195,57 +222,66 @@ static int wait_fd(int fd, short ev, int ms)
 	return r ? 0 : -ETIMEDOUT;
 }
 
-/* Read exactly @len bytes; the first within @first_ms, the rest within REQ_MS. */
-static int recv_full(int fd, void *buf, size_t len, int first_ms)
+/* Wait, until @deadline (ms), for what OpenSSL asked after @ret.  0 or -errno. */
+static int tls_wait(struct conn *c, int ret, uint64_t deadline)
 {
+	short ev;
+	uint64_t now;
+	int rc = peer_tls_want(c->ssl, ret, &ev);
+
+	if (rc)
+		return rc;
+	now = now_ms();
+	if (now >= deadline)
+		return -ETIMEDOUT;
+	return wait_fd(c->fd, ev, (int)MIN(deadline - now, (uint64_t)INT_MAX));
+}
+
+/*
+ * Read a request: its first byte within @first_ms (an idle connection),
+ * all of it within REQ_MS of that.  0 or -errno.
+ */
+static int tls_recv_full(struct conn *c, void *buf, size_t len, int first_ms)
+{
+	uint64_t deadline = now_ms() + (uint64_t)first_ms;
 	size_t got = 0;
 
 	while (got < len) {
-		ssize_t r;
-		int rc = wait_fd(fd, POLLIN, got ? REQ_MS : first_ms);
+		int r, rc;
 
+		ERR_clear_error();
+		r = SSL_read(c->ssl, (char *)buf + got, (int)(len - got));
+		if (r > 0) {
+			if (!got)
+				deadline = now_ms() + REQ_MS;
+			got += (size_t)r;
+			continue;
+		}
+		rc = tls_wait(c, r, deadline);
 		if (rc)
 			return rc;
-		r = recv(fd, (char *)buf + got, len - got, MSG_DONTWAIT);
-		if (r < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -ECONNRESET;
-		got += (size_t)r;
 	}
 	return 0;
 }
 
-static int send_full(int fd, struct iovec *iov, int n)
+static int tls_send_full(struct conn *c, const void *buf, size_t len)
 {
 	uint64_t deadline = now_ms() + SEND_MS;
+	size_t sent = 0;
 
-	while (n) {
-		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)n };
-		ssize_t r = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+	while (sent < len) {
+		int r, rc;
 
-		if (r < 0 && (errno == EAGAIN || errno == EINTR)) {
-			uint64_t now = now_ms();
-			int rc;
-
-			if (now >= deadline)
-				return -ETIMEDOUT;
-			rc = wait_fd(fd, POLLOUT, (int)(deadline - now));
-			if (rc)
-				return rc;
+		ERR_clear_error();
+		r = SSL_write(c->ssl, (const char *)buf + sent,
+			      (int)MIN(len - sent, (size_t)INT_MAX));
+		if (r > 0) {
+			sent += (size_t)r;
 			continue;
 		}
-		if (r < 0)
-			return -errno;
-		while (n && (size_t)r >= iov->iov_len) {
-			r -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n) {
-			iov->iov_base = (char *)iov->iov_base + r;
-			iov->iov_len -= (size_t)r;
-		}
+		rc = tls_wait(c, r, deadline);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -325,27 +361,137 @@ static int serve_read(struct peerd *pd, const struct ient *e, void *buf, size_t 
 	return (size_t)n == len ? 0 : -EIO;
 }
 
-struct conn {
-	struct peerd *pd;
-	int fd;
-	int slot;
-	struct sockaddr_in from;
-};
 
-/* Give connection slot @slot (socket @fd) back: closes @fd. */
-static void slot_release(struct peerd *pd, int slot, int fd)
+/*
+ * A client from before TLS (SFP1, SFP2: their magic where a ClientHello
+ * would start): "not here", so that it reads its backend without backing
+ * off, and close at once.
+ */
+static void legacy_refuse(struct conn *c)
 {
+	unsigned char rep[PEER_REP_LEN], junk[128];
+
+	refused(c, &c->pd->rl_legacy,
+		"an older stagefs (clear-text protocol SFP1/SFP2): upgrade the group's nodes together");
+	peer_rep_encode(ENOENT, 0, rep);
+	(void)!send(c->fd, rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+	/* what it sent is read, so that the close is a FIN, not a reset */
+	while (recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT) > 0)
+		;
+}
+
+/*
+ * From accept to an authenticated session, within HANDSHAKE_MS whatever
+ * the client does.  true: @c may be served.
+ */
+static bool handshake(struct conn *c)
+{
+	uint64_t deadline = now_ms() + HANDSHAKE_MS;
+	unsigned char first[4];
+	ssize_t n;
+	int r, rc;
+
+	/* TLS begins with a handshake record (22); the old protocols with "SFP" */
+	for (;;) {
+		uint64_t now = now_ms();
+
+		if (now >= deadline)
+			return refused(c, &c->pd->rl_refused, "no handshake within 2 s"), false;
+		rc = wait_fd(c->fd, POLLIN, (int)(deadline - now));
+		if (rc)
+			return refused(c, &c->pd->rl_refused, "no handshake within 2 s"), false;
+		n = recv(c->fd, first, sizeof(first), MSG_PEEK | MSG_DONTWAIT);
+		if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR)))
+			return false;	/* closed before a word */
+		if (n > 0 && first[0] == 0x16)
+			break;
+		if (n > 0 && first[0] != 'S')
+			return refused(c, &c->pd->rl_refused, "not the stagefs peer protocol (not TLS)"), false;
+		if (n == (ssize_t)sizeof(first)) {
+			if (peer_req_legacy(first))
+				legacy_refuse(c);
+			else
+				refused(c, &c->pd->rl_refused, "not the stagefs peer protocol");
+			return false;
+		}
+		usleep(1000);	/* a few bytes of a magic: the rest is on its way */
+	}
+	c->ssl = peer_tls_new(c->pd->tls, c->fd);
+	if (!c->ssl)
+		return false;
+	for (;;) {
+		ERR_clear_error();
+		r = SSL_accept(c->ssl);
+		if (r == 1)
+			break;
+		rc = tls_wait(c, r, deadline);
+		if (rc) {
+			refused(c, &c->pd->rl_refused, rc == -ETIMEDOUT ? "no handshake within 2 s"
+									 : peer_tls_why(c->ssl));
+			return false;
+		}
+	}
+	if (!peer_tls_authenticated(c->ssl)) {
+		refused(c, &c->pd->rl_refused, "a TLS session not keyed by the group's key");
+		return false;
+	}
+	return true;
+}
+
+/* Move @c's slot from pending to authenticated.  false: no room, close it. */
+static bool slot_promote(struct peerd *pd, struct conn *c)
+{
+	struct slot *sl = &pd->slot[c->slot];
+	unsigned int same = 0;
+	bool ok;
+
 	pthread_mutex_lock(&pd->lock);
-	pd->conn_fd[slot] = -1;
-	close(fd);
+	for (int i = 0; i < NSLOTS; i++)
+		if (pd->slot[i].state == SLOT_AUTH && pd->slot[i].src == sl->src)
+			same++;
+	ok = pd->nauth < PEERD_MAX_CONNS && same < PER_SOURCE;
+	if (ok) {
+		if (sl->member)
+			pd->npend_member--;
+		else
+			pd->npend_other--;
+		sl->state = SLOT_AUTH;
+		pd->nauth++;
+	}
+	pthread_mutex_unlock(&pd->lock);
+	return ok;
+}
+
+/* Give slot @i back: closes its socket. */
+static void slot_free(struct peerd *pd, int i)
+{
+	struct slot *sl = &pd->slot[i];
+
+	pthread_mutex_lock(&pd->lock);
+	if (sl->state == SLOT_AUTH)
+		pd->nauth--;
+	else if (sl->member)
+		pd->npend_member--;
+	else
+		pd->npend_other--;
+	sl->state = SLOT_FREE;
+	close(sl->fd);
+	sl->fd = -1;
 	if (--pd->nconns == 0)
 		pthread_cond_broadcast(&pd->idle);
 	pthread_mutex_unlock(&pd->lock);
 }
 
+/* End @c: a close_notify if it can go, its slot given back, @c freed. */
 static void conn_end(struct conn *c)
 {
-	slot_release(c->pd, c->slot, c->fd);
+	if (c->ssl) {
+		if (SSL_is_init_finished(c->ssl))
+			SSL_shutdown(c->ssl);	/* best effort */
+		SSL_free(c->ssl);
+		ERR_clear_error();
+	}
+	slot_free(c->pd, c->slot);
 	free(c);
 }
 
@@ -353,72 +499,67 @@ static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
 	struct peerd *pd = c->pd;
-	const struct peer_key *key = peer_group_key(pd->fs->peers);
-	void *buf = NULL;
+	unsigned char *buf = NULL;	/* the reply header, then the chunk */
 	size_t bufcap = 0;
 
 	/* below the node's own readers (setpriority on a thread id: this thread) */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), SERVE_NICE);
+	peer_tls_thread_init();
+	if (!handshake(c))
+		goto out;
+	if (!slot_promote(pd, c)) {
+		log_limited(&pd->rl_full, LOG_WARNING,
+			    "peer server: %s: all %d member connections (or %d from it) in use: closed",
+			    c->ip, PEERD_MAX_CONNS, PER_SOURCE);
+		goto out;
+	}
 	for (;;) {
-		unsigned char req[PEER_REQ_LEN], rep[PEER_REP_LEN];
+		unsigned char req[PEER_REQ_LEN];
 		struct peer_req_msg m;
-		struct iovec iov[2];
 		struct ient e;
 		int rc, status = 0;
 
-		if (recv_full(c->fd, req, PEER_REQ_V1_LEN, IDLE_MS))
+		if (tls_recv_full(c, req, sizeof(req), IDLE_MS))
 			break;
-		if (peer_req_v1(req)) {
-			/* an older node (SFP1, no locator): "not here", it reads its backend */
-			log_once(pd, &c->from, "an older stagefs (protocol SFP1, no locator): upgrade it");
-			peer_rep_encode(ENOENT, 0, rep);
-			iov[0] = (struct iovec){ .iov_base = rep, .iov_len = sizeof(rep) };
-			if (send_full(c->fd, iov, 1))
-				break;
-			continue;
-		}
-		if (recv_full(c->fd, req + PEER_REQ_V1_LEN, sizeof(req) - PEER_REQ_V1_LEN, REQ_MS))
-			break;
-		rc = peer_req_decode(key, req, &m);
-		if (rc) {
-			log_once(pd, &c->from, rc == -EACCES ? "wrong key (bad MAC)"
-							     : "not the stagefs peer protocol");
-			break;
-		}
-		if (!peer_replay_check(pd->replay, &m, peer_wall_ms())) {
-			log_once(pd, &c->from,
-				 "replayed, or stamped more than 30 s off this node's clock");
+		if (peer_req_decode(req, &m)) {
+			/* a key holder that speaks something else: not worth a reply */
+			refused(c, &pd->rl_refused, "a request not in the SFP3 format");
 			break;
 		}
 		if (m.op != PEER_OP_GET || m.len == 0 || m.len > 64 * MiB)
 			status = EINVAL;
 		else if (!chunk_find(pd, &m.id, &m.loc, &e))
 			status = ENOENT;	/* not there in a dataset mounted here */
-		if (!status && bufcap < m.len) {
+		if (!status && bufcap < PEER_REP_LEN + (size_t)m.len) {
 			free(buf);
 			bufcap = 0;
-			buf = malloc(m.len);
+			buf = malloc(PEER_REP_LEN + (size_t)m.len);
 			if (!buf)
 				status = ENOMEM;
 			else
-				bufcap = m.len;
+				bufcap = PEER_REP_LEN + (size_t)m.len;
 		}
 		if (!status) {
-			rc = serve_read(pd, &e, buf, m.len);
+			rc = serve_read(pd, &e, buf + PEER_REP_LEN, m.len);
 			status = rc ? (rc == -ENOENT || rc == -EINVAL ? -rc : EIO) : 0;
 		}
 		if (!status && pd->corrupt)
-			((unsigned char *)buf)[m.len / 2] ^= 0x5a;	/* tests only */
-		peer_rep_encode(status, m.len, rep);
-		iov[0] = (struct iovec){ .iov_base = rep, .iov_len = sizeof(rep) };
-		iov[1] = (struct iovec){ .iov_base = buf, .iov_len = status ? 0 : m.len };
-		if (!status)
-			pace(pd, m.len);
-		if (send_full(c->fd, iov, status ? 1 : 2))
+			buf[PEER_REP_LEN + m.len / 2] ^= 0x5a;	/* tests only */
+		if (status) {
+			unsigned char rep[PEER_REP_LEN];
+
+			peer_rep_encode(status, 0, rep);
+			if (tls_send_full(c, rep, sizeof(rep)))
+				break;
+			continue;
+		}
+		peer_rep_encode(0, m.len, buf);
+		pace(pd, m.len);
+		if (tls_send_full(c, buf, PEER_REP_LEN + (size_t)m.len))
 			break;
-		if (!status)
-			peer_note_served(pd->fs->peers, &c->from, m.len);
+		peer_note_served(pd->fs->peers, &c->from, m.len);
 	}
+out:
 	free(buf);
 	conn_end(c);
 	return NULL;
@@ -426,21 +567,141 @@ static void *conn_main(void *arg)
 
 /* ---- the listener ---- */
 
+/*
+ * Take a slot for a connection from @from, in the pool its address
+ * belongs to (@member).  Returns the slot or -1 (that pool is full).
+ */
+static int slot_take(struct peerd *pd, int fd, const struct sockaddr_in *from, bool member)
+{
+	uint32_t src = from->sin_addr.s_addr;
+	unsigned int same = 0;
+	int slot = -1;
+
+	pthread_mutex_lock(&pd->lock);
+	if (pd->stopping)
+		goto out;
+	for (int i = 0; i < NSLOTS; i++) {
+		if (pd->slot[i].state == SLOT_FREE) {
+			if (slot < 0)
+				slot = i;
+		} else if (pd->slot[i].state == SLOT_PENDING && pd->slot[i].src == src) {
+			same++;
+		}
+	}
+	if (member ? pd->npend_member >= PENDING_MEMBERS || same >= PEER_CONNS
+		   : pd->npend_other >= PENDING_OTHERS || same >= PENDING_OTHER_PER_SOURCE)
+		slot = -1;
+	if (slot >= 0) {
+		pd->slot[slot] = (struct slot){ .fd = fd, .src = src, .state = SLOT_PENDING,
+						.member = member };
+		if (member)
+			pd->npend_member++;
+		else
+			pd->npend_other++;
+		pd->nconns++;
+	}
+out:
+	pthread_mutex_unlock(&pd->lock);
+	return slot;
+}
+
+/* Bind and listen on peer_listen.  0 or -errno. */
+static int listen_try(struct peerd *pd)
+{
+	int one = 1, fd, rc;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (const struct sockaddr *)&pd->me, sizeof(pd->me)) < 0 ||
+	    listen(fd, 128) < 0) {
+		rc = -errno;
+		close(fd);
+		return rc;
+	}
+	pd->lfd = fd;
+	return 0;
+}
+
+static void accept_one(struct peerd *pd)
+{
+	struct sockaddr_in from;
+	socklen_t fl = sizeof(from);
+	pthread_attr_t at;
+	pthread_t t;
+	struct conn *c;
+	int fd, one = 1, slot;
+	bool member;
+
+	fd = accept4(pd->lfd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0) {
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+			usleep(10000);	/* EMFILE: let some close */
+		return;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	member = peer_group_member(pd->fs->peers, &from);
+	slot = slot_take(pd, fd, &from, member);
+	if (slot < 0) {
+		char ip[INET_ADDRSTRLEN];
+
+		inet_ntop(AF_INET, &from.sin_addr, ip, sizeof(ip));
+		peer_note_refused(pd->fs->peers, &from);
+		log_limited(&pd->rl_full, LOG_WARNING,
+			    "peer server: %s: too many handshakes under way from %s: closed",
+			    ip, member ? "members" : "addresses not in the group");
+		close(fd);	/* the asker falls back; its back-off spares us */
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		slot_free(pd, slot);
+		return;
+	}
+	c->pd = pd;
+	c->fd = fd;
+	c->slot = slot;
+	c->from = from;
+	inet_ntop(AF_INET, &from.sin_addr, c->ip, sizeof(c->ip));
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &at, conn_main, c))
+		conn_end(c);
+	pthread_attr_destroy(&at);
+}
+
+/*
+ * The accept thread.  Until peer_listen is bound (someone holds the port,
+ * or the address is not up yet) it tries again, 1 s doubling to 30 s: the
+ * node mounts and reads from its backend meanwhile, asking the other
+ * members as ever; they skip it while it does not answer.
+ */
 static void *accept_main(void *arg)
 {
 	struct peerd *pd = arg;
+	int retry_ms = BIND_RETRY_MIN_MS, rc;
+	char a[INET_ADDRSTRLEN];
 
+	inet_ntop(AF_INET, &pd->me.sin_addr, a, sizeof(a));
+	while (pd->lfd < 0) {
+		struct pollfd p = { .fd = pd->stop_fd, .events = POLLIN };
+
+		if (poll(&p, 1, retry_ms) > 0)
+			return NULL;
+		rc = listen_try(pd);
+		if (!rc) {
+			log_notice("peer server: listening on %s:%u at last", a,
+				   (unsigned)ntohs(pd->me.sin_port));
+			break;
+		}
+		retry_ms = MIN(retry_ms * 2, BIND_RETRY_MAX_MS);
+	}
 	for (;;) {
 		struct pollfd p[2] = {
 			{ .fd = pd->lfd, .events = POLLIN },
 			{ .fd = pd->stop_fd, .events = POLLIN },
 		};
-		struct sockaddr_in from;
-		socklen_t fl = sizeof(from);
-		pthread_attr_t at;
-		pthread_t t;
-		struct conn *c;
-		int fd, one = 1, slot = -1;
 
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
@@ -450,110 +711,61 @@ static void *accept_main(void *arg)
 		}
 		if (p[1].revents)
 			break;
-		fd = accept4(pd->lfd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				usleep(10000);	/* EMFILE: let some close */
-			continue;
-		}
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		pthread_mutex_lock(&pd->lock);
-		if (pd->nconns < PEERD_MAX_CONNS && !pd->stopping) {
-			unsigned int same = 0;
-
-			/* one address (a member asks on at most PEER_CONNS) cannot take them all */
-			for (int i = 0; i < PEERD_MAX_CONNS; i++) {
-				if (pd->conn_fd[i] < 0) {
-					if (slot < 0)
-						slot = i;
-				} else if (pd->conn_src[i] == from.sin_addr.s_addr) {
-					same++;
-				}
-			}
-			if (same >= PER_SOURCE)
-				slot = -1;
-		}
-		if (slot >= 0) {
-			pd->conn_fd[slot] = fd;
-			pd->conn_src[slot] = from.sin_addr.s_addr;
-			pd->nconns++;
-		}
-		pthread_mutex_unlock(&pd->lock);
-		if (slot < 0) {
-			close(fd);	/* the asker falls back; its back-off spares us */
-			continue;
-		}
-		c = calloc(1, sizeof(*c));
-		if (!c) {
-			slot_release(pd, slot, fd);
-			continue;
-		}
-		c->pd = pd;
-		c->fd = fd;
-		c->slot = slot;
-		c->from = from;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&t, &at, conn_main, c))
-			conn_end(c);
-		pthread_attr_destroy(&at);
+		accept_one(pd);
 	}
 	return NULL;
 }
 
 int peerd_start(struct sfs *fs, char *err, size_t errlen)
 {
-	const struct sockaddr_in *me;
 	struct peerd *pd;
-	int one = 1, rc;
+	char a[INET_ADDRSTRLEN];
+	int rc;
 
 	if (!fs->peers)
 		return 0;
-	me = peer_group_self(fs->peers);
 	pd = calloc(1, sizeof(*pd));
 	if (!pd)
 		return -ENOMEM;
 	pd->fs = fs;
 	pd->lfd = pd->stop_fd = -1;
+	pd->me = *peer_group_self(fs->peers);
 	pd->corrupt = fs->cfg.peer_test_corrupt;
 	if (fs->cfg.peer_serve_max_mbps)
 		pd->ns_per_byte_x1000 = 1000000 / fs->cfg.peer_serve_max_mbps;	/* 1e9/1e6 * 1000 */
-	for (int i = 0; i < PEERD_MAX_CONNS; i++)
-		pd->conn_fd[i] = -1;
+	for (int i = 0; i < NSLOTS; i++)
+		pd->slot[i].fd = -1;
 	pthread_mutex_init(&pd->lock, NULL);
 	pthread_cond_init(&pd->idle, NULL);
 	pthread_mutex_init(&pd->pace_lock, NULL);
-	pthread_mutex_init(&pd->log_lock, NULL);
-	rc = peer_replay_create(&pd->replay);
+	log_ratelimit_init(&pd->rl_refused, 60000, 10);
+	log_ratelimit_init(&pd->rl_full, 60000, 5);
+	log_ratelimit_init(&pd->rl_legacy, 60000, 3);
+	rc = peer_tls_create(peer_group_key(fs->peers), true, &pd->tls, err, errlen);
 	if (rc)
 		goto out_free;
-	pd->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	pd->stop_fd = eventfd(0, EFD_CLOEXEC);
-	if (pd->lfd < 0 || pd->stop_fd < 0) {
+	if (pd->stop_fd < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "peer server: %s", strerror(-rc));
 		goto out_free;
 	}
-	setsockopt(pd->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(pd->lfd, (const struct sockaddr *)me, sizeof(*me)) < 0 ||
-	    listen(pd->lfd, 128) < 0) {
-		char a[INET_ADDRSTRLEN];
-
-		rc = -errno;
-		inet_ntop(AF_INET, &me->sin_addr, a, sizeof(a));
-		snprintf(err, errlen, "peer_listen %s:%u: %s", a, (unsigned)ntohs(me->sin_port),
-			 strerror(-rc));
-		goto out_free;
-	}
+	inet_ntop(AF_INET, &pd->me.sin_addr, a, sizeof(a));
+	rc = listen_try(pd);
+	if (rc)
+		/* the peer tier failing never fails the mount */
+		log_warn("peer server: peer_listen %s:%u: %s; serving no peers until it can bind (trying again, 1 s doubling to 30 s)%s",
+			 a, (unsigned)ntohs(pd->me.sin_port), strerror(-rc),
+			 rc == -EADDRINUSE ? "; if another program holds the port, take a port below 1024, which no user can hold" : "");
 	rc = -pthread_create(&pd->accept_thread, NULL, accept_main, pd);
 	if (rc) {
 		snprintf(err, errlen, "peer server thread: %s", strerror(-rc));
 		goto out_free;
 	}
-	pd->started = true;
 	fs->peerd = pd;
-	log_notice("peer server: listening on %s:%u",
-		   inet_ntoa(me->sin_addr), (unsigned)ntohs(me->sin_port));
+	if (pd->lfd >= 0)
+		log_notice("peer server: listening on %s:%u (TLS 1.3, the group's key)", a,
+			   (unsigned)ntohs(pd->me.sin_port));
 	return 0;
 
 out_free:
@@ -561,7 +773,10 @@ out_free:
 		close(pd->lfd);
 	if (pd->stop_fd >= 0)
 		close(pd->stop_fd);
-	peer_replay_destroy(pd->replay);
+	peer_tls_destroy(pd->tls);
+	pthread_mutex_destroy(&pd->lock);
+	pthread_cond_destroy(&pd->idle);
+	pthread_mutex_destroy(&pd->pace_lock);
 	free(pd);
 	return rc;
 }
@@ -578,20 +793,20 @@ void peerd_stop(struct sfs *fs)
 	pthread_join(pd->accept_thread, NULL);
 	pthread_mutex_lock(&pd->lock);
 	pd->stopping = true;
-	for (int i = 0; i < PEERD_MAX_CONNS; i++)
-		if (pd->conn_fd[i] >= 0)
-			shutdown(pd->conn_fd[i], SHUT_RDWR);
+	for (int i = 0; i < NSLOTS; i++)
+		if (pd->slot[i].state != SLOT_FREE)
+			shutdown(pd->slot[i].fd, SHUT_RDWR);
 	/* a connection in a backend read ends within rados_timeout */
 	while (pd->nconns)
 		pthread_cond_wait(&pd->idle, &pd->lock);
 	pthread_mutex_unlock(&pd->lock);
-	close(pd->lfd);
+	if (pd->lfd >= 0)
+		close(pd->lfd);
 	close(pd->stop_fd);
-	peer_replay_destroy(pd->replay);
+	peer_tls_destroy(pd->tls);
 	pthread_mutex_destroy(&pd->lock);
 	pthread_cond_destroy(&pd->idle);
 	pthread_mutex_destroy(&pd->pace_lock);
-	pthread_mutex_destroy(&pd->log_lock);
 	free(pd);
 	fs->peerd = NULL;
 }

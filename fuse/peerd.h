@@ -1,26 +1,28 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peerd: the daemon's side of its peer group (src/peer.h): the group
  * itself, made from the settings, and the server that sends this node's
  * chunks to the other members (docs/fleet.md).
  *
- * The server listens on peer_listen.  An accept thread starts one thread
- * per connection (at most PEERD_MAX_CONNS, and 32 from one address), which
- * runs at nice 10 so that the node's own readers come first, and answers
- * one request at a time
- * (src/peer_proto.h): the request's MAC under the group key, then its time
- * and nonce (no replay), then its chunk id looked up in the index of the
- * content addresses of the datasets this node has mounted.  Only such a
- * chunk is sent: from the cache, or, on a miss, read from the backend
- * once (the cache's single flight: a reader or another peer wanting it
- * meanwhile waits for the same fetch), cached, and sent, paced to
+ * The server listens on peer_listen (if the port cannot be bound, the
+ * mount goes on and the accept thread tries again).  An accept thread
+ * starts one thread per connection, which runs at nice 10 so that the
+ * node's own readers come first: a TLS 1.3 handshake keyed by the group's
+ * key (src/peer_tls.h) within 2 s of the accept, then one request at a
+ * time (src/peer_proto.h), its chunk looked up at the place it names in
+ * the manifest of a dataset this node has mounted.  Only such a chunk is
+ * sent: from the cache, or, on a miss, read from the backend once (the
+ * cache's single flight: a reader or another peer wanting it meanwhile
+ * waits for the same fetch), cached, and sent, paced to
  * peer_serve_max_mbps.  The server never asks a peer itself, so two
  * owners can never wait on each other.
  *
- * A request with a bad MAC, a stale time or a replayed nonce gets no
- * answer at all: the connection is closed and the source logged once
- * (then counted in "refused").  A chunk id this node does not have gets
- * ENOENT; no file name, path or dataset name is ever read from or written
- * to the network.
+ * A connection without the key never gets past the handshake, and holds
+ * its slot 2 s at most, in pools that keep members' slots for members;
+ * an old clear-text request (SFP1, SFP2) gets ENOENT at once.  Refusals
+ * are counted per member and logged a few a minute.  A chunk this node
+ * does not have gets ENOENT; no file name, path or dataset name is ever
+ * read from or written to the network.
  */
 #ifndef STAGEFS_FUSE_PEERD_H
 #define STAGEFS_FUSE_PEERD_H

@@ -537,20 +537,25 @@ static const struct opt opts[] = {
 		"scraper's group. Empty: the daemon's own group." },
 	/* peer groups (src/peer.c, fuse/peerd.c, docs/fleet.md) */
 	{ "peer_listen", OPT_STR, O(peer_listen), "", 0, 0,
-	  "this node's address in its peer group, HOST:PORT (IPv4); empty = no peer group",
+	  "this node's address in its peer group, HOST[:PORT] (IPv4, port 785 if none); empty = no peer group",
 	  .doc =
-		"This node's address in its peer group, `HOST:PORT` (IPv4), where "
-		"it serves chunks to its peers and from which it asks them; it is a "
-		"member of the group whether `peers` lists it or not. Empty: the "
+		"This node's address in its peer group, `HOST:PORT` or `HOST` "
+		"(IPv4; port 785, below 1024 so that no unprivileged user can "
+		"take it first), where it serves chunks to its peers over TLS 1.3 "
+		"and from which it asks them; it is a "
+		"member of the group whether `peers` lists it or not. If the port "
+		"cannot be bound the node still mounts, reads from its backends, "
+		"and tries again (1 s doubling to 30 s). Empty: the "
 		"node is in no group and reads only from its backends. Only "
 		"published `rados://` datasets are shared (their chunks are "
 		"content-addressed); `dir://` and plain RADOS namespaces never are."
 		" Read at start, as are `peer_key_file` and `peer_timeout`: SIGHUP "
 		"rereads only the members (`peers`, `peers_file`). See `fleet.md`." },
 	{ "peers", OPT_STR, O(peers), "", 0, 0,
-	  "the peer group, HOST:PORT, ... (this node included)",
+	  "the peer group, HOST[:PORT], ... (this node included)",
 	  .doc =
-		"The peer group as a static list, `HOST:PORT, ...`, this node's "
+		"The peer group as a static list, `HOST:PORT, ...` (port 785 "
+		"where none is given), this node's "
 		"`peer_listen` included; at most 256. Each chunk is owned by one "
 		"live member, by rendezvous hashing of its content address, and a "
 		"miss asks that owner first. The value has commas: set it in the "
@@ -574,8 +579,10 @@ static const struct opt opts[] = {
 		" characters; `openssl rand -hex 32` makes one). Like a Ceph "
 		"keyring, the file must be owned by root (or the daemon's user) and"
 		" not readable or writable by group or others, else the daemon "
-		"refuses to start. Every request between peers carries an "
-		"HMAC-SHA256 of itself under this key (`security.md`, \"Peers\")." },
+		"refuses to start. It keys the TLS 1.3 sessions between peers as a "
+		"pre-shared key: both ends prove they hold it before a request is "
+		"sent, and the chunks are encrypted on the wire (`security.md`, "
+		"\"Peers\")." },
 	{ "peer_timeout", OPT_DURATION, O(peer_timeout_ms), "2s", 10, 600000,
 	  "longest wait for a peer's chunk before the backend is asked instead",
 	  .doc =

@@ -7,12 +7,18 @@
  *   queued      waiting for one of the peer's PEER_CONNS connections
  *   connecting  a new non-blocking connect (EPOLLOUT), or an idle
  *               connection taken (checked with MSG_PEEK: not closed)
- *   send        the 96-byte request (EPOLLOUT while it does not fit)
+ *   handshake   TLS 1.3 with the group's key (src/peer_tls.h): both
+ *               ends prove it before the request is sent
+ *   send        the 48-byte request (EPOLLOUT while it does not fit)
  *   header      the 16-byte reply header (EPOLLIN)
  *   data        the chunk, straight into the caller's buffer (EPOLLIN)
  *
  * then hashed, and reported with the connection kept idle for the next
- * request to that peer; any failure closes the connection.  The deadline
+ * request to that peer; any failure closes the connection.  OpenSSL is
+ * driven non-blocking: each state calls SSL_* until it would block and
+ * waits for what it asked (peer_tls_want), reading until it would block
+ * so that bytes OpenSSL holds in a record are never left behind a
+ * quiet socket.  The deadline
  * is checked on every loop turn (epoll_wait sleeps at most until the
  * nearest one), so no request is reported later than its deadline plus a
  * loop turn.
@@ -21,11 +27,14 @@
 
 #include "list.h"
 #include "log.h"
+#include "peer_tls.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -38,6 +47,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
+
+#include <openssl/err.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -49,6 +60,10 @@
 /* an idle connection older than this is closed, not reused: well before
  * the server's 60 s, so that a request never races the server's close */
 #define IDLE_KEEP_MS	20000
+
+/* lines a peer (or an impostor at its address) can cause */
+static struct log_ratelimit handshake_rl = LOG_RATELIMIT_INIT(10000, 5);
+static struct log_ratelimit bad_bytes_rl = LOG_RATELIMIT_INIT(10000, 5);
 
 struct peer {
 	char addr[32];			/* "a.b.c.d:port" */
@@ -62,6 +77,7 @@ struct peer {
 	unsigned int fails;		/* in a row; protected by pg->lock */
 	/* the client thread's own */
 	int idle[PEER_CONNS];		/* connections kept for the next request */
+	SSL *idle_ssl[PEER_CONNS];	/* their TLS */
 	uint64_t idle_since[PEER_CONNS];	/* ms, when each went idle */
 	unsigned int nidle;
 	unsigned int active;		/* requests holding a connection */
@@ -71,7 +87,7 @@ struct peer {
 	_Atomic uint64_t bytes_out, served, refused;
 };
 
-enum rq_state { RQ_NEW, RQ_QUEUED, RQ_CONNECTING, RQ_SEND, RQ_HDR, RQ_DATA };
+enum rq_state { RQ_NEW, RQ_QUEUED, RQ_CONNECTING, RQ_HANDSHAKE, RQ_SEND, RQ_HDR, RQ_DATA };
 
 struct preq {
 	struct list_node node;		/* pg->inbox, then pg->live */
@@ -85,7 +101,9 @@ struct preq {
 	void (*done)(void *arg, int res);
 	void *arg;
 	enum rq_state st;
+	uint32_t events;		/* what epoll waits for on fd */
 	int fd;
+	SSL *ssl;
 	size_t sent, got;
 	unsigned char msg[PEER_REQ_LEN];
 	unsigned char hdr[PEER_REP_LEN];
@@ -107,6 +125,7 @@ struct peer_group {
 	pthread_cond_t reclaimed;
 	struct peer *self;
 	struct peer_key key;
+	struct peer_tls *tls;		/* the client side's */
 	uint64_t timeout_ms;
 	struct list_node inbox;		/* protected by lock */
 	bool stopping;			/* protected by lock */
@@ -117,22 +136,25 @@ struct peer_group {
 
 /* ---- membership ---- */
 
+/* "HOST:PORT" or "HOST" (PEER_PORT_DEFAULT), IPv4. */
 static int addr_parse(const char *tok, struct sockaddr_in *sa, char *err, size_t errlen)
 {
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
 	struct addrinfo *ai;
 	char host[256];
 	const char *colon = strrchr(tok, ':');
-	uint64_t port;
+	size_t hlen = colon ? (size_t)(colon - tok) : strlen(tok);
+	uint64_t port = PEER_PORT_DEFAULT;
 	int rc;
 
-	if (!colon || colon == tok || (size_t)(colon - tok) >= sizeof(host) ||
-	    parse_uint(colon + 1, &port) || port == 0 || port > 65535) {
-		snprintf(err, errlen, "'%s': expected HOST:PORT", tok);
+	if (hlen == 0 || hlen >= sizeof(host) ||
+	    (colon && (parse_uint(colon + 1, &port) || port == 0 || port > 65535))) {
+		snprintf(err, errlen, "'%s': expected HOST:PORT or HOST (port %d)", tok,
+			 PEER_PORT_DEFAULT);
 		return -EINVAL;
 	}
-	memcpy(host, tok, (size_t)(colon - tok));
-	host[colon - tok] = '\0';
+	memcpy(host, tok, hlen);
+	host[hlen] = '\0';
 	rc = getaddrinfo(host, NULL, &hints, &ai);
 	if (rc) {
 		snprintf(err, errlen, "'%s': %s", tok, gai_strerror(rc));
@@ -508,6 +530,18 @@ static void recovered(struct peer_group *pg, struct peer *p)
 
 static void rq_start(struct peer_group *pg, struct preq *rq);
 
+/* Close a connection: a close_notify if it can go now, then the socket. */
+static void conn_close(int fd, SSL *ssl)
+{
+	if (ssl) {
+		if (SSL_is_init_finished(ssl))
+			SSL_shutdown(ssl);	/* non-blocking: best effort */
+		SSL_free(ssl);
+		ERR_clear_error();
+	}
+	close(fd);
+}
+
 /* Release @rq's connection (kept idle if @keep) and start the next waiting. */
 static void conn_release(struct peer_group *pg, struct preq *rq, bool keep)
 {
@@ -515,12 +549,15 @@ static void conn_release(struct peer_group *pg, struct preq *rq, bool keep)
 
 	if (rq->fd >= 0) {
 		epoll_ctl(pg->epfd, EPOLL_CTL_DEL, rq->fd, NULL);
-		if (keep && p->nidle < PEER_CONNS) {
+		if (keep && rq->ssl && p->nidle < PEER_CONNS) {
 			p->idle_since[p->nidle] = now_ms();
+			p->idle_ssl[p->nidle] = rq->ssl;
 			p->idle[p->nidle++] = rq->fd;
-		} else
-			close(rq->fd);
+		} else {
+			conn_close(rq->fd, rq->ssl);
+		}
 		rq->fd = -1;
+		rq->ssl = NULL;
 	}
 	if (rq->st != RQ_QUEUED && rq->st != RQ_NEW)
 		p->active--;
@@ -564,13 +601,32 @@ static int watch(struct peer_group *pg, struct preq *rq, uint32_t events, bool a
 {
 	struct epoll_event ev = { .events = events, .data.ptr = rq };
 
+	if (!add && rq->events == events)
+		return 0;
 	if (epoll_ctl(pg->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, rq->fd, &ev) < 0)
 		return -errno;
+	rq->events = events;
 	return 0;
 }
 
-/* An idle connection to @p still open, or -1. */
-static int idle_take(struct peer *p)
+/*
+ * After an SSL call returned @ret <= 0: wait for what OpenSSL asks (0) or
+ * end @rq as failed (-errno, already ended).
+ */
+static int rq_want(struct peer_group *pg, struct preq *rq, int ret)
+{
+	short want;
+	int rc = peer_tls_want(rq->ssl, ret, &want);
+
+	if (!rc)
+		rc = watch(pg, rq, want == POLLOUT ? EPOLLOUT : EPOLLIN, false);
+	if (rc)
+		rq_end(pg, rq, rc, true);
+	return rc;
+}
+
+/* An idle connection to @p still open (its TLS in *@ssl), or -1. */
+static int idle_take(struct peer *p, SSL **ssl)
 {
 	uint64_t now = now_ms();
 
@@ -579,11 +635,14 @@ static int idle_take(struct peer *p)
 		char c;
 		ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 
+		*ssl = p->idle_ssl[p->nidle];
 		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
 		    p->idle_since[p->nidle] + IDLE_KEEP_MS > now)
 			return fd;
-		close(fd);	/* closed by the peer (or it sent what we did not ask) */
+		/* closed by the peer, or a close_notify, or what we did not ask */
+		conn_close(fd, *ssl);
 	}
+	*ssl = NULL;
 	return -1;
 }
 
@@ -625,13 +684,8 @@ static void rq_start(struct peer_group *pg, struct preq *rq)
 		return;
 	}
 	p->active++;
-	rc = peer_req_encode(&pg->key, &rq->id, (uint32_t)rq->len, &rq->loc, rq->msg);
-	if (rc) {
-		rq->st = RQ_SEND;
-		rq_end(pg, rq, rc, false);
-		return;
-	}
-	fd = idle_take(p);
+	peer_req_encode(&rq->id, (uint32_t)rq->len, &rq->loc, rq->msg);
+	fd = idle_take(p, &rq->ssl);
 	rq->st = fd >= 0 ? RQ_SEND : RQ_CONNECTING;
 	if (fd < 0)
 		fd = conn_new(pg, p);
@@ -646,22 +700,20 @@ static void rq_start(struct peer_group *pg, struct preq *rq)
 		rq_end(pg, rq, rc, false);
 }
 
-/* Read what has come for @rq; ends it when done or failed. */
+/* Read what has come for @rq (until OpenSSL would block); ends it when done or failed. */
 static void rq_readable(struct peer_group *pg, struct preq *rq)
 {
 	for (;;) {
-		ssize_t r;
+		int r;
 
+		ERR_clear_error();
 		if (rq->st == RQ_HDR)
-			r = recv(rq->fd, rq->hdr + rq->got, PEER_REP_LEN - rq->got, 0);
+			r = SSL_read(rq->ssl, rq->hdr + rq->got, (int)(PEER_REP_LEN - rq->got));
 		else
-			r = recv(rq->fd, (char *)rq->buf + rq->got, rq->len - rq->got, 0);
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (r < 0 && errno == EINTR)
-			continue;
+			r = SSL_read(rq->ssl, (char *)rq->buf + rq->got,
+				     (int)MIN(rq->len - rq->got, (size_t)INT_MAX));
 		if (r <= 0) {
-			rq_end(pg, rq, r < 0 ? -errno : -ECONNRESET, true);
+			rq_want(pg, rq, r);
 			return;
 		}
 		rq->got += (size_t)r;
@@ -698,8 +750,9 @@ static void rq_readable(struct peer_group *pg, struct preq *rq)
 
 				sfs_id_hex(&rq->id, hex);
 				atomic_fetch_add(&rq->p->corrupt, 1);
-				log_err("peer %s sent wrong bytes for chunk %s: dropped, read from the backend",
-					rq->p->addr, hex);
+				log_limited(&bad_bytes_rl, LOG_ERR,
+					    "peer %s sent wrong bytes for chunk %s: dropped, read from the backend",
+					    rq->p->addr, hex);
 				rq_end(pg, rq, -EIO, true);
 				return;
 			}
@@ -709,8 +762,11 @@ static void rq_readable(struct peer_group *pg, struct preq *rq)
 	}
 }
 
+/* Drive @rq's connection, handshake and request as far as they go now. */
 static void rq_event(struct peer_group *pg, struct preq *rq, uint32_t ev)
 {
+	int r;
+
 	if (rq->st == RQ_CONNECTING) {
 		int e = 0;
 		socklen_t l = sizeof(e);
@@ -721,30 +777,58 @@ static void rq_event(struct peer_group *pg, struct preq *rq, uint32_t ev)
 			rq_end(pg, rq, -e, true);
 			return;
 		}
+		rq->ssl = peer_tls_new(pg->tls, rq->fd);
+		if (!rq->ssl) {
+			rq_end(pg, rq, -ENOMEM, false);
+			return;
+		}
+		rq->st = RQ_HANDSHAKE;
+	}
+	if (rq->st == RQ_HANDSHAKE) {
+		ERR_clear_error();
+		r = SSL_connect(rq->ssl);
+		if (r <= 0) {
+			short want;
+			int rc = peer_tls_want(rq->ssl, r, &want);
+
+			if (!rc) {
+				if (watch(pg, rq, want == POLLOUT ? EPOLLOUT : EPOLLIN, false))
+					rq_end(pg, rq, -EIO, false);
+				return;
+			}
+			log_limited(&handshake_rl, LOG_WARNING,
+				    "peer %s: no TLS session with the group's key (%s): another key, an older stagefs, or not a stagefs peer; reading from the backend",
+				    rq->p->addr, strerror(-rc));
+			rq_end(pg, rq, -ECONNREFUSED, true);
+			return;
+		}
+		if (!peer_tls_authenticated(rq->ssl)) {
+			log_limited(&handshake_rl, LOG_WARNING,
+				    "peer %s: a TLS session not keyed by the group's key: closed unused",
+				    rq->p->addr);
+			rq_end(pg, rq, -EACCES, true);
+			return;
+		}
 		rq->st = RQ_SEND;
 	}
 	if (rq->st == RQ_SEND) {
-		ssize_t r = send(rq->fd, rq->msg + rq->sent, PEER_REQ_LEN - rq->sent,
-				 MSG_NOSIGNAL);
-
-		if (r < 0 && errno != EAGAIN && errno != EINTR) {
-			rq_end(pg, rq, -errno, true);
+		ERR_clear_error();
+		r = SSL_write(rq->ssl, rq->msg + rq->sent, (int)(PEER_REQ_LEN - rq->sent));
+		if (r <= 0) {
+			rq_want(pg, rq, r);
 			return;
 		}
-		if (r > 0)
-			rq->sent += (size_t)r;
+		rq->sent += (size_t)r;
 		if (rq->sent < PEER_REQ_LEN)
 			return;
 		rq->st = RQ_HDR;
 		rq->got = 0;
-		if (watch(pg, rq, EPOLLIN, false)) {
+		if (watch(pg, rq, EPOLLIN, false))
 			rq_end(pg, rq, -EIO, false);
-			return;
-		}
 		return;
 	}
-	if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR))
-		rq_readable(pg, rq);
+	(void)ev;
+	rq_readable(pg, rq);
 }
 
 /*
@@ -779,8 +863,10 @@ static void reclaim(struct peer_group *pg)
 	pthread_cond_broadcast(&pg->reclaimed);
 	pthread_mutex_unlock(&pg->lock);
 	for (unsigned int i = 0; i < ngone; i++) {
-		while (gone[i]->nidle)
-			close(gone[i]->idle[--gone[i]->nidle]);
+		while (gone[i]->nidle) {
+			gone[i]->nidle--;
+			conn_close(gone[i]->idle[gone[i]->nidle], gone[i]->idle_ssl[gone[i]->nidle]);
+		}
 		free(gone[i]);
 	}
 	if (ngone)
@@ -818,6 +904,8 @@ static void *client_main(void *arg)
 	struct epoll_event ev[64];
 	bool stopping = false;
 
+	peer_tls_thread_init();
+
 	for (;;) {
 		struct list_node got;
 		int timeout = expire(pg), n;
@@ -853,6 +941,17 @@ static void *client_main(void *arg)
 				       -ESHUTDOWN, false);
 		}
 	}
+	/* the idle connections' close_notify is written here, SIGPIPE blocked */
+	pthread_mutex_lock(&pg->lock);
+	for (unsigned int i = 0; i < pg->np; i++) {
+		struct peer *p = pg->p[i];
+
+		while (p->nidle) {
+			p->nidle--;
+			conn_close(p->idle[p->nidle], p->idle_ssl[p->nidle]);
+		}
+	}
+	pthread_mutex_unlock(&pg->lock);
 	return NULL;
 }
 
@@ -918,6 +1017,17 @@ void peer_note_served(struct peer_group *pg, const struct sockaddr_in *from,
 		}
 	}
 	pthread_mutex_unlock(&pg->lock);
+}
+
+bool peer_group_member(struct peer_group *pg, const struct sockaddr_in *from)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&pg->lock);
+	for (unsigned int i = 0; i < pg->np && !found; i++)
+		found = pg->p[i]->member && pg->p[i]->sa.sin_addr.s_addr == from->sin_addr.s_addr;
+	pthread_mutex_unlock(&pg->lock);
+	return found;
 }
 
 void peer_note_refused(struct peer_group *pg, const struct sockaddr_in *from)
@@ -1013,6 +1123,9 @@ int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 	rc = peer_key_load(o->key_file, &pg->key, err, errlen);
 	if (rc)
 		goto out_free;
+	rc = peer_tls_create(&pg->key, false, &pg->tls, err, errlen);
+	if (rc)
+		goto out_free;
 	pg->self = slot_new(&sa);
 	if (!pg->self) {
 		rc = -ENOMEM;
@@ -1048,6 +1161,7 @@ out_free:
 		close(pg->epfd);
 	for (unsigned int i = 0; i < pg->np; i++)
 		free(pg->p[i]);
+	peer_tls_destroy(pg->tls);
 	peer_key_wipe(&pg->key);
 	pthread_mutex_destroy(&pg->lock);
 	pthread_mutex_destroy(&pg->reload_lock);
@@ -1070,10 +1184,13 @@ void peer_group_destroy(struct peer_group *pg)
 	for (unsigned int i = 0; i < pg->np; i++) {
 		struct peer *p = pg->p[i];
 
-		while (p->nidle)
-			close(p->idle[--p->nidle]);
+		while (p->nidle) {
+			p->nidle--;
+			conn_close(p->idle[p->nidle], p->idle_ssl[p->nidle]);
+		}
 		free(p);
 	}
+	peer_tls_destroy(pg->tls);
 	close(pg->efd);
 	close(pg->epfd);
 	peer_key_wipe(&pg->key);

@@ -91,7 +91,7 @@ int peer_group_reread(struct peer_group *pg, char *err, size_t errlen);
 /* The peers_file last applied into @out ("" if none). */
 void peer_group_peers_file(struct peer_group *pg, char *out, size_t len);
 
-/* The group's key and this node's address (valid until destroy). */
+/* The group's key (the server's TLS, fuse/peerd.c) and this node's address (valid until destroy). */
 const struct peer_key *peer_group_key(const struct peer_group *pg);
 const struct sockaddr_in *peer_group_self(const struct peer_group *pg);
 
@@ -115,7 +115,12 @@ bool peer_owns(struct peer_group *pg, const struct sfs_id *id);
 /* The server (fuse/peerd.c) counts what it does for the member at @from. */
 void peer_note_served(struct peer_group *pg, const struct sockaddr_in *from,
 		      uint64_t bytes);
-/* A request from @from refused (bad key, replay, not ours): counted. */
+/*
+ * Is @from's address (the port aside) a member's, this node's included?
+ * The server keeps handshake slots for members' addresses.
+ */
+bool peer_group_member(struct peer_group *pg, const struct sockaddr_in *from);
+/* A connection or request from @from refused (no key, an old protocol, no room): counted. */
 void peer_note_refused(struct peer_group *pg, const struct sockaddr_in *from);
 
 /* One member's counters, as of a peer_group_stats() call. */

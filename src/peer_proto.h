@@ -1,19 +1,19 @@
 /*
- * peer_proto: the wire protocol between the nodes of a peer group, the one
- * thing both sides of it (src/peer.c asks, fuse/peerd.c serves) share.
+ * peer_proto: the requests and replies between the nodes of a peer group,
+ * the one thing both sides (src/peer.c asks, fuse/peerd.c serves) share.
  *
- * A small binary protocol over TCP, one request at a time per connection
- * (a connection is kept and reused for the next request):
+ * Every byte of it travels inside TLS 1.3 (src/peer_tls.h): the channel
+ * authenticates both ends with the group's key, keeps each request to the
+ * one connection and server it was sent on, and encrypts the chunks.  So
+ * the frames carry no MAC, time or nonce of their own.  One request at a
+ * time per connection (a connection is kept and reused for the next):
  *
- *   request  (PEER_REQ_LEN = 96 bytes, little endian)
- *     0  magic "SFP2"        4  op (PEER_OP_GET)
- *     8  ts: sender's wall clock, ms since the epoch
- *    16  nonce: 16 random bytes
- *    32  chunk id hi, lo: the XXH3-128 content address of the chunk
- *    48  len: the chunk's length
- *    52  idx   56  ino   64  tag: where the asker's manifest has the chunk
+ *   request  (PEER_REQ_LEN = 48 bytes, little endian)
+ *     0  magic "SFP3"        4  op (PEER_OP_GET)
+ *     8  chunk id hi, lo: the XXH3-128 content address of the chunk
+ *    24  len: the chunk's length
+ *    28  idx   32  ino   40  tag: where the asker's manifest has the chunk
  *        (struct peer_loc)
- *    72  HMAC-SHA256 under the group's key of bytes 0..71 (first 24 bytes)
  *
  *   reply    (PEER_REP_LEN = 16 bytes, then len bytes of the chunk)
  *     0  magic "SFR1"        4  status: 0 or an errno value
@@ -23,24 +23,22 @@
  * manifest without an index of every chunk (a mount of ten million files
  * must not walk them all): it checks that its manifest of the dataset
  * @tag names chunk @id at (@ino, @idx), and answers ENOENT otherwise (a
- * dataset or version it has not mounted, a forged or stale locator).  No
- * file or dataset name crosses, no uid: the tag is a hash (peer_loc).
+ * dataset or version it has not mounted, a stale locator).  No file or
+ * dataset name crosses, no uid: the tag is a hash (peer_loc).  The asker
+ * checks the chunk's bytes against the content address it asked by, so
+ * not even a member holding the key can make it cache wrong bytes.
  *
- * Versions: the magic is the protocol's version.  SFP1 (80 bytes, the
- * same without the locator, its MAC at 56) was served from an index of
- * every chunk; a server now reads an SFP1 request's 80 bytes and answers
- * ENOENT (the old asker reads from its backend, no back-off), and an SFP1
- * server hangs up on an SFP2 request (the new asker backs off that peer
- * and reads from its backend).  Upgrade a group's nodes together.
- * The reply is not authenticated: its bytes are checked against the content
- * address they were asked by, and a forged refusal only sends the asker to
- * the backend.  A request is accepted once (peer_replay_check): its time
- * within PEER_SKEW_MS of the server's clock and its nonce not seen within
- * that window.
+ * Versions: SFP1 and SFP2 were sent in the clear, each request signed
+ * with an HMAC of the group key but good on any member (an impostor
+ * listening on a member's address could replay them to another).  A
+ * server sees their magic where a TLS ClientHello would start
+ * (peer_req_legacy), answers ENOENT at once and closes (an old asker
+ * reads its backend, no back-off); an old server hangs up on a
+ * ClientHello (the new asker backs off that peer and reads its backend).
+ * A mixed-version group reads from Ceph; upgrade a group's nodes together.
  *
- * The MAC is HMAC-SHA256 (OpenSSL), cut to 24 bytes (a 192-bit tag), and
- * compared in constant time.  The key is the first line of a root-only file
- * (peer_key_load).
+ * The key is the first line of a root-only file (peer_key_load); the TLS
+ * pre-shared key is derived from it (peer_tls.c).
  */
 #ifndef STAGEFS_PEER_PROTO_H
 #define STAGEFS_PEER_PROTO_H
@@ -51,12 +49,10 @@
 
 #include "util.h"
 
-#define PEER_REQ_LEN	96
-#define PEER_REQ_V1_LEN	80	/* an SFP1 request (answered ENOENT) */
+#define PEER_REQ_LEN	48
 #define PEER_REP_LEN	16
-#define PEER_MAC_LEN	24
 #define PEER_OP_GET	1
-#define PEER_SKEW_MS	30000	/* a request's clock may be this far off */
+#define PEER_PORT_DEFAULT 785	/* below 1024: no unprivileged user can take it */
 #define PEER_KEY_MIN	32	/* characters of a key */
 #define PEER_KEY_MAX	256
 
@@ -79,8 +75,6 @@ struct peer_loc {
 /* A request, decoded. */
 struct peer_req_msg {
 	uint32_t op;
-	uint64_t ts_ms;
-	unsigned char nonce[16];
 	struct sfs_id id;
 	uint32_t len;
 	struct peer_loc loc;
@@ -96,43 +90,22 @@ int peer_key_load(const char *path, struct peer_key *key, char *err, size_t errl
 /* Forget the key's bytes. */
 void peer_key_wipe(struct peer_key *key);
 
+/* Encode a GET of chunk @id (@len bytes), found at @loc, into @out. */
+void peer_req_encode(const struct sfs_id *id, uint32_t len, const struct peer_loc *loc,
+		     unsigned char out[PEER_REQ_LEN]);
 /*
- * Encode a GET of chunk @id (@len bytes), found at @loc, into @out, stamped
- * now with a fresh nonce and MAC'ed with @key.  Returns 0 or -EIO (no
- * random bytes).
+ * Do the first 4 bytes a client sent say SFP1 or SFP2 (the clear-text
+ * protocols before TLS)?
  */
-int peer_req_encode(const struct peer_key *key, const struct sfs_id *id,
-		    uint32_t len, const struct peer_loc *loc,
-		    unsigned char out[PEER_REQ_LEN]);
-/* Do the first 4 bytes of a request say SFP1 (the older protocol)? */
-bool peer_req_v1(const unsigned char in[4]);
+bool peer_req_legacy(const unsigned char in[4]);
 /*
- * Decode @in into @m if its magic and MAC are right (any op; the caller
- * checks it).  Returns 0, -EBADMSG (not our protocol) or -EACCES (bad MAC).
- * Does not look at the time or the nonce: see peer_replay_check().
+ * Decode @in into @m.  Returns 0, or -EBADMSG (not this protocol's magic).
+ * Any op and values: the caller checks them.
  */
-int peer_req_decode(const struct peer_key *key, const unsigned char in[PEER_REQ_LEN],
-		    struct peer_req_msg *m);
+int peer_req_decode(const unsigned char in[PEER_REQ_LEN], struct peer_req_msg *m);
 
 void peer_rep_encode(int status, uint32_t len, unsigned char out[PEER_REP_LEN]);
-/* Returns 0 with *@status and *@len set, or -EBADMSG. */
+/* Returns 0 with *@status (0..4095) and *@len set, or -EBADMSG. */
 int peer_rep_decode(const unsigned char in[PEER_REP_LEN], int *status, uint32_t *len);
-
-/*
- * The nonces a server has accepted lately.  peer_replay_check() accepts a
- * request (true) once: when its time is within PEER_SKEW_MS of @now_ms
- * (wall clock) and its nonce was not accepted before within that window.
- * When the table is too full to remember the nonce it refuses (the asker
- * falls back to the backend): replays are never let through.
- * Thread-safe.  Release with peer_replay_destroy().
- */
-struct peer_replay;
-int peer_replay_create(struct peer_replay **out);
-void peer_replay_destroy(struct peer_replay *r);
-bool peer_replay_check(struct peer_replay *r, const struct peer_req_msg *m,
-		       uint64_t now_ms);
-
-/* Wall clock in ms (the requests' stamps). */
-uint64_t peer_wall_ms(void);
 
 #endif

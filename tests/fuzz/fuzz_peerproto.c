@@ -1,64 +1,102 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_peerproto: libFuzzer harness for the peer wire protocol
- * (src/peer_proto.c), the bytes another machine sends a node's peer server
+ * fuzz_peerproto: libFuzzer harness for the peer transport (src/peer_tls.c,
+ * src/peer_proto.c): the bytes another machine sends a node's peer server
  * and its client.
  *
- * Each input is cut into a request (80 bytes, padded with zeros) and a
- * reply header (the next 16).  The request is tried as it is and with its
- * MAC made right under the harness's key, so that mutations reach the
- * decoder past the MAC; a request whose MAC was not made right must be
- * refused (a forged tag would be a finding).  A decoded request then goes
- * through the replay window twice: the second time it must be refused.
+ * The first byte picks what the rest is:
+ *   0 mod 3  frames: a request (48 bytes, padded with zeros) and a reply
+ *            header (the next 16), decoded as the two sides do after the
+ *            handshake; a decoded request must encode back to itself.
+ *   1 mod 3  what a client sends a server (a ClientHello and on): fed to a
+ *            server keyed by the harness's key over memory BIOs.
+ *   2 mod 3  what a server sends back to a client's ClientHello: fed to
+ *            a client keyed the same way.
+ * Without the key no input can finish a handshake that peer_tls calls
+ * authenticated: one that does is a finding (__builtin_trap).
  */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "peer_proto.h"
+#include "peer_tls.h"
 
 #define KEY "fuzz-key-fuzz-key-fuzz-key-fuzz-key"
 
-static struct peer_replay *replay;
+static struct peer_tls *srv, *cli;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void frames(const uint8_t *data, size_t size)
 {
-	unsigned char req[PEER_REQ_LEN] = { 0 }, rep[PEER_REP_LEN] = { 0 };
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int mdlen = 0;
-	struct peer_key k = { .len = sizeof(KEY) - 1 };
+	unsigned char req[PEER_REQ_LEN] = { 0 }, rep[PEER_REP_LEN] = { 0 }, again[PEER_REQ_LEN];
 	struct peer_req_msg m;
-	bool forged;
-	int status, rc;
+	int status;
 	uint32_t len;
 
-	if (!replay && peer_replay_create(&replay))
-		return 0;
-	memcpy(k.k, KEY, k.len);
-	memcpy(req, data, size < sizeof(req) ? size : sizeof(req));
+	memcpy(req, data, MIN(size, sizeof(req)));
 	if (size > sizeof(req))
 		memcpy(rep, data + sizeof(req), MIN(size - sizeof(req), sizeof(rep)));
-
-	/* as it is: only a request whose tag is right may pass */
-	HMAC(EVP_sha256(), k.k, (int)k.len, req, 72, md, &mdlen);
-	forged = memcmp(md, req + 72, PEER_MAC_LEN) != 0;
-	rc = peer_req_decode(&k, req, &m);
-	if (rc == 0 && forged)
-		__builtin_trap();
-	/* with its tag made right */
-	memcpy(req + 72, md, PEER_MAC_LEN);
-	rc = peer_req_decode(&k, req, &m);
-	if (rc == 0) {
-		uint64_t now = m.ts_ms;
-
-		if (peer_replay_check(replay, &m, now) && peer_replay_check(replay, &m, now))
-			__builtin_trap();	/* accepted twice */
+	if (peer_req_decode(req, &m) == 0) {
+		peer_req_encode(&m.id, m.len, &m.loc, again);
+		/* op and the rest are what the server checks; the fields must round-trip */
+		if (memcmp(again + 8, req + 8, PEER_REQ_LEN - 8))
+			__builtin_trap();
 	}
 	if (peer_rep_decode(rep, &status, &len) == 0 && (status < 0 || status > 4095))
 		__builtin_trap();
+}
+
+/* One side of a handshake, fed @data as all the other side ever sends. */
+static void handshake(struct peer_tls *t, const uint8_t *data, size_t size)
+{
+	BIO *in = BIO_new(BIO_s_mem()), *out = BIO_new(BIO_s_mem());
+	SSL *ssl = peer_tls_new(t, -1);
+
+	if (!in || !out || !ssl) {
+		BIO_free(in);
+		BIO_free(out);
+		SSL_free(ssl);
+		return;
+	}
+	BIO_set_mem_eof_return(in, -1);	/* no more bytes: "would block" */
+	SSL_set_bio(ssl, in, out);	/* ssl owns both now */
+	if (size)
+		BIO_write(in, data, (int)size);
+	if (SSL_do_handshake(ssl) == 1 && peer_tls_authenticated(ssl))
+		__builtin_trap();	/* authenticated without the key */
+	SSL_free(ssl);
+	ERR_clear_error();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	char err[256];
+
+	if (!srv) {
+		struct peer_key k = { .len = sizeof(KEY) - 1 };
+
+		memcpy(k.k, KEY, k.len);
+		if (peer_tls_create(&k, true, &srv, err, sizeof(err)) ||
+		    peer_tls_create(&k, false, &cli, err, sizeof(err)))
+			__builtin_trap();
+	}
+	if (!size)
+		return 0;
+	switch (data[0] % 3) {
+	case 0:
+		frames(data + 1, size - 1);
+		break;
+	case 1:
+		handshake(srv, data + 1, size - 1);
+		break;
+	default:
+		handshake(cli, data + 1, size - 1);
+		break;
+	}
 	return 0;
 }

@@ -12,7 +12,10 @@
 #   ctlproto/  the messages of tests/unit/test_ctlproto.c and of
 #              docs/control.md, one file per message and one stream of all;
 #   json/      the .stagefs/stats of that real mount, and the documents of
-#              tests/unit/test_json.c.
+#              tests/unit/test_json.c;
+#   peerproto/ a request and replies in the frame format, and a TLS 1.3
+#              ClientHello with an external PSK (openssl s_client's, caught
+#              on a loopback socket) for the server side.
 # Needs `make fuzz` first (tests/fuzz/mkseed_manifest, ./stagefs).  Prints
 # how many seeds each got.
 set -euo pipefail
@@ -20,7 +23,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:-$REPO/tests/fuzz/seeds}
 PY=${PYTHON:-python3}
 rm -rf "$OUT"
-mkdir -p "$OUT"/{manifest,config,ctlproto,json}
+mkdir -p "$OUT"/{manifest,config,ctlproto,json,peerproto}
 
 # manifests as the publish tool builds them
 "$REPO/tests/fuzz/mkseed_manifest" "$OUT/manifest"
@@ -78,6 +81,37 @@ for t in sorted(os.listdir(os.path.join(repo, "tests/integration"))):
         save("config", f"{t[:-3]}-{i}.conf", m.group(1).encode() + b"\n")
 PY
 cp "$REPO/conf/stagefs.conf.example" "$OUT/config/stagefs.conf.example"
+
+# the peer transport: frames (mode byte 0), a ClientHello (mode byte 1)
+"$PY" - "$OUT/peerproto" <<'PY'
+import os, socket, struct, subprocess, sys
+out = sys.argv[1]
+def save(name, data):
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+req = struct.pack("<4sIQQIIQQ", b"SFP3", 1, 0x1122334455667788, 0x99aabbccddeeff00,
+                  1 << 20, 3, 42, 0xfeedfacecafebeef)
+save("get", b"\0" + req + struct.pack("<4sIII", b"SFR1", 0, 1 << 20, 0))
+save("refused", b"\0" + req + struct.pack("<4sIII", b"SFR1", 2, 0, 0))
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(1)
+ls.settimeout(5)
+try:
+    p = subprocess.Popen(["openssl", "s_client", "-connect", "127.0.0.1:%d" % ls.getsockname()[1],
+                          "-tls1_3", "-psk_identity", "stagefs-peer-1/0011223344556677",
+                          "-psk", "00" * 32], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    c, _ = ls.accept()
+    c.settimeout(5)
+    hello = c.recv(65536)
+    c.close()
+    p.kill()
+    p.wait()
+    save("clienthello", b"\1" + hello)
+except (OSError, socket.timeout) as e:
+    print("mkseeds: no ClientHello seed (openssl s_client: %s)" % e)
+PY
 
 # a real mount: its dir:// snapshot manifest and its .stagefs/stats
 real_mount() {

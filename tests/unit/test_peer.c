@@ -1,7 +1,9 @@
 /*
- * test_peer: the peer protocol and group (src/peer_proto.c, src/peer.c):
- * requests MAC'ed and checked, a wrong key, a flipped bit and a replay
- * refused, the key file's mode rules, and rendezvous ownership: spread over
+ * test_peer: the peer protocol and group (src/peer_proto.c, src/peer_tls.c,
+ * src/peer.c): requests encoded and decoded, the old clear-text formats
+ * told apart; TLS 1.3 with the group key: two ends with it agree, a
+ * wrong key, a client without a PSK and a server with a certificate
+ * instead of the key are all refused; the key file's mode rules, and rendezvous ownership: spread over
  * the members, and a member joining moves chunks only to itself; a
  * peers_file reread, and refused when others may write it; a peer that
  * refuses the connection is reported failed and skipped.
@@ -18,11 +20,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "peer.h"
 #include "peer_proto.h"
+#include "peer_tls.h"
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
 
 #define KEY "0123456789abcdef0123456789abcdef"
 
@@ -47,33 +55,28 @@ static void key_of(struct peer_key *k, const char *s)
 
 static void test_request(void **state)
 {
-	struct peer_key k, wrong;
 	struct sfs_id id = { 0x1122334455667788ULL, 0x99aabbccddeeff00ULL };
 	struct peer_loc loc = { 0xfeedfacecafebeefULL, 1234567, 89 };
 	unsigned char msg[PEER_REQ_LEN];
 	struct peer_req_msg m;
 
-	key_of(&k, KEY);
-	key_of(&wrong, KEY "x");
-	assert_int_equal(peer_req_encode(&k, &id, 4 << 20, &loc, msg), 0);
-	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
+	peer_req_encode(&id, 4 << 20, &loc, msg);
+	assert_memory_equal(msg, "SFP3", 4);
+	assert_int_equal(peer_req_decode(msg, &m), 0);
 	assert_int_equal(m.op, PEER_OP_GET);
 	assert_true(sfs_id_eq(&m.id, &id));
 	assert_int_equal(m.len, 4 << 20);
 	assert_true(m.loc.tag == loc.tag && m.loc.ino == loc.ino && m.loc.idx == loc.idx);
-	assert_false(peer_req_v1(msg));
-	assert_int_equal(peer_req_decode(&wrong, msg, &m), -EACCES);
-	for (int bit = 0; bit < PEER_REQ_LEN * 8; bit += 7) {
-		msg[bit / 8] ^= (unsigned char)(1 << (bit % 8));
-		assert_int_not_equal(peer_req_decode(&k, msg, &m), 0);
-		msg[bit / 8] ^= (unsigned char)(1 << (bit % 8));
-	}
+	assert_false(peer_req_legacy(msg));
 	msg[0] ^= 1;
-	assert_int_equal(peer_req_decode(&k, msg, &m), -EBADMSG);
-	/* an SFP1 request (80 bytes, no locator) is told apart, never decoded */
+	assert_int_equal(peer_req_decode(msg, &m), -EBADMSG);
+	/* the clear-text requests of before (SFP1, SFP2) are told apart, never decoded */
 	memcpy(msg, "SFP1", 4);
-	assert_true(peer_req_v1(msg));
-	assert_int_equal(peer_req_decode(&k, msg, &m), -EBADMSG);
+	assert_true(peer_req_legacy(msg));
+	assert_int_equal(peer_req_decode(msg, &m), -EBADMSG);
+	memcpy(msg, "SFP2", 4);
+	assert_true(peer_req_legacy(msg));
+	assert_int_equal(peer_req_decode(msg, &m), -EBADMSG);
 }
 
 static void test_reply(void **state)
@@ -94,35 +97,132 @@ static void test_reply(void **state)
 	assert_int_equal(peer_rep_decode(r, &st, &len), -EBADMSG);
 }
 
-static void test_replay(void **state)
+/* ---- TLS: two ends over a socketpair, the server on a thread ---- */
+
+struct srv {
+	SSL_CTX *plain;		/* a server of its own (a certificate), or NULL */
+	struct peer_tls *t;
+	int fd;
+	int ok;			/* SSL_accept's result, and authenticated */
+	char why[160];
+	char got[8];
+};
+
+static void *srv_main(void *arg)
 {
-	struct peer_replay *r;
-	struct peer_key k;
-	struct sfs_id id = { 1, 2 };
-	struct peer_loc loc = { 3, 4, 5 };
-	unsigned char msg[PEER_REQ_LEN];
-	struct peer_req_msg m;
-	uint64_t now = peer_wall_ms();
+	struct srv *v = arg;
+	SSL *ssl = v->plain ? SSL_new(v->plain) : peer_tls_new(v->t, v->fd);
+
+	if (v->plain)
+		SSL_set_fd(ssl, v->fd);
+	v->ok = SSL_accept(ssl) == 1 && (v->plain || peer_tls_authenticated(ssl));
+	if (!v->ok && !v->plain)
+		snprintf(v->why, sizeof(v->why), "%s", peer_tls_why(ssl));
+	if (v->ok)
+		SSL_read(ssl, v->got, 4);
+	SSL_free(ssl);
+	shutdown(v->fd, SHUT_RDWR);
+	return NULL;
+}
+
+/* A client with @ssl over a socketpair against @v: SSL_connect's result, authenticated. */
+static int tls_pair(SSL_CTX *cctx, struct peer_tls *ct, struct srv *v)
+{
+	int sv[2], ok;
+	pthread_t th;
+	SSL *ssl;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	v->fd = sv[1];
+	assert_int_equal(pthread_create(&th, NULL, srv_main, v), 0);
+	if (cctx) {
+		ssl = SSL_new(cctx);
+		SSL_set_fd(ssl, sv[0]);
+	} else {
+		ssl = peer_tls_new(ct, sv[0]);
+	}
+	assert_non_null(ssl);
+	ok = SSL_connect(ssl) == 1 && (cctx || peer_tls_authenticated(ssl));
+	if (ok)
+		assert_int_equal(SSL_write(ssl, "SFP3", 4), 4);
+	SSL_free(ssl);
+	shutdown(sv[0], SHUT_RDWR);
+	pthread_join(th, NULL);
+	close(sv[0]);
+	close(sv[1]);
+	ERR_clear_error();
+	return ok;
+}
+
+/* A self-signed server: someone at a member's address without the key. */
+static SSL_CTX *impostor_ctx(void)
+{
+	SSL_CTX *c = SSL_CTX_new(TLS_server_method());
+	EVP_PKEY *pk = EVP_EC_gen("P-256");
+	X509 *x = X509_new();
+
+	assert_non_null(c);
+	assert_non_null(pk);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
+	X509_gmtime_adj(X509_getm_notBefore(x), 0);
+	X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+	X509_set_pubkey(x, pk);
+	X509_NAME_add_entry_by_txt(X509_get_subject_name(x), "CN", MBSTRING_ASC,
+				   (const unsigned char *)"impostor", -1, -1, 0);
+	X509_set_issuer_name(x, X509_get_subject_name(x));
+	assert_true(X509_sign(x, pk, EVP_sha256()) > 0);
+	assert_int_equal(SSL_CTX_use_certificate(c, x), 1);
+	assert_int_equal(SSL_CTX_use_PrivateKey(c, pk), 1);
+	X509_free(x);
+	EVP_PKEY_free(pk);
+	return c;
+}
+
+static void test_tls(void **state)
+{
+	struct peer_tls *srv_t, *cli_t, *other_t;
+	struct peer_key k, other;
+	struct srv v;
+	SSL_CTX *plain_cli, *imp;
+	char err[256];
 
 	key_of(&k, KEY);
-	assert_int_equal(peer_replay_create(&r), 0);
-	assert_int_equal(peer_req_encode(&k, &id, 100, &loc, msg), 0);
-	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
-	assert_true(peer_replay_check(r, &m, now));
-	assert_false(peer_replay_check(r, &m, now + 1000));	/* the same nonce */
-	/* a fresh nonce, but stamped too far from the server's clock */
-	assert_int_equal(peer_req_encode(&k, &id, 100, &loc, msg), 0);
-	assert_int_equal(peer_req_decode(&k, msg, &m), 0);
-	assert_false(peer_replay_check(r, &m, now + PEER_SKEW_MS + 5000));
-	assert_false(peer_replay_check(r, &m, now - PEER_SKEW_MS - 5000));
-	assert_true(peer_replay_check(r, &m, now));
-	/* many fresh requests are all accepted */
-	for (int i = 0; i < 10000; i++) {
-		assert_int_equal(peer_req_encode(&k, &id, 100, &loc, msg), 0);
-		assert_int_equal(peer_req_decode(&k, msg, &m), 0);
-		assert_true(peer_replay_check(r, &m, now));
-	}
-	peer_replay_destroy(r);
+	key_of(&other, KEY "x");
+	assert_int_equal(peer_tls_create(&k, true, &srv_t, err, sizeof(err)), 0);
+	assert_int_equal(peer_tls_create(&k, false, &cli_t, err, sizeof(err)), 0);
+	assert_int_equal(peer_tls_create(&other, false, &other_t, err, sizeof(err)), 0);
+
+	/* the same key: both ends authenticated, the request arrives */
+	v = (struct srv){ .t = srv_t };
+	assert_true(tls_pair(NULL, cli_t, &v));
+	assert_true(v.ok);
+	assert_memory_equal(v.got, "SFP3", 4);
+
+	/* another group's key: refused, and the server can say so */
+	v = (struct srv){ .t = srv_t };
+	assert_false(tls_pair(NULL, other_t, &v));
+	assert_false(v.ok);
+	assert_non_null(strstr(v.why, "another group's key"));
+
+	/* a TLS client with no PSK at all (what anyone can run) */
+	plain_cli = SSL_CTX_new(TLS_client_method());
+	v = (struct srv){ .t = srv_t };
+	assert_false(tls_pair(plain_cli, NULL, &v));
+	assert_false(v.ok);
+	assert_non_null(strstr(v.why, "no group key"));
+	SSL_CTX_free(plain_cli);
+
+	/* an impostor at a member's address, with a certificate and no key:
+	 * the client never completes, so it never sends a request */
+	imp = impostor_ctx();
+	v = (struct srv){ .plain = imp };
+	assert_false(tls_pair(NULL, cli_t, &v));
+	assert_int_equal(v.got[0], 0);
+	SSL_CTX_free(imp);
+
+	peer_tls_destroy(srv_t);
+	peer_tls_destroy(cli_t);
+	peer_tls_destroy(other_t);
 }
 
 static void test_key_file(void **state)
@@ -353,7 +453,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_request),
 		cmocka_unit_test(test_reply),
-		cmocka_unit_test(test_replay),
+		cmocka_unit_test(test_tls),
 		cmocka_unit_test(test_key_file),
 		cmocka_unit_test(test_rendezvous),
 		cmocka_unit_test(test_peers_file),
