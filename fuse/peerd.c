@@ -64,8 +64,8 @@
 #define SERVE_NICE	10
 #define PER_SOURCE	(2 * PEER_CONNS)	/* authenticated connections from one address */
 #define PENDING_MEMBERS	128	/* handshakes from members' addresses at once */
-#define PENDING_OTHERS	32	/* handshakes from other addresses at once */
-#define PENDING_OTHER_PER_SOURCE 4
+#define PENDING_OTHERS	64	/* handshakes from other addresses at once */
+#define PENDING_OTHER_PER_SOURCE PEER_CONNS	/* a member not in our list yet (a reload) */
 #define NSLOTS		(PEERD_MAX_CONNS + PENDING_MEMBERS + PENDING_OTHERS)
 #define BIND_RETRY_MIN_MS 1000
 #define BIND_RETRY_MAX_MS 30000
@@ -738,9 +738,9 @@ int peerd_start(struct sfs *fs, char *err, size_t errlen)
 	pthread_mutex_init(&pd->lock, NULL);
 	pthread_cond_init(&pd->idle, NULL);
 	pthread_mutex_init(&pd->pace_lock, NULL);
-	log_ratelimit_init(&pd->rl_refused, 60000, 10);
-	log_ratelimit_init(&pd->rl_full, 60000, 5);
-	log_ratelimit_init(&pd->rl_legacy, 60000, 3);
+	log_ratelimit_init(&pd->rl_refused, 10000, 5);
+	log_ratelimit_init(&pd->rl_full, 10000, 5);
+	log_ratelimit_init(&pd->rl_legacy, 10000, 5);
 	rc = peer_tls_create(peer_group_key(fs->peers), true, &pd->tls, err, errlen);
 	if (rc)
 		goto out_free;

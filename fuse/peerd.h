@@ -20,9 +20,9 @@
  * A connection without the key never gets past the handshake, and holds
  * its slot 2 s at most, in pools that keep members' slots for members;
  * an old clear-text request (SFP1, SFP2) gets ENOENT at once.  Refusals
- * are counted per member and logged a few a minute.  A chunk this node
- * does not have gets ENOENT; no file name, path or dataset name is ever
- * read from or written to the network.
+ * are counted per member and logged at most five per 10 s of each kind.
+ * A chunk this node does not have gets ENOENT; no file name, path or
+ * dataset name is ever read from or written to the network.
  */
 #ifndef STAGEFS_FUSE_PEERD_H
 #define STAGEFS_FUSE_PEERD_H

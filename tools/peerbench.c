@@ -13,7 +13,8 @@
  * INFLIGHT at a time (default 16), ROUNDS times (default 1); the client
  * thread checks each against its content address as for a daemon.  Prints
  * one JSON object:
- *   {"chunks": N, "bytes": B, "seconds": S, "bytes_per_s": ..., "errors": E}
+ *   {"chunks": N, "bytes": B, "seconds": S, "bytes_per_s": ..., "requests_per_s": ...,
+ *    "errors": E}
  * and exits 1 if any chunk failed, 2 on a usage error.
  */
 #include <errno.h>
@@ -175,9 +176,9 @@ int main(int argc, char **argv)
 		pthread_cond_wait(&cond, &lock);
 	pthread_mutex_unlock(&lock);
 	ns = now_ns() - t0;
-	printf("{\"chunks\": %zu, \"bytes\": %llu, \"seconds\": %.3f, \"bytes_per_s\": %.0f, \"errors\": %u}\n",
+	printf("{\"chunks\": %zu, \"bytes\": %llu, \"seconds\": %.3f, \"bytes_per_s\": %.0f, \"requests_per_s\": %.0f, \"errors\": %u}\n",
 	       asked, (unsigned long long)bytes, (double)ns / 1e9,
-	       (double)bytes / ((double)ns / 1e9), errors);
+	       (double)bytes / ((double)ns / 1e9), (double)asked / ((double)ns / 1e9), errors);
 	peer_group_destroy(pg);
 	return errors ? 1 : 0;
 }
