@@ -132,6 +132,13 @@ int job_statedir_ready(void);
  */
 int peers_job_start(uint32_t jobid, char *msg, size_t len);
 int peers_job_end(uint32_t jobid, char *msg, size_t len);
+/*
+ * In slurmstepd as root, at each step's start: if the node's peer group
+ * leaves out some of the job's nodes (past PEERS_MAX, shared fairly between
+ * the jobs on the node), and that count was not told the job yet, a
+ * sentence for the job's output in @msg; else "".
+ */
+void peers_step_check(uint32_t jobid, char *msg, size_t len);
 
 /* ---- spank_asuser.c ---- */
 
