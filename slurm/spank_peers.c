@@ -19,12 +19,12 @@
  *
  * A node's address: its Slurm name put into peer_host= for %n (default:
  * the name itself), resolved to IPv4 by getaddrinfo (nsswitch.conf:
- * /etc/hosts, DNS), with peer_port=.  A node leaves
+ * /etc/hosts, DNS), with peer_port= (785 unless given).  A node leaves
  * itself out of its job's list: the daemon is always a member of its own
- * group.  Resolved here rather than by the
- * daemon, so that a name that does not resolve leaves out that node alone,
- * and says so, instead of making the daemon refuse the whole file.  The
- * node list is expanded by Slurm's own hostlist functions.
+ * group.  Resolved here rather than by the daemon, so that a name that
+ * does not resolve leaves out that node alone, and says so, instead of
+ * making the daemon refuse the whole file.  The node list is expanded by
+ * Slurm's own hostlist functions.
  *
  * Who can change the group: root.  The lists live in the root-only state
  * directory; the peers_file's directory must be root's and writable by

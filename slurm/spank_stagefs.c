@@ -44,7 +44,7 @@
  *   rate (bytes, rate, hit ratio, stall), read as the user, goes to the
  *   job's output; at the job's end on each node
  *   (slurm_spank_job_epilog) to slurmd's log, and the state file goes.
- * - With peers_file= and peer_port= in plugstack.conf, every job's prolog adds the
+ * - With peers_file= in plugstack.conf, every job's prolog adds the
  *   job's nodes to the node's peer group and its epilog takes them out
  *   again (spank_peers.c): the group is the union of the nodes of the
  *   jobs running on the node (past 255, shared fairly between them), so
