@@ -131,6 +131,11 @@ tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl
 tests/unit/test_%: tests/unit/test_%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_CORE) $(CMOCKA_LIBS)
 
+# the Slurm plugin's peer places (slurm/spank_fair.c: no Slurm in it, so
+# it builds without Slurm's headers)
+tests/unit/test_spank_fair: tests/unit/test_spank_fair.o slurm/spank_fair.o
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CMOCKA_LIBS)
+
 # the scheduler's tests drive prefetch/ through prefetch/prefetch.h
 tests/unit/test_prefetch_sched: tests/unit/test_prefetch_sched.o prefetch/libprefetch.a src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)

@@ -21,6 +21,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* a WARMUP is any user's to send, as often as they like (issue 27) */
+static struct log_ratelimit rl_warmup = LOG_RATELIMIT_INIT(10000, 10);
+
 static int send_progress(struct ctlsock_client *cl, const char *status)
 {
 	struct pf_job_progress p;
@@ -179,9 +182,9 @@ int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m)
 	}
 	cl->job_streaming = true;
 	cl->last_progress_ms = 0;
-	log_info("control: uid %u pid %d: %s of %zd path(s)%s%s", cl->cred.uid,
-		 (int)cl->cred.pid, mode ? mode : "fetch", n, shard ? ", shard " : "",
-		 shard ? shard : "");
+	log_limited(&rl_warmup, LOG_INFO, "control: uid %u pid %d: %s of %zd path(s)%s%s",
+		    cl->cred.uid, (int)cl->cred.pid, mode ? mode : "fetch", n,
+		    shard ? ", shard " : "", shard ? shard : "");
 	pf_job_run(cl->job, roots, nroots);
 	free(roots);
 	ctlconn_free_paths(paths, (size_t)n);

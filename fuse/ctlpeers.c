@@ -52,7 +52,8 @@ static int send_members(struct ctlsock_client *cl, struct peer_group *pg)
 
 int ctlpeers_peers(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
-	static _Atomic uint64_t last_refusal;
+	/* any user may ask, as often as they like (issue 27) */
+	static struct log_ratelimit rl = LOG_RATELIMIT_INIT(10000, 10);
 	struct peer_group *pg = cl->cs->fs->peers;
 	const char *reload = ctl_get(m, "reload");
 	char err[1024];
@@ -65,9 +66,9 @@ int ctlpeers_peers(struct ctlsock_client *cl, const struct ctl_msg *m)
 	if (strcmp(reload, "1"))
 		return ctlconn_send_err(cl, EINVAL, "reload is 0 or 1");
 	if (cl->cred.uid != 0 && cl->cred.uid != geteuid()) {
-		log_at(ctlconn_log_level(&last_refusal),
-			"control: uid %u may not reload the peer group (root only)",
-			(unsigned)cl->cred.uid);
+		log_limited(&rl, LOG_NOTICE,
+			    "control: uid %u may not reload the peer group (root only)",
+			    (unsigned)cl->cred.uid);
 		return ctlconn_send_err(cl, EPERM, "only root may change the peer group");
 	}
 	rc = peer_group_reread(pg, err, sizeof(err));

@@ -36,6 +36,16 @@
 #define ROOT_RESERVE	16	/* of control_max_connections: root's only */
 #define HELLO_TIMEOUT_MS 30000
 
+/*
+ * Every line here a local user can cause at will (connect, refuse, idle
+ * out, exhaust the daemon's descriptors or threads) goes through a limit of
+ * its own kind: 10 lines per 10 s, the next one let through saying how
+ * many were suppressed (issue 27).
+ */
+static struct log_ratelimit rl_idle = LOG_RATELIMIT_INIT(10000, 10);
+static struct log_ratelimit rl_refused = LOG_RATELIMIT_INIT(10000, 10);
+static struct log_ratelimit rl_accept = LOG_RATELIMIT_INIT(10000, 10);
+
 /* Serve one request.  Returns 0 to go on, < 0 to close the connection. */
 static int dispatch(struct ctlsock_client *cl, struct ctl_msg *m)
 {
@@ -167,8 +177,9 @@ static void *client_main(void *arg)
 			int r = ctl_read_line(&cl->conn, &line, ctlconn_idle_ms(cl));
 
 			if (r == -ETIMEDOUT)
-				log_debug("control: uid %u pid %d: idle for %" PRIu64 " ms: closed",
-					  cl->cred.uid, (int)cl->cred.pid, cs->idle_ms);
+				log_limited(&rl_idle, LOG_DEBUG,
+					    "control: uid %u pid %d: idle for %" PRIu64 " ms: closed",
+					    cl->cred.uid, (int)cl->cred.pid, cs->idle_ms);
 			if (r < 0)
 				break;
 			if (!r)
@@ -194,7 +205,6 @@ static void *client_main(void *arg)
 
 static void start_client(struct ctlsock *cs, int fd)
 {
-	static _Atomic uint64_t refusal_logged;
 	struct ctlsock_client *cl;
 	char why[256], esc[768];
 	pthread_attr_t at;
@@ -208,7 +218,7 @@ static void start_client(struct ctlsock *cs, int fd)
 	}
 	ret = cred_from_socket(&cl->cred, fd);
 	if (ret) {
-		log_warn("control: SO_PEERCRED: %s", strerror(-ret));
+		log_limited(&rl_accept, LOG_WARNING, "control: SO_PEERCRED: %s", strerror(-ret));
 		close(fd);
 		free(cl);
 		return;
@@ -218,11 +228,9 @@ static void start_client(struct ctlsock *cs, int fd)
 	pthread_mutex_lock(&cs->lock);
 	ret = admit_locked(cs, &cl->cred, why, sizeof(why));
 	if (ret) {
-		int lvl = ctlconn_log_level(&refusal_logged);
-
 		pthread_mutex_unlock(&cs->lock);
-		log_at(lvl, "control: uid %u pid %d refused: %s", cl->cred.uid,
-		       (int)cl->cred.pid, why);
+		log_limited(&rl_refused, LOG_NOTICE, "control: uid %u pid %d refused: %s",
+			    cl->cred.uid, (int)cl->cred.pid, why);
 		ctl_escape(why, esc, sizeof(esc));
 		/* a new socket's buffer is empty: this cannot block */
 		ctl_sendf(fd, "ERR code=%s msg=%s\n", ctl_errname(-ret), esc);
@@ -237,7 +245,7 @@ static void start_client(struct ctlsock *cs, int fd)
 	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&at, 256 * 1024);
 	if (pthread_create(&t, &at, client_main, cl)) {
-		log_warn("control: cannot start a connection thread");
+		log_limited(&rl_accept, LOG_WARNING, "control: cannot start a connection thread");
 		pthread_mutex_lock(&cs->lock);
 		client_unlink_locked(cs, cl);
 		pthread_mutex_unlock(&cs->lock);
@@ -269,7 +277,8 @@ static void *accept_main(void *arg)
 		fd = accept4(cs->lfd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED)
-				log_warn("control: accept: %s", strerror(errno));
+				log_limited(&rl_accept, LOG_WARNING, "control: accept: %s",
+					    strerror(errno));
 			continue;
 		}
 		start_client(cs, fd);

@@ -42,6 +42,10 @@
 #define MAX_SESSIONS	1024
 #define NO_POS		UINT32_MAX
 
+/* any user opens and ends hint sessions at will (HINT, issue 27) */
+static struct log_ratelimit rl_hints = LOG_RATELIMIT_INIT(10000, 10);
+static struct log_ratelimit rl_hints_end = LOG_RATELIMIT_INIT(10000, 10);
+
 struct pf_session {
 	struct pf_owner o;
 	struct list_node node;		/* in h->sessions: protected by h->lock */
@@ -271,8 +275,8 @@ int pf_hint_start(struct pf_sched *s, const struct pf_hint_opts *o,
 	fill_window(h, ss);
 	*id = ss->id;
 	pthread_mutex_unlock(&h->lock);
-	log_info("hint session %" PRIu64 ": uid %u, %zu files, window %u files",
-		 ss->id, o->uid, n, ss->opts.window);
+	log_limited(&rl_hints, LOG_INFO, "hint session %" PRIu64 ": uid %u, %zu files, window %u files",
+		    ss->id, o->uid, n, ss->opts.window);
 	return 0;
 }
 
@@ -331,8 +335,8 @@ void pf_hint_open(struct pf_sched *s, uint64_t key, uint32_t uid, pid_t pid)
 		advance(ss, pos + 1);
 		ss->last_ms = now_ms();
 		if (ss->cursor >= ss->n) {
-			log_info("hint session %" PRIu64 ": the reader passed its last file",
-				 ss->id);
+			log_limited(&rl_hints_end, LOG_INFO,
+				    "hint session %" PRIu64 ": the reader passed its last file", ss->id);
 			session_end_locked(h, ss);
 			continue;
 		}

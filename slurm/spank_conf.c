@@ -27,8 +27,11 @@ int conf_parse(int ac, char **av)
 	memset(&conf, 0, sizeof(conf));
 	snprintf(conf.statedir, sizeof(conf.statedir), "%s", CONF_STATEDIR);
 	snprintf(conf.peer_host, sizeof(conf.peer_host), "%%n");
+	conf.peer_port = CONF_PEER_PORT;
 	conf.wait_s = CONF_WAIT_S;
 	conf.max_wait_s = CONF_MAX_WAIT_S;
+	bool port_given = false;
+
 	for (int i = 0; i < ac; i++) {
 		const char *a = av[i], *eq = strchr(a, '=');
 		size_t kl = eq ? (size_t)(eq - a) : strlen(a);
@@ -63,6 +66,7 @@ int conf_parse(int ac, char **av)
 				return -1;
 			}
 			conf.peer_port = (unsigned)n;
+			port_given = true;
 		} else if (KEY("peer_host")) {
 			const char *pc = strchr(v, '%');
 
@@ -97,8 +101,9 @@ int conf_parse(int ac, char **av)
 		slurm_error("stagefs: plugstack.conf: mount=PATH (the node's stagefs mount) is missing");
 		return -1;
 	}
-	if (!conf.peers_file[0] != !conf.peer_port) {
-		slurm_error("stagefs: plugstack.conf: peers_file= and peer_port= go together (the daemon's peers_file, and the port of every node's peer_listen)");
+	/* the port alone is a group half asked for: say so rather than do nothing */
+	if (port_given && !conf.peers_file[0]) {
+		slurm_error("stagefs: plugstack.conf: peer_port= without peers_file= (the daemon's peers_file, which the plugin writes) does nothing");
 		return -1;
 	}
 	if (conf.wait_s > conf.max_wait_s)

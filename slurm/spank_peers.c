@@ -6,7 +6,10 @@
  * STATEDIR/peers/JOBID.NODE, one "IP:PORT # NAME" line each, written by
  * its prolog and removed by its epilog.  The daemon's peers_file is then
  * rewritten as the union of those lists (each address once, at most
- * PEERS_MAX), under an exclusive lock on STATEDIR/peers.lock so that the
+ * PEERS_MAX: past that the places are shared max-min fairly between the
+ * jobs, spank_fair.c, and each job that lost nodes is named in a comment
+ * line of the file, in slurmd's log and in the job's output at its next
+ * step), under an exclusive lock on STATEDIR/peers.lock so that the
  * prologs and epilogs of jobs sharing the node (or of several slurmd on
  * one machine) never lose each other's update, and the daemon is asked to
  * reread it: PEERS reload=1 on its control socket, which only root may
@@ -16,11 +19,12 @@
  *
  * A node's address: its Slurm name put into peer_host= for %n (default:
  * the name itself), resolved to IPv4 by getaddrinfo (nsswitch.conf:
- * /etc/hosts, DNS), with peer_port=.  A node leaves itself out of its
- * job's list: the daemon is always a member of its own group.  Resolved here rather than by the
- * daemon, so that a name that does not resolve leaves out that node alone,
- * and says so, instead of making the daemon refuse the whole file.  The
- * node list is expanded by Slurm's own hostlist functions.
+ * /etc/hosts, DNS), with peer_port= (785 unless given).  A node leaves
+ * itself out of its job's list: the daemon is always a member of its own
+ * group.  Resolved here rather than by the daemon, so that a name that
+ * does not resolve leaves out that node alone, and says so, instead of
+ * making the daemon refuse the whole file.  The node list is expanded by
+ * Slurm's own hostlist functions.
  *
  * Who can change the group: root.  The lists live in the root-only state
  * directory; the peers_file's directory must be root's and writable by
@@ -34,6 +38,7 @@
  * spares us knowing which allocator libslurm's hostlist strings came from.
  */
 #include "spank_stagefs_i.h"
+#include "spank_fair.h"
 
 #include "ctlproto.h"
 #include "util.h"
@@ -59,6 +64,12 @@
 #define PEERS_TIMEOUT_MS	5000	/* resolving, the lock, the daemon's answer */
 #define LIST_MAX		65536	/* bytes of one job's list */
 #define ADDR_MAX		32	/* "a.b.c.d:port" */
+#define NAMES_MAX		160	/* the node names of one member's comment */
+#define CUT_LINES_MAX		32	/* jobs named in the peers_file's "left out" lines */
+/* the daemon reads at most 64 KiB of peers_file (src/peer.c) */
+#define PEERS_FILE_MAX		65536
+/* a job's "left out" line in the peers_file, read back by its steps */
+#define CUT_PREFIX		"# left out: job "
 
 struct peers_work {
 	uint32_t jobid;
@@ -118,8 +129,8 @@ static int node_addr(const char *name, char *out, size_t len, const char **why)
 /*
  * This job's list: every node of SLURM_JOB_NODELIST (the prolog's, from
  * slurmd) and its address, into STATEDIR/peers/JOBID.NODE.  0, or -1 with
- * the reason in @err.  What was left out (names that did not resolve, nodes
- * past PEERS_MAX) is told in @bad.
+ * the reason in @err.  The names that did not resolve are told in @bad;
+ * the nodes past PEERS_MAX are counted in a "# unlisted=N" line.
  */
 static int job_list_write(uint32_t jobid, char *err, size_t errlen, char *bad, size_t badlen)
 {
@@ -167,13 +178,13 @@ static int job_list_write(uint32_t jobid, char *err, size_t errlen, char *bad, s
 		len += (size_t)snprintf(buf + len, LIST_MAX - len, "%s # %s\n", addr, name);
 		n++;
 	}
-	if (left) {
-		size_t bl = strlen(bad);
-
-		if (bl < badlen)
-			snprintf(bad + bl, badlen - bl, "%s%zu node(s) past the first %d", bl ? ", " : "",
-				 left, PEERS_MAX);
-	}
+	/*
+	 * Past PEERS_MAX the job could never have more places: those nodes
+	 * are not resolved, only counted, and the union counts them as left
+	 * out.
+	 */
+	if (left)
+		len += (size_t)snprintf(buf + len, LIST_MAX - len, "# unlisted=%zu\n", left);
 	ret = job_statedir_ready();
 	if (!ret) {
 		snprintf(path, sizeof(path), "%s/peers", conf.statedir);
@@ -230,78 +241,246 @@ static bool has_word(const char *s, const char *w, size_t len)
 	return false;
 }
 
+/* One list in STATEDIR/peers: a job's nodes as seen from one node (JOBID.NODE). */
+struct job_list {
+	uint32_t jobid;
+	char file[256];
+	const char **addrs, **names;	/* NUL-terminated, into the file's bytes */
+	size_t n, unlisted;
+};
+
+static int job_list_cmp(const void *a, const void *b)
+{
+	const struct job_list *x = a, *y = b;
+
+	if (x->jobid != y->jobid)
+		return x->jobid < y->jobid ? -1 : 1;
+	return strcmp(x->file, y->file);
+}
+
 /*
- * Under the lock: peers_file := the union of the live jobs' lists, each
- * address once, with the names of the nodes that have it.  0 with the
- * count in @members, or -1 with the reason in @err.
+ * Parse @buf, one list file's bytes, in place into @jl: "IP:PORT # NAME"
+ * lines (our own), "# unlisted=N", other comments.  0 or -ENOMEM.
  */
-static int union_write(size_t *members, char *err, size_t errlen)
+static int job_list_parse(char *buf, struct job_list *jl)
+{
+	size_t cap = 0;
+
+	for (char *line = buf, *next; *line; line = next) {
+		size_t ll = strcspn(line, "\n"), al = strcspn(line, " #\n");
+		char *name = line + al;
+
+		next = line + ll + (line[ll] == '\n');
+		line[ll] = '\0';
+		if (!strncmp(line, "# unlisted=", 11)) {
+			uint64_t u;
+
+			if (!parse_uint(line + 11, &u) && u <= UINT32_MAX)
+				jl->unlisted = (size_t)u;
+			continue;
+		}
+		if (!al || al >= ADDR_MAX)
+			continue;
+		if (jl->n == cap) {
+			size_t nc = cap ? 2 * cap : 64;
+			const char **a = realloc(jl->addrs, nc * sizeof(*a));
+			const char **nm = a ? realloc(jl->names, nc * sizeof(*nm)) : NULL;
+
+			if (a)
+				jl->addrs = a;
+			if (!a || !nm)
+				return -ENOMEM;
+			jl->names = nm;
+			cap = nc;
+		}
+		name += strspn(name, " #");
+		line[al] = '\0';
+		jl->addrs[jl->n] = line;
+		jl->names[jl->n++] = name;
+	}
+	return 0;
+}
+
+/*
+ * The live jobs' lists: every JOBID.NODE file of STATEDIR/peers, sorted by
+ * job id and file name (never in directory order).  0 with the lists in
+ * *@out, or -1 with @err.
+ */
+static int job_lists_read(struct job_list **out, size_t *nout, char *err, size_t errlen)
+{
+	char dir[STATE_PATH_MAX];
+	struct job_list *v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/peers", conf.statedir);
+	d = opendir(dir);
+	while (d && (de = readdir(d))) {
+		size_t nl = strlen(de->d_name), dl = strspn(de->d_name, "0123456789");
+		uint64_t id;
+		char *buf, num[16];
+		ssize_t got;
+		int fd;
+
+		/* JOBID.NODE: not ".", "..", a write in progress (.tmp) or anything else */
+		if (!dl || dl > 10 || de->d_name[dl] != '.' || nl >= sizeof(v->file) ||
+		    (nl > 4 && !strcmp(de->d_name + nl - 4, ".tmp")))
+			continue;
+		memcpy(num, de->d_name, dl);
+		num[dl] = '\0';
+		if (parse_uint(num, &id) || id > UINT32_MAX)
+			continue;
+		fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		buf = malloc(LIST_MAX + 1);
+		got = buf ? read(fd, buf, LIST_MAX) : -1;
+		close(fd);
+		if (got <= 0) {
+			free(buf);
+			continue;
+		}
+		buf[got] = '\0';
+		/* kept until the child exits: only what the file holds */
+		buf = realloc(buf, (size_t)got + 1) ?: buf;
+		if (n == cap) {
+			struct job_list *nv = realloc(v, (cap ? 2 * cap : 16) * sizeof(*v));
+
+			if (!nv)
+				goto oom;
+			v = nv;
+			cap = cap ? 2 * cap : 16;
+		}
+		memset(&v[n], 0, sizeof(v[n]));
+		v[n].jobid = (uint32_t)id;
+		memcpy(v[n].file, de->d_name, nl + 1);
+		if (job_list_parse(buf, &v[n]))
+			goto oom;
+		n++;
+	}
+	if (d)
+		closedir(d);
+	if (n > 1)
+		qsort(v, n, sizeof(*v), job_list_cmp);
+	*out = v;
+	*nout = n;
+	return 0;
+oom:
+	snprintf(err, errlen, "out of memory");
+	return -1;
+}
+
+/*
+ * The lists of one job (several slurmd on one machine each keep theirs)
+ * as one, for fair_select(): each job is one claimant.  0 or -ENOMEM.
+ */
+static int jobs_merge(const struct job_list *jl, size_t n, struct fair_job **out, size_t *nout)
+{
+	struct fair_job *fj = calloc(n ? n : 1, sizeof(*fj));
+	size_t nj = 0;
+
+	if (!fj)
+		return -ENOMEM;
+	for (size_t i = 0; i < n;) {
+		size_t k, total = 0, unlisted = 0;
+		const char **a;
+
+		for (k = i; k < n && jl[k].jobid == jl[i].jobid; k++) {
+			total += jl[k].n;
+			unlisted += jl[k].unlisted;
+		}
+		a = malloc((total ? total : 1) * sizeof(*a));
+		if (!a)
+			return -ENOMEM;
+		fj[nj] = (struct fair_job){ .jobid = jl[i].jobid, .addrs = a, .naddrs = total,
+					    .unlisted = unlisted };
+		for (total = 0; i < k; i++) {
+			memcpy(a + total, jl[i].addrs, jl[i].n * sizeof(*a));
+			total += jl[i].n;
+		}
+		nj++;
+	}
+	*out = fj;
+	*nout = nj;
+	return 0;
+}
+
+/*
+ * Under the lock: peers_file := the live jobs' nodes, each address once
+ * with the names of the nodes that have it, at most PEERS_MAX shared
+ * fairly between the jobs (spank_fair.c), and a comment line for each job
+ * that lost nodes.  0 with the count in @members and the jobs that lost
+ * nodes in @cut ("" if none), or -1 with the reason in @err.
+ */
+static int union_write(size_t *members, char *cut, size_t cutlen, char *err, size_t errlen)
 {
 	static const char head[] =
 		"# The nodes of the Slurm jobs running on this node: its stagefs peer group.\n"
 		"# Written by the stagefs SPANK plugin at each job's start and end; do not edit.\n";
-	struct member {
-		char addr[ADDR_MAX];
-		char names[256];
-	} *v = calloc(PEERS_MAX, sizeof(*v));
-	size_t cap = sizeof(head) + (size_t)PEERS_MAX * (ADDR_MAX + 256 + 4), len, n = 0;
-	char dir[STATE_PATH_MAX], *out = malloc(cap), *buf = malloc(LIST_MAX + 1);
-	struct dirent *de;
-	DIR *d;
+	const size_t cap = sizeof(head) + (CUT_LINES_MAX + 1) * 160 +
+			   (size_t)PEERS_MAX * (ADDR_MAX + NAMES_MAX + 8);
+	const char **group = calloc(PEERS_MAX, sizeof(*group));
+	char *out = malloc(cap), names[NAMES_MAX];
+	struct job_list *jl = NULL;
+	struct fair_job *fj = NULL;
+	size_t njl = 0, nj = 0, n, len, ncut = 0, cl = 0, nclaim = 0;
 	int ret;
 
-	if (!v || !out || !buf) {
+	_Static_assert(sizeof(head) + (CUT_LINES_MAX + 1) * 160 +
+		       (size_t)PEERS_MAX * (ADDR_MAX + NAMES_MAX + 8) <= PEERS_FILE_MAX,
+		       "a peers_file the daemon would refuse as too large");
+	cut[0] = '\0';
+	if (!group || !out) {
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	snprintf(dir, sizeof(dir), "%s/peers", conf.statedir);
-	d = opendir(dir);
-	while (d && (de = readdir(d))) {
-		size_t nl = strlen(de->d_name);
-		ssize_t got;
-		int fd;
-
-		if (de->d_name[0] == '.' || (nl > 4 && !strcmp(de->d_name + nl - 4, ".tmp")))
-			continue;
-		fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		got = read(fd, buf, LIST_MAX);
-		close(fd);
-		if (got <= 0)
-			continue;
-		buf[got] = '\0';
-		/* our own lines: "IP:PORT # NAME" */
-		for (char *line = buf, *next; *line; line = next) {
-			size_t ll = strcspn(line, "\n"), al = strcspn(line, " #\n"), k;
-			const char *name = line + al;
-
-			next = line + ll + (line[ll] == '\n');
-			if (!al || al >= ADDR_MAX)
-				continue;
-			for (k = 0; k < n; k++)
-				if (strlen(v[k].addr) == al && !strncmp(v[k].addr, line, al))
-					break;
-			if (k == n) {
-				if (n == PEERS_MAX)
-					continue;
-				memcpy(v[n++].addr, line, al);
-			}
-			name += strspn(name, " #");
-			ll -= (size_t)(name - line);
-			if (ll && !has_word(v[k].names, name, ll)) {
-				size_t have = strlen(v[k].names);
-
-				snprintf(v[k].names + have, sizeof(v[k].names) - have, "%s%.*s",
-					 have ? " " : "", (int)ll, name);
-			}
-		}
+	if (job_lists_read(&jl, &njl, err, errlen))
+		return -1;
+	if (jobs_merge(jl, njl, &fj, &nj)) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
 	}
-	if (d)
-		closedir(d);
+	n = fair_select(fj, nj, PEERS_MAX, group);
+	for (size_t j = 0; j < nj; j++)		/* the jobs that claim a place */
+		nclaim += fj[j].naddrs + fj[j].unlisted > 0;
+
 	len = (size_t)snprintf(out, cap, "%s", head);
-	for (size_t k = 0; k < n; k++)
-		len += (size_t)snprintf(out + len, cap - len, "%s # %s\n", v[k].addr, v[k].names);
+	for (size_t j = 0; j < nj; j++) {
+		if (!fj[j].left_out)
+			continue;
+		if (ncut++ < CUT_LINES_MAX)
+			len += (size_t)snprintf(out + len, cap - len,
+						CUT_PREFIX "%" PRIu32 ": %zu of its %zu other node(s); %zu job(s) share the %d places\n",
+						fj[j].jobid, fj[j].left_out,
+						fj[j].naddrs + fj[j].unlisted, nclaim, PEERS_MAX);
+		if (cl + 1 < cutlen)
+			cl += (size_t)snprintf(cut + cl, cutlen - cl, "%sjob %" PRIu32 " lost %zu of its %zu other nodes",
+					       cl ? ", " : "", fj[j].jobid, fj[j].left_out,
+					       fj[j].naddrs + fj[j].unlisted);
+	}
+	if (ncut > CUT_LINES_MAX)
+		len += (size_t)snprintf(out + len, cap - len, "# left out: %zu job(s) more\n",
+					ncut - CUT_LINES_MAX);
+	if (cl >= cutlen && cutlen > 4)
+		snprintf(cut + cutlen - 4, 4, "...");
+	/* each member with the names of its nodes, in every job's list */
+	for (size_t k = 0; k < n; k++) {
+		size_t nl = 0;
+
+		names[0] = '\0';
+		for (size_t i = 0; i < njl; i++)
+			for (size_t e = 0; e < jl[i].n; e++) {
+				size_t wl = strlen(jl[i].names[e]);
+
+				if (!wl || strcmp(jl[i].addrs[e], group[k]) ||
+				    has_word(names, jl[i].names[e], wl) || nl + wl + 2 > sizeof(names))
+					continue;
+				nl += (size_t)snprintf(names + nl, sizeof(names) - nl, "%s%s",
+						       nl ? " " : "", jl[i].names[e]);
+			}
+		len += (size_t)snprintf(out + len, cap - len, "%s # %s\n", group[k], names);
+	}
 	ret = write_file_atomic(conf.peers_file, out, len, 0644, false);
 	if (ret) {
 		snprintf(err, errlen, "%s: %s", conf.peers_file, strerror(-ret));
@@ -384,8 +563,9 @@ static int peers_work(void *arg, int fd)
 {
 	const struct peers_work *w = arg;
 	char err[2 * STATE_PATH_MAX] = "", cerr[2 * STATE_PATH_MAX] = "", bad[1024] = "";
-	char path[STATE_PATH_MAX], more[SPANK_LINE_MAX] = "";
+	char path[STATE_PATH_MAX], more[SPANK_LINE_MAX] = "", cut[1024], peers[2048];
 	struct ctl_conn *conn = NULL;
+	const char *pl;
 	char *line = NULL;
 	struct ctl_msg m;
 	size_t members = 0;
@@ -411,18 +591,30 @@ static int peers_work(void *arg, int fd)
 		return peers_result(fd, "error", err, NULL);
 	}
 	/* the lock is held until we exit: the daemon rereads what we wrote */
-	if (union_write(&members, err, sizeof(err)))
+	if (union_write(&members, cut, sizeof(cut), err, sizeof(err)))
 		return peers_result(fd, "error", err, NULL);
 	snprintf(more, sizeof(more), " written=%zu", members);
+	if (cut[0])
+		client_put_word(more, sizeof(more), "cut", cut);
 	if (!conn)
 		return peers_result(fd, "error", cerr, more);
 	if (daemon_reread(conn, err, sizeof(err), &line, &m))
 		return peers_result(fd, "error", err, more);
 	more[0] = '\0';
 	client_put_word(more, sizeof(more), "members", ctl_get(&m, "members") ?: "?");
-	client_put_word(more, sizeof(more), "peers", ctl_get(&m, "peers") ?: "");
+	/* the short words first: a group of 255 does not fit in one line */
 	if (bad[0])
 		client_put_word(more, sizeof(more), "left_out", bad);
+	if (cut[0])
+		client_put_word(more, sizeof(more), "cut", cut);
+	pl = ctl_get(&m, "peers") ?: "";
+	snprintf(peers, sizeof(peers), "%s", pl);
+	if (strlen(pl) >= sizeof(peers)) {
+		char *c = strrchr(peers, ',');
+
+		snprintf(c ? c : peers, sizeof(peers) - (size_t)((c ? c : peers) - peers), ",...");
+	}
+	client_put_word(more, sizeof(more), "peers", peers);
 	return peers_result(fd, "ok", NULL, more);
 }
 
@@ -430,8 +622,8 @@ static int peers_run(bool start, uint32_t jobid, char *msg, size_t len)
 {
 	const struct spank_user root = { .uid = 0, .gid = 0, .gids = { 0 }, .ngids = 1 };
 	struct peers_work w = { .jobid = jobid, .start = start };
-	char res[SPANK_LINE_MAX];
-	const char *st, *why;
+	char res[SPANK_LINE_MAX], cutmsg[1200] = "";
+	const char *st, *why, *cut;
 	struct ctl_msg m;
 	int ret = asuser_run(&root, peers_work, &w, PEERS_TIMEOUT_MS, res, sizeof(res));
 
@@ -445,15 +637,19 @@ static int peers_run(bool start, uint32_t jobid, char *msg, size_t len)
 		msg[0] = '\0';
 		return 0;
 	}
+	cut = ctl_get(&m, "cut");
+	if (cut)
+		snprintf(cutmsg, sizeof(cutmsg), "; past %d members, the places are shared between the jobs here: %s",
+			 PEERS_MAX, cut);
 	if (strcmp(st, "ok")) {
 		why = ctl_get(&m, "msg");
-		snprintf(msg, len, "%s", why ? why : "unknown error");
+		snprintf(msg, len, "%s%s", why ? why : "unknown error", cutmsg);
 		return -1;
 	}
 	why = ctl_get(&m, "left_out");
-	snprintf(msg, len, "the daemon's peer group: %s member(s): %s%s%s",
+	snprintf(msg, len, "the daemon's peer group: %s member(s): %s%s%s%s",
 		 ctl_get(&m, "members") ?: "?", ctl_get(&m, "peers") ?: "",
-		 why ? "; left out: " : "", why ? why : "");
+		 why ? "; left out: " : "", why ? why : "", cutmsg);
 	return 0;
 }
 
@@ -465,4 +661,64 @@ int peers_job_start(uint32_t jobid, char *msg, size_t len)
 int peers_job_end(uint32_t jobid, char *msg, size_t len)
 {
 	return peers_run(false, jobid, msg, len);
+}
+
+/*
+ * In slurmstepd, as root, at a step's start: how many of the job's nodes
+ * the node's peer group leaves out (the peers_file's CUT_PREFIX line for
+ * the job), said once per change: the count last told is kept in
+ * STATEDIR/JOBID.NODE.peers.  A sentence in @msg, or "" when there is
+ * nothing new to tell.  Local files only (no daemon, no mount): no child.
+ */
+void peers_step_check(uint32_t jobid, char *msg, size_t len)
+{
+	char *buf = malloc(PEERS_FILE_MAX + 1), path[STATE_PATH_MAX], prefix[40], old[32] = "";
+	size_t lost = 0, of = 0, njobs = 0;
+	struct stat st;
+	ssize_t got;
+	int fd;
+
+	msg[0] = '\0';
+	if (!buf)
+		return;
+	fd = open(conf.peers_file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != 0) {
+		if (fd >= 0)
+			close(fd);
+		free(buf);
+		return;
+	}
+	got = read(fd, buf, PEERS_FILE_MAX);
+	close(fd);
+	buf[got > 0 ? got : 0] = '\0';
+	snprintf(prefix, sizeof(prefix), CUT_PREFIX "%" PRIu32 ": ", jobid);
+	for (char *line = buf; *line; line += strcspn(line, "\n"), line += *line == '\n') {
+		if (strncmp(line, prefix, strlen(prefix)))
+			continue;
+		if (sscanf(line + strlen(prefix), "%zu of its %zu other node(s); %zu job(s)",
+			   &lost, &of, &njobs) != 3)
+			lost = 0;
+		break;
+	}
+	free(buf);
+	if (job_statedir_ready())
+		return;
+	job_state_path(jobid, ".peers", path, sizeof(path));
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd >= 0) {
+		got = read(fd, old, sizeof(old) - 1);
+		old[got > 0 ? got : 0] = '\0';
+		close(fd);
+	}
+	if (!lost) {
+		unlink(path);	/* a loss after this one is told again */
+		return;
+	}
+	snprintf(prefix, sizeof(prefix), "%zu", lost);
+	if (!strcmp(old, prefix))
+		return;
+	write_file_atomic(path, prefix, strlen(prefix), 0600, false);
+	snprintf(msg, len, "the peer group on %s leaves out %zu of this job's %zu other node(s): "
+		 "%zu job(s) here share its %d places (what this node lacks is read from the backend "
+		 "rather than from them)", job_node(), lost, of, njobs, PEERS_MAX);
 }

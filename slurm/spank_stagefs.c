@@ -44,11 +44,13 @@
  *   rate (bytes, rate, hit ratio, stall), read as the user, goes to the
  *   job's output; at the job's end on each node
  *   (slurm_spank_job_epilog) to slurmd's log, and the state file goes.
- * - With peers_file= and peer_port= in plugstack.conf, every job's prolog
- *   adds the job's nodes to the node's peer group and its epilog takes
- *   them out again (spank_peers.c): the group is the union of the nodes
- *   of the jobs running on the node, so the nodes of a job share their
- *   cached chunks (docs/fleet.md).
+ * - With peers_file= in plugstack.conf, every job's prolog adds the
+ *   job's nodes to the node's peer group and its epilog takes them out
+ *   again (spank_peers.c): the group is the union of the nodes of the
+ *   jobs running on the node (past 255, shared fairly between them), so
+ *   the nodes of a job share their cached chunks (docs/fleet.md).  A
+ *   step whose job has nodes left out says so in the job's output, once
+ *   per change.
  *
  * Everything that talks to the daemon or reads the mount runs in a child
  * with a deadline, so a hung daemon never holds up slurmd or slurmstepd
@@ -264,6 +266,8 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	unlink(path);
 	job_state_path(jobid, ".reported", path, sizeof(path));
 	unlink(path);
+	job_state_path(jobid, ".peers", path, sizeof(path));
+	unlink(path);
 	/* the job's nodes leave the group: the next job is not pinned to them */
 	if (conf.peers_file[0]) {
 		if (peers_job_end(jobid, out, sizeof(out)))
@@ -286,6 +290,7 @@ static struct {
 	struct ctl_msg m;
 	uint64_t start_ms;		/* wall clock */
 	uint32_t exited;		/* tasks of the step that exited here */
+	char peers_cut[1024];		/* the job's nodes the peer group leaves out */
 } step;
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -312,6 +317,9 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 		return 0;
 	step.is_step = stepid != SLURM_EXTERN_CONT;
 	step.start_ms = job_now_ms();
+	/* any job, --stagefs or not: the group is every job's */
+	if (step.is_step && conf.peers_file[0])
+		peers_step_check(jobid, step.peers_cut, sizeof(step.peers_cut));
 	if (!step.is_step || !conf_opt.given)
 		return 0;
 	/* still root here: the state file is root's */
@@ -396,7 +404,11 @@ static void report_staging(void)
 
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
-	if (!spank_remote(sp) || !conf_opt.given)
+	if (!spank_remote(sp))
+		return 0;
+	if (step.peers_cut[0])
+		slurm_spank_log("stagefs: %s", step.peers_cut);
+	if (!conf_opt.given)
 		return 0;
 	if (!conf.ok)
 		slurm_error("stagefs: the plugin's plugstack.conf line on this node is wrong (slurmd's log says why): --stagefs did nothing");

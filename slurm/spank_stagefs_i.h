@@ -31,6 +31,8 @@ struct ctl_msg;
 #define CONF_STATEDIR		"/run/stagefs/slurm"
 #define CONF_WAIT_S		300
 #define CONF_MAX_WAIT_S		3600
+/* the daemon's default peer port: below 1024, so no user can take it first */
+#define CONF_PEER_PORT		785
 #define OPT_PATHS_MAX		4096	/* bytes of a --stagefs argument */
 
 /* The administrator's settings: the plugstack.conf arguments. */
@@ -42,7 +44,7 @@ struct conf {
 	bool onfail_fail;
 	bool shard_all;		/* every node stages all of the data */
 	char peers_file[PATH_MAX];	/* the daemon's peers_file; "": no peer groups */
-	unsigned peer_port;		/* every node's peer_listen port */
+	unsigned peer_port;		/* every node's peer_listen port (CONF_PEER_PORT) */
 	char peer_host[256];		/* a node's peer address; %n: its name */
 	bool ok;		/* parsed without error, and mount= given */
 };
@@ -125,13 +127,20 @@ int job_statedir_ready(void);
 
 /*
  * The node's peer group is the union of the nodes of the jobs running on
- * it (peers_file= and peer_port= given): at a job's start, add its nodes
+ * it (peers_file= given): at a job's start, add its nodes
  * (SLURM_JOB_NODELIST), at its end take them out, and have the daemon
  * reread its peers_file.  Run as root in a child with a deadline.  0 with
  * a summary in @msg, or -1 with the reason in @msg.
  */
 int peers_job_start(uint32_t jobid, char *msg, size_t len);
 int peers_job_end(uint32_t jobid, char *msg, size_t len);
+/*
+ * In slurmstepd as root, at each step's start: if the node's peer group
+ * leaves out some of the job's nodes (past PEERS_MAX, shared fairly between
+ * the jobs on the node), and that count was not told the job yet, a
+ * sentence for the job's output in @msg; else "".
+ */
+void peers_step_check(uint32_t jobid, char *msg, size_t len);
 
 /* ---- spank_asuser.c ---- */
 

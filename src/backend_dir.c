@@ -110,6 +110,13 @@ struct stamp_hdr {
 
 #define STAMP_FILE_MAGIC	"SFSDIRS2"
 
+/*
+ * A source file that cannot be read is logged from a reader's request:
+ * whoever can read (or owns) the file can repeat it at will (issue 27).
+ * 10 lines per 10 s, the next one saying how many were suppressed.
+ */
+static struct log_ratelimit rl_source = LOG_RATELIMIT_INIT(10000, 10);
+
 static int64_t mtime_ns(const struct stat *st)
 {
 	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
@@ -631,7 +638,7 @@ static int dir_source_open(struct backend *be, const struct sfs_attr *file,
 	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		ret = errno;
-		log_err("source %s: %s", path, strerror(ret));
+		log_limited(&rl_source, LOG_ERR, "source %s: %s", path, strerror(ret));
 		return -EIO;
 	}
 	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != file->size ||
@@ -639,8 +646,9 @@ static int dir_source_open(struct backend *be, const struct sfs_attr *file,
 	    st.st_mtim.tv_nsec != file->mtime.tv_nsec ||
 	    st.st_ctim.tv_sec != file->ctime.tv_sec ||
 	    st.st_ctim.tv_nsec != file->ctime.tv_nsec) {
-		log_err("source %s changed since it was mounted: remount to see the new version",
-			path);
+		log_limited(&rl_source, LOG_ERR,
+			    "source %s changed since it was mounted: remount to see the new version",
+			    path);
 		close(fd);
 		/*
 		 * Changed in place, which the directory stamps cannot see:
@@ -668,9 +676,10 @@ static int dir_source_close(struct backend *be, const struct sfs_attr *file,
 		return (int)len;
 	source_path(to_dir(be), file, path, sizeof(path));
 	if (res < 0)
-		log_err("source %s: read: %s", path, strerror((int)-res));
+		log_limited(&rl_source, LOG_ERR, "source %s: read: %s", path, strerror((int)-res));
 	else
-		log_err("source %s: short read (file truncated since mount?)", path);
+		log_limited(&rl_source, LOG_ERR, "source %s: short read (file truncated since mount?)",
+			    path);
 	return -EIO;
 }
 

@@ -87,6 +87,13 @@
 /* manifests up to this size are copied whole at the first mount */
 #define RB_WHOLE_MAX		(4u * 1024 * 1024)
 
+/*
+ * A failed chunk read is logged from a reader's request: any user can
+ * repeat it as fast as they read (issue 27).  10 lines per 10 s, the next
+ * one saying how many were suppressed.
+ */
+static struct log_ratelimit rl_read = LOG_RATELIMIT_INIT(10000, 10);
+
 struct rados_backend {
 	struct backend be;		/* first: struct backend * casts to this */
 	rados_t cl;
@@ -799,34 +806,34 @@ static int rread_result(struct rread *rr, int rc)
 	struct sfs_id got;
 
 	if (rc < 0) {
-		log_err("rados: reading %s from pool '%s' failed: %s",
-			rr->oid, rb->pool, strerror(-rc));
+		log_limited(&rl_read, LOG_ERR, "rados: reading %s from pool '%s' failed: %s",
+			    rr->oid, rb->pool, strerror(-rc));
 		if (rc == -ETIMEDOUT)
 			timeout_note(rb, rr->oid);
 		return -EIO;
 	}
 	if (rb->plain) {
 		if (rr->stat_rval < 0 || rr->read_rval < 0) {
-			log_err("rados: reading %s from pool '%s' failed: %s", rr->oid,
-				rb->pool, strerror(-(rr->stat_rval < 0 ? rr->stat_rval
-							      : rr->read_rval)));
+			log_limited(&rl_read, LOG_ERR, "rados: reading %s from pool '%s' failed: %s",
+				    rr->oid, rb->pool, strerror(-(rr->stat_rval < 0 ? rr->stat_rval
+									 : rr->read_rval)));
 			return -EIO;
 		}
 		if (rr->got_size != rr->want_size || rr->got_mtime != rr->want_mtime) {
-			log_err("rados: object %s in pool '%s' changed since it was listed (size %" PRIu64 " -> %" PRIu64 "); remount to see the new version",
-				rr->oid, rb->pool, rr->want_size, rr->got_size);
+			log_limited(&rl_read, LOG_ERR, "rados: object %s in pool '%s' changed since it was listed (size %" PRIu64 " -> %" PRIu64 "); remount to see the new version",
+				    rr->oid, rb->pool, rr->want_size, rr->got_size);
 			return -EIO;
 		}
 		if (rr->bytes_read != rr->len) {
-			log_err("rados: short read from %s: %zu of %zu bytes",
-				rr->oid, rr->bytes_read, rr->len);
+			log_limited(&rl_read, LOG_ERR, "rados: short read from %s: %zu of %zu bytes",
+				    rr->oid, rr->bytes_read, rr->len);
 			return -EIO;
 		}
 		return (int)rr->len;
 	}
 	if ((size_t)rc != rr->len) {
-		log_err("rados: chunk object %s in pool '%s' holds %d bytes, expected %zu",
-			rr->oid, rb->pool, rc, rr->len);
+		log_limited(&rl_read, LOG_ERR, "rados: chunk object %s in pool '%s' holds %d bytes, expected %zu",
+			    rr->oid, rb->pool, rc, rr->len);
 		return -EIO;
 	}
 	sfs_id_of(rr->buf, rr->len, &got);
@@ -834,8 +841,8 @@ static int rread_result(struct rread *rr, int rc)
 		char hex[SFS_ID_HEX_LEN + 1];
 
 		sfs_id_hex(&got, hex);
-		log_err("rados: chunk object %s in pool '%s' is corrupt (its data hashes to %s)",
-			rr->oid, rb->pool, hex);
+		log_limited(&rl_read, LOG_ERR, "rados: chunk object %s in pool '%s' is corrupt (its data hashes to %s)",
+			    rr->oid, rb->pool, hex);
 		return -EIO;
 	}
 	return (int)rr->len;
@@ -889,8 +896,9 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 	} else {
 		rc = manifest_chunk(rb->be.m, file->ino, idx, &id);
 		if (rc) {
-			log_err("rados: %s@%" PRIu64 ": no chunk id for chunk %u of inode %" PRIu64,
-				rb->name, rb->version, idx, file->ino);
+			log_limited(&rl_read, LOG_ERR,
+				    "rados: %s@%" PRIu64 ": no chunk id for chunk %u of inode %" PRIu64,
+				    rb->name, rb->version, idx, file->ino);
 			return -EIO;
 		}
 		sfs_rados_chunk_oid(&id, path);
@@ -941,7 +949,8 @@ static int rread_submit(struct rread *rr)
 		rc = rados_aio_read(rb->io, rr->oid, rr->c, rr->buf, rr->len, 0);
 	}
 	if (rc < 0) {
-		log_err("rados: cannot start reading %s: %s", rr->oid, strerror(-rc));
+		log_limited(&rl_read, LOG_ERR, "rados: cannot start reading %s: %s", rr->oid,
+			    strerror(-rc));
 		return -EIO;
 	}
 	return 0;

@@ -42,6 +42,9 @@
 #define LZ_HOLD_MS	1000	/* how long a failed range fails at once */
 #define LZ_AHEAD	64	/* parts fetched at once by a walk, at most */
 
+/* a lookup can ask for a part that fails, as often as it likes (issue 27) */
+static struct log_ratelimit rl_fetch = LOG_RATELIMIT_INIT(10000, 10);
+
 /* The three sections, as the header gives them (bounds checked). */
 struct lz_layout {
 	uint32_t shift;
@@ -183,16 +186,16 @@ static int fetch(struct mlazy *z, uint64_t lo, uint64_t hi)
 		return -ENOMEM;
 	rc = z->r.read(z->r.arg, buf, n, off, msg, sizeof(msg));
 	if (rc) {
-		log_err("%s: cannot fetch parts %" PRIu64 "..%" PRIu64 " of the manifest (bytes %" PRIu64 "..%" PRIu64 "): %s",
-			z->label, lo, hi, off, off + n, msg);
+		log_limited(&rl_fetch, LOG_ERR, "%s: cannot fetch parts %" PRIu64 "..%" PRIu64 " of the manifest (bytes %" PRIu64 "..%" PRIu64 "): %s",
+			    z->label, lo, hi, off, off + n, msg);
 		goto out_free;
 	}
 	atomic_fetch_add_explicit(&z->fetched, n, memory_order_relaxed);
 	w = pwrite_full(z->fd, buf, n, (off_t)off);
 	if (w != (ssize_t)n) {
 		rc = w < 0 ? (int)w : -EIO;
-		log_err("%s: cannot write parts %" PRIu64 "..%" PRIu64 " into the manifest copy: %s",
-			z->label, lo, hi, strerror(-rc));
+		log_limited(&rl_fetch, LOG_ERR, "%s: cannot write parts %" PRIu64 "..%" PRIu64 " into the manifest copy: %s",
+			    z->label, lo, hi, strerror(-rc));
 		goto out_free;
 	}
 	for (uint64_t p = lo; p <= hi; p++)

@@ -64,6 +64,13 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+/*
+ * A corrupt part or entry is found by the lookup or read that touches it:
+ * any user can repeat that as often as they like (issue 27).  10 lines
+ * per 10 s, the next one saying how many were suppressed.
+ */
+static struct log_ratelimit rl_corrupt = LOG_RATELIMIT_INIT(10000, 10);
+
 struct manifest {
 	const uint8_t *base;	/* the whole manifest, @len bytes */
 	size_t len;
@@ -148,7 +155,7 @@ static int part_verify(const struct manifest *m, uint64_t p)
 		return 0;
 	}
 	if (!(atomic_fetch_or_explicit(&m->bad[p / 64], bit, memory_order_relaxed) & bit))
-		log_err("%s v%llu: part %llu of %llu (%s, bytes %llu..%llu of the manifest) fails its checksum: refusing it (republish, or remove the cached copy)",
+		log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: part %llu of %llu (%s, bytes %llu..%llu of the manifest) fails its checksum: refusing it (republish, or remove the cached copy)",
 			mname(m), (unsigned long long)m->version,
 			(unsigned long long)p, (unsigned long long)m->nparts,
 			part_section(m, p), (unsigned long long)(soff + off),
@@ -277,7 +284,7 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 		goto bad;
 	return 0;
 bad:
-	log_err("%s v%llu: entry %llu is corrupt",
+	log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: entry %llu is corrupt",
 		mname(m), (unsigned long long)m->version, (unsigned long long)idx);
 	return -EIO;
 }
@@ -298,7 +305,7 @@ static int ent_inode(const struct manifest *m, const struct ment *e,
 		return 0;
 	}
 	if (ent_load(m, inode, out) || !S_ISREG(out->mode) || out->inode) {
-		log_err("%s v%llu: entry %u is a hard link to entry %u, which is not a file", mname(m),
+		log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: entry %u is a hard link to entry %u, which is not a file", mname(m),
 			(unsigned long long)m->version, name_idx, inode);
 		return -EIO;
 	}
@@ -344,7 +351,7 @@ static int child_load(const struct manifest *m, const struct ment *dir,
 	if (rc)
 		return rc == -ENOENT ? -EIO : rc;
 	if (c->parent != dir->idx) {
-		log_err("%s v%llu: entry %llu is listed under directory %u but names %u as parent", mname(m),
+		log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: entry %llu is listed under directory %u but names %u as parent", mname(m),
 			(unsigned long long)m->version, (unsigned long long)idx,
 			dir->idx, c->parent);
 		return -EIO;
@@ -779,7 +786,7 @@ int manifest_readdir(const struct manifest *m, uint64_t ino, struct sfs_dirlist 
 			goto out_free;
 		/* strictly increasing names: no duplicates ever reach the kernel */
 		if (prev && name_cmp(prev, prev_len, c.name, c.name_len) >= 0) {
-			log_err("%s v%llu: directory %u is not sorted", mname(m),
+			log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: directory %u is not sorted", mname(m),
 				(unsigned long long)m->version, dir.idx);
 			rc = -EIO;
 			goto out_free;
@@ -843,7 +850,7 @@ int manifest_chunk(const struct manifest *m, uint64_t ino, uint32_t idx,
 		return -EINVAL;
 	want = DIV_ROUND_UP(e.size, m->chunk_size);
 	if (e.count && e.count != want) {
-		log_err("%s v%llu: entry %u has %u chunks for %llu bytes", mname(m),
+		log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: entry %u has %u chunks for %llu bytes", mname(m),
 			(unsigned long long)m->version, e.idx, e.count,
 			(unsigned long long)e.size);
 		return -EIO;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job, its nodes are the daemon's peer group while it runs (peers_file, PEERS) and are not after it, only root may change the group; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs, as it does when the daemon hangs; srun takes the option too; --stagefs-shard=all stages everything on every node; bad option values fail at submission.
+# A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job, its nodes are the daemon's peer group while it runs (peers_file, PEERS) and are not after it, only root may change the group; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs, as it does when the daemon hangs; srun takes the option too; --stagefs-shard=all stages everything on every node; past 255 peers the places are shared fairly between the jobs and the job, the peers_file and slurmd's log say who lost how many; bad option values fail at submission.
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do
@@ -389,12 +389,42 @@ grep -qx ran <<<"$out" || die "job $j6's step did not run"
 
 # --- 5. --stagefs-shard=all: every node stages all of it ---------------------------
 
-j5=$(submit -N2 --stagefs=train/sub --stagefs-shard=all --wrap true)
+# ... and more nodes than the group's 255 places (issue 27): lists planted
+# in the state directory, as two big jobs' would be, job 1's and this one's
+# (held until they are there), 300 made-up nodes each, share them fairly
+j5=$(submit -H -N2 --stagefs=train/sub --stagefs-shard=all --wrap "cp $PEERS_FILE $S/jobs/peers.\$SLURM_JOB_ID")
+for j in 1 "$j5"; do
+	"$PYTHON" - "$j" "$PEER_PORT" >"$S/staged/peers/$j.n9" <<'EOF'
+import sys
+job, port = int(sys.argv[1]), sys.argv[2]
+print(f"# job {job}: planted by the test")
+for i in range(300):
+    print(f"10.{97 + (job == 1)}.{i // 256}.{i % 256}:{port} # f{job}x{i}")
+EOF
+done
+scontrol release "$j5"
 wait_for -t 40 job_done "$j5" || die "job $j5 did not finish"
 for n in 1 2; do
 	grep -q "stagefs: job $j5: STAGED status=ok files=3 .* shard=0/1 paths=train/sub node=n$n" \
 		"$S/log/slurmd-n$n.log" || die "n$n did not stage all of train/sub for job $j5"
 done
+out=$(cat "$S/jobs/$j5.out")
+printf '%s\n' "$out" | sed 's/^/    job: /' >&2
+# job 1 brings in one node a round before job $j5: 128 places, 172 of its 300
+# out; job $j5 has 127 places, 1 of them for n1 and n2 (one address)
+pf=$S/jobs/peers.$j5
+grep -qxF "# left out: job 1: 172 of its 300 other node(s); 2 job(s) share the 255 places" "$pf" ||
+	die "the peers_file does not say job 1 lost 172 nodes: $(grep '^#' "$pf")"
+grep -Eqx "# left out: job $j5: 174 of its 30[12] other node\(s\); 2 job\(s\) share the 255 places" "$pf" ||
+	die "the peers_file does not say job $j5 lost 174 nodes: $(grep '^#' "$pf")"
+assert_eq "$(grep -c '^10\.98\.' "$pf")" 128 "job 1's nodes in the peers_file"
+assert_eq "$(grep -c '^10\.97\.' "$pf")" 126 "job $j5's planted nodes in the peers_file"
+grep -Eqx "127\.0\.0\.1:$PEER_PORT # (n1 n2|n2 n1|n1|n2)" "$pf" || die "job $j5's own nodes are not in the peers_file"
+grep -q "stagefs: job $j5 on n[12]: the daemon's peer group: 256 member(s): .*; past 255 members, the places are shared between the jobs here: job 1 lost 172 of its 300 other nodes, job $j5 lost 174 of its 30[12] other nodes\$" \
+	"$S"/log/slurmd-n*.log || die "slurmd's log does not say which jobs lost nodes"
+grep -Eq "^stagefs: the peer group on n1 leaves out 174 of this job's 30[12] other node\(s\): 2 job\(s\) here share its 255 places" <<<"$out" ||
+	die "job $j5's output does not say how many of its nodes the peer group leaves out"
+rm -f "$S/staged/peers/1.n9" "$S/staged/peers/$j5.n9"
 
 # --- 6. a bad value fails at submission -------------------------------------------
 
