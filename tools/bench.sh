@@ -2,7 +2,7 @@
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|manifest|index|warmup|hints|epoch|coldsmall|peers|gpu|au|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|manifest|index|warmup|hints|epoch|coldsmall|peers|peertls|gpu|au|all]...
 #
 #   warm         2 GiB file, sequential, warm stagefs cache: mount / cache file read directly
 #   smallfiles   20,000 x 110 KiB files, shuffled, 1 and 4 readers, warm:
@@ -48,6 +48,13 @@
 #                sharded warmup with peers / N nodes warming independently, and
 #                / one node alone; a cold epoch on N nodes with / without
 #                peers; the transport (tools/peerbench) / iperf3 on loopback;
+#                then peertls
+#   peertls      the peer transport, TLS 1.3 (this build) / the clear-text
+#                transport it replaced (commit BENCH_PEER_PLAIN_REV, built from
+#                this checkout's history into the run's directory, or the
+#                build in BENCH_PEER_PLAIN): tools/peerbench against a daemon
+#                serving from its warm cache, 1 and 16 chunks in flight,
+#                interleaved, median of 3;
 #                a node's own reads while it serves 3 askers flat out (and
 #                with peer_serve_max_mbps=50) / alone
 #   gpu          the warm 2 GiB file into GPU memory with libstagefs (tools/gpubench):
@@ -164,6 +171,7 @@ AU_MAX_N=${BENCH_AU_MAX_N:-48}
 POOL=stagefs
 
 ALL="warm smallfiles passthrough smallhot uring rados publish manifest index warmup hints epoch coldsmall peers gpu au"
+PLAIN_REV=${BENCH_PEER_PLAIN_REV:-5538a86}	# the last commit with the clear-text peer transport
 
 # ---------------------------------------------------------------------------
 # output
@@ -1828,6 +1836,8 @@ bench_peers() {
 	MOUNT_CEPH_ARGS=
 	result "peers: backend bytes per byte, $n nodes" "$(ratio "$bpeer" "$bytes")" "$(ratio "$bind" "$bytes")" "$(ratio "$bpeer" "$bytes")" "<1.06"
 	result "peers: sharded warmup vs $n independent" "${tpeer} ms" "${tind} ms" "$(ratio "$tpeer" "$tind")" "<0.36"
+	CUR=peertls
+	bench_peertls
 	result "peers: sharded warmup vs one node alone" "${tpeer} ms" "${t1} ms" "$(ratio "$tpeer" "$t1")" "<1.31"
 	result "peers: cold epoch vs without peers" "${e1} ms" "${e0} ms" "$(ratio "$e1" "$e0")" ""
 	result "peers: every node warming, no shards, vs one node" "${tall} ms" "${t1} ms" "$(ratio "$tall" "$t1")" ""
@@ -1837,6 +1847,72 @@ bench_peers() {
 		result "peers: transport vs iperf3, 1 stream" "$(mbs "${pbr1:-0}")" "$(mbs "$ipf1")" "$(ratio "${pbr1:-0}" "$ipf1")" ""
 		result "peers: transport vs iperf3, 16 streams" "$(mbs "${pbr:-0}")" "$(mbs "$ipf16")" "$(ratio "${pbr:-0}" "$ipf16")" ""
 	}
+}
+
+# ---------------------------------------------------------------------------
+# peertls: the peer transport, TLS 1.3 / the clear-text one it replaced
+
+# plain_build DIR: a build of PLAIN_REV (stagefs, tools/peerbench) in DIR, or
+# BENCH_PEER_PLAIN's.  Sets PLAIN_DIR, or PLAIN_WHY and returns 1.
+plain_build() {
+	if [ -n "${BENCH_PEER_PLAIN:-}" ]; then
+		PLAIN_DIR=$BENCH_PEER_PLAIN
+	else
+		PLAIN_DIR=$1
+		git -C "$REPO" rev-parse -q --verify "$PLAIN_REV^{commit}" >/dev/null ||
+			{ PLAIN_WHY="commit $PLAIN_REV (the clear-text transport) is not in this checkout: set BENCH_PEER_PLAIN to a build of it"; return 1; }
+		if [ ! -x "$PLAIN_DIR/tools/peerbench" ]; then
+			mkdir -p "$PLAIN_DIR"
+			log "building the clear-text transport ($PLAIN_REV) in $PLAIN_DIR"
+			git -C "$REPO" archive "$PLAIN_REV" | tar -x -C "$PLAIN_DIR" &&
+				(cd "$PLAIN_DIR" && ./configure --disable-cuda && make -j"$(nproc)" stagefs tools/peerbench) \
+					>"$WORK/log/plain-build.log" 2>&1 ||
+				{ PLAIN_WHY="building $PLAIN_REV failed (log/plain-build.log)"; return 1; }
+		fi
+	fi
+	[ -x "$PLAIN_DIR/stagefs" ] && [ -x "$PLAIN_DIR/tools/peerbench" ] ||
+		{ PLAIN_WHY="no stagefs and tools/peerbench in $PLAIN_DIR"; return 1; }
+}
+
+bench_peertls() {
+	local d=$WORK/peertls mb=${BENCH_PEER_MB:-256} chunk=${BENCH_PEER_CHUNK:-1M} port uri r
+	local n1=() n16=() p1=() p16=() mn1 mn16 mp1 mp16 ktls
+	hdr peertls "the peer transport, TLS 1.3 (this build) / clear text ($PLAIN_REV): tools/peerbench against a daemon's warm cache, $mb MiB of 4 MiB files in $chunk chunks, loopback"
+	[ -x "$PB" ] || { skipped "tools/peerbench is not built"; return; }
+	need_rados || { skipped "$RADOS_WHY"; return; }
+	plain_build "$WORK/plain" || { skipped "$PLAIN_WHY"; return; }
+	mkdir -p "$d/src"
+	gen_files "$d/src" $((mb / 4)) $((4 << 20)) 8 || { skipped "could not write the data"; return; }
+	uri="rados://$POOL/bench-peertls?ns=bench-peertls"
+	"$STAGEFS" publish -q -j "$T" --chunk-size "$chunk" "$d/src" "$uri" >>"$WORK/log/publish.log" 2>&1 ||
+		{ skipped "stagefs publish failed"; return; }
+	port=$((20000 + RANDOM % 20000))
+	(umask 077 && "$PY" -c "import secrets; print(secrets.token_hex(32))" >"$d/key")
+	# two groups of two: an asker (peerbench) and a server, each side's build
+	printf '[stagefs]\npeers = 127.0.0.11:%s, 127.0.0.12:%s\npeer_key_file = %s\n' "$port" "$port" "$d/key" >"$d/tls.conf"
+	printf '[stagefs]\npeers = 127.0.0.13:%s, 127.0.0.14:%s\npeer_key_file = %s\n' "$port" "$port" "$d/key" >"$d/plain.conf"
+	MOUNT_CONF=$d/tls.conf sfs_mount "$uri" "$d/mt" "cache_dir=$d/ct,ceph_conf=$CEPH_CONF,peer_listen=127.0.0.12:$port" ||
+		{ skipped "mount failed"; return; }
+	MOUNT_CONF=$d/plain.conf STAGEFS=$PLAIN_DIR/stagefs sfs_mount "$uri" "$d/mp" \
+		"cache_dir=$d/cp,ceph_conf=$CEPH_CONF,peer_listen=127.0.0.14:$port" ||
+		{ skipped "mount of the clear-text build failed"; sfs_umount "$d/mt"; return; }
+	timeout 300 cat "$d/mt"/*/* "$d/mp"/*/* >/dev/null 2>&1	# both caches warm
+	pbt() { jget "$("$PB" -t "$1" -r "$2" "$d/key" "127.0.0.11:$port" "127.0.0.12:$port" "$uri" 2>>"$WORK/log/peerbench.err")" bytes_per_s; }
+	pbp() { jget "$("$PLAIN_DIR/tools/peerbench" -t "$1" -r "$2" "$d/key" "127.0.0.13:$port" "127.0.0.14:$port" "$uri" 2>>"$WORK/log/peerbench.err")" bytes_per_s; }
+	for r in 1 2 3; do
+		n1+=("$(pbt 1 4)") p1+=("$(pbp 1 4)") n16+=("$(pbt 16 8)") p16+=("$(pbp 16 8)")
+	done
+	ktls=no
+	grep -q '^tls ' /proc/modules 2>/dev/null && ktls="module loaded"
+	sfs_umount "$d/mt"
+	sfs_umount "$d/mp"
+	retire "$d/ct" "$d/cp"
+	mn1=$(median "${n1[@]}") mp1=$(median "${p1[@]}") mn16=$(median "${n16[@]}") mp16=$(median "${p16[@]}")
+	row "" "TLS 1.3" "clear text" "ratio"
+	row "1 chunk in flight" "$(mbs "${mn1:-0}")" "$(mbs "${mp1:-0}")" "$(ratio "${mn1:-0}" "${mp1:-0}")" "median of 3, interleaved"
+	row "16 chunks in flight" "$(mbs "${mn16:-0}")" "$(mbs "${mp16:-0}")" "$(ratio "${mn16:-0}" "${mp16:-0}")" "kernel TLS: $ktls"
+	result "peers: TLS / clear text, 1 in flight" "$(mbs "${mn1:-0}")" "$(mbs "${mp1:-0}")" "$(ratio "${mn1:-0}" "${mp1:-0}")" ">=0.8"
+	result "peers: TLS / clear text, 16 in flight" "$(mbs "${mn16:-0}")" "$(mbs "${mp16:-0}")" "$(ratio "${mn16:-0}" "${mp16:-0}")" ">=0.8"
 }
 
 usage() {
@@ -1849,7 +1925,7 @@ main() {
 	for b in "${@:-all}"; do
 		case $b in
 		all) read -ra allv <<<"$ALL"; todo+=("${allv[@]}") ;;
-		warm | smallfiles | passthrough | smallhot | uring | rados | publish | manifest | index | warmup | hints | epoch | coldsmall | peers | gpu | au) todo+=("$b") ;;
+		warm | smallfiles | passthrough | smallhot | uring | rados | publish | manifest | index | warmup | hints | epoch | coldsmall | peers | peertls | gpu | au) todo+=("$b") ;;
 		-h | --help) usage ;;
 		*) printf 'bench.sh: unknown benchmark %s\n' "$b" >&2; usage ;;
 		esac
