@@ -49,8 +49,16 @@ endif
 
 all: stagefs $(TOOLS) tools/readbench tools/peerbench tools/aubench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
 
-%.o: %.c config.h $(wildcard src/*.h fuse/*.h prefetch/*.h gpudirect/*.h slurm/*.h)
-	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c -o $@ $<
+# Header dependencies come from the compiler (-MMD -MP: each object's .d
+# lists the headers it included); an object without its .d yet (built
+# before this rule) is rebuilt once, so that it has one.
+.SECONDEXPANSION:
+%.o: %.c config.h $$(if $$(wildcard $$*.d),,FORCE)
+	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
+
+-include $(wildcard */*.d */*/*.d tests/fuzz/obj/*.d)
+
+FORCE:
 
 src/libsfs.a: $(SRC_OBJS)
 	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
@@ -227,9 +235,9 @@ FUZZ_CFLAGS    = -std=gnu11 -g -O1 $(filter-out -Werror,$(WARN)) $(FUZZ_SAN) -pt
 FUZZ_SRC_OBJS  = $(patsubst src/%.c,tests/fuzz/obj/%.o,$(wildcard src/*.c))
 FUZZ_TARGETS   = $(patsubst %.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 
-tests/fuzz/obj/%.o: src/%.c config.h $(wildcard src/*.h)
+tests/fuzz/obj/%.o: src/%.c config.h $$(if $$(wildcard tests/fuzz/obj/$$*.d),,FORCE)
 	@mkdir -p tests/fuzz/obj
-	$(call quiet,FUZZCC,$@)$(FUZZ_CC) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
+	$(call quiet,FUZZCC,$@)$(FUZZ_CC) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) -MMD -MP -fsanitize=fuzzer-no-link -c -o $@ $<
 
 tests/fuzz/obj/libsfs.a: $(FUZZ_SRC_OBJS)
 	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
@@ -244,7 +252,7 @@ tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
 fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
-	rm -f */*.o */*/*.o src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/peerbench tools/aubench tools/gpubench slurm/spank_stagefs.so
+	rm -f */*.o */*/*.o */*.d */*/*.d src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/peerbench tools/aubench tools/gpubench slurm/spank_stagefs.so
 	rm -f $(MAN_PAGES)
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
@@ -252,7 +260,7 @@ distclean: clean
 	rm -f config.h config.mk config.log
 	rm -rf .sanitize
 
-.PHONY: all check check-sanitizers demo docs fuzz install man clean distclean test-progs
+.PHONY: FORCE all check check-sanitizers demo docs fuzz install man clean distclean test-progs
 .SECONDARY:
 endif
 
