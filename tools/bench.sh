@@ -1874,6 +1874,9 @@ plain_build() {
 		{ PLAIN_WHY="no stagefs and tools/peerbench in $PLAIN_DIR"; return 1; }
 }
 
+# pid_cpu_ms PID: user + system CPU time of PID (all its threads) so far, ms
+pid_cpu_ms() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); print int(($12 + $13) * 1000 / hz) }' "/proc/$1/stat"; }
+
 bench_peertls() {
 	local d=$WORK/peertls mb=${BENCH_PEER_MB:-256} chunk=${BENCH_PEER_CHUNK:-1M} port uri r
 	local n1=() n16=() p1=() p16=() mn1 mn16 mp1 mp16 ktls
@@ -1897,10 +1900,28 @@ bench_peertls() {
 		"cache_dir=$d/cp,ceph_conf=$CEPH_CONF,peer_listen=127.0.0.14:$port" ||
 		{ skipped "mount of the clear-text build failed"; sfs_umount "$d/mt"; return; }
 	timeout 300 cat "$d/mt"/*/* "$d/mp"/*/* >/dev/null 2>&1	# both caches warm
-	pbt() { jget "$("$PB" -t "$1" -r "$2" "$d/key" "127.0.0.11:$port" "127.0.0.12:$port" "$uri" 2>>"$WORK/log/peerbench.err")" bytes_per_s; }
-	pbp() { jget "$("$PLAIN_DIR/tools/peerbench" -t "$1" -r "$2" "$d/key" "127.0.0.13:$port" "127.0.0.14:$port" "$uri" 2>>"$WORK/log/peerbench.err")" bytes_per_s; }
+	# pbx PEERBENCH DAEMON_PID SELF PEER INFLIGHT ROUNDS: "bytes/s cpu-ms/GB"
+	# (the CPU time of the server daemon and of the asker together per GB moved)
+	pbx() {
+		local out c0 c1
+		c0=$(pid_cpu_ms "$2")
+		out=$("$PY" -c '
+import json, resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, text=True)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+j = json.loads(r.stdout or "{}")
+print(j.get("bytes_per_s", 0), j.get("bytes", 0), int((u.ru_utime + u.ru_stime) * 1000))' \
+			"$1" -t "$5" -r "$6" "$d/key" "$3" "$4" "$uri" 2>>"$WORK/log/peerbench.err")
+		c1=$(pid_cpu_ms "$2")
+		set -- $out
+		awk -v r="$1" -v b="$2" -v c=$(($3 + c1 - c0)) 'BEGIN { printf "%.0f %.0f\n", r, (b > 0) ? c / (b / 1e9) : 0 }'
+	}
+	local tp=${MNT_PID[$d/mt]} pp=${MNT_PID[$d/mp]} x ct=() cp=()
 	for r in 1 2 3; do
-		n1+=("$(pbt 1 4)") p1+=("$(pbp 1 4)") n16+=("$(pbt 16 8)") p16+=("$(pbp 16 8)")
+		x=$(pbx "$PB" "$tp" "127.0.0.11:$port" "127.0.0.12:$port" 1 4); n1+=("${x% *}")
+		x=$(pbx "$PLAIN_DIR/tools/peerbench" "$pp" "127.0.0.13:$port" "127.0.0.14:$port" 1 4); p1+=("${x% *}")
+		x=$(pbx "$PB" "$tp" "127.0.0.11:$port" "127.0.0.12:$port" 16 8); n16+=("${x% *}") ct+=("${x#* }")
+		x=$(pbx "$PLAIN_DIR/tools/peerbench" "$pp" "127.0.0.13:$port" "127.0.0.14:$port" 16 8); p16+=("${x% *}") cp+=("${x#* }")
 	done
 	ktls=no
 	grep -q '^tls ' /proc/modules 2>/dev/null && ktls="module loaded"
@@ -1911,6 +1932,7 @@ bench_peertls() {
 	row "" "TLS 1.3" "clear text" "ratio"
 	row "1 chunk in flight" "$(mbs "${mn1:-0}")" "$(mbs "${mp1:-0}")" "$(ratio "${mn1:-0}" "${mp1:-0}")" "median of 3, interleaved"
 	row "16 chunks in flight" "$(mbs "${mn16:-0}")" "$(mbs "${mp16:-0}")" "$(ratio "${mn16:-0}" "${mp16:-0}")" "kernel TLS: $ktls"
+	row "CPU ms per GB, both ends, 16" "$(median "${ct[@]}")" "$(median "${cp[@]}")" "$(ratio "$(median "${ct[@]}")" "$(median "${cp[@]}")")" "server daemon + asker"
 	result "peers: TLS / clear text, 1 in flight" "$(mbs "${mn1:-0}")" "$(mbs "${mp1:-0}")" "$(ratio "${mn1:-0}" "${mp1:-0}")" ">=0.8"
 	result "peers: TLS / clear text, 16 in flight" "$(mbs "${mn16:-0}")" "$(mbs "${mp16:-0}")" "$(ratio "${mn16:-0}" "${mp16:-0}")" ">=0.8"
 }
