@@ -64,7 +64,10 @@ static const struct opt opts[] = {
 		"Directory on local NVMe that holds the chunk cache. It is created "
 		"(0700) if needed and locked while the daemon runs, so two daemons "
 		"cannot share it. It also holds the dir:// snapshots. Layout: "
-		"`cache.md`." },
+		"`cache.md`. It and every directory above it must be owned by root "
+		"(or the daemon's user) and writable by nobody else (a sticky parent "
+		"such as `/tmp` excepted), links on the way too: otherwise the "
+		"daemon does not start, naming the directory (`security.md`)." },
 	{ "cache_size", OPT_SIZE, O(cache_size), "0", 0, 0,
 	  "most bytes of disk the cache may use (real blocks); 0 = limited by cache_free_ratio only",
 	  .doc =
@@ -371,7 +374,8 @@ static const struct opt opts[] = {
 	  .doc =
 		"Directory for the control socket, `<hash of the mount "
 		"point>.sock`, through which the stagefs tools (warmup, ...) talk "
-		"to the daemon." },
+		"to the daemon. Created 0755 if needed; the same ownership rules "
+		"as `cache_dir`, or the daemon does not start." },
 	{ "control_max_connections", OPT_UINT, O(control_max_connections), "512", 32, 65536,
 	  "control-socket connections open at once (16 of them only root may use)",
 	  .doc =
