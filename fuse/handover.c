@@ -307,7 +307,6 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	struct sfs *fs = cl->cs->fs;
 	const char *path = ctl_get(m, "path");
-	char cpath[PATH_MAX];
 	struct sfs_dataset *ds;
 	struct pf_job_progress p = { 0 };
 	uint64_t ino, id, t0;
@@ -355,18 +354,13 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	ret = stage_file(cl, ds, ino, path, &p);
 	if (ret == -ECONNRESET)
 		goto out_unpin;
+	/*
+	 * The descriptor the cache verified, reopened read-only: the holder
+	 * can never change what others are served, and nothing that may have
+	 * replaced the file's name since is handed over (issue 27).
+	 */
 	if (!ret)
-		ret = cache_file_verify(fs->cache, cf);
-	if (!ret)
-		ret = cache_file_path(fs->cache, cf, cpath, sizeof(cpath));
-	if (!ret) {
-		/* read-only: the holder can never change what others are served */
-		fd = open(cpath, O_RDONLY | O_CLOEXEC | O_NOATIME);
-		if (fd < 0 && errno == EPERM)	/* O_NOATIME: not the file's owner */
-			fd = open(cpath, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			ret = -errno;
-	}
+		ret = cache_file_open_verified_ro(fs->cache, cf, &fd);
 	if (!ret && p.cached_before < p.chunks) {
 		/*
 		 * Chunks just fetched are dirty in the page cache, and the

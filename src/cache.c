@@ -165,6 +165,39 @@ void cache_file_fd_release(struct cache *c, struct cfile *cf)
 	cache_fd_release(c, cf);
 }
 
+int cache_file_open_verified_ro(struct cache *c, struct cfile *cf, int *out)
+{
+	struct stat a, b;
+	char proc[64];
+	int fd, ro, ret;
+
+	ret = cache_file_verify_fd(c, cf, &fd);
+	if (ret)
+		return ret;
+	/*
+	 * A new open file description (its own offset and flags, read-only)
+	 * of the inode behind @fd, whatever its name leads to now.
+	 */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	ro = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
+	if (ro < 0 && errno == EPERM)	/* O_NOATIME: not the file's owner */
+		ro = open(proc, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		ret = -errno;
+	else if (fstat(fd, &a) < 0 || fstat(ro, &b) < 0)
+		ret = -errno;
+	else if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+		ret = -ESTALE;	/* no /proc, or not ours: never something else */
+	cache_fd_release(c, cf);
+	if (ret) {
+		if (ro >= 0)
+			close(ro);
+		return ret;
+	}
+	*out = ro;
+	return 0;
+}
+
 bool cache_file_all_verified(struct cache *c, struct cfile *cf)
 {
 	bool ok;
