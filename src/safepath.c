@@ -9,10 +9,13 @@
 #include <limits.h>
 #include <pwd.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* "uid 1001 (alice)", or "uid 1001" where the name is not known */
@@ -254,4 +257,91 @@ const char *safepath_split(const char *path, char *dir, size_t dirlen)
 	memcpy(dir, path, n);
 	dir[n] = '\0';
 	return base;
+}
+
+/* A fresh name for a temporary file beside @base (NAME_MAX-safe). */
+static void tmp_name(const char *base, char *buf, size_t len)
+{
+	uint64_t r = 0;
+
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+		r ^= (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&r ^ (uint64_t)time(NULL);
+	if (strlen(base) > 200)
+		base = "stagefs";
+	snprintf(buf, len, ".%s.%016llx.tmp", base, (unsigned long long)r);
+}
+
+int safepath_write_file(const char *path, const void *buf, size_t len, mode_t mode,
+			gid_t gid, char *err, size_t errlen)
+{
+	char dir[PATH_MAX], tmp[NAME_MAX + 1];
+	const char *base = safepath_split(path, dir, sizeof(dir));
+	int dfd, fd = -1, ret = 0;
+	size_t done = 0;
+
+	if (!base) {
+		snprintf(err, errlen, "%s: names no file", path);
+		return -EINVAL;
+	}
+	dfd = safepath_open_dir(dir, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	for (int tries = 0; fd < 0 && tries < 8; tries++) {
+		tmp_name(base, tmp, sizeof(tmp));
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s/%s: %s", dir, tmp, strerror(-ret));
+		close(dfd);
+		return ret;
+	}
+	/* the group before the mode: never a moment readable by the old group */
+	if (gid != (gid_t)-1 && fchown(fd, (uid_t)-1, gid) < 0)
+		ret = -errno;
+	else if (fchmod(fd, mode) < 0)
+		ret = -errno;
+	while (!ret && done < len) {
+		ssize_t n = write(fd, (const char *)buf + done, len - done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			ret = n < 0 ? -errno : -EIO;
+		else
+			done += (size_t)n;
+	}
+	if (close(fd) < 0 && !ret)
+		ret = -errno;
+	if (!ret && renameat(dfd, tmp, dfd, base) < 0)
+		ret = -errno;
+	if (ret) {
+		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+		unlinkat(dfd, tmp, 0);
+	}
+	close(dfd);
+	return ret;
+}
+
+int safepath_unlink(const char *path, char *err, size_t errlen)
+{
+	char dir[PATH_MAX];
+	const char *base = safepath_split(path, dir, sizeof(dir));
+	int dfd, ret = 0;
+
+	if (!base) {
+		snprintf(err, errlen, "%s: names no file", path);
+		return -EINVAL;
+	}
+	dfd = safepath_open_dir(dir, err, errlen);
+	if (dfd < 0)
+		return dfd == -ENOENT ? 0 : dfd;
+	if (unlinkat(dfd, base, 0) < 0 && errno != ENOENT) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+	}
+	close(dfd);
+	return ret;
 }

@@ -52,6 +52,25 @@ int safepath_mkdir(const char *path, mode_t mode, char *err, size_t errlen);
 int safepath_open_dir(const char *path, char *err, size_t errlen);
 
 /*
+ * Replace file @path with @len bytes of @buf, all or nothing, in a trusted
+ * directory (safepath_open_dir() of its directory), following no link:
+ * written to a new file of a random name there (O_CREAT|O_EXCL|O_NOFOLLOW,
+ * so nothing found under that name is opened), its group set to @gid
+ * ((gid_t)-1: left) and then its mode to @mode through the descriptor,
+ * then renamed over @path (a link found there is replaced, never
+ * followed).  Returns 0 or -errno with a message in @err.
+ */
+int safepath_write_file(const char *path, const void *buf, size_t len, mode_t mode,
+			gid_t gid, char *err, size_t errlen);
+
+/*
+ * Remove the name @path (never what a link there leads to) from its
+ * directory, if that is trusted.  0 (also when there was none) or -errno
+ * with a message in @err.
+ */
+int safepath_unlink(const char *path, char *err, size_t errlen);
+
+/*
  * Split @path into its directory (into @dir, "." for a bare name) and its
  * last component (returned, pointing into @path).  NULL (-EINVAL) for a
  * path that names no file: empty, ending in '/', ".", "..", or too long.

@@ -6,7 +6,9 @@
  * may write (sticky or not), one under a parent others may write, one
  * another user owns, a link another user owns, a link leading under
  * another user's directory; safepath_mkdir() creates nothing under a
- * directory it does not trust; missing and non-directory paths.
+ * directory it does not trust; missing and non-directory paths;
+ * safepath_write_file() follows no link planted at the temporary name or
+ * at the file's name and writes nothing in a directory others may write.
  * The cases with another owner need root (chown); as another user they
  * are skipped.
  */
@@ -219,6 +221,74 @@ static void test_mkdir(void **state)
 	assert_int_equal(access(p("hers/c"), F_OK), -1);
 }
 
+static void slurp(const char *path, char *buf, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_NOFOLLOW);
+	ssize_t n;
+
+	assert_true(fd >= 0);
+	n = read(fd, buf, len - 1);
+	assert_true(n >= 0);
+	buf[n] = '\0';
+	close(fd);
+}
+
+static void test_write_file(void **state)
+{
+	struct stat st;
+	char got[64];
+	int fd;
+
+	/* the victim: a file a link will point at */
+	fd = open(p("victim"), O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "precious", 8), 8);
+	close(fd);
+	mk("d", 0755);
+	/* a link at the old temporary name and one at the file's own name */
+	assert_int_equal(symlink(p("victim"), p("d/m.prom.tmp")), 0);
+	assert_int_equal(symlink(p("victim"), p("d/m.prom")), 0);
+	assert_int_equal(safepath_write_file(p("d/m.prom"), "new\n", 4, 0640, (gid_t)-1,
+					     err, sizeof(err)), 0);
+	slurp(p("victim"), got, sizeof(got));
+	assert_string_equal(got, "precious");
+	assert_int_equal(stat(p("victim"), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	/* the link at the name was replaced, not followed */
+	assert_int_equal(lstat(p("d/m.prom"), &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0640);
+	slurp(p("d/m.prom"), got, sizeof(got));
+	assert_string_equal(got, "new\n");
+	/* the one at the old temporary name was not touched */
+	assert_int_equal(lstat(p("d/m.prom.tmp"), &st), 0);
+	assert_true(S_ISLNK(st.st_mode));
+	/* rewritten: still one file, nothing left over but the planted link */
+	assert_int_equal(safepath_write_file(p("d/m.prom"), "again\n", 6, 0640, (gid_t)-1,
+					     err, sizeof(err)), 0);
+	slurp(p("d/m.prom"), got, sizeof(got));
+	assert_string_equal(got, "again\n");
+	/* in a directory others may write: nothing written */
+	mk("open", 0777);
+	assert_int_equal(symlink(p("victim"), p("open/m.prom")), 0);
+	assert_int_equal(safepath_write_file(p("open/m.prom"), "x", 1, 0640, (gid_t)-1,
+					     err, sizeof(err)), -EPERM);
+	says(p("open"));
+	slurp(p("victim"), got, sizeof(got));
+	assert_string_equal(got, "precious");
+	assert_int_equal(safepath_unlink(p("open/m.prom"), err, sizeof(err)), -EPERM);
+	assert_int_equal(lstat(p("open/m.prom"), &st), 0);
+	/* removing a name removes the name, never what a link leads to */
+	assert_int_equal(safepath_unlink(p("d/m.prom.tmp"), err, sizeof(err)), 0);
+	assert_int_equal(access(p("victim"), F_OK), 0);
+	assert_int_equal(safepath_unlink(p("d/m.prom"), err, sizeof(err)), 0);
+	assert_int_equal(lstat(p("d/m.prom"), &st), -1);
+	assert_int_equal(safepath_unlink(p("d/m.prom"), err, sizeof(err)), 0);
+	/* a name that is no file */
+	assert_int_equal(safepath_write_file(p("d/"), "x", 1, 0640, (gid_t)-1, err,
+					     sizeof(err)), -EINVAL);
+}
+
 static void test_split(void **state)
 {
 	char dir[PATH_MAX];
@@ -243,10 +313,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_other_owner, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_links, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_mkdir, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_write_file, setup, teardown),
 		cmocka_unit_test(test_split),
 	};
 
-	printf("test_safepath: trusted directories, refusals naming the path, mkdir\n");
+	printf("test_safepath: trusted directories, refusals naming the path, mkdir, "
+	       "writes that follow no link\n");
 	fflush(stdout);
 	return cmocka_run_group_tests_name("safepath", tests, NULL, NULL);
 }
