@@ -398,6 +398,17 @@ static const struct opt opts[] = {
 		"it holds no cache file handed over by `CACHE_FD` and runs no "
 		"`WARMUP` (the client library opens a new one when it needs it). "
 		"`0`: never." },
+	{ "client_report_rate", OPT_SIZE, O(client_report_rate), "32G", 1024 * 1024,
+	  1024.0 * 1024 * 1024 * 1024,
+	  "most bytes a second one user's client library may report as read from cache files (and as copied to GPUs)",
+	  .limits = "1M .. 1T (per second)",
+	  .doc =
+		"The time bound on what the client library reports (`CLIENT_READ`, "
+		"`GPU_BYTES`, `control.md`): one user's reports together add at most "
+		"this many bytes a second to the feed rate (2 s of it at once), each "
+		"kind apart, besides being bounded by the files handed to it. Set it "
+		"to what the node's cache disks can read at most: reports beyond it "
+		"are refused and counted nowhere (`feedrate.md`)." },
 	{ "ceph_conf", OPT_STR, O(ceph_conf), "", 0, 0,
 	  "ceph.conf for rados:// sources (default $CEPH_CONF, then /etc/ceph/ceph.conf)",
 	  .doc =
