@@ -415,6 +415,7 @@ void ctlsock_stop(struct sfs *fs)
 	pthread_mutex_destroy(&cs->lock);
 	pthread_cond_destroy(&cs->gone);
 	fs->ctl = NULL;
+	handover_grants_free(cs);
 	free(cs->users);
 	free(cs);
 }

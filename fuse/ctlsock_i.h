@@ -24,6 +24,7 @@
 #include "access.h"
 #include "cred.h"
 #include "ctlproto.h"
+#include "htab.h"
 #include "list.h"
 #include "prefetch/prefetch.h"
 
@@ -37,19 +38,28 @@ struct ctlsock_client;
  * long as the server, a few dozen bytes per user that ever connected).
  * conns is the connection limits' count; the rest is the ledger that
  * bounds the client library's reports (handover.c): a uid may report as
- * read from cache files at most the sizes of the files handed to it, and
- * as copied to GPUs at most that plus what it read through the mount.
+ * read from cache files at most the sizes of the files granted to it (a
+ * file is granted at its hand-over, again only once reading it at
+ * client_report_rate could have ended: struct handover_grant), and as
+ * copied to GPUs at most that plus what it read through the mount; and
+ * either kind at most client_report_rate a second (the token buckets).
  * Every field: protected by cs->lock.
  */
 struct ctlsock_user {
 	uint32_t uid;
 	unsigned conns;			/* connections open now */
-	uint64_t handed;		/* bytes of the files CACHE_FD handed over */
-	uint64_t handed_files;		/* ... and how many */
+	uint64_t handed;		/* bytes of the files granted (CACHE_FD) */
+	uint64_t handed_files;		/* ... and how many grants */
 	uint64_t client_read;		/* bytes CLIENT_READ reported, accepted */
 	uint64_t client_files;		/* files= CLIENT_READ reported, accepted */
 	uint64_t gpu;			/* bytes GPU_BYTES reported, accepted */
+	uint64_t read_tokens;		/* bytes CLIENT_READ may add now */
+	uint64_t gpu_tokens;		/* bytes GPU_BYTES may add now */
+	uint64_t tokens_ms;		/* their last refill (now_ms()); 0: never (full) */
+	uint32_t grants;		/* its entries in cs->grants */
 };
+
+struct handover_grant;
 
 struct ctlsock {
 	struct sfs *fs;
@@ -63,6 +73,7 @@ struct ctlsock {
 	unsigned nclients;		/* protected by lock */
 	struct ctlsock_user *users;	/* protected by lock */
 	size_t nusers, capusers;	/* protected by lock */
+	struct htab grants;		/* protected by lock: struct handover_grant (handover.c) */
 	bool stopping;			/* protected by lock */
 	/* limits (src/config.h), set at start */
 	unsigned max_conns, user_conns;
@@ -73,6 +84,7 @@ struct ctlsock {
 struct handover_handle {
 	uint64_t id;
 	struct cfile *cf;		/* pinned (the pin holds its reference) */
+	struct handover_grant *grant;	/* its uid's grant of the file, or NULL; cs->lock */
 };
 
 struct ctlsock_client {
@@ -149,5 +161,7 @@ int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m);
 int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m);
 /* The connection ends: every cache file it held is unpinned. */
 void handover_release(struct ctlsock_client *cl);
+/* The server stops (no connection left): the grants are freed. */
+void handover_grants_free(struct ctlsock *cs);
 
 #endif

@@ -13,16 +13,35 @@
  *
  * CLIENT_READ and GPU_BYTES: the library reports bytes it read from cache
  * files itself and copied to GPUs, counted for the peer (src/stats.h): its
- * uid and pid from the socket's credential, never from the message.  A
- * report is bounded by what the uid was handed (the ledger in struct
- * ctlsock_user, kept per uid because the library reports on whichever of
- * its connections is idle, also after the handles are closed): every
- * CLIENT_READ of a uid together at most the sizes of every file CACHE_FD
- * handed it (the library counts at most a file's size per handle), and
- * its files= at most the handles; every GPU_BYTES together at most that
- * plus what the uid read through the mount (its READs in src/stats.h).  A
- * report beyond is refused with ERANGE and counted nowhere, so no client
- * can make a counter of another's, or the node's, jump or wrap.
+ * uid and pid from the socket's credential, never from the message.  What
+ * a uid reports can never move a counter beyond what it could have read
+ * (issue 27: a loop of CACHE_FD + CACHE_FD_CLOSE refilled the allowance
+ * every time, and one user had 10.4 TB of reads accepted in 5 s).  The
+ * ledger (struct ctlsock_user, per uid because the library reports on
+ * whichever of its connections is idle, also after the handles are
+ * closed) bounds a report two ways:
+ *
+ *  - by hand-over: every CLIENT_READ of a uid together at most the sizes
+ *    of the files granted to it, its files= at most the grants.  A file
+ *    is granted at its CACHE_FD, but once per window per (uid, file)
+ *    (struct handover_grant): the window is the time reading the file at
+ *    client_report_rate takes, and within it a further hand-over is
+ *    granted only while the uid holds more handles of the file at once
+ *    than it was granted (readers in parallel: each handle may read the
+ *    file once, which is all the library counts per handle).  Closing and
+ *    reopening refills nothing.  The chunks a hand-over counts as cache
+ *    hits (stats_client_stage()) go with its grant too.
+ *  - by time: each kind at most client_report_rate bytes a second (a
+ *    token bucket per uid and kind holding REPORT_BURST_S seconds of it,
+ *    full at the uid's first report): no client can claim more than the
+ *    node's disks could have read, however many files it was handed.
+ *
+ * Every GPU_BYTES together at most the grants plus what the uid read
+ * through the mount (its READs in src/stats.h), and the time bound.  A
+ * report beyond either bound is refused with ERANGE and counted nowhere,
+ * so no client can make a counter of another's, or the node's, jump or
+ * wrap; the node's share of self-reported bytes is shown apart
+ * (client_reported_bytes, fuse/vfiles.c).
  */
 #include "ctlsock_i.h"
 
@@ -42,6 +61,151 @@
 #include <unistd.h>
 
 #define MAX_HANDLES	4096	/* cache files one connection may hold pinned */
+#define GRANTS_PER_USER	16384	/* files one uid may hold grants of at once */
+#define REPORT_BURST_S	2	/* seconds of client_report_rate a bucket holds */
+
+/*
+ * A file granted to a uid (the header comment): in cs->grants, keyed by
+ * (uid, content id), protected by cs->lock.  Freed once no handle of the
+ * uid holds it and its window is over (then it is as if never granted),
+ * or when the server stops.
+ */
+struct handover_grant {
+	struct htab_node node;
+	uint32_t uid;
+	struct sfs_id id;	/* the file's content */
+	uint32_t open;		/* handles of it the uid holds now */
+	uint32_t granted;	/* grants in this window (held handles included) */
+	uint64_t since_ms;	/* the window's start (now_ms()) */
+	uint64_t window_ms;	/* reading the file at client_report_rate takes this long */
+};
+
+struct grant_key {
+	uint32_t uid;
+	const struct sfs_id *id;
+};
+
+static uint64_t grant_hash(uint32_t uid, const struct sfs_id *id)
+{
+	return htab_hash_u64(id->hi ^ id->lo ^ ((uint64_t)uid * 0x9e3779b97f4a7c15ULL));
+}
+
+static bool grant_eq(const struct htab_node *n, const void *key)
+{
+	const struct handover_grant *g = htab_entry(n, struct handover_grant, node);
+	const struct grant_key *k = key;
+
+	return g->uid == k->uid && sfs_id_eq(&g->id, k->id);
+}
+
+static uint64_t report_rate(const struct ctlsock *cs)
+{
+	return MAX(cs->fs->cfg.client_report_rate, 1);
+}
+
+/* Free @u's grants that no handle holds and whose window is over. */
+static void grants_expire_locked(struct ctlsock *cs, struct ctlsock_user *u, uint64_t now)
+{
+	htab_for_each_safe(&cs->grants, i, pos, tmp) {
+		struct handover_grant *g = htab_entry(pos, struct handover_grant, node);
+
+		if (g->uid != u->uid || g->open || now - g->since_ms < g->window_ms)
+			continue;
+		htab_del(&cs->grants, pos);
+		free(g);
+		u->grants--;
+	}
+}
+
+/*
+ * A hand-over of the file with content @id, @size bytes, to @u: its
+ * handle joins the (uid, file) grant, and *@granted says whether the
+ * file's bytes are granted again (the header comment).  Returns the grant
+ * the handle keeps (grant_put() at its close), or NULL where none could be
+ * recorded: then nothing is granted (this uid's reports of it are refused,
+ * nobody else's).  cs->lock held.
+ */
+static struct handover_grant *grant_locked(struct ctlsock *cs, struct ctlsock_user *u,
+					   const struct sfs_id *id, uint64_t size, uint64_t now,
+					   bool *granted)
+{
+	struct grant_key k = { u->uid, id };
+	uint64_t h = grant_hash(u->uid, id), rate = report_rate(cs);
+	struct htab_node *n = htab_find(&cs->grants, h, grant_eq, &k);
+	struct handover_grant *g;
+
+	*granted = false;
+	if (n) {
+		g = htab_entry(n, struct handover_grant, node);
+	} else {
+		if (u->grants >= GRANTS_PER_USER)
+			grants_expire_locked(cs, u, now);
+		if (u->grants >= GRANTS_PER_USER || htab_reserve(&cs->grants, cs->grants.n + 1))
+			return NULL;
+		g = calloc(1, sizeof(*g));
+		if (!g)
+			return NULL;
+		g->uid = u->uid;
+		g->id = *id;
+		/* ceil(size / rate) seconds, in ms, without overflow */
+		g->window_ms = MAX(1, size / rate * 1000 + DIV_ROUND_UP(size % rate * 1000, rate));
+		g->since_ms = now;
+		htab_add(&cs->grants, &g->node, h);
+		u->grants++;
+	}
+	if (now - g->since_ms >= g->window_ms) {
+		/* a new window: the handles still held were granted in theirs */
+		g->since_ms = now;
+		g->granted = g->open;
+	}
+	g->open++;
+	if (g->open > g->granted) {
+		g->granted++;
+		*granted = true;
+	}
+	return g;
+}
+
+/* A handle of @g closed.  cs->lock held. */
+static void grant_put_locked(struct handover_grant *g)
+{
+	if (g && g->open)
+		g->open--;
+}
+
+void handover_grants_free(struct ctlsock *cs)
+{
+	htab_for_each_safe(&cs->grants, i, pos, tmp)
+		free(htab_entry(pos, struct handover_grant, node));
+	htab_release(&cs->grants);
+}
+
+/*
+ * Refill @u's buckets for the time since their last refill: at most
+ * REPORT_BURST_S seconds of client_report_rate each, full at first.
+ * cs->lock held.
+ */
+static void tokens_refill_locked(struct ctlsock *cs, struct ctlsock_user *u, uint64_t now)
+{
+	uint64_t rate = report_rate(cs), cap = rate * REPORT_BURST_S, add;
+
+	if (!u->tokens_ms) {
+		u->read_tokens = u->gpu_tokens = cap;
+	} else if (now > u->tokens_ms) {
+		add = now - u->tokens_ms >= REPORT_BURST_S * 1000 ? cap :
+		      (now - u->tokens_ms) * rate / 1000;
+		u->read_tokens = MIN(cap, u64_add_sat(u->read_tokens, add));
+		u->gpu_tokens = MIN(cap, u64_add_sat(u->gpu_tokens, add));
+	} else {
+		/* the same ms: a rate lowered by a reload still caps them */
+		u->read_tokens = MIN(cap, u->read_tokens);
+		u->gpu_tokens = MIN(cap, u->gpu_tokens);
+		return;
+	}
+	u->read_tokens = MIN(cap, u->read_tokens);
+	u->gpu_tokens = MIN(cap, u->gpu_tokens);
+	u->tokens_ms = now;
+}
 
 /*
  * The node index of the GPU at PCI address @pci (src/gpuid.h), or -errno.
@@ -121,6 +285,23 @@ static int refuse_report(struct ctlsock_client *cl, const char *verb, uint64_t b
 	return ctlconn_send_err(cl, ERANGE, msg);
 }
 
+/* Refuse a report beyond the time bound (logged, rate-limited). */
+static int refuse_rate(struct ctlsock_client *cl, const char *verb, uint64_t bytes,
+		       uint64_t tokens)
+{
+	static struct log_ratelimit rl = LOG_RATELIMIT_INIT(10000, 1);
+	uint64_t rate = report_rate(cl->cs);
+	char msg[320];
+
+	log_limited(&rl, LOG_NOTICE, "control: uid %u pid %d: %s of %" PRIu64 " bytes refused: "
+		    "more than client_report_rate (%" PRIu64 " bytes a second) allows now "
+		    "(%" PRIu64 ")", cl->cred.uid, (int)cl->cred.pid, verb, bytes, rate, tokens);
+	snprintf(msg, sizeof(msg), "%s: %" PRIu64 " bytes is more than this user could have "
+		 "read by now (client_report_rate %" PRIu64 " bytes a second, %" PRIu64
+		 " left): not counted", verb, bytes, rate, tokens);
+	return ctlconn_send_err(cl, ERANGE, msg);
+}
+
 /*
  * The GPU client library reports bytes it copied to a GPU (src/stats.h).
  * With pci=, the device's PCI address, the row is the node's index of that
@@ -131,9 +312,9 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	const char *pci = ctl_get(m, "pci");
 	struct ctlsock *cs = cl->cs;
-	uint64_t gpu, bytes, gpu_before = 0, handed = 0;
+	uint64_t gpu, bytes, gpu_before = 0, handed = 0, tokens = 0;
 	struct ctlsock_user *u;
-	bool ok = false;
+	bool ok = false, over_rate = false;
 	int ret;
 
 	if (ctl_get_u64(m, "gpu", &gpu) || ctl_get_u64(m, "bytes", &bytes) || gpu > 65535)
@@ -147,11 +328,18 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 			log_debug("control: GPU %s: %s: counted as the client's GPU %" PRIu64,
 				  pci, strerror(-idx), gpu);
 	}
-	/* at most what the uid was handed or read through the mount */
+	/* at most what the uid was granted or read through the mount, and its rate */
 	pthread_mutex_lock(&cs->lock);
 	u = ctlsock_user_locked(cs, cl->cred.uid);
-	if (u && u64_add_sat(u->gpu, bytes) <= u->handed) {
+	if (u) {
+		tokens_refill_locked(cs, u, now_ms());
+		tokens = u->gpu_tokens;
+	}
+	if (u && bytes > u->gpu_tokens) {
+		over_rate = true;
+	} else if (u && u64_add_sat(u->gpu, bytes) <= u->handed) {
 		u->gpu += bytes;
+		u->gpu_tokens -= bytes;
 		ok = true;
 	} else if (u) {
 		gpu_before = u->gpu;
@@ -160,6 +348,8 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 	pthread_mutex_unlock(&cs->lock);
 	if (!u)
 		return ctlconn_send_err(cl, ENOMEM, "out of memory");
+	if (over_rate)
+		return refuse_rate(cl, "GPU_BYTES", bytes, tokens);
 	if (!ok) {
 		/* bytes read through the mount (no lock held: a snapshot) */
 		uint64_t bound = u64_add_sat(handed, mount_read_bytes(cs->fs->stats, cl->cred.uid));
@@ -167,8 +357,9 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 		pthread_mutex_lock(&cs->lock);
 		u = ctlsock_user_locked(cs, cl->cred.uid);
 		/* what others of this uid reported meanwhile counts too */
-		if (u && u64_add_sat(u->gpu, bytes) <= bound) {
+		if (u && u64_add_sat(u->gpu, bytes) <= bound && bytes <= u->gpu_tokens) {
 			u->gpu += bytes;
+			u->gpu_tokens -= bytes;
 			ok = true;
 		}
 		pthread_mutex_unlock(&cs->lock);
@@ -256,12 +447,15 @@ static int handle_add(struct ctlsock_client *cl, struct cfile *cf, uint64_t *id)
 	return 0;
 }
 
-/* Unpin and forget handle @id.  0 or -ENOENT. */
+/* Unpin and forget handle @id (and leave its grant).  0 or -ENOENT. */
 static int handle_drop(struct ctlsock_client *cl, uint64_t id)
 {
 	for (size_t i = 0; i < cl->nhandles; i++) {
 		if (cl->handles[i].id != id)
 			continue;
+		pthread_mutex_lock(&cl->cs->lock);
+		grant_put_locked(cl->handles[i].grant);
+		pthread_mutex_unlock(&cl->cs->lock);
 		cache_file_unpin(cl->cs->fs->cache, cl->handles[i].cf);
 		cl->handles[i] = cl->handles[--cl->nhandles];
 		return 0;
@@ -271,6 +465,10 @@ static int handle_drop(struct ctlsock_client *cl, uint64_t id)
 
 void handover_release(struct ctlsock_client *cl)
 {
+	pthread_mutex_lock(&cl->cs->lock);
+	for (size_t i = 0; i < cl->nhandles; i++)
+		grant_put_locked(cl->handles[i].grant);
+	pthread_mutex_unlock(&cl->cs->lock);
 	for (size_t i = 0; i < cl->nhandles; i++)
 		cache_file_unpin(cl->cs->fs->cache, cl->handles[i].cf);
 	free(cl->handles);
@@ -307,13 +505,13 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	struct sfs *fs = cl->cs->fs;
 	const char *path = ctl_get(m, "path");
-	char cpath[PATH_MAX];
 	struct sfs_dataset *ds;
 	struct pf_job_progress p = { 0 };
-	uint64_t ino, id, t0;
+	uint64_t ino, id, t0, t1, missing;
 	struct ctlsock_user *u;
 	struct sfs_attr a;
 	struct cfile *cf;
+	bool granted = false;
 	int fd = -1, ret;
 
 	if (!path)
@@ -355,18 +553,13 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	ret = stage_file(cl, ds, ino, path, &p);
 	if (ret == -ECONNRESET)
 		goto out_unpin;
+	/*
+	 * The descriptor the cache verified, reopened read-only: the holder
+	 * can never change what others are served, and nothing that may have
+	 * replaced the file's name since is handed over (issue 27).
+	 */
 	if (!ret)
-		ret = cache_file_verify(fs->cache, cf);
-	if (!ret)
-		ret = cache_file_path(fs->cache, cf, cpath, sizeof(cpath));
-	if (!ret) {
-		/* read-only: the holder can never change what others are served */
-		fd = open(cpath, O_RDONLY | O_CLOEXEC | O_NOATIME);
-		if (fd < 0 && errno == EPERM)	/* O_NOATIME: not the file's owner */
-			fd = open(cpath, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			ret = -errno;
-	}
+		ret = cache_file_open_verified_ro(fs->cache, cf, &fd);
 	if (!ret && p.cached_before < p.chunks) {
 		/*
 		 * Chunks just fetched are dirty in the page cache, and the
@@ -376,9 +569,13 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 		(void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE |
 				      SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 	}
-	/* the open waited this long for the file: a stall if it was not all cached */
-	stats_client_stage(fs->stats, cl->cred.pid, cl->cred.uid, t0, now_ns(), p.chunks,
-			   p.chunks - MIN(p.cached_before, p.chunks), p.fetched_bytes);
+	/*
+	 * The open waited this long for the file: a stall if it was not all
+	 * cached (charged below, once it is known whether the file's chunks
+	 * count as hits: only with a grant).
+	 */
+	t1 = now_ns();
+	missing = p.chunks - MIN(p.cached_before, p.chunks);
 	if (!ret) {
 		ret = handle_add(cl, cf, &id);
 		if (ret)
@@ -387,6 +584,8 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	if (ret) {
 		log_debug("control: uid %u: no cache file for %s: %s", cl->cred.uid, path,
 			  strerror(-ret));
+		stats_client_stage(fs->stats, cl->cred.pid, cl->cred.uid, t0, t1, missing,
+				   missing, p.fetched_bytes);
 		cache_file_unpin(fs->cache, cf);
 		return send_refusal(cl, path, -ret);
 	}
@@ -396,6 +595,8 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 			   ds->be->chunk_size, p.fetched_bytes);
 	close(fd);
 	if (ret) {
+		stats_client_stage(fs->stats, cl->cred.pid, cl->cred.uid, t0, t1, missing,
+				   missing, p.fetched_bytes);
 		handle_drop(cl, id);	/* the peer is gone: so is its descriptor */
 		return ret;
 	}
@@ -403,10 +604,17 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	pthread_mutex_lock(&cl->cs->lock);
 	u = ctlsock_user_locked(cl->cs, cl->cred.uid);
 	if (u) {	/* what the uid may report (else: nothing) */
-		u->handed = u64_add_sat(u->handed, a.size);
-		u->handed_files = u64_add_sat(u->handed_files, 1);
+		struct handover_handle *h = &cl->handles[cl->nhandles - 1];	/* just added */
+
+		h->grant = grant_locked(cl->cs, u, &a.content, a.size, now_ms(), &granted);
+		if (granted) {
+			u->handed = u64_add_sat(u->handed, a.size);
+			u->handed_files = u64_add_sat(u->handed_files, 1);
+		}
 	}
 	pthread_mutex_unlock(&cl->cs->lock);
+	stats_client_stage(fs->stats, cl->cred.pid, cl->cred.uid, t0, t1,
+			   granted ? p.chunks : missing, missing, p.fetched_bytes);
 	return 0;
 
 out_unpin:
@@ -429,29 +637,36 @@ int handover_cache_fd_close(struct ctlsock_client *cl, const struct ctl_msg *m)
 int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	struct ctlsock *cs = cl->cs;
-	uint64_t bytes, files = 0, left = 0;
+	uint64_t bytes, files = 0, left = 0, tokens = 0;
 	struct ctlsock_user *u;
-	bool ok = false;
+	bool ok = false, over_rate = false;
 	int ret;
 
 	if (ctl_get_u64(m, "bytes", &bytes) ||
 	    (ctl_get(m, "files") && ctl_get_u64(m, "files", &files)))
 		return ctlconn_send_err(cl, EINVAL, "CLIENT_READ needs bytes=N [files=N] [job=J]");
-	/* at most the bytes and handles the uid was handed */
+	/* at most the bytes and files the uid was granted, and its rate */
 	pthread_mutex_lock(&cs->lock);
 	u = ctlsock_user_locked(cs, cl->cred.uid);
 	if (u) {
+		tokens_refill_locked(cs, u, now_ms());
+		tokens = u->read_tokens;
 		ok = u64_add_sat(u->client_read, bytes) <= u->handed &&
 		     u64_add_sat(u->client_files, files) <= u->handed_files;
+		over_rate = ok && bytes > u->read_tokens;
+		ok = ok && !over_rate;
 		if (ok) {
 			u->client_read += bytes;
 			u->client_files += files;
+			u->read_tokens -= bytes;
 		}
 		left = u->handed - u->client_read;
 	}
 	pthread_mutex_unlock(&cs->lock);
 	if (!u)
 		return ctlconn_send_err(cl, ENOMEM, "out of memory");
+	if (over_rate)
+		return refuse_rate(cl, "CLIENT_READ", bytes, tokens);
 	if (!ok)
 		return refuse_report(cl, "CLIENT_READ", bytes, left);
 	ret = stats_client_account(cl->cs->fs->stats, cl->cred.pid, cl->cred.uid,

@@ -28,6 +28,7 @@
 #include "peerd.h"
 #include "ptacct.h"
 #include "policy.h"
+#include "safepath.h"
 #include "session_io.h"
 #include "uring.h"
 
@@ -537,6 +538,29 @@ static void open_log_file(const struct sfs_config *cfg)
 	close(fd);
 }
 
+/*
+ * runtime_dir holds the control socket every user connects to: someone
+ * else's directory (or one she may write, or reaches through her link)
+ * would let her put her own socket in its place and answer the tools and
+ * the client library as the daemon.  Created 0755 (others must reach the
+ * socket) where missing, refused where it cannot be trusted (issue 27,
+ * src/safepath.h); ctlsock_start() then binds in it.
+ */
+static int runtime_dir_prepare(const char *dir, char *err, size_t errlen)
+{
+	char why[1536];
+	struct stat st;
+	bool existed = lstat(dir, &st) == 0;
+	int ret;
+
+	ret = safepath_mkdir(dir, 0755, why, sizeof(why));
+	if (!ret && !existed && chmod(dir, 0755) < 0)
+		snprintf(why, sizeof(why), "%.1024s: %s", dir, strerror(-(ret = -errno)));
+	if (ret)
+		snprintf(err, errlen, "runtime_dir %.256s: %s", dir, why);
+	return ret;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cli = { 0 };
@@ -601,6 +625,8 @@ int main(int argc, char **argv)
 		.sync = fs.cfg.cache_sync,
 		.fd_cache = size_fd_cache(fs.cfg.fd_cache),
 	};
+	if (runtime_dir_prepare(fs.cfg.runtime_dir, err, sizeof(err)))
+		fail("%s", err);
 	ret = cache_create(&copts, &fs.cache, err, sizeof(err));
 	if (ret)
 		fail("%s", err);

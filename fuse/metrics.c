@@ -5,7 +5,14 @@
  *
  *  - the textfile writer sleeps on an eventfd (stop) for metrics_interval,
  *    then rewrites metrics_file (mode 0640, group metrics_group): no
- *    client of the port can delay it;
+ *    client of the port can delay it.  It writes only in a directory only
+ *    root (or the daemon's user) may change, following no link
+ *    (safepath_write_file(): a new file of a random name, renamed over
+ *    metrics_file; issue 27: through PATH.tmp with O_TRUNC, in a
+ *    directory others could write, root truncated and chmodded any file
+ *    they pointed a link at).  Another directory fails the mount, or, met
+ *    later, is refused at each rewrite (logged, rate-limited) until it is
+ *    fixed;
  *  - the HTTP server is one poll() loop over the listening socket, the stop
  *    eventfd and at most HTTP_MAX_CONNS non-blocking connections.  Each
  *    connection has one deadline, HTTP_DEADLINE_MS from its accept, for
@@ -33,6 +40,7 @@
 
 #include "cred.h"
 #include "log.h"
+#include "safepath.h"
 #include "stats.h"
 #include "vfiles.h"
 
@@ -394,27 +402,33 @@ static int listen_local(uint32_t port, char *err, size_t errlen)
 
 /* ---- textfile ---- */
 
-/* Rewrite metrics_file through FILE.tmp and rename.  Returns 0 or -errno. */
-static int textfile_write(struct metrics *m)
+/*
+ * Rewrite metrics_file (safepath_write_file()).  Returns 0 or -errno with
+ * a message in @err.
+ */
+static int textfile_write(struct metrics *m, char *err, size_t errlen)
 {
 	char *body = NULL;
 	int n, ret;
 
 	n = vfiles_metrics_text(m->fs, NULL, &body);
-	if (n < 0)
+	if (n < 0) {
+		snprintf(err, errlen, "%s", strerror(-n));
 		return n;
+	}
 	/* whatever the umask: the scraper's group reads it, others do not */
-	ret = write_file_atomic_owned(m->fs->cfg.metrics_file, body, (size_t)n,
-				      TEXTFILE_MODE, m->gid, false);
+	ret = safepath_write_file(m->fs->cfg.metrics_file, body, (size_t)n, TEXTFILE_MODE,
+				  m->gid, err, errlen);
 	free(body);
 	return ret;
 }
 
 static void *textfile_main(void *arg)
 {
+	static struct log_ratelimit rl = LOG_RATELIMIT_INIT(60000, 1);
 	struct metrics *m = arg;
 	uint64_t next = now_ms() + m->fs->cfg.metrics_interval_ms;
-	bool warned = false;
+	char err[PATH_MAX + 512];
 
 	for (;;) {
 		struct pollfd p = { .fd = m->wake, .events = POLLIN };
@@ -428,14 +442,22 @@ static void *textfile_main(void *arg)
 				break;
 			continue;
 		}
-		ret = textfile_write(m);
-		if (ret && !warned)
-			log_warn("metrics_file %s: %s (will keep trying)",
-				 m->fs->cfg.metrics_file, strerror(-ret));
-		warned = ret != 0;
+		ret = textfile_write(m, err, sizeof(err));
+		if (ret)
+			log_limited(&rl, LOG_WARNING, "metrics_file %s: not written: %s "
+				    "(will keep trying)", m->fs->cfg.metrics_file, err);
 		next = now_ms() + m->fs->cfg.metrics_interval_ms;
 	}
 	return NULL;
+}
+
+/* Remove metrics_file (its name only, in a trusted directory only). */
+static void textfile_remove(struct sfs *fs)
+{
+	char err[PATH_MAX + 512];
+
+	if (safepath_unlink(fs->cfg.metrics_file, err, sizeof(err)))
+		log_warn("metrics_file %s: not removed: %s", fs->cfg.metrics_file, err);
 }
 
 /*
@@ -510,11 +532,12 @@ int metrics_start(struct sfs *fs, char *err, size_t errlen)
 		}
 	}
 	if (fs->cfg.metrics_file[0]) {
-		/* once now: a bad path or group fails the mount, not a log line */
-		ret = textfile_write(m);
+		char why[PATH_MAX + 512];
+
+		/* once now: a bad path, directory or group fails the mount, not a log line */
+		ret = textfile_write(m, why, sizeof(why));
 		if (ret) {
-			snprintf(err, errlen, "metrics_file %s: %s", fs->cfg.metrics_file,
-				 strerror(-ret));
+			snprintf(err, errlen, "metrics_file %s: %s", fs->cfg.metrics_file, why);
 			goto out_close_listen;
 		}
 		ret = -pthread_create(&m->textfile, NULL, textfile_main, m);
@@ -542,7 +565,7 @@ out_no_thread:
 	if (m->textfile_running)
 		pthread_join(m->textfile, NULL);
 	if (fs->cfg.metrics_file[0])
-		unlink(fs->cfg.metrics_file);
+		textfile_remove(fs);
 out_close_listen:
 	if (m->lfd >= 0)
 		close(m->lfd);
@@ -566,8 +589,8 @@ void metrics_stop(struct sfs *fs)
 		if (m->lfd >= 0)
 			close(m->lfd);
 		close(m->wake);
-		if (fs->cfg.metrics_file[0] && unlink(fs->cfg.metrics_file) && errno != ENOENT)
-			log_warn("metrics_file %s: %s", fs->cfg.metrics_file, strerror(errno));
+		if (fs->cfg.metrics_file[0])
+			textfile_remove(fs);
 		free(m);
 		fs->metrics = NULL;
 	}

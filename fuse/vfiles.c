@@ -180,6 +180,17 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		COUNTER("read_errors", "stagefs_node_read_errors_total",
 			"READ requests that failed, node-wide (stagefs_read_errors_total is per job).",
 			tot[STATS_READ_ERRORS]),
+		/*
+		 * what clients reported themselves (fuse/handover.c): bounded,
+		 * not seen; refused reports are in neither
+		 */
+		COUNTER("client_reported_bytes", "stagefs_client_reported_bytes_total",
+			"Of the bytes delivered to readers, those the client library reported "
+			"itself (CLIENT_READ, accepted): no READ saw them.",
+			tot[STATS_CLIENT_BYTES]),
+		COUNTER("client_reported_gpu_bytes", "stagefs_client_reported_gpu_bytes_total",
+			"Bytes the client library reported copied to GPUs (GPU_BYTES, accepted): "
+			"all of the GPU rows are self-reported.", tot[STATS_GPU_BYTES]),
 		JSON_ONLY("opens", minus(tot[STATS_OPENS], nod[STATS_NODE_CLIENT_OPENS])),
 		JSON_ONLY("open_requests", nod[STATS_NODE_OPEN_REQUESTS]),
 		GAUGE("passthrough_active", "stagefs_passthrough_active",

@@ -8,6 +8,7 @@
 #include "cache_i.h"
 
 #include "log.h"
+#include "safepath.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -162,6 +163,39 @@ int cache_file_verify_fd(struct cache *c, struct cfile *cf, int *fd)
 void cache_file_fd_release(struct cache *c, struct cfile *cf)
 {
 	cache_fd_release(c, cf);
+}
+
+int cache_file_open_verified_ro(struct cache *c, struct cfile *cf, int *out)
+{
+	struct stat a, b;
+	char proc[64];
+	int fd, ro, ret;
+
+	ret = cache_file_verify_fd(c, cf, &fd);
+	if (ret)
+		return ret;
+	/*
+	 * A new open file description (its own offset and flags, read-only)
+	 * of the inode behind @fd, whatever its name leads to now.
+	 */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	ro = open(proc, O_RDONLY | O_CLOEXEC | O_NOATIME);
+	if (ro < 0 && errno == EPERM)	/* O_NOATIME: not the file's owner */
+		ro = open(proc, O_RDONLY | O_CLOEXEC);
+	if (ro < 0)
+		ret = -errno;
+	else if (fstat(fd, &a) < 0 || fstat(ro, &b) < 0)
+		ret = -errno;
+	else if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+		ret = -ESTALE;	/* no /proc, or not ours: never something else */
+	cache_fd_release(c, cf);
+	if (ret) {
+		if (ro >= 0)
+			close(ro);
+		return ret;
+	}
+	*out = ro;
+	return 0;
 }
 
 bool cache_file_all_verified(struct cache *c, struct cfile *cf)
@@ -440,17 +474,30 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	list_init(&c->waiters);
 
 	umask(umask(0077) | 0077);
-	ret = mkdir_p(c->dir, 0700);
-	if (!ret) {
-		snprintf(path, sizeof(path), "%s/index", c->dir);
-		ret = mkdir_p(path, 0700);
+	/*
+	 * Another user's directory (or one she may write, or reaches through
+	 * her link) would let her replace what the cache serves: refused,
+	 * never chmodded and used (issue 27, src/safepath.h).
+	 */
+	{
+		char why[PATH_MAX + 256];
+
+		ret = safepath_mkdir(c->dir, 0700, why, sizeof(why));
+		if (ret) {
+			snprintf(err, errlen, "cache_dir %s: %s", c->dir, why);
+			goto out_free;
+		}
 	}
-	if (!ret)
-		ret = mkdir_p(c->data_dir, 0700);
-	if (ret) {
-		snprintf(err, errlen, "cannot create cache directory %s: %s",
-			 c->dir, strerror(-ret));
-		goto out_free;
+	/* the same for what is in it: left from a time it was open to others? */
+	for (int i = 0; i < 2; i++) {
+		char sub[PATH_MAX], why[PATH_MAX + 256];
+
+		snprintf(sub, sizeof(sub), "%s/%s", c->dir, i ? "data" : "index");
+		ret = safepath_mkdir(sub, 0700, why, sizeof(why));
+		if (ret) {
+			snprintf(err, errlen, "cache_dir %s: %s", c->dir, why);
+			goto out_free;
+		}
 	}
 	/* whatever umask created it with, the cache is private */
 	if (chmod(c->dir, 0700) < 0) {

@@ -180,6 +180,15 @@ int cache_file_verify(struct cache *c, struct cfile *cf);
  */
 int cache_file_verify_fd(struct cache *c, struct cfile *cf, int *fd);
 void cache_file_fd_release(struct cache *c, struct cfile *cf);
+/*
+ * cache_file_verify(), and on 0 a new O_RDONLY descriptor (the caller's to
+ * close) of the very file that was verified: the cache's descriptor
+ * reopened through /proc/self/fd, never the cache file's path opened
+ * again (a name can be made to lead elsewhere; the descriptor cannot).
+ * For a caller that hands the file to someone who must not write it (the
+ * client library, CACHE_FD).  An empty file gives -ENODATA.
+ */
+int cache_file_open_verified_ro(struct cache *c, struct cfile *cf, int *fd);
 
 /*
  * True when every chunk of @cf is present and was verified since the daemon

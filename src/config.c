@@ -64,7 +64,10 @@ static const struct opt opts[] = {
 		"Directory on local NVMe that holds the chunk cache. It is created "
 		"(0700) if needed and locked while the daemon runs, so two daemons "
 		"cannot share it. It also holds the dir:// snapshots. Layout: "
-		"`cache.md`." },
+		"`cache.md`. It and every directory above it must be owned by root "
+		"(or the daemon's user) and writable by nobody else (a sticky parent "
+		"such as `/tmp` excepted), links on the way too: otherwise the "
+		"daemon does not start, naming the directory (`security.md`)." },
 	{ "cache_size", OPT_SIZE, O(cache_size), "0", 0, 0,
 	  "most bytes of disk the cache may use (real blocks); 0 = limited by cache_free_ratio only",
 	  .doc =
@@ -371,7 +374,8 @@ static const struct opt opts[] = {
 	  .doc =
 		"Directory for the control socket, `<hash of the mount "
 		"point>.sock`, through which the stagefs tools (warmup, ...) talk "
-		"to the daemon." },
+		"to the daemon. Created 0755 if needed; the same ownership rules "
+		"as `cache_dir`, or the daemon does not start." },
 	{ "control_max_connections", OPT_UINT, O(control_max_connections), "512", 32, 65536,
 	  "control-socket connections open at once (16 of them only root may use)",
 	  .doc =
@@ -394,6 +398,17 @@ static const struct opt opts[] = {
 		"it holds no cache file handed over by `CACHE_FD` and runs no "
 		"`WARMUP` (the client library opens a new one when it needs it). "
 		"`0`: never." },
+	{ "client_report_rate", OPT_SIZE, O(client_report_rate), "32G", 1024 * 1024,
+	  1024.0 * 1024 * 1024 * 1024,
+	  "most bytes a second one user's client library may report as read from cache files (and as copied to GPUs)",
+	  .limits = "1M .. 1T (per second)",
+	  .doc =
+		"The time bound on what the client library reports (`CLIENT_READ`, "
+		"`GPU_BYTES`, `control.md`): one user's reports together add at most "
+		"this many bytes a second to the feed rate (2 s of it at once), each "
+		"kind apart, besides being bounded by the files handed to it. Set it "
+		"to what the node's cache disks can read at most: reports beyond it "
+		"are refused and counted nowhere (`feedrate.md`)." },
 	{ "ceph_conf", OPT_STR, O(ceph_conf), "", 0, 0,
 	  "ceph.conf for rados:// sources (default $CEPH_CONF, then /etc/ceph/ceph.conf)",
 	  .doc =

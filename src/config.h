@@ -70,6 +70,7 @@ struct sfs_config {
 	uint32_t control_max_connections;	/* control-socket connections, all users */
 	uint32_t control_user_connections;	/* ... of one uid other than root */
 	uint64_t control_idle_timeout_ms;	/* idle connection closed after; 0 = never */
+	uint64_t client_report_rate;		/* bytes/s one uid's CLIENT_READs (GPU_BYTES) may add */
 	/* ceph */
 	char *ceph_conf;
 	char *client_id;

@@ -28,6 +28,7 @@
 #include "list.h"
 #include "log.h"
 #include "peer_tls.h"
+#include "safepath.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -217,27 +218,50 @@ static int file_parse(const char *path, struct sockaddr_in *v, size_t *n,
 		      char *err, size_t errlen)
 {
 	struct stat st = { 0 };
-	char *buf, e[256];
+	char *buf, e[256], dir[PATH_MAX], why[PATH_MAX + 256];
 	ssize_t len;
 	int fd, rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/*
+	 * The file names whom this node asks for chunks: only root (or the
+	 * daemon's user) may write it, as for the key.  A peer named by
+	 * someone else could not forge chunks (they are hash-checked) but
+	 * would see which chunks this node reads and could stall its misses.
+	 * So may its directory, and every one above (issue 27,
+	 * src/safepath.h): else another user could swap the file; and the
+	 * file itself is opened following no link, and not waiting on a FIFO.
+	 */
+	if (!safepath_split(path, dir, sizeof(dir))) {
+		snprintf(err, errlen, "peers_file %s: names no file", path);
+		return -EINVAL;
+	}
+	rc = safepath_check_dir(dir, why, sizeof(why));
+	if (rc == -ENOENT) {
+		log_notice("peers_file %s does not exist (yet): no members from it", path);
+		return 0;
+	}
+	if (rc) {
+		snprintf(err, errlen, "peers_file %s: %s%s", path,
+			 rc == -EPERM ? "its directory is not one only root may change: " : "",
+			 why);
+		return rc;
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0 && errno == ENOENT) {
 		/* a scheduler writes it at its first job: none yet is no members yet */
 		log_notice("peers_file %s does not exist (yet): no members from it", path);
 		return 0;
+	}
+	if (fd < 0 && errno == ELOOP) {
+		snprintf(err, errlen, "peers_file %s: is a symbolic link: the daemon reads "
+			 "the file itself only (name the file the link leads to)", path);
+		return -EPERM;
 	}
 	if (fd < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "peers_file %s: %s", path, strerror(-rc));
 		return rc;
 	}
-	/*
-	 * The file names whom this node asks for chunks: only root (or the
-	 * daemon's user) may write it, as for the key.  A peer named by
-	 * someone else could not forge chunks (they are hash-checked) but
-	 * would see which chunks this node reads and could stall its misses.
-	 */
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    (st.st_uid != 0 && st.st_uid != geteuid()) || (st.st_mode & 022)) {
 		snprintf(err, errlen, "peers_file %s: must be a regular file owned by root (or "

@@ -1440,7 +1440,26 @@ static void test_permissions(void **state)
 	char path[PATH_MAX], rel[PATH_MAX];
 	size_t n = strlen(t->cdir) + 1;
 
-	assert_int_equal(mkdir(t->cdir, 0777), 0);	/* pre-existing, too open */
+	char err[1024] = "", sub[PATH_MAX + 8];
+	struct stat st;
+
+	/*
+	 * Pre-existing and too open: refused, naming it, and left as it was
+	 * (issue 27: others may have put anything in it; one of another
+	 * user's stays hers whatever its mode)
+	 */
+	assert_int_equal(mkdir(t->cdir, 0777), 0);
+	c = NULL;
+	assert_int_equal(open_cache_r(t->cdir, 0, 64, false, &c, err, sizeof(err)), -EPERM);
+	assert_null(c);
+	if (!strstr(err, t->cdir) || !strstr(err, "mode 0777"))
+		fail_msg("the refusal does not name the directory and its mode: %s", err);
+	assert_int_equal(stat(t->cdir, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0777);
+	snprintf(sub, sizeof(sub), "%s/index", t->cdir);
+	assert_int_equal(access(sub, F_OK), -1);
+	/* root's (ours) and open to no one's writes: made private */
+	assert_int_equal(chmod(t->cdir, 0755), 0);
 	c = open_cache(t->cdir, 0, 64);
 	cf = get_file(c, 1, 2ull * CS, CS);
 	fsrc_init(&s, 1, CS);
