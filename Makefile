@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # stagefs: top-level Makefile.  Run ./configure first; it writes config.mk
 # (flags and libraries) and config.h (feature macros).
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * access: dataset access rules, quota lookups and configuration reload.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * access: who may read what through the mount and the control socket,
  * per-user cache quotas, and the configuration reload that changes both.

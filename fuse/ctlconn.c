@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctlconn: one control-socket connection's helpers (ctlsock_i.h): replies
  * in the protocol's format (src/ctlproto.h, docs/control.md), the peer's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctljobs: the control socket's job requests (ctlsock_i.h, docs/control.md).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctlpeers: the control socket's PEERS request (ctlsock_i.h,
  * docs/control.md): the node's peer group as the daemon uses it, and, for

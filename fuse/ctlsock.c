@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctlsock: the control socket's server (see ctlsock.h; the protocol is
  * docs/control.md, the parts are listed in ctlsock_i.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctlsock_i.h: what the parts of the control socket share and nobody else
  * sees.

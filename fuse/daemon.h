@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * daemon: the daemon's counters and its side of prefetch/, and the one
  * place that counts a backend fetch.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * datasets: the datasets a daemon serves, published append-only in fs->ds
  * (see datasets.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fh: file handles of fuse/, shared by the op handlers (ops.c, read.c) and
  * no-open mode (noopen.c).

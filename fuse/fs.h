@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fs: the mounted filesystem's state and the FUSE low-level operations.
  *

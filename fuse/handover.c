@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * handover: the control socket's requests from the client library
  * (gpudirect/, ctlsock_i.h, docs/control.md).

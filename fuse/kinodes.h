@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * kinodes: a bound on the inodes (and dentries) the kernel keeps for the
  * mount, kernel_inodes_max.

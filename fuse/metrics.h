@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * metrics: the exporters of a mounted stagefs's report (docs/feedrate.md):
  * the Prometheus text of .stagefs/metrics (vfiles_metrics_text(),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mountpoint: clearing a dead FUSE mount off the mount point at start.
  *

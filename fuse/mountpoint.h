@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mountpoint: the mount point before we mount on it.  A FUSE mount whose
  * daemon was killed stays there, answering ENOTCONN, and a new mount would

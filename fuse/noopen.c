@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * noopen: see noopen.h for the contract, docs/noopen.md for the design
  * and the figures.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * noopen: FUSE no-open mode: files are read with no OPEN and no RELEASE.
  *

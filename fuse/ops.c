@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ops: the FUSE low-level operations of a read-only dataset mount.
  *

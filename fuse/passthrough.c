@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * passthrough: see passthrough.h for the contract, docs/passthrough.md for
  * the design and the figures.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * passthrough: FUSE passthrough for fully cached files.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ptacct: how the feed rate counts reads through passthrough opens, which
  * never reach the daemon (docs/feedrate.md).

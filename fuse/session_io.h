@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * session_io: the FUSE session's I/O hooks for the libfuse 3.14-3.16
  * build, which both FUSE passthrough (fuse/passthrough.h) and FUSE over

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * uring: see uring.h for the contract, docs/fuse-uring.md for the design
  * and the figures.

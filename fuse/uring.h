@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * uring: FUSE over io_uring (Linux >= 6.14) for the libfuse 3.14 build.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * vfiles: the read-only files under MOUNTPOINT/.stagefs/ (hidden from
  * readdir, reachable by name, like JuiceFS's .stats), listed in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libstagefs: client reads into host or GPU memory.  See libstagefs.h for
  * the API contract and docs/gpudirect.md for the design and measurements.

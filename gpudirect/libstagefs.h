@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libstagefs: the client library a training job links (or loads through
  * gpudirect/stagefs.py) to read files of a stagefs mount into host or GPU

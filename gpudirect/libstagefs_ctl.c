@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libstagefs_ctl: see libstagefs_ctl.h; the protocol is docs/control.md.
  *

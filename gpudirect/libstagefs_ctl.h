@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libstagefs_ctl: the client library's side of the control socket
  * (docs/control.md): the cache files the daemon hands over, their pins,

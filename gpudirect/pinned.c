@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pinned: page-locked host buffer pool.  See pinned.h for the contract.
  *

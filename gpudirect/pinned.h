@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * pinned: a fixed pool of page-locked host buffers, the staging area between
  * NVMe (io_uring O_DIRECT reads) and GPU memory (cudaMemcpyAsync).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """stagefs: ctypes binding of libstagefs (gpudirect/libstagefs.h).
 
     import stagefs

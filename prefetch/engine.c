@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * engine: every backend fetch of the daemon, as a pipeline on one thread.
  *

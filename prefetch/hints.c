@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * hints: prefetch files in the order a job announced it will read them.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * prefetch_i.h: what the parts of prefetch/ share and nobody else sees.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * readahead: fetch chunks ahead of a sequential reader of one open file.
  *

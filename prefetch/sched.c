@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * sched: the scheduler of background fetches (see prefetch.h for the
  * policy, docs/prefetch.md for the reasoning).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stage: when a user reads a dataset as an epoch, stage the rest of it in
  * the background, with no hint from the reader.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * warmup: stage whole trees, files or lists in the cache on request
  * (`stagefs warmup`, through the control socket), or report or drop what is

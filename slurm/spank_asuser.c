@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spank_asuser: run a piece of the plugin's work as the job's user.
  *

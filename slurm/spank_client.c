@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spank_client: the plugin's conversations with the node's stagefs daemon,
  * run as the job's user in the child spank_asuser.c makes.

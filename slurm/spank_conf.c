@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spank_conf: what the plugin is told: the administrator's plugstack.conf
  * arguments (conf) and the user's options (conf_opt), with their checks.

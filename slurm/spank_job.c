@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spank_job: who and where the job is, and what its prolog leaves its
  * steps.

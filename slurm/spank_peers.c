@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spank_peers: the job's nodes as the node's peer group (docs/slurm.md,
  * "The job's nodes as the peer group"; docs/fleet.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spank_stagefs: a Slurm SPANK plugin that stages a job's data on each of
  * its nodes before the job's tasks start, names the job in the feed rate,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * spank_stagefs_i.h: what the parts of the Slurm plugin share
  * (docs/slurm.md).  spank_stagefs.c holds the SPANK entry points;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_dir: a local, NFS or Lustre directory as an immutable dataset.
  *

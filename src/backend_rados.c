@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * backend_rados: datasets stored in a Ceph pool ("rados://").
  *

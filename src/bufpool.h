@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * bufpool: chunk buffers carved from one memory region, and the chunks
  * filled recently, kept in them for a while.

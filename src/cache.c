@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache: the chunk cache's API (cache.h for the design and guarantees,
  * docs/cache.md for the on-disk layout): create and destroy, file handles,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_fds: the cache files on disk (CACHE_DIR/data/XX/<id>) and the
  * descriptors kept open on them.

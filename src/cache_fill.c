@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_fill: a chunk's fill, in steps (cache.h: cache_fill_claim() and
  * below), for an I/O engine that does the transfers itself and for the

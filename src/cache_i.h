@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_i.h: what the cache's files share and nobody else sees.  The
  * public API and its guarantees are in cache.h; the on-disk layout in

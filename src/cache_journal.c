@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_journal: the cache's on-disk index, CACHE_DIR/LAYOUT and
  * CACHE_DIR/index/journal.  An on-disk contract of its own: docs/cache.md

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_lru: who is charged for what, and what leaves when room is needed.
  *

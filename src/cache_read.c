@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_read: the synchronous read path (cache_read(), cache_fill()) that
  * the FUSE handlers without the I/O engine use: bring each chunk a read

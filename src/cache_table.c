@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cache_table: the file table, content id -> struct cfile, and the life
  * of a struct cfile: created on first use (cache_file_get() or a journal

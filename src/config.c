@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * config: see config.h.  The table below is the only place a setting is
  * described.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * cred: who asks.  A caller's uid, primary gid and supplementary groups,
  * and the permission checks every decision about a caller goes through.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctlproto: see ctlproto.h and docs/control.md.
  */

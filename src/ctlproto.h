@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctlproto: the control-socket protocol, shared by the daemon
  * (fuse/ctlsock.c) and its clients (tools/stagefs-warmup.c, the GPU client

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * dirscan: scan a directory tree into a manifest with several threads, and
  * tell cheaply whether the tree has changed since.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpuid: a GPU's index on the node, from its PCI address.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * htab: the out-of-line part of the intrusive hash table (htab.h):
  * creating, growing and releasing the bucket array.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * htab: an intrusive chained hash table (in the spirit of git's hashmap.h
  * and the Linux kernel's hlist).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * idset: a hash set of content ids.  The ids are XXH3-128 outputs, so their
  * low bits are already uniform: the slot is (lo ^ hi) & (cap - 1).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * idset: a set of 128-bit content ids (struct sfs_id), for walks over many
  * chunks: `stagefs publish` remembers the chunks it has handled in a run,

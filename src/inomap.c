@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inomap: (st_dev, st_ino) -> first path, for finding hard links in a walk.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * inomap: the first path seen of each (st_dev, st_ino), so that a tree walk
  * (stagefs publish, the dir:// scan) can record the other names of a file

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json: see json.h.  A recursive-descent parser over a bounded input with
  * an explicit depth limit; values live in a bump arena freed at once.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * json: just enough JSON for stagefs: a string escaper for the writers
  * (.stagefs/stats) and a small, bounds-checked parser for the readers

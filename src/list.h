@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * list: an intrusive, circular, doubly linked list (the Linux kernel's
  * list_head, cut down to what stagefs uses).

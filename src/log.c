@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * log: see log.h.  Each message is formatted into a stack buffer and written
  * with a single write(2) so that lines from different threads never mix.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest: the binary, versioned, indexed description of one immutable
  * dataset tree (names, types, modes, owners, sizes, times, symlink targets,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest_build: build a serialized manifest from entries given in any
  * order (manifest.h: manifest_builder_*), and the content id a writer

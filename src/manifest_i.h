@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest_i.h: the serialized manifest's format, shared by the reader
  * (manifest_read.c) and the builder (manifest_build.c) and seen by nobody

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest_lazy: a local copy of a remote format 2 manifest, filled part
  * by part on first touch, so that opening one costs the same at 10 entries

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest_read: open a serialized manifest and answer lookups on its
  * bytes (manifest.h: manifest_open(), manifest_open_file() and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peer: a node's peer group, and its side that asks the others for chunks.
  *

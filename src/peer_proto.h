@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peer_proto: the requests and replies between the nodes of a peer group,
  * the one thing both sides (src/peer.c asks, fuse/peerd.c serves) share.

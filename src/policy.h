@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * policy: who may read which dataset, how much cache each user may hold,
  * and how each dataset's chunks are admitted and evicted.  Parsed from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * procinfo: see procinfo.h.  Plain reads of small /proc files; the
  * environment is scanned in pieces, so a huge environment costs time once

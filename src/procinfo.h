@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * procinfo: who is reading, from /proc: a reader thread's process, start
  * time, process group, cgroup and job.  Used once per reader thread by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rados: see rados.h.  Connection setup and the pool-layout objects; the
  * data path (chunk reads, chunk uploads) lives with its users.

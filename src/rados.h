@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rados: the librados pieces shared by the rados:// backend and
  * `stagefs publish`: connecting with bounded timeouts and clear errors, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats: see stats.h.  This file counts: the read path (opens, READs,
  * backend fetches), the client library's reports and the node-only

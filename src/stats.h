@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats: the node's feed rate: how many bytes and files reach the training
  * processes and GPUs, per user, per job, per process and per GPU, how often

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats_i.h: what the two halves of the stats module share; not for other
  * modules.  src/stats.c counts (the read path, the client library's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats_render: see stats_render.h.  The JSON and the Prometheus text of
  * one struct stats_report; each walks the feed-rate rows with its own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats_render: the two texts a stagefs node reports itself in, both from
  * one snapshot: the JSON object of MOUNT/.stagefs/stats and the Prometheus

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats_table: the stats module's tables of who is counted (users, jobs,
  * reader threads, GPUs: struct stats_ent), their per-second rings, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * util: small helpers shared by every module: sizes and durations as people
  * write them, 128-bit content ids and their hex form, clocks, full-length

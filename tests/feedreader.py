@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """feedreader.py: a training-loop reader that measures its own feed rate.
 
     feedreader.py [--via posix|lib] [--compute-ms MS] [--bs BYTES] FILE...

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """genscale.py: write a tree of many tiny files, fast, for the scale checks.
 
     genscale.py DIR --files N [--wide W] [--per-dir 1000] [--jobs 2]

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """gentree.py: write a deterministic test dataset tree for stagefs.
 
     gentree.py DIR [--big-mb 200] [--small 10000] [--chunk 4M[,1M...]] [--wide 2000] [--seed 1]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """hostile.py: the client moves of the multi-tenant tests' attackers.
 
 The integration tests that play a hostile tenant (tenant_ctlconn.sh,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # lib.sh: helpers sourced by the integration tests (tests/integration/*.sh).
 # shellcheck shell=bash
 #

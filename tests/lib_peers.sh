@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by tests/rados/peers*.sh (after tests/lib.sh): a peer group of daemons on one machine.
 #
 # peers_setup N [ARG...]: publish a dataset, write the group's key and a

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # run.sh: the stagefs test runner.
+# SPDX-License-Identifier: Apache-2.0
 #
 #   tests/run.sh                 all unit tests, then integration, then rados tests
 #   tests/run.sh tree erofs      just these (a name, name.sh, or a path)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # sanitize.sh: the test suite under AddressSanitizer, LeakSanitizer and UBSan.
+# SPDX-License-Identifier: Apache-2.0
 #
 #   tests/sanitize.sh                the whole suite (make check-sanitizers)
 #   tests/sanitize.sh tree erofs     just these (names as tests/run.sh takes them)

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """treecmp.py: compare a stagefs mount with its source tree, byte for byte.
 
     treecmp.py SRC MNT [--jobs 8] [--no-content] [--shuffle SEED] [--max-diffs 20]

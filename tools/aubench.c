@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * aubench: accelerator utilization (AU) of simulated training jobs, after
  * MLPerf Storage's DLIO.  tools/bench.sh (section "au") times it; it uses

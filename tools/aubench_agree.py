@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """aubench_agree.py: stagefs's job row against tools/aubench's own figures.
 
     aubench_agree.py row MNT JOB

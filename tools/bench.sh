@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tools/bench.sh - stagefs benchmarks: ratios against a baseline measured in
+# SPDX-License-Identifier: Apache-2.0
 # the same run.  Speed is measured here, not by timed tests.
 #
 #   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|manifest|index|warmup|hints|epoch|coldsmall|peers|peertls|gpu|au|all]...

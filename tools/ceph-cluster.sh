@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tools/ceph-cluster.sh - throwaway single-node Ceph cluster (1 mon, 1 mgr,
+# SPDX-License-Identifier: Apache-2.0
 # 1 bluestore OSD on a sparse file) living entirely inside one directory, on
 # 127.0.0.1 only, for the stagefs tests and the demo.  See docs/ceph-cluster.md.
 #

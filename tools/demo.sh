@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tools/demo.sh - stagefs end to end, unattended, in a few minutes (`make demo`).
+# SPDX-License-Identifier: Apache-2.0
 #
 #   1. make a sample dataset: image-sized files (50-300 KiB) in class
 #      directories plus a few 64 MiB shards

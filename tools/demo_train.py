@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """demo_train.py: read a dataset the way a training loop does, and time it.
 
     demo_train.py ROOT [--epochs 2] [--workers 4] [--sums FILE] [--drop-caches]

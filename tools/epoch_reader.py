@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """epoch_reader.py: one epoch of a plain shuffled multi-worker reader.
 
 What a PyTorch DataLoader over a map-style dataset of files does, without

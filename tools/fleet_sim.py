@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """fleet_sim.py: how peer groups behave for a whole fleet (docs/fleet.md).
 
     tools/fleet_sim.py [--nodes 1000] [--dataset-gb 150] [--group 8,16,32,64,1000]

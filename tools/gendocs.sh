@@ -1,5 +1,6 @@
 #!/bin/sh
 # gendocs.sh: write the files generated from src/config.c's option table,
+# SPDX-License-Identifier: Apache-2.0
 # or with --check, fail if a committed copy differs from what STAGEFS prints.
 #
 #   tools/gendocs.sh [--check] [STAGEFS]      (STAGEFS defaults to ./stagefs)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpubench: the GPU feed rate of libstagefs against its ceilings, measured
  * in one process on one file, as tools/bench.sh's `gpu` runs it.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # mkdeb.sh: build the Debian packages (`make deb`).
+# SPDX-License-Identifier: Apache-2.0
 #
 #   tools/mkdeb.sh            build, then run lintian on the result
 #

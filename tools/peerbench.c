@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peerbench: the peer transport's throughput, as tools/bench.sh peers times
  * it: this program is a member of a peer group (src/peer.h) that asks

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # rados-scalecheck.sh: a rados:// dataset of many files, timed from mount
+# SPDX-License-Identifier: Apache-2.0
 # to first answer, in one run (1 M files: about a minute here).
 #
 #   sudo CEPH_CONF=/path/ceph.conf tools/rados-scalecheck.sh

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * readbench: the reader that tools/bench.sh times.
  *

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # scalecheck.sh: a dir:// dataset of many tiny files, end to end, in one run
+# SPDX-License-Identifier: Apache-2.0
 # whose length is bounded by the tree's size (1 M files: ~3-4 min here).
 #
 #   sudo tools/scalecheck.sh                 # 1,000,000 files

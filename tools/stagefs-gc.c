@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stagefs-gc: drop old dataset versions and remove the chunk objects no
  * manifest names any more (`stagefs gc [options] rados://POOL`).

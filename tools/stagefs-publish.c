@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stagefs-publish: publish a directory tree as a new version of a dataset in
  * a Ceph pool (`stagefs publish [options] DIR rados://POOL/NAME`).

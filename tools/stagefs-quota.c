@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stagefs-quota: `stagefs quota [--json] MOUNTPOINT` shows how much of the
  * node's cache each user holds, against their quota.

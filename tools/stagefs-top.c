@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stagefs top: the node's GPU feed rate, live, like top(1).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stagefs-warmup: stage datasets in a node's cache before a job reads them
  * (`stagefs warmup ...`), report how much is cached (--check), drop it

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """stagefs_hints: tell the stagefs daemon the order a job will read files in.
 
 The daemon then keeps a window of the next files cached ahead of the reader

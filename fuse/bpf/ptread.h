@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
 /*
  * ptread.h: what the BPF program fuse/bpf/ptread.bpf.c and its loader
  * fuse/ptacct.c share: the key and value of its map "acct".  Fixed-width

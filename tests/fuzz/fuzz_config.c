@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_config: libFuzzer harness for the config loader (src/config.c with
  * the [quota] and [dataset] sections of src/policy.c), the code that reads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_ctlproto: libFuzzer harness for the control-message parser
  * (src/ctlproto.c): the line reader the daemon runs on every connection of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_json: libFuzzer harness for the JSON parser (src/json.c), which
  * reads .stagefs/stats for `stagefs top` and the tests.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_manifest: libFuzzer harness for the manifest reader
  * (src/manifest_read.c).  The input is a serialized manifest, as a dir://

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mkseed_manifest: write the manifest seeds of fuzz_manifest.
  *

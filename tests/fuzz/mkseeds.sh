@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Write the fuzzers' seed corpora from real inputs: tests/fuzz/mkseeds.sh [OUTDIR]
+# SPDX-License-Identifier: Apache-2.0
 #
 # OUTDIR (default tests/fuzz/seeds) gets one directory per harness:
 #   manifest/  manifests the publish builder writes (mkseed_manifest) and,

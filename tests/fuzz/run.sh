@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Run the libFuzzer harnesses: tests/fuzz/run.sh [SECONDS] [HARNESS...]
+# SPDX-License-Identifier: Apache-2.0
 #
 # Builds them (make fuzz), writes the seed corpora from real inputs
 # (tests/fuzz/mkseeds.sh), replays the kept regression inputs of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * gpuread: read a file through libstagefs (loaded with dlopen, exactly as
  * gpudirect/stagefs.py loads it) and write its bytes out, so a test can

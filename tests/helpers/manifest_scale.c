@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest_scale: the paged manifest at scale, without a cluster or a mount:
  * `manifest_scale N FILE` builds a synthetic tree of N files (directories of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * scale_dataset: a published dataset of N files without publishing N files,
  * for the rados:// scale tests.  `scale_dataset N MANIFEST BLOBDIR` writes

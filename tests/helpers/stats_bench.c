@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats_bench: what the feed-rate counters cost a READ.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * uring_read: read FILE front to back with io_uring (IORING_OP_READ, one
  * BLOCK-sized read in flight at a time, default 64 KiB) and print the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The shipped Prometheus alert rules (conf/stagefs-alerts.yml): promtool check rules passes, promtool test rules fires each alert (high stall, backend errors, corrupt chunks, cache near full, peer down) for the right node and only there, a loosened threshold fails the tests, and every metric the rules name is one a real mount exports (with a peer group: stagefs_peer_up for the other member, not for itself).
 # timeout: 60
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 command -v promtool >/dev/null || skip "no promtool (Debian package prometheus, an optional dependency)"

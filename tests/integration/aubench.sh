@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # tools/aubench through a dir:// mount: samples and bytes read match the generated files for each workload, AU in [0,1], stagefs's job bytes match, a wrong-sized file is an error, the search and its -H handshake are consistent.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 AUB=$REPO/tools/aubench

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bad configs and options are refused with a clear message (FILE:LINE for INI files); --help, --version and --print-config work.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

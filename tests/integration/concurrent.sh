@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # 8 concurrent readers (4 on one 64 MiB file in different orders, 4 on other files) get the right bytes, and each chunk is fetched from the source exactly once.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ./configure --install-deps waits for the dpkg lock another apt-get holds (saying so, naming the holder), then goes on once it is free; with --apt-lock-timeout it gives up at the deadline; it never runs apt-get here (every package is already installed).
 # timeout: 180
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_root

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bytes flipped, cut off or deleted in a cache file (stopped or mounted) are detected, refetched from the source and never served; the repair sticks.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

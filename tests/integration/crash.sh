@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # kill -9 during fills (a reader's, then an engine warmup's), then restart: every byte right, whole chunks not fetched again; truncated and deleted cache files are refetched, never served.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

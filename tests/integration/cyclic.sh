@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # LRU vs no-thrash on a cyclic scan 1.5x the cache: LRU hits ~0, no-thrash keeps its resident set (hit ratio > 0.5).
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Debian packages: `make deb` builds them (lintian: no errors) and apt-get installs them; the man pages resolve (`man -w stagefs`...) and the unit passes systemd-analyze verify; the installed daemon mounts a dir:// dataset through `mount -t fuse.stagefs` and serves its bytes, to the subcommands, to a C program built against libstagefs-dev and to python3-stagefs; the unit's command with the installed default config mounts an empty root that its reload fills; a purge leaves no file, unit, config or cache behind.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_root

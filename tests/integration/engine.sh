@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The I/O engine: a warmup keeps many fills in flight on one thread, through registered buffers and O_DIRECT writes, many transfers per submit; cold READs are answered from the engine thread and the rest of a chunk from its buffer; a READ that waits for a warmup's fill counts as stalled.
 # timeout: 240
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

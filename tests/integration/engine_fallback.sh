@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The I/O engine's fallbacks give the same bytes and keep the cache: a cache filesystem that refuses O_DIRECT (ramfs) gets buffered writes, tmpfs works, buffers that cannot be registered (no CAP_IPC_LOCK, 8 MiB memlock) are used unregistered, and prefetch_io_uring=no falls back to worker threads.
 # timeout: 240
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # A plain shuffled multi-worker reader (no hints) makes the daemon stage the rest of the dataset in the background: staged bytes in the stats, most reads hit, every byte right, then all of it cached; with epoch_staging=off nothing is staged.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Epoch staging and quotas: a dataset larger than the user's quota is not staged (auto), one forced on stops when the quota is full, and another user's cached chunks stay through both, every byte read compared.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

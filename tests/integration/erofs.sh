@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every kind of write to the mount (write, create, mkdir, rm, mv, touch, chmod, chown, truncate, links) fails with EROFS.
 # timeout: 60
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Descriptors: the daemon raises RLIMIT_NOFILE's soft limit to the hard one and sizes fd_cache from it (notices when it must lower a setting or has few); with far more cached files than descriptors every file reads right, twice.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Feed rate: files of known sizes read by two real users, one tagged STAGEFS_JOB=train42, give exact per-user and per-job bytes and files in .stagefs/stats, Prometheus (HTTP, file, .stagefs/metrics; promtool and prometheus_client parse it), stagefs top --once --json, and top's screen under tmux.
 # timeout: 240
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v runuser >/dev/null || skip "runuser is not installed"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Passthrough reads in the feed rate: read, pread, readv, sendfile, splice, io_uring, a second thread and mmap of passthrough opens give the job exactly the bytes read with the BPF hook (mmap as a bounded estimate), a warm stall share of 0 and no count on another daemon's mount; with passthrough_accounting=estimate, the file sizes, labelled estimated, within bounds.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

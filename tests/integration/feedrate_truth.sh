@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Feed-rate truth, DS-Analyzer's way: a reader measures its own bytes and its time blocked on data (cold, warm, mixed epochs) through every read path (passthrough as by default, exact with BPF and estimated, daemon path, no-open, FUSE over io_uring, the client library), and the daemon's per-job bytes (exact, or within 10 % where labelled estimated) and stall share (within 5 points) must agree.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # FEED_PATHS="pt daemon ..." runs only those paths (debugging).
 . "$(dirname "$0")/../lib.sh"
 need_mount

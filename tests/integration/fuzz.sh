@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The libFuzzer harnesses (tests/fuzz/: manifest reader, config loader, control messages, JSON, the peer protocol) replay their kept inputs and fuzz ~20 s each without a crash.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # libstagefs (gpudirect/): files of every size class read from a mount with gpuread (host, pinned pipeline from the handed-over cache file, random requests, buffered) and the Python binding match the source sha256.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # libstagefs against a scripted daemon: falls back to plain reads for an old daemon, a refusal, a wrong file or a daemon that hangs up, unpins at close, reports exact bytes with the job, shares connections between threads, and survives fork.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 
 GPUREAD=$REPO/tests/helpers/gpuread

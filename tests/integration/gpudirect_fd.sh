@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # libstagefs reads the cache files the daemon hands over (CACHE_FD): every size class and unaligned requests match the source byte for byte, an unallowed user gets ENOENT (a hidden dataset) and no descriptor, a file over quota falls back to the mount, pins hold until unpinned, and the bytes read show exactly per job in .stagefs/stats.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The local files the daemon trusts, attacked by another user (issue 27): a cache_dir/runtime_dir of hers or behind her link stops the daemon naming it (left as it was), a victim's bytes through a proper mount are right; her CACHE_FD/CLOSE/CLIENT_READ flood adds no more than client_report_rate allows and leaves the victim's rows alone; metrics_file in a directory she may write (links planted at the tmp and file names) and a linked peers_file are refused, no foreign file touched.
 # timeout: 180
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v runuser >/dev/null || skip "runuser is not installed"

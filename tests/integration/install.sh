@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make install (DESTDIR, PREFIX=/usr/local) puts every piece where docs/packaging.md says: the daemon, the subcommands it finds beside itself, libstagefs.so.0 (soname, only the libstagefs.h functions exported) and its link and .pc, the header, Python modules, alert rules, a unit that systemd-analyze verifies, the 8 man pages where man finds them, stagefs.conf (kept on a second install) and its example; and a config with no dataset mounts an empty root that SIGHUP fills.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 command -v scdoc >/dev/null || skip "no scdoc (Debian package scdoc): make install builds the man pages"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # An unprivileged user floods the daemon for 2 s with what makes it log (control connections past its cap, PEERS reload=1, WARMUPs of datasets denied to it in turns, opens of those datasets, garbage on the metrics port): the log grows by fewer than 50 lines, a later line says how many were suppressed, and legitimate requests are answered throughout (issue 27).
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v runuser >/dev/null || skip "runuser is not installed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # LOOKUP readahead of small cached files: right bytes with the page cache dropped (passthrough and no-open), counted reads, a cache file corrupted under a running daemon caught and refetched, off with lookup_readahead_max=0.
 # timeout: 240
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # A 1 M-entry manifest (tests/helpers/manifest_scale): built within 150 B per entry, mapped in under 1 s, every entry listed and read with under 30 B per entry of anonymous memory (the mapped file is page cache), every part verified good.
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 

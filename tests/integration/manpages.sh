@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The man pages (man/*.scd) build with scdoc and render with no groff warning; every option each program's --help lists (stagefs and its subcommands: flags and settings) and every subcommand is in its page, so the pages cannot lag the code.
 # timeout: 60
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 command -v scdoc >/dev/null || skip "no scdoc (Debian package scdoc)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Metrics exporters under a hostile client: one trickling a byte a second and 40 idle connections on metrics_port delay no scrape beyond the deadline and no rewrite of metrics_file; the trickler is cut off at its request deadline; metrics_file is mode 0640 in metrics_group, and an unknown group fails the mount.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mounting the way a node's boot does: an /etc/fstab-style mount through mount.fuse3 ("fuse.stagefs", options after SOURCE MOUNTPOINT, fstab-only words such as _netdev and x-systemd.* dropped) is ro,nosuid,nodev even though mount.fuse3 asks for dev,suid, and reads right bytes; an unknown option still fails with no mount; under systemd's Type=notify protocol the daemon sends READY=1 with its pid only once the mount answers, and STOPPING=1 when it goes; conf/stagefs.service passes systemd-analyze verify.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

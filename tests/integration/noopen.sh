@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # No-open mode: files read with zero OPEN requests reaching the daemon give the right bytes, exact per-user bytes and files, readahead, order hints, hot re-reads with no READ, and whole, fresh .stagefs/ files; it is refused where it cannot hold.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v runuser >/dev/null || skip "runuser is not installed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # FUSE passthrough: a fully cached file is read by the kernel with zero READs reaching the daemon; a partial one stays on the daemon path until it is complete.
 # timeout: 240
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

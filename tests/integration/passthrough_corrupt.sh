@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # FUSE passthrough never hands the kernel a corrupt cache file: damage done while the daemon was stopped is caught at the first open after restart.
 # timeout: 180
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

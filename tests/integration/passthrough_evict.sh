@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Eviction frees a cache file's blocks even while an idle passthrough backing id still holds the file: on a 40M tmpfs cache, three files read passthrough and then evicted leave no hidden usage behind.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # passthrough=off serves everything on the daemon path in 1 MiB READs; auto where passthrough is refused still works; on where it is refused fails the mount.
 # timeout: 180
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

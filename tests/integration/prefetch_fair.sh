@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two users' warmups share the backend fairly (round robin by uid): a warmup started later is not queued behind an earlier one, and a non-root user gets EACCES for files it may not read.
 # timeout: 200
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v setpriv >/dev/null || skip "setpriv (util-linux) is not installed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Epoch-order hints (stagefs warmup --order, tools/stagefs_hints.py): files are prefetched a bounded window ahead of the reader, in order, so a reader following the order finds them cached (hits > misses).
 # timeout: 240
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

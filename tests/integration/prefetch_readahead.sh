@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sequential reading triggers chunk readahead (readahead_fetches > 0, fetches ahead of the reader, right bytes); random reading does not.
 # timeout: 200
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

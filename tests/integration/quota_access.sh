@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Two real users share a small cache: quotas hold within one chunk (reads and warmups), neither pushes out the other's in-quota data, a denied user gets ENOENT (reads and warmups: the dataset does not exist for it), SIGHUP reloads rules and refuses a bad file.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

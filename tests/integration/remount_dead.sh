@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mounting on a mount point whose daemon was killed (kill -9) detaches the dead mount with a notice and mounts once; a live mount there is left alone.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

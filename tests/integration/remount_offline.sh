@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # After one full read, a remount serves every byte and all metadata from the cache alone, with the source directory gone.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

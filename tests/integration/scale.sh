@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # 100,000 tiny files through dir://: every entry listed, a sample byte-compared, daemon RSS per entry bounded; the remount reuses the saved scan, a new file or a file changed in place makes the next mount scan again, dir_reuse_scan=no always scans; a names-only walk leaves few kernel inodes (readdirplus_max) and kernel_inodes_max bounds those a stat'ing walk leaves.
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # dir:// first scan in the background (dir_scan_background): with the scan slowed, `ls` of the top of 150,000 entries answers before the scan ends, a walk during the scan matches the source (treecmp), the inode numbers given during the scan are the finished manifest's, a sample is byte-compared, the remount reuses the saved scan, and a directory removed before the scan reaches it gives EIO, never an empty listing.
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stopped with work in flight (a hint session prefetching, a warmup, files and .stagefs/ files open, after SIGHUP reloads), the daemon exits 0 and unmounts; run under tests/sanitize.sh, with no sanitizer report.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SIGTERM/SIGINT and fusermount3 -u end a foreground daemon cleanly (exit 0, unmounted); background mode returns only once the mount works.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # A real Slurm on localhost (munged, slurmctld, two slurmd: nodes n1 and n2) with the SPANK plugin: a user's 2-node sbatch --stagefs job has each node stage its shard (as that user) and finds all its data cached before it reads, its tasks carry STAGEFS_JOB, its feed summary names the job, its nodes are the daemon's peer group while it runs (peers_file, PEERS) and are not after it, only root may change the group; a dataset the user may not read is not staged and --stagefs-onfail=fail fails the job; a staging longer than --stagefs-wait is cut short and the job runs, as it does when the daemon hangs; srun takes the option too; --stagefs-shard=all stages everything on every node; past 255 peers the places are shared fairly between the jobs and the job, the peers_file and slurmd's log say who lost how many; bad option values fail at submission.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 for c in munged slurmctld slurmd sbatch scontrol sinfo; do

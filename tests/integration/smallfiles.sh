@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # 10,000 small files read in random order by 4 concurrent readers, cold then warm: every file's sha256 is right.
 # timeout: 400
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # A cache on a small size-limited filesystem (tmpfs size=24M) filled past capacity: no reader errors, right bytes, usage within bounds; with no reserve the disk fills and reads bypass the cache; with a reserve larger than the filesystem the daemon logs why nothing is cached and a warmup says so.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One user cannot starve another of control connections: a user holding 300 gets 64 (control_user_connections) and a clear refusal, the other user's warmup and root's still work; idle connections close after control_idle_timeout, ones holding a cache file or running a warmup do not, and the client library reconnects.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

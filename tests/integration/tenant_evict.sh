@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # `stagefs warmup --evict` by one user drops only that user's chunks and says how many of others' it kept; another user's cached data stays, and root's evict drops everything.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

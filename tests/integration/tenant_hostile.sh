@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Two real users, one hostile: while the victim reads a tree, warms its dataset and reads its feed rate, the attacker fills its control-connection cap, sends huge and handle-less CLIENT_READ/GPU_BYTES, evicts the victim's files, scrapes every view, probes a dataset denied to it and trickles into the metrics port; the victim's bytes, warmup, cached chunks and counts come out exact and every attack gets its refusal.
 # timeout: 180
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v runuser >/dev/null || skip "runuser is not installed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reloads never widen access (empty file, directory, a dropped [dataset] section: root only), a denied user cannot stat a dataset it may not read (ENOENT, even after an allowed user's lookup), and a quota lowered by SIGHUP evicts the excess at once, oldest first.
 # timeout: 180
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A client cannot falsify the feed rate: CLIENT_READ and GPU_BYTES beyond what its uid was handed (or read through the mount) are refused with ERANGE, reports count for the caller's own uid whatever the line says, no counter wraps, and the client library reports a re-read handle's bytes once.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

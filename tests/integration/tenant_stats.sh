@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Who sees what: two real users read; each sees in .stagefs/stats, .stagefs/metrics, the metrics port, stagefs quota and stagefs top only their own rows, the node totals and the sources they may read; root (and metrics_group on the port) sees all; also in no-open mode and with both users reading the files at once.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v runuser >/dev/null || skip "runuser is not installed"

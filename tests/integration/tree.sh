@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A generated tree (10,000 small files, a 200 MiB file, chunk-boundary sizes, odd names, links, modes, owners) reads back identical, cold then warm from the cache.
 # timeout: 600
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

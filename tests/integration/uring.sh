@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # FUSE over io_uring: uring=on sets fuse.enable_uring and takes every request through per-CPU rings (passthrough opens, no-open READs, cold daemon-path READs answered from the I/O engine thread, a LOOKUP not held behind READs waiting on a slow backend, errors, listings, xattrs) with the right bytes and a clean unmount; auto with the kernel parameter off and uring=off keep /dev/fuse.
 # timeout: 240
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

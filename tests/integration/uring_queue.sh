@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # FUSE over io_uring with more cold readers than ring entries of old: 24 readers on a capped backend; with the default uring_queue_depth the daemon holds every READ and its stall share agrees within 5 points with what the readers measured, and with uring_queue_depth=8 (the old threads / CPUs here) fuse_uring_queue_full flags the requests the kernel kept; the cold fills are never taken for an outside change to a cache file.
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 keep_uring_param || skip "$URING_PARAM is missing or not writable: this kernel has no FUSE over io_uring"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # FUSE over io_uring start-up: requests the kernel held until the rings were registered (a stat of the mount point, a read, as the mount comes up) are answered, not lost with the registration's completion.
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # stagefs warmup stages a whole tree; with the source renamed away every byte reads back right with zero backend reads, and a second warmup fetches nothing.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

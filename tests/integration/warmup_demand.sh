@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A reader's demand read issued during a large rate-limited warmup completes (right bytes) while the warmup is still running: readers go before background work.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

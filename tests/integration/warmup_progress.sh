@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # stagefs warmup output: a progress bar redrawn with \r on a terminal (pty via script), plain lines otherwise, and --json that python parses.
 # timeout: 200
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 command -v script >/dev/null || skip "script(1) (util-linux) is not installed"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # stagefs warmup --shard i/3 for i = 0..2 stages disjoint shards whose union is every chunk exactly once; an interrupted warmup resumes without refetching.
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 

@@ -2,6 +2,7 @@
 # ceph-cluster.sh fs / mount-fs / umount-fs / rm-fs (the CephFS bench.sh au compares with): an MDS comes up, ceph-fuse mounts it, files written read back identical after a remount, umount-fs leaves no mount and no ceph-fuse behind, fs again is a no-op, rm-fs leaves the cluster as it was.
 # needs: ceph
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_root
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ceph: a plain shuffled multi-worker reader of a published dataset makes the daemon stage the rest of it: staged bytes in the stats, every byte compared, and with the OSD stopped the next epoch reads all of it from the cache.
 # needs: ceph
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -2,6 +2,7 @@
 # stagefs gc on a real pool: --keep 1 drops A@1; with --grace 0 exactly the chunks only A@1 named are removed (rados ls), A@2 and dataset B still read byte-exact; dry-run and the default grace remove no chunk; publish renews old chunks so gc spares them; gc over and over beside a publish leaves it whole; bad versions and unreadable manifests fail with nothing removed.
 # needs: ceph
 # timeout: 400
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -2,6 +2,7 @@
 # Ceph: a 1 M-entry manifest is copied part by part as the mount touches it: the first mount answers having fetched under 1 % of it, lists every entry and reads sampled files byte for byte having fetched each part once; a remount fetches nothing; manifest_fill=yes completes the copy in the background; a part damaged in RADOS is refused (EIO, logged) only when touched; with the OSD stopped an untouched part gives EIO within rados_timeout.
 # needs: ceph
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

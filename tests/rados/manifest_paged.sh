@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ceph: the paged manifest: a mount copies it once into the cache and maps it; a part of that copy damaged under a live mount fails with EIO only where touched (logged with dataset, version, part), the rest is served byte for byte; a remount maps the copy without downloading; a copy with a bad header is fetched again.
 # needs: ceph
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

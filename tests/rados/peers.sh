@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ceph: three daemons in one peer group (127.0.0.2-4) each read the whole dataset, every byte right, and the OSD serves it about once, not three times.
 # needs: ceph
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ceph: a peer killed mid-epoch: the others read on without an error, its share from Ceph, its stagefs_peer_up 0; restarted, it serves again and is up; a hung peer costs a read at most peer_timeout; SIGHUP rereads the peers_file.
 # needs: ceph
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ceph: two peer-group nodes mount a 300k-entry manifest fetched part by part: each answers having fetched under 1 % of it (the peer server indexes nothing), and files read on one node come from the other, located by inode and chunk index.
 # needs: ceph
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Ceph: peers are trusted for nothing: a peer sending wrong bytes is caught (never cached or served); a wrong key, the old clear-text protocol or a group-readable key file are refused.
 # needs: ceph
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -2,6 +2,7 @@
 # stagefs publish tells the OSD that what it writes is immutable and read whole: the OSD's own record of the ops (`ceph daemon osd.0 dump_historic_ops`) shows a set-alloc-hint of the object's size in every writefull of a chunk and of the manifest, and none on the dataset pointer, which every publish rewrites.
 # needs: ceph
 # timeout: 120
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_stagefs
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -2,6 +2,7 @@
 # Ceph end to end: publish -> mount -> every byte and stat field equal; hard links are one inode, fetched once; v2 beside v1; unchanged republish uploads 0 chunks; garbage chunk -> EIO; stopped OSD -> EIO within the timeout, then reads again; plain mode; bad sources and bad credentials fail the mount.
 # needs: ceph
 # timeout: 600
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

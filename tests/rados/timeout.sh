@@ -2,6 +2,7 @@
 # rados_timeout is what a reader waits: with the cluster's ceph.conf saying 10 s and the mount saying 5s, a read with the OSD stopped fails with EIO within ~6.5 s (several files, cold and repeated), and the mount answers throughout.
 # needs: ceph
 # timeout: 300
+# SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount

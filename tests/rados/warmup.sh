@@ -2,6 +2,7 @@
 # Ceph: stagefs warmup of a published dataset, then with the OSD stopped every byte reads back right with zero backend reads; --shard i/3 covers every chunk once.
 # needs: ceph
 # timeout: 400
+# SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * manifest_v1.h: a format 1 manifest written by the builder before format 2
  * (stagefs 5553faf): the tree of build_small() in test_manifest.c without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_backend_dir: the dir:// backend on a temp tree: scan, lookup,
  * getattr, readdir, readlink and statfs through the ops table; read_chunk

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_bufpool: the engine's chunk buffers: buddy allocation and merging
  * within the region, alignment, the malloc fallback outside it, published

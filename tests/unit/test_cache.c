@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_cache: the chunk cache against a fake source that counts fetches and
  * produces deterministic bytes: reads across chunks and at EOF, hits, one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_config: defaults, config_set for every type and its limits,
  * config_load of good and bad INI files (errors as "PATH:LINE: ..."), the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_cred: the credentials module: cred_init (groups copied, truncated,
  * unknown), group membership, the default_permissions mode check, and

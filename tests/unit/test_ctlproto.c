@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_ctlproto: the control-socket protocol helpers: escaping round trips
  * (every byte value), truncation never splitting an escape, parsing of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_gpuid: a GPU's node index from its PCI address, over a fake sysfs
  * tree: only NVIDIA display devices bound to the nvidia driver count, in

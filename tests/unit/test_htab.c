@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_htab: the intrusive hash table (htab.h) and list (list.h): add,
  * find, delete and growth with colliding and distinct hashes, the safe

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_idset: the content-id set: add/has/count, the zero id, duplicates,
  * growth over many ids, release and reuse.

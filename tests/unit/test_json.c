@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_json: the JSON parser (values, exact 64-bit integers, escapes and
  * surrogates, every kind of malformed input, depth and size limits) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_manifest: manifest build/open round trip, lookups, readdir order,
  * paths, totals, hard links (one inode, several names; what an old reader

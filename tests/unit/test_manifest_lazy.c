@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_manifest_lazy: a local copy filled part by part from a remote (a
  * file read through a counting, failing, slow reader): opening fetches the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_peer: the peer protocol and group (src/peer_proto.c, src/peer_tls.c,
  * src/peer.c): requests encoded and decoded, the old clear-text formats

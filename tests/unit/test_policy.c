@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_policy: [quota] and [dataset NAME] rules read through config_load():
  * quota precedence (user rule, then the largest group rule, then the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_prefetch_sched: the prefetch scheduler through prefetch/prefetch.h,
  * over a real dir:// backend and a real cache in a temp dir.

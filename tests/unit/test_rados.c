@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_rados: object names of the pool layout: built names parse back to
  * what built them, and every near miss (uppercase hex, leading zeros, a bad

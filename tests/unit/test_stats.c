@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_stats: the feed-rate counters: the job rule, /proc identification of
  * processes and threads, exact per-user/job/process/GPU accounting (files

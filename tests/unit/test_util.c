@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_util: parse_size, parse_duration_ms, parse_bool, fmt_size, sfs_id hex
  * round trip and parse errors, hashes, pread_full/pwrite_full and mkdir_p.
