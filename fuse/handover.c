@@ -590,18 +590,11 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 		cache_file_unpin(fs->cache, cf);
 		return send_refusal(cl, path, -ret);
 	}
-	ret = ctl_sendf_fd(cl->fd, fd,
-			   "OK handle=%" PRIu64 " size=%" PRIu64 " ino=%" PRIu64 " chunk_size=%u"
-			   " fetched=%" PRIu64 " fd=1\n", id, a.size, sfs_ino(fs, ds, ino),
-			   ds->be->chunk_size, p.fetched_bytes);
-	close(fd);
-	if (ret) {
-		stats_client_stage(fs->stats, cl->cred.pid, cl->cred.uid, t0, t1, missing,
-				   missing, p.fetched_bytes);
-		handle_drop(cl, id);	/* the peer is gone: so is its descriptor */
-		return ret;
-	}
-	stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
+	/*
+	 * Grant and charge before the descriptor goes: the library may report
+	 * what it read from it on another connection at once, and a report
+	 * counted before the open that made it would stretch the job's time.
+	 */
 	pthread_mutex_lock(&cl->cs->lock);
 	u = ctlsock_user_locked(cl->cs, cl->cred.uid);
 	if (u) {	/* what the uid may report (else: nothing) */
@@ -616,6 +609,16 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	pthread_mutex_unlock(&cl->cs->lock);
 	stats_client_stage(fs->stats, cl->cred.pid, cl->cred.uid, t0, t1,
 			   granted ? p.chunks : missing, missing, p.fetched_bytes);
+	ret = ctl_sendf_fd(cl->fd, fd,
+			   "OK handle=%" PRIu64 " size=%" PRIu64 " ino=%" PRIu64 " chunk_size=%u"
+			   " fetched=%" PRIu64 " fd=1\n", id, a.size, sfs_ino(fs, ds, ino),
+			   ds->be->chunk_size, p.fetched_bytes);
+	close(fd);
+	if (ret) {
+		handle_drop(cl, id);	/* the peer is gone: so is its descriptor (and the grant's hold) */
+		return ret;
+	}
+	stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
 	return 0;
 
 out_unpin:
