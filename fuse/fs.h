@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "cache.h"
+#include "cache/cache.h"
 #include "config.h"
 
 struct peer_group;

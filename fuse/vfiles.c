@@ -224,7 +224,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 			"then kept that CPU's next requests, and their wait is not in stall_ns.",
 			uring_queue_full(fs->ur)),
 
-		/* the node cache (src/cache.h) and the backend fetches */
+		/* the node cache (src/cache/cache.h) and the backend fetches */
 		JSON_ONLY("cache_hits", cs.hits),
 		JSON_ONLY("cache_misses", cs.misses),
 		COUNTER("corrupt_chunks", "stagefs_corrupt_chunks_total",

@@ -9,7 +9,7 @@
  * One engine thread owns an io_uring and every fill in flight (struct
  * fill: STYLE #7, one context per chunk, its buffer alongside).  A fill
  * goes through these stages, each a step of the cache's fill API
- * (src/cache.h) or a transfer the engine starts and gets back later:
+ * (src/cache/cache.h) or a transfer the engine starts and gets back later:
  *
  *   claim       cache_fill_claim(): present (done), busy (a cache_waiter is
  *               queued; it hands the fill back when the other filler is

@@ -33,7 +33,7 @@
  * fetches may borrow up to one second ahead, so a reader is never starved
  * by queued background work.
  *
- * Chunks land in the cache through the cache's fill steps (src/cache.h): a
+ * Chunks land in the cache through the cache's fill steps (src/cache/cache.h): a
  * chunk already present is not fetched again, and one being fetched is
  * waited for, never fetched twice.  Without io_uring (prefetch_io_uring =
  * no, or a kernel or sandbox that refuses it) the scheduler falls back to
@@ -54,7 +54,7 @@
 #include <sys/types.h>
 
 #include "backend.h"
-#include "cache.h"
+#include "cache/cache.h"
 #include "cred.h"
 #include "list.h"
 

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "cache.h"
+#include "cache/cache.h"
 #include "config.h"
 #include "dirscan.h"
 #include "log.h"

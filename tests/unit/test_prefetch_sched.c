@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "cache.h"
+#include "cache/cache.h"
 #include "config.h"
 #include "log.h"
 #include "prefetch/prefetch.h"
