@@ -32,7 +32,7 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "peer.h"
 #include "peer_proto.h"
 #include "peer_tls.h"

@@ -23,7 +23,7 @@
 #include "cred.h"
 #include "ctlsock.h"
 #include "kinodes.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "noopen.h"
 #include "passthrough.h"
 #include "peer.h"

@@ -177,7 +177,7 @@ struct backend {
 };
 
 /*
- * The metadata ops of a backend whose tree is ->m (src/manifest.h): both
+ * The metadata ops of a backend whose tree is ->m (src/manifest/manifest.h): both
  * backends point their ops table at these.
  */
 int backend_manifest_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out);

@@ -14,7 +14,7 @@
  * Published datasets (docs/publish.md): the manifest is copied once per
  * version into CACHE_DIR/manifests/ and mapped from there
  * (dataset_open_local): a small one whole at the first mount, a larger one
- * part by part as the mount first touches each (src/manifest_lazy.h:
+ * part by part as the mount first touches each (src/manifest/manifest_lazy.h:
  * ranged reads of the manifest objects, so a mount answers after reading
  * its header and part table, whatever its size), and with manifest_fill
  * the rest in the background; a remount reuses every part already there.
@@ -59,8 +59,8 @@
 
 #include "config.h"
 #include "log.h"
-#include "manifest.h"
-#include "manifest_lazy.h"
+#include "manifest/manifest.h"
+#include "manifest/manifest_lazy.h"
 #include "peer.h"
 #include "rados.h"
 #include "util.h"

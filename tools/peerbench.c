@@ -28,7 +28,7 @@
 
 #include "backend.h"
 #include "config.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "peer.h"
 #include "util.h"
 

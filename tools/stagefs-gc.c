@@ -37,7 +37,7 @@
 #include "idset.h"
 #include "json.h"
 #include "log.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "rados.h"
 #include "util.h"
 

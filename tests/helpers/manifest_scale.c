@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "util.h"
 
 static long maxrss_kib(void)

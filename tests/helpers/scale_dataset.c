@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "util.h"
 
 #define K	16
