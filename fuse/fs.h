@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cache/cache.h"
 #include "config.h"
 

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "config.h"
 #include "manifest/manifest.h"
 #include "peer.h"

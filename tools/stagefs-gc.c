@@ -38,7 +38,7 @@
 #include "json.h"
 #include "log.h"
 #include "manifest/manifest.h"
-#include "rados.h"
+#include "backend/rados.h"
 #include "util.h"
 
 #include <errno.h>

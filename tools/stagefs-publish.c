@@ -42,7 +42,7 @@
 #include "json.h"
 #include "log.h"
 #include "manifest/manifest.h"
-#include "rados.h"
+#include "backend/rados.h"
 #include "util.h"
 
 #include <dirent.h>

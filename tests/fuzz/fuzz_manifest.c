@@ -25,7 +25,7 @@
 
 #include <xxhash.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "manifest/manifest.h"
 #include "manifest/manifest_i.h"
 

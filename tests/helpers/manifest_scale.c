@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "manifest/manifest.h"
 #include "util.h"
 

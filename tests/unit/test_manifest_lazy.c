@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "log.h"
 #include "manifest/manifest.h"
 #include "manifest/manifest_i.h"

@@ -38,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cache/cache.h"
 #include "config.h"
 #include "log.h"

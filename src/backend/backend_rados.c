@@ -1077,7 +1077,7 @@ static bool rb_peer_first(struct backend *be, const struct sfs_attr *file, uint3
 	return !peer_owns(be->peers, &id);
 }
 
-/* ---- metadata: backend_manifest_* (src/backend.c) read be.m ---- */
+/* ---- metadata: backend_manifest_* (src/backend/backend.c) read be.m ---- */
 
 /* ---- lifetime ---- */
 
