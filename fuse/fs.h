@@ -93,7 +93,7 @@ struct sfs {
 	struct kinodes *ki;		/* fuse/kinodes.h: the kernel's inodes, bounded */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
-	struct stats *stats;		/* counts READs, opens, fetches (src/stats.h) */
+	struct stats *stats;		/* counts READs, opens, fetches (src/stats/stats.h) */
 	struct metrics *metrics;	/* their exporters (fuse/metrics.h) */
 	struct peer_group *peers;	/* the node's peer group (src/peer.h), or NULL */
 	struct peerd *peerd;		/* its server (fuse/peerd.h), or NULL */

@@ -31,7 +31,7 @@
 #include "noopen.h"
 #include "passthrough.h"
 #include "ptacct.h"
-#include "stats.h"
+#include "stats/stats.h"
 #include "vfiles.h"
 #include "prefetch/prefetch.h"
 

@@ -23,7 +23,7 @@
 #include "fh.h"
 #include "log.h"
 #include "passthrough.h"
-#include "stats.h"
+#include "stats/stats.h"
 #include "util.h"
 
 #include <errno.h>

@@ -3,8 +3,8 @@
  * vfiles: see vfiles.h.
  *
  * .stagefs/stats and .stagefs/metrics render one report (struct
- * stats_report, src/stats_render.h), taken once per rendering by
- * report_render(): the feed-rate snapshot (src/stats.h) and the table of
+ * stats_report, src/stats/stats_render.h), taken once per rendering by
+ * report_render(): the feed-rate snapshot (src/stats/stats.h) and the table of
  * daemon-wide figures below, gathered from the node totals of that
  * snapshot (the daemon has no other counters of READs, opens and backend
  * fetches), the cache (cache_get_stats), the prefetcher (pf_get_stats) and
@@ -28,8 +28,8 @@
 #include "passthrough.h"
 #include "peer.h"
 #include "ptacct.h"
-#include "stats.h"
-#include "stats_render.h"
+#include "stats/stats.h"
+#include "stats/stats_render.h"
 #include "uring.h"
 #include "prefetch/prefetch.h"
 

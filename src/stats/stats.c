@@ -3,8 +3,8 @@
  * stats: see stats.h.  This file counts: the read path (opens, READs,
  * backend fetches), the client library's reports and the node-only
  * counters.  The tables of who
- * is counted, the ticker and snapshots are src/stats_table.c's; what both
- * share, and the lock rules, is in src/stats_i.h.
+ * is counted, the ticker and snapshots are src/stats/stats_table.c's; what both
+ * share, and the lock rules, is in src/stats/stats_i.h.
  *
  * Stall detection.  A fill of chunk i of file F adds 1 to the started
  * count and 1 to the running count of slot hash(F, i) of a small array.

@@ -75,7 +75,7 @@
  * ago) / elapsed time, using what exists for younger records.
  *
  * This module counts and takes snapshots (stats_snapshot()); turning a
- * snapshot into JSON or Prometheus text is src/stats_render.h's job.
+ * snapshot into JSON or Prometheus text is src/stats/stats_render.h's job.
  */
 #ifndef STAGEFS_STATS_H
 #define STAGEFS_STATS_H
