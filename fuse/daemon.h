@@ -15,7 +15,7 @@
  * (stats_fetch_begin/end, src/stats/stats.h): a success is a node-wide miss
  * (the backend_reads of .stagefs/stats) and backend_bytes, a failure
  * STATS_NODE_BACKEND_ERRORS (backend_errors).  A chunk a member of the
- * peer group sent instead (@peer) is neither: src/peer.c counts it.
+ * peer group sent instead (@peer) is neither: src/peer/peer.c counts it.
  */
 #ifndef STAGEFS_FUSE_DAEMON_H
 #define STAGEFS_FUSE_DAEMON_H

@@ -95,7 +95,7 @@ struct sfs {
 	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
 	struct stats *stats;		/* counts READs, opens, fetches (src/stats/stats.h) */
 	struct metrics *metrics;	/* their exporters (fuse/metrics.h) */
-	struct peer_group *peers;	/* the node's peer group (src/peer.h), or NULL */
+	struct peer_group *peers;	/* the node's peer group (src/peer/peer.h), or NULL */
 	struct peerd *peerd;		/* its server (fuse/peerd.h), or NULL */
 	/* READs handed to the I/O engine, not answered yet: unmount waits for 0 */
 	_Atomic uint64_t reads_in_engine;

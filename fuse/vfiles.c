@@ -26,7 +26,7 @@
 #include "manifest/manifest.h"
 #include "noopen.h"
 #include "passthrough.h"
-#include "peer.h"
+#include "peer/peer.h"
 #include "ptacct.h"
 #include "stats/stats.h"
 #include "stats/stats_render.h"
@@ -257,7 +257,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		JSON_ONLY("cache_loaded_chunks", cs.loaded_chunks),
 		JSON_ONLY("cache_load_ms", cs.load_ms),
 
-		/* the peer group (src/peer.h, fuse/peerd.h): sums over the peers */
+		/* the peer group (src/peer/peer.h, fuse/peerd.h): sums over the peers */
 		GAUGE("peer_members", "stagefs_peer_members",
 		      "Other members of the node's peer group.", psum.member),
 		GAUGE("peer_backoff", "stagefs_peer_backoff",

@@ -19,7 +19,7 @@
  *   fetch       librados aio (backend aio_start: the completion callback on
  *               the librados thread only queues the fill and pokes the
  *               eventfd; where the node has a peer group, the chunk's owner
- *               is asked first, src/peer.h), or an io_uring read of the
+ *               is asked first, src/peer/peer.h), or an io_uring read of the
  *               dir:// source file (backend source_open)
  *   verify      on this thread: aio_finish checks the XXH3-128 the chunk is
  *               named by and hands it on (so nothing is hashed twice);
@@ -121,7 +121,7 @@ struct fill {
 	bool checking;			/* the claim is a check */
 	bool tokens;			/* rate-cap tokens taken */
 	bool fetched;			/* the backend was read */
-	bool from_peer;			/* ... or a peer sent the chunk (src/peer.h) */
+	bool from_peer;			/* ... or a peer sent the chunk (src/peer/peer.h) */
 	bool direct;			/* the transfers in flight use O_DIRECT */
 	bool served;			/* fl->buf holds the verified chunk, published */
 	uint8_t hit_retries;

@@ -551,7 +551,7 @@ static const struct opt opts[] = {
 		"Group, by name or number, of `metrics_file`, which is mode 0640 "
 		"because the metrics name every user and job: give it the "
 		"scraper's group. Empty: the daemon's own group." },
-	/* peer groups (src/peer.c, fuse/peerd.c, docs/fleet.md) */
+	/* peer groups (src/peer/peer.c, fuse/peerd.c, docs/fleet.md) */
 	{ "peer_listen", OPT_STR, O(peer_listen), "", 0, 0,
 	  "this node's address in its peer group, HOST[:PORT] (IPv4, port 785 if none); empty = no peer group",
 	  .doc =

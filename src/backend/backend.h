@@ -161,7 +161,7 @@ struct backend {
 	char *uri;		/* as given, for logs and stats */
 	struct manifest *m;	/* the dataset's tree (both backends keep one) */
 	/*
-	 * The node's peer group (src/peer.h), set by the daemon right after
+	 * The node's peer group (src/peer/peer.h), set by the daemon right after
 	 * backend_open() where chunks may be shared, or NULL.  A backend whose
 	 * chunks are content-addressed (published rados:// datasets) asks the
 	 * chunk's owner in ->aio_start before reading it itself; others ignore

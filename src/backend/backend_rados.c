@@ -46,7 +46,7 @@
  * hash in aio_finish and passes the verified id on, so the bytes are hashed
  * once.
  *
- * Peer groups (src/peer.h): when the daemon gave the backend its peer
+ * Peer groups (src/peer/peer.h): when the daemon gave the backend its peer
  * group, an asynchronous read of a published chunk first asks the chunk's
  * owner (peer_fetch_start), unless this node owns it.  The peer client
  * checks the bytes against the chunk id before it reports them; on any
@@ -61,7 +61,7 @@
 #include "log.h"
 #include "manifest/manifest.h"
 #include "manifest/manifest_lazy.h"
-#include "peer.h"
+#include "peer/peer.h"
 #include "rados.h"
 #include "util.h"
 

@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "peer.h"
+#include "peer/peer.h"
 #include "stats.h"
 
 enum stats_mtype {
