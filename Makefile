@@ -149,6 +149,10 @@ tests/unit/test_spank_fair: tests/unit/test_spank_fair.o slurm/spank_fair.o
 tests/unit/test_prefetch_sched: tests/unit/test_prefetch_sched.o prefetch/libprefetch.a src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
 
+# the engine's buffer pool lives in prefetch/ (its one user)
+tests/unit/test_bufpool: tests/unit/test_bufpool.o prefetch/libprefetch.a src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
+
 tests/helpers/%: tests/helpers/%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_ALL)
 

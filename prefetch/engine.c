@@ -36,7 +36,7 @@
  *   commit      cache_fill_written(): recorded, waiters woken
  *   check       a read-back (O_DIRECT where aligned) + cache_check_done()
  *
- * The published buffer (src/bufpool.h) is handed to the readers who wanted
+ * The published buffer (prefetch/bufpool.h) is handed to the readers who wanted
  * the chunk, and the READs that follow for the rest of the chunk are
  * served from memory.  Buffers come from one region
  * registered with io_uring_register_buffers (READ_FIXED/WRITE_FIXED); if
