@@ -26,7 +26,7 @@ CFLAGS_ALL = -std=gnu11 $(OPTFLAGS) $(WARN) $(SANFLAGS) -fPIC -pthread $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) -pthread $(LDFLAGS)
 
 SRC_OBJS      = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c))
-FUSE_OBJS     = $(patsubst %.c,%.o,$(wildcard fuse/*.c))
+FUSE_OBJS     = $(patsubst %.c,%.o,$(wildcard fuse/*.c fuse/ctl/*.c))
 PREFETCH_OBJS = $(patsubst %.c,%.o,$(wildcard prefetch/*.c))
 TOOL_SRCS     = $(wildcard tools/stagefs-*.c)
 TOOLS         = $(patsubst tools/%.c,%,$(TOOL_SRCS))

@@ -92,7 +92,7 @@ struct sfs {
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct kinodes *ki;		/* fuse/kinodes.h: the kernel's inodes, bounded */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
-	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
+	struct ctlsock *ctl;		/* control socket (fuse/ctl/ctlsock.h) */
 	struct stats *stats;		/* counts READs, opens, fetches (src/stats/stats.h) */
 	struct metrics *metrics;	/* their exporters (fuse/metrics.h) */
 	struct peer_group *peers;	/* the node's peer group (src/peer/peer.h), or NULL */

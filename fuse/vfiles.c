@@ -21,7 +21,7 @@
 
 #include "access.h"
 #include "cred.h"
-#include "ctlsock.h"
+#include "fuse/ctl/ctlsock.h"
 #include "kinodes.h"
 #include "manifest/manifest.h"
 #include "noopen.h"
@@ -182,7 +182,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 			"READ requests that failed, node-wide (stagefs_read_errors_total is per job).",
 			tot[STATS_READ_ERRORS]),
 		/*
-		 * what clients reported themselves (fuse/handover.c): bounded,
+		 * what clients reported themselves (fuse/ctl/handover.c): bounded,
 		 * not seen; refused reports are in neither
 		 */
 		COUNTER("client_reported_bytes", "stagefs_client_reported_bytes_total",

@@ -8,7 +8,7 @@
  *   quota     per-user cache usage (access_quota_text, fuse/access.c)
  *   metrics   the same report as Prometheus text (also what the
  *             metrics_port and metrics_file exporters serve, fuse/metrics.h)
- *   socket    the control socket's path (ctlsock_text, fuse/ctlsock.c)
+ *   socket    the control socket's path (ctlsock_text, fuse/ctl/ctlsock.c)
  *
  * Each file is rendered whole when it is opened (or looked up in no-open
  * mode), so a reader sees one consistent snapshot.  The key names of stats

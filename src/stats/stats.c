@@ -371,7 +371,7 @@ void stats_node_add(struct stats *st, enum stats_node_field f, uint64_t n)
 /*
  * stats_add_fields that stops at UINT64_MAX instead of wrapping: for the
  * client library's reports, the only counts a peer states itself (the
- * daemon bounds them too, fuse/handover.c), so that no report can make a
+ * daemon bounds them too, fuse/ctl/handover.c), so that no report can make a
  * counter look reset.
  */
 static void add_fields_sat(_Atomic uint64_t *c, const uint64_t *v)
