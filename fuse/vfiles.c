@@ -303,7 +303,7 @@ out_free_feed:
 	return ret;
 }
 
-int vfiles_stats_json(struct sfs *fs, const struct cred *cr, char **out)
+static int vfiles_stats_json(struct sfs *fs, const struct cred *cr, char **out)
 {
 	return report_render(fs, cr, stats_render_json, false, out);
 }
