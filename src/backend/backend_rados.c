@@ -147,19 +147,6 @@ static struct rados_backend *RB(struct backend *be)
 	return (struct rados_backend *)be;
 }
 
-static int errf(char *err, size_t len, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int errf(char *err, size_t len, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 /* ---- URI ---- */
 
 struct rados_uri {
