@@ -25,8 +25,8 @@ CPPFLAGS_ALL = -Isrc -I. -include ./config.h -D_GNU_SOURCE -D_FILE_OFFSET_BITS=6
 CFLAGS_ALL = -std=gnu11 $(OPTFLAGS) $(WARN) $(SANFLAGS) -fPIC -pthread $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) -pthread $(LDFLAGS)
 
-SRC_OBJS      = $(patsubst %.c,%.o,$(wildcard src/*.c))
-FUSE_OBJS     = $(patsubst %.c,%.o,$(wildcard fuse/*.c))
+SRC_OBJS      = $(patsubst %.c,%.o,$(wildcard src/*.c src/*/*.c))
+FUSE_OBJS     = $(patsubst %.c,%.o,$(wildcard fuse/*.c fuse/ctl/*.c))
 PREFETCH_OBJS = $(patsubst %.c,%.o,$(wildcard prefetch/*.c))
 TOOL_SRCS     = $(wildcard tools/stagefs-*.c)
 TOOLS         = $(patsubst tools/%.c,%,$(TOOL_SRCS))
@@ -57,7 +57,7 @@ all: stagefs $(TOOLS) tools/readbench tools/peerbench tools/aubench gpudirect/li
 %.o: %.c config.h $$(if $$(wildcard $$*.d),,FORCE)
 	$(call quiet,CC,$@)$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -MMD -MP -c -o $@ $<
 
--include $(wildcard */*.d */*/*.d tests/fuzz/obj/*.d)
+-include $(wildcard */*.d */*/*.d tests/fuzz/obj/*.d tests/fuzz/obj/*/*.d)
 
 FORCE:
 
@@ -149,6 +149,10 @@ tests/unit/test_spank_fair: tests/unit/test_spank_fair.o slurm/spank_fair.o
 tests/unit/test_prefetch_sched: tests/unit/test_prefetch_sched.o prefetch/libprefetch.a src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
 
+# the engine's buffer pool lives in prefetch/ (its one user)
+tests/unit/test_bufpool: tests/unit/test_bufpool.o prefetch/libprefetch.a src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
+
 tests/helpers/%: tests/helpers/%.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< src/libsfs.a $(LIBS_ALL)
 
@@ -233,11 +237,11 @@ FUZZ_CC       ?= clang
 FUZZ_SAN       = -fsanitize=address,undefined -fno-sanitize-recover=undefined \
                  -fno-omit-frame-pointer
 FUZZ_CFLAGS    = -std=gnu11 -g -O1 $(filter-out -Werror,$(WARN)) $(FUZZ_SAN) -pthread
-FUZZ_SRC_OBJS  = $(patsubst src/%.c,tests/fuzz/obj/%.o,$(wildcard src/*.c))
+FUZZ_SRC_OBJS  = $(patsubst src/%.c,tests/fuzz/obj/%.o,$(wildcard src/*.c src/*/*.c))
 FUZZ_TARGETS   = $(patsubst %.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 
 tests/fuzz/obj/%.o: src/%.c config.h $$(if $$(wildcard tests/fuzz/obj/$$*.d),,FORCE)
-	@mkdir -p tests/fuzz/obj
+	@mkdir -p $(dir $@)
 	$(call quiet,FUZZCC,$@)$(FUZZ_CC) $(CPPFLAGS_ALL) $(FUZZ_CFLAGS) -MMD -MP -fsanitize=fuzzer-no-link -c -o $@ $<
 
 tests/fuzz/obj/libsfs.a: $(FUZZ_SRC_OBJS)

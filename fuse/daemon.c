@@ -5,7 +5,7 @@
 #include "daemon.h"
 
 #include "prefetch/prefetch.h"
-#include "stats.h"
+#include "stats/stats.h"
 
 #include <stdio.h>
 #include <string.h>

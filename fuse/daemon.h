@@ -3,7 +3,7 @@
  * daemon: the daemon's counters and its side of prefetch/, and the one
  * place that counts a backend fetch.
  *
- * daemon_start() makes the feed-rate counters (fs->stats, src/stats.h) and
+ * daemon_start() makes the feed-rate counters (fs->stats, src/stats/stats.h) and
  * builds the scheduler of backend fetches (prefetch/prefetch.h) from the
  * prefetch_* settings; daemon_stop() frees both, last, since everything
  * else that runs counts into fs->stats.  Every backend fetch
@@ -12,10 +12,10 @@
  * engine) through the pf_opts fetch_begin/fetch_end hooks, and a reader's
  * own fetch without the engine (fuse/read.c) by calling daemon_fetch_begin
  * and daemon_fetch_end around it, into the feed-rate counters
- * (stats_fetch_begin/end, src/stats.h): a success is a node-wide miss
+ * (stats_fetch_begin/end, src/stats/stats.h): a success is a node-wide miss
  * (the backend_reads of .stagefs/stats) and backend_bytes, a failure
  * STATS_NODE_BACKEND_ERRORS (backend_errors).  A chunk a member of the
- * peer group sent instead (@peer) is neither: src/peer.c counts it.
+ * peer group sent instead (@peer) is neither: src/peer/peer.c counts it.
  */
 #ifndef STAGEFS_FUSE_DAEMON_H
 #define STAGEFS_FUSE_DAEMON_H

@@ -16,7 +16,7 @@
 #include "fs.h"
 
 #include "htab.h"
-#include "stats.h"
+#include "stats/stats.h"
 #include "prefetch/prefetch.h"
 
 /* An open regular file. */

@@ -18,8 +18,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "cache.h"
+#include "backend/backend.h"
+#include "cache/cache.h"
 #include "config.h"
 
 struct peer_group;
@@ -92,10 +92,10 @@ struct sfs {
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct kinodes *ki;		/* fuse/kinodes.h: the kernel's inodes, bounded */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
-	struct ctlsock *ctl;		/* control socket (fuse/ctlsock.h) */
-	struct stats *stats;		/* counts READs, opens, fetches (src/stats.h) */
+	struct ctlsock *ctl;		/* control socket (fuse/ctl/ctlsock.h) */
+	struct stats *stats;		/* counts READs, opens, fetches (src/stats/stats.h) */
 	struct metrics *metrics;	/* their exporters (fuse/metrics.h) */
-	struct peer_group *peers;	/* the node's peer group (src/peer.h), or NULL */
+	struct peer_group *peers;	/* the node's peer group (src/peer/peer.h), or NULL */
 	struct peerd *peerd;		/* its server (fuse/peerd.h), or NULL */
 	/* READs handed to the I/O engine, not answered yet: unmount waits for 0 */
 	_Atomic uint64_t reads_in_engine;

@@ -16,7 +16,7 @@
 #include "fs.h"
 
 #include "access.h"
-#include "ctlsock.h"
+#include "fuse/ctl/ctlsock.h"
 #include "daemon.h"
 #include "datasets.h"
 #include "kinodes.h"

@@ -42,7 +42,7 @@
 #include "cred.h"
 #include "log.h"
 #include "safepath.h"
-#include "stats.h"
+#include "stats/stats.h"
 #include "vfiles.h"
 
 #include <linux/inet_diag.h>

@@ -4,7 +4,7 @@
  *
  * Metadata comes from the backend (in memory: a manifest), data through the
  * node cache: a READ is answered from the cache file, and a missing chunk is
- * fetched from the backend once (src/cache_fill.c's claim coordinates
+ * fetched from the backend once (src/cache/cache_fill.c's claim coordinates
  * concurrent readers).
  * The dataset is immutable, so entries and attributes carry long timeouts
  * and open files keep the kernel page cache (keep_cache); the inodes the
@@ -31,7 +31,7 @@
 #include "noopen.h"
 #include "passthrough.h"
 #include "ptacct.h"
-#include "stats.h"
+#include "stats/stats.h"
 #include "vfiles.h"
 #include "prefetch/prefetch.h"
 

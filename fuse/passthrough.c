@@ -34,7 +34,7 @@
 #include "list.h"
 #include "log.h"
 #include "session_io.h"
-#include "stats.h"
+#include "stats/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>

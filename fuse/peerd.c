@@ -32,10 +32,10 @@
 
 #include "daemon.h"
 #include "log.h"
-#include "manifest.h"
-#include "peer.h"
-#include "peer_proto.h"
-#include "peer_tls.h"
+#include "manifest/manifest.h"
+#include "peer/peer.h"
+#include "peer/peer_proto.h"
+#include "peer/peer_tls.h"
 #include "prefetch/prefetch.h"
 
 #include <arpa/inet.h>
@@ -88,7 +88,7 @@ struct slot {
 
 struct peerd {
 	struct sfs *fs;
-	struct peer_tls *tls;		/* the server side's (src/peer_tls.h) */
+	struct peer_tls *tls;		/* the server side's (src/peer/peer_tls.h) */
 	int lfd;			/* listening socket; -1 until bound */
 	int stop_fd;			/* eventfd: stop */
 	struct sockaddr_in me;		/* peer_listen */

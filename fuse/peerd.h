@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * peerd: the daemon's side of its peer group (src/peer.h): the group
+ * peerd: the daemon's side of its peer group (src/peer/peer.h): the group
  * itself, made from the settings, and the server that sends this node's
  * chunks to the other members (docs/fleet.md).
  *
@@ -8,8 +8,8 @@
  * mount goes on and the accept thread tries again).  An accept thread
  * starts one thread per connection, which runs at nice 10 so that the
  * node's own readers come first: a TLS 1.3 handshake keyed by the group's
- * key (src/peer_tls.h) within 2 s of the accept, then one request at a
- * time (src/peer_proto.h), its chunk looked up at the place it names in
+ * key (src/peer/peer_tls.h) within 2 s of the accept, then one request at a
+ * time (src/peer/peer_proto.h), its chunk looked up at the place it names in
  * the manifest of a dataset this node has mounted.  Only such a chunk is
  * sent: from the cache, or, on a miss, read from the backend once (the
  * cache's single flight: a reader or another peer wanting it meanwhile

@@ -23,7 +23,7 @@
 #include "fh.h"
 #include "log.h"
 #include "passthrough.h"
-#include "stats.h"
+#include "stats/stats.h"
 #include "util.h"
 
 #include <errno.h>
@@ -361,7 +361,8 @@ bool ptacct_exact(const struct ptacct *pa)
 	return pa != NULL;
 }
 
-void ptacct_detach(struct ptacct *pa)
+/* Detach the program's hooks, keeping its maps.  @pa may be NULL. */
+static void ptacct_detach(struct ptacct *pa)
 {
 	if (pa)
 		ptread__detach(pa->skel);	/* the maps stay, for ptacct_lost() */
@@ -437,7 +438,8 @@ const char *ptacct_hook(const struct ptacct *pa)
 	return "";
 }
 
-void ptacct_detach(struct ptacct *pa)
+/* Detach the program's hooks, keeping its maps.  @pa may be NULL. */
+static void ptacct_detach(struct ptacct *pa)
 {
 }
 

@@ -54,8 +54,6 @@ int ptacct_create(struct sfs *fs, struct ptacct **out, char *why, size_t len);
  * not be had (the mount then fails).
  */
 int ptacct_settle(struct sfs *fs, int load_ret, const char *why, char *err, size_t errlen);
-/* Detach the program's hooks, keeping its maps.  @pa may be NULL. */
-void ptacct_detach(struct ptacct *pa);
 /* Drain what is left, detach and unload.  @pa may be NULL. */
 void ptacct_destroy(struct ptacct *pa);
 

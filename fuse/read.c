@@ -17,7 +17,7 @@
  * OPEN (or, in no-open mode, LOOKUP) rendered.  Every READ is replied to
  * exactly once: by read_op's path, or by aread_reply() on the engine thread.
  * Every READ of a dataset file that found its handle is counted once,
- * between stats_read_begin and stats_read_end (src/stats.h), failed or at
+ * between stats_read_begin and stats_read_end (src/stats/stats.h), failed or at
  * the end of the file alike: those node totals are also .stagefs/stats's
  * read_requests, read_bytes, read_errors and stall_ms.
  */

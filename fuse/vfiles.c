@@ -3,8 +3,8 @@
  * vfiles: see vfiles.h.
  *
  * .stagefs/stats and .stagefs/metrics render one report (struct
- * stats_report, src/stats_render.h), taken once per rendering by
- * report_render(): the feed-rate snapshot (src/stats.h) and the table of
+ * stats_report, src/stats/stats_render.h), taken once per rendering by
+ * report_render(): the feed-rate snapshot (src/stats/stats.h) and the table of
  * daemon-wide figures below, gathered from the node totals of that
  * snapshot (the daemon has no other counters of READs, opens and backend
  * fetches), the cache (cache_get_stats), the prefetcher (pf_get_stats) and
@@ -21,15 +21,15 @@
 
 #include "access.h"
 #include "cred.h"
-#include "ctlsock.h"
+#include "fuse/ctl/ctlsock.h"
 #include "kinodes.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "noopen.h"
 #include "passthrough.h"
-#include "peer.h"
+#include "peer/peer.h"
 #include "ptacct.h"
-#include "stats.h"
-#include "stats_render.h"
+#include "stats/stats.h"
+#include "stats/stats_render.h"
 #include "uring.h"
 #include "prefetch/prefetch.h"
 
@@ -182,7 +182,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 			"READ requests that failed, node-wide (stagefs_read_errors_total is per job).",
 			tot[STATS_READ_ERRORS]),
 		/*
-		 * what clients reported themselves (fuse/handover.c): bounded,
+		 * what clients reported themselves (fuse/ctl/handover.c): bounded,
 		 * not seen; refused reports are in neither
 		 */
 		COUNTER("client_reported_bytes", "stagefs_client_reported_bytes_total",
@@ -224,7 +224,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 			"then kept that CPU's next requests, and their wait is not in stall_ns.",
 			uring_queue_full(fs->ur)),
 
-		/* the node cache (src/cache.h) and the backend fetches */
+		/* the node cache (src/cache/cache.h) and the backend fetches */
 		JSON_ONLY("cache_hits", cs.hits),
 		JSON_ONLY("cache_misses", cs.misses),
 		COUNTER("corrupt_chunks", "stagefs_corrupt_chunks_total",
@@ -257,7 +257,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		JSON_ONLY("cache_loaded_chunks", cs.loaded_chunks),
 		JSON_ONLY("cache_load_ms", cs.load_ms),
 
-		/* the peer group (src/peer.h, fuse/peerd.h): sums over the peers */
+		/* the peer group (src/peer/peer.h, fuse/peerd.h): sums over the peers */
 		GAUGE("peer_members", "stagefs_peer_members",
 		      "Other members of the node's peer group.", psum.member),
 		GAUGE("peer_backoff", "stagefs_peer_backoff",
@@ -303,7 +303,7 @@ out_free_feed:
 	return ret;
 }
 
-int vfiles_stats_json(struct sfs *fs, const struct cred *cr, char **out)
+static int vfiles_stats_json(struct sfs *fs, const struct cred *cr, char **out)
 {
 	return report_render(fs, cr, stats_render_json, false, out);
 }

@@ -8,7 +8,7 @@
  *   quota     per-user cache usage (access_quota_text, fuse/access.c)
  *   metrics   the same report as Prometheus text (also what the
  *             metrics_port and metrics_file exporters serve, fuse/metrics.h)
- *   socket    the control socket's path (ctlsock_text, fuse/ctlsock.c)
+ *   socket    the control socket's path (ctlsock_text, fuse/ctl/ctlsock.c)
  *
  * Each file is rendered whole when it is opened (or looked up in no-open
  * mode), so a reader sees one consistent snapshot.  The key names of stats
@@ -67,12 +67,11 @@ static inline uint32_t vfiles_uid(uint64_t ino)
 }
 
 /*
- * .stagefs/stats and .stagefs/metrics: take the node's report now and
- * render it as JSON or as Prometheus text, as @cr may see it (NULL:
+ * .stagefs/metrics: take the node's report now and render it as
+ * Prometheus text, as @cr may see it (NULL:
  * everything), into a malloc'ed buffer (the caller frees *@out).  Return
  * its length or -errno.
  */
-int vfiles_stats_json(struct sfs *fs, const struct cred *cr, char **out);
 int vfiles_metrics_text(struct sfs *fs, const struct cred *cr, char **out);
 
 #endif

@@ -28,7 +28,7 @@
 #include "ctlproto.h"
 #include "list.h"
 #include "log.h"
-#include "procinfo.h"
+#include "stats/procinfo.h"
 #include "util.h"
 #include "gpudirect/libstagefs.h"
 

@@ -220,11 +220,6 @@ void *pinned_pool_buf(const struct pinned_pool *p, int idx)
 	return (char *)p->base + (size_t)idx * p->bufsize;
 }
 
-size_t pinned_pool_bufsize(const struct pinned_pool *p)
-{
-	return p->bufsize;
-}
-
 bool pinned_pool_registered(const struct pinned_pool *p)
 {
 	return p->registered;

@@ -74,7 +74,6 @@ int pinned_pool_get(struct pinned_pool *p, void **buf);
 void pinned_pool_put(struct pinned_pool *p, int idx);
 /* Address of buffer @idx (valid until pinned_pool_destroy). */
 void *pinned_pool_buf(const struct pinned_pool *p, int idx);
-size_t pinned_pool_bufsize(const struct pinned_pool *p);
 bool pinned_pool_registered(const struct pinned_pool *p);
 void pinned_pool_stats(struct pinned_pool *p, struct pinned_stats *st);
 

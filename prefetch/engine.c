@@ -9,7 +9,7 @@
  * One engine thread owns an io_uring and every fill in flight (struct
  * fill: STYLE #7, one context per chunk, its buffer alongside).  A fill
  * goes through these stages, each a step of the cache's fill API
- * (src/cache.h) or a transfer the engine starts and gets back later:
+ * (src/cache/cache.h) or a transfer the engine starts and gets back later:
  *
  *   claim       cache_fill_claim(): present (done), busy (a cache_waiter is
  *               queued; it hands the fill back when the other filler is
@@ -19,7 +19,7 @@
  *   fetch       librados aio (backend aio_start: the completion callback on
  *               the librados thread only queues the fill and pokes the
  *               eventfd; where the node has a peer group, the chunk's owner
- *               is asked first, src/peer.h), or an io_uring read of the
+ *               is asked first, src/peer/peer.h), or an io_uring read of the
  *               dir:// source file (backend source_open)
  *   verify      on this thread: aio_finish checks the XXH3-128 the chunk is
  *               named by and hands it on (so nothing is hashed twice);
@@ -36,7 +36,7 @@
  *   commit      cache_fill_written(): recorded, waiters woken
  *   check       a read-back (O_DIRECT where aligned) + cache_check_done()
  *
- * The published buffer (src/bufpool.h) is handed to the readers who wanted
+ * The published buffer (prefetch/bufpool.h) is handed to the readers who wanted
  * the chunk, and the READs that follow for the rest of the chunk are
  * served from memory.  Buffers come from one region
  * registered with io_uring_register_buffers (READ_FIXED/WRITE_FIXED); if
@@ -121,7 +121,7 @@ struct fill {
 	bool checking;			/* the claim is a check */
 	bool tokens;			/* rate-cap tokens taken */
 	bool fetched;			/* the backend was read */
-	bool from_peer;			/* ... or a peer sent the chunk (src/peer.h) */
+	bool from_peer;			/* ... or a peer sent the chunk (src/peer/peer.h) */
 	bool direct;			/* the transfers in flight use O_DIRECT */
 	bool served;			/* fl->buf holds the verified chunk, published */
 	uint8_t hit_retries;

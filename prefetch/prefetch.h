@@ -33,7 +33,7 @@
  * fetches may borrow up to one second ahead, so a reader is never starved
  * by queued background work.
  *
- * Chunks land in the cache through the cache's fill steps (src/cache.h): a
+ * Chunks land in the cache through the cache's fill steps (src/cache/cache.h): a
  * chunk already present is not fetched again, and one being fetched is
  * waited for, never fetched twice.  Without io_uring (prefetch_io_uring =
  * no, or a kernel or sandbox that refuses it) the scheduler falls back to
@@ -53,8 +53,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "backend.h"
-#include "cache.h"
+#include "backend/backend.h"
+#include "cache/cache.h"
 #include "cred.h"
 #include "list.h"
 
@@ -78,7 +78,7 @@ struct pf_opts {
 	 * the engine or a worker (readers' included, with the engine), on that
 	 * thread: lets the daemon count it.  @res is the byte count or -errno;
 	 * @peer: a member of the peer group sent the bytes, not the backend
-	 * (src/backend.h, aio_finish).  Either may be NULL.
+	 * (src/backend/backend.h, aio_finish).  Either may be NULL.
 	 */
 	void (*fetch_begin)(void *arg, const struct cfile *cf, uint32_t idx);
 	void (*fetch_end)(void *arg, const struct cfile *cf, uint32_t idx, int res,

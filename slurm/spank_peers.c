@@ -67,7 +67,7 @@
 #define ADDR_MAX		32	/* "a.b.c.d:port" */
 #define NAMES_MAX		160	/* the node names of one member's comment */
 #define CUT_LINES_MAX		32	/* jobs named in the peers_file's "left out" lines */
-/* the daemon reads at most 64 KiB of peers_file (src/peer.c) */
+/* the daemon reads at most 64 KiB of peers_file (src/peer/peer.c) */
 #define PEERS_FILE_MAX		65536
 /* a job's "left out" line in the peers_file, read back by its steps */
 #define CUT_PREFIX		"# left out: job "

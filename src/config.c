@@ -551,7 +551,7 @@ static const struct opt opts[] = {
 		"Group, by name or number, of `metrics_file`, which is mode 0640 "
 		"because the metrics name every user and job: give it the "
 		"scraper's group. Empty: the daemon's own group." },
-	/* peer groups (src/peer.c, fuse/peerd.c, docs/fleet.md) */
+	/* peer groups (src/peer/peer.c, fuse/peerd.c, docs/fleet.md) */
 	{ "peer_listen", OPT_STR, O(peer_listen), "", 0, 0,
 	  "this node's address in its peer group, HOST[:PORT] (IPv4, port 785 if none); empty = no peer group",
 	  .doc =
@@ -673,19 +673,6 @@ bool config_has(const char *name)
 	return opt_find(name) != NULL;
 }
 
-static int errf(char *err, size_t len, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int errf(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
 static void fmt_limit(const struct opt *o, double v, char *buf, size_t len);
 
 /*
@@ -697,7 +684,7 @@ static int check_range(const struct opt *o, uint64_t v, char *err, size_t len)
 	char val[32], lo[32], hi[32];
 
 	if (o->type == OPT_UINT && v > UINT32_MAX && o->max == 0)
-		return errf(err, len, "%s: %" PRIu64 " is out of range [0, %" PRIu32 "]",
+		return errf(err, len, -1, "%s: %" PRIu64 " is out of range [0, %" PRIu32 "]",
 			    o->name, v, UINT32_MAX);
 	if (o->min == 0 && o->max == 0)
 		return 0;
@@ -709,10 +696,10 @@ static int check_range(const struct opt *o, uint64_t v, char *err, size_t len)
 		snprintf(val, sizeof(val), "%" PRIu64, v);	/* exact, as given */
 	fmt_limit(o, o->min, lo, sizeof(lo));
 	if (o->max == 0)
-		return errf(err, len, "%s: %s is out of range (at least %s)",
+		return errf(err, len, -1, "%s: %s is out of range (at least %s)",
 			    o->name, val, lo);
 	fmt_limit(o, o->max, hi, sizeof(hi));
-	return errf(err, len, "%s: %s is out of range [%s, %s]", o->name, val, lo, hi);
+	return errf(err, len, -1, "%s: %s is out of range [%s, %s]", o->name, val, lo, hi);
 }
 
 /* The same for a ratio, the one fractional type. */
@@ -721,7 +708,7 @@ static int check_ratio(const struct opt *o, double v, char *err, size_t len)
 	if (o->min == 0 && o->max == 0)
 		return 0;
 	if (v < o->min || (o->max > 0 && v > o->max))
-		return errf(err, len, "%s: %g is out of range [%g, %g]",
+		return errf(err, len, -1, "%s: %g is out of range [%g, %g]",
 			    o->name, v, o->min, o->max);
 	return 0;
 }
@@ -739,17 +726,17 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		char *s = strdup(value);
 
 		if (!s)
-			return errf(err, len, "out of memory");
+			return errf(err, len, -1, "out of memory");
 		free(*(char **)p);
 		*(char **)p = s;
 		return 0;
 	}
 	case OPT_SIZE:
 		if (parse_size(value, &u) == -ERANGE)
-			return errf(err, len, "%s: '%s' is out of range (at most %" PRId64
+			return errf(err, len, -1, "%s: '%s' is out of range (at most %" PRId64
 				    " bytes, 2^63 - 1)", o->name, value, INT64_MAX);
 		if (parse_size(value, &u))
-			return errf(err, len, "%s: '%s' is not a size (like 512K, 4M, 100G)",
+			return errf(err, len, -1, "%s: '%s' is not a size (like 512K, 4M, 100G)",
 				    o->name, value);
 		if (check_range(o, u, err, len))
 			return -1;
@@ -757,7 +744,7 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		return 0;
 	case OPT_UINT:
 		if (parse_uint(value, &u))
-			return errf(err, len, "%s: '%s' is not a whole number",
+			return errf(err, len, -1, "%s: '%s' is not a whole number",
 				    o->name, value);
 		if (check_range(o, u, err, len))
 			return -1;
@@ -765,12 +752,12 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		return 0;
 	case OPT_BOOL:
 		if (parse_bool(value, &b))
-			return errf(err, len, "%s: '%s' is not yes or no", o->name, value);
+			return errf(err, len, -1, "%s: '%s' is not yes or no", o->name, value);
 		*(bool *)p = b;
 		return 0;
 	case OPT_DURATION:
 		if (parse_duration_ms(value, &u))
-			return errf(err, len, "%s: '%s' is not a duration (like 500ms, 30s, 1h)",
+			return errf(err, len, -1, "%s: '%s' is not a duration (like 500ms, 30s, 1h)",
 				    o->name, value);
 		if (check_range(o, u, err, len))
 			return -1;
@@ -785,7 +772,7 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		if (n && value[n - 1] == '%' && end == value + n - 1 && end != value)
 			d /= 100, end++;
 		if (errno || end == value || *end || !(d >= 0))	/* NaN too */
-			return errf(err, len, "%s: '%s' is not a ratio (like 0.1 or 10%%)",
+			return errf(err, len, -1, "%s: '%s' is not a ratio (like 0.1 or 10%%)",
 				    o->name, value);
 		if (check_ratio(o, d, err, len))
 			return -1;
@@ -796,7 +783,7 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 		int l = log_level_parse(value);
 
 		if (l < 0)
-			return errf(err, len, "%s: '%s' is not one of error, warning, notice, info, debug",
+			return errf(err, len, -1, "%s: '%s' is not one of error, warning, notice, info, debug",
 				    o->name, value);
 		*(int *)p = l;
 		return 0;
@@ -808,18 +795,18 @@ static int opt_apply(struct sfs_config *cfg, const struct opt *o,
 				return 0;
 			}
 		}
-		return errf(err, len, "%s: '%s' is not one of %s", o->name, value, o->limits);
+		return errf(err, len, -1, "%s: '%s' is not one of %s", o->name, value, o->limits);
 	case OPT_AUTO:
 		if (!strcasecmp(value, "auto")) {
 			*(enum cfg_auto *)p = CFG_AUTO;
 			return 0;
 		}
 		if (parse_bool(value, &b))
-			return errf(err, len, "%s: '%s' is not auto, on or off", o->name, value);
+			return errf(err, len, -1, "%s: '%s' is not auto, on or off", o->name, value);
 		*(enum cfg_auto *)p = b ? CFG_ON : CFG_OFF;
 		return 0;
 	}
-	return errf(err, len, "%s: unknown type", o->name);
+	return errf(err, len, -1, "%s: unknown type", o->name);
 }
 
 void config_init(struct sfs_config *cfg)
@@ -854,7 +841,7 @@ int config_set(struct sfs_config *cfg, const char *name, const char *value,
 	const struct opt *o = opt_find(name);
 
 	if (!o)
-		return errf(err, errlen, "unknown setting '%s'", name);
+		return errf(err, errlen, -1, "unknown setting '%s'", name);
 	return opt_apply(cfg, o, value, err, errlen);
 }
 
@@ -1053,20 +1040,20 @@ int config_load_buffer(struct sfs_config *cfg, const char *name, const char *buf
 
 	line = ini_parse_stream(config_ini_read, &src, config_ini_line, &ctx);
 	if (line == -2) {
-		r = errf(err, errlen, "%s: out of memory", name);
+		r = errf(err, errlen, -1, "%s: out of memory", name);
 	} else if (line > 0) {
 		/* inih's first error comes before any line the reader refused */
 		if (!ctx.failed)
 			snprintf(ctx.msg, sizeof(ctx.msg),
 				 "syntax error (expected 'name = value' or '[section]')");
-		r = errf(err, errlen, "%s:%d: %s", name, line, ctx.msg);
+		r = errf(err, errlen, -1, "%s:%d: %s", name, line, ctx.msg);
 	} else if (src.err_line) {
-		r = errf(err, errlen, "%s:%d: %s", name, src.err_line, src.err);
+		r = errf(err, errlen, -1, "%s:%d: %s", name, src.err_line, src.err);
 	} else if (line != 0) {
-		r = errf(err, errlen, "%s: cannot parse (inih error %d)", name, line);
+		r = errf(err, errlen, -1, "%s: cannot parse (inih error %d)", name, line);
 	} else if (!src.nitems) {
 		/* a truncated or emptied file must not drop the access rules */
-		r = errf(err, errlen, "%s: no [section] and no setting in it; an empty "
+		r = errf(err, errlen, -1, "%s: no [section] and no setting in it; an empty "
 			 "config file is refused", name);
 	}
 	free(src.seen);
@@ -1083,26 +1070,26 @@ int config_load(struct sfs_config *cfg, const char *path, char *err, size_t errl
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return errf(err, errlen, -1, "%s: cannot open: %s", path, strerror(errno));
 	if (fstat(fd, &st) < 0) {
-		r = errf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+		r = errf(err, errlen, -1, "%s: cannot stat: %s", path, strerror(errno));
 		goto out_close;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		r = errf(err, errlen, "%s: is a directory, not a config file", path);
+		r = errf(err, errlen, -1, "%s: is a directory, not a config file", path);
 		goto out_close;
 	}
 	for (;;) {
 		if (len == cap) {
 			if (cap >= CONFIG_MAX_BYTES) {
-				r = errf(err, errlen, "%s: larger than %d KiB; not a config file",
+				r = errf(err, errlen, -1, "%s: larger than %d KiB; not a config file",
 					 path, CONFIG_MAX_BYTES / 1024);
 				goto out_free;
 			}
 			cap = cap ? cap * 2 : 4096;
 			nb = realloc(buf, cap);
 			if (!nb) {
-				r = errf(err, errlen, "%s: out of memory", path);
+				r = errf(err, errlen, -1, "%s: out of memory", path);
 				goto out_free;
 			}
 			buf = nb;
@@ -1111,7 +1098,7 @@ int config_load(struct sfs_config *cfg, const char *path, char *err, size_t errl
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			r = errf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+			r = errf(err, errlen, -1, "%s: cannot read: %s", path, strerror(errno));
 			goto out_free;
 		}
 		if (n == 0)
@@ -1129,13 +1116,13 @@ out_close:
 int config_validate(const struct sfs_config *cfg, char *err, size_t errlen)
 {
 	if (cfg->chunk_size & (cfg->chunk_size - 1))
-		return errf(err, errlen, "chunk_size must be a power of two");
+		return errf(err, errlen, -1, "chunk_size must be a power of two");
 	if (!cfg->cache_dir[0] || cfg->cache_dir[0] != '/')
-		return errf(err, errlen, "cache_dir must be an absolute path");
+		return errf(err, errlen, -1, "cache_dir must be an absolute path");
 	if (cfg->fd_cache && cfg->fd_cache < 16)
-		return errf(err, errlen, "fd_cache must be 0 (auto) or at least 16");
+		return errf(err, errlen, -1, "fd_cache must be 0 (auto) or at least 16");
 	if (cfg->passthrough == CFG_ON && cfg->no_open == CFG_ON)
-		return errf(err, errlen, "passthrough=on and no_open=on exclude each other "
+		return errf(err, errlen, -1, "passthrough=on and no_open=on exclude each other "
 			    "(passthrough is set up at OPEN)");
 	return 0;
 }

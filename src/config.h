@@ -100,7 +100,7 @@ struct sfs_config {
 	uint64_t metrics_interval_ms;	/* how often metrics_file is rewritten */
 	char *metrics_group;		/* metrics_file's group; "" = the daemon's */
 
-	/* peer groups (src/peer.h, fuse/peerd.h, docs/fleet.md) */
+	/* peer groups (src/peer/peer.h, fuse/peerd.h, docs/fleet.md) */
 	char *peers;			/* "HOST:PORT, ..." the static group */
 	char *peers_file;		/* one HOST:PORT a line, reread on SIGHUP */
 	char *peer_listen;		/* this node's HOST:PORT; "" = no peers */

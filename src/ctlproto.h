@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ctlproto: the control-socket protocol, shared by the daemon
- * (fuse/ctlsock.c) and its clients (tools/stagefs-warmup.c, the GPU client
+ * (fuse/ctl/ctlsock.c) and its clients (tools/stagefs-warmup.c, the GPU client
  * library, tools/stagefs_hints.py speaks it too).  docs/control.md is the
  * specification; this module holds what both sides need to agree on.
  *

@@ -86,6 +86,10 @@ int write_file_atomic_owned(const char *path, const void *buf, size_t len,
 /* mkdir -p with @mode for each created component.  Returns 0 or -errno. */
 int mkdir_p(const char *path, mode_t mode);
 
+/* Format a message into @err (@len bytes) and return @rc: "return errf(...)". */
+int errf(char *err, size_t len, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 /*
  * Tell the service manager our state, e.g. "READY=1": the sd_notify(3)
  * protocol, one datagram to the socket $NOTIFY_SOCKET names (a path, or

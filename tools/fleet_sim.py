@@ -28,7 +28,7 @@ Three parts, each printed as a table:
    shuffled orders and sharded warmup.
 
 3. Membership churn with the daemon's own rendezvous hash (XXH3-64 of the
-   chunk id seeded with the hash of "a.b.c.d:port", src/peer.c): the share
+   chunk id seeded with the hash of "a.b.c.d:port", src/peer/peer.c): the share
    of chunks that move when one member of a group leaves or joins.
 
 --peer-gbs is the transport's rate a node can serve and take (default: the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peerbench: the peer transport's throughput, as tools/bench.sh peers times
- * it: this program is a member of a peer group (src/peer.h) that asks
+ * it: this program is a member of a peer group (src/peer/peer.h) that asks
  * another member for chunks the way a daemon's fills do.
  *
  *   peerbench [-t INFLIGHT] [-r ROUNDS] KEYFILE SELF PEER DATASET
@@ -10,7 +10,7 @@
  * published rados:// dataset PEER has mounted (librados finds the cluster
  * as for `stagefs publish`): its manifest is read whole, and each distinct
  * chunk is asked with the place its manifest has it (a request names one,
- * src/peer_proto.h).  The chunks PEER owns (about half) are asked of it,
+ * src/peer/peer_proto.h).  The chunks PEER owns (about half) are asked of it,
  * INFLIGHT at a time (default 16), ROUNDS times (default 1); the client
  * thread checks each against its content address as for a daemon.  Prints
  * one JSON object:
@@ -26,10 +26,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "config.h"
-#include "manifest.h"
-#include "peer.h"
+#include "manifest/manifest.h"
+#include "peer/peer.h"
 #include "util.h"
 
 struct slot {

@@ -37,8 +37,8 @@
 #include "idset.h"
 #include "json.h"
 #include "log.h"
-#include "manifest.h"
-#include "rados.h"
+#include "manifest/manifest.h"
+#include "backend/rados.h"
 #include "util.h"
 
 #include <errno.h>

@@ -38,11 +38,11 @@
  * Exit status: 0 published, 1 anything else (with a message on stderr).
  */
 #include "idset.h"
-#include "inomap.h"
+#include "manifest/inomap.h"
 #include "json.h"
 #include "log.h"
-#include "manifest.h"
-#include "rados.h"
+#include "manifest/manifest.h"
+#include "backend/rados.h"
 #include "util.h"
 
 #include <dirent.h>

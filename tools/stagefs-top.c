@@ -269,7 +269,7 @@ static void entity_row(struct screen *s, const char *who, const char *job,
 {
 	char r1[32], r10[32], be[32], hit[16], stall[16], tot[32], gpu[32];
 
-	put(s, "%-12.12s %-22.22s %10s%s %10s%s %8.1f %7s %7s %11s %9s%s %11s", who, job,
+	put(s, "%-12.12s %-22.22s %10s%s %10s%s %8.1f %8s %7s %11s %9s%s %11s", who, job,
 	    fmt_rate(rate(o, "1s", "read_bytes_per_s"), r1, sizeof(r1)), est_mark(o, "1s"),
 	    fmt_rate(rate(o, "10s", "read_bytes_per_s"), r10, sizeof(r10)), est_mark(o, "10s"),
 	    rate(o, "10s", "files_per_s"),
@@ -315,7 +315,7 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 	    est_mark(node, "60s")[0] == '~' ? "~" : "",
 	    fmt_rate(rate(node, "60s", "read_bytes_per_s"), c, sizeof(c)),
 	    rate(node, "60s", "files_per_s"));
-	put(s, "cache   hit %s (10s %s)   stall %s (10s %s)   backend %s   used %s of %s",
+	put(s, "cache   chunk hit %s (10s %s, prefetch's misses too)   stall %s (10s %s)   backend %s   used %s of %s",
 	    fmt_pct(json_get(node, "hit_ratio"), a, sizeof(a)),
 	    fmt_pct(json_get(json_get(json_get(node, "rates"), "10s"), "hit_ratio"), b, sizeof(b)),
 	    fmt_pct(json_get(node, "stall_ratio"), c, sizeof(c)),
@@ -344,8 +344,8 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 		    json_u64(json_get(r, "prefetch_inflight"), 0));
 	}
 	put(s, "%s", "");
-	put(s, "%-12s %-22s %11s %11s %8s %7s %7s %11s %10s %11s", "USER", "JOB", "1s", "10s",
-	    "files/s", "hit", "stall", "backend", "read", "GPU 10s");
+	put(s, "%-12s %-22s %11s %11s %8s %8s %7s %11s %10s %11s", "USER", "JOB", "1s", "10s",
+	    "files/s", "read hit", "stall", "backend", "read", "GPU 10s");
 	n = sorted(json_get(r, "users"), &rows);
 	for (size_t i = 0; rows && i < n; i++)
 		entity_row(s, json_str(json_get(rows[i], "user"), "?"), "(all jobs)", rows[i]);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * fuzz_manifest: libFuzzer harness for the manifest reader
- * (src/manifest_read.c).  The input is a serialized manifest, as a dir://
+ * (src/manifest/manifest_read.c).  The input is a serialized manifest, as a dir://
  * snapshot in the cache or a published RADOS object would hold it.
  *
  * manifest.h promises that a truncated, fuzzed or hostile manifest is
@@ -25,9 +25,9 @@
 
 #include <xxhash.h>
 
-#include "backend.h"
-#include "manifest.h"
-#include "manifest_i.h"
+#include "backend/backend.h"
+#include "manifest/manifest.h"
+#include "manifest/manifest_i.h"
 
 #define MAX_WALK	2048	/* entries walked per input: bounded time */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * fuzz_peerproto: libFuzzer harness for the peer transport (src/peer_tls.c,
- * src/peer_proto.c): the bytes another machine sends a node's peer server
+ * fuzz_peerproto: libFuzzer harness for the peer transport (src/peer/peer_tls.c,
+ * src/peer/peer_proto.c): the bytes another machine sends a node's peer server
  * and its client.
  *
  * The first byte picks what the rest is:
@@ -22,8 +22,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "peer_proto.h"
-#include "peer_tls.h"
+#include "peer/peer_proto.h"
+#include "peer/peer_tls.h"
 
 #define KEY "fuzz-key-fuzz-key-fuzz-key-fuzz-key"
 

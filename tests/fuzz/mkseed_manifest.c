@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "util.h"
 
 #define CHUNK	(64 * 1024)

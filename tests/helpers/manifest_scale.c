@@ -23,8 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "manifest.h"
+#include "backend/backend.h"
+#include "manifest/manifest.h"
 #include "util.h"
 
 static long maxrss_kib(void)

@@ -6,7 +6,7 @@
  *   peer_ask [-k KEYFILE] [-s SRCIP] HOST:PORT REQ...
  *
  * REQ is IDHEX:LEN:TAG:INO:IDX (IDHEX the 32 hex digits of a chunk id,
- * TAG in hex).  One TLS connection (src/peer_tls.h) from SRCIP (default
+ * TAG in hex).  One TLS connection (src/peer/peer_tls.h) from SRCIP (default
  * any), keyed by KEYFILE's first line (default: a random key, so the
  * handshake must fail), then each request in turn on it.  Prints one line
  * per request: "status S len N ok|bad" (ok: the bytes hash to IDHEX), or
@@ -28,8 +28,8 @@
 #include <openssl/err.h>
 #include <openssl/rand.h>
 
-#include "peer_proto.h"
-#include "peer_tls.h"
+#include "peer/peer_proto.h"
+#include "peer/peer_tls.h"
 #include "util.h"
 
 static int usage(void)

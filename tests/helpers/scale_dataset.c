@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "manifest.h"
+#include "backend/backend.h"
+#include "manifest/manifest.h"
 #include "util.h"
 
 #define K	16

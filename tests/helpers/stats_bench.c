@@ -25,7 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "stats.h"
+#include "stats/stats.h"
 #include "util.h"
 
 enum mode { ONE_READER, OWN_READER, MUTEX, NMODES };

@@ -25,10 +25,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cache.h"
+#include "backend/backend.h"
+#include "cache/cache.h"
 #include "config.h"
-#include "dirscan.h"
+#include "backend/dirscan.h"
 #include "log.h"
 #include "util.h"
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bufpool.h"
+#include "prefetch/bufpool.h"
 #include "log.h"
 #include "util.h"
 

@@ -35,7 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "cache/cache.h"
 #include "log.h"
 #include "util.h"
 

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpuid.h"
+#include "stats/gpuid.h"
 
 static char root[PATH_MAX];
 

@@ -24,8 +24,8 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "manifest.h"
-#include "manifest_i.h"
+#include "manifest/manifest.h"
+#include "manifest/manifest_i.h"
 #include "util.h"
 
 #include "manifest_v1.h"	/* a format 1 manifest, as the old builder wrote it */

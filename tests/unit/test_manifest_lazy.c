@@ -28,11 +28,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "log.h"
-#include "manifest.h"
-#include "manifest_i.h"
-#include "manifest_lazy.h"
+#include "manifest/manifest.h"
+#include "manifest/manifest_i.h"
+#include "manifest/manifest_lazy.h"
 #include "util.h"
 
 #define NDIRS	20

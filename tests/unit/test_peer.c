@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * test_peer: the peer protocol and group (src/peer_proto.c, src/peer_tls.c,
- * src/peer.c): requests encoded and decoded, the old clear-text formats
+ * test_peer: the peer protocol and group (src/peer/peer_proto.c, src/peer/peer_tls.c,
+ * src/peer/peer.c): requests encoded and decoded, the old clear-text formats
  * told apart; TLS 1.3 with the group key: two ends with it agree, a
  * wrong key, a client without a PSK and a server with a certificate
  * instead of the key are all refused; the key file's mode rules, and rendezvous ownership: spread over
@@ -25,9 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "peer.h"
-#include "peer_proto.h"
-#include "peer_tls.h"
+#include "peer/peer.h"
+#include "peer/peer_proto.h"
+#include "peer/peer_tls.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>

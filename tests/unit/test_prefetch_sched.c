@@ -38,8 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cache.h"
+#include "backend/backend.h"
+#include "cache/cache.h"
 #include "config.h"
 #include "log.h"
 #include "prefetch/prefetch.h"

@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "rados.h"
+#include "backend/rados.h"
 #include "util.h"
 
 static void test_round_trip(void **state)

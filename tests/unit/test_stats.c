@@ -26,9 +26,9 @@
 #include <unistd.h>
 
 #include "json.h"
-#include "procinfo.h"
-#include "stats.h"
-#include "stats_render.h"
+#include "stats/procinfo.h"
+#include "stats/stats.h"
+#include "stats/stats_render.h"
 #include "util.h"
 
 #define UID	4242	/* no such user here: the name is the number */

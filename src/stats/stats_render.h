@@ -6,13 +6,13 @@
  * endpoint and the metrics_file (docs/feedrate.md).
  *
  * Design.  Everything a node reports is one struct stats_report, taken
- * once per rendering: the feed-rate snapshot of src/stats.h (node, users,
+ * once per rendering: the feed-rate snapshot of src/stats/stats.h (node, users,
  * jobs, processes, GPUs) and a table of daemon-wide figures, one struct
  * stats_metric (name, help, type, value) each, that the daemon gathers
  * from its own counters, the cache's and the prefetcher's (fuse/vfiles.c).
  * Both renderers walk the same report, so a figure is named once, in its
  * row, and shows in both texts with the same value.  Counting lives in
- * src/stats.c; this module only reads a report.
+ * src/stats/stats.c; this module only reads a report.
  *
  * Guarantees.
  *  - JSON: one object.  The table's rows first, in table order, one member
@@ -39,7 +39,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "peer.h"
+#include "peer/peer.h"
 #include "stats.h"
 
 enum stats_mtype {

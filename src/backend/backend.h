@@ -161,7 +161,7 @@ struct backend {
 	char *uri;		/* as given, for logs and stats */
 	struct manifest *m;	/* the dataset's tree (both backends keep one) */
 	/*
-	 * The node's peer group (src/peer.h), set by the daemon right after
+	 * The node's peer group (src/peer/peer.h), set by the daemon right after
 	 * backend_open() where chunks may be shared, or NULL.  A backend whose
 	 * chunks are content-addressed (published rados:// datasets) asks the
 	 * chunk's owner in ->aio_start before reading it itself; others ignore
@@ -177,7 +177,7 @@ struct backend {
 };
 
 /*
- * The metadata ops of a backend whose tree is ->m (src/manifest.h): both
+ * The metadata ops of a backend whose tree is ->m (src/manifest/manifest.h): both
  * backends point their ops table at these.
  */
 int backend_manifest_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out);

@@ -3,8 +3,8 @@
  * stats: see stats.h.  This file counts: the read path (opens, READs,
  * backend fetches), the client library's reports and the node-only
  * counters.  The tables of who
- * is counted, the ticker and snapshots are src/stats_table.c's; what both
- * share, and the lock rules, is in src/stats_i.h.
+ * is counted, the ticker and snapshots are src/stats/stats_table.c's; what both
+ * share, and the lock rules, is in src/stats/stats_i.h.
  *
  * Stall detection.  A fill of chunk i of file F adds 1 to the started
  * count and 1 to the running count of slot hash(F, i) of a small array.
@@ -371,7 +371,7 @@ void stats_node_add(struct stats *st, enum stats_node_field f, uint64_t n)
 /*
  * stats_add_fields that stops at UINT64_MAX instead of wrapping: for the
  * client library's reports, the only counts a peer states itself (the
- * daemon bounds them too, fuse/handover.c), so that no report can make a
+ * daemon bounds them too, fuse/ctl/handover.c), so that no report can make a
  * counter look reset.
  */
 static void add_fields_sat(_Atomic uint64_t *c, const uint64_t *v)

@@ -23,9 +23,9 @@
 #include "dirscan.h"
 
 #include "backend.h"
-#include "inomap.h"
+#include "manifest/inomap.h"
 #include "log.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 #include "util.h"
 
 #include <dirent.h>

@@ -36,7 +36,7 @@
 #include "config.h"
 #include "dirscan.h"
 #include "log.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 
 #include <errno.h>
 #include <fcntl.h>

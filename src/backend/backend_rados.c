@@ -14,7 +14,7 @@
  * Published datasets (docs/publish.md): the manifest is copied once per
  * version into CACHE_DIR/manifests/ and mapped from there
  * (dataset_open_local): a small one whole at the first mount, a larger one
- * part by part as the mount first touches each (src/manifest_lazy.h:
+ * part by part as the mount first touches each (src/manifest/manifest_lazy.h:
  * ranged reads of the manifest objects, so a mount answers after reading
  * its header and part table, whatever its size), and with manifest_fill
  * the rest in the background; a remount reuses every part already there.
@@ -46,7 +46,7 @@
  * hash in aio_finish and passes the verified id on, so the bytes are hashed
  * once.
  *
- * Peer groups (src/peer.h): when the daemon gave the backend its peer
+ * Peer groups (src/peer/peer.h): when the daemon gave the backend its peer
  * group, an asynchronous read of a published chunk first asks the chunk's
  * owner (peer_fetch_start), unless this node owns it.  The peer client
  * checks the bytes against the chunk id before it reports them; on any
@@ -59,9 +59,9 @@
 
 #include "config.h"
 #include "log.h"
-#include "manifest.h"
-#include "manifest_lazy.h"
-#include "peer.h"
+#include "manifest/manifest.h"
+#include "manifest/manifest_lazy.h"
+#include "peer/peer.h"
 #include "rados.h"
 #include "util.h"
 
@@ -145,19 +145,6 @@ struct rread {
 static struct rados_backend *RB(struct backend *be)
 {
 	return (struct rados_backend *)be;
-}
-
-static int errf(char *err, size_t len, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int errf(char *err, size_t len, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return rc;
 }
 
 /* ---- URI ---- */
@@ -1077,7 +1064,7 @@ static bool rb_peer_first(struct backend *be, const struct sfs_attr *file, uint3
 	return !peer_owns(be->peers, &id);
 }
 
-/* ---- metadata: backend_manifest_* (src/backend.c) read be.m ---- */
+/* ---- metadata: backend_manifest_* (src/backend/backend.c) read be.m ---- */
 
 /* ---- lifetime ---- */
 

@@ -8,7 +8,7 @@
  *   queued      waiting for one of the peer's PEER_CONNS connections
  *   connecting  a new non-blocking connect (EPOLLOUT), or an idle
  *               connection taken (checked with MSG_PEEK: not closed)
- *   handshake   TLS 1.3 with the group's key (src/peer_tls.h): both
+ *   handshake   TLS 1.3 with the group's key (src/peer/peer_tls.h): both
  *               ends prove it before the request is sent
  *   send        the 48-byte request (EPOLLOUT while it does not fit)
  *   header      the 16-byte reply header (EPOLLIN)

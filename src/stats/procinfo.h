@@ -44,9 +44,6 @@ struct procinfo {
  */
 int procinfo_read(pid_t tid, struct procinfo *pi);
 
-/* Start time of thread @tid (clock ticks after boot).  0 or -errno. */
-int procinfo_start(pid_t tid, uint64_t *start);
-
 /* True while thread @tid of process @tgid exists (one syscall; a zombie counts). */
 bool procinfo_running(pid_t tgid, pid_t tid);
 

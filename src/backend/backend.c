@@ -5,7 +5,7 @@
 #include "backend.h"
 
 #include "config.h"
-#include "manifest.h"
+#include "manifest/manifest.h"
 
 #include <errno.h>
 #include <stdio.h>

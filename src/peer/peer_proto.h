@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * peer_proto: the requests and replies between the nodes of a peer group,
- * the one thing both sides (src/peer.c asks, fuse/peerd.c serves) share.
+ * the one thing both sides (src/peer/peer.c asks, fuse/peerd.c serves) share.
  *
- * Every byte of it travels inside TLS 1.3 (src/peer_tls.h): the channel
+ * Every byte of it travels inside TLS 1.3 (src/peer/peer_tls.h): the channel
  * authenticates both ends with the group's key, keeps each request to the
  * one connection and server it was sent on, and encrypts the chunks.  So
  * the frames carry no MAC, time or nonce of their own.  One request at a

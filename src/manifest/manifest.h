@@ -37,7 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "util.h"
 
 struct manifest;
@@ -136,7 +136,7 @@ void manifest_close(struct manifest *m);
 
 /*
  * Where the parts of a mapped manifest come from when its file does not
- * hold them yet (a copy filled on demand, src/manifest_lazy.h).  Before an
+ * hold them yet (a copy filled on demand, src/manifest/manifest_lazy.h).  Before an
  * accessor hashes part @part, bytes [@off, @off + @len) of the file, the
  * reader calls @fill; if the part then fails its checksum it calls @fill
  * again with @again set (fetch it even if it is marked present: a torn or

@@ -18,7 +18,7 @@
 #ifndef STAGEFS_FUSE_CTLSOCK_H
 #define STAGEFS_FUSE_CTLSOCK_H
 
-#include "fs.h"
+#include "fuse/fs.h"
 
 /*
  * Create the socket and start serving.  A socket that cannot be created

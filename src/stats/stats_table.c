@@ -4,7 +4,7 @@
  * reader threads, GPUs: struct stats_ent), their per-second rings, the
  * ticker that samples them and expires gone threads, stats_create /
  * stats_destroy, and snapshots.  Design, lifetime and lock order:
- * src/stats_i.h.
+ * src/stats/stats_i.h.
  */
 #include "stats_i.h"
 

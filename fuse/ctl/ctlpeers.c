@@ -16,7 +16,7 @@
 #include "ctlsock_i.h"
 
 #include "log.h"
-#include "peer.h"
+#include "peer/peer.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -71,16 +71,6 @@ static int read_stat(pid_t tid, struct procinfo *pi, char *state)
 	return 0;
 }
 
-int procinfo_start(pid_t tid, uint64_t *start)
-{
-	struct procinfo pi;
-	int ret = read_stat(tid, &pi, NULL);
-
-	if (!ret)
-		*start = pi.start;
-	return ret;
-}
-
 static pid_t read_tgid(pid_t tid)
 {
 	char path[64], buf[512], *p;

@@ -382,34 +382,6 @@ static int read_pieces_at(rados_ioctx_t io, const char *oid, char *buf,
 	return rc;
 }
 
-int sfs_rados_read_all(rados_ioctx_t io, const char *oid, size_t max,
-		       void **bufp, size_t *lenp)
-{
-	uint64_t size;
-	time_t mtime;
-	char *buf;
-	int rc;
-
-	*bufp = NULL;
-	*lenp = 0;
-	rc = rados_stat(io, oid, &size, &mtime);
-	if (rc < 0)
-		return rc;
-	if (size > max)
-		return -EFBIG;
-	buf = malloc(size ? size : 1);
-	if (!buf)
-		return -ENOMEM;
-	rc = read_pieces_at(io, oid, buf, size, 0, IO_PIECE);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	*bufp = buf;
-	*lenp = size;
-	return 0;
-}
-
 /* "parts N SIZE\n" */
 static int parse_head(const char *b, size_t len, uint64_t *nparts, uint64_t *size)
 {
@@ -589,87 +561,6 @@ static int create_excl(rados_ioctx_t io, const char *oid, const void *buf,
 	rc = rados_write_op_operate(op, io, oid, NULL, 0);
 	rados_release_write_op(op);
 	return rc;
-}
-
-/* Write the parts of a large manifest, IO_INFLIGHT at a time. */
-static int write_parts(rados_ioctx_t io, const char *name, uint64_t version,
-		       const char *buf, size_t len, char *err, size_t errlen)
-{
-	rados_completion_t c[IO_INFLIGHT];
-	rados_write_op_t op[IO_INFLIGHT];
-	char oid[SFS_RADOS_OID_MAX];
-	size_t nparts = DIV_ROUND_UP(len, SFS_RADOS_PART_SIZE), next = 0, done = 0;
-	int rc = 0;
-
-	while (done < nparts) {
-		while (!rc && next < nparts && next - done < IO_INFLIGHT) {
-			size_t k = next % IO_INFLIGHT;
-			size_t off = next * (size_t)SFS_RADOS_PART_SIZE;
-			int r;
-
-			sfs_rados_part_oid(name, version, next, oid);
-			op[k] = rados_create_write_op();
-			if (!op[k]) {
-				rc = -ENOMEM;
-				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(ENOMEM));
-				break;
-			}
-			sfs_rados_write_immutable(op[k], buf + off,
-						  MIN((size_t)SFS_RADOS_PART_SIZE, len - off));
-			rados_aio_create_completion2(NULL, NULL, &c[k]);
-			r = rados_aio_write_op_operate(op[k], io, c[k], oid, NULL, 0);
-			if (r < 0) {
-				rados_aio_release(c[k]);
-				rados_release_write_op(op[k]);
-				rc = r;
-				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-r));
-				break;
-			}
-			next++;
-		}
-		if (done == next)
-			break;
-		{
-			size_t k = done % IO_INFLIGHT;
-			int r;
-
-			r = sfs_rados_aio_reap(c[k]);
-			rados_release_write_op(op[k]);
-			if (!rc && r < 0) {
-				rc = r;
-				sfs_rados_part_oid(name, version, done, oid);
-				snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-r));
-			}
-			done++;
-		}
-	}
-	return rc;
-}
-
-int sfs_rados_manifest_write(rados_ioctx_t io, const char *name,
-			     uint64_t version, const void *buf, size_t len,
-			     char *err, size_t errlen)
-{
-	char oid[SFS_RADOS_OID_MAX], head[64];
-	int rc;
-
-	sfs_rados_manifest_oid(name, version, oid);
-	if (len <= SFS_RADOS_PART_SIZE) {
-		rc = create_excl(io, oid, buf, len);
-		if (rc < 0 && rc != -EEXIST)
-			snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-rc));
-		return rc;
-	}
-	/* claim the version first: only the claimer ever writes these parts */
-	snprintf(head, sizeof(head), "parts %zu %zu\n",
-		 (size_t)DIV_ROUND_UP(len, SFS_RADOS_PART_SIZE), len);
-	rc = create_excl(io, oid, head, strlen(head));
-	if (rc < 0) {
-		if (rc != -EEXIST)
-			snprintf(err, errlen, "cannot write %s: %s", oid, strerror(-rc));
-		return rc;
-	}
-	return write_parts(io, name, version, buf, len, err, errlen);
 }
 
 int sfs_rados_manifest_write_fd(rados_ioctx_t io, const char *name,

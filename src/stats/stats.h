@@ -23,7 +23,7 @@
  *    backend_bytes are every successful backend fetch, counted when it
  *    ends (stats_fetch_end), for a READ or for nobody's (warmup,
  *    readahead); the node cache's own hits and misses (cache_get_stats)
- *    are counted apart, in src/cache_read.c and src/cache_fill.c.
+ *    are counted apart, in src/cache/cache_read.c and src/cache/cache_fill.c.
  *  - Passthrough reads never reach the daemon.  Where a kernel hook sees
  *    them (fuse/ptacct.c) they are reported with stats_passthrough_read()
  *    and counted exactly, as hits with no stall; otherwise
@@ -75,7 +75,7 @@
  * ago) / elapsed time, using what exists for younger records.
  *
  * This module counts and takes snapshots (stats_snapshot()); turning a
- * snapshot into JSON or Prometheus text is src/stats_render.h's job.
+ * snapshot into JSON or Prometheus text is src/stats/stats_render.h's job.
  */
 #ifndef STAGEFS_STATS_H
 #define STAGEFS_STATS_H

@@ -74,19 +74,6 @@ struct mlazy {
 	pthread_cond_t wake;		/* stop was set */
 };
 
-static int errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int errf(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 int manifest_lazy_marks_path(const char *path, char *out, size_t outlen)
 {
 	return snprintf(out, outlen, "%s.parts", path) >= (int)outlen ? -ENAMETOOLONG : 0;

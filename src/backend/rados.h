@@ -210,17 +210,11 @@ int sfs_rados_manifest_fetch(rados_ioctx_t io, const struct sfs_rados_mlayout *l
 			     int fd, char *err, size_t errlen);
 
 /*
- * Store a serialized manifest as @name@@version, claiming the version with an
- * exclusive create: returns -EEXIST if someone else has it.  Larger than
+ * Store a serialized manifest, the first @len bytes of file @fd (read with
+ * pread, one 32 MiB part at a time: for a builder that streamed it there),
+ * as @name@@version, claiming the version with an exclusive create:
+ * returns -EEXIST if someone else has it.  Larger than
  * SFS_RADOS_PART_SIZE: the head is claimed first, then the parts written.
- */
-int sfs_rados_manifest_write(rados_ioctx_t io, const char *name,
-			     uint64_t version, const void *buf, size_t len,
-			     char *err, size_t errlen);
-
-/*
- * The same, the manifest being the first @len bytes of file @fd (read with
- * pread, one 32 MiB part at a time: for a builder that streamed it there).
  */
 int sfs_rados_manifest_write_fd(rados_ioctx_t io, const char *name,
 				 uint64_t version, int fd, uint64_t len,
@@ -232,9 +226,5 @@ int sfs_rados_manifest_write_fd(rados_ioctx_t io, const char *name,
  */
 int sfs_rados_set_latest(rados_ioctx_t io, const char *name, uint64_t version,
 			 bool *newer);
-
-/* Read a whole object (at most @max bytes) into a malloc'ed buffer. */
-int sfs_rados_read_all(rados_ioctx_t io, const char *oid, size_t max,
-		       void **buf, size_t *len);
 
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * stats_i.h: what the two halves of the stats module share; not for other
- * modules.  src/stats.c counts (the read path, the client library's
- * reports); src/stats_table.c keeps the tables of users, jobs, reader
+ * modules.  src/stats/stats.c counts (the read path, the client library's
+ * reports); src/stats/stats_table.c keeps the tables of users, jobs, reader
  * threads and GPUs, runs the ticker and takes snapshots.
  *
  * Layout.  Every counted thing (user, job, reader thread, GPU) is a struct

@@ -26,7 +26,7 @@
  * manifests are verified whole at open, as they always were.
  *
  * Parts fetched on demand.  A mapped file may be a sparse copy that its
- * manifest_source fills (src/manifest_lazy.h: rados:// copies parts from
+ * manifest_source fills (src/manifest/manifest_lazy.h: rados:// copies parts from
  * RADOS as they are touched).  The reader asks the source for a part just
  * before it hashes it, and once more, forcing a fetch, if the hash fails;
  * only a part that fails after that is marked bad.  A source that cannot

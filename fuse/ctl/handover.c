@@ -13,7 +13,7 @@
  * with holes: the client then reads through the mount.
  *
  * CLIENT_READ and GPU_BYTES: the library reports bytes it read from cache
- * files itself and copied to GPUs, counted for the peer (src/stats.h): its
+ * files itself and copied to GPUs, counted for the peer (src/stats/stats.h): its
  * uid and pid from the socket's credential, never from the message.  What
  * a uid reports can never move a counter beyond what it could have read
  * (issue 27: a loop of CACHE_FD + CACHE_FD_CLOSE refilled the allowance
@@ -38,7 +38,7 @@
  *    node's disks could have read, however many files it was handed.
  *
  * Every GPU_BYTES together at most the grants plus what the uid read
- * through the mount (its READs in src/stats.h), and the time bound.  A
+ * through the mount (its READs in src/stats/stats.h), and the time bound.  A
  * report beyond either bound is refused with ERANGE and counted nowhere,
  * so no client can make a counter of another's, or the node's, jump or
  * wrap; the node's share of self-reported bytes is shown apart
@@ -46,9 +46,9 @@
  */
 #include "ctlsock_i.h"
 
-#include "gpuid.h"
+#include "stats/gpuid.h"
 #include "log.h"
-#include "stats.h"
+#include "stats/stats.h"
 #include "util.h"
 
 #include <errno.h>
@@ -209,7 +209,7 @@ static void tokens_refill_locked(struct ctlsock *cs, struct ctlsock_user *u, uin
 }
 
 /*
- * The node index of the GPU at PCI address @pci (src/gpuid.h), or -errno.
+ * The node index of the GPU at PCI address @pci (src/stats/gpuid.h), or -errno.
  * Looked up in sysfs once per address: GPUs do not come and go under a
  * running daemon, and every client reports every second.
  */
@@ -304,9 +304,9 @@ static int refuse_rate(struct ctlsock_client *cl, const char *verb, uint64_t byt
 }
 
 /*
- * The GPU client library reports bytes it copied to a GPU (src/stats.h).
+ * The GPU client library reports bytes it copied to a GPU (src/stats/stats.h).
  * With pci=, the device's PCI address, the row is the node's index of that
- * GPU (src/gpuid.h): the client's ordinal depends on its
+ * GPU (src/stats/gpuid.h): the client's ordinal depends on its
  * CUDA_VISIBLE_DEVICES.
  */
 int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
@@ -637,7 +637,7 @@ int handover_cache_fd_close(struct ctlsock_client *cl, const struct ctl_msg *m)
 	return ctl_sendf(cl->fd, "OK\n");
 }
 
-/* The client library read bytes from cache files itself (src/stats.h). */
+/* The client library read bytes from cache files itself (src/stats/stats.h). */
 int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	struct ctlsock *cs = cl->cs;

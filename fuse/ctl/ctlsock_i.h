@@ -22,7 +22,7 @@
 
 #include "ctlsock.h"
 
-#include "access.h"
+#include "fuse/access.h"
 #include "cred.h"
 #include "ctlproto.h"
 #include "htab.h"
