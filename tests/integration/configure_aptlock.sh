@@ -11,8 +11,8 @@ LOCK=/var/lib/dpkg/lock-frontend
 [[ -e $LOCK ]] || skip "$LOCK does not exist"
 
 # Only where every package --install-deps wants is installed: this test must
-# never install anything.  The lists are configure's own.
-eval "$(sed -n '/^deps_required="/,/"$/p; /^deps_optional="/p' "$REPO/configure")"
+# never install anything.  The lists are install-deps' own.
+eval "$(sed -n '/^deps_required="/,/"$/p; /^deps_optional="/p' "$REPO/install-deps")"
 # shellcheck disable=SC2154  # set by the eval above
 for p in $deps_required $deps_optional; do
 	dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' ||
@@ -35,7 +35,7 @@ pgrep -x 'apt-get|apt|dpkg|unattended-upgr' >/dev/null && skip "apt or dpkg is r
 # a copy of the tree's configure, so that the tree's config.mk stays as it is
 W=$TEST_TMPDIR/tree
 mkdir -p "$W"
-cp "$REPO/configure" "$REPO/VERSION" "$W/"
+cp "$REPO/configure" "$REPO/install-deps" "$REPO/VERSION" "$W/"
 
 # hold_lock SECS: take dpkg's frontend lock as apt does (fcntl), print "locked"
 hold_lock() {

@@ -8,7 +8,7 @@ missing=()
 n=0
 while IFS= read -r f; do
 	case $f in
-	*.c | *.h | *.sh | *.py | Makefile | configure | .ci/run) ;;
+	*.c | *.h | *.sh | *.py | Makefile | configure | install-deps | .ci/run) ;;
 	*) continue ;;
 	esac
 	[[ -f $REPO/$f ]] || continue
