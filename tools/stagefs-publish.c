@@ -41,6 +41,7 @@
 #include "manifest/inomap.h"
 #include "json.h"
 #include "log.h"
+#include "backend/backend.h"
 #include "manifest/manifest.h"
 #include "backend/rados.h"
 #include "util.h"

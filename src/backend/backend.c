@@ -19,15 +19,6 @@ static const struct backend_ops *const backends[] = {
 #endif
 };
 
-void sfs_dirlist_release(struct sfs_dirlist *dl)
-{
-	for (size_t i = 0; i < dl->n; i++)
-		free(dl->ent[i].name);
-	free(dl->ent);
-	dl->ent = NULL;
-	dl->n = 0;
-}
-
 int backend_open(const char *uri, const struct sfs_config *cfg,
 		 struct backend **out, char *err, size_t errlen)
 {

@@ -28,38 +28,11 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "manifest/manifest.h"	/* struct sfs_attr, sfs_dirent, sfs_dirlist: the format's */
 #include "util.h"
 
 struct sfs_config;
-struct manifest;
 struct peer_group;
-
-#define SFS_ROOT_INO	1ULL
-
-struct sfs_attr {
-	uint64_t ino;
-	uint32_t mode;		/* S_IFMT bits | permission bits */
-	uint32_t nlink;
-	uint32_t uid, gid;
-	uint64_t size;
-	struct timespec atime, mtime, ctime;
-	struct sfs_id content;	/* regular files: cache identity; else zero */
-};
-
-struct sfs_dirent {
-	char *name;
-	uint64_t ino;		/* may be 0 if unknown until lookup */
-	uint32_t mode;		/* S_IFMT bits at least */
-};
-
-/* A snapshot of one directory, "." and ".." excluded, in a stable order. */
-struct sfs_dirlist {
-	size_t n;
-	struct sfs_dirent *ent;
-};
-
-/* Free the names and the array of @dl (not @dl itself). */
-void sfs_dirlist_release(struct sfs_dirlist *dl);
 
 struct backend;
 struct backend_aio;	/* one asynchronous chunk read in flight */

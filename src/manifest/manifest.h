@@ -36,12 +36,46 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
-#include "backend/backend.h"
 #include "util.h"
 
 struct manifest;
 struct manifest_builder;
+
+/*
+ * What the format says of an entry and a directory: the types every
+ * backend answers with (src/backend/backend.h), defined here because the
+ * format is what they are read from and built into.  Inode 1 is the
+ * dataset's root.
+ */
+#define SFS_ROOT_INO	1ULL
+
+struct sfs_attr {
+	uint64_t ino;
+	uint32_t mode;		/* S_IFMT bits | permission bits */
+	uint32_t nlink;
+	uint32_t uid, gid;
+	uint64_t size;
+	struct timespec atime, mtime, ctime;
+	struct sfs_id content;	/* regular files: cache identity; else zero */
+};
+
+struct sfs_dirent {
+	char *name;
+	uint64_t ino;		/* may be 0 if unknown until lookup */
+	uint32_t mode;		/* S_IFMT bits at least */
+};
+
+/* A snapshot of one directory, "." and ".." excluded, in a stable order. */
+struct sfs_dirlist {
+	size_t n;
+	struct sfs_dirent *ent;
+};
+
+/* Free the names and the array of @dl (not @dl itself). */
+void sfs_dirlist_release(struct sfs_dirlist *dl);
+
 
 /* ---- building ---- */
 

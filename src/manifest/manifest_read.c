@@ -963,3 +963,12 @@ void manifest_reseal(uint8_t *b, size_t len)
 	memset(hdr + H_HDRSUM, 0, 8);
 	st64(b + H_HDRSUM, XXH3_64bits(hdr, hsize));
 }
+
+void sfs_dirlist_release(struct sfs_dirlist *dl)
+{
+	for (size_t i = 0; i < dl->n; i++)
+		free(dl->ent[i].name);
+	free(dl->ent);
+	dl->ent = NULL;
+	dl->n = 0;
+}
