@@ -90,7 +90,8 @@ struct op {
 struct gc {
 	/* options */
 	const char *uri;
-	char *pool, *nspace;
+	struct sfs_rados_uri target;	/* the URI, parsed (owns the strings below) */
+	const char *pool, *nspace;
 	struct sfs_rados_opts ro;	/* --ceph-conf, --id, --keyring, --timeout */
 	uint64_t keep;		/* 0: --keep not given */
 	struct dropreq *drops;
@@ -127,7 +128,7 @@ static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2),
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: stagefs gc [options] rados://POOL[?ns=NAMESPACE]\n"
+"usage: stagefs gc [options] rados://POOL[?OPT[&OPT]...]\n"
 "\n"
 "Drop old versions of the datasets in a Ceph pool, then remove the chunk\n"
 "objects that no remaining version names.  The latest version of every\n"
@@ -641,28 +642,25 @@ static void sweep(struct gc *g)
 
 /* ---- main ---- */
 
+/*
+ * The target, in the mount's grammar (sfs_rados_uri_parse): a whole pool
+ * (chunks are shared by every dataset in it), with ns=, conf=, id=,
+ * keyring= and timeout= as it allows; those take precedence over the flags.
+ */
 static void parse_target(struct gc *g, const char *uri)
 {
-	const char *s, *slash, *q;
+	char msg[512];
 
-	if (strncmp(uri, "rados://", 8))
-		die_usage("%s: expected rados://POOL[?ns=NAMESPACE]", uri);
-	s = uri + 8;
-	q = strchr(s, '?');
-	slash = strchr(s, '/');
-	if (slash && (!q || slash < q) && slash + 1 != (q ? q : s + strlen(s)))
+	if (sfs_rados_uri_parse(uri, &g->target, msg, sizeof(msg)))
+		die_usage("%s", msg);
+	if (g->target.plain || g->target.chunk_size)
+		die_usage("%s: gc works on published datasets: no plain or chunk_size", uri);
+	if (g->target.path && *g->target.path)
 		die_usage("%s: gc works on a whole pool (chunks are shared by every dataset): give rados://POOL, and --drop/--keep for versions",
 			  uri);
-	g->pool = strndup(s, (size_t)((slash && (!q || slash < q) ? slash : q ? q : s + strlen(s)) - s));
-	if (!g->pool)
-		die_usage("out of memory");
-	if (!g->pool[0])
-		die_usage("%s: expected rados://POOL[?ns=NAMESPACE]", uri);
-	if (q) {
-		if (strncmp(q + 1, "ns=", 3) || strchr(q + 1, '&'))
-			die_usage("%s: the only option here is ?ns=NAMESPACE", uri);
-		g->nspace = strdup(q + 4);
-	}
+	g->pool = g->target.pool;
+	g->nspace = g->target.ns;
+	sfs_rados_uri_opts(&g->target, &g->ro);
 }
 
 static void parse_drop(struct gc *g, const char *arg)
@@ -848,7 +846,6 @@ out_shutdown:
 	free(g.mobjs);
 	free(g.cands);
 	free(g.drops);
-	free(g.pool);
-	free(g.nspace);
+	sfs_rados_uri_release(&g.target);	/* pool, nspace */
 	return rc;
 }

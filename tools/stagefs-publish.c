@@ -95,7 +95,8 @@ struct pub {
 	bool quiet, json;
 	const char *dir;
 	const char *uri;
-	char *pool, *name, *nspace;
+	struct sfs_rados_uri target;	/* the URI, parsed (owns the strings below) */
+	const char *pool, *name, *nspace;
 
 	rados_t cl;
 	rados_ioctx_t io;
@@ -129,7 +130,7 @@ static void die_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2),
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: stagefs publish [options] DIR rados://POOL/NAME[?ns=NAMESPACE]\n"
+"usage: stagefs publish [options] DIR rados://POOL/NAME[?OPT[&OPT]...]\n"
 "\n"
 "Upload the tree under DIR as the next version of dataset NAME in a Ceph\n"
 "pool.  Data is stored as content-addressed chunk objects shared by every\n"
@@ -795,31 +796,29 @@ static int store_manifest(struct pub *p)
 
 /* ---- main ---- */
 
+/*
+ * The target, in the mount's grammar (sfs_rados_uri_parse): a pool and a
+ * dataset name, no version (publish chooses it), published mode; its
+ * ns=, conf=, id=, keyring= and timeout= take precedence over the flags.
+ */
 static void parse_target(struct pub *p, const char *uri)
 {
-	const char *s, *slash, *q;
+	char msg[512];
 
-	if (strncmp(uri, "rados://", 8))
+	if (sfs_rados_uri_parse(uri, &p->target, msg, sizeof(msg)))
+		die_usage("%s", msg);
+	if (p->target.plain)
+		die_usage("%s: publish writes published datasets, not plain objects", uri);
+	if (!p->target.name)
 		die_usage("%s: expected rados://POOL/NAME", uri);
-	s = uri + 8;
-	slash = strchr(s, '/');
-	if (!slash || slash == s)
-		die_usage("%s: expected rados://POOL/NAME", uri);
-	p->pool = strndup(s, (size_t)(slash - s));
-	q = strchr(slash + 1, '?');
-	p->name = q ? strndup(slash + 1, (size_t)(q - slash - 1)) : strdup(slash + 1);
-	if (!p->pool || !p->name)
-		die_usage("out of memory");
-	if (strchr(p->name, '@'))
+	if (p->target.version)
 		die_usage("%s: the version is chosen by publish; leave out '@'", uri);
-	if (!sfs_rados_name_ok(p->name))
-		die_usage("%s: bad dataset name '%s' (letters, digits, '_' and '-', at most %d)",
-			  uri, p->name, SFS_RADOS_NAME_MAX);
-	if (q) {
-		if (strncmp(q + 1, "ns=", 3) || strchr(q + 1, '&'))
-			die_usage("%s: the only option here is ?ns=NAMESPACE", uri);
-		p->nspace = strdup(q + 4);
-	}
+	if (p->target.chunk_size)
+		die_usage("%s: give the chunk size with --chunk-size", uri);
+	p->pool = p->target.pool;
+	p->name = p->target.name;
+	p->nspace = p->target.ns;
+	sfs_rados_uri_opts(&p->target, &p->ro);
 }
 
 static void parse_args(struct pub *p, int argc, char **argv)
@@ -1015,9 +1014,7 @@ out_shutdown:
 	free(p.doneq);
 	idset_release(&p.seen);
 	inomap_release(&p.links);
-	free(p.pool);
-	free(p.name);
-	free(p.nspace);
+	sfs_rados_uri_release(&p.target);	/* pool, name, nspace */
 	close(dirfd);
 	return rc;
 }

@@ -9,7 +9,8 @@
  *
  * Options after '?', joined by '&', override the [stagefs] settings:
  * conf=FILE, id=CLIENT, keyring=FILE, timeout=DURATION, ns=NAMESPACE
- * (published datasets in a namespace), chunk_size=SIZE (plain mode).
+ * (published datasets in a namespace), chunk_size=SIZE (plain mode); the
+ * grammar is sfs_rados_uri_parse()'s (rados.h), the same for publish and gc.
  *
  * Published datasets (docs/publish.md): the manifest is copied once per
  * version into CACHE_DIR/manifests/ and mapped from there
@@ -145,105 +146,6 @@ struct rread {
 static struct rados_backend *RB(struct backend *be)
 {
 	return (struct rados_backend *)be;
-}
-
-/* ---- URI ---- */
-
-struct rados_uri {
-	char *pool;
-	char *rest;		/* NAME, NAME@V or NAMESPACE */
-	char *name;
-	uint64_t version;	/* 0: latest */
-	bool plain;
-	const char *ns, *conf, *id, *keyring;
-	uint64_t timeout_ms;
-	uint64_t chunk_size;
-	char *copy;		/* owns the strings above */
-};
-
-static void uri_release(struct rados_uri *u)
-{
-	free(u->copy);
-}
-
-static int uri_parse(const char *uri, struct rados_uri *u, char *err, size_t errlen)
-{
-	char *p, *q, *slash, *tok, *save;
-
-	memset(u, 0, sizeof(*u));
-	if (strncmp(uri, "rados://", 8))
-		return errf(err, errlen, -EINVAL, "%s: not a rados:// URI", uri);
-	u->copy = strdup(uri + 8);
-	if (!u->copy)
-		return errf(err, errlen, -ENOMEM, "out of memory");
-	p = u->copy;
-	q = strchr(p, '?');
-	if (q)
-		*q++ = '\0';
-	slash = strchr(p, '/');
-	if (!slash || slash == p)
-		return errf(err, errlen, -EINVAL,
-			    "%s: expected rados://POOL/NAME[@VERSION] or rados://POOL/NAMESPACE?plain",
-			    uri);
-	*slash = '\0';
-	u->pool = p;
-	u->rest = slash + 1;
-
-	for (tok = q ? strtok_r(q, "&", &save) : NULL; tok;
-	     tok = strtok_r(NULL, "&", &save)) {
-		char *v = strchr(tok, '=');
-
-		if (v)
-			*v++ = '\0';
-		if (!strcmp(tok, "plain") && (!v || !strcmp(v, "1") || !strcmp(v, "yes"))) {
-			u->plain = true;
-		} else if (v && !strcmp(tok, "ns")) {
-			u->ns = v;
-		} else if (v && !strcmp(tok, "conf")) {
-			u->conf = v;
-		} else if (v && !strcmp(tok, "id")) {
-			u->id = v;
-		} else if (v && !strcmp(tok, "keyring")) {
-			u->keyring = v;
-		} else if (v && !strcmp(tok, "timeout")) {
-			if (parse_duration_ms(v, &u->timeout_ms) || u->timeout_ms == 0)
-				return errf(err, errlen, -EINVAL, "%s: bad timeout '%s'", uri, v);
-		} else if (v && !strcmp(tok, "chunk_size")) {
-			if (parse_size(v, &u->chunk_size) || u->chunk_size < 4096 ||
-			    u->chunk_size > 64 * MiB ||
-			    (u->chunk_size & (u->chunk_size - 1)))
-				return errf(err, errlen, -EINVAL,
-					    "%s: chunk_size must be a power of two from 4K to 64M", uri);
-		} else {
-			return errf(err, errlen, -EINVAL,
-				    "%s: unknown option '%s' (known: plain, ns, conf, id, keyring, timeout, chunk_size)",
-				    uri, tok);
-		}
-	}
-
-	if (u->plain) {
-		if (u->ns)
-			return errf(err, errlen, -EINVAL,
-				    "%s: in plain mode the namespace is the path", uri);
-		u->ns = u->rest;
-		return 0;
-	}
-	u->name = u->rest;
-	p = strchr(u->rest, '@');
-	if (p) {
-		char *end;
-
-		*p++ = '\0';
-		errno = 0;
-		u->version = strtoull(p, &end, 10);
-		if (errno || !*p || *end || *p == '-' || u->version == 0)
-			return errf(err, errlen, -EINVAL, "%s: bad version '%s'", uri, p);
-	}
-	if (!sfs_rados_name_ok(u->name))
-		return errf(err, errlen, -EINVAL,
-			    "%s: bad dataset name '%s' (letters, digits, '_' and '-', at most %d)",
-			    uri, u->name, SFS_RADOS_NAME_MAX);
-	return 0;
 }
 
 /* ---- plain mode: list the namespace into a manifest ---- */
@@ -1102,23 +1004,25 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 {
 	struct rados_backend *rb;
 	struct sfs_rados_opts o;
-	struct rados_uri u;
+	struct sfs_rados_uri u;
 	uint32_t plain_chunk;
 	int rc;
 
 	*out = NULL;
-	rc = uri_parse(uri, &u, err, errlen);
+	rc = sfs_rados_uri_parse(uri, &u, err, errlen);
 	if (rc)
 		goto out_uri;
+	if (!u.path) {
+		rc = errf(err, errlen, -EINVAL,
+			  "%s: expected rados://POOL/NAME[@VERSION] or rados://POOL/NAMESPACE?plain", uri);
+		goto out_uri;
+	}
+	if (!u.plain && !*u.name) {
+		rc = errf(err, errlen, -EINVAL, "%s: no dataset name after the pool", uri);
+		goto out_uri;
+	}
 	sfs_rados_opts_from_config(&o, cfg);
-	if (u.conf)
-		o.conf = u.conf;
-	if (u.id)
-		o.client_id = u.id;
-	if (u.keyring)
-		o.keyring = u.keyring;
-	if (u.timeout_ms)
-		o.timeout_ms = u.timeout_ms;
+	sfs_rados_uri_opts(&u, &o);
 	plain_chunk = (uint32_t)(u.chunk_size ? u.chunk_size : cfg->chunk_size);
 
 	rb = calloc(1, sizeof(*rb));
@@ -1159,14 +1063,14 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 		log_notice("%s: %s@%" PRIu64 ", %" PRIu64 " entries, chunk size %u",
 			   uri, rb->name, rb->version, manifest_nentries(rb->be.m),
 			   rb->be.chunk_size);
-	uri_release(&u);
+	sfs_rados_uri_release(&u);
 	*out = &rb->be;
 	return 0;
 
 out_free:
 	rb_free(rb);
 out_uri:
-	uri_release(&u);
+	sfs_rados_uri_release(&u);
 	return rc;
 }
 

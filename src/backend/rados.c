@@ -677,3 +677,105 @@ int sfs_rados_set_latest(rados_ioctx_t io, const char *name, uint64_t version,
 	}
 	return rc;
 }
+
+/* ---- rados:// URIs ---- */
+
+void sfs_rados_uri_release(struct sfs_rados_uri *u)
+{
+	free(u->copy);
+	u->copy = NULL;
+}
+
+void sfs_rados_uri_opts(const struct sfs_rados_uri *u, struct sfs_rados_opts *o)
+{
+	if (u->conf)
+		o->conf = u->conf;
+	if (u->id)
+		o->client_id = u->id;
+	if (u->keyring)
+		o->keyring = u->keyring;
+	if (u->timeout_ms)
+		o->timeout_ms = u->timeout_ms;
+}
+
+int sfs_rados_uri_parse(const char *uri, struct sfs_rados_uri *u, char *err, size_t errlen)
+{
+	char *p, *q, *slash, *tok, *save;
+
+	memset(u, 0, sizeof(*u));
+	if (strncmp(uri, "rados://", 8))
+		return errf(err, errlen, -EINVAL, "%s: not a rados:// URI", uri);
+	u->copy = strdup(uri + 8);
+	if (!u->copy)
+		return errf(err, errlen, -ENOMEM, "out of memory");
+	p = u->copy;
+	q = strchr(p, '?');
+	if (q)
+		*q++ = '\0';
+	slash = strchr(p, '/');
+	if (slash) {
+		*slash = '\0';
+		u->path = slash + 1;
+	}
+	if (!*p)
+		return errf(err, errlen, -EINVAL, "%s: no pool after rados://", uri);
+	u->pool = p;
+
+	for (tok = q ? strtok_r(q, "&", &save) : NULL; tok;
+	     tok = strtok_r(NULL, "&", &save)) {
+		char *v = strchr(tok, '=');
+
+		if (v)
+			*v++ = '\0';
+		if (!strcmp(tok, "plain") && (!v || !strcmp(v, "1") || !strcmp(v, "yes"))) {
+			u->plain = true;
+		} else if (v && !strcmp(tok, "ns")) {
+			u->ns = v;
+		} else if (v && !strcmp(tok, "conf")) {
+			u->conf = v;
+		} else if (v && !strcmp(tok, "id")) {
+			u->id = v;
+		} else if (v && !strcmp(tok, "keyring")) {
+			u->keyring = v;
+		} else if (v && !strcmp(tok, "timeout")) {
+			if (parse_duration_ms(v, &u->timeout_ms) || u->timeout_ms == 0)
+				return errf(err, errlen, -EINVAL, "%s: bad timeout '%s'", uri, v);
+		} else if (v && !strcmp(tok, "chunk_size")) {
+			if (parse_size(v, &u->chunk_size) || u->chunk_size < 4096 ||
+			    u->chunk_size > 64 * MiB ||
+			    (u->chunk_size & (u->chunk_size - 1)))
+				return errf(err, errlen, -EINVAL,
+					    "%s: chunk_size must be a power of two from 4K to 64M", uri);
+		} else {
+			return errf(err, errlen, -EINVAL,
+				    "%s: unknown option '%s' (known: plain, ns, conf, id, keyring, timeout, chunk_size)",
+				    uri, tok);
+		}
+	}
+
+	if (u->plain) {
+		if (u->ns)
+			return errf(err, errlen, -EINVAL,
+				    "%s: in plain mode the namespace is the path", uri);
+		u->ns = u->path ? u->path : "";
+		return 0;
+	}
+	if (!u->path || !*u->path)
+		return 0;	/* a pool alone (gc) */
+	u->name = u->path;
+	p = strchr(u->path, '@');
+	if (p) {
+		char *end;
+
+		*p++ = '\0';	/* path and name: NAME */
+		errno = 0;
+		u->version = strtoull(p, &end, 10);
+		if (errno || !*p || *end || *p == '-' || u->version == 0)
+			return errf(err, errlen, -EINVAL, "%s: bad version '%s'", uri, p);
+	}
+	if (!sfs_rados_name_ok(u->name))
+		return errf(err, errlen, -EINVAL,
+			    "%s: bad dataset name '%s' (letters, digits, '_' and '-', at most %d)",
+			    uri, u->name, SFS_RADOS_NAME_MAX);
+	return 0;
+}

@@ -103,6 +103,35 @@ void sfs_rados_opts_from_config(struct sfs_rados_opts *o,
 				const struct sfs_config *cfg);
 
 /*
+ * A rados:// URI, the one grammar of the mount, publish and gc:
+ *
+ *   rados://POOL[/PATH][?OPT[&OPT]...]
+ *
+ * PATH is NAME or NAME@VERSION (a published dataset; @name and @version
+ * set, the name checked by sfs_rados_name_ok()), or with the option plain a
+ * namespace (then ns is PATH).  OPT is plain, ns=NAMESPACE, conf=FILE,
+ * id=CLIENT, keyring=FILE, timeout=DURATION or chunk_size=SIZE (a power of
+ * two, 4K to 64M).  What a caller does not take (a version for publish, a
+ * path for gc) it refuses itself.  Strings point into @copy: release with
+ * sfs_rados_uri_release().
+ */
+struct sfs_rados_uri {
+	char *pool;
+	char *path;		/* after "POOL/", "@VERSION" cut ("" for "POOL/"); NULL: no '/' */
+	char *name;		/* published: PATH without "@VERSION"; else NULL */
+	uint64_t version;	/* NAME@VERSION; 0: none given */
+	bool plain;
+	const char *ns, *conf, *id, *keyring;	/* NULL: not given */
+	uint64_t timeout_ms, chunk_size;	/* 0: not given */
+	char *copy;		/* owns the strings above */
+};
+/* Parse @uri into @u.  0, or -EINVAL/-ENOMEM with a message in @err. */
+int sfs_rados_uri_parse(const char *uri, struct sfs_rados_uri *u, char *err, size_t errlen);
+void sfs_rados_uri_release(struct sfs_rados_uri *u);
+/* The connection options @u gives (conf, id, keyring, timeout) over @o's. */
+void sfs_rados_uri_opts(const struct sfs_rados_uri *u, struct sfs_rados_opts *o);
+
+/*
  * Create a cluster handle, read the configuration, set the timeouts and
  * connect.  On success *@out is connected; release it with rados_shutdown().
  * On failure returns -errno and a message naming what failed, e.g.

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <string.h>
 
 #include "backend/rados.h"
@@ -80,11 +81,66 @@ static void test_not_ours(void **state)
 	assert_int_equal(sfs_rados_oid_parse(longname, &o), SFS_RADOS_DATASET);
 }
 
+/* One grammar for the mount, publish and gc (sfs_rados_uri_parse). */
+static void test_uri(void **state)
+{
+	struct sfs_rados_uri u;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(sfs_rados_uri_parse("rados://pool/imagenet@3?conf=/x.conf&id=bob&keyring=/k&timeout=5s&ns=vision",
+					     &u, err, sizeof(err)), 0);
+	assert_string_equal(u.pool, "pool");
+	assert_string_equal(u.name, "imagenet");
+	assert_int_equal(u.version, 3);
+	assert_false(u.plain);
+	assert_string_equal(u.ns, "vision");
+	assert_string_equal(u.conf, "/x.conf");
+	assert_string_equal(u.id, "bob");
+	assert_string_equal(u.keyring, "/k");
+	assert_int_equal(u.timeout_ms, 5000);
+	{
+		struct sfs_rados_opts o = { .conf = "/etc/ceph/ceph.conf", .timeout_ms = 30000 };
+
+		sfs_rados_uri_opts(&u, &o);
+		assert_string_equal(o.conf, "/x.conf");
+		assert_string_equal(o.client_id, "bob");
+		assert_int_equal(o.timeout_ms, 5000);
+	}
+	sfs_rados_uri_release(&u);
+
+	/* a pool alone (gc), and the plain mode's namespace */
+	assert_int_equal(sfs_rados_uri_parse("rados://pool", &u, err, sizeof(err)), 0);
+	assert_null(u.path);
+	assert_null(u.name);
+	sfs_rados_uri_release(&u);
+	assert_int_equal(sfs_rados_uri_parse("rados://pool/objs/a?plain&chunk_size=1M", &u, err, sizeof(err)), 0);
+	assert_true(u.plain);
+	assert_string_equal(u.ns, "objs/a");
+	assert_int_equal(u.chunk_size, 1 << 20);
+	sfs_rados_uri_release(&u);
+
+	/* refused, saying why */
+	static const char *const bad[] = {
+		"rados:///name", "file://pool/x", "rados://pool/x@0", "rados://pool/x@-1",
+		"rados://pool/x@3y", "rados://pool/bad name", "rados://pool/x?what=1",
+		"rados://pool/x?timeout=0", "rados://pool/x?chunk_size=3000",
+		"rados://pool/ns?plain&ns=other",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		assert_int_equal(sfs_rados_uri_parse(bad[i], &u, err, sizeof(err)), -EINVAL);
+		assert_true(err[0] != '\0');
+		sfs_rados_uri_release(&u);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_not_ours),
+		cmocka_unit_test(test_uri),
 	};
 
 	return cmocka_run_group_tests_name("rados", tests, NULL, NULL) ? 1 : 0;
