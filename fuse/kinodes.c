@@ -251,13 +251,7 @@ static int send_prune(struct kinodes *k, const uint64_t *ids, uint32_t n)
 /* Under k->lock: wait up to @ms for a signal. */
 static void nap(struct kinodes *k, long ms)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += ms * 1000000L;
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_cond_timedwait(&k->cond, &k->lock, &ts);
+	cond_wait_until_ns(&k->cond, &k->lock, now_ns() + (uint64_t)ms * 1000000ULL);
 }
 
 static void *prune_main(void *arg)
@@ -329,7 +323,7 @@ struct kinodes *kinodes_create(uint64_t max)
 		return NULL;
 	k->max = max;
 	pthread_mutex_init(&k->lock, NULL);
-	pthread_cond_init(&k->cond, NULL);
+	cond_init_monotonic(&k->cond);
 	return k;
 }
 

@@ -112,14 +112,10 @@ static void *drainer_main(void *arg)
 
 	pthread_mutex_lock(&pa->stop_lock);
 	while (!pa->stop) {
-		struct timespec ts;
-
 		next += DRAIN_PERIOD_NS;
 		if (next < now_ns())
 			next = now_ns();
-		ts.tv_sec = (time_t)(next / 1000000000ULL);
-		ts.tv_nsec = (long)(next % 1000000000ULL);
-		while (!pa->stop && pthread_cond_timedwait(&pa->stop_cond, &pa->stop_lock, &ts) == 0)
+		while (!pa->stop && cond_wait_until_ns(&pa->stop_cond, &pa->stop_lock, next) == 0)
 			;
 		if (pa->stop)
 			break;
@@ -297,7 +293,6 @@ static void bpf_stop(struct ptacct *pa)
 static int ptacct_create_bpf(struct sfs *fs, struct ptacct **out, char *why, size_t len)
 {
 	struct ptacct *pa = calloc(1, sizeof(*pa));
-	pthread_condattr_t ca;
 	int ret;
 
 	if (!pa) {
@@ -315,10 +310,7 @@ static int ptacct_create_bpf(struct sfs *fs, struct ptacct **out, char *why, siz
 		goto out_stop;
 	pthread_mutex_init(&pa->lock, NULL);
 	pthread_mutex_init(&pa->stop_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&pa->stop_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	cond_init_monotonic(&pa->stop_cond);
 	ret = -pthread_create(&pa->drainer, NULL, drainer_main, pa);
 	if (ret) {
 		snprintf(why, len, "cannot start its thread: %s", strerror(-ret));

@@ -368,3 +368,25 @@ int errf(char *err, size_t len, int rc, const char *fmt, ...)
 	va_end(ap);
 	return rc;
 }
+
+int cond_init_monotonic(pthread_cond_t *c)
+{
+	pthread_condattr_t ca;
+	int rc;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	rc = pthread_cond_init(c, &ca);
+	pthread_condattr_destroy(&ca);
+	return rc;
+}
+
+int cond_wait_until_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t deadline_ns)
+{
+	struct timespec ts = {
+		.tv_sec = (time_t)(deadline_ns / 1000000000ULL),
+		.tv_nsec = (long)(deadline_ns % 1000000000ULL),
+	};
+
+	return pthread_cond_timedwait(c, m, &ts);
+}

@@ -64,6 +64,17 @@ char *fmt_size(uint64_t bytes, char *buf, size_t len);
 
 uint64_t now_ns(void);		/* CLOCK_MONOTONIC */
 uint64_t now_ms(void);
+
+/*
+ * Deadlines on now_ns()'s clock (CLOCK_MONOTONIC), so that a step of the
+ * wall clock neither cuts a wait short nor stretches it.  Init a
+ * condition variable with cond_init_monotonic() to wait on it with
+ * cond_wait_until_ns(), which returns 0 when signalled (or spuriously)
+ * and ETIMEDOUT once @deadline_ns has passed.
+ */
+#include <pthread.h>
+int cond_init_monotonic(pthread_cond_t *c);
+int cond_wait_until_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t deadline_ns);
 uint64_t wall_s(void);		/* CLOCK_REALTIME seconds */
 
 /* pread/pwrite that loop over short transfers and EINTR.  Return bytes

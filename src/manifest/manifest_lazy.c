@@ -280,14 +280,9 @@ static uint64_t lz_fetched(void *arg)
  */
 static bool fill_nap(struct mlazy *z, uint64_t ms)
 {
-	struct timespec ts;
-	uint64_t ns;
+	uint64_t until = now_ns() + ms * 1000000ULL;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ns = (uint64_t)ts.tv_nsec + ms * 1000000;
-	ts.tv_sec += (time_t)(ns / 1000000000);
-	ts.tv_nsec = (long)(ns % 1000000000);
-	while (!z->stop && pthread_cond_timedwait(&z->wake, &z->lock, &ts) == 0)
+	while (!z->stop && cond_wait_until_ns(&z->wake, &z->lock, until) == 0)
 		;
 	return z->stop;
 }
@@ -550,14 +545,7 @@ static int lz_open(int fd, int mfd, const struct lz_layout *l,
 	snprintf(z->label, sizeof(z->label), "%s", label);
 	pthread_mutex_init(&z->lock, NULL);
 	pthread_cond_init(&z->done, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&z->wake, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	cond_init_monotonic(&z->wake);
 	src = (struct manifest_source){
 		.fill = lz_fill, .fetched = lz_fetched, .release = lz_release, .arg = z,
 	};

@@ -318,7 +318,7 @@ static void poke(struct peer_group *pg);
  */
 static void reclaim_wait_locked(struct peer_group *pg, const struct sockaddr_in *v, size_t n)
 {
-	struct timespec ts;
+	uint64_t until;
 
 	if (pg->efd < 0)
 		return;		/* no client thread yet: nothing was ever a member */
@@ -334,9 +334,8 @@ static void reclaim_wait_locked(struct peer_group *pg, const struct sockaddr_in 
 	}
 	pg->reclaim = true;
 	poke(pg);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += 2;
-	while (pg->reclaim && pthread_cond_timedwait(&pg->reclaimed, &pg->lock, &ts) == 0)
+	until = now_ns() + 2000000000ULL;
+	while (pg->reclaim && cond_wait_until_ns(&pg->reclaimed, &pg->lock, until) == 0)
 		;
 }
 
@@ -1133,14 +1132,7 @@ int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 		return -ENOMEM;
 	pthread_mutex_init(&pg->reload_lock, NULL);
 	pthread_mutex_init(&pg->lock, NULL);
-	{
-		pthread_condattr_t ca;
-
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&pg->reclaimed, &ca);
-		pthread_condattr_destroy(&ca);
-	}
+	cond_init_monotonic(&pg->reclaimed);
 	list_init(&pg->inbox);
 	list_init(&pg->live);
 	pg->efd = pg->epfd = -1;

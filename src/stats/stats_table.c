@@ -588,14 +588,10 @@ static void *ticker_main(void *arg)
 
 	pthread_mutex_lock(&st->stop_lock);
 	while (!st->stop) {
-		struct timespec ts;
-
 		next += 1000000000ULL;
 		if (next < now_ns())
 			next = now_ns();	/* we fell behind: no burst of ticks */
-		ts.tv_sec = (time_t)(next / 1000000000ULL);
-		ts.tv_nsec = (long)(next % 1000000000ULL);
-		while (!st->stop && pthread_cond_timedwait(&st->stop_cond, &st->stop_lock, &ts) == 0)
+		while (!st->stop && cond_wait_until_ns(&st->stop_cond, &st->stop_lock, next) == 0)
 			;
 		if (st->stop)
 			break;
@@ -610,7 +606,6 @@ static void *ticker_main(void *arg)
 int stats_create(const struct stats_opts *opts, struct stats **out)
 {
 	struct stats *st = aligned_alloc(128, (sizeof(*st) + 127) & ~(size_t)127);
-	pthread_condattr_t ca;
 	int ret = -ENOMEM;
 
 	if (!st)
@@ -639,10 +634,7 @@ int stats_create(const struct stats_opts *opts, struct stats **out)
 	ring_init(&st->node, st->start_ns);
 	pthread_mutex_init(&st->tick_lock, NULL);
 	pthread_mutex_init(&st->stop_lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&st->stop_cond, &ca);
-	pthread_condattr_destroy(&ca);
+	cond_init_monotonic(&st->stop_cond);
 	if (!st->opts.no_ticker) {
 		ret = -pthread_create(&st->ticker, NULL, ticker_main, st);
 		if (ret)
