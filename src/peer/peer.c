@@ -2,45 +2,22 @@
 /*
  * peer: see peer.h.
  *
- * The client thread's state machine, one struct preq per chunk asked
- * (STYLE #7), its connection inside it while it has one:
- *
- *   queued      waiting for one of the peer's PEER_CONNS connections
- *   connecting  a new non-blocking connect (EPOLLOUT), or an idle
- *               connection taken (checked with MSG_PEEK: not closed)
- *   handshake   TLS 1.3 with the group's key (src/peer/peer_tls.h): both
- *               ends prove it before the request is sent
- *   send        the 48-byte request (EPOLLOUT while it does not fit)
- *   header      the 16-byte reply header (EPOLLIN)
- *   data        the chunk, straight into the caller's buffer (EPOLLIN)
- *
- * then hashed, and reported with the connection kept idle for the next
- * request to that peer; any failure closes the connection.  OpenSSL is
- * driven non-blocking: each state calls SSL_* until it would block and
- * waits for what it asked (peer_tls_want), reading until it would block
- * so that bytes OpenSSL holds in a record are never left behind a
- * quiet socket.  The deadline
- * is checked on every loop turn (epoll_wait sleeps at most until the
- * nearest one), so no request is reported later than its deadline plus a
- * loop turn.
+ * This file: the membership (the settings and peers_file parsed, slots
+ * kept and reclaimed), the owner of a chunk, back-offs, counters, create
+ * and destroy; the client thread is peer_client.c, what both share
+ * peer_i.h.
  */
-#include "peer.h"
+#include "peer_i.h"
 
-#include "list.h"
 #include "log.h"
-#include "peer_tls.h"
 #include "safepath.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
 #include <netdb.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,8 +26,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
-
-#include <openssl/err.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL
@@ -59,82 +34,6 @@
 #define BACKOFF_MIN_MS	1000
 #define BACKOFF_MAX_MS	30000
 #define LIST_MAX_BYTES	65536	/* a peers_file */
-/* an idle connection older than this is closed, not reused: well before
- * the server's 60 s, so that a request never races the server's close */
-#define IDLE_KEEP_MS	20000
-
-/* lines a peer (or an impostor at its address) can cause */
-static struct log_ratelimit handshake_rl = LOG_RATELIMIT_INIT(10000, 5);
-static struct log_ratelimit bad_bytes_rl = LOG_RATELIMIT_INIT(10000, 5);
-
-struct peer {
-	char addr[32];			/* "a.b.c.d:port" */
-	struct sockaddr_in sa;
-	uint64_t seed;			/* rendezvous: the hash of addr */
-	bool self;
-	bool member;			/* protected by pg->lock */
-	bool keep;			/* a reload names it: not reclaimed; protected by pg->lock */
-	bool was_member;		/* before a reclaiming reload; protected by pg->lock */
-	uint64_t backoff_until;		/* ms (monotonic); protected by pg->lock */
-	unsigned int fails;		/* in a row; protected by pg->lock */
-	/* the client thread's own */
-	int idle[PEER_CONNS];		/* connections kept for the next request */
-	SSL *idle_ssl[PEER_CONNS];	/* their TLS */
-	uint64_t idle_since[PEER_CONNS];	/* ms, when each went idle */
-	unsigned int nidle;
-	unsigned int active;		/* requests holding a connection */
-	struct list_node queue;		/* requests waiting for one */
-	/* counters: see struct peer_stat */
-	_Atomic uint64_t bytes_in, hits, failures, corrupt, fallbacks;
-	_Atomic uint64_t bytes_out, served, refused;
-};
-
-enum rq_state { RQ_NEW, RQ_QUEUED, RQ_CONNECTING, RQ_HANDSHAKE, RQ_SEND, RQ_HDR, RQ_DATA };
-
-struct preq {
-	struct list_node node;		/* pg->inbox, then pg->live */
-	struct list_node qnode;		/* p->queue while RQ_QUEUED */
-	struct peer *p;
-	struct sfs_id id;
-	struct peer_loc loc;		/* where our manifest has it */
-	void *buf;
-	size_t len;
-	uint64_t deadline;		/* ms (monotonic) */
-	void (*done)(void *arg, int res);
-	void *arg;
-	enum rq_state st;
-	uint32_t events;		/* what epoll waits for on fd */
-	int fd;
-	SSL *ssl;
-	size_t sent, got;
-	unsigned char msg[PEER_REQ_LEN];
-	unsigned char hdr[PEER_REP_LEN];
-};
-
-struct peer_group {
-	/* serializes reloads (SIGHUP, the control socket's PEERS reload=1) */
-	pthread_mutex_t reload_lock;
-	char *peers, *peers_file;	/* the last membership applied; protected by reload_lock */
-	pthread_mutex_t lock;
-	struct peer *p[PEER_MAX];	/* slots; protected by lock */
-	unsigned int np;		/* protected by lock */
-	/*
-	 * A reload short of slots asks the client thread to free those of
-	 * former members with no request left (reclaim_locked) and waits on
-	 * reclaimed; both protected by lock.
-	 */
-	bool reclaim;
-	pthread_cond_t reclaimed;
-	struct peer *self;
-	struct peer_key key;
-	struct peer_tls *tls;		/* the client side's */
-	uint64_t timeout_ms;
-	struct list_node inbox;		/* protected by lock */
-	bool stopping;			/* protected by lock */
-	int efd, epfd;
-	pthread_t thread;
-	struct list_node live;		/* the client thread's: queued and active requests */
-};
 
 /* ---- membership ---- */
 
@@ -305,7 +204,6 @@ static struct peer *slot_new(const struct sockaddr_in *sa)
 	return p;
 }
 
-static void poke(struct peer_group *pg);
 
 /*
  * Under pg->lock, from a reload short of slots: have the client thread
@@ -333,7 +231,7 @@ static void reclaim_wait_locked(struct peer_group *pg, const struct sockaddr_in 
 			p->member = false;
 	}
 	pg->reclaim = true;
-	poke(pg);
+	peer_poke(pg);
 	until = now_ns() + 2000000000ULL;
 	while (pg->reclaim && cond_wait_until_ns(&pg->reclaimed, &pg->lock, until) == 0)
 		;
@@ -482,7 +380,7 @@ int peer_group_reread(struct peer_group *pg, char *err, size_t errlen)
 }
 
 /* Under pg->lock: the live member that owns @id (highest score). */
-static struct peer *owner_locked(struct peer_group *pg, const struct sfs_id *id,
+struct peer *peer_owner_locked(struct peer_group *pg, const struct sfs_id *id,
 				 uint64_t now)
 {
 	struct peer *best = NULL;
@@ -504,9 +402,9 @@ static struct peer *owner_locked(struct peer_group *pg, const struct sfs_id *id,
 	return best;
 }
 
-/* ---- the client thread ---- */
+/* ---- back-offs ---- */
 
-static void poke(struct peer_group *pg)
+void peer_poke(struct peer_group *pg)
 {
 	uint64_t one = 1;
 
@@ -519,7 +417,7 @@ static void poke(struct peer_group *pg)
  * began fail too: only a failure after a back-off ended (the peer was
  * tried again) makes the next one longer.
  */
-static void backoff(struct peer_group *pg, struct peer *p, int err)
+void peer_backoff(struct peer_group *pg, struct peer *p, int err)
 {
 	uint64_t now = now_ms();
 	unsigned int ms, fails;
@@ -540,7 +438,7 @@ static void backoff(struct peer_group *pg, struct peer *p, int err)
 		log_info("peer %s: %s again; skipped for %u ms", p->addr, strerror(-err), ms);
 }
 
-static void recovered(struct peer_group *pg, struct peer *p)
+void peer_recovered(struct peer_group *pg, struct peer *p)
 {
 	bool was;
 
@@ -552,477 +450,15 @@ static void recovered(struct peer_group *pg, struct peer *p)
 		log_notice("peer %s: answering again", p->addr);
 }
 
-static void rq_start(struct peer_group *pg, struct preq *rq);
-
-/* Close a connection: a close_notify if it can go now, then the socket. */
-static void conn_close(int fd, SSL *ssl)
-{
-	if (ssl) {
-		if (SSL_is_init_finished(ssl))
-			SSL_shutdown(ssl);	/* non-blocking: best effort */
-		SSL_free(ssl);
-		ERR_clear_error();
-	}
-	close(fd);
-}
-
-/* Release @rq's connection (kept idle if @keep) and start the next waiting. */
-static void conn_release(struct peer_group *pg, struct preq *rq, bool keep)
-{
-	struct peer *p = rq->p;
-
-	if (rq->fd >= 0) {
-		epoll_ctl(pg->epfd, EPOLL_CTL_DEL, rq->fd, NULL);
-		if (keep && rq->ssl && p->nidle < PEER_CONNS) {
-			p->idle_since[p->nidle] = now_ms();
-			p->idle_ssl[p->nidle] = rq->ssl;
-			p->idle[p->nidle++] = rq->fd;
-		} else {
-			conn_close(rq->fd, rq->ssl);
-		}
-		rq->fd = -1;
-		rq->ssl = NULL;
-	}
-	if (rq->st != RQ_QUEUED && rq->st != RQ_NEW)
-		p->active--;
-	else if (rq->st == RQ_QUEUED)
-		list_del(&rq->qnode);
-	while (p->active < PEER_CONNS && !list_empty(&p->queue)) {
-		struct preq *next = list_entry(list_pop(&p->queue), struct preq, qnode);
-
-		next->st = RQ_NEW;
-		rq_start(pg, next);
-	}
-}
-
-/*
- * End @rq: @res is its length (verified) or -errno.  @peer_fault: the
- * peer is to blame (back-off).  Reports it and frees it.
- */
-static void rq_end(struct peer_group *pg, struct preq *rq, int res, bool peer_fault)
-{
-	struct peer *p = rq->p;
-
-	list_del(&rq->node);
-	/* a whole reply read (a chunk, or a refusal of one) leaves the connection clean */
-	conn_release(pg, rq, res >= 0 || (res == -ENOENT && rq->st == RQ_HDR));
-	if (res >= 0) {
-		atomic_fetch_add(&p->hits, 1);
-		atomic_fetch_add(&p->bytes_in, rq->len);
-		recovered(pg, p);
-	} else {
-		atomic_fetch_add(&p->fallbacks, 1);
-		if (peer_fault) {
-			atomic_fetch_add(&p->failures, 1);
-			backoff(pg, p, res);
-		}
-	}
-	rq->done(rq->arg, res);
-	free(rq);
-}
-
-static int watch(struct peer_group *pg, struct preq *rq, uint32_t events, bool add)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = rq };
-
-	if (!add && rq->events == events)
-		return 0;
-	if (epoll_ctl(pg->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, rq->fd, &ev) < 0)
-		return -errno;
-	rq->events = events;
-	return 0;
-}
-
-/*
- * After an SSL call returned @ret <= 0: wait for what OpenSSL asks (0) or
- * end @rq as failed (-errno, already ended).
- */
-static int rq_want(struct peer_group *pg, struct preq *rq, int ret)
-{
-	short want;
-	int rc = peer_tls_want(rq->ssl, ret, &want);
-
-	if (!rc)
-		rc = watch(pg, rq, want == POLLOUT ? EPOLLOUT : EPOLLIN, false);
-	if (rc)
-		rq_end(pg, rq, rc, true);
-	return rc;
-}
-
-/* An idle connection to @p still open (its TLS in *@ssl), or -1. */
-static int idle_take(struct peer *p, SSL **ssl)
-{
-	uint64_t now = now_ms();
-
-	while (p->nidle) {
-		int fd = p->idle[--p->nidle];
-		char c;
-		ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-
-		*ssl = p->idle_ssl[p->nidle];
-		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
-		    p->idle_since[p->nidle] + IDLE_KEEP_MS > now)
-			return fd;
-		/* closed by the peer, or a close_notify, or what we did not ask */
-		conn_close(fd, *ssl);
-	}
-	*ssl = NULL;
-	return -1;
-}
-
-static int conn_new(struct peer_group *pg, struct peer *p)
-{
-	struct sockaddr_in me = pg->self->sa;
-	int one = 1, fd;
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	/* from our own address: the server tells members apart by it */
-	me.sin_port = 0;
-	if (bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	if (connect(fd, (struct sockaddr *)&p->sa, sizeof(p->sa)) < 0 &&
-	    errno != EINPROGRESS) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
-static void rq_start(struct peer_group *pg, struct preq *rq)
-{
-	struct peer *p = rq->p;
-	int fd, rc;
-
-	if (p->active >= PEER_CONNS) {
-		rq->st = RQ_QUEUED;
-		list_add_tail(&p->queue, &rq->qnode);
-		return;
-	}
-	p->active++;
-	peer_req_encode(&rq->id, (uint32_t)rq->len, &rq->loc, rq->msg);
-	fd = idle_take(p, &rq->ssl);
-	rq->st = fd >= 0 ? RQ_SEND : RQ_CONNECTING;
-	if (fd < 0)
-		fd = conn_new(pg, p);
-	if (fd < 0) {
-		rq->st = RQ_CONNECTING;
-		rq_end(pg, rq, fd, true);
-		return;
-	}
-	rq->fd = fd;
-	rc = watch(pg, rq, EPOLLOUT, true);
-	if (rc)
-		rq_end(pg, rq, rc, false);
-}
-
-/* Read what has come for @rq (until OpenSSL would block); ends it when done or failed. */
-static void rq_readable(struct peer_group *pg, struct preq *rq)
-{
-	for (;;) {
-		int r;
-
-		ERR_clear_error();
-		if (rq->st == RQ_HDR)
-			r = SSL_read(rq->ssl, rq->hdr + rq->got, (int)(PEER_REP_LEN - rq->got));
-		else
-			r = SSL_read(rq->ssl, (char *)rq->buf + rq->got,
-				     (int)MIN(rq->len - rq->got, (size_t)INT_MAX));
-		if (r <= 0) {
-			rq_want(pg, rq, r);
-			return;
-		}
-		rq->got += (size_t)r;
-		if (rq->st == RQ_HDR && rq->got == PEER_REP_LEN) {
-			int status;
-			uint32_t len;
-
-			if (peer_rep_decode(rq->hdr, &status, &len)) {
-				rq_end(pg, rq, -EBADMSG, true);
-				return;
-			}
-			if (status) {
-				log_debug("peer %s: refused a chunk: %s", rq->p->addr,
-					  strerror(status));
-				/*
-				 * ENOENT: it has not mounted that dataset; it serves
-				 * others, so no back-off (the connection is fine too)
-				 */
-				rq_end(pg, rq, -status, status != ENOENT);
-				return;
-			}
-			if (len != rq->len) {
-				rq_end(pg, rq, -EBADMSG, true);
-				return;
-			}
-			rq->st = RQ_DATA;
-			rq->got = 0;
-		} else if (rq->st == RQ_DATA && rq->got == rq->len) {
-			struct sfs_id got;
-
-			sfs_id_of(rq->buf, rq->len, &got);
-			if (!sfs_id_eq(&got, &rq->id)) {
-				char hex[SFS_ID_HEX_LEN + 1];
-
-				sfs_id_hex(&rq->id, hex);
-				atomic_fetch_add(&rq->p->corrupt, 1);
-				log_limited(&bad_bytes_rl, LOG_ERR,
-					    "peer %s sent wrong bytes for chunk %s: dropped, read from the backend",
-					    rq->p->addr, hex);
-				rq_end(pg, rq, -EIO, true);
-				return;
-			}
-			rq_end(pg, rq, (int)rq->len, false);
-			return;
-		}
-	}
-}
-
-/* Drive @rq's connection, handshake and request as far as they go now. */
-static void rq_event(struct peer_group *pg, struct preq *rq, uint32_t ev)
-{
-	int r;
-
-	if (rq->st == RQ_CONNECTING) {
-		int e = 0;
-		socklen_t l = sizeof(e);
-
-		if (getsockopt(rq->fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0)
-			e = errno;
-		if (e) {
-			rq_end(pg, rq, -e, true);
-			return;
-		}
-		rq->ssl = peer_tls_new(pg->tls, rq->fd);
-		if (!rq->ssl) {
-			rq_end(pg, rq, -ENOMEM, false);
-			return;
-		}
-		rq->st = RQ_HANDSHAKE;
-	}
-	if (rq->st == RQ_HANDSHAKE) {
-		ERR_clear_error();
-		r = SSL_connect(rq->ssl);
-		if (r <= 0) {
-			short want;
-			int rc = peer_tls_want(rq->ssl, r, &want);
-
-			if (!rc) {
-				if (watch(pg, rq, want == POLLOUT ? EPOLLOUT : EPOLLIN, false))
-					rq_end(pg, rq, -EIO, false);
-				return;
-			}
-			log_limited(&handshake_rl, LOG_WARNING,
-				    "peer %s: no TLS session with the group's key (%s): another key, an older stagefs, or not a stagefs peer; reading from the backend",
-				    rq->p->addr, strerror(-rc));
-			rq_end(pg, rq, -ECONNREFUSED, true);
-			return;
-		}
-		if (!peer_tls_authenticated(rq->ssl)) {
-			log_limited(&handshake_rl, LOG_WARNING,
-				    "peer %s: a TLS session not keyed by the group's key: closed unused",
-				    rq->p->addr);
-			rq_end(pg, rq, -EACCES, true);
-			return;
-		}
-		rq->st = RQ_SEND;
-	}
-	if (rq->st == RQ_SEND) {
-		ERR_clear_error();
-		r = SSL_write(rq->ssl, rq->msg + rq->sent, (int)(PEER_REQ_LEN - rq->sent));
-		if (r <= 0) {
-			rq_want(pg, rq, r);
-			return;
-		}
-		rq->sent += (size_t)r;
-		if (rq->sent < PEER_REQ_LEN)
-			return;
-		rq->st = RQ_HDR;
-		rq->got = 0;
-		if (watch(pg, rq, EPOLLIN, false))
-			rq_end(pg, rq, -EIO, false);
-		return;
-	}
-	(void)ev;
-	rq_readable(pg, rq);
-}
-
-/*
- * On the client thread, once the inbox's requests are started (so every
- * request of a slot is counted in its active or queue, or still waits in
- * the inbox): free the slots a reload asked for (reclaim_wait_locked).
- */
-static void reclaim(struct peer_group *pg)
-{
-	struct peer *gone[PEER_MAX];
-	unsigned int ngone = 0, kept = 0;
-	struct list_node *n;
-
-	pthread_mutex_lock(&pg->lock);
-	if (!pg->reclaim) {
-		pthread_mutex_unlock(&pg->lock);
-		return;
-	}
-	for (unsigned int i = 0; i < pg->np; i++) {
-		struct peer *p = pg->p[i];
-		bool used = p->self || p->member || p->keep || p->active || !list_empty(&p->queue);
-
-		for (n = pg->inbox.next; n != &pg->inbox && !used; n = n->next)
-			used = list_entry(n, struct preq, node)->p == p;
-		if (used)
-			pg->p[kept++] = p;
-		else
-			gone[ngone++] = p;
-	}
-	pg->np = kept;
-	pg->reclaim = false;
-	pthread_cond_broadcast(&pg->reclaimed);
-	pthread_mutex_unlock(&pg->lock);
-	for (unsigned int i = 0; i < ngone; i++) {
-		while (gone[i]->nidle) {
-			gone[i]->nidle--;
-			conn_close(gone[i]->idle[gone[i]->nidle], gone[i]->idle_ssl[gone[i]->nidle]);
-		}
-		free(gone[i]);
-	}
-	if (ngone)
-		log_info("peer group: forgot %u former members", ngone);
-}
-
-/* End every request past its deadline; the time to the nearest other, ms. */
-static int expire(struct peer_group *pg)
-{
-	uint64_t now = now_ms(), next = UINT64_MAX;
-	struct list_node *n, *nx;
-
-	for (n = pg->live.next; n != &pg->live; n = nx) {
-		struct preq *rq = list_entry(n, struct preq, node);
-
-		nx = n->next;
-		if (rq->deadline <= now) {
-			/* a request that never got a connection is not the peer's fault */
-			bool fault = rq->st != RQ_QUEUED;
-
-			log_debug("peer %s: no answer within %" PRIu64 " ms", rq->p->addr,
-				  pg->timeout_ms);
-			rq_end(pg, rq, -ETIMEDOUT, fault);
-			nx = pg->live.next;	/* rq_end may have started queued ones */
-		} else if (rq->deadline < next) {
-			next = rq->deadline;
-		}
-	}
-	return next == UINT64_MAX ? -1 : (int)MIN(next - now + 1, 60000);
-}
-
-static void *client_main(void *arg)
-{
-	struct peer_group *pg = arg;
-	struct epoll_event ev[64];
-	bool stopping = false;
-
-	peer_tls_thread_init();
-
-	for (;;) {
-		struct list_node got;
-		int timeout = expire(pg), n;
-
-		if (stopping && list_empty(&pg->live))
-			break;
-		n = epoll_wait(pg->epfd, ev, 64, timeout);
-		for (int i = 0; i < n; i++) {
-			if (!ev[i].data.ptr) {
-				uint64_t v;
-
-				if (read(pg->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-					log_warn("peer: eventfd: %s", strerror(errno));
-				continue;
-			}
-			rq_event(pg, ev[i].data.ptr, ev[i].events);
-		}
-		list_init(&got);
-		pthread_mutex_lock(&pg->lock);
-		list_splice_tail(&got, &pg->inbox);
-		stopping = pg->stopping;
-		pthread_mutex_unlock(&pg->lock);
-		while (!list_empty(&got)) {
-			struct preq *rq = list_entry(list_pop(&got), struct preq, node);
-
-			list_add_tail(&pg->live, &rq->node);
-			rq_start(pg, rq);
-		}
-		reclaim(pg);
-		if (stopping) {
-			while (!list_empty(&pg->live))
-				rq_end(pg, list_entry(list_first(&pg->live), struct preq, node),
-				       -ESHUTDOWN, false);
-		}
-	}
-	/* the idle connections' close_notify is written here, SIGPIPE blocked */
-	pthread_mutex_lock(&pg->lock);
-	for (unsigned int i = 0; i < pg->np; i++) {
-		struct peer *p = pg->p[i];
-
-		while (p->nidle) {
-			p->nidle--;
-			conn_close(p->idle[p->nidle], p->idle_ssl[p->nidle]);
-		}
-	}
-	pthread_mutex_unlock(&pg->lock);
-	return NULL;
-}
 
 /* ---- the API ---- */
-
-int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
-		     const struct peer_loc *loc, void *buf, size_t len,
-		     void (*done)(void *arg, int res), void *arg)
-{
-	struct peer *owner;
-	struct preq *rq;
-	uint64_t now = now_ms();
-
-	if (len == 0 || len > UINT32_MAX)
-		return -EINVAL;
-	rq = calloc(1, sizeof(*rq));
-	if (!rq)
-		return -ENOMEM;
-	pthread_mutex_lock(&pg->lock);
-	owner = pg->stopping ? NULL : owner_locked(pg, id, now);
-	if (!owner || owner->self) {
-		pthread_mutex_unlock(&pg->lock);
-		free(rq);
-		return -ENOENT;
-	}
-	rq->p = owner;
-	rq->id = *id;
-	rq->loc = *loc;
-	rq->buf = buf;
-	rq->len = len;
-	rq->deadline = now + pg->timeout_ms;
-	rq->done = done;
-	rq->arg = arg;
-	rq->fd = -1;
-	rq->st = RQ_NEW;
-	list_add_tail(&pg->inbox, &rq->node);
-	pthread_mutex_unlock(&pg->lock);
-	poke(pg);
-	return 0;
-}
 
 bool peer_owns(struct peer_group *pg, const struct sfs_id *id)
 {
 	struct peer *owner;
 
 	pthread_mutex_lock(&pg->lock);
-	owner = owner_locked(pg, id, now_ms());
+	owner = peer_owner_locked(pg, id, now_ms());
 	pthread_mutex_unlock(&pg->lock);
 	return !owner || owner->self;
 }
@@ -1163,7 +599,7 @@ int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 		snprintf(err, errlen, "peer client: %s", strerror(-rc));
 		goto out_free;
 	}
-	rc = -pthread_create(&pg->thread, NULL, client_main, pg);
+	rc = -pthread_create(&pg->thread, NULL, peer_client_main, pg);
 	if (rc) {
 		snprintf(err, errlen, "peer client thread: %s", strerror(-rc));
 		goto out_free;
@@ -1196,14 +632,14 @@ void peer_group_destroy(struct peer_group *pg)
 	pthread_mutex_lock(&pg->lock);
 	pg->stopping = true;
 	pthread_mutex_unlock(&pg->lock);
-	poke(pg);
+	peer_poke(pg);
 	pthread_join(pg->thread, NULL);
 	for (unsigned int i = 0; i < pg->np; i++) {
 		struct peer *p = pg->p[i];
 
 		while (p->nidle) {
 			p->nidle--;
-			conn_close(p->idle[p->nidle], p->idle_ssl[p->nidle]);
+			peer_conn_close(p->idle[p->nidle], p->idle_ssl[p->nidle]);
 		}
 		free(p);
 	}
