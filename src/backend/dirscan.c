@@ -11,6 +11,9 @@
  * The first error stops every worker; the scan then fails as a whole (a
  * dataset with holes is never saved or switched to).
  *
+ * This file is the scan; the live index is dirscan_live.c, the check of
+ * saved stamps dirscan_stamps.c, what they share dirscan_i.h.
+ *
  * The live index, all under sc->qlock: sc->canon lists the directories in
  * the manifest's breadth-first order as far as it is known (a directory is
  * appended when its parent enters the prefix, with its own entry index);
@@ -20,7 +23,7 @@
  * every ldir lives until dirscan_destroy().  Live calls copy what they
  * need under the lock and stat the source outside it.
  */
-#include "dirscan.h"
+#include "dirscan_i.h"
 
 #include "backend.h"
 #include "manifest/inomap.h"
@@ -47,9 +50,6 @@
 #include <xxhash.h>
 
 #define BATCH		1024	/* entries added to the builder per lock */
-#define STAMP_MAGIC	0x31534453u	/* "SDS1" */
-#define STAMP_HDR	16	/* magic, 0, count */
-#define STAMP_FIX	34	/* ino, mtime s/ns, ctime s/ns, path length */
 
 struct rec {
 	char *path;
@@ -63,61 +63,6 @@ struct rec {
 struct batch {
 	struct rec r[BATCH];
 	size_t n;
-};
-
-struct growbuf {
-	char *p;
-	size_t len, cap;
-};
-
-enum { L_QUEUED, L_READING, L_DONE };
-
-/* One directory of the tree.  See the top of the file for who writes what. */
-struct ldir {
-	struct ldir *parent;	/* NULL for the root */
-	char *path;		/* relative to the root; "" for the root */
-	uint32_t name_at;	/* its last component: path + name_at */
-	uint32_t depth;
-	uint8_t state;		/* L_*; protected by qlock */
-	bool multi;		/* holds a file with several names */
-	uint64_t self;		/* its entry index, once in sc->canon */
-	uint64_t start;		/* its first child's entry index, once in the prefix */
-	uint32_t n;		/* its children in the manifest */
-	char *names;		/* their names, NUL-terminated, back to back */
-	uint32_t *off;		/* child i (name order) is names + off[i] */
-	uint8_t *type;		/* child i's S_IFMT >> 12 */
-	struct ldir **subs;	/* its subdirectories, in name order */
-	uint32_t *subat;	/* their positions among the children */
-	uint32_t nsubs;
-};
-
-struct dirscan {
-	int rootfd;		/* ours (dup) */
-	char *root;
-	unsigned delay_us;
-	unsigned nthreads;
-	pthread_t *tids;
-
-	pthread_mutex_t qlock;
-	pthread_cond_t qcond;	/* work to do, or the scan is over */
-	pthread_cond_t lcond;	/* the prefix grew, or the scan is over */
-	struct ldir **heap;	/* directories to read; protected by qlock */
-	size_t n, cap;		/* protected by qlock */
-	struct ldir **all;	/* every ldir, to free them; protected by qlock */
-	size_t nall, capall;	/* protected by qlock */
-	struct ldir **canon;	/* breadth-first order, as known; protected by qlock */
-	size_t ncanon, capcanon, prefix;	/* protected by qlock */
-	uint64_t next_start;	/* first child index of canon[prefix]; protected by qlock */
-	unsigned busy;		/* workers reading a directory; protected by qlock */
-	bool walked;		/* every directory read; protected by qlock */
-	int err;		/* the first error; protected by qlock */
-	char msg[600];		/* its message; protected by qlock */
-
-	pthread_mutex_t block;
-	struct manifest_builder *b;	/* protected by block */
-	struct inomap links;		/* protected by block */
-	struct growbuf stamps;		/* protected by block */
-	uint64_t dirs, entries, bytes, skipped;	/* protected by block */
 };
 
 static void content_id(const char *rel, const struct stat *st, struct sfs_id *out)
@@ -146,8 +91,7 @@ static void content_id(const char *rel, const struct stat *st, struct sfs_id *ou
 	out->lo = h.low64;
 }
 
-/* The attributes a scan records for @rel, whose lstat is @st. */
-static void attr_of(const char *rel, const struct stat *st, struct sfs_attr *a)
+void dirscan_attr_of(const char *rel, const struct stat *st, struct sfs_attr *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->mode = st->st_mode;
@@ -293,8 +237,7 @@ static int batch_flush(struct dirscan *sc, struct batch *bt)
 	return ret;
 }
 
-/* Open @rel under the root, refusing symlinks anywhere in it. */
-static int open_beneath(struct dirscan *sc, const char *rel, int flags)
+int dirscan_open_beneath(struct dirscan *sc, const char *rel, int flags)
 {
 	struct open_how how = {
 		.flags = (uint64_t)(flags | O_CLOEXEC),
@@ -310,7 +253,7 @@ static int open_beneath(struct dirscan *sc, const char *rel, int flags)
 
 static int open_dir(struct dirscan *sc, const char *rel)
 {
-	return open_beneath(sc, rel, O_RDONLY | O_DIRECTORY);
+	return dirscan_open_beneath(sc, rel, O_RDONLY | O_DIRECTORY);
 }
 
 /* ---- the heap of directories to read, breadth first ---- */
@@ -635,7 +578,7 @@ static int scan_one(struct dirscan *sc, struct ldir *l, struct batch *bt,
 		}
 		r = &bt->r[bt->n];
 		memset(r, 0, sizeof(*r));
-		attr_of(path, &st, &r->a);
+		dirscan_attr_of(path, &st, &r->a);
 		r->path = strdup(path);
 		r->target = S_ISLNK(st.st_mode) ? strdup(target) : NULL;
 		if (!r->path || (S_ISLNK(st.st_mode) && !r->target)) {
@@ -822,7 +765,7 @@ int dirscan_start(int rootfd, const char *root, unsigned threads,
 	if (!sc->root || !sc->b || !sc->tids)
 		goto nomem_destroy;
 	/* the root: entry 0, its children from index 1 */
-	attr_of("", &st, &a);
+	dirscan_attr_of("", &st, &a);
 	ret = manifest_builder_add(sc->b, "", &a, NULL, NULL, 0);
 	if (ret) {
 		dirscan_destroy(sc);
@@ -926,393 +869,4 @@ int dirscan_run(int rootfd, const char *root, unsigned threads,
 	ret = dirscan_finish(sc, out, err, errlen);
 	dirscan_destroy(sc);
 	return ret;
-}
-
-/* ---- the live index ---- */
-
-/* Under qlock: where in sc->canon the directory of entry index @idx is, or -1. */
-static ssize_t canon_find(const struct dirscan *sc, uint64_t idx)
-{
-	size_t lo = 0, hi = sc->ncanon;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (sc->canon[mid]->self < idx)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < sc->ncanon && sc->canon[lo]->self == idx ? (ssize_t)lo : -1;
-}
-
-/*
- * Under qlock: the read directory listing entry index @idx (> 0), with
- * the entry's position among its children in *@pos, or NULL if that part
- * is not read yet.  Children ranges are consecutive in canon order.
- */
-static struct ldir *prefix_find(const struct dirscan *sc, uint64_t idx, uint32_t *pos)
-{
-	size_t lo = 0, hi = sc->prefix;
-	struct ldir *l;
-
-	if (!hi || !idx)
-		return NULL;
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (sc->canon[mid]->start <= idx)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	l = sc->canon[lo];
-	if (l->start > idx || idx - l->start >= l->n)
-		return NULL;
-	*pos = (uint32_t)(idx - l->start);
-	return l;
-}
-
-/*
- * Under qlock: wait for more of the tree to be read.  Returns 0 (look
- * again), -EIO (the scan failed or was cancelled first) or -EAGAIN (it is
- * over: what was asked is not in the live index, ask the manifest).
- */
-static int live_wait(struct dirscan *sc)
-{
-	if (sc->err)
-		return -EIO;
-	if (sc->walked)
-		return -EAGAIN;
-	pthread_cond_wait(&sc->lcond, &sc->qlock);
-	return 0;
-}
-
-/* Under qlock: the directory of inode @ino, once read. */
-static int live_dir(struct dirscan *sc, uint64_t ino, struct ldir **out)
-{
-	if (!ino)
-		return -ENOENT;
-	for (;;) {
-		ssize_t k = canon_find(sc, ino - 1);
-		uint32_t pos;
-		int ret;
-
-		if (k >= 0 && (size_t)k < sc->prefix) {
-			*out = sc->canon[k];
-			return 0;
-		}
-		/* read, and not in canon: not a directory */
-		if (k < 0 && prefix_find(sc, ino - 1, &pos))
-			return -ENOTDIR;
-		ret = live_wait(sc);
-		if (ret)
-			return ret;
-	}
-}
-
-static int join(char *buf, size_t size, const char *dir, const char *name)
-{
-	int n = snprintf(buf, size, "%s%s%s", dir, dir[0] ? "/" : "", name);
-
-	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : n;
-}
-
-/* Under qlock: the path of inode @ino and its S_IFMT bits, once read. */
-static int live_entry(struct dirscan *sc, uint64_t ino, char *buf, size_t size,
-		      uint32_t *type)
-{
-	if (!ino)
-		return -ENOENT;
-	if (ino == SFS_ROOT_INO) {
-		*type = S_IFDIR;
-		return join(buf, size, "", "");
-	}
-	for (;;) {
-		uint32_t pos;
-		struct ldir *l = prefix_find(sc, ino - 1, &pos);
-		int ret;
-
-		if (l) {
-			*type = (uint32_t)l->type[pos] << 12;
-			return join(buf, size, l->path, l->names + l->off[pos]);
-		}
-		ret = live_wait(sc);
-		if (ret)
-			return ret;
-	}
-}
-
-/*
- * The attributes of @rel (type @type in the live index) as the scan takes
- * them, with inode number @ino.  A file with several names is left to the
- * manifest (its inode number is that of its first name in the tree).
- */
-static int live_attr(struct dirscan *sc, const char *rel, uint64_t ino,
-		     uint32_t type, struct sfs_attr *out)
-{
-	struct stat st;
-	int fd, ret = 0;
-
-	fd = open_beneath(sc, rel, O_PATH | O_NOFOLLOW);
-	if (fd < 0)
-		return fd;
-	if (fstat(fd, &st) < 0)
-		ret = -errno;
-	close(fd);
-	if (ret)
-		return ret;
-	if ((st.st_mode & S_IFMT) != type) {
-		log_err("source %s/%s changed type during the scan: remount to see the new version",
-			sc->root, rel);
-		return -EIO;
-	}
-	if (S_ISREG(st.st_mode) && st.st_nlink > 1)
-		return -EAGAIN;
-	attr_of(rel, &st, out);
-	out->ino = ino;
-	return 0;
-}
-
-int dirscan_live_getattr(struct dirscan *sc, uint64_t ino, struct sfs_attr *out)
-{
-	char rel[PATH_MAX];
-	uint32_t type;
-	int ret;
-
-	pthread_mutex_lock(&sc->qlock);
-	ret = live_entry(sc, ino, rel, sizeof(rel), &type);
-	pthread_mutex_unlock(&sc->qlock);
-	if (ret < 0)
-		return ret;
-	return live_attr(sc, rel, ino, type, out);
-}
-
-int dirscan_live_lookup(struct dirscan *sc, uint64_t parent, const char *name,
-			struct sfs_attr *out)
-{
-	char rel[PATH_MAX];
-	struct ldir *l;
-	uint64_t ino = 0;
-	uint32_t type = 0;
-	int ret;
-
-	pthread_mutex_lock(&sc->qlock);
-	ret = live_dir(sc, parent, &l);
-	if (!ret) {
-		size_t lo = 0, hi = l->n;
-
-		ret = -ENOENT;
-		while (lo < hi) {
-			size_t mid = lo + (hi - lo) / 2;
-			int c = strcmp(l->names + l->off[mid], name);
-
-			if (!c) {
-				ino = l->start + mid + 1;
-				type = (uint32_t)l->type[mid] << 12;
-				ret = join(rel, sizeof(rel), l->path, name);
-				break;
-			}
-			if (c < 0)
-				lo = mid + 1;
-			else
-				hi = mid;
-		}
-	}
-	pthread_mutex_unlock(&sc->qlock);
-	if (ret < 0)
-		return ret;
-	return live_attr(sc, rel, ino, type, out);
-}
-
-int dirscan_live_readdir(struct dirscan *sc, uint64_t ino, struct sfs_dirlist *out)
-{
-	struct ldir *l;
-	int ret;
-
-	memset(out, 0, sizeof(*out));
-	pthread_mutex_lock(&sc->qlock);
-	ret = live_dir(sc, ino, &l);
-	if (!ret && l->multi)
-		ret = -EAGAIN;	/* hard links' inode numbers: the manifest's */
-	if (!ret && l->n) {
-		out->ent = calloc(l->n, sizeof(*out->ent));
-		if (!out->ent)
-			ret = -ENOMEM;
-		for (uint32_t i = 0; !ret && i < l->n; i++) {
-			struct sfs_dirent *e = &out->ent[i];
-
-			e->name = strdup(l->names + l->off[i]);
-			if (!e->name) {
-				ret = -ENOMEM;
-				break;
-			}
-			e->ino = l->start + i + 1;
-			e->mode = (uint32_t)l->type[i] << 12;
-			out->n++;
-		}
-	}
-	pthread_mutex_unlock(&sc->qlock);
-	if (ret)
-		sfs_dirlist_release(out);
-	return ret;
-}
-
-int dirscan_live_readlink(struct dirscan *sc, uint64_t ino, char *buf, size_t size)
-{
-	char rel[PATH_MAX];
-	uint32_t type;
-	ssize_t n;
-	int fd, ret;
-
-	pthread_mutex_lock(&sc->qlock);
-	ret = live_entry(sc, ino, rel, sizeof(rel), &type);
-	pthread_mutex_unlock(&sc->qlock);
-	if (ret < 0)
-		return ret;
-	if (type != S_IFLNK)
-		return -EINVAL;
-	fd = open_beneath(sc, rel, O_PATH | O_NOFOLLOW);
-	if (fd < 0)
-		return fd;
-	n = readlinkat(fd, "", buf, size);
-	ret = n < 0 ? -errno : (int)n;
-	close(fd);
-	return ret;
-}
-
-int dirscan_live_path(struct dirscan *sc, uint64_t ino, char *buf, size_t size)
-{
-	uint32_t type;
-	int ret;
-
-	pthread_mutex_lock(&sc->qlock);
-	ret = live_entry(sc, ino, buf, size, &type);
-	pthread_mutex_unlock(&sc->qlock);
-	return ret;
-}
-
-/* ---- checking ---- */
-
-struct check {
-	int rootfd;
-	const unsigned char **rec;	/* each record's start */
-	size_t n;
-	size_t next;			/* protected by lock */
-	int changed;			/* protected by lock */
-	char why[PATH_MAX + 100];	/* protected by lock */
-	pthread_mutex_t lock;
-};
-
-static void check_one(struct check *ck, const unsigned char *f)
-{
-	char path[PATH_MAX];
-	uint64_t ino;
-	int64_t ms, cs;
-	uint32_t mn, cn;
-	uint16_t plen;
-	struct stat st;
-	const char *what = NULL;
-	int e = 0;
-
-	memcpy(&ino, f, 8);
-	memcpy(&ms, f + 8, 8);
-	memcpy(&mn, f + 16, 4);
-	memcpy(&cs, f + 20, 8);
-	memcpy(&cn, f + 28, 4);
-	memcpy(&plen, f + 32, 2);
-	memcpy(path, f + STAMP_FIX, plen);
-	path[plen] = '\0';
-	if (fstatat(ck->rootfd, path, &st,
-		    AT_SYMLINK_NOFOLLOW | (plen ? 0 : AT_EMPTY_PATH)) < 0)
-		e = errno;
-	else if (!S_ISDIR(st.st_mode))
-		what = "no longer a directory";
-	else if ((uint64_t)st.st_ino != ino)
-		what = "replaced (inode number changed)";
-	else if (st.st_mtim.tv_sec != ms || (uint32_t)st.st_mtim.tv_nsec != mn)
-		what = "mtime changed";
-	else if (st.st_ctim.tv_sec != cs || (uint32_t)st.st_ctim.tv_nsec != cn)
-		what = "ctime changed";
-	if (!e && !what)
-		return;
-	pthread_mutex_lock(&ck->lock);
-	if (!ck->changed) {
-		ck->changed = 1;
-		snprintf(ck->why, sizeof(ck->why), "directory \"%s\": %s",
-			 plen ? path : ".", e ? strerror(e) : what);
-	}
-	pthread_mutex_unlock(&ck->lock);
-}
-
-static void *check_worker(void *arg)
-{
-	struct check *ck = arg;
-
-	for (;;) {
-		size_t i, end;
-
-		pthread_mutex_lock(&ck->lock);
-		i = ck->next;
-		end = ck->changed ? i : MIN(ck->n, i + 64);
-		ck->next = end;
-		pthread_mutex_unlock(&ck->lock);
-		if (i == end)
-			return NULL;
-		for (; i < end; i++)
-			check_one(ck, ck->rec[i]);
-	}
-}
-
-int dirscan_unchanged(int rootfd, const void *stamps, size_t len,
-		      unsigned threads, char *why, size_t whylen)
-{
-	const unsigned char *p = stamps;
-	struct check ck = { .rootfd = rootfd };
-	pthread_t tids[64];
-	unsigned started = 0;
-	uint32_t magic;
-	uint64_t n;
-	size_t off = STAMP_HDR;
-
-	if (len < STAMP_HDR)
-		return -EINVAL;
-	memcpy(&magic, p, 4);
-	memcpy(&n, p + 8, 8);
-	if (magic != STAMP_MAGIC || n == 0 || n > (len - STAMP_HDR) / STAMP_FIX)
-		return -EINVAL;
-	ck.rec = malloc(n * sizeof(*ck.rec));
-	if (!ck.rec)
-		return -ENOMEM;
-	for (uint64_t i = 0; i < n; i++) {
-		uint16_t plen;
-
-		if (len - off < STAMP_FIX)
-			goto bad;
-		memcpy(&plen, p + off + 32, 2);
-		if (plen >= PATH_MAX || len - off - STAMP_FIX < plen ||
-		    memchr(p + off + STAMP_FIX, '\0', plen))
-			goto bad;
-		ck.rec[i] = p + off;
-		off += STAMP_FIX + plen;
-	}
-	if (off != len)
-		goto bad;
-	ck.n = n;
-	pthread_mutex_init(&ck.lock, NULL);
-	threads = MIN(MIN(threads, ARRAY_SIZE(tids)), (unsigned)(n / 256));
-	for (; started < threads; started++)
-		if (pthread_create(&tids[started], NULL, check_worker, &ck))
-			break;
-	check_worker(&ck);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(tids[i], NULL);
-	pthread_mutex_destroy(&ck.lock);
-	free(ck.rec);
-	if (ck.changed)
-		snprintf(why, whylen, "%s", ck.why);
-	return ck.changed;
-bad:
-	free(ck.rec);
-	return -EINVAL;
 }
