@@ -413,6 +413,8 @@ static int dir_scan_start(struct backend_dir *d, const struct sfs_config *cfg,
 	return 0;
 }
 
+static void dir_destroy(struct backend *be);
+
 static int dir_create(const char *uri, const struct sfs_config *cfg,
 		      struct backend **out, char *err, size_t errlen)
 {
@@ -490,14 +492,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 	return 0;
 
 out_free:
-	pthread_rwlock_destroy(&d->live);
-	pthread_mutex_destroy(&d->lock);
-	pthread_cond_destroy(&d->cond);
-	free(d->cache_dir);
-	free(d->stamps);
-	free(d->root);
-	free(d->be.uri);
-	free(d);
+	dir_destroy(&d->be);	/* no scanner was started: a failure comes before */
 	return ret;
 }
 

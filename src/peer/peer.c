@@ -546,6 +546,32 @@ const struct sockaddr_in *peer_group_self(const struct peer_group *pg)
 	return &pg->self->sa;
 }
 
+/* Free @pg and what it holds, its client thread not running (never started, or joined). */
+static void pg_free(struct peer_group *pg)
+{
+	if (pg->efd >= 0)
+		close(pg->efd);
+	if (pg->epfd >= 0)
+		close(pg->epfd);
+	for (unsigned int i = 0; i < pg->np; i++) {
+		struct peer *p = pg->p[i];
+
+		while (p->nidle) {	/* none once the thread has ended */
+			p->nidle--;
+			peer_conn_close(p->idle[p->nidle], p->idle_ssl[p->nidle]);
+		}
+		free(p);
+	}
+	peer_tls_destroy(pg->tls);
+	peer_key_wipe(&pg->key);
+	pthread_mutex_destroy(&pg->lock);
+	pthread_mutex_destroy(&pg->reload_lock);
+	pthread_cond_destroy(&pg->reclaimed);
+	free(pg->peers);
+	free(pg->peers_file);
+	free(pg);
+}
+
 int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 		      char *err, size_t errlen)
 {
@@ -608,20 +634,7 @@ int peer_group_create(const struct peer_opts *o, struct peer_group **out,
 	return 0;
 
 out_free:
-	if (pg->efd >= 0)
-		close(pg->efd);
-	if (pg->epfd >= 0)
-		close(pg->epfd);
-	for (unsigned int i = 0; i < pg->np; i++)
-		free(pg->p[i]);
-	peer_tls_destroy(pg->tls);
-	peer_key_wipe(&pg->key);
-	pthread_mutex_destroy(&pg->lock);
-	pthread_mutex_destroy(&pg->reload_lock);
-	pthread_cond_destroy(&pg->reclaimed);
-	free(pg->peers);
-	free(pg->peers_file);
-	free(pg);
+	pg_free(pg);
 	return rc;
 }
 
@@ -633,24 +646,6 @@ void peer_group_destroy(struct peer_group *pg)
 	pg->stopping = true;
 	pthread_mutex_unlock(&pg->lock);
 	peer_poke(pg);
-	pthread_join(pg->thread, NULL);
-	for (unsigned int i = 0; i < pg->np; i++) {
-		struct peer *p = pg->p[i];
-
-		while (p->nidle) {
-			p->nidle--;
-			peer_conn_close(p->idle[p->nidle], p->idle_ssl[p->nidle]);
-		}
-		free(p);
-	}
-	peer_tls_destroy(pg->tls);
-	close(pg->efd);
-	close(pg->epfd);
-	peer_key_wipe(&pg->key);
-	pthread_mutex_destroy(&pg->lock);
-	pthread_mutex_destroy(&pg->reload_lock);
-	pthread_cond_destroy(&pg->reclaimed);
-	free(pg->peers);
-	free(pg->peers_file);
-	free(pg);
+	pthread_join(pg->thread, NULL);	/* it closed the idle connections */
+	pg_free(pg);
 }
