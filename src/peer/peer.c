@@ -31,8 +31,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#define BACKOFF_MIN_MS	1000
-#define BACKOFF_MAX_MS	30000
 #define LIST_MAX_BYTES	65536	/* a peers_file */
 
 /* ---- membership ---- */
@@ -380,7 +378,7 @@ int peer_group_reread(struct peer_group *pg, char *err, size_t errlen)
 }
 
 /* Under pg->lock: the live member that owns @id (highest score). */
-struct peer *peer_owner_locked(struct peer_group *pg, const struct sfs_id *id,
+static struct peer *owner_locked(struct peer_group *pg, const struct sfs_id *id,
 				 uint64_t now)
 {
 	struct peer *best = NULL;
@@ -402,63 +400,50 @@ struct peer *peer_owner_locked(struct peer_group *pg, const struct sfs_id *id,
 	return best;
 }
 
-/* ---- back-offs ---- */
-
-void peer_poke(struct peer_group *pg)
-{
-	uint64_t one = 1;
-
-	if (write(pg->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_warn("peer: eventfd: %s", strerror(errno));
-}
-
-/*
- * @p failed a request.  Requests that were in flight when its back-off
- * began fail too: only a failure after a back-off ended (the peer was
- * tried again) makes the next one longer.
- */
-void peer_backoff(struct peer_group *pg, struct peer *p, int err)
-{
-	uint64_t now = now_ms();
-	unsigned int ms, fails;
-
-	pthread_mutex_lock(&pg->lock);
-	if (p->backoff_until > now) {
-		pthread_mutex_unlock(&pg->lock);
-		return;
-	}
-	fails = ++p->fails;
-	ms = fails > 6 ? BACKOFF_MAX_MS : MIN(BACKOFF_MIN_MS << (fails - 1), BACKOFF_MAX_MS);
-	p->backoff_until = now + ms;
-	pthread_mutex_unlock(&pg->lock);
-	if (fails == 1)
-		log_warn("peer %s: %s; its chunks come from the backend for %u ms",
-			 p->addr, strerror(-err), ms);
-	else
-		log_info("peer %s: %s again; skipped for %u ms", p->addr, strerror(-err), ms);
-}
-
-void peer_recovered(struct peer_group *pg, struct peer *p)
-{
-	bool was;
-
-	pthread_mutex_lock(&pg->lock);
-	was = p->fails != 0;
-	p->fails = 0;
-	pthread_mutex_unlock(&pg->lock);
-	if (was)
-		log_notice("peer %s: answering again", p->addr);
-}
-
-
 /* ---- the API ---- */
+
+int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
+		     const struct peer_loc *loc, void *buf, size_t len,
+		     void (*done)(void *arg, int res), void *arg)
+{
+	struct peer *owner;
+	struct preq *rq;
+	uint64_t now = now_ms();
+
+	if (len == 0 || len > UINT32_MAX)
+		return -EINVAL;
+	rq = calloc(1, sizeof(*rq));
+	if (!rq)
+		return -ENOMEM;
+	pthread_mutex_lock(&pg->lock);
+	owner = pg->stopping ? NULL : owner_locked(pg, id, now);
+	if (!owner || owner->self) {
+		pthread_mutex_unlock(&pg->lock);
+		free(rq);
+		return -ENOENT;
+	}
+	rq->p = owner;
+	rq->id = *id;
+	rq->loc = *loc;
+	rq->buf = buf;
+	rq->len = len;
+	rq->deadline = now + pg->timeout_ms;
+	rq->done = done;
+	rq->arg = arg;
+	rq->fd = -1;
+	rq->st = RQ_NEW;
+	list_add_tail(&pg->inbox, &rq->node);
+	pthread_mutex_unlock(&pg->lock);
+	peer_poke(pg);
+	return 0;
+}
 
 bool peer_owns(struct peer_group *pg, const struct sfs_id *id)
 {
 	struct peer *owner;
 
 	pthread_mutex_lock(&pg->lock);
-	owner = peer_owner_locked(pg, id, now_ms());
+	owner = owner_locked(pg, id, now_ms());
 	pthread_mutex_unlock(&pg->lock);
 	return !owner || owner->self;
 }

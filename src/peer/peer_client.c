@@ -46,10 +46,64 @@
 /* an idle connection older than this is closed, not reused: well before
  * the server's 60 s, so that a request never races the server's close */
 #define IDLE_KEEP_MS	20000
+#define BACKOFF_MIN_MS	1000
+#define BACKOFF_MAX_MS	30000
 
 /* lines a peer (or an impostor at its address) can cause */
 static struct log_ratelimit handshake_rl = LOG_RATELIMIT_INIT(10000, 5);
 static struct log_ratelimit bad_bytes_rl = LOG_RATELIMIT_INIT(10000, 5);
+
+/* ---- back-offs, and waking the thread ---- */
+
+void peer_poke(struct peer_group *pg)
+{
+	uint64_t one = 1;
+
+	if (write(pg->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		log_warn("peer: eventfd: %s", strerror(errno));
+}
+
+/*
+ * @p failed a request.  Requests that were in flight when its back-off
+ * began fail too: only a failure after a back-off ended (the peer was
+ * tried again) makes the next one longer.
+ */
+void peer_backoff(struct peer_group *pg, struct peer *p, int err)
+{
+	uint64_t now = now_ms();
+	unsigned int ms, fails;
+
+	pthread_mutex_lock(&pg->lock);
+	if (p->backoff_until > now) {
+		pthread_mutex_unlock(&pg->lock);
+		return;
+	}
+	fails = ++p->fails;
+	ms = fails > 6 ? BACKOFF_MAX_MS : MIN(BACKOFF_MIN_MS << (fails - 1), BACKOFF_MAX_MS);
+	p->backoff_until = now + ms;
+	pthread_mutex_unlock(&pg->lock);
+	if (fails == 1)
+		log_warn("peer %s: %s; its chunks come from the backend for %u ms",
+			 p->addr, strerror(-err), ms);
+	else
+		log_info("peer %s: %s again; skipped for %u ms", p->addr, strerror(-err), ms);
+}
+
+void peer_recovered(struct peer_group *pg, struct peer *p)
+{
+	bool was;
+
+	pthread_mutex_lock(&pg->lock);
+	was = p->fails != 0;
+	p->fails = 0;
+	pthread_mutex_unlock(&pg->lock);
+	if (was)
+		log_notice("peer %s: answering again", p->addr);
+}
+
+
+
+/* ---- requests ---- */
 
 static void rq_start(struct peer_group *pg, struct preq *rq);
 
@@ -475,40 +529,4 @@ void *peer_client_main(void *arg)
 	}
 	pthread_mutex_unlock(&pg->lock);
 	return NULL;
-}
-
-int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
-		     const struct peer_loc *loc, void *buf, size_t len,
-		     void (*done)(void *arg, int res), void *arg)
-{
-	struct peer *owner;
-	struct preq *rq;
-	uint64_t now = now_ms();
-
-	if (len == 0 || len > UINT32_MAX)
-		return -EINVAL;
-	rq = calloc(1, sizeof(*rq));
-	if (!rq)
-		return -ENOMEM;
-	pthread_mutex_lock(&pg->lock);
-	owner = pg->stopping ? NULL : peer_owner_locked(pg, id, now);
-	if (!owner || owner->self) {
-		pthread_mutex_unlock(&pg->lock);
-		free(rq);
-		return -ENOENT;
-	}
-	rq->p = owner;
-	rq->id = *id;
-	rq->loc = *loc;
-	rq->buf = buf;
-	rq->len = len;
-	rq->deadline = now + pg->timeout_ms;
-	rq->done = done;
-	rq->arg = arg;
-	rq->fd = -1;
-	rq->st = RQ_NEW;
-	list_add_tail(&pg->inbox, &rq->node);
-	pthread_mutex_unlock(&pg->lock);
-	peer_poke(pg);
-	return 0;
 }

@@ -91,17 +91,17 @@ struct peer_group {
 	struct list_node live;		/* the client thread's: queued and active requests */
 };
 
-/* peer.c */
+/*
+ * peer_client.c; peer.c uses it, never the reverse: the client thread
+ * reads the membership and the back-offs (under pg->lock) but calls
+ * nothing of peer.c.
+ */
 /* Wake the client thread (its eventfd). */
 void peer_poke(struct peer_group *pg);
 /* @p failed a request (-errno @err): skip it for a back-off. */
 void peer_backoff(struct peer_group *pg, struct peer *p, int err);
 /* @p answered: its back-off is over. */
 void peer_recovered(struct peer_group *pg, struct peer *p);
-/* The live member that owns chunk @id at @now (ms), or NULL; under pg->lock. */
-struct peer *peer_owner_locked(struct peer_group *pg, const struct sfs_id *id, uint64_t now);
-
-/* peer_client.c */
 /* The client thread (pthread_create'd by peer_group_create). */
 void *peer_client_main(void *arg);
 /* Close a connection: a close_notify if it can go now, then the socket. */
