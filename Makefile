@@ -172,7 +172,7 @@ check-sanitizers:
 	$(Q)tests/sanitize.sh $(TESTS)
 
 demo: all
-	$(Q)tools/demo.sh
+	$(Q)tools/dev/demo.sh
 
 # The man pages (man/NAME.SECTION.scd, scdoc(5)); `make docs` regenerates
 # the settings sections of stagefs.8 and stagefs.conf.5 from src/config.c.
@@ -227,7 +227,7 @@ endif
 # docs/configuration.md are generated from the option table in src/config.c;
 # tests/integration/gendocs.sh fails when the committed copies are stale
 docs: stagefs
-	$(Q)tools/gendocs.sh ./stagefs
+	$(Q)tools/dev/gendocs.sh ./stagefs
 
 # libFuzzer harnesses (tests/fuzz/): src/ built again with clang and
 # -fsanitize=fuzzer-no-link,address,undefined into tests/fuzz/obj/, each
@@ -269,10 +269,10 @@ distclean: clean
 .SECONDARY:
 endif
 
-# The Debian packages (debian/), built by tools/mkdeb.sh with
+# The Debian packages (debian/), built by tools/dev/mkdeb.sh with
 # dpkg-buildpackage in a copy of the tree, build/deb/ (this tree's build and
 # configuration are not touched); the .debs land in build/deb/.
 deb:
-	$(Q)tools/mkdeb.sh
+	$(Q)tools/dev/mkdeb.sh
 
 .PHONY: deb

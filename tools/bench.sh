@@ -138,7 +138,7 @@ RB=$REPO/tools/readbench
 PB=$REPO/tools/peerbench
 GB=$REPO/tools/gpubench
 AUB=$REPO/tools/aubench
-CLUSTER_SH=$REPO/tools/ceph-cluster.sh
+CLUSTER_SH=$REPO/tools/dev/ceph-cluster.sh
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 
@@ -456,7 +456,7 @@ need_cluster() {
 	[ -n "$CLUSTER_DIR" ] && return 0
 	[ -z "$CLUSTER_WHY" ] || return 1
 	if [ ! -x "$CLUSTER_SH" ] || ! command -v ceph-mon >/dev/null || ! command -v rados >/dev/null; then
-		CLUSTER_WHY="no Ceph here (tools/ceph-cluster.sh, ceph-mon or rados missing)"
+		CLUSTER_WHY="no Ceph here (tools/dev/ceph-cluster.sh, ceph-mon or rados missing)"
 		return 1
 	fi
 	for _ in 1 2 3; do

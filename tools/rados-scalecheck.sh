@@ -6,7 +6,7 @@
 #   sudo CEPH_CONF=/path/ceph.conf tools/rados-scalecheck.sh
 #   sudo SCALE_N=10000000 SCALE_EXT4=0 tools/rados-scalecheck.sh
 #
-# Without CEPH_CONF it starts a throwaway cluster (tools/ceph-cluster.sh)
+# Without CEPH_CONF it starts a throwaway cluster (tools/dev/ceph-cluster.sh)
 # and stops it at the end.  Needs `make test-progs` (tests/helpers/
 # scale_dataset).  It stores the manifest of SCALE_N files (1,000 a
 # directory, over 16 real chunks: scale_dataset) in pool SCALE_POOL
@@ -51,7 +51,7 @@ cleanup() {
 		wait "$PID" 2>/dev/null || true
 	fi
 	if [[ -n $CEPH_DIR ]]; then
-		"$REPO/tools/ceph-cluster.sh" stop "$CEPH_DIR" >/dev/null 2>&1 || true
+		"$REPO/tools/dev/ceph-cluster.sh" stop "$CEPH_DIR" >/dev/null 2>&1 || true
 		rm -rf "$CEPH_DIR"
 	elif [[ -n ${CEPH_CONF:-} ]]; then
 		rados -p "$POOL" ls 2>/dev/null | grep -E "^sfs\.(manifest|dataset)\.$NAME" |
@@ -65,7 +65,7 @@ trap cleanup EXIT
 if [[ -z ${CEPH_CONF:-} ]]; then
 	CEPH_DIR=$W/ceph
 	rm -rf "$CEPH_DIR"
-	CEPH_CONF=$("$REPO/tools/ceph-cluster.sh" start "$CEPH_DIR")
+	CEPH_CONF=$("$REPO/tools/dev/ceph-cluster.sh" start "$CEPH_DIR")
 fi
 export CEPH_CONF
 R() { rados -p "$POOL" "$@"; }

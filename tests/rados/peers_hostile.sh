@@ -6,7 +6,7 @@
 . "$(dirname "$0")/../lib.sh"
 need_mount
 need_users nobody
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
 . "$REPO/tests/lib_peers.sh"
 
 # A group of three on 127.0.0.2-4; node 3 (127.0.0.4) has no daemon: the
