@@ -6,7 +6,7 @@
 need_mount
 
 N=${SCALE_TEST_N:-100000}
-RSS_MAX=400	# bytes of daemon memory per entry (tools/scalecheck.sh's bound)
+RSS_MAX=400	# bytes of daemon memory per entry (tools/bench/scalecheck.sh's bound)
 T=$TEST_TMPDIR src=$TEST_TMPDIR/src mnt=$TEST_TMPDIR/mnt
 genscale() { "$PYTHON" "$REPO/tests/genscale.py" "$@"; }
 listing() { (cd "$1" && find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort); }

@@ -25,7 +25,7 @@ EOF
 M=$T/mnt
 sfs_mount "rados://$POOL/$NAME" "$M" "ceph_conf=$CEPH_CONF" rados_timeout=5s \
 	epoch_staging_files=32
-READER=$REPO/tools/epoch_reader.py
+READER=$REPO/tools/bench/epoch_reader.py
 "$PYTHON" "$READER" "$M" --workers 3 --compute 0.01 --seed 3 --verify "$T/src" >"$T/e1.json" ||
 	die "the first epoch failed: $(cat "$T/e1.json")"
 cat "$T/e1.json" >&2

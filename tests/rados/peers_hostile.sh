@@ -349,7 +349,7 @@ sfs_mount "rados://$POOL/${PEER_NAME}s" "$T/m2" -c "$T/rate.conf" "ceph_conf=$CE
 	"cache_dir=$T/cache2s" "runtime_dir=$T/run2" "peer_listen=$S2"
 treecmp "$T/small" "$T/m2" --jobs 3 >/dev/null || die "node 2 read the small dataset wrong"
 r0=$(node_row "$T/m2" "127.0.0.9:$PEER_PORT" refused)
-res=$(CEPH_CONF=$CEPH_CONF "$REPO/tools/peerbench" -t 32 -r 12 "$PEER_KEY" "127.0.0.9:$PEER_PORT" "$S2" \
+res=$(CEPH_CONF=$CEPH_CONF "$REPO/tools/bench/peerbench" -t 32 -r 12 "$PEER_KEY" "127.0.0.9:$PEER_PORT" "$S2" \
 	"rados://$POOL/${PEER_NAME}s") || die "peerbench: $res"
 echo "$res"
 rate=$("$PYTHON" -c 'import json, sys; print(int(json.loads(sys.argv[1])["requests_per_s"]))' "$res")

@@ -3,8 +3,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # whose length is bounded by the tree's size (1 M files: ~3-4 min here).
 #
-#   sudo tools/scalecheck.sh                 # 1,000,000 files
-#   sudo SCALE_N=100000 tools/scalecheck.sh  # a quick one
+#   sudo tools/bench/scalecheck.sh                 # 1,000,000 files
+#   sudo SCALE_N=100000 tools/bench/scalecheck.sh  # a quick one
 #
 # It writes a tree of SCALE_N tiny files (tests/genscale.py: SCALE_N/10 in
 # one directory, wide/, the rest 1,000 a directory) under SCALE_DIR (default
@@ -32,7 +32,7 @@
 # for the next run when SCALE_KEEP=1 (it is regenerated only if missing).
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 STAGEFS=${STAGEFS:-$REPO/stagefs}
 N=${SCALE_N:-1000000}
 BASE=${SCALE_DIR:-/var/tmp}

@@ -3,8 +3,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # to first answer, in one run (1 M files: about a minute here).
 #
-#   sudo CEPH_CONF=/path/ceph.conf tools/rados-scalecheck.sh
-#   sudo SCALE_N=10000000 SCALE_EXT4=0 tools/rados-scalecheck.sh
+#   sudo CEPH_CONF=/path/ceph.conf tools/bench/rados-scalecheck.sh
+#   sudo SCALE_N=10000000 SCALE_EXT4=0 tools/bench/rados-scalecheck.sh
 #
 # Without CEPH_CONF it starts a throwaway cluster (tools/dev/ceph-cluster.sh)
 # and stops it at the end.  Needs `make test-progs` (tests/helpers/
@@ -28,7 +28,7 @@
 # Exits 1 if a listing or a file is wrong.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 STAGEFS=${STAGEFS:-$REPO/stagefs}
 HELPER=$REPO/tests/helpers/scale_dataset
 N=${SCALE_N:-1000000}
