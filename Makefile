@@ -31,7 +31,8 @@ PREFETCH_OBJS = $(patsubst %.c,%.o,$(wildcard prefetch/*.c))
 TOOL_SRCS     = $(wildcard tools/stagefs-*.c)
 TOOLS         = $(patsubst tools/%.c,%,$(TOOL_SRCS))
 # the benchmarks' programs (tools/bench/: the readers tools/bench.sh times)
-BENCH_PROGS   = tools/bench/readbench tools/bench/peerbench tools/bench/aubench
+BENCH_PROGS   = tools/bench/readbench tools/bench/peerbench tools/bench/aubench \
+                tools/bench/scale_dataset
 UNIT_SRCS     = $(wildcard tests/unit/test_*.c)
 UNIT_TESTS    = $(patsubst %.c,%,$(UNIT_SRCS))
 TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
@@ -134,6 +135,11 @@ tools/bench/peerbench: tools/bench/peerbench.o src/libsfs.a
 # simulated accelerators and their utilization (tools/bench.sh au; no stagefs code)
 tools/bench/aubench: tools/bench/aubench.o
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< -lpthread -lm
+
+# a published dataset of N files without publishing them (rados-scalecheck.sh,
+# and the rados tests that need many files: manifest_lazy, peers_large)
+tools/bench/scale_dataset: tools/bench/scale_dataset.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE)
 
 # libstagefs's GPU feed rate against its ceilings (tools/bench.sh gpu)
 tools/bench/gpubench: tools/bench/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a

@@ -2,7 +2,7 @@
 # tools/bench/coldsmall.sh - coldsmall: many tiny files read once, cold, through dir:// / directly
 # SPDX-License-Identifier: Apache-2.0
 #
-#   coldsmall    BENCH_COLD_N (200,000) tiny files (tests/genscale.py) read
+#   coldsmall    BENCH_COLD_N (200,000) tiny files (tools/bench/genscale.py) read
 #                once, cold (empty cache, page cache dropped), shuffled, by
 #                BENCH_EPOCH_WORKERS readers (tools/bench/epoch_reader.py) through
 #                dir:// with epoch_staging=on and =off / the same files read
@@ -46,7 +46,7 @@ bench_coldsmall() {
 	hdr coldsmall "$COLD_N tiny files (10-20 B) read once, cold, shuffled, $EPOCH_WORKERS readers: dir:// with epoch staging on / off / the source directly (files/s)"
 	has_option epoch_staging || { skipped "this stagefs has no epoch_staging"; return; }
 	log "coldsmall: writing $COLD_N files"
-	"$PY" "$REPO/tests/genscale.py" "$d/src" --files "$COLD_N" >/dev/null ||
+	"$PY" "$REPO/tools/bench/genscale.py" "$d/src" --files "$COLD_N" >/dev/null ||
 		{ skipped "could not write the data"; return; }
 	row5 "files/s" "staging on" "staging off" "source" ""
 	for r in $(seq "$ROUNDS"); do
