@@ -30,6 +30,9 @@ FUSE_OBJS     = $(patsubst %.c,%.o,$(wildcard fuse/*.c fuse/ctl/*.c))
 PREFETCH_OBJS = $(patsubst %.c,%.o,$(wildcard prefetch/*.c))
 TOOL_SRCS     = $(wildcard tools/stagefs-*.c)
 TOOLS         = $(patsubst tools/%.c,%,$(TOOL_SRCS))
+# the benchmarks' programs (tools/bench/: the readers tools/bench.sh times)
+BENCH_PROGS   = tools/bench/readbench tools/bench/peerbench tools/bench/aubench \
+                tools/bench/scale_dataset
 UNIT_SRCS     = $(wildcard tests/unit/test_*.c)
 UNIT_TESTS    = $(patsubst %.c,%,$(UNIT_SRCS))
 TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
@@ -39,7 +42,7 @@ LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
 # the GPU benchmark (tools/bench.sh gpu) needs the CUDA runtime
 ifeq ($(HAVE_CUDA),y)
-GPU_BENCH     = tools/gpubench
+GPU_BENCH     = tools/bench/gpubench
 endif
 
 # the Slurm SPANK plugin (docs/slurm.md), where configure found Slurm's
@@ -48,7 +51,7 @@ ifeq ($(HAVE_SLURM),y)
 SPANK_PLUGIN  = slurm/spank_stagefs.so
 endif
 
-all: stagefs $(TOOLS) tools/readbench tools/peerbench tools/aubench gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
+all: stagefs $(TOOLS) $(BENCH_PROGS) gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
 
 # Header dependencies come from the compiler (-MMD -MP: each object's .d
 # lists the headers it included); an object without its .d yet (built
@@ -122,19 +125,24 @@ slurm/spank_stagefs.so: $(patsubst %.c,%.o,$(wildcard slurm/*.c)) src/libsfs.a s
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -shared -Wl,--version-script=slurm/spank_stagefs.map -Wl,--exclude-libs,ALL -o $@ $(filter %.o %.a,$^) $(XXHASH_LIBS) -lm
 
 # the reader tools/bench.sh times (plain C, no stagefs code)
-tools/readbench: tools/readbench.o
+tools/bench/readbench: tools/bench/readbench.o
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $<
 
 # a peer group member asking another for chunks (tools/bench.sh peers)
-tools/peerbench: tools/peerbench.o src/libsfs.a
+tools/bench/peerbench: tools/bench/peerbench.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE)
 
 # simulated accelerators and their utilization (tools/bench.sh au; no stagefs code)
-tools/aubench: tools/aubench.o
+tools/bench/aubench: tools/bench/aubench.o
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< -lpthread -lm
 
+# a published dataset of N files without publishing them (rados-scalecheck.sh,
+# and the rados tests that need many files: manifest_lazy, peers_large)
+tools/bench/scale_dataset: tools/bench/scale_dataset.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE)
+
 # libstagefs's GPU feed rate against its ceilings (tools/bench.sh gpu)
-tools/gpubench: tools/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
+tools/bench/gpubench: tools/bench/gpubench.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lm
 
 tests/unit/test_%: tests/unit/test_%.o src/libsfs.a
@@ -172,7 +180,7 @@ check-sanitizers:
 	$(Q)tests/sanitize.sh $(TESTS)
 
 demo: all
-	$(Q)tools/demo.sh
+	$(Q)tools/dev/demo.sh
 
 # The man pages (man/NAME.SECTION.scd, scdoc(5)); `make docs` regenerates
 # the settings sections of stagefs.8 and stagefs.conf.5 from src/config.c.
@@ -227,7 +235,7 @@ endif
 # docs/configuration.md are generated from the option table in src/config.c;
 # tests/integration/gendocs.sh fails when the committed copies are stale
 docs: stagefs
-	$(Q)tools/gendocs.sh ./stagefs
+	$(Q)tools/dev/gendocs.sh ./stagefs
 
 # libFuzzer harnesses (tests/fuzz/): src/ built again with clang and
 # -fsanitize=fuzzer-no-link,address,undefined into tests/fuzz/obj/, each
@@ -257,7 +265,7 @@ tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
 fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
-	rm -f */*.o */*/*.o */*.d */*/*.d src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) tools/readbench tools/peerbench tools/aubench tools/gpubench slurm/spank_stagefs.so
+	rm -f */*.o */*/*.o */*.d */*/*.d src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) $(BENCH_PROGS) tools/bench/gpubench slurm/spank_stagefs.so
 	rm -f $(MAN_PAGES)
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
@@ -269,10 +277,10 @@ distclean: clean
 .SECONDARY:
 endif
 
-# The Debian packages (debian/), built by tools/mkdeb.sh with
+# The Debian packages (debian/), built by tools/dev/mkdeb.sh with
 # dpkg-buildpackage in a copy of the tree, build/deb/ (this tree's build and
 # configuration are not touched); the .debs land in build/deb/.
 deb:
-	$(Q)tools/mkdeb.sh
+	$(Q)tools/dev/mkdeb.sh
 
 .PHONY: deb

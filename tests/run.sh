@@ -27,7 +27,7 @@
 # (without leak checks) for Python that loads gpudirect/libstagefs.so.
 #
 # Tests that live in tests/rados/ or say `# needs: ceph` in their first 5 lines
-# share one throwaway Ceph cluster (tools/ceph-cluster.sh start DIR), started
+# share one throwaway Ceph cluster (tools/dev/ceph-cluster.sh start DIR), started
 # once before the first of them and stopped on exit, whatever happens.  If it
 # cannot be started they are skipped with the reason.
 #
@@ -200,7 +200,7 @@ ceph_stop() {
 	[[ $CEPH_STATE == up ]] || return 0
 	CEPH_STATE=none
 	say "runner: stopping the Ceph cluster"
-	"$REPO/tools/ceph-cluster.sh" stop "$CEPH_DIR" >>"$OUT/ceph-cluster.log" 2>&1 ||
+	"$REPO/tools/dev/ceph-cluster.sh" stop "$CEPH_DIR" >>"$OUT/ceph-cluster.log" 2>&1 ||
 		say "runner: ceph-cluster.sh stop failed (see ${OUT#"$REPO"/}/ceph-cluster.log)"
 }
 
@@ -227,11 +227,11 @@ on_signal() {
 # --- Ceph --------------------------------------------------------------------
 
 ceph_start() {
-	local script=$REPO/tools/ceph-cluster.sh conf rc
+	local script=$REPO/tools/dev/ceph-cluster.sh conf rc
 	[[ $CEPH_STATE == none ]] || return 0
 	if [[ ! -x $script ]]; then
 		CEPH_STATE=failed
-		CEPH_FAIL_REASON="tools/ceph-cluster.sh is missing or not executable"
+		CEPH_FAIL_REASON="tools/dev/ceph-cluster.sh is missing or not executable"
 		return 0
 	fi
 	CEPH_DIR=$RUN_TMP/ceph

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# tools/aubench through a dir:// mount: samples and bytes read match the generated files for each workload, AU in [0,1], stagefs's job bytes match, a wrong-sized file is an error, the search and its -H handshake are consistent.
+# tools/bench/aubench through a dir:// mount: samples and bytes read match the generated files for each workload, AU in [0,1], stagefs's job bytes match, a wrong-sized file is an error, the search and its -H handshake are consistent.
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
-AUB=$REPO/tools/aubench
+AUB=$REPO/tools/bench/aubench
 [[ -x $AUB ]] || die "$AUB is not built (run make)"
 
 T=$TEST_TMPDIR

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# tools/aubench against stagefs's job row: a cold trial (dir://, capped backend) and a warm one (passthrough, the default) each agree with the tool's own bytes and its readers' lost and blocked shares within the stated bounds (tools/aubench_agree.py), and a wrong row is caught.
+# tools/bench/aubench against stagefs's job row: a cold trial (dir://, capped backend) and a warm one (passthrough, the default) each agree with the tool's own bytes and its readers' lost and blocked shares within the stated bounds (tools/bench/aubench_agree.py), and a wrong row is caught.
 # SPDX-License-Identifier: Apache-2.0
 # AGREE_MOPTS (mount options) and AGREE_ARGS (aubench options) added to
 # the test's are for experiments: AGREE_MOPTS=uring_queue_depth=8 fails it where uring is on (below).
 . "$(dirname "$0")/../lib.sh"
 need_mount
-AUB=$REPO/tools/aubench
-AGREE=$REPO/tools/aubench_agree.py
+AUB=$REPO/tools/bench/aubench
+AGREE=$REPO/tools/bench/aubench_agree.py
 [[ -x $AUB ]] || die "$AUB is not built (run make)"
 
 T=$TEST_TMPDIR

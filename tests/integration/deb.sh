@@ -37,7 +37,7 @@ trap 'rc=$?; deb_cleanup; (exit $rc); _lib_on_exit' EXIT
 # the runner's timeout sends SIGTERM: purge then too
 trap 'exit 143' TERM INT
 
-# --- build (incremental after the first time: tools/mkdeb.sh)
+# --- build (incremental after the first time: tools/dev/mkdeb.sh)
 t0=$SECONDS
 make -s -C "$REPO" deb >"$T/mkdeb.log" 2>&1 || { tail -n 40 "$T/mkdeb.log" >&2; die "make deb failed"; }
 grep -q "lintian: no errors" "$T/mkdeb.log" || command -v lintian >/dev/null ||

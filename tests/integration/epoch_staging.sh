@@ -20,7 +20,7 @@ for i in range(416):
 EOF
 nfiles=$(find "$src" -type f | wc -l)
 chunks=$(find "$src" -type f -printf '%s\n' | awk '{ n += int(($1 + 65535) / 65536) } END { print n }')
-READER=$REPO/tools/epoch_reader.py
+READER=$REPO/tools/bench/epoch_reader.py
 
 # reader MNT: one shuffled epoch by 2 workers spending 10 ms per sample,
 # every byte compared with the source

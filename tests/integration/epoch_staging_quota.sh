@@ -43,7 +43,7 @@ source = dir://$T/kept
 EOC
 MNT=$T/mnt
 sfs_mount "" "$MNT" -c "$CONF"
-READER=$REPO/tools/epoch_reader.py
+READER=$REPO/tools/bench/epoch_reader.py
 usage() { # usage USER -> used bytes from `stagefs quota --json`
 	"$STAGEFS" quota --json "$MNT" | "$PYTHON" -c '
 import json, sys

@@ -6,6 +6,6 @@
 . "$(dirname "$0")/../lib.sh"
 
 [[ -x $STAGEFS ]] || die "no $STAGEFS (run make)"
-"$REPO/tools/gendocs.sh" --check "$STAGEFS" ||
+"$REPO/tools/dev/gendocs.sh" --check "$STAGEFS" ||
 	die "generated files are stale: run \`make docs\` and commit them"
 exit 0

@@ -6,9 +6,9 @@
 need_mount
 
 N=${SCALE_TEST_N:-100000}
-RSS_MAX=400	# bytes of daemon memory per entry (tools/scalecheck.sh's bound)
+RSS_MAX=400	# bytes of daemon memory per entry (tools/bench/scalecheck.sh's bound)
 T=$TEST_TMPDIR src=$TEST_TMPDIR/src mnt=$TEST_TMPDIR/mnt
-genscale() { "$PYTHON" "$REPO/tests/genscale.py" "$@"; }
+genscale() { "$PYTHON" "$REPO/tools/bench/genscale.py" "$@"; }
 listing() { (cd "$1" && find . -mindepth 1 -printf '%P\n' | LC_ALL=C sort); }
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$(sfs_pid "$mnt")/status"; }
 said() { grep -q "$1" "$(sfs_log "$mnt")"; }
@@ -36,7 +36,7 @@ cmp -s "$T/src.list" "$T/mnt.list" ||
 	die "the mount lists $(wc -l <"$T/mnt.list") entries, the source $((entries - 1)): $(diff "$T/src.list" "$T/mnt.list" | head -3 | tr '\n' ' ')"
 grep '/f' "$T/src.list" | awk 'NR % 331 == 7' >"$T/sample"
 assert_ge "$(wc -l <"$T/sample")" 250 "sampled files"
-(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tests/genscale.py" "$mnt" --check) ||
+(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tools/bench/genscale.py" "$mnt" --check) ||
 	die "a sampled file read back wrong"
 # the checker itself fails on wrong bytes
 mkdir -p "$T/neg/d0000" && cp "$src/d0000/f0000001" "$T/neg/d0000/f0000000"
@@ -57,7 +57,7 @@ sfs_mount "dir://$src" "$mnt" epoch_staging=off
 said "unchanged since its last scan ($entries entries)" || die "the remount scanned again: $(grep -i scan "$(sfs_log "$mnt")")"
 said "scanned $src" && die "the remount scanned"
 listing "$mnt" | cmp -s - "$T/src.list" || die "the remount lists other entries"
-(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tests/genscale.py" "$mnt" --check) ||
+(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tools/bench/genscale.py" "$mnt" --check) ||
 	die "a sampled file read back wrong after the remount"
 sfs_umount "$mnt"
 
@@ -114,7 +114,7 @@ else
 	assert_gt "$(stat_get "$mnt" kernel_prunes)" 0 "kernel_prunes"
 	[[ $((s1 - s0)) -le 25000 ]] || die "the kernel holds $((s1 - s0)) more FUSE inodes after the walk, bound 20000"
 	# pruned entries are looked up again, right
-	(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tests/genscale.py" "$mnt" --check) ||
+	(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tools/bench/genscale.py" "$mnt" --check) ||
 		die "a sampled file read back wrong after its inode was pruned"
 fi
 sfs_umount "$mnt"

@@ -7,7 +7,7 @@ need_mount
 
 N=${SCAN_LIVE_N:-150000}
 T=$TEST_TMPDIR src=$TEST_TMPDIR/src mnt=$TEST_TMPDIR/mnt
-genscale() { "$PYTHON" "$REPO/tests/genscale.py" "$@"; }
+genscale() { "$PYTHON" "$REPO/tools/bench/genscale.py" "$@"; }
 said() { grep -q "$1" "$(sfs_log "$mnt")"; }
 now_ms() { date +%s%3N; }
 
@@ -50,7 +50,7 @@ stat -c '%i %n' "${probe[@]/#/$mnt/}" | cmp -s - "$T/probe.during" ||
 # a sample of files, byte for byte
 find "$src" -type f -printf '%P\n' | awk 'NR % 487 == 3' >"$T/sample"
 assert_ge "$(wc -l <"$T/sample")" 250 "sampled files"
-(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tests/genscale.py" "$mnt" --check) ||
+(cd "$mnt" && xargs -a "$T/sample" "$PYTHON" "$REPO/tools/bench/genscale.py" "$mnt" --check) ||
 	die "a sampled file read back wrong"
 sfs_umount "$mnt"
 

@@ -5,11 +5,11 @@
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_root
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
 command -v ceph-mds >/dev/null || skip "ceph-mds is not installed (deps_optional)"
 command -v ceph-fuse >/dev/null || skip "ceph-fuse is not installed (deps_optional)"
 [[ -e /dev/fuse ]] || skip "no /dev/fuse"
-TOOL=$REPO/tools/ceph-cluster.sh
+TOOL=$REPO/tools/dev/ceph-cluster.sh
 T=$TEST_TMPDIR M=$T/cephfs
 # leave the suite's cluster as it was (no MDS of this session for the
 # runner to kill, no file system without one)

@@ -4,7 +4,7 @@
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
 
 T=$TEST_TMPDIR
 POOL=${CEPH_POOL:-stagefs}
@@ -25,7 +25,7 @@ EOF
 M=$T/mnt
 sfs_mount "rados://$POOL/$NAME" "$M" "ceph_conf=$CEPH_CONF" rados_timeout=5s \
 	epoch_staging_files=32
-READER=$REPO/tools/epoch_reader.py
+READER=$REPO/tools/bench/epoch_reader.py
 "$PYTHON" "$READER" "$M" --workers 3 --compute 0.01 --seed 3 --verify "$T/src" >"$T/e1.json" ||
 	die "the first epoch failed: $(cat "$T/e1.json")"
 cat "$T/e1.json" >&2
@@ -39,10 +39,10 @@ wait_for complete || die "the staging did not complete: $(grep 'epoch staging' "
 assert_eq $(($(stat_get "$M" stage_fetches) + demand)) 300 "chunks fetched in all"
 
 log "the OSD stopped: the next epoch comes from the cache"
-"$REPO/tools/ceph-cluster.sh" stop-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || die "cannot stop the OSD"
+"$REPO/tools/dev/ceph-cluster.sh" stop-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || die "cannot stop the OSD"
 rc=0
 "$PYTHON" "$READER" "$M" --workers 3 --seed 4 --verify "$T/src" >"$T/e2.json" || rc=$?
-"$REPO/tools/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || die "cannot restart the OSD"
+"$REPO/tools/dev/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || die "cannot restart the OSD"
 assert_eq "$rc" 0 "the second epoch with the OSD stopped ($(cat "$T/e2.json"))"
 sfs_umount "$M"
 echo "ok: staged $(( 300 - demand )) of 300 files from Ceph in the background"

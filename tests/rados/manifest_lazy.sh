@@ -6,15 +6,15 @@
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
-helper=$REPO/tests/helpers/scale_dataset
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
+helper=$REPO/tools/bench/scale_dataset
 [[ -x $helper ]] || die "$helper is not built (make test-progs)"
 
 T=$TEST_TMPDIR
 POOL=${CEPH_POOL:-stagefs}
 NAME=ml$$
 N=${LAZY_N:-1000000}
-TOOL=$REPO/tools/ceph-cluster.sh
+TOOL=$REPO/tools/dev/ceph-cluster.sh
 LIMIT_MS=${SFS_TIMEOUT_LIMIT_MS:-4500}	# rados_timeout=3s plus slack
 R() { rados -p "$POOL" "$@"; }
 now_ms() { date +%s%3N; }

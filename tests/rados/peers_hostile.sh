@@ -6,7 +6,7 @@
 . "$(dirname "$0")/../lib.sh"
 need_mount
 need_users nobody
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
 . "$REPO/tests/lib_peers.sh"
 
 # A group of three on 127.0.0.2-4; node 3 (127.0.0.4) has no daemon: the
@@ -349,7 +349,7 @@ sfs_mount "rados://$POOL/${PEER_NAME}s" "$T/m2" -c "$T/rate.conf" "ceph_conf=$CE
 	"cache_dir=$T/cache2s" "runtime_dir=$T/run2" "peer_listen=$S2"
 treecmp "$T/small" "$T/m2" --jobs 3 >/dev/null || die "node 2 read the small dataset wrong"
 r0=$(node_row "$T/m2" "127.0.0.9:$PEER_PORT" refused)
-res=$(CEPH_CONF=$CEPH_CONF "$REPO/tools/peerbench" -t 32 -r 12 "$PEER_KEY" "127.0.0.9:$PEER_PORT" "$S2" \
+res=$(CEPH_CONF=$CEPH_CONF "$REPO/tools/bench/peerbench" -t 32 -r 12 "$PEER_KEY" "127.0.0.9:$PEER_PORT" "$S2" \
 	"rados://$POOL/${PEER_NAME}s") || die "peerbench: $res"
 echo "$res"
 rate=$("$PYTHON" -c 'import json, sys; print(int(json.loads(sys.argv[1])["requests_per_s"]))' "$res")

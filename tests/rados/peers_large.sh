@@ -5,8 +5,8 @@
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
-helper=$REPO/tests/helpers/scale_dataset
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
+helper=$REPO/tools/bench/scale_dataset
 [[ -x $helper ]] || die "$helper is not built (make test-progs)"
 
 T=$TEST_TMPDIR

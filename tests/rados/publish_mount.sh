@@ -5,7 +5,7 @@
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
 
 T=$TEST_TMPDIR
 POOL=${CEPH_POOL:-stagefs}
@@ -95,18 +95,18 @@ fi
 # --- stop the OSD: uncached reads get EIO within the timeout, the mount answers
 M5=$T/m5
 sfs_mount "rados://$POOL/$NAME@1" "$M5" "ceph_conf=$CEPH_CONF" "cache_dir=$T/cache5" rados_timeout=5s
-"$REPO/tools/ceph-cluster.sh" stop-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
+"$REPO/tools/dev/ceph-cluster.sh" stop-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
 g=$(cd "$T/v1" && find . -type f -size +10k | sort | sed -n 5p)
 t0=$SECONDS
 if timeout 60 cat "$M5/${g#./}" >/dev/null 2>"$T/eio.err"; then
-	"$REPO/tools/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
+	"$REPO/tools/dev/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
 	die "read succeeded with the OSD down"
 fi
 took=$((SECONDS - t0))
-grep -q "Input/output error" "$T/eio.err" || { "$REPO/tools/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR"; die "expected EIO, got: $(cat "$T/eio.err")"; }
+grep -q "Input/output error" "$T/eio.err" || { "$REPO/tools/dev/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR"; die "expected EIO, got: $(cat "$T/eio.err")"; }
 [[ $took -le 30 ]] || die "EIO took ${took}s (timeout 5s)"
 ls "$M5" >/dev/null || die "the mount stopped answering"
-"$REPO/tools/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
+"$REPO/tools/dev/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
 cmp "$M5/${g#./}" "$T/v1/${g#./}" || die "read after the OSD came back is wrong"
 sfs_umount "$M5"
 log "OSD down: EIO after ${took}s; reads work again after start-osd"

@@ -6,12 +6,12 @@
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 need_mount
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
 
 T=$TEST_TMPDIR
 POOL=${CEPH_POOL:-stagefs}
 NAME=tmo$$
-TOOL=$REPO/tools/ceph-cluster.sh
+TOOL=$REPO/tools/dev/ceph-cluster.sh
 LIMIT_MS=${SFS_TIMEOUT_LIMIT_MS:-6500}	# rados_timeout=5s plus slack
 
 # the cluster's ceph.conf must say something longer than the mount's 5 s, or

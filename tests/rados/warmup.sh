@@ -5,7 +5,7 @@
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
-[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/ceph-cluster.sh)"
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
 
 T=$TEST_TMPDIR
 POOL=${CEPH_POOL:-stagefs}
@@ -46,10 +46,10 @@ assert_eq "$(stat_get "$M" warmup_fetches)" "$(stat_get "$M" backend_reads)" "ba
 
 log "OSD stopped: everything from the cache"
 osd_down=0
-restart_osd() { [[ $osd_down == 1 ]] && "$REPO/tools/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1; osd_down=0; }
+restart_osd() { [[ $osd_down == 1 ]] && "$REPO/tools/dev/ceph-cluster.sh" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1; osd_down=0; }
 trap 'restart_osd' EXIT
 reads0=$(stat_get "$M" backend_reads)
-"$REPO/tools/ceph-cluster.sh" stop-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
+"$REPO/tools/dev/ceph-cluster.sh" stop-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
 osd_down=1
 drop_caches
 treecmp "$T/src" "$M" --jobs 4

@@ -3,10 +3,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # whose length is bounded by the tree's size (1 M files: ~3-4 min here).
 #
-#   sudo tools/scalecheck.sh                 # 1,000,000 files
-#   sudo SCALE_N=100000 tools/scalecheck.sh  # a quick one
+#   sudo tools/bench/scalecheck.sh                 # 1,000,000 files
+#   sudo SCALE_N=100000 tools/bench/scalecheck.sh  # a quick one
 #
-# It writes a tree of SCALE_N tiny files (tests/genscale.py: SCALE_N/10 in
+# It writes a tree of SCALE_N tiny files (tools/bench/genscale.py: SCALE_N/10 in
 # one directory, wide/, the rest 1,000 a directory) under SCALE_DIR (default
 # /var/tmp, the disk), mounts it through dir://, and:
 #   - times the first mount (answering once the top directory is read, then
@@ -32,7 +32,7 @@
 # for the next run when SCALE_KEEP=1 (it is regenerated only if missing).
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 STAGEFS=${STAGEFS:-$REPO/stagefs}
 N=${SCALE_N:-1000000}
 BASE=${SCALE_DIR:-/var/tmp}
@@ -91,7 +91,7 @@ echo "scalecheck: $N files under $SRC, kernel $(uname -r), $(nproc) CPUs, $(awk 
 if [[ ! -f $SRC/.complete ]]; then
 	rm -rf "$SRC"
 	t0=$(now_ms)
-	"$PYTHON" "$REPO/tests/genscale.py" "$SRC" --files "$N"
+	"$PYTHON" "$REPO/tools/bench/genscale.py" "$SRC" --files "$N"
 	touch "$SRC/.complete"
 	echo "generated in $(($(now_ms) - t0)) ms"
 fi
@@ -128,7 +128,7 @@ cmp -s "$W/src.list" "$W/mnt.list" ||
 # a sample of files, byte for byte
 step=$(((N + SAMPLE - 1) / SAMPLE))
 grep '/f' "$W/src.list" | awk -v s="$step" 'NR % s == 1' >"$W/sample.list"
-(cd "$MNT" && xargs -a "$W/sample.list" "$PYTHON" "$REPO/tests/genscale.py" "$MNT" --check) ||
+(cd "$MNT" && xargs -a "$W/sample.list" "$PYTHON" "$REPO/tools/bench/genscale.py" "$MNT" --check) ||
 	fail "a sampled file's bytes differ"
 NSAMPLE=$(wc -l <"$W/sample.list")
 

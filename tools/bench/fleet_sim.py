@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """fleet_sim.py: how peer groups behave for a whole fleet (docs/fleet.md).
 
-    tools/fleet_sim.py [--nodes 1000] [--dataset-gb 150] [--group 8,16,32,64,1000]
+    tools/bench/fleet_sim.py [--nodes 1000] [--dataset-gb 150] [--group 8,16,32,64,1000]
                        [--rack 32] [--nic-gbs 12.5] [--peer-gbs G] [--ceph-gbs 40]
                        [--oversub 3] [--chunk-mb 4] [--sim-chunks 384]
 

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * scale_dataset: a published dataset of N files without publishing N files,
- * for the rados:// scale tests.  `scale_dataset N MANIFEST BLOBDIR` writes
+ * for rados:// at scale (rados-scalecheck.sh; the tests manifest_lazy and
+ * peers_large).  `scale_dataset N MANIFEST BLOBDIR` writes
  * K = 16 small blobs, BLOBDIR/b00 .. BLOBDIR/b15 (1000 + 37 k bytes each),
  * and the manifest (format 2, version 1) of a tree of N files,
  * dNNNNN/img_NNNNNNNN.jpg, 1000 to a directory, file i holding the bytes
  * of blob i % K (so its chunk id is that blob's).  Publishing BLOBDIR as
  * another dataset of the same pool with the default chunk size stores the
- * only chunks the tree needs; the test then stores MANIFEST itself as
+ * only chunks the tree needs; the caller then stores MANIFEST itself as
  * sfs.manifest.NAME.1 (split as publish splits it) and checks any file i
  * against BLOBDIR/b(i % K).
  */

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""aubench_agree.py: stagefs's job row against tools/aubench's own figures.
+"""aubench_agree.py: stagefs's job row against tools/bench/aubench's own figures.
 
     aubench_agree.py row MNT JOB
     aubench_agree.py check [--json] MNT JOB BEFORE TRIAL
@@ -24,7 +24,7 @@ check: after a trial (TRIAL: aubench's JSON line for it, BEFORE: the row
          was read .. the sizes of the files opened).
   stall  stall_ns / active_ns over the trial between the tool's two shares
          of its readers' active time (counted as stagefs counts it;
-         tools/aubench.c), each widened by 5 points: at least the share
+         tools/bench/aubench.c), each widened by 5 points: at least the share
          lost (reader_stall: time blocked in open/read/close beyond the
          cheapest epoch's cost per byte), at most the share blocked
          (reader_blocked_s: all of that time).  stagefs counts the whole

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# tools/demo.sh - stagefs end to end, unattended, in a few minutes (`make demo`).
+# tools/dev/demo.sh - stagefs end to end, unattended, in a few minutes (`make demo`).
 # SPDX-License-Identifier: Apache-2.0
 #
 #   1. make a sample dataset: image-sized files (50-300 KiB) in class
 #      directories plus a few 64 MiB shards
-#   2. start a throwaway Ceph cluster (tools/ceph-cluster.sh) in a temp dir
+#   2. start a throwaway Ceph cluster (tools/dev/ceph-cluster.sh) in a temp dir
 #      and publish the dataset into it (`stagefs publish`)
 #   3. mount it (`stagefs rados://stagefs/NAME MNT`)
 #   4. read one epoch on the cold node as a training loop would
-#      (tools/demo_train.py: shuffled, several readers, a torch DataLoader if
+#      (tools/dev/demo_train.py: shuffled, several readers, a torch DataLoader if
 #      torch is installed), checking every byte
 #   5. evict it and stage it again with `stagefs warmup` (progress shown)
 #   6. read two more epochs from the warm NVMe cache; print per epoch the
@@ -27,7 +27,7 @@
 
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 STAGEFS=$REPO/stagefs
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -62,7 +62,7 @@ cleanup() {
 	fi
 	if [ -n "$CLUSTER" ]; then
 		echo "   stopping the Ceph cluster"
-		"$REPO/tools/ceph-cluster.sh" stop "$CLUSTER" >/dev/null 2>&1
+		"$REPO/tools/dev/ceph-cluster.sh" stop "$CLUSTER" >/dev/null 2>&1
 	fi
 	if [ "$rc" -ne 0 ] && [ -f "$T/stagefs.log" ]; then
 		echo "--- stagefs log (last lines):"
@@ -132,13 +132,13 @@ SRC=
 why=
 if [ "${DEMO_NO_CEPH:-0}" = 1 ]; then
 	why="DEMO_NO_CEPH=1"
-elif [ ! -x "$REPO/tools/ceph-cluster.sh" ] || ! command -v ceph-mon >/dev/null; then
+elif [ ! -x "$REPO/tools/dev/ceph-cluster.sh" ] || ! command -v ceph-mon >/dev/null; then
 	why="Ceph is not installed (./configure --install-deps installs it)"
 elif [ ! -x "$REPO/stagefs-publish" ]; then
 	why="stagefs publish is not built yet"
 else
 	base=$((40000 + 32 * (RANDOM % 600)))
-	if conf=$(CEPH_PORT_BASE=$base CEPH_OSD_SIZE=16G "$REPO/tools/ceph-cluster.sh" start "$T/ceph" 2>"$T/ceph-start.log"); then
+	if conf=$(CEPH_PORT_BASE=$base CEPH_OSD_SIZE=16G "$REPO/tools/dev/ceph-cluster.sh" start "$T/ceph" 2>"$T/ceph-start.log"); then
 		CLUSTER=$T/ceph
 		export CEPH_CONF=$conf
 		echo "   cluster up: CEPH_CONF=$CEPH_CONF"
@@ -180,7 +180,7 @@ step "4. epoch 1 on a cold node: every sample comes from the source through stag
 : >"$T/results"
 # the job's name: what stagefs counts the training loop's reads under
 export STAGEFS_JOB=demo-train
-"$PY" "$REPO/tools/demo_train.py" "$MNT" --epochs 1 --workers "$WORKERS" \
+"$PY" "$REPO/tools/dev/demo_train.py" "$MNT" --epochs 1 --workers "$WORKERS" \
 	--sums "$T/sums" --drop-caches --results "$T/results" --label "cold: from the source through stagefs"
 
 # ---------------------------------------------------------------------------
@@ -202,7 +202,7 @@ fi
 
 # ---------------------------------------------------------------------------
 step "6. epochs 2 and 3 from the node's NVMe cache (page cache dropped before each)"
-"$PY" "$REPO/tools/demo_train.py" "$MNT" --epochs 2 --workers "$WORKERS" --seed 2 \
+"$PY" "$REPO/tools/dev/demo_train.py" "$MNT" --epochs 2 --workers "$WORKERS" --seed 2 \
 	--sums "$T/sums" --drop-caches --results "$T/results" \
 	--label "warm: stagefs NVMe cache" --label "warm again"
 

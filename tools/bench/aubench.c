@@ -71,7 +71,7 @@
  * training could start, e.g. copy-then-read), "stop" ends the search.
  *
  * The readers' own figures, for checking what a storage system reports
- * about them (stagefs's job row: tools/aubench_agree.py): bytes read
+ * about them (stagefs's job row: tools/bench/aubench_agree.py): bytes read
  * (every byte read(2) returned; "partial_files" counts files left before
  * their end, of which a kernel's readahead may fetch more, "opened_bytes"
  * the sizes of the files opened, the most that could be read), each reader

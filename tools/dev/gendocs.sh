@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # or with --check, fail if a committed copy differs from what STAGEFS prints.
 #
-#   tools/gendocs.sh [--check] [STAGEFS]      (STAGEFS defaults to ./stagefs)
+#   tools/dev/gendocs.sh [--check] [STAGEFS]      (STAGEFS defaults to ./stagefs)
 #
 #   conf/stagefs.conf.example  is `stagefs --print-config` as a whole (also
 #                              the config file a package installs);
@@ -23,7 +23,7 @@ if [ "${1:-}" = --check ]; then
 	shift
 fi
 stagefs=${1:-./stagefs}
-root=$(cd "$(dirname "$0")/.." && pwd -P)
+root=$(cd "$(dirname "$0")/../.." && pwd -P)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -3,11 +3,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # to first answer, in one run (1 M files: about a minute here).
 #
-#   sudo CEPH_CONF=/path/ceph.conf tools/rados-scalecheck.sh
-#   sudo SCALE_N=10000000 SCALE_EXT4=0 tools/rados-scalecheck.sh
+#   sudo CEPH_CONF=/path/ceph.conf tools/bench/rados-scalecheck.sh
+#   sudo SCALE_N=10000000 SCALE_EXT4=0 tools/bench/rados-scalecheck.sh
 #
-# Without CEPH_CONF it starts a throwaway cluster (tools/ceph-cluster.sh)
-# and stops it at the end.  Needs `make test-progs` (tests/helpers/
+# Without CEPH_CONF it starts a throwaway cluster (tools/dev/ceph-cluster.sh)
+# and stops it at the end.  Needs `make` (tools/bench/
 # scale_dataset).  It stores the manifest of SCALE_N files (1,000 a
 # directory, over 16 real chunks: scale_dataset) in pool SCALE_POOL
 # (stagefs) by hand, as publish would split it, without publishing SCALE_N
@@ -19,7 +19,7 @@
 #     only as touched), and how long manifest_fill=yes takes to complete a
 #     fresh copy in the background;
 #   - `find` of the whole tree (names only), caches dropped, against the
-#     same shape on the local filesystem (tests/genscale.py --wide 0, under
+#     same shape on the local filesystem (tools/bench/genscale.py --wide 0, under
 #     SCALE_DIR, default /var/tmp) as a ratio, unless SCALE_EXT4=0;
 #   - the daemon's RssAnon and RssFile per entry after the walk (RssFile is
 #     the mapped manifest copy: page cache, shared, reclaimable);
@@ -28,9 +28,9 @@
 # Exits 1 if a listing or a file is wrong.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 STAGEFS=${STAGEFS:-$REPO/stagefs}
-HELPER=$REPO/tests/helpers/scale_dataset
+HELPER=$REPO/tools/bench/scale_dataset
 N=${SCALE_N:-1000000}
 BASE=${SCALE_DIR:-/var/tmp}
 POOL=${SCALE_POOL:-stagefs}
@@ -38,7 +38,7 @@ SAMPLE=${SCALE_SAMPLE:-500}
 PYTHON=${PYTHON:-python3}
 
 [[ $(id -u) -eq 0 ]] || { echo "rados-scalecheck: needs root (FUSE mounts, drop_caches)" >&2; exit 77; }
-[[ -x $STAGEFS && -x $HELPER ]] || { echo "rados-scalecheck: build first (make && make test-progs)" >&2; exit 1; }
+[[ -x $STAGEFS && -x $HELPER ]] || { echo "rados-scalecheck: build first (make)" >&2; exit 1; }
 
 W=$BASE/stagefs-rscale
 MNT=$W/mnt PID= CEPH_DIR= NAME=rscale$$
@@ -51,7 +51,7 @@ cleanup() {
 		wait "$PID" 2>/dev/null || true
 	fi
 	if [[ -n $CEPH_DIR ]]; then
-		"$REPO/tools/ceph-cluster.sh" stop "$CEPH_DIR" >/dev/null 2>&1 || true
+		"$REPO/tools/dev/ceph-cluster.sh" stop "$CEPH_DIR" >/dev/null 2>&1 || true
 		rm -rf "$CEPH_DIR"
 	elif [[ -n ${CEPH_CONF:-} ]]; then
 		rados -p "$POOL" ls 2>/dev/null | grep -E "^sfs\.(manifest|dataset)\.$NAME" |
@@ -65,7 +65,7 @@ trap cleanup EXIT
 if [[ -z ${CEPH_CONF:-} ]]; then
 	CEPH_DIR=$W/ceph
 	rm -rf "$CEPH_DIR"
-	CEPH_CONF=$("$REPO/tools/ceph-cluster.sh" start "$CEPH_DIR")
+	CEPH_CONF=$("$REPO/tools/dev/ceph-cluster.sh" start "$CEPH_DIR")
 fi
 export CEPH_CONF
 R() { rados -p "$POOL" "$@"; }
@@ -112,7 +112,7 @@ SRC=$W/src-$N
 if [[ ${SCALE_EXT4:-1} == 1 && ! -f $SRC/.complete ]]; then
 	rm -rf "$SRC"
 	t0=$(now_ms)
-	"$PYTHON" "$REPO/tests/genscale.py" "$SRC" --files "$N" --wide 0 --per-dir 1000
+	"$PYTHON" "$REPO/tools/bench/genscale.py" "$SRC" --files "$N" --wide 0 --per-dir 1000
 	touch "$SRC/.complete"
 	echo "local tree generated in $(($(now_ms) - t0)) ms"
 fi

@@ -2,7 +2,7 @@
 # mkdeb.sh: build the Debian packages (`make deb`).
 # SPDX-License-Identifier: Apache-2.0
 #
-#   tools/mkdeb.sh            build, then run lintian on the result
+#   tools/dev/mkdeb.sh            build, then run lintian on the result
 #
 # dpkg-buildpackage runs debian/rules in a copy of the tree,
 # $STAGEFS_DEB_DIR/stagefs (default build/deb/stagefs, ignored by git), so
@@ -21,7 +21,7 @@
 # the CPU count).
 set -u -o pipefail
 
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 OUT=${STAGEFS_DEB_DIR:-$REPO/build/deb}
 SRC=$OUT/stagefs
 JOBS=${JOBS:-$(nproc 2>/dev/null || echo 2)}
