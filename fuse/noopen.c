@@ -3,12 +3,14 @@
  * noopen: see noopen.h for the contract, docs/noopen.md for the design
  * and the figures.
  *
- * Locking: no->lock guards the handle table, no->vlock the renderings of
- * the .stagefs/ files.  Renderings are kept per (file, user): NO_VSLOTS
- * slots, the least recently used one reused when all are taken; a READ
- * finds its rendering by the file and the user its inode belongs to, so a
- * slot reused for another user is never read for the first (the first
- * reads an empty file until its next LOOKUP).  Handles are made and destroyed outside both (they
+ * This file: the handshake and the per-inode handles.  The .stagefs/
+ * files of the mode (rendered at LOOKUP through vfiles_table[], kept per
+ * (file, user)) are noopen_vfile.c's, so that this file needs nothing of
+ * fuse/vfiles.c, which reports whether the mode is active; the two share
+ * struct noopen through noopen_i.h.
+ *
+ * Locking: no->lock guards the handle table, no->vlock the renderings
+ * (noopen_vfile.c).  Handles are made and destroyed outside both (they
  * take the cache's and the prefetcher's locks).  A handle is only a cache
  * of what READ needs: one dropped early (a FORGET racing a new lookup of
  * the same inode) is made again at the next READ.
@@ -17,15 +19,12 @@
  * the request handlers it calls (through fuse_session_process_buf) run in
  * that thread too; the fields marked "handshake" are written only there.
  */
-#include "noopen.h"
+#include "noopen_i.h"
 
 #include "fh.h"
 
-#include "cred.h"
-#include "htab.h"
 #include "log.h"
 #include "passthrough.h"
-#include "vfiles.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +40,6 @@
 #include <unistd.h>
 
 #define NO_BUCKETS_MIN	1024	/* doubles as handles grow */
-#define NO_VSLOTS	1024	/* .stagefs/ renderings kept: (file, user) pairs */
 #define NO_PROBE_MS	10000	/* the probe's OPEN must arrive within this */
 
 struct noopen_ent {
@@ -50,44 +48,6 @@ struct noopen_ent {
 	struct fh *fh;
 	uint32_t refs;			/* READs using fh: protected by no->lock */
 	bool unlinked;			/* forgotten: protected by no->lock */
-};
-
-/* The latest rendering of a .stagefs/ file for one user (a slot). */
-struct vrender {
-	char *data;
-	size_t len;
-	bool have;			/* the slot is taken */
-	int idx;			/* of vfiles_table[] */
-	uint32_t uid;			/* whose view it is */
-	uint64_t used;			/* no->vclock at the last render or read */
-	struct timespec mtime;
-};
-
-struct noopen {
-	struct sfs *fs;
-	enum cfg_auto mode;
-
-	/* handshake */
-	bool inited;			/* the kernel's INIT was answered */
-	bool capable;			/* ... and offered FUSE_NO_OPEN_SUPPORT */
-	int probe_efd;			/* the probe thread's open returned */
-	bool probe_done;
-	pthread_t probe;
-	bool probe_started;
-	char probe_path[PATH_MAX];
-	_Atomic int probe_err;		/* errno of the probe's open; 0 = opened */
-
-	_Atomic bool wanted;
-	_Atomic bool probing;		/* the probe's OPEN gets ENOSYS */
-	_Atomic bool active;
-
-	pthread_mutex_t lock;
-	struct htab table;		/* protected by lock: handles, by inode */
-
-	pthread_mutex_t vlock;
-	struct vrender vr[NO_VSLOTS];	/* protected by vlock */
-	uint64_t vclock;		/* protected by vlock: ticks at each use */
-	struct timespec vlast;		/* protected by vlock: last mtime given */
 };
 
 int noopen_create(struct sfs *fs, struct noopen **out)
@@ -440,112 +400,4 @@ void noopen_forget(struct noopen *no, uint64_t ino)
 		fh_destroy(no->fs, e->fh);
 		free(e);
 	}
-}
-
-/* ---- .stagefs/ files ---- */
-
-/* A modification time later than every one given before.  vlock held. */
-static void next_mtime(struct noopen *no, struct timespec *t)
-{
-	clock_gettime(CLOCK_REALTIME, t);
-	if (t->tv_sec < no->vlast.tv_sec ||
-	    (t->tv_sec == no->vlast.tv_sec && t->tv_nsec <= no->vlast.tv_nsec)) {
-		*t = no->vlast;
-		if (++t->tv_nsec == 1000000000L) {
-			t->tv_sec++;
-			t->tv_nsec = 0;
-		}
-	}
-	no->vlast = *t;
-}
-
-/* The slot of (@idx, @uid), or NULL.  vlock held. */
-static struct vrender *vslot_find(struct noopen *no, int idx, uint32_t uid)
-{
-	for (size_t i = 0; i < NO_VSLOTS; i++) {
-		struct vrender *v = &no->vr[i];
-
-		if (v->have && v->idx == idx && v->uid == uid)
-			return v;
-	}
-	return NULL;
-}
-
-/* The slot for (@idx, @uid): its own, a free one or the least recently used.  vlock held. */
-static struct vrender *vslot_take(struct noopen *no, int idx, uint32_t uid)
-{
-	struct vrender *v = vslot_find(no, idx, uid), *lru = &no->vr[0];
-
-	if (v)
-		return v;
-	for (size_t i = 0; i < NO_VSLOTS; i++) {
-		v = &no->vr[i];
-		if (!v->have)
-			return v;
-		if (v->used < lru->used)
-			lru = v;
-	}
-	return lru;
-}
-
-int noopen_vfile_render(struct noopen *no, int idx, const struct cred *cr,
-			uint64_t *size, struct timespec *mtime)
-{
-	struct vrender *v;
-	char *data = NULL, *old;
-	int n = vfiles_table[idx].render(no->fs, cr, &data);
-
-	if (n < 0)
-		return n;
-	pthread_mutex_lock(&no->vlock);
-	v = vslot_take(no, idx, cr->uid);
-	old = v->data;
-	v->data = data;
-	v->len = (size_t)n;
-	v->have = true;
-	v->idx = idx;
-	v->uid = cr->uid;
-	v->used = ++no->vclock;
-	next_mtime(no, &v->mtime);
-	*size = v->len;
-	*mtime = v->mtime;
-	pthread_mutex_unlock(&no->vlock);
-	free(old);
-	return 0;
-}
-
-int noopen_vfile_attr(struct noopen *no, int idx, uint32_t uid, uint64_t *size,
-		      struct timespec *mtime)
-{
-	struct vrender *v;
-
-	pthread_mutex_lock(&no->vlock);
-	v = vslot_find(no, idx, uid);
-	if (v) {
-		*size = v->len;
-		*mtime = v->mtime;
-	} else {
-		/* its slot was reused: empty until the next LOOKUP renders it */
-		*size = 0;
-		next_mtime(no, mtime);
-	}
-	pthread_mutex_unlock(&no->vlock);
-	return 0;
-}
-
-ssize_t noopen_vfile_read(struct noopen *no, int idx, uint32_t uid, uint64_t off,
-			  void *buf, size_t size)
-{
-	struct vrender *v;
-	size_t n = 0;
-
-	pthread_mutex_lock(&no->vlock);
-	v = vslot_find(no, idx, uid);
-	if (v && off < v->len) {
-		n = MIN(size, v->len - (size_t)off);
-		memcpy(buf, v->data + off, n);
-		v->used = ++no->vclock;
-	}
-	pthread_mutex_unlock(&no->vlock);
-	return (ssize_t)n;
 }

@@ -236,6 +236,8 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
 	ar->uid = uid;
 	ar->size = (size_t)(end - (uint64_t)off);
 	stats_read_begin(fs->stats, &ar->rd, fh->cf, (uint64_t)off, ar->size, csize);
+	/* here, not at the reply: that may run on the engine thread */
+	stats_read_reader(&ar->rd, ar->so, ar->pid, ar->uid);
 	for (uint64_t pos = (uint64_t)off; pos < end; ar->n++) {
 		struct piece *p = &ar->p[ar->n];
 		uint32_t idx = (uint32_t)(pos / csize);

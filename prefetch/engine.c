@@ -1019,12 +1019,12 @@ static void *engine_main(void *arg)
 
 bool pf_has_engine(struct pf_sched *s)
 {
-	return s && pf_sched_engine(s);
+	return s && s->engine;
 }
 
 bool pf_want_peek(struct pf_sched *s, struct pf_want *w)
 {
-	struct pf_engine *e = s ? pf_sched_engine(s) : NULL;
+	struct pf_engine *e = s ? s->engine : NULL;
 	struct bufpool_buf *b;
 
 	if (!e || !(b = bufpool_find(e->pool, &w->attr->content, w->idx)))
@@ -1040,7 +1040,7 @@ bool pf_want_peek(struct pf_sched *s, struct pf_want *w)
 
 int pf_want_submit(struct pf_sched *s, struct pf_want **w, size_t n)
 {
-	struct pf_engine *e = s ? pf_sched_engine(s) : NULL;
+	struct pf_engine *e = s ? s->engine : NULL;
 
 	if (!e)
 		return -ENOSYS;
@@ -1063,7 +1063,7 @@ int pf_want_submit(struct pf_sched *s, struct pf_want **w, size_t n)
 
 void pf_want_release(struct pf_sched *s, struct pf_want *w)
 {
-	struct pf_engine *e = pf_sched_engine(s);
+	struct pf_engine *e = s->engine;
 
 	if (!w->buf)
 		return;
@@ -1081,7 +1081,7 @@ void pf_want_release(struct pf_sched *s, struct pf_want *w)
 
 void pf_forget(struct pf_sched *s, const struct sfs_id *id)
 {
-	struct pf_engine *e = s ? pf_sched_engine(s) : NULL;
+	struct pf_engine *e = s ? s->engine : NULL;
 
 	if (e)
 		bufpool_forget(e->pool, id);
@@ -1089,7 +1089,7 @@ void pf_forget(struct pf_sched *s, const struct sfs_id *id)
 
 void pf_note_async_read(struct pf_sched *s)
 {
-	struct pf_engine *e = pf_sched_engine(s);
+	struct pf_engine *e = s->engine;
 
 	if (e)
 		atomic_fetch_add(&e->st_async, 1);

@@ -221,7 +221,7 @@ static void session_end_locked(struct pf_hints *h, struct pf_session *ss)
 int pf_hint_start(struct pf_sched *s, const struct pf_hint_opts *o,
 		  struct pf_hint_file *files, size_t n, uint64_t *id)
 {
-	struct pf_hints *h = pf_sched_hints(s);
+	struct pf_hints *h = s->hints;
 	const struct pf_opts *po = pf_opts(s);
 	struct pf_session *ss;
 	uint64_t now = now_ms();
@@ -283,7 +283,7 @@ int pf_hint_start(struct pf_sched *s, const struct pf_hint_opts *o,
 
 int pf_hint_end(struct pf_sched *s, uint64_t id, uint32_t uid)
 {
-	struct pf_hints *h = pf_sched_hints(s);
+	struct pf_hints *h = s->hints;
 	int ret = -ENOENT;
 
 	pthread_mutex_lock(&h->lock);
@@ -309,7 +309,7 @@ void pf_hint_open(struct pf_sched *s, uint64_t key, uint32_t uid, pid_t pid)
 	struct pf_hints *h;
 	pid_t sid = -2, pgid = -2;
 
-	if (!s || !(h = pf_sched_hints(s)) || !atomic_load(&h->count))
+	if (!s || !(h = s->hints) || !atomic_load(&h->count))
 		return;
 	pthread_mutex_lock(&h->lock);
 	list_for_each_safe(node, tmp, &h->sessions) {

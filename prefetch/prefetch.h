@@ -2,9 +2,10 @@
 /*
  * prefetch: every backend fetch of the daemon.
  *
- * One scheduler (struct pf_sched) per daemon owns the queues of chunk
- * requests and the I/O engine (engine.c) that runs every fetch as a
- * pipeline on one thread: backend read (librados aio, or io_uring for
+ * One prefetcher per daemon (struct pf_sched, made by prefetch.c: the name
+ * is its scheduler's, the handle is the whole) holds the queues of chunk
+ * requests (sched.c) and the I/O engine (engine.c) that runs every fetch
+ * as a pipeline on one thread: backend read (librados aio, or io_uring for
  * dir:// sources), verify, O_DIRECT write of the cache file through
  * io_uring from registered buffers, record.  Three kinds of work reach the
  * backend:
@@ -58,6 +59,7 @@
 #include "cred.h"
 #include "list.h"
 
+/* The prefetcher (prefetch.c); see the top. */
 struct pf_sched;
 
 struct pf_opts {
@@ -122,7 +124,8 @@ struct pf_stats {
 };
 
 /*
- * Start the scheduler and its worker threads over cache @c.  Returns 0 or
+ * Start the prefetcher over cache @c (prefetch.c): the scheduler, the
+ * engine or, without it, worker threads, hint sessions, epoch staging.  Returns 0 or
  * -errno with a message in @err.  Stop with pf_sched_destroy().
  */
 int pf_sched_create(const struct pf_opts *o, struct cache *c,
@@ -206,7 +209,13 @@ void pf_ra_read(struct pf_ra *ra, uint64_t off, size_t size, uint32_t uid);
 /* The file was closed: queued readahead is dropped.  Never blocks. */
 void pf_ra_release(struct pf_ra *ra);
 
-/* ---- warmup jobs (warmup.c) ---- */
+/*
+ * ---- walk jobs (job.c) ----
+ *
+ * One job walks trees or files of datasets and counts, queues or evicts
+ * their chunks: WARMUP (fuse/ctl/ctljobs.c), a CACHE_FD hand-over
+ * (fuse/ctl/handover.c) and each epoch staging (stage.c) are jobs.
+ */
 
 enum pf_job_mode { PF_JOB_FETCH, PF_JOB_CHECK, PF_JOB_EVICT };
 

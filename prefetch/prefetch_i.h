@@ -8,24 +8,35 @@
  * or running request holds one reference on each, so an owner may be
  * released (file closed, client gone) while its requests are in flight.
  *
- * The arrows between the parts, and why two of them loop:
- *   - readahead.c, warmup.c and hints.c are owners of requests: they call
+ * The arrows between the parts ("calls a function of"), each one way:
+ *
+ *   prefetch.c  --> sched.c, engine.c, hints.c, stage.c (make, stop, count)
+ *   stage.c     --> job.c
+ *   job.c       --> sched.c, engine.c (pf_forget)
+ *   hints.c     --> sched.c
+ *   readahead.c --> sched.c
+ *   engine.c    --> sched.c, bufpool.c
+ *   sched.c     --> nothing in prefetch/
+ *
+ *   - prefetch.c, the front, makes, wires and stops the parts and gathers
+ *     their counters; nothing in prefetch/ calls it.  The parts share
+ *     struct pf_sched (below) and read its fields (the cache, the
+ *     options, the other parts' handles), which is no call.
+ *   - readahead.c, job.c and hints.c are owners of requests: they call
  *     sched.c (pf_submit, pf_cancel, pf_file_*) and hear results through
- *     struct pf_owner's callbacks, never by name.  warmup.c and
- *     readahead.c are used by nobody in prefetch/.
- *   - sched.c <-> engine.c is the design: the scheduler owns the engine
- *     (creates it, and destroys it at the one point of pf_sched_destroy
- *     where the queues stop and the fills in flight must finish), and the
- *     engine is the scheduler's consumer: its thread pulls the next request
- *     (pf_sched_next, pf_bucket_try) and reports it done (pf_sched_release,
- *     pf_sched_finish), as an event loop calls back into the server that
- *     owns it.  Cutting it would need the queues in a module of their own
- *     that both use; one consumer does not pay for that yet.
- *   - sched.c -> hints.c covers lifetime and one number only: the hint
- *     registry is created and destroyed with the scheduler (after every
- *     queued request was cancelled, so no session is freed under a
- *     request) and pf_get_stats reads its session count.  hints.c reaches
- *     the registry through pf_sched_hints() and submits like any owner.
+ *     struct pf_owner's callbacks, never by name.  job.c is the walk job
+ *     of WARMUP, CACHE_FD and epoch staging: stage.c runs each staging as
+ *     a job.  In evict mode a job also has the engine drop the content's
+ *     buffers (pf_forget).
+ *   - engine.c is the scheduler's consumer: its thread pulls the next
+ *     request (pf_sched_next, pf_bucket_try) and reports it done
+ *     (pf_sched_release, pf_sched_finish).  sched.c never names the
+ *     engine: pf_submit wakes its consumer through the hook s->kick, which
+ *     prefetch.c points at pf_engine_kick (NULL when worker threads
+ *     consume instead).  The scheduler and the engine are still the one
+ *     loop of the design, a queue and the event loop that drains it, but
+ *     the loop is closed at run time through that hook, not by a call
+ *     from sched.c to engine.c.
  */
 #ifndef STAGEFS_PREFETCH_I_H
 #define STAGEFS_PREFETCH_I_H
@@ -101,6 +112,51 @@ struct pf_req {
 	uint8_t cls, kind;
 };
 
+/*
+ * The prefetcher: prefetch.h's handle, one per daemon, made, wired and
+ * stopped by prefetch.c (the front).  The parts read its fields; each
+ * pointer is set before pf_sched_create() returns and stays until
+ * pf_sched_destroy().
+ */
+struct pf_queues;
+struct pf_engine;
+struct pf_hints;
+struct pf_stager;
+
+struct pf_sched {
+	struct pf_opts o;		/* with defaults filled in; o.weights NULL */
+	struct cache *c;
+	struct pf_queues *q;		/* sched.c: queues, rate cap, workers */
+	struct pf_engine *engine;	/* engine.c; NULL: sched.c's workers fetch */
+	struct pf_hints *hints;		/* hints.c: the hint sessions */
+	struct pf_stager *stager;	/* stage.c: the epoch detector, stagings */
+	/*
+	 * The scheduler's hook to its consumer: background work was queued
+	 * (pf_submit), look at the queues soon.  prefetch.c sets it to the
+	 * engine's kick; NULL with worker threads (they wait on the
+	 * scheduler's condition variable).
+	 */
+	void (*kick)(void *arg);
+	void *kick_arg;
+	_Atomic int jobs;		/* job.c: jobs running (warmup_jobs) */
+};
+
+static inline struct cache *pf_cache(struct pf_sched *s)
+{
+	return s->c;
+}
+
+static inline const struct pf_opts *pf_opts(struct pf_sched *s)
+{
+	return &s->o;
+}
+
+/* job.c counts its jobs (warmup_jobs) */
+static inline void pf_jobs_add(struct pf_sched *s, int delta)
+{
+	atomic_fetch_add(&s->jobs, delta);
+}
+
 /* Rate-cap priorities: how far below zero a fetch may take the bucket. */
 enum { BK_DEMAND, BK_READAHEAD, BK_WARMUP };
 
@@ -113,9 +169,6 @@ struct pf_file *pf_file_create(struct pf_sched *s, struct backend *be,
 			       const char *path, int *err);
 void pf_file_get(struct pf_file *f);
 void pf_file_put(struct pf_file *f);
-
-struct cache *pf_cache(struct pf_sched *s);
-const struct pf_opts *pf_opts(struct pf_sched *s);
 
 /*
  * Queue chunk @idx of @f for @o, charged to @uid.  Takes references on @f
@@ -130,22 +183,7 @@ int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
  */
 void pf_cancel(struct pf_sched *s, struct pf_owner *o);
 
-/* hints.c, for sched.c */
-struct pf_hints;
-struct pf_hints *pf_hints_create(struct pf_sched *s);
-void pf_hints_destroy(struct pf_hints *h);
-struct pf_hints *pf_sched_hints(struct pf_sched *s);
-uint64_t pf_hints_count(struct pf_hints *h);
-
-/* stage.c, for sched.c: created and destroyed with the scheduler */
-struct pf_stager;
-struct pf_stager *pf_stager_create(struct pf_sched *s);
-/* Stop every staging and join its thread (the engine still runs). */
-void pf_stager_destroy(struct pf_stager *g);
-struct pf_stager *pf_sched_stager(struct pf_sched *s);
-void pf_stager_get_stats(struct pf_stager *g, struct pf_stats *st);
-
-/* sched.c, for engine.c (the engine thread) */
+/* ---- sched.c, for engine.c (the engine thread) ---- */
 /*
  * The next queued request that may start, with @demand_inflight readers'
  * fills running: counted in flight (pf_sched_finish() uncounts it), or NULL.
@@ -168,28 +206,57 @@ void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res);
 uint64_t pf_bucket_try(struct pf_sched *s, size_t len, int prio);
 void pf_note_throttle(struct pf_sched *s, uint64_t ns);
 void pf_note_demand_fetch(struct pf_sched *s);
-bool pf_sched_stopping(struct pf_sched *s);
-struct pf_engine *pf_sched_engine(struct pf_sched *s);	/* NULL: workers */
 
-/* engine.c: every fetch as a pipeline on one thread (see there) */
-struct pf_engine;
-/* Returns 0 or -errno with a message in @err (then run without it). */
+/* ---- sched.c: the scheduler's life, for prefetch.c ---- */
+
+/*
+ * The queues and the rate cap of @s (s->q), with prefetch_weights @weights
+ * ("UID:WEIGHT,...", may be NULL).  0, or -errno with a message in @err.
+ */
+int pf_queues_create(struct pf_sched *s, const char *weights, char *err, size_t errlen);
+/* Without the engine: s->o.inflight worker threads.  0 or -errno (@err). */
+int pf_queues_start_workers(struct pf_sched *s, char *err, size_t errlen);
+/* Nothing more is queued or started; background waits give up. */
+void pf_queues_stop(struct pf_sched *s);
+/* After pf_queues_stop(): the workers' last fetches end. */
+void pf_queues_join_workers(struct pf_sched *s);
+/* What is still queued is dropped (owners hear -ECANCELED); free s->q. */
+void pf_queues_destroy(struct pf_sched *s);
+void pf_queues_get_stats(struct pf_sched *s, struct pf_stats *st);
+
+/* ---- hints.c, for prefetch.c ---- */
+
+struct pf_hints *pf_hints_create(struct pf_sched *s);
+/* Ends every session (cancelling their queued requests), frees. */
+void pf_hints_destroy(struct pf_hints *h);
+uint64_t pf_hints_count(struct pf_hints *h);
+
+/* ---- stage.c, for prefetch.c ---- */
+
+struct pf_stager *pf_stager_create(struct pf_sched *s);
+/* Stop every staging and join its thread (the engine still runs). */
+void pf_stager_destroy(struct pf_stager *g);
+void pf_stager_get_stats(struct pf_stager *g, struct pf_stats *st);
+
+/* ---- engine.c: every fetch as a pipeline on one thread (see there) ---- */
+
+/* For prefetch.c.  Returns 0 or -errno with a message in @err (then run without it). */
 int pf_engine_create(struct pf_sched *s, struct cache *c, const struct pf_opts *o,
 		     struct pf_engine **out, char *err, size_t errlen);
-/* Background work was queued: the engine looks at the queues soon. */
+/*
+ * Background work was queued: the engine looks at the queues soon.  The
+ * scheduler reaches it only through s->kick, which prefetch.c points here.
+ */
 void pf_engine_kick(struct pf_engine *e);
 /*
- * Stop starting work, let the fills in flight finish (every buffer is
- * free of the kernel and librados afterwards), join the thread, free.
- * Readers' wants still queued get -ESHUTDOWN.  Accepts NULL.
+ * For prefetch.c.  Stop starting work, let the fills in flight finish
+ * (every buffer is free of the kernel and librados afterwards), join the
+ * thread, free.  Readers' wants still queued get -ESHUTDOWN.  Accepts NULL.
  */
 void pf_engine_destroy(struct pf_engine *e);
-/* Chunks of content @id are not served from the engine's buffers any more. */
-void pf_forget(struct pf_sched *s, const struct sfs_id *id);
-/* Adds the engine's counters to @st. */
+/* Adds the engine's counters to @st (for prefetch.c). */
 void pf_engine_get_stats(struct pf_engine *e, struct pf_stats *st);
-
-/* warmup.c counts its jobs here */
-void pf_jobs_add(struct pf_sched *s, int delta);
+/* For job.c (evict): chunks of content @id are not served from the engine's buffers any more. */
+void pf_forget(struct pf_sched *s, const struct sfs_id *id);
 
 #endif

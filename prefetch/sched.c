@@ -10,7 +10,10 @@
  * the I/O engine (engine.c), which runs every fetch of the daemon on one
  * thread and asks pf_sched_next() whenever it has room; or, where the
  * engine cannot run (prefetch_io_uring = no, no io_uring), prefetch_inflight
- * worker threads each running one cache_fill() at a time.
+ * worker threads each running one cache_fill() at a time.  This file calls
+ * no other part of prefetch/: pf_submit() wakes the engine through the
+ * hook prefetch.c set (s->kick), and prefetch.c makes and stops the
+ * queues (pf_queues_*) around the other parts.
  *
  * The token bucket: tokens accrue at max_rate bytes/s up to a burst of an
  * eighth of a second (at least 1 MiB).  A warmup fetch of LEN bytes waits
@@ -22,9 +25,9 @@
  * may be waiting on the chunk it is fetching, and it must not queue behind
  * warmup for tokens.
  *
- * Locking: s->lock guards the queues, the users and the in-flight counts
+ * Locking: q->lock guards the queues, the users and the in-flight counts
  * (fields marked so); the bucket has its own lock; counters are atomics.
- * Lock order: owner locks (readahead, job, hint) before s->lock.
+ * Lock order: owner locks (readahead, job, hint) before q->lock.
  */
 #include "prefetch_i.h"
 
@@ -49,11 +52,8 @@ struct pf_weight {
 	uint32_t uid, weight;
 };
 
-struct pf_sched {
-	struct pf_opts o;
-	char *weights;
-	struct cache *c;
-
+/* The scheduler's state (struct pf_sched's q). */
+struct pf_queues {
 	pthread_mutex_t lock;
 	pthread_cond_t work;		/* a request was queued or a slot freed */
 	/*
@@ -70,7 +70,7 @@ struct pf_sched {
 	bool stop;			/* protected by lock */
 	_Atomic uint32_t demand_inflight;
 	_Atomic uint32_t has_waiters;	/* hint for pf_demand_end */
-	_Atomic bool stopping;		/* destroy: background waits give up */
+	_Atomic bool stopping;		/* stopping: background waits give up */
 
 	pthread_t *workers;
 	uint32_t nworkers;
@@ -78,44 +78,14 @@ struct pf_sched {
 	struct pf_weight *wt;		/* prefetch_weights, as written: a few */
 	size_t nwt;
 
-	struct pf_stager *stager;	/* epoch staging (stage.c) */
 	pthread_mutex_t blk;		/* the token bucket */
 	double tokens;			/* protected by blk */
 	uint64_t last_ns;		/* protected by blk */
 	double rate, burst, borrow;
 
-	struct pf_hints *hints;
-	struct pf_engine *engine;	/* NULL: the cache's own pwrite/pread */
-
 	_Atomic uint64_t st_kind[PF_NKIND];	/* fetched, by enum pf_kind */
 	_Atomic uint64_t st_demand, st_errors, st_cancelled, st_throttle_ns;
-	_Atomic int jobs;
 };
-
-struct cache *pf_cache(struct pf_sched *s)
-{
-	return s->c;
-}
-
-const struct pf_opts *pf_opts(struct pf_sched *s)
-{
-	return &s->o;
-}
-
-struct pf_hints *pf_sched_hints(struct pf_sched *s)
-{
-	return s->hints;
-}
-
-struct pf_stager *pf_sched_stager(struct pf_sched *s)
-{
-	return s->stager;
-}
-
-void pf_jobs_add(struct pf_sched *s, int delta)
-{
-	atomic_fetch_add(&s->jobs, delta);
-}
 
 /* ---- the token bucket ---- */
 
@@ -132,45 +102,51 @@ static void sleep_s(double secs)
 
 uint64_t pf_bucket_try(struct pf_sched *s, size_t len, int prio)
 {
+	struct pf_queues *q = s->q;
+
 	uint64_t now = now_ns();
 	double need;
 
-	if (s->rate <= 0)
+	if (q->rate <= 0)
 		return 0;
-	pthread_mutex_lock(&s->blk);
-	s->tokens += (double)(now - s->last_ns) * 1e-9 * s->rate;
-	if (s->tokens > s->burst)
-		s->tokens = s->burst;
-	s->last_ns = now;
+	pthread_mutex_lock(&q->blk);
+	q->tokens += (double)(now - q->last_ns) * 1e-9 * q->rate;
+	if (q->tokens > q->burst)
+		q->tokens = q->burst;
+	q->last_ns = now;
 	/* how far below zero a fetch may take the balance, by priority */
 	if (prio == BK_DEMAND)
-		need = (double)len - s->borrow;
+		need = (double)len - q->borrow;
 	else if (prio == BK_READAHEAD)
-		need = (double)len - s->borrow / 2;
+		need = (double)len - q->borrow / 2;
 	else
-		need = MIN((double)len, s->burst);
-	if (s->tokens >= need) {
-		s->tokens -= (double)len;
-		pthread_mutex_unlock(&s->blk);
+		need = MIN((double)len, q->burst);
+	if (q->tokens >= need) {
+		q->tokens -= (double)len;
+		pthread_mutex_unlock(&q->blk);
 		return 0;
 	}
-	need -= s->tokens;
-	pthread_mutex_unlock(&s->blk);
-	return MAX((uint64_t)(need / s->rate * 1e9), (uint64_t)1);
+	need -= q->tokens;
+	pthread_mutex_unlock(&q->blk);
+	return MAX((uint64_t)(need / q->rate * 1e9), (uint64_t)1);
 }
 
 void pf_note_throttle(struct pf_sched *s, uint64_t ns)
 {
-	atomic_fetch_add(&s->st_throttle_ns, ns);
+	struct pf_queues *q = s->q;
+
+	atomic_fetch_add(&q->st_throttle_ns, ns);
 }
 
 /* Wait for @len bytes of tokens.  0, or -ECANCELED (background, stopping). */
 static int bucket_take(struct pf_sched *s, size_t len, int prio)
 {
+	struct pf_queues *q = s->q;
+
 	uint64_t t0 = 0, wait;
 
 	while ((wait = pf_bucket_try(s, len, prio))) {
-		if (prio != BK_DEMAND && atomic_load(&s->stopping))
+		if (prio != BK_DEMAND && atomic_load(&q->stopping))
 			return -ECANCELED;	/* a low cap must not hold up shutdown */
 		if (!t0)
 			t0 = now_ns();
@@ -184,23 +160,29 @@ static int bucket_take(struct pf_sched *s, size_t len, int prio)
 
 void pf_demand_begin(struct pf_sched *s, size_t len)
 {
+	struct pf_queues *q;
+
 	if (!s)
 		return;
-	atomic_fetch_add(&s->demand_inflight, 1);
-	atomic_fetch_add(&s->st_demand, 1);
+	q = s->q;
+	atomic_fetch_add(&q->demand_inflight, 1);
+	atomic_fetch_add(&q->st_demand, 1);
 	bucket_take(s, len, BK_DEMAND);
 }
 
 void pf_demand_end(struct pf_sched *s)
 {
+	struct pf_queues *q;
+
 	if (!s)
 		return;
-	atomic_fetch_sub(&s->demand_inflight, 1);
-	if (atomic_load(&s->has_waiters)) {
-		pthread_mutex_lock(&s->lock);
-		if (s->queued)
-			pthread_cond_signal(&s->work);
-		pthread_mutex_unlock(&s->lock);
+	q = s->q;
+	atomic_fetch_sub(&q->demand_inflight, 1);
+	if (atomic_load(&q->has_waiters)) {
+		pthread_mutex_lock(&q->lock);
+		if (q->queued)
+			pthread_cond_signal(&q->work);
+		pthread_mutex_unlock(&q->lock);
 	}
 }
 
@@ -255,27 +237,30 @@ void pf_file_put(struct pf_file *f)
 
 static uint32_t weight_of(struct pf_sched *s, uint32_t uid)
 {
-	for (size_t i = 0; i < s->nwt; i++)
-		if (s->wt[i].uid == uid)
-			return s->wt[i].weight;
+	struct pf_queues *q = s->q;
+
+	for (size_t i = 0; i < q->nwt; i++)
+		if (q->wt[i].uid == uid)
+			return q->wt[i].weight;
 	return 1;
 }
 
 static struct pf_user *user_get_locked(struct pf_sched *s, uint32_t uid)
 {
+	struct pf_queues *q = s->q;
 	struct pf_user *u;
 
-	for (size_t i = 0; i < s->nusers; i++)
-		if (s->users[i]->uid == uid)
-			return s->users[i];
-	if (s->nusers == s->users_cap) {
-		size_t cap = s->users_cap ? s->users_cap * 2 : 8;
-		struct pf_user **nu = realloc(s->users, cap * sizeof(*nu));
+	for (size_t i = 0; i < q->nusers; i++)
+		if (q->users[i]->uid == uid)
+			return q->users[i];
+	if (q->nusers == q->users_cap) {
+		size_t cap = q->users_cap ? q->users_cap * 2 : 8;
+		struct pf_user **nu = realloc(q->users, cap * sizeof(*nu));
 
 		if (!nu)
 			return NULL;
-		s->users = nu;
-		s->users_cap = cap;
+		q->users = nu;
+		q->users_cap = cap;
 	}
 	u = calloc(1, sizeof(*u));
 	if (!u)
@@ -286,13 +271,14 @@ static struct pf_user *user_get_locked(struct pf_sched *s, uint32_t uid)
 		u->credit[c] = u->weight;
 		list_init(&u->q[c]);
 	}
-	s->users[s->nusers++] = u;
+	q->users[q->nusers++] = u;
 	return u;
 }
 
 int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
 	      uint32_t idx, uint32_t uid, enum pf_class cls, enum pf_kind kind)
 {
+	struct pf_queues *q = s->q;
 	struct pf_req *r = calloc(1, sizeof(*r));
 	struct pf_user *u;
 
@@ -304,27 +290,28 @@ int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
 	r->uid = uid;
 	r->cls = (uint8_t)cls;
 	r->kind = (uint8_t)kind;
-	pthread_mutex_lock(&s->lock);
-	if (s->stop) {
-		pthread_mutex_unlock(&s->lock);
+	pthread_mutex_lock(&q->lock);
+	if (q->stop) {
+		pthread_mutex_unlock(&q->lock);
 		free(r);
 		return -ESHUTDOWN;
 	}
 	u = user_get_locked(s, uid);
 	if (!u) {
-		pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&q->lock);
 		free(r);
 		return -ENOMEM;
 	}
 	pf_file_get(f);
 	pf_owner_get(o);
 	list_add_tail(&u->q[cls], &r->qnode);
-	s->queued++;
-	if (s->waiting)
-		pthread_cond_signal(&s->work);
-	pthread_mutex_unlock(&s->lock);
-	if (s->engine)
-		pf_engine_kick(s->engine);
+	q->queued++;
+	if (q->waiting)
+		pthread_cond_signal(&q->work);
+	pthread_mutex_unlock(&q->lock);
+	/* the consumer's hook (prefetch.c: the engine's kick) */
+	if (s->kick)
+		s->kick(s->kick_arg);
 	return 0;
 }
 
@@ -334,24 +321,26 @@ int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
  */
 static struct pf_req *pick_locked(struct pf_sched *s, struct pf_user **uout)
 {
+	struct pf_queues *q = s->q;
+
 	for (int c = 0; c < PF_NCLASS; c++) {
-		size_t n = s->nusers;
+		size_t n = q->nusers;
 
 		for (size_t k = 0; k < n; k++) {
-			size_t pos = (s->rr[c] + k) % n;
-			struct pf_user *u = s->users[pos];
+			size_t pos = (q->rr[c] + k) % n;
+			struct pf_user *u = q->users[pos];
 			struct pf_req *r;
 
 			if (list_empty(&u->q[c]) || u->inflight >= s->o.user_inflight)
 				continue;
 			r = list_entry(list_pop(&u->q[c]), struct pf_req, qnode);
-			s->queued--;
+			q->queued--;
 			if (--u->credit[c] == 0 || list_empty(&u->q[c])) {
 				/* this uid's turn is over: the next one's begins */
 				u->credit[c] = u->weight;
-				s->rr[c] = (pos + 1) % n;
+				q->rr[c] = (pos + 1) % n;
 			} else {
-				s->rr[c] = pos;
+				q->rr[c] = pos;
 			}
 			r->u = u;
 			*uout = u;
@@ -363,17 +352,18 @@ static struct pf_req *pick_locked(struct pf_sched *s, struct pf_user **uout)
 
 struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight)
 {
+	struct pf_queues *q = s->q;
 	struct pf_user *u;
 	struct pf_req *r = NULL;
 
-	pthread_mutex_lock(&s->lock);
-	demand_inflight += atomic_load(&s->demand_inflight);	/* readers' own fetches */
-	if (!s->stop && s->bg_inflight + demand_inflight < s->o.inflight &&
+	pthread_mutex_lock(&q->lock);
+	demand_inflight += atomic_load(&q->demand_inflight);	/* readers' own fetches */
+	if (!q->stop && q->bg_inflight + demand_inflight < s->o.inflight &&
 	    (r = pick_locked(s, &u))) {
-		s->bg_inflight++;
+		q->bg_inflight++;
 		u->inflight++;
 	}
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&q->lock);
 	return r;
 }
 
@@ -390,42 +380,37 @@ static void req_release_owner(struct pf_req *r)
 
 void pf_sched_release(struct pf_sched *s, struct pf_req *r)
 {
+	struct pf_queues *q = s->q;
+
 	if (r->slot_freed)
 		return;
 	r->slot_freed = true;
-	pthread_mutex_lock(&s->lock);
-	s->bg_inflight--;
+	pthread_mutex_lock(&q->lock);
+	q->bg_inflight--;
 	r->u->inflight--;
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&q->lock);
 	req_release_owner(r);
 }
 
 void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
 {
+	struct pf_queues *q = s->q;
 
 	if (res == PF_FETCHED || res == -ENOSPC)
-		atomic_fetch_add(&s->st_kind[r->kind], 1);	/* fetched, kept or not */
+		atomic_fetch_add(&q->st_kind[r->kind], 1);	/* fetched, kept or not */
 	else if (res == -ECANCELED)
-		atomic_fetch_add(&s->st_cancelled, 1);
+		atomic_fetch_add(&q->st_cancelled, 1);
 	else if (res < 0)
-		atomic_fetch_add(&s->st_errors, 1);
+		atomic_fetch_add(&q->st_errors, 1);
 	pf_sched_release(s, r);
 	req_finish(s, r, res);
 }
 
-struct pf_engine *pf_sched_engine(struct pf_sched *s)
-{
-	return s->engine;
-}
-
-bool pf_sched_stopping(struct pf_sched *s)
-{
-	return atomic_load(&s->stopping);
-}
-
 void pf_note_demand_fetch(struct pf_sched *s)
 {
-	atomic_fetch_add(&s->st_demand, 1);
+	struct pf_queues *q = s->q;
+
+	atomic_fetch_add(&q->st_demand, 1);
 }
 
 static void req_finish(struct pf_sched *s, struct pf_req *r, int res)
@@ -439,13 +424,14 @@ static void req_finish(struct pf_sched *s, struct pf_req *r, int res)
 
 void pf_cancel(struct pf_sched *s, struct pf_owner *o)
 {
+	struct pf_queues *q = s->q;
 	struct list_node dropped, *n;
 
 	list_init(&dropped);
 	atomic_store(&o->cancelled, true);
-	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < s->nusers; i++) {
-		struct pf_user *u = s->users[i];
+	pthread_mutex_lock(&q->lock);
+	for (size_t i = 0; i < q->nusers; i++) {
+		struct pf_user *u = q->users[i];
 
 		for (int c = 0; c < PF_NCLASS; c++) {
 			list_for_each_safe(pos, tmp, &u->q[c]) {
@@ -455,15 +441,15 @@ void pf_cancel(struct pf_sched *s, struct pf_owner *o)
 					continue;
 				list_del(pos);
 				list_add(&dropped, pos);
-				s->queued--;
+				q->queued--;
 			}
 		}
 	}
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&q->lock);
 	while ((n = list_pop(&dropped))) {
 		struct pf_req *r = list_entry(n, struct pf_req, qnode);
 
-		atomic_fetch_add(&s->st_cancelled, 1);
+		atomic_fetch_add(&q->st_cancelled, 1);
 		req_finish(s, r, -ECANCELED);
 	}
 }
@@ -494,12 +480,13 @@ static int bg_fetch(void *arg, uint32_t idx, void *buf, size_t len)
 	if (r == (int)len)
 		x->fetched = true;
 	else
-		atomic_fetch_add(&x->s->st_errors, 1);
+		atomic_fetch_add(&x->s->q->st_errors, 1);
 	return r;
 }
 
 static int run_req(struct pf_sched *s, struct pf_req *r)
 {
+	struct pf_queues *q = s->q;
 	struct fetch_ctx x = {
 		.s = s,
 		.f = r->f,
@@ -514,7 +501,7 @@ static int run_req(struct pf_sched *s, struct pf_req *r)
 	int ret;
 
 	if (atomic_load(&r->o->cancelled)) {
-		atomic_fetch_add(&s->st_cancelled, 1);
+		atomic_fetch_add(&q->st_cancelled, 1);
 		return -ECANCELED;
 	}
 	ret = cache_fill(s->c, r->f->cf, r->idx, &src);
@@ -522,7 +509,7 @@ static int run_req(struct pf_sched *s, struct pf_req *r)
 		return ret;
 	if (!x.fetched)
 		return PF_PRESENT;
-	atomic_fetch_add(&s->st_kind[r->kind], 1);
+	atomic_fetch_add(&q->st_kind[r->kind], 1);
 	/* fetched, but a full cache (or no-thrash policy) may not keep it */
 	if (!cache_chunk_present(s->c, r->f->cf, r->idx))
 		return -ENOSPC;
@@ -533,15 +520,16 @@ static int run_req(struct pf_sched *s, struct pf_req *r)
 static void *worker_main(void *arg)
 {
 	struct pf_sched *s = arg;
+	struct pf_queues *q = s->q;
 
-	pthread_mutex_lock(&s->lock);
+	pthread_mutex_lock(&q->lock);
 	for (;;) {
 		struct pf_req *r = NULL;
 		struct pf_user *u = NULL;
 		int res;
 
-		while (!s->stop) {
-			if (s->bg_inflight + atomic_load(&s->demand_inflight) < s->o.inflight &&
+		while (!q->stop) {
+			if (q->bg_inflight + atomic_load(&q->demand_inflight) < s->o.inflight &&
 			    (r = pick_locked(s, &u)))
 				break;
 			struct timespec ts;
@@ -553,32 +541,32 @@ static void *worker_main(void *arg)
 				ts.tv_sec++;
 				ts.tv_nsec -= 1000000000;
 			}
-			s->waiting++;
-			atomic_store(&s->has_waiters, s->waiting);
-			pthread_cond_timedwait(&s->work, &s->lock, &ts);
-			s->waiting--;
-			atomic_store(&s->has_waiters, s->waiting);
+			q->waiting++;
+			atomic_store(&q->has_waiters, q->waiting);
+			pthread_cond_timedwait(&q->work, &q->lock, &ts);
+			q->waiting--;
+			atomic_store(&q->has_waiters, q->waiting);
 		}
 		if (!r)
 			break;
-		s->bg_inflight++;
+		q->bg_inflight++;
 		u->inflight++;
-		pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&q->lock);
 
 		res = run_req(s, r);
 		req_finish(s, r, res);
 
-		pthread_mutex_lock(&s->lock);
-		s->bg_inflight--;
+		pthread_mutex_lock(&q->lock);
+		q->bg_inflight--;
 		u->inflight--;
 	}
-	pthread_mutex_unlock(&s->lock);
+	pthread_mutex_unlock(&q->lock);
 	return NULL;
 }
 
 /* ---- life ---- */
 
-static int parse_weights(struct pf_sched *s, const char *spec, char *err, size_t errlen)
+static int parse_weights(struct pf_queues *q, const char *spec, char *err, size_t errlen)
 {
 	const char *p = spec;
 
@@ -600,11 +588,11 @@ static int parse_weights(struct pf_sched *s, const char *spec, char *err, size_t
 		if (end == p || errno || w < 1 || w > 1000)
 			goto bad;
 		p = end;
-		nw = realloc(s->wt, (s->nwt + 1) * sizeof(*nw));
+		nw = realloc(q->wt, (q->nwt + 1) * sizeof(*nw));
 		if (!nw)
 			return -ENOMEM;
-		s->wt = nw;
-		s->wt[s->nwt++] = (struct pf_weight){ (uint32_t)uid, (uint32_t)w };
+		q->wt = nw;
+		q->wt[q->nwt++] = (struct pf_weight){ (uint32_t)uid, (uint32_t)w };
 		if (*p && *p != ',' && *p != ' ')
 			goto bad;
 	}
@@ -615,105 +603,83 @@ bad:
 	return -EINVAL;
 }
 
-int pf_sched_create(const struct pf_opts *o, struct cache *c,
-		    struct pf_sched **out, char *err, size_t errlen)
+int pf_queues_create(struct pf_sched *s, const char *weights, char *err, size_t errlen)
 {
-	struct pf_sched *s = calloc(1, sizeof(*s));
+	struct pf_queues *q = calloc(1, sizeof(*q));
 	int ret;
 
-	if (!s)
+	if (!q) {
+		snprintf(err, errlen, "prefetch: out of memory");
 		return -ENOMEM;
-	s->o = *o;
-	s->c = c;
-	if (!s->o.inflight)
-		s->o.inflight = 1;
-	if (!s->o.user_inflight)
-		s->o.user_inflight = s->o.inflight;
-	ret = parse_weights(s, o->weights, err, errlen);
-	if (ret)
-		goto out_free;
-	s->o.weights = NULL;
-	pthread_mutex_init(&s->lock, NULL);
-	pthread_cond_init(&s->work, NULL);
-	pthread_mutex_init(&s->blk, NULL);
-	if (o->max_rate) {
-		s->rate = (double)o->max_rate;
-		s->burst = MAX(s->rate / 8, (double)MiB);
-		s->borrow = s->rate;
-		s->tokens = s->burst;
-		s->last_ns = now_ns();
 	}
-	s->hints = pf_hints_create(s);
-	if (!s->hints) {
-		ret = -ENOMEM;
-		snprintf(err, errlen, "prefetch: out of memory");
-		goto out_destroy;
+	ret = parse_weights(q, weights, err, errlen);
+	if (ret) {
+		free(q->wt);
+		free(q);
+		return ret;
 	}
-	s->stager = pf_stager_create(s);
-	if (!s->stager) {
-		ret = -ENOMEM;
-		snprintf(err, errlen, "prefetch: out of memory");
-		goto out_destroy;
+	pthread_mutex_init(&q->lock, NULL);
+	pthread_cond_init(&q->work, NULL);
+	pthread_mutex_init(&q->blk, NULL);
+	if (s->o.max_rate) {
+		q->rate = (double)s->o.max_rate;
+		q->burst = MAX(q->rate / 8, (double)MiB);
+		q->borrow = q->rate;
+		q->tokens = q->burst;
+		q->last_ns = now_ns();
 	}
-	if (o->io_uring) {
-		char eerr[256];
+	s->q = q;
+	return 0;
+}
 
-		ret = pf_engine_create(s, c, &s->o, &s->engine, eerr, sizeof(eerr));
-		if (ret)
-			log_warn("prefetch: no I/O engine (%s): a worker thread per fetch", eerr);
-	}
-	if (s->engine) {
-		*out = s;
-		return 0;
-	}
-	s->workers = calloc(s->o.inflight, sizeof(*s->workers));
-	if (!s->workers) {
-		ret = -ENOMEM;
+int pf_queues_start_workers(struct pf_sched *s, char *err, size_t errlen)
+{
+	struct pf_queues *q = s->q;
+	int ret;
+
+	q->workers = calloc(s->o.inflight, sizeof(*q->workers));
+	if (!q->workers) {
 		snprintf(err, errlen, "prefetch: out of memory");
-		goto out_destroy;
+		return -ENOMEM;
 	}
-	for (; s->nworkers < s->o.inflight; s->nworkers++) {
-		ret = -pthread_create(&s->workers[s->nworkers], NULL, worker_main, s);
+	for (; q->nworkers < s->o.inflight; q->nworkers++) {
+		ret = -pthread_create(&q->workers[q->nworkers], NULL, worker_main, s);
 		if (ret) {
 			snprintf(err, errlen, "prefetch: cannot start workers: %s",
 				 strerror(-ret));
-			goto out_destroy;
+			return ret;
 		}
 	}
-	*out = s;
 	return 0;
-
-out_destroy:
-	pf_sched_destroy(s);
-	return ret;
-out_free:
-	free(s->wt);
-	free(s);
-	return ret;
 }
 
-void pf_sched_destroy(struct pf_sched *s)
+void pf_queues_stop(struct pf_sched *s)
 {
-	if (!s)
-		return;
-	atomic_store(&s->stopping, true);
-	pthread_mutex_lock(&s->lock);
-	s->stop = true;
-	pthread_cond_broadcast(&s->work);
-	pthread_mutex_unlock(&s->lock);
-	/* stagings end while the engine (or the workers) still finish fetches */
-	if (s->stager)
-		pf_stager_destroy(s->stager);
-	for (uint32_t i = 0; i < s->nworkers; i++)
-		pthread_join(s->workers[i], NULL);
-	/* fills in flight finish; nothing new starts */
-	pf_engine_destroy(s->engine);
-	/* hint sessions first: ending one cancels its requests in s->users */
-	if (s->hints)
-		pf_hints_destroy(s->hints);
+	struct pf_queues *q = s->q;
+
+	atomic_store(&q->stopping, true);
+	pthread_mutex_lock(&q->lock);
+	q->stop = true;
+	pthread_cond_broadcast(&q->work);
+	pthread_mutex_unlock(&q->lock);
+}
+
+void pf_queues_join_workers(struct pf_sched *s)
+{
+	struct pf_queues *q = s->q;
+
+	for (uint32_t i = 0; i < q->nworkers; i++)
+		pthread_join(q->workers[i], NULL);
+	q->nworkers = 0;
+}
+
+void pf_queues_destroy(struct pf_sched *s)
+{
+	struct pf_queues *q = s->q;
+
 	/* what is still queued is dropped: owners hear -ECANCELED */
-	for (size_t i = 0; i < s->nusers; i++) {
-		struct pf_user *u = s->users[i];
+	for (size_t i = 0; i < q->nusers; i++) {
+		struct pf_user *u = q->users[i];
 
 		for (int c = 0; c < PF_NCLASS; c++) {
 			struct list_node *n;
@@ -723,35 +689,31 @@ void pf_sched_destroy(struct pf_sched *s)
 		}
 		free(u);
 	}
-	free(s->users);
-	free(s->workers);
-	free(s->wt);
-	pthread_mutex_destroy(&s->blk);
-	pthread_cond_destroy(&s->work);
-	pthread_mutex_destroy(&s->lock);
-	free(s);
+	free(q->users);
+	free(q->workers);
+	free(q->wt);
+	pthread_mutex_destroy(&q->blk);
+	pthread_cond_destroy(&q->work);
+	pthread_mutex_destroy(&q->lock);
+	free(q);
+	s->q = NULL;
 }
 
-void pf_get_stats(struct pf_sched *s, struct pf_stats *st)
+void pf_queues_get_stats(struct pf_sched *s, struct pf_stats *st)
 {
-	memset(st, 0, sizeof(*st));
-	if (!s)
-		return;
-	st->readahead_fetches = atomic_load(&s->st_kind[PF_KIND_READAHEAD]);
-	st->hint_fetches = atomic_load(&s->st_kind[PF_KIND_HINT]);
-	st->warmup_fetches = atomic_load(&s->st_kind[PF_KIND_WARMUP]);
-	st->stage_fetches = atomic_load(&s->st_kind[PF_KIND_STAGE]);
-	st->demand_fetches = atomic_load(&s->st_demand);
-	st->fetch_errors = atomic_load(&s->st_errors);
-	st->cancelled = atomic_load(&s->st_cancelled);
-	st->throttle_ms = atomic_load(&s->st_throttle_ns) / 1000000;
-	st->demand_inflight = atomic_load(&s->demand_inflight);
-	st->warmup_jobs = (uint64_t)atomic_load(&s->jobs);
-	st->hint_sessions = pf_hints_count(s->hints);
-	pf_stager_get_stats(s->stager, st);
-	pf_engine_get_stats(s->engine, st);
-	pthread_mutex_lock(&s->lock);
-	st->queued = s->queued;
-	st->inflight = s->bg_inflight;
-	pthread_mutex_unlock(&s->lock);
+	struct pf_queues *q = s->q;
+
+	st->readahead_fetches = atomic_load(&q->st_kind[PF_KIND_READAHEAD]);
+	st->hint_fetches = atomic_load(&q->st_kind[PF_KIND_HINT]);
+	st->warmup_fetches = atomic_load(&q->st_kind[PF_KIND_WARMUP]);
+	st->stage_fetches = atomic_load(&q->st_kind[PF_KIND_STAGE]);
+	st->demand_fetches = atomic_load(&q->st_demand);
+	st->fetch_errors = atomic_load(&q->st_errors);
+	st->cancelled = atomic_load(&q->st_cancelled);
+	st->throttle_ms = atomic_load(&q->st_throttle_ns) / 1000000;
+	st->demand_inflight = atomic_load(&q->demand_inflight);
+	pthread_mutex_lock(&q->lock);
+	st->queued = q->queued;
+	st->inflight = q->bg_inflight;
+	pthread_mutex_unlock(&q->lock);
 }

@@ -27,7 +27,7 @@
  * (backend statfs) must fit the user's share of the cache, min(their
  * quota, the cache's capacity), else it is declined (logged) and not
  * looked at again while the readers go on; with `on` that test is skipped.  A
- * thread then runs a warmup job (warmup.c, opts.stage) over the dataset
+ * thread then runs a walk job (job.c, opts.stage) over the dataset
  * for the uid, with the uid's credential (primary group only: a file only
  * a supplementary group may read is left to the reader), so:
  *   - its requests are queued at PF_CLASS_STAGE, after demand fetches,
@@ -396,7 +396,7 @@ static void fire_locked(struct pf_stager *g, struct track *t, int mode)
 void pf_stage_open(struct pf_sched *s, struct backend *be, const char *name,
 		   int mode, uint32_t uid, uint32_t gid, uint64_t bino)
 {
-	struct pf_stager *g = s ? pf_sched_stager(s) : NULL;
+	struct pf_stager *g = s ? s->stager : NULL;
 	uint32_t want;
 	struct track *t;
 	pthread_t old = 0;

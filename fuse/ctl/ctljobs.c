@@ -2,7 +2,7 @@
 /*
  * ctljobs: the control socket's job requests (ctlsock_i.h, docs/control.md).
  *
- * WARMUP starts a warmup job (prefetch/warmup.c) for the peer: its PATH
+ * WARMUP starts a walk job (prefetch/job.c) for the peer: its PATH
  * lines are all read before the work starts, so progress lines can flow
  * while the client waits (a client never writes and waits for us at the
  * same time); the paths are resolved with the peer's credential

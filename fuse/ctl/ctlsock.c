@@ -100,28 +100,10 @@ static int hello(struct ctlsock_client *cl)
 			 CTL_PROTO_VERSION, STAGEFS_VERSION, cl->cred.uid);
 }
 
-struct ctlsock_user *ctlsock_user_locked(struct ctlsock *cs, uint32_t uid)
-{
-	for (size_t i = 0; i < cs->nusers; i++)
-		if (cs->users[i].uid == uid)
-			return &cs->users[i];
-	if (cs->nusers == cs->capusers) {
-		size_t cap = cs->capusers ? cs->capusers * 2 : 16;
-		struct ctlsock_user *nu = realloc(cs->users, cap * sizeof(*nu));
-
-		if (!nu)
-			return NULL;
-		cs->users = nu;
-		cs->capusers = cap;
-	}
-	cs->users[cs->nusers] = (struct ctlsock_user){ .uid = uid };
-	return &cs->users[cs->nusers++];
-}
-
 /* Take @cl off the list of connections.  Called with cs->lock held. */
 static void client_unlink_locked(struct ctlsock *cs, struct ctlsock_client *cl)
 {
-	struct ctlsock_user *u = ctlsock_user_locked(cs, cl->cred.uid);
+	struct ctluser *u = ctluser_locked(cs, cl->cred.uid);
 
 	list_del(&cl->node);
 	cs->nclients--;
@@ -137,7 +119,7 @@ static int admit_locked(struct ctlsock *cs, const struct cred *cred, char *why, 
 {
 	bool root = cred->uid == 0;
 	unsigned room = root ? cs->max_conns : cs->max_conns - ROOT_RESERVE;
-	struct ctlsock_user *u;
+	struct ctluser *u;
 
 	if (cs->stopping) {
 		snprintf(why, len, "the daemon is stopping");
@@ -149,7 +131,7 @@ static int admit_locked(struct ctlsock *cs, const struct cred *cred, char *why, 
 			 cs->nclients, cs->max_conns, ROOT_RESERVE);
 		return -EAGAIN;
 	}
-	u = ctlsock_user_locked(cs, cred->uid);
+	u = ctluser_locked(cs, cred->uid);
 	if (!u) {
 		snprintf(why, len, "out of memory");
 		return -EAGAIN;
@@ -417,7 +399,7 @@ void ctlsock_stop(struct sfs *fs)
 	pthread_cond_destroy(&cs->gone);
 	fs->ctl = NULL;
 	handover_grants_free(cs);
-	free(cs->users);
+	ctluser_free_all(cs);
 	free(cs);
 }
 

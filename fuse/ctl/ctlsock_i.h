@@ -6,6 +6,7 @@
  *   ctlsock.c   the server: listening socket, accept thread, one thread
  *               per connection, HELLO, dispatch of requests
  *   ctlconn.c   one connection's helpers: replies, liveness, PATH lists
+ *   ctluser.c   the record per uid: connection count, report ledger
  *   ctljobs.c   the job requests: WARMUP, HINT, HINT_END, STATUS
  *   ctlpeers.c  PEERS: the peer group, and its reread (root only)
  *   handover.c  the client library's requests: CACHE_FD, CACHE_FD_CLOSE
@@ -35,7 +36,7 @@
 struct ctlsock_client;
 
 /*
- * What the server keeps per uid (ctlsock.c finds or adds it; it lives as
+ * What the server keeps per uid (ctluser.c finds or adds it; it lives as
  * long as the server, a few dozen bytes per user that ever connected).
  * conns is the connection limits' count; the rest is the ledger that
  * bounds the client library's reports (handover.c): a uid may report as
@@ -46,7 +47,7 @@ struct ctlsock_client;
  * either kind at most client_report_rate a second (the token buckets).
  * Every field: protected by cs->lock.
  */
-struct ctlsock_user {
+struct ctluser {
 	uint32_t uid;
 	unsigned conns;			/* connections open now */
 	uint64_t handed;		/* bytes of the files granted (CACHE_FD) */
@@ -72,7 +73,7 @@ struct ctlsock {
 	pthread_cond_t gone;		/* a client thread ended */
 	struct list_node clients;	/* protected by lock: ctlsock_client.node */
 	unsigned nclients;		/* protected by lock */
-	struct ctlsock_user *users;	/* protected by lock */
+	struct ctluser *users;	/* protected by lock */
 	size_t nusers, capusers;	/* protected by lock */
 	struct htab grants;		/* protected by lock: struct handover_grant (handover.c) */
 	bool stopping;			/* protected by lock */
@@ -105,13 +106,15 @@ struct ctlsock_client {
 	uint64_t next_handle;
 };
 
-/* ---- ctlsock.c ---- */
+/* ---- ctluser.c: the records per uid, for ctlsock.c and handover.c ---- */
 
 /*
  * The record of @uid, added if new (then zeroed but for uid).  NULL: no
  * memory.  cs->lock held; the pointer is valid until the lock is dropped.
  */
-struct ctlsock_user *ctlsock_user_locked(struct ctlsock *cs, uint32_t uid);
+struct ctluser *ctluser_locked(struct ctlsock *cs, uint32_t uid);
+/* The server stops (no connection left, no lock needed): the records are freed. */
+void ctluser_free_all(struct ctlsock *cs);
 
 /* ---- ctlconn.c ---- */
 

@@ -18,7 +18,7 @@
  * a uid reports can never move a counter beyond what it could have read
  * (issue 27: a loop of CACHE_FD + CACHE_FD_CLOSE refilled the allowance
  * every time, and one user had 10.4 TB of reads accepted in 5 s).  The
- * ledger (struct ctlsock_user, per uid because the library reports on
+ * ledger (struct ctluser, per uid because the library reports on
  * whichever of its connections is idle, also after the handles are
  * closed) bounds a report two ways:
  *
@@ -105,7 +105,7 @@ static uint64_t report_rate(const struct ctlsock *cs)
 }
 
 /* Free @u's grants that no handle holds and whose window is over. */
-static void grants_expire_locked(struct ctlsock *cs, struct ctlsock_user *u, uint64_t now)
+static void grants_expire_locked(struct ctlsock *cs, struct ctluser *u, uint64_t now)
 {
 	htab_for_each_safe(&cs->grants, i, pos, tmp) {
 		struct handover_grant *g = htab_entry(pos, struct handover_grant, node);
@@ -126,7 +126,7 @@ static void grants_expire_locked(struct ctlsock *cs, struct ctlsock_user *u, uin
  * recorded: then nothing is granted (this uid's reports of it are refused,
  * nobody else's).  cs->lock held.
  */
-static struct handover_grant *grant_locked(struct ctlsock *cs, struct ctlsock_user *u,
+static struct handover_grant *grant_locked(struct ctlsock *cs, struct ctluser *u,
 					   const struct sfs_id *id, uint64_t size, uint64_t now,
 					   bool *granted)
 {
@@ -186,7 +186,7 @@ void handover_grants_free(struct ctlsock *cs)
  * REPORT_BURST_S seconds of client_report_rate each, full at first.
  * cs->lock held.
  */
-static void tokens_refill_locked(struct ctlsock *cs, struct ctlsock_user *u, uint64_t now)
+static void tokens_refill_locked(struct ctlsock *cs, struct ctluser *u, uint64_t now)
 {
 	uint64_t rate = report_rate(cs), cap = rate * REPORT_BURST_S, add;
 
@@ -314,7 +314,7 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 	const char *pci = ctl_get(m, "pci");
 	struct ctlsock *cs = cl->cs;
 	uint64_t gpu, bytes, gpu_before = 0, handed = 0, tokens = 0;
-	struct ctlsock_user *u;
+	struct ctluser *u;
 	bool ok = false, over_rate = false;
 	int ret;
 
@@ -331,7 +331,7 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 	}
 	/* at most what the uid was granted or read through the mount, and its rate */
 	pthread_mutex_lock(&cs->lock);
-	u = ctlsock_user_locked(cs, cl->cred.uid);
+	u = ctluser_locked(cs, cl->cred.uid);
 	if (u) {
 		tokens_refill_locked(cs, u, now_ms());
 		tokens = u->gpu_tokens;
@@ -356,7 +356,7 @@ int handover_gpu_bytes(struct ctlsock_client *cl, const struct ctl_msg *m)
 		uint64_t bound = u64_add_sat(handed, mount_read_bytes(cs->fs->stats, cl->cred.uid));
 
 		pthread_mutex_lock(&cs->lock);
-		u = ctlsock_user_locked(cs, cl->cred.uid);
+		u = ctluser_locked(cs, cl->cred.uid);
 		/* what others of this uid reported meanwhile counts too */
 		if (u && u64_add_sat(u->gpu, bytes) <= bound && bytes <= u->gpu_tokens) {
 			u->gpu += bytes;
@@ -509,7 +509,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	struct sfs_dataset *ds;
 	struct pf_job_progress p = { 0 };
 	uint64_t ino, id, t0, t1, missing;
-	struct ctlsock_user *u;
+	struct ctluser *u;
 	struct sfs_attr a;
 	struct cfile *cf;
 	bool granted = false;
@@ -596,7 +596,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	 * counted before the open that made it would stretch the job's time.
 	 */
 	pthread_mutex_lock(&cl->cs->lock);
-	u = ctlsock_user_locked(cl->cs, cl->cred.uid);
+	u = ctluser_locked(cl->cs, cl->cred.uid);
 	if (u) {	/* what the uid may report (else: nothing) */
 		struct handover_handle *h = &cl->handles[cl->nhandles - 1];	/* just added */
 
@@ -642,7 +642,7 @@ int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	struct ctlsock *cs = cl->cs;
 	uint64_t bytes, files = 0, left = 0, tokens = 0;
-	struct ctlsock_user *u;
+	struct ctluser *u;
 	bool ok = false, over_rate = false;
 	int ret;
 
@@ -651,7 +651,7 @@ int handover_client_read(struct ctlsock_client *cl, const struct ctl_msg *m)
 		return ctlconn_send_err(cl, EINVAL, "CLIENT_READ needs bytes=N [files=N] [job=J]");
 	/* at most the bytes and files the uid was granted, and its rate */
 	pthread_mutex_lock(&cs->lock);
-	u = ctlsock_user_locked(cs, cl->cred.uid);
+	u = ctluser_locked(cs, cl->cred.uid);
 	if (u) {
 		tokens_refill_locked(cs, u, now_ms());
 		tokens = u->read_tokens;

@@ -248,11 +248,21 @@ void stats_read_begin(struct stats *st, struct stats_read *rd, const void *file,
 		rd->last = rd->first + FILL_SCAN - 1;
 	rd->misses = 0;
 	rd->backend_bytes = 0;
+	rd->reader = NULL;
 	rd->pending = false;
 	rd->detached = false;
 	rd->fills0 = fills_seen(rd, &rd->pending);
 	rd->outer = cur_read;
 	cur_read = rd;
+}
+
+void stats_read_reader(struct stats_read *rd, struct stats_open *so, pid_t pid,
+		       uint32_t uid)
+{
+	struct stats_ent *p = so ? so->proc : NULL;
+
+	if (rd->st && !rd->reader && (!p || p->tid != pid || p->uid != uid))
+		rd->reader = stats_proc_get(rd->st, pid, uid);
 }
 
 void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
@@ -286,7 +296,9 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 	}
 
 	p = so ? so->proc : NULL;
-	if (!p || p->tid != pid || p->uid != uid) {
+	if (rd->reader) {
+		ref = p = rd->reader;	/* found at the READ's start */
+	} else if (!p || p->tid != pid || p->uid != uid) {
 		/* not the opener (another thread or process): find the reader */
 		ref = stats_proc_get(st, pid, uid);
 		if (ref)

@@ -215,6 +215,7 @@ struct stats_read {
 	bool detached;			/* ends on another thread */
 	uint32_t misses;		/* chunks this READ fetched */
 	uint64_t backend_bytes;
+	struct stats_ent *reader;	/* stats_read_reader()'s (a reference), or NULL */
 };
 
 /*
@@ -227,6 +228,14 @@ void stats_read_begin(struct stats *st, struct stats_read *rd, const void *file,
 		      uint64_t off, size_t len, uint32_t chunk_size);
 void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		    uint32_t uid, ssize_t n);
+/*
+ * Find now, on this thread, whom stats_read_end(@rd, @so, @pid, @uid)
+ * will charge: a thread's first READ reads /proc (procinfo_read), which
+ * the I/O engine's thread must not do.  Call it before handing the READ
+ * over; the same arguments must then go to stats_read_end().
+ */
+void stats_read_reader(struct stats_read *rd, struct stats_open *so, pid_t pid,
+		       uint32_t uid);
 /*
  * The READ of @rd will be answered by another thread (the I/O engine): it
  * stops being this thread's current READ now; stats_read_end() may then

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * warmup: stage whole trees, files or lists in the cache on request
- * (`stagefs warmup`, through the control socket), or report or drop what is
- * cached of them.
+ * job: the walk job (pf_job_*): stage whole trees, files or lists in the
+ * cache, or report or drop what is cached of them.  Its users: WARMUP
+ * (`stagefs warmup`, fuse/ctl/ctljobs.c), a CACHE_FD hand-over (one file,
+ * fuse/ctl/handover.c) and epoch staging (stage.c, opts.stage).
  *
  * A job walks the dataset through the backend (readdir, lookup: metadata is
  * in memory for both backends) on the calling thread, twice: the first walk
