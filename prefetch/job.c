@@ -170,7 +170,7 @@ int pf_job_create(struct pf_sched *s, const struct pf_job_opts *o,
 		j->opts.tick_ms = 500;
 	j->start_ms = j->last_tick_ms = now_ms();
 	pthread_mutex_init(&j->lock, NULL);
-	pthread_cond_init(&j->cond, NULL);
+	cond_init_monotonic(&j->cond);
 	if (!o->stage)
 		pf_jobs_add(s, 1);	/* warmup_jobs: what clients asked for */
 	*out = j;
@@ -217,16 +217,8 @@ static int wait_room(struct pf_job *j)
 {
 	pthread_mutex_lock(&j->lock);
 	while (j->fetching >= j->max && !cancelled(j)) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
 		j->sleepers++;
-		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		cond_wait_until_ns(&j->cond, &j->lock, now_ns() + 100000000ULL);
 		j->sleepers--;
 		pthread_mutex_unlock(&j->lock);
 		maybe_tick(j);
@@ -565,22 +557,15 @@ int pf_job_run(struct pf_job *j, const struct pf_job_root *roots, size_t n)
 
 bool pf_job_wait(struct pf_job *j, uint32_t ms)
 {
-	struct timespec ts;
+	uint64_t until = now_ns() + (uint64_t)ms * 1000000ULL;
 	bool done;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (long)(ms % 1000) * 1000000;
-	if (ts.tv_nsec >= 1000000000) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&j->lock);
 	while (j->outstanding) {
 		int r;
 
 		j->sleepers++;
-		r = pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		r = cond_wait_until_ns(&j->cond, &j->lock, until);
 		j->sleepers--;
 		if (r == ETIMEDOUT)
 			break;

@@ -532,18 +532,10 @@ static void *worker_main(void *arg)
 			if (q->bg_inflight + atomic_load(&q->demand_inflight) < s->o.inflight &&
 			    (r = pick_locked(s, &u)))
 				break;
-			struct timespec ts;
-
 			/* timed: a demand fetch ending does not always wake us */
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
 			q->waiting++;
 			atomic_store(&q->has_waiters, q->waiting);
-			pthread_cond_timedwait(&q->work, &q->lock, &ts);
+			cond_wait_until_ns(&q->work, &q->lock, now_ns() + 100000000ULL);
 			q->waiting--;
 			atomic_store(&q->has_waiters, q->waiting);
 		}
@@ -619,7 +611,7 @@ int pf_queues_create(struct pf_sched *s, const char *weights, char *err, size_t 
 		return ret;
 	}
 	pthread_mutex_init(&q->lock, NULL);
-	pthread_cond_init(&q->work, NULL);
+	cond_init_monotonic(&q->work);
 	pthread_mutex_init(&q->blk, NULL);
 	if (s->o.max_rate) {
 		q->rate = (double)s->o.max_rate;

@@ -291,7 +291,7 @@ int ctlsock_start(struct sfs *fs)
 	cs->idle_ms = fs->cfg.control_idle_timeout_ms;
 	list_init(&cs->clients);
 	pthread_mutex_init(&cs->lock, NULL);
-	pthread_cond_init(&cs->gone, NULL);
+	cond_init_monotonic(&cs->gone);
 	if ((size_t)snprintf(cs->path, sizeof(cs->path), "%s/%016" PRIx64 ".sock", dir, h) >=
 	    sizeof(cs->path)) {
 		log_warn("control socket: %s/...sock is longer than a socket path may be: "
@@ -364,7 +364,7 @@ out_free:
 void ctlsock_stop(struct sfs *fs)
 {
 	struct ctlsock *cs = fs->ctl;
-	struct timespec ts;
+	uint64_t until;
 
 	if (!cs)
 		return;
@@ -378,13 +378,12 @@ void ctlsock_stop(struct sfs *fs)
 	unlink(cs->path);
 
 	/* wake every connection thread: reads end, jobs see the peer gone */
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 30;
+	until = now_ns() + 30 * 1000000000ULL;
 	pthread_mutex_lock(&cs->lock);
 	list_for_each(pos, &cs->clients)
 		shutdown(list_entry(pos, struct ctlsock_client, node)->fd, SHUT_RDWR);
 	while (cs->nclients) {
-		if (pthread_cond_timedwait(&cs->gone, &cs->lock, &ts) == ETIMEDOUT) {
+		if (cond_wait_until_ns(&cs->gone, &cs->lock, until) == ETIMEDOUT) {
 			log_warn("control: %u connection(s) did not end; leaving them",
 				 cs->nclients);
 			pthread_mutex_unlock(&cs->lock);

@@ -16,7 +16,7 @@
  *
  * Guarantees.
  *  - JSON: one object.  The table's rows first, in table order, one member
- *    per line ("  \"key\": value,"): tools/bench.sh and tools/demo.sh read
+ *    per line ("  \"key\": value,"): tools/bench/ and tools/dev/demo.sh read
  *    them line by line, tests and `stagefs top` by name.  Then "peers"
  *    (the members of the node's peer group, one object each, where it has
  *    one), then "node", "users", "jobs", "processes", "gpus" (or "node":

@@ -733,7 +733,7 @@ static void test_render_table(void **state)
 	assert_true(json_u64(json_get(r, "backend_errors"), 0) == 3);
 	assert_true(json_u64(json_get(r, "backend_throttle_ms"), 0) == 1500);
 	assert_non_null(json_get(r, "node"));
-	/* one row a line: tools/bench.sh and tools/demo.sh read them so */
+	/* one row a line: tools/bench/ and tools/dev/demo.sh read them so */
 	assert_non_null(strstr(text, "\n  \"backend_errors\": 3,\n"));
 	assert_non_null(strstr(text, "\n  \"version\": \"0.1 \\\"x\\\"\",\n"));
 	assert_string_equal(json_str(json_get(r, "passthrough_accounting"), ""), "bpf");
