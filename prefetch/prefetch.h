@@ -38,7 +38,7 @@
  * chunk already present is not fetched again, and one being fetched is
  * waited for, never fetched twice.  Without io_uring (prefetch_io_uring =
  * no, or a kernel or sandbox that refuses it) the scheduler falls back to
- * prefetch_inflight worker threads calling cache_fill(), and readers fetch
+ * prefetch_inflight worker threads calling cache_read_prefetch(), and readers fetch
  * on their own threads through cache_read().  docs/prefetch.md has the
  * whole design.
  *

@@ -10,7 +10,7 @@
  * the I/O engine (engine.c), which runs every fetch of the daemon on one
  * thread and asks pf_sched_next() whenever it has room; or, where the
  * engine cannot run (prefetch_io_uring = no, no io_uring), prefetch_inflight
- * worker threads each running one cache_fill() at a time.  This file calls
+ * worker threads each running one cache_read_prefetch() at a time.  This file calls
  * no other part of prefetch/: pf_submit() wakes the engine through the
  * hook prefetch.c set (s->kick), and prefetch.c makes and stops the
  * queues (pf_queues_*) around the other parts.
@@ -504,7 +504,7 @@ static int run_req(struct pf_sched *s, struct pf_req *r)
 		atomic_fetch_add(&q->st_cancelled, 1);
 		return -ECANCELED;
 	}
-	ret = cache_fill(s->c, r->f->cf, r->idx, &src);
+	ret = cache_read_prefetch(s->c, r->f->cf, r->idx, &src);
 	if (ret < 0)
 		return ret;
 	if (!x.fetched)

@@ -154,7 +154,7 @@ ssize_t cache_read(struct cache *c, struct cfile *cf, uint64_t off, void *buf,
  * Make chunk @idx present without copying it out (warmup, readahead).
  * Returns 0 (also when already present) or -errno.
  */
-int cache_fill(struct cache *c, struct cfile *cf, uint32_t idx,
+int cache_read_prefetch(struct cache *c, struct cfile *cf, uint32_t idx,
 	       const struct cache_source *src);
 
 uint32_t cache_file_nchunks(const struct cfile *cf);
@@ -243,7 +243,7 @@ uint64_t cache_chunk_hash(const void *buf, size_t len);
 
 /* ---- asynchronous fills: an I/O engine doing the transfers itself ----
  *
- * cache_read()/cache_fill() fetch and write on the calling thread.  An
+ * cache_read()/cache_read_prefetch() fetch and write on the calling thread.  An
  * engine that keeps many fills in flight on one thread (prefetch/engine.c)
  * takes the same path in steps instead, doing each transfer itself (the
  * descriptors, offset and length are in struct cache_fill):

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * cache_read: the synchronous read path (cache_read(), cache_fill()) that
+ * cache_read: the synchronous read path (cache_read(), cache_read_prefetch()) that
  * the FUSE handlers without the I/O engine use: bring each chunk a read
  * touches to PRESENT and verified, fetching or checking it through the
  * steps of cache_fill.c on a per-thread scratch buffer, and copy out.
@@ -246,7 +246,7 @@ ssize_t cache_read_cached(struct cache *c, struct cfile *cf, uint64_t off,
 	return cache_read(c, cf, off, buf, len, NULL);
 }
 
-int cache_fill(struct cache *c, struct cfile *cf, uint32_t idx,
+int cache_read_prefetch(struct cache *c, struct cfile *cf, uint32_t idx,
 	       const struct cache_source *src)
 {
 	int fd, ret;

@@ -370,7 +370,7 @@ static void test_read_basic(void **state)
 	assert_int_equal(cache_read(c, cf, FSIZE, buf, sizeof(buf), &s.cs), 0);
 	assert_int_equal(cache_read(c, cf, FSIZE + 5000, buf, sizeof(buf), &s.cs), 0);
 	assert_int_equal(cache_read(c, cf, 0, buf, 0, &s.cs), 0);
-	assert_int_equal(cache_fill(c, cf, NCH, &s.cs), -EINVAL);
+	assert_int_equal(cache_read_prefetch(c, cf, NCH, &s.cs), -EINVAL);
 
 	/* the cache file: sparse file of the dataset file's size, right bytes */
 	file_path(c, cf, path, sizeof(path));
@@ -383,8 +383,8 @@ static void test_read_basic(void **state)
 	struct cfile *cf2 = get_file(c, 2, 3 * CS, CS);
 
 	fsrc_init(&s2, 2, CS);
-	assert_int_equal(cache_fill(c, cf2, 1, &s2.cs), 0);
-	assert_int_equal(cache_fill(c, cf2, 1, &s2.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, cf2, 1, &s2.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, cf2, 1, &s2.cs), 0);
 	assert_int_equal(atomic_load(&s2.fetches), 1);
 	assert_int_equal(cache_file_present(c, cf2), 1);
 	assert_true(cache_chunk_present(c, cf2, 1));
@@ -514,8 +514,8 @@ static void test_reload(void **state)
 	cf = get_file(c, 1, FSIZE, CS);
 	cf2 = get_file(c, 2, 4 * CS, CS);
 	read_whole(c, cf, &s, FSIZE, CS);
-	assert_int_equal(cache_fill(c, cf2, 0, &s2.cs), 0);
-	assert_int_equal(cache_fill(c, cf2, 2, &s2.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, cf2, 0, &s2.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, cf2, 2, &s2.cs), 0);
 	st0 = stats(c);
 	cache_file_put(c, cf);
 	cache_file_put(c, cf2);
@@ -913,13 +913,13 @@ static int child_fill_and_crash(void *arg)
 		return 3;
 	for (uint32_t r = 0; r < f->evict_rounds; r++) {
 		for (uint32_t i = 0; i < cache_file_nchunks(cf); i++)
-			if (cache_fill(c, cf, i, &s.cs))
+			if (cache_read_prefetch(c, cf, i, &s.cs))
 				return 4;
 		if (cache_file_evict(c, cf) != cache_file_nchunks(cf))
 			return 5;
 	}
 	for (uint32_t i = f->first; i < f->first + f->n; i++)
-		if (cache_fill(c, cf, i, &s.cs))
+		if (cache_read_prefetch(c, cf, i, &s.cs))
 			return 6;
 	_exit(0);	/* no cache_destroy: no compaction, the journal as written */
 }
@@ -1220,9 +1220,9 @@ static void test_evict_owned(void **state)
 	fsrc_init(&s1, 1, CS);
 	fsrc_init(&s2, 1, CS);
 	s2.cs.uid = 2000;
-	assert_int_equal(cache_fill(c, a, 0, &s1.cs), 0);
-	assert_int_equal(cache_fill(c, a, 1, &s2.cs), 0);
-	assert_int_equal(cache_fill(c, a, 2, &s2.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, a, 0, &s1.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, a, 1, &s2.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, a, 2, &s2.cs), 0);
 
 	assert_int_equal(cache_file_evict_owned(c, a, 3000, &skipped), 0);
 	assert_int_equal(skipped, 3);
@@ -1266,10 +1266,10 @@ static void test_verify_pin_evict(void **state)
 
 	assert_int_equal(cache_file_verify(c, a), -ENODATA);
 	for (uint32_t i = 0; i < 5; i++)
-		assert_int_equal(cache_fill(c, a, i, &s.cs), 0);
+		assert_int_equal(cache_read_prefetch(c, a, i, &s.cs), 0);
 	assert_int_equal(cache_file_verify(c, a), -ENODATA);
 	assert_false(cache_file_all_verified(c, a));
-	assert_int_equal(cache_fill(c, a, 5, &s.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, a, 5, &s.cs), 0);
 	assert_true(cache_file_all_verified(c, a));	/* filled: hashed as written */
 	assert_int_equal(cache_file_verify(c, a), 0);
 	cache_file_put(c, a);
@@ -1297,7 +1297,7 @@ static void test_verify_pin_evict(void **state)
 	assert_int_equal(cache_file_present(c, a), 5);
 	assert_false(cache_chunk_present(c, a, 2));
 	assert_int_equal(atomic_load(&s.fetches), 6);	/* verify never fetches */
-	assert_int_equal(cache_fill(c, a, 2, &s.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, a, 2, &s.cs), 0);
 	assert_int_equal(cache_file_verify(c, a), 0);
 	check_disk(path, 1, 0, size);
 
@@ -1532,7 +1532,7 @@ static int child_evict_while_checking(void *arg)
 	log_level = LOG_ERR;
 	if (cache_create(&o, &c, err, sizeof(err)) ||
 	    cache_file_get(c, &ida, BIG, BIG, &a) ||
-	    cache_fill(c, a, 0, &sa.cs))
+	    cache_read_prefetch(c, a, 0, &sa.cs))
 		return 10;
 	cache_file_put(c, a);
 	cache_destroy(c);
@@ -1627,7 +1627,7 @@ static void test_journal_load_time(void **state)
 		struct cfile *cf = get_file(c, 1000000 + f, (uint64_t)k * tiny, tiny);
 
 		for (uint32_t i = 0; i < k; i++)
-			if (cache_fill(c, cf, i, &src))
+			if (cache_read_prefetch(c, cf, i, &src))
 				fail_msg("fill %u/%u failed", f, i);
 		cache_file_put(c, cf);
 	}
@@ -2070,9 +2070,9 @@ static void test_prefetch_verify_fd(void **state)
 	assert_int_equal(cache_file_prefetch(c, e), -ENODATA);	/* empty */
 	assert_int_equal(cache_file_verify_fd(c, e, &fd), -ENODATA);
 	for (uint32_t i = 0; i < 3; i++)
-		assert_int_equal(cache_fill(c, a, i, &s.cs), 0);
+		assert_int_equal(cache_read_prefetch(c, a, i, &s.cs), 0);
 	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);	/* one chunk missing */
-	assert_int_equal(cache_fill(c, a, 3, &s.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, a, 3, &s.cs), 0);
 	assert_int_equal(cache_file_prefetch(c, a), 0);
 
 	/* the descriptor is the cache file's, and stays usable until released */
@@ -2102,7 +2102,7 @@ static void test_prefetch_verify_fd(void **state)
 	assert_false(cache_chunk_present(c, a, 1));
 	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);
 	/* refetched: whole again, and verified once the rest is checked */
-	assert_int_equal(cache_fill(c, a, 1, &s.cs), 0);
+	assert_int_equal(cache_read_prefetch(c, a, 1, &s.cs), 0);
 	assert_int_equal(cache_file_prefetch(c, a), -ENODATA);
 	assert_int_equal(cache_file_verify_fd(c, a, &fd), 0);
 	cache_file_fd_release(c, a);
