@@ -16,6 +16,16 @@
  *                    and the waiters
  *   cache_read.c     the synchronous read path, the bypass slots
  *
+ * THE ONE CIRCLE (by design; tests/integration/arrows.sh allows no other
+ * in the tree): cache_lru.c, cache_fds.c, cache_journal.c and
+ * cache_table.c call each other.  Evicting a chunk (cache_lru.c) closes
+ * its file's descriptor (cache_fds.c), records the departure in the
+ * journal (cache_journal.c) and may free the file (cache_table.c);
+ * loading the journal (cache_journal.c) rebuilds the table and the LRU;
+ * a cache file found gone or replaced (cache_fds.c) drops its chunks
+ * (cache_lru.c).  All of it under c->lock, one state machine of the
+ * chunk's life in four files by the resource each touches.
+ *
  * LOCK RULES
  *
  *   c->lock     guards everything reachable from struct cache that is not
