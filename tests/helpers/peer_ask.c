@@ -62,7 +62,7 @@ int main(int argc, char **argv)
 	char err[512], host[64], *colon;
 	struct timeval tv = { .tv_sec = 10 };
 	SSL *ssl;
-	int opt, fd;
+	int opt, fd, rc = 0;
 
 	peer_tls_thread_init();
 	while ((opt = getopt(argc, argv, "k:s:")) != -1) {
@@ -117,7 +117,8 @@ int main(int argc, char **argv)
 		unsigned long e = ERR_get_error();
 
 		printf("handshake failed: %s\n", e ? ERR_reason_error_string(e) : "closed");
-		return 3;
+		rc = 3;
+		goto out;
 	}
 	for (int i = optind + 1; i < argc; i++) {
 		unsigned char req[PEER_REQ_LEN], rep[PEER_REP_LEN];
@@ -130,19 +131,24 @@ int main(int argc, char **argv)
 		void *buf;
 
 		if (sscanf(argv[i], "%32[0-9a-f]:%llu:%llx:%llu:%llu", idhex, &len, &tag, &ino, &idx) != 5 ||
-		    sfs_id_parse(idhex, &id))
-			return usage();
+		    sfs_id_parse(idhex, &id)) {
+			rc = usage();
+			goto out;
+		}
 		loc = (struct peer_loc){ .tag = tag, .ino = ino, .idx = (uint32_t)idx };
 		peer_req_encode(&id, (uint32_t)len, &loc, req);
 		if (io_all(ssl, req, sizeof(req), true) || io_all(ssl, rep, sizeof(rep), false) ||
 		    peer_rep_decode(rep, &status, &n)) {
 			printf("connection broken\n");
-			return 1;
+			rc = 1;
+			goto out;
 		}
 		buf = malloc(n ? n : 1);
 		if (!buf || io_all(ssl, buf, n, false)) {
 			printf("connection broken\n");
-			return 1;
+			free(buf);
+			rc = 1;
+			goto out;
 		}
 		sfs_id_of(buf, n, &got);
 		printf("status %d len %" PRIu32 " %s\n", status, n,
@@ -150,8 +156,9 @@ int main(int argc, char **argv)
 		free(buf);
 	}
 	SSL_shutdown(ssl);
+out:
 	SSL_free(ssl);
 	close(fd);
 	peer_tls_destroy(t);
-	return 0;
+	return rc;
 }

@@ -181,5 +181,11 @@ int main(int argc, char **argv)
 	       asked, (unsigned long long)bytes, (double)ns / 1e9,
 	       (double)bytes / ((double)ns / 1e9), (double)asked / ((double)ns / 1e9), errors);
 	peer_group_destroy(pg);
+	for (unsigned int i = 0; i < inflight; i++)
+		free(slots[i].buf);
+	free(slots);
+	free(ids);
+	free(lens);
+	free(locs);
 	return errors ? 1 : 0;
 }
