@@ -133,11 +133,6 @@ void ctl_conn_init(struct ctl_conn *c, int fd)
 	c->start = c->end = 0;
 }
 
-bool ctl_conn_pending(const struct ctl_conn *c)
-{
-	return memchr(c->buf + c->start, '\n', c->end - c->start) != NULL;
-}
-
 /*
  * Read into @c's buffer: read(2), or with @fd recvmsg(2) taking a passed
  * descriptor into *@fd (a second one is closed).  Returns bytes or -errno.

@@ -88,8 +88,6 @@ int ctl_read_line(struct ctl_conn *c, char **line, int timeout_ms);
  * descriptor a peer sends (the kernel drops it).
  */
 int ctl_read_line_fd(struct ctl_conn *c, char **line, int timeout_ms, int *fd);
-/* True if a full line is already buffered (a read would not block). */
-bool ctl_conn_pending(const struct ctl_conn *c);
 
 /*
  * Send a formatted line (the format supplies the "\n") in full; never
