@@ -285,6 +285,7 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
 out_sync:
 	/* no engine after all (stopping): drop what we hold, go the slow way */
 	stats_read_detach(&ar->rd);
+	stats_read_drop_reader(&ar->rd);	/* the slow way begins its own */
 	for (unsigned k = 0; k < ar->n; k++)
 		pf_want_release(fs->pf, &ar->p[k].w);
 	free(ar->dbuf);

@@ -265,6 +265,14 @@ void stats_read_reader(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		rd->reader = stats_proc_get(rd->st, pid, uid);
 }
 
+void stats_read_drop_reader(struct stats_read *rd)
+{
+	if (rd->reader) {
+		stats_ent_put(rd->reader);
+		rd->reader = NULL;
+	}
+}
+
 void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		    uint32_t uid, ssize_t n)
 {

@@ -237,6 +237,11 @@ void stats_read_end(struct stats_read *rd, struct stats_open *so, pid_t pid,
 void stats_read_reader(struct stats_read *rd, struct stats_open *so, pid_t pid,
 		       uint32_t uid);
 /*
+ * A READ begun and looked up that will not reach stats_read_end() (it
+ * goes another way after all): let go of what stats_read_reader() holds.
+ */
+void stats_read_drop_reader(struct stats_read *rd);
+/*
  * The READ of @rd will be answered by another thread (the I/O engine): it
  * stops being this thread's current READ now; stats_read_end() may then
  * run on any thread.  Fetches made for it elsewhere are charged with
