@@ -2,7 +2,7 @@
 # tools/dev/device-prep.sh - build what tools/bench/device-check.sh carries to a lent GPU machine
 # SPDX-License-Identifier: Apache-2.0
 #
-#   tools/dev/device-prep.sh [--no-build]
+#   tools/dev/device-prep.sh [--no-build] [--no-debs] [--dir DIR]
 #
 # Fills .device/ (ignored; the device tool's `carry` takes it) with what a
 # bare GPU machine that reaches no package registry needs to run the
@@ -16,6 +16,11 @@
 #                  for fusermount3, from apt's cache or `apt-get download`
 #   .device/MANIFEST  what was built from which commit, and the sizes
 #
+# --no-build takes the binaries as they are; --no-debs carries no packages
+# (the rehearsal test, tests/integration/device_rehearsal.sh, on a machine
+# that has them installed and may reach no archive); --dir fills DIR in
+# place of .device/.
+#
 # The CUDA runtime is linked statically (ldd shows no libcudart); the
 # driver's libcuda is the machine's.  Refuses, saying why, when CUDA was not
 # configured (gpubench missing) or .device/ comes to more than 60 MiB (the
@@ -25,8 +30,16 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 D=$REPO/.device
 LIMIT_KB=$((60 * 1024))
-BUILD=1
-[ "${1:-}" = --no-build ] && BUILD=0
+BUILD=1 DEBS=1
+while [ $# -gt 0 ]; do
+	case $1 in
+	--no-build) BUILD=0 ;;
+	--no-debs) DEBS=0 ;;
+	--dir) D=$2; shift ;;
+	*) echo "usage: device-prep.sh [--no-build] [--no-debs] [--dir DIR]" >&2; exit 2 ;;
+	esac
+	shift
+done
 
 die() { printf 'device-prep: %s\n' "$*" >&2; exit 1; }
 cd "$REPO"
@@ -61,6 +74,7 @@ pkgs=$(for l in $libs; do
 		echo "?: $l" >&2
 done | cut -d: -f1 | sort -u | grep -v -x -E 'libc6|libgcc-s1')
 pkgs="$pkgs fuse3"
+[ "$DEBS" = 1 ] || pkgs=
 for p in $pkgs; do
 	v=$(dpkg-query -W -f '${Version}' "$p") || die "$p is not installed here"
 	f=$(ls /var/cache/apt/archives/"${p}_${v//:/%3a}"_*.deb 2>/dev/null | head -1 || true)
@@ -78,17 +92,17 @@ done
 # must be at least that (device-check.sh prints the machine's)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for f in "$D"/deb/*.deb; do dpkg -x "$f" "$tmp"; done
+for f in "$D"/deb/*.deb; do [ -e "$f" ] && dpkg -x "$f" "$tmp"; done
 need=$(find "$D/bin" "$D/lib" "$tmp" -type f \( -name '*.so*' -o -perm -u+x \) -print0 |
 	xargs -0 objdump -T 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -V -u | tail -1 || true)
 
 kb=$(du -sk "$D" | cut -f1)
 {
-	echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.device' || echo ' (with local changes)')"
+	echo "commit $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)')"
 	echo "built $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(gcc --version | head -1)"
 	echo "cuda $(sed -n 's/^CUDA_CFLAGS=-I//p' config.mk | sed 's|/include$||') $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
 	echo "needs glibc >= ${need#GLIBC_}"
-	echo "debs $(cd "$D/deb" && ls | tr '\n' ' ')"
+	echo "debs $(cd "$D/deb" && ls | tr '\n' ' ')$([ "$DEBS" = 1 ] || echo '(none: --no-debs)')"
 	echo "size ${kb} KiB"
 } >"$D/MANIFEST"
 cat "$D/MANIFEST"
@@ -96,4 +110,4 @@ du -sk "$D/bin" "$D/lib" "$D/deb" | awk '{ printf "  %6d KiB  %s\n", $1, $2 }'
 if [ "$kb" -gt "$LIMIT_KB" ]; then
 	die "$D is ${kb} KiB, over the 60 MiB this allows (the tool carries 64 MiB with the tree)"
 fi
-echo "device-prep: ready: carry [\".device\"] (${kb} KiB)"
+echo "device-prep: ready: carry [\"${D#"$REPO"/}\"] (${kb} KiB)"
