@@ -414,10 +414,14 @@ step_au() {
 }
 
 main() {
+	local uring0
+	# uring=on sets fuse.enable_uring; put it back also after a stopped step
+	uring0=$(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null)
 	facts
 	step gpu "$LIM_GPU" step_gpu
 	step warm "$LIM_WARM" step_warm
 	step cold "$LIM_COLD" step_cold
+	[ -z "$uring0" ] || echo "$uring0" >/sys/module/fuse/parameters/enable_uring 2>/dev/null
 	CUR=au
 	step_au
 	SUMMARY_ALL+=("${SUMMARY[@]: -1}")
