@@ -4,6 +4,7 @@
  * with a single write(2) so that lines from different threads never mix.
  */
 #include "log.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -87,14 +88,6 @@ void log_msg(int level, const char *fmt, ...)
 
 /* ---- rate limits ---- */
 
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 void log_ratelimit_init(struct log_ratelimit *rl, uint32_t interval_ms, uint32_t burst)
 {
 	*rl = (struct log_ratelimit){ .interval_ms = interval_ms, .burst = burst };
@@ -103,7 +96,7 @@ void log_ratelimit_init(struct log_ratelimit *rl, uint32_t interval_ms, uint32_t
 
 bool log_ratelimit_ok(struct log_ratelimit *rl, uint64_t *missed)
 {
-	uint64_t now = mono_ms();
+	uint64_t now = now_ms();
 	bool ok;
 
 	pthread_mutex_lock(&rl->lock);
