@@ -30,6 +30,8 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 STAGEFS=${STAGEFS:-$REPO/stagefs}
+# shellcheck source=tools/bench/scalecheck-lib.sh
+. "$REPO/tools/bench/scalecheck-lib.sh"
 HELPER=$REPO/tools/bench/scale_dataset
 N=${SCALE_N:-1000000}
 BASE=${SCALE_DIR:-/var/tmp}
@@ -43,7 +45,6 @@ PYTHON=${PYTHON:-python3}
 W=$BASE/stagefs-rscale
 MNT=$W/mnt PID= CEPH_DIR= NAME=rscale$$
 mkdir -p "$W"
-now_ms() { date +%s%3N; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 cleanup() {
 	if [[ -n $PID ]]; then
@@ -70,27 +71,15 @@ fi
 export CEPH_CONF
 R() { rados -p "$POOL" "$@"; }
 
-# mount_sfs [FILL]: start the daemon (manifest_fill=FILL, default no), wait until the mount answers; sets PID, MOUNT_MS
+# mount_sfs [FILL]: mount the dataset (manifest_fill=FILL, default no); sets PID, MOUNT_MS
 mount_sfs() {
-	local t0 end
-	mkdir -p "$MNT"
-	t0=$(now_ms)
-	"$STAGEFS" -f -o "ceph_conf=$CEPH_CONF,cache_dir=$W/cache,runtime_dir=$W/run,log_level=info,manifest_fill=${1:-no}" \
-		"rados://$POOL/$NAME@1" "$MNT" </dev/null >"$W/mount.log" 2>&1 &
-	PID=$!
-	end=$((SECONDS + 600))
-	until mountpoint -q "$MNT" && stat "$MNT/.stagefs/stats" >/dev/null 2>&1; do
-		kill -0 "$PID" 2>/dev/null || { cat "$W/mount.log" >&2; echo "rados-scalecheck: the daemon exited" >&2; exit 1; }
-		((SECONDS < end)) || { echo "rados-scalecheck: no mount after 10 min" >&2; exit 1; }
-		sleep 0.01
-	done
-	MOUNT_MS=$(($(now_ms) - t0))
+	scale_mount rados-scalecheck 600 "rados://$POOL/$NAME@1" \
+		"ceph_conf=$CEPH_CONF,cache_dir=$W/cache,runtime_dir=$W/run,log_level=info,manifest_fill=${1:-no}"
 }
 umount_sfs() { fusermount3 -u "$MNT"; wait "$PID"; PID=; }
 opened() { grep -o '[0-9]* of [0-9]* bytes fetched to open it' "$W/mount.log" | cut -d' ' -f1 || echo "whole"; }
 stat_key() { "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1])).get(sys.argv[2], "n/a"))' "$MNT/.stagefs/stats" "$1"; }
 status_kb() { awk -v k="$1:" '$1 == k { print $2 }' "/proc/$PID/status"; }
-tm() { local t0; t0=$(now_ms); "$@" >/dev/null; echo $(($(now_ms) - t0)); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'; }
 
 echo "rados-scalecheck: $N files, kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%d GiB", $2 / 1048576 }' /proc/meminfo)"

@@ -34,6 +34,8 @@ set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 STAGEFS=${STAGEFS:-$REPO/stagefs}
+# shellcheck source=tools/bench/scalecheck-lib.sh
+. "$REPO/tools/bench/scalecheck-lib.sh"
 N=${SCALE_N:-1000000}
 BASE=${SCALE_DIR:-/var/tmp}
 SAMPLE=${SCALE_SAMPLE:-2000}
@@ -49,7 +51,6 @@ SRC=$W/src-$N
 mkdir -p "$W"
 FAILS=0
 fail() { echo "FAIL: $*" >&2; FAILS=$((FAILS + 1)); }
-now_ms() { date +%s%3N; }
 drop() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 slab() { awk -v n="$1" '$1 == n { print $2 }' /proc/slabinfo; }
 
@@ -64,27 +65,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# mount SRC [OPTS]: start the daemon, wait until the mount answers; sets PID, MOUNT_MS
+# mount_sfs SRC [OPTS]: mount dir://SRC; sets PID, MOUNT_MS
 mount_sfs() {
-	local t0 end
-	mkdir -p "$MNT"
-	t0=$(now_ms)
-	"$STAGEFS" -f -o "cache_dir=$W/cache,runtime_dir=$W/run,log_level=info${2:+,$2}" \
-		"dir://$1" "$MNT" </dev/null >"$W/mount.log" 2>&1 &
-	PID=$!
-	end=$((SECONDS + 1800))
-	until mountpoint -q "$MNT" && stat "$MNT/.stagefs/stats" >/dev/null 2>&1; do
-		kill -0 "$PID" 2>/dev/null || { cat "$W/mount.log" >&2; echo "scalecheck: the daemon exited" >&2; exit 1; }
-		((SECONDS < end)) || { echo "scalecheck: no mount after 30 min" >&2; exit 1; }
-		sleep 0.02
-	done
-	MOUNT_MS=$(($(now_ms) - t0))
+	scale_mount scalecheck 1800 "dir://$1" "cache_dir=$W/cache,runtime_dir=$W/run,log_level=info${2:+,$2}"
 }
 umount_sfs() { fusermount3 -u "$MNT"; wait "$PID" || fail "the daemon exited $?"; PID=; }
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$PID/status"; }
 stat_key() { "$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$MNT/.stagefs/stats" "$1"; }
-# tm CMD...: run CMD, print its wall time in ms (its output discarded)
-tm() { local t0; t0=$(now_ms); "$@" >/dev/null; echo $(($(now_ms) - t0)); }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 echo "scalecheck: $N files under $SRC, kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%d GiB", $2 / 1048576 }' /proc/meminfo)"
