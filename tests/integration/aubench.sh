@@ -139,13 +139,17 @@ PY
 # -H: the caller prepares each trial; "go S" counts S seconds of staging
 # (-P 0: the trial passes, so there is exactly one)
 coproc AUBH { "$AUB" search -H -w unet3d -b 2 -c 0.001 -e 1 -n 2 -m 2 -M 1 -P 0 "$mnt"; }
-rfd=${AUBH[0]} wfd=${AUBH[1]} pid=$AUBH_PID
+# bash closes a coprocess's descriptors once it exits, which it may do
+# before its last line is read: read from copies made while it waits for "go"
+pid=$AUBH_PID
+exec {rfd}<&"${AUBH[0]}" {wfd}>&"${AUBH[1]}"
 read -r line <&"$rfd"
 [[ $line == "prepare 2" ]] || die "-H: expected 'prepare 2', got '$line'"
 echo "go 0.25" >&"$wfd"
 read -r trial <&"$rfd"
 read -r result <&"$rfd"
 wait "$pid" || die "search -H exited $?"
+exec {rfd}<&- {wfd}>&-
 "$PYTHON" -c '
 import json, sys
 t, r = json.loads(sys.argv[1]), json.loads(sys.argv[2])
