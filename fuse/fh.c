@@ -4,6 +4,10 @@
  */
 #include "fh.h"
 
+#include "access.h"
+#include "handles.h"
+#include "vfiles.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -56,4 +60,89 @@ int fh_create_noopen(struct sfs *fs, uint64_t ino, struct fh **out)
 	fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	*out = fh;
 	return 0;
+}
+
+struct fh *fh_of(struct sfs *fs, fuse_req_t req, uint64_t ino, uint64_t id, int *err)
+{
+	struct fh *fh = handles_get(fs->handles, id, HANDLE_FILE), *got;
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+
+	*err = 0;
+	if (fh)
+		return fh;
+	if (!handles_inherited(fs->handles, id)) {
+		*err = -EBADF;
+		return NULL;
+	}
+	*err = fh_create_noopen(fs, ino, &fh);
+	if (*err)
+		return NULL;
+	stats_open_init(fs->stats, &fh->so, ctx->pid, ctx->uid);
+	got = handles_adopt(fs->handles, id, HANDLE_FILE, fh);
+	if (got != fh)
+		fh_destroy(fs, fh);
+	if (!got)
+		*err = -ENOMEM;
+	return got;
+}
+
+int vfh_create(struct sfs *fs, fuse_req_t req, uint64_t ino, struct vfh **out)
+{
+	struct vfh *v;
+	struct cred cr;
+	int n;
+
+	/* the groups decide which datasets' sources it shows (multi only) */
+	access_req_cred(req, fs->multi, &cr);
+	/*
+	 * rendered for the opener, who looked up an inode of their own (a
+	 * dentry is looked up again at every walk); another user's inode,
+	 * reached otherwise (/proc/PID/fd), is refused, so its pages never
+	 * hold a rendering of someone else's
+	 */
+	if (vfiles_index(ino) < 0)
+		return -EINVAL;
+	if (cr.uid != vfiles_uid(ino))
+		return -EACCES;
+	v = calloc(1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	n = vfiles_table[vfiles_index(ino)].render(fs, &cr, &v->data);
+	if (n < 0) {
+		free(v);
+		return n;
+	}
+	v->len = (size_t)n;
+	*out = v;
+	return 0;
+}
+
+void vfh_destroy(struct vfh *v)
+{
+	if (!v)
+		return;
+	free(v->data);
+	free(v);
+}
+
+struct vfh *vfh_of(struct sfs *fs, fuse_req_t req, uint64_t ino, uint64_t id, int *err)
+{
+	struct vfh *v = handles_get(fs->handles, id, HANDLE_VFILE), *got;
+
+	*err = 0;
+	if (v)
+		return v;
+	if (!handles_inherited(fs->handles, id)) {
+		*err = -EBADF;
+		return NULL;
+	}
+	*err = vfh_create(fs, req, ino, &v);
+	if (*err)
+		return NULL;
+	got = handles_adopt(fs->handles, id, HANDLE_VFILE, v);
+	if (got != v)
+		vfh_destroy(v);
+	if (!got)
+		*err = -ENOMEM;
+	return got;
 }

@@ -57,4 +57,22 @@ int fh_create_noopen(struct sfs *fs, uint64_t ino, struct fh **out);
 /* Release everything @fh holds, and @fh. */
 void fh_destroy(struct sfs *fs, struct fh *fh);
 
+/*
+ * The open file behind handle @id of regular file @ino, READ by @req's
+ * caller: one this daemon issued, or one an earlier daemon of the mount
+ * gave the kernel (fuse/handles.h), made again here (its accounting and
+ * readahead start over, charged to this caller) and adopted under @id.
+ * NULL with *@err (-EBADF: no such handle).
+ */
+struct fh *fh_of(struct sfs *fs, fuse_req_t req, uint64_t ino, uint64_t id, int *err);
+
+/*
+ * .stagefs/ file @ino rendered for @req's caller into a new *@out.  0 or
+ * -errno (-EACCES: another user's inode).  Free with vfh_destroy().
+ */
+int vfh_create(struct sfs *fs, fuse_req_t req, uint64_t ino, struct vfh **out);
+void vfh_destroy(struct vfh *v);
+/* The rendering behind handle @id of @ino, as fh_of() does for files. */
+struct vfh *vfh_of(struct sfs *fs, fuse_req_t req, uint64_t ino, uint64_t id, int *err);
+
 #endif

@@ -91,6 +91,10 @@ struct sfs {
 	struct noopen *no;		/* fuse/noopen.h */
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct kinodes *ki;		/* fuse/kinodes.h: the kernel's inodes, bounded */
+	struct handles *handles;	/* fuse/handles.h: the file handles given out */
+	struct takeover *tko;		/* fuse/takeover.h: the supervisor's channel, or NULL */
+	uint32_t generation;		/* 1 for the daemon that mounted, +1 per takeover */
+	uint64_t takeover_pause_ms;	/* the last takeover: old daemon's end to serving */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctl/ctlsock.h) */
 	struct stats *stats;		/* counts READs, opens, fetches (src/stats/stats.h) */

@@ -19,6 +19,7 @@
 #include "fuse/ctl/ctlsock.h"
 #include "daemon.h"
 #include "datasets.h"
+#include "handles.h"
 #include "kinodes.h"
 
 #include "log.h"
@@ -31,6 +32,8 @@
 #include "policy.h"
 #include "safepath.h"
 #include "session_io.h"
+#include "supervisor.h"
+#include "takeover.h"
 #include "uring.h"
 
 #include <errno.h>
@@ -155,6 +158,26 @@ static void exec_subcommand(const char *cmd, int argc, char **argv)
 	execv(path, argv);
 	fprintf(stderr, "stagefs: cannot run stagefs-%s: %s\n", cmd, strerror(errno));
 	exit(127);
+}
+
+static void redirect_stdio(const struct sfs_config *cfg);
+
+/* ---- a planned handover (SIGUSR2 from the supervisor) ---- */
+
+static struct fuse_session *handover_se;
+static volatile sig_atomic_t handover;
+
+static void on_sigusr2(int sig)
+{
+	(void)sig;
+	handover = 1;
+	if (handover_se)
+		fuse_session_exit(handover_se);
+}
+
+static void stdio_detach(void *cfg)
+{
+	redirect_stdio(cfg);
 }
 
 /* ---- daemonizing with a status pipe ---- */
@@ -573,7 +596,17 @@ int main(int argc, char **argv)
 	struct stat st;
 	struct ptacct *pa;
 	int ret, pt_load;
+	bool supervised, resuming, checking, want_sup;
+	const char *mode;
 
+	/* parse_cli() cuts the -o strings up: a supervisor re-runs the original */
+	char **argv0 = calloc((size_t)argc + 1, sizeof(*argv0));
+
+	for (int i = 0; argv0 && i < argc; i++)
+		if (!(argv0[i] = strdup(argv[i])))
+			fail("out of memory");
+	if (!argv0)
+		fail("out of memory");
 	if (argc > 1)
 		for (size_t i = 0; i < ARRAY_SIZE(subcommands); i++)
 			if (!strcmp(argv[1], subcommands[i].name))
@@ -584,10 +617,17 @@ int main(int argc, char **argv)
 	if (!fs.cfg.threads)
 		fs.cfg.threads = default_threads();
 
+	/* started by a supervisor: it went to the background already, if at all */
+	supervised = getenv(TAKEOVER_ENV_FD) != NULL;
+	mode = getenv(TAKEOVER_ENV_RESUME);
+	checking = supervised && mode && !strcmp(mode, "check");
+	resuming = supervised && mode && (!strcmp(mode, "1") || checking);
+	if (supervised)
+		cli.foreground = true;
 	if (!realpath(cli.mountpoint, mnt))
 		fail("mount point %s: %s", cli.mountpoint, strerror(errno));
-	/* a dead daemon's mount there would stay under ours */
-	if (mountpoint_clear_dead(mnt, err, sizeof(err)))
+	/* a dead daemon's mount there would stay under ours (not the one we take over) */
+	if (!resuming && mountpoint_clear_dead(mnt, err, sizeof(err)))
 		fail("%s", err);
 	if (stat(mnt, &st) < 0)
 		fail("mount point %s: %s", cli.mountpoint, strerror(errno));
@@ -618,6 +658,53 @@ int main(int argc, char **argv)
 	if (!cli.foreground)
 		daemonize_begin();
 	open_log_file(&fs.cfg);
+	want_sup = !supervised && (fs.cfg.supervise == CFG_ON ||
+				   (fs.cfg.supervise == CFG_AUTO && status_fd >= 0));
+	/*
+	 * A daemon's end strands the requests on its rings: FUSE_NOTIFY_RESEND
+	 * (Linux 6.18) sends again only what was read from /dev/fuse.  So a
+	 * supervised mount keeps /dev/fuse (docs/restart.md).
+	 */
+	if (want_sup && fs.cfg.uring == CFG_ON) {
+		if (fs.cfg.supervise == CFG_ON)
+			fail("supervise=on and uring=on cannot be had together: a daemon's "
+			     "end would strand the requests on its rings (docs/restart.md)");
+		log_notice("supervise: off (uring=on: a daemon's end would strand the "
+			   "requests on its rings)");
+		want_sup = false;
+	}
+	if ((want_sup || supervised) && fs.cfg.uring == CFG_AUTO) {
+		if (!supervised)
+			log_info("uring: off (supervised: a daemon's end would strand the "
+				 "requests on its rings)");
+		fs.cfg.uring = CFG_OFF;
+	}
+	if (want_sup) {
+		/* returns in the daemon only */
+		ret = supervisor_start(argv0, mnt, status_fd, NULL,
+				       status_fd >= 0 ? stdio_detach : NULL, &fs.cfg);
+		if (ret)
+			log_warn("supervise: cannot start the supervisor (%s): a crash of "
+				 "this daemon will end the mount", strerror(-ret));
+	}
+	ret = takeover_open(&fs, &fs.tko, err, sizeof(err));
+	if (ret) {
+		if (ret == -EPROTO) {
+			fprintf(stderr, "stagefs: %s\n", err);
+			log_err("%s", err);
+			exit(TAKEOVER_EXIT_REFUSED);
+		}
+		fail("%s", err);
+	}
+	if (!fs.generation)
+		fs.generation = 1;	/* takeover_open() set it where resuming */
+	if (handles_create(fs.generation, &fs.handles))
+		fail("out of memory");
+	if (checking) {
+		/* the supervisor asks whether this binary could take the mount over */
+		log_info("takeover check: this stagefs can take %s over", mnt);
+		exit(0);
+	}
 
 	copts = (struct cache_opts){
 		.dir = fs.cfg.cache_dir,
@@ -639,9 +726,27 @@ int main(int argc, char **argv)
 		if (ret)
 			fail("%s", err);
 	}
+	if (fs.multi && takeover_resuming(fs.tko)) {
+		const char *const *names, *const *sources;
+		const bool *hidden;
+		uint32_t n;
+
+		/* node ids embed the index: the order the kernel knows first */
+		takeover_datasets(fs.tko, &names, &sources, &hidden, &n);
+		for (uint32_t i = 0; i < n; i++) {
+			const struct policy_dataset *pd = policy_dataset(fs.policy, names[i]);
+			const char *src = pd && pd->source && !hidden[i] ? pd->source : sources[i];
+
+			ret = datasets_add(&fs, names[i], src, hidden[i], NULL, err, sizeof(err));
+			if (ret)
+				fail("takeover: dataset %s (index %u): %s", names[i], i, err);
+		}
+	}
 	for (size_t i = 0; fs.multi && i < fs.policy->nds; i++) {
 		const struct policy_dataset *pd = &fs.policy->ds[i];
 
+		if (fs.tko && takeover_resuming(fs.tko) && datasets_find(&fs, pd->name))
+			continue;	/* added above, in its place */
 		if (!pd->source)
 			fail("%s: [dataset %s] has no source", cli.config, pd->name);
 		ret = datasets_add(&fs, pd->name, pd->source, false,
@@ -684,12 +789,32 @@ int main(int argc, char **argv)
 		fail("cannot create the FUSE session (bad mount option?)");
 	if (fuse_set_signal_handlers(fs.se))
 		fail("cannot install signal handlers");
+	if (fs.tko) {
+		struct sigaction sa = { .sa_handler = on_sigusr2 };
+
+		handover_se = fs.se;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(SIGUSR2, &sa, NULL) < 0)
+			fail("cannot install the SIGUSR2 handler");
+	}
 	/* the daemon chdir()s to /: remember the file by its absolute path */
 	fs.config_path = cli.config ? realpath(cli.config, NULL) : NULL;
 	if (access_reload_start(&fs))
 		fail("cannot start the reload thread");
-	if (fuse_session_mount(fs.se, mnt))
+	if (takeover_resuming(fs.tko)) {
+		char devfd[32];
+		const void *init;
+		size_t init_len = takeover_init_request(fs.tko, &init);
+
+		/* libfuse takes /dev/fd/N as the connection, and mounts nothing */
+		snprintf(devfd, sizeof(devfd), "/dev/fd/%d", takeover_fuse_fd(fs.tko));
+		if (!init_len || session_io_replay_init(fs.sio, init, init_len))
+			fail("takeover: the state has no usable INIT request");
+		if (fuse_session_mount(fs.se, devfd))
+			fail("takeover: cannot use the mount's FUSE descriptor");
+	} else if (fuse_session_mount(fs.se, mnt)) {
 		fail("cannot mount %s (is /dev/fuse there, and are you root?)", mnt);
+	}
 	ret = session_io_attach(fs.sio, fs.se);
 	if (!ret)
 		ret = passthrough_attach(fs.pt, fs.se);
@@ -702,9 +827,11 @@ int main(int argc, char **argv)
 	 * The rings before the no-open probe: once INIT said io_uring, the
 	 * kernel holds every request until each queue has an entry.
 	 */
+	if (takeover_resuming(fs.tko))
+		noopen_resume(fs.no, takeover_noopen(fs.tko));
 	if (passthrough_handshake(fs.pt, fs.se, err, sizeof(err)) ||
 	    uring_start(fs.ur, fs.se, err, sizeof(err)) ||
-	    noopen_handshake(fs.no, fs.se, err, sizeof(err))) {
+	    (!takeover_resuming(fs.tko) && noopen_handshake(fs.no, fs.se, err, sizeof(err)))) {
 		fuse_session_unmount(fs.se);
 		uring_destroy(fs.ur);
 		fail("%s", err);
@@ -744,12 +871,23 @@ int main(int argc, char **argv)
 		redirect_stdio(&fs.cfg);
 	}
 	daemonize_end(true, NULL);
+	if (takeover_resuming(fs.tko)) {
+		uint64_t down = takeover_down_ms(fs.tko);
+
+		fs.takeover_pause_ms = down && down <= now_ms() ? now_ms() - down : 0;
+		log_notice("took the mount %s over (daemon generation %u) %" PRIu64 " ms after "
+			   "the daemon before ended", mnt, fs.generation, fs.takeover_pause_ms);
+		takeover_resend(&fs);
+	}
+	takeover_publish(&fs);
 	{
 		/* systemd's Type=notify (conf/stagefs.service); MAINPID for a forked daemon */
 		char note[PATH_MAX + 64];
 
+		/* supervised: the supervisor is the service's main process */
 		snprintf(note, sizeof(note), "READY=1\nMAINPID=%d\nSTATUS=mounted on %s%s",
-			 (int)getpid(), mnt, fs.nds ? "" : " (no dataset configured yet)");
+			 (int)(supervised ? getppid() : getpid()), mnt,
+			 fs.nds ? "" : " (no dataset configured yet)");
 		ret = sfs_sd_notify(note);
 		if (ret)
 			log_warn("NOTIFY_SOCKET: cannot tell the service manager: %s", strerror(-ret));
@@ -778,9 +916,17 @@ int main(int argc, char **argv)
 
 	kinodes_destroy(fs.ki);	/* its thread writes to the session */
 	fs.ki = NULL;
-	log_notice("unmounting %s", mnt);
-	sfs_sd_notify("STOPPING=1");
-	fuse_session_unmount(fs.se);
+	if (handover) {
+		/* the supervisor starts the next daemon on the same connection */
+		log_notice("handing %s over to the next daemon", mnt);
+	} else {
+		log_notice("unmounting %s", mnt);
+		sfs_sd_notify("STOPPING=1");
+		if (takeover_resuming(fs.tko))
+			mountpoint_unmount(mnt);	/* libfuse never mounted it */
+		else
+			fuse_session_unmount(fs.se);
+	}
 	uring_destroy(fs.ur);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
@@ -788,6 +934,7 @@ int main(int argc, char **argv)
 	passthrough_destroy(fs.pt);
 	session_io_destroy(fs.sio);
 	noopen_destroy(fs.no);
+	handles_destroy(fs.handles);
 	metrics_stop(&fs);
 	ctlsock_stop(&fs);
 	peerd_stop(&fs);
@@ -801,5 +948,8 @@ int main(int argc, char **argv)
 	free((char *)fs.config_path);
 	free(cli.fuse_opts);
 	free(cli.sets);
+	takeover_close(fs.tko);
+	if (handover)
+		return TAKEOVER_EXIT_HANDOVER;
 	return ret < 0 ? 1 : 0;
 }

@@ -128,3 +128,12 @@ int mountpoint_clear_dead(const char *mnt, char *err, size_t errlen)
 	snprintf(err, errlen, "%s: more than %d dead mounts stacked there", mnt, MAX_STACKED);
 	return -ELOOP;
 }
+
+int mountpoint_unmount(const char *mnt)
+{
+	if (umount2(mnt, MNT_DETACH) == 0)
+		return 0;
+	if (errno == EINVAL)
+		return 0;	/* not mounted (any more) */
+	return fusermount_detach(mnt);
+}

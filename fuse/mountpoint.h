@@ -17,5 +17,10 @@
  * or -errno with the reason in @err.
  */
 int mountpoint_clear_dead(const char *mnt, char *err, size_t errlen);
+/*
+ * Detach our mount at @mnt (a daemon that took the mount over: libfuse
+ * did not mount it, so it cannot unmount it).  0 or -errno.
+ */
+int mountpoint_unmount(const char *mnt);
 
 #endif

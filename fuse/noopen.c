@@ -123,6 +123,15 @@ bool noopen_probe_open(struct noopen *no)
 	return true;
 }
 
+void noopen_resume(struct noopen *no, bool active)
+{
+	if (!no)
+		return;
+	atomic_store(&no->wanted, active);
+	atomic_store(&no->active, active);
+	log_info("no_open: %s (as the daemon before this one had it)", active ? "on" : "off");
+}
+
 /* ---- the handshake ---- */
 
 static void *probe_main(void *arg)

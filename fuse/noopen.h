@@ -73,6 +73,12 @@ void noopen_init(struct noopen *no, struct fuse_conn_info *conn);
  * -EOPNOTSUPP with the reason in @err when the mode cannot be had (the
  * caller fails the mount); auto logs the reason once and returns 0.
  */
+/*
+ * A daemon taking the mount over (fuse/takeover.h): the kernel switched,
+ * or did not, for the daemon before; take its word (@active) instead of
+ * probing again.
+ */
+void noopen_resume(struct noopen *no, bool active);
 int noopen_handshake(struct noopen *no, struct fuse_session *se, char *err,
 		     size_t errlen);
 

@@ -23,6 +23,7 @@
 #include "access.h"
 #include "datasets.h"
 #include "fh.h"
+#include "handles.h"
 #include "kinodes.h"
 #include "read.h"
 
@@ -443,16 +444,19 @@ static int list_datasets(struct sfs *fs, fuse_req_t req, struct sfs_dirlist *dl)
 	return 0;
 }
 
-static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+/*
+ * The listing of directory @ino for the caller of @req, into a new *@out:
+ * what OPENDIR hands out, and what a READDIR on a handle of an earlier
+ * daemon (fuse/handles.h) builds again.  Returns 0 or -errno.
+ */
+static int dirlist_build(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
+			 struct sfs_dirlist **out)
 {
-	struct sfs *fs = fs_of(req);
 	struct sfs_dirlist *dl = calloc(1, sizeof(*dl));
 	int ret = 0;
 
-	if (!dl) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
+	if (!dl)
+		return -ENOMEM;
 	if (ino == SFS_CTL_DIR_INO) {
 		dl->ent = calloc(vfiles_count, sizeof(*dl->ent));
 		for (size_t i = 0; dl->ent && i < vfiles_count; i++) {
@@ -483,28 +487,82 @@ static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (ret) {
 		sfs_dirlist_release(dl);
 		free(dl);
+		return ret;
+	}
+	*out = dl;
+	return 0;
+}
+
+static void dirlist_free(struct sfs_dirlist *dl)
+{
+	sfs_dirlist_release(dl);
+	free(dl);
+}
+
+static void sfs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct sfs *fs = fs_of(req);
+	struct sfs_dirlist *dl;
+	int ret = dirlist_build(fs, req, ino, &dl);
+
+	if (!ret && !(fi->fh = handles_add(fs->handles, HANDLE_DIR, dl))) {
+		dirlist_free(dl);
+		ret = -ENOMEM;
+	}
+	if (ret) {
 		fuse_reply_err(req, -ret);
 		return;
 	}
-	fi->fh = (uintptr_t)dl;
 	/*
 	 * the multi root's listing depends on who asks (and .stagefs/'s inode
 	 * numbers): never cache them
 	 */
 	fi->cache_readdir = !sfs_is_multi_root(fs, ino) && ino != SFS_CTL_DIR_INO;
 	fi->keep_cache = fi->cache_readdir;
-	if (fuse_reply_open(req, fi) == -ENOENT) {
-		sfs_dirlist_release(dl);
-		free(dl);
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		dirlist_free(handles_take(fs->handles, fi->fh, HANDLE_DIR));
+}
+
+/*
+ * The listing behind handle @fh of directory @ino: one of ours, or one an
+ * earlier daemon gave the kernel, built again and adopted.  NULL (with
+ * *@err): none.
+ */
+static struct sfs_dirlist *dirlist_of(struct sfs *fs, fuse_req_t req, fuse_ino_t ino,
+				      uint64_t fh, int *err)
+{
+	struct sfs_dirlist *dl = handles_get(fs->handles, fh, HANDLE_DIR), *got;
+
+	*err = 0;
+	if (dl || !handles_inherited(fs->handles, fh)) {
+		if (!dl)
+			*err = -EBADF;
+		return dl;
 	}
+	*err = dirlist_build(fs, req, ino, &dl);
+	if (*err)
+		return NULL;
+	got = handles_adopt(fs->handles, fh, HANDLE_DIR, dl);
+	if (got != dl)
+		dirlist_free(dl);
+	if (!got)
+		*err = -ENOMEM;
+	return got;
 }
 
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, bool plus)
 {
 	struct sfs *fs = fs_of(req);
-	struct sfs_dirlist *dl = (struct sfs_dirlist *)(uintptr_t)fi->fh;
-	char *buf = malloc(size);
+	int err;
+	struct sfs_dirlist *dl = dirlist_of(fs, req, ino, fi->fh, &err);
+	char *buf;
+
+	if (!dl) {
+		fuse_reply_err(req, -err);
+		return;
+	}
+	buf = malloc(size);
 	/* the inodes a READDIRPLUS reply hands the kernel (>= 152 bytes each) */
 	uint64_t *ids = plus ? malloc((size / 152 + 1) * sizeof(*ids)) : NULL;
 	size_t pos = 0, nids = 0;
@@ -606,10 +664,11 @@ static void sfs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void sfs_releasedir(fuse_req_t req, fuse_ino_t ino,
 			   struct fuse_file_info *fi)
 {
-	struct sfs_dirlist *dl = (struct sfs_dirlist *)(uintptr_t)fi->fh;
+	struct sfs_dirlist *dl = handles_take(fs_of(req)->handles, fi->fh, HANDLE_DIR);
 
-	sfs_dirlist_release(dl);
-	free(dl);
+	(void)ino;
+	if (dl)
+		dirlist_free(dl);
 	fuse_reply_err(req, 0);
 }
 
@@ -632,33 +691,20 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (vfiles_index(ino) >= 0) {
-		struct vfh *v = NULL;
-		struct cred cr;
-		int n;
+		struct vfh *v;
 
-		/* the groups decide which datasets' sources it shows (multi only) */
-		access_req_cred(req, fs->multi, &cr);
-		/*
-		 * rendered for the opener, who looked up an inode of their own
-		 * (a dentry is looked up again at every walk); another user's
-		 * inode, reached otherwise (/proc/PID/fd), is refused, so its
-		 * pages never hold a rendering of someone else's
-		 */
-		if (cr.uid != vfiles_uid(ino))
-			n = -EACCES;
-		else if (!(v = calloc(1, sizeof(*v))))
-			n = -ENOMEM;
-		else
-			n = vfiles_table[vfiles_index(ino)].render(fs, &cr, &v->data);
-		if (n < 0) {
-			free(v);
-			fuse_reply_err(req, -n);
+		ret = vfh_create(fs, req, ino, &v);
+		if (!ret && !(fi->fh = handles_add(fs->handles, HANDLE_VFILE, v))) {
+			vfh_destroy(v);
+			ret = -ENOMEM;
+		}
+		if (ret) {
+			fuse_reply_err(req, -ret);
 			return;
 		}
-		v->len = (size_t)n;
-		fi->fh = (uintptr_t)v;
 		fi->direct_io = 1;
-		fuse_reply_open(req, fi);
+		if (fuse_reply_open(req, fi) == -ENOENT)
+			vfh_destroy(handles_take(fs->handles, fi->fh, HANDLE_VFILE));
 		return;
 	}
 	uint64_t bino;
@@ -705,11 +751,20 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
 	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
 		      fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, bino);
-	fi->fh = (uintptr_t)fh;
+	fi->fh = handles_add(fs->handles, HANDLE_FILE, fh);
+	if (!fi->fh) {
+		if (fh->passthrough)
+			ptacct_release(ptacct_of(fs), fh);
+		passthrough_release(fs->pt, ino, fh->passthrough);
+		fh_destroy(fs, fh);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
 	fi->keep_cache = !fh->passthrough;
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
+		handles_take(fs->handles, fi->fh, HANDLE_FILE);
 		if (fh->passthrough)
 			ptacct_release(ptacct_of(fs), fh);
 		passthrough_release(fs->pt, ino, fh->passthrough);
@@ -722,13 +777,18 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	struct sfs *fs = fs_of(req);
 
 	if (vfiles_index(ino) >= 0) {
-		struct vfh *v = (struct vfh *)(uintptr_t)fi->fh;
-
-		free(v->data);
-		free(v);
+		vfh_destroy(handles_take(fs->handles, fi->fh, HANDLE_VFILE));
 	} else {
-		struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
+		struct fh *fh = handles_take(fs->handles, fi->fh, HANDLE_FILE);
 
+		/*
+		 * NULL: an earlier daemon's open that this one never read
+		 * through (a passthrough open, or no READ since the takeover)
+		 */
+		if (!fh) {
+			fuse_reply_err(req, 0);
+			return;
+		}
 		/* its readers' last passthrough reads, before the open's accounting goes */
 		if (fh->passthrough)
 			ptacct_release(ptacct_of(fs), fh);

@@ -318,9 +318,17 @@ static void read_virtual(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		 * writev() returns, and ASan checks the iovec after the call
 		 * (docs/testing.md, "Sanitizers").
 		 */
-		struct vfh *v = (struct vfh *)(uintptr_t)fi->fh;
-		size_t from = MIN((size_t)off, v->len);
+		int err;
+		struct vfh *v = vfh_of(fs, req, ino, fi->fh, &err);
+		size_t from;
 
+		if (!v) {
+			if (size > (1u << 20))
+				free(buf);
+			fuse_reply_err(req, -err);
+			return;
+		}
+		from = MIN((size_t)off, v->len);
 		n = (ssize_t)MIN(size, v->len - from);
 		if (n)
 			memcpy(buf, v->data + from, (size_t)n);
@@ -342,12 +350,21 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 
-	struct fh *fh = (struct fh *)(uintptr_t)fi->fh;
+	struct fh *fh = NULL;
 	struct noopen_ent *noe = NULL;
-	struct stats_open *so = fh ? &fh->so : NULL, first = { 0 };
+	struct stats_open *so = NULL, first = { 0 };
 	uint32_t uid = fuse_req_ctx(req)->uid;
 
-	if (!fh) {
+	if (fi->fh) {
+		int err;
+
+		fh = fh_of(fs, req, ino, fi->fh, &err);
+		if (!fh) {
+			fuse_reply_err(req, -err);
+			return;
+		}
+		so = &fh->so;
+	} else {
 		/* no-open mode: the inode's handle; a READ at 0 starts a file */
 		int ret = noopen_get(fs->no, ino, &noe, &fh);
 

@@ -8,9 +8,11 @@
 #include <linux/fuse.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #define SIO_MAX_HOOKS	4
+#define SIO_INIT_MAX	256	/* fuse_in_header + fuse_init_in is 104 bytes in 7.45 */
 
 #ifndef FOPEN_PASSTHROUGH
 #define FOPEN_PASSTHROUGH	(1 << 7)	/* protocol 7.40: the kernel's ABI */
@@ -53,6 +55,10 @@ struct session_io {
 	bool hooked;
 	/* set while the kernel's INIT is read, in the main thread, before any worker */
 	uint64_t kernel_flags;
+	unsigned char init_req[SIO_INIT_MAX];	/* that INIT, as read */
+	size_t init_len;
+	/* a takeover: INIT to return from the first read; its reply is dropped */
+	bool replay, replay_reply;
 };
 
 #ifndef CONFIG_FUSE_PASSTHROUGH_API
@@ -97,6 +103,27 @@ uint64_t session_io_kernel_flags(const struct session_io *sio)
 	return sio ? sio->kernel_flags : 0;
 }
 
+size_t session_io_init_request(const struct session_io *sio, void *buf, size_t len)
+{
+	if (!sio || !sio->init_len || len < sio->init_len)
+		return 0;
+	memcpy(buf, sio->init_req, sio->init_len);
+	return sio->init_len;
+}
+
+int session_io_replay_init(struct session_io *sio, const void *req, size_t len)
+{
+	const struct fuse_in_header *in = req;
+
+	if (len < sizeof(*in) || len > sizeof(sio->init_req) || in->opcode != FUSE_INIT ||
+	    in->len != len)
+		return -EINVAL;
+	memcpy(sio->init_req, req, len);
+	sio->init_len = len;
+	sio->replay = true;
+	return 0;
+}
+
 void session_io_note_request(uint64_t unique, uint32_t opcode)
 {
 #ifndef CONFIG_FUSE_PASSTHROUGH_API
@@ -123,9 +150,18 @@ void session_io_set_backing_id(int32_t id)
 static ssize_t sio_read(int fd, void *buf, size_t len, void *userdata)
 {
 	struct session_io *sio = ((struct sfs *)userdata)->sio;
-	ssize_t n = read(fd, buf, len);
 	const struct fuse_in_header *in = buf;
+	ssize_t n;
 
+	if (sio->replay && len >= sio->init_len) {
+		/* the main thread, before any worker: see session_io_replay_init() */
+		sio->replay = false;
+		sio->replay_reply = true;
+		memcpy(buf, sio->init_req, sio->init_len);
+		n = (ssize_t)sio->init_len;
+	} else {
+		n = read(fd, buf, len);
+	}
 	if (n < (ssize_t)sizeof(*in))
 		return n;	/* errno is read(2)'s */
 	cur.unique = in->unique;
@@ -142,6 +178,10 @@ static ssize_t sio_read(int fd, void *buf, size_t len, void *userdata)
 		    have >= offsetof(struct fuse_init_in, flags2) + sizeof(arg->flags2))
 			flags |= (uint64_t)arg->flags2 << 32;
 		sio->kernel_flags = flags;
+		if ((size_t)n <= sizeof(sio->init_req) && !sio->replay_reply) {
+			memcpy(sio->init_req, buf, (size_t)n);
+			sio->init_len = (size_t)n;
+		}
 	}
 	return n;
 }
@@ -185,6 +225,11 @@ static ssize_t sio_writev(int fd, struct iovec *iov, int count, void *userdata)
 
 	if (count >= 2 && out->unique && out->unique == cur.unique && !out->error)
 		patch_reply(sio, iov);
+	if (sio->replay_reply && cur.opcode == FUSE_INIT && out->unique == cur.unique) {
+		/* the kernel has had its INIT answered, by the first daemon */
+		sio->replay_reply = false;
+		return (ssize_t)out->len;
+	}
 	/* e.g. the request came from a ring: the reply goes back there */
 	for (unsigned i = 0; i < sio->nhooks; i++)
 		if (sio->hooks[i].reply && sio->hooks[i].reply(sio->hooks[i].arg, iov, count, &n))
@@ -219,8 +264,10 @@ int session_io_attach(struct session_io *sio, struct fuse_session *se)
 #ifndef CONFIG_FUSE_PASSTHROUGH_API
 	int ret;
 
-	if (!sio->nhooks)
-		return 0;
+	/*
+	 * Always: besides the modules' hooks, the read hook keeps the INIT a
+	 * daemon taking the mount over replays (fuse/takeover.h).
+	 */
 	/*
 	 * fuse_session_custom_io() only records the callbacks and the fd;
 	 * libfuse does not care who opened /dev/fuse.  So the mount keeps

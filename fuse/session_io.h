@@ -74,8 +74,8 @@ void session_io_destroy(struct session_io *sio);
 int session_io_register(struct session_io *sio, const struct session_io_hooks *h);
 
 /*
- * Install the hooks on the mounted session @se if a module registered
- * (libfuse 3.14-3.16 build; a no-op otherwise).  The session's userdata
+ * Install the hooks on the mounted session @se (libfuse 3.14-3.16 build;
+ * a no-op otherwise).  The session's userdata
  * must be the struct sfs whose ->sio is @sio.  Must run before the first request is read.  Returns 0 or -errno.
  */
 int session_io_attach(struct session_io *sio, struct fuse_session *se);
@@ -83,6 +83,21 @@ int session_io_attach(struct session_io *sio, struct fuse_session *se);
 bool session_io_hooked(const struct session_io *sio);
 /* The kernel's INIT flags (| flags2 << 32) as the read hook saw them; 0 before. */
 uint64_t session_io_kernel_flags(const struct session_io *sio);
+
+/*
+ * The kernel's INIT request as the read hook saw it (for a daemon that
+ * takes the mount over, fuse/takeover.h): copies up to @len bytes to
+ * @buf and returns its length, or 0 before INIT.
+ */
+size_t session_io_init_request(const struct session_io *sio, void *buf, size_t len);
+/*
+ * A daemon taking a mount over: the kernel sends no second INIT, so the
+ * first read returns @req (an INIT the kernel sent the first daemon) and
+ * its reply goes nowhere, which puts libfuse and the hooks in the state
+ * the kernel negotiated.  Before session_io_attach(), which then hooks the
+ * session even where no module registered.  0 or -EINVAL (too long).
+ */
+int session_io_replay_init(struct session_io *sio, const void *req, size_t len);
 
 /*
  * The calling thread is about to hand libfuse request @unique (a ring's

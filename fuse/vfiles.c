@@ -172,6 +172,16 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		TEXT("version", STAGEFS_VERSION),
 		TEXT("source", show_source ? ds0->be->uri : ""),
 		JSON_ONLY("uptime_s", (now_ms() - fs->start_ms) / 1000),
+		GAUGE("daemon_generation", "stagefs_daemon_generation",
+		      "1 for the daemon that mounted, +1 at each takeover (docs/restart.md).",
+		      fs->generation),
+		COUNTER("daemon_restarts", "stagefs_daemon_restarts_total",
+			"Daemons that took the mount over after a crash or a planned restart; "
+			"carried across restarts.", fs->generation - 1),
+		GAUGE("takeover_pause_ms", "stagefs_takeover_pause_milliseconds",
+		      "The last takeover: from the daemon before's end to this one serving.",
+		      fs->takeover_pause_ms),
+		JSON_ONLY("supervised", fs->tko != NULL),
 		JSON_ONLY("chunk_size", ds0 ? ds0->be->chunk_size : 0),
 
 		/* the FUSE requests and the kernel paths around them */

@@ -257,6 +257,17 @@ static const struct opt opts[] = {
 		"single-dataset mount where passthrough is not active; `on` fails "
 		"the mount where it cannot be had, and is refused on multi-dataset "
 		"mounts and with `passthrough=on`. See `noopen.md`." },
+	{ "supervise", OPT_AUTO, O(supervise), "auto", 0, 0,
+	  "keep the mount across a daemon crash or restart: a small supervisor holds /dev/fuse and starts a new daemon that takes it over; auto = on unless -f",
+	  .doc =
+		"A supervisor process holds the mount's `/dev/fuse` descriptor and "
+		"the state the kernel negotiated; when the daemon dies (a crash, "
+		"SIGKILL) or is restarted on purpose (`stagefs restart`, a package "
+		"upgrade) it starts a new daemon that takes the same mount over, "
+		"and readers see a pause, never an error. A clean unmount still "
+		"ends it. `auto` turns it on unless `-f` is given (a daemon run in "
+		"a terminal for debugging); the systemd unit sets `on`. See "
+		"`restart.md`." },
 	{ "uring", OPT_AUTO, O(uring), "auto", 0, 0,
 	  "take FUSE requests through io_uring, one queue per CPU (Linux >= 6.14); auto = where the kernel parameter fuse.enable_uring is Y, on = set it",
 	  .doc =

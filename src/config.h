@@ -56,6 +56,7 @@ struct sfs_config {
 	int passthrough_accounting;	/* enum cfg_ptacct */
 	uint64_t stall_idle_gap_ms;	/* a longer gap between a reader's events is idle */
 	enum cfg_auto no_open;		/* FUSE no-open mode (fuse/noopen.h) */
+	enum cfg_auto supervise;	/* a supervisor keeps the mount (fuse/supervisor.h) */
 	enum cfg_auto uring;		/* FUSE over io_uring (fuse/uring.h) */
 	unsigned uring_queue_depth;	/* ring entries (threads) per queue; 0 = auto */
 	uint64_t lookup_readahead_max;	/* cached files up to this size are read ahead at LOOKUP */
