@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
+# timeout: 400
+# SPDX-License-Identifier: Apache-2.0
+. "$(dirname "$0")/../lib.sh"
+need_mount
+
+T=$TEST_TMPDIR
+KILLS=${RESTART_KILLS:-20}
+"$PYTHON" - "$T/src" <<'EOF'
+import os, random, sys
+r = random.Random(7)
+for i in range(120):
+    d = os.path.join(sys.argv[1], "d%d" % (i % 4))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%03d" % i), "wb") as f:
+        f.write(r.randbytes(r.choice([4096, 70000, 300000, 1100000])))
+EOF
+READER=$REPO/tests/verify_reader.py
+sigs=(KILL ABRT SEGV)
+
+# daemon_of SUPERVISOR: the daemon it runs now
+daemon_of() { pgrep -P "$1" -x stagefs | head -1; }
+took_over() { grep -q "took the mount .* over (daemon generation $2) " "$1"; }
+
+# run_path NAME OPTION...: mount supervised, read, kill KILLS times
+run_path() {
+	local name=$1 mnt=$T/mnt-$1 sup d old logf gen i sig rc=0
+	shift
+	rm -rf "$T/cache-$name"
+	sfs_mount "dir://$T/src" "$mnt" supervise=on "cache_dir=$T/cache-$name" \
+		backend_max_rate=40M chunk_size=256K "$@"
+	sup=$(sfs_pid "$mnt")
+	logf=$(sfs_log "$mnt")
+	rm -f "$T/stop"
+	"$PYTHON" "$READER" --threads 4 "$mnt" "$T/src" "$T/stop" >"$T/reader-$name.json" &
+	local reader=$!
+	for ((i = 1; i <= KILLS; i++)); do
+		sleep "0.$((RANDOM % 4 + 6))"
+		old=$(daemon_of "$sup")
+		[[ -n $old ]] || die "$name: no daemon under supervisor $sup"
+		sig=${sigs[$((i % 3))]}
+		# cold again now and then: the kernel's pages, and chunks the next
+		# daemon must fetch while readers wait
+		((i % 5)) || echo 3 >/proc/sys/vm/drop_caches
+		kill -"$sig" "$old"
+		gen=$((i + 1))
+		wait_for -t 30 took_over "$logf" "$gen" ||
+			{ tail -30 "$logf" >&2; die "$name: kill $i (SIG$sig): no daemon took over"; }
+	done
+	# a planned restart: the binary is checked, the daemon hands over
+	old=$(daemon_of "$sup")
+	kill -USR2 "$sup"
+	wait_for -t 30 took_over "$logf" $((KILLS + 2)) || die "$name: the planned restart did not happen"
+	grep -q "handing .* over to the next daemon" "$logf" || die "$name: the daemon did not hand over"
+	sleep 0.5
+	touch "$T/stop"
+	# every request answered: the readers end
+	wait_for -t 60 bash -c "! kill -0 $reader 2>/dev/null" || die "$name: readers still waiting 60 s after the last takeover"
+	wait "$reader" || rc=$?
+	log "$name: $(cat "$T/reader-$name.json")"
+	assert_eq "$rc" 0 "$name: readers across $KILLS kills ($(cat "$T/reader-$name.json"))"
+	d=$(daemon_of "$sup")
+	assert_eq "$(stat_get "$mnt" daemon_generation)" $((KILLS + 2)) "$name: daemon generation"
+	[[ $d != "$old" ]] || die "$name: the same daemon after the planned restart"
+	sfs_umount "$mnt"
+	mountpoint -q "$mnt" && die "$name: still mounted after a clean unmount"
+	true
+}
+
+run_path daemon passthrough=off no_open=off
+run_path passthrough passthrough=on no_open=off
+run_path noopen passthrough=off no_open=on
+# io_uring: a daemon's end strands the requests on its rings (the kernel
+# resends only /dev/fuse's), so a supervised mount refuses uring=on and
+# turns uring=auto off even where the kernel has the rings on
+rc=0
+"$STAGEFS" -f -o supervise=on,uring=on,cache_dir=$T/cache-u,runtime_dir=$T/run-u \
+	"dir://$T/src" "$T/mnt-daemon" >"$T/u.out" 2>&1 || rc=$?
+[[ $rc -ne 0 ]] && grep -q "supervise=on and uring=on cannot be had together" "$T/u.out" ||
+	die "supervise=on with uring=on was not refused: rc $rc, $(cat "$T/u.out")"
+log "ok"
