@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Rows of the table: JSON only, a counter, a gauge, a string. */
 #define JSON_ONLY(k, v)		{ .key = (k), .value = (v) }
@@ -181,7 +182,7 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		GAUGE("takeover_pause_ms", "stagefs_takeover_pause_milliseconds",
 		      "The last takeover: from the daemon before's end to this one serving.",
 		      fs->takeover_pause_ms),
-		JSON_ONLY("supervised", fs->tko != NULL),
+		JSON_ONLY("supervisor_pid", fs->tko ? (uint64_t)getppid() : 0),
 		JSON_ONLY("chunk_size", ds0 ? ds0->be->chunk_size : 0),
 
 		/* the FUSE requests and the kernel paths around them */
