@@ -12,6 +12,7 @@
 #include "log.h"
 #include "peerd.h"
 #include "policy.h"
+#include "takeover.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -93,6 +94,9 @@ int datasets_add(struct sfs *fs, const char *name, const char *source,
 	atomic_store(&fs->nds, n + 1);
 	pthread_mutex_unlock(&fs->ds_lock);
 	peerd_dataset_added(fs, ds);
+	/* its index is in node ids now: a daemon taking over must know it */
+	if (fs->multi)
+		takeover_publish(fs);
 	if (out)
 		*out = ds;
 	return 0;

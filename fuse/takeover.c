@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <linux/fuse.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@
 #define NOTIFY_RESEND	7		/* FUSE_NOTIFY_RESEND, 7.40 */
 
 struct takeover {
+	pthread_mutex_t lock;	/* one state message at a time, the newest last */
 	int chan;		/* to the supervisor */
 	bool resuming;
 	bool fd_sent;		/* the supervisor has the /dev/fuse descriptor */
@@ -311,6 +313,7 @@ int takeover_open(struct sfs *fs, struct takeover **out, char *err, size_t errle
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
+	pthread_mutex_init(&t->lock, NULL);
 	t->chan = chan;
 	t->fuse_fd = -1;
 	t->down_ms = down ? strtoull(down, NULL, 10) : 0;
@@ -415,10 +418,12 @@ int takeover_publish(struct sfs *fs)
 	struct takeover *t = fs->tko;
 	int fds[2], state, ret;
 
-	if (!t)
-		return 0;
+	if (!t || !fs->se)
+		return 0;	/* not supervised; or starting: main publishes once mounted */
+	pthread_mutex_lock(&t->lock);
 	ret = build_state(fs, &state);
 	if (ret) {
+		pthread_mutex_unlock(&t->lock);
 		log_warn("takeover: cannot write the state for the supervisor: %s", strerror(-ret));
 		return ret;
 	}
@@ -427,12 +432,14 @@ int takeover_publish(struct sfs *fs)
 	fds[1] = state;
 	ret = t->fd_sent ? send_fds(t->chan, fds + 1, 1) : send_fds(t->chan, fds, 2);
 	close(state);
+	if (!ret)
+		t->fd_sent = true;
+	pthread_mutex_unlock(&t->lock);
 	if (ret) {
 		log_warn("takeover: cannot reach the supervisor: %s (a crash of this daemon "
 			 "would end the mount)", strerror(-ret));
 		return ret;
 	}
-	t->fd_sent = true;
 	return 0;
 }
 

@@ -71,6 +71,41 @@ run_path() {
 run_path daemon passthrough=off no_open=off
 run_path passthrough passthrough=on no_open=off
 run_path noopen passthrough=off no_open=on
+# A multi-dataset root: node ids embed each dataset's index, which is the
+# order the first daemon added them in.  "late" comes first in the config
+# after a reload, so a new daemon reading the config alone would number it
+# 1, not 3: the takeover state must keep the first daemon's order.
+mkdir -p "$T/late"
+for i in $(seq 10 29); do head -c $((50000 + i)) /dev/urandom >"$T/late/l$i"; done
+CONF=$T/multi.conf
+printf '[dataset a]\nsource = dir://%s\n\n[dataset b]\nsource = dir://%s\n' "$T/src" "$T/src" >"$CONF"
+M=$T/mnt-multi
+sfs_mount "" "$M" -c "$CONF" supervise=on "cache_dir=$T/cache-multi"
+sup=$(sfs_pid "$M")
+logf=$(sfs_log "$M")
+printf '[dataset late]\nsource = dir://%s\n\n' "$T/late" | cat - "$CONF" >"$CONF.new"
+mv "$CONF.new" "$CONF"
+kill -HUP "$sup"
+wait_for test -d "$M/late" || die "multi: the reload did not add dataset late"
+ino_before=$(stat -c %i "$M/late/l13")
+rm -f "$T/stop"
+"$PYTHON" "$READER" --threads 2 "$M/late" "$T/late" "$T/stop" >"$T/reader-multi.json" &
+reader=$!
+for i in 1 2 3; do
+	sleep 0.7
+	kill -KILL "$(daemon_of "$sup")"
+	wait_for -t 30 took_over "$logf" $((i + 1)) || die "multi: kill $i: no daemon took over"
+done
+sleep 0.5
+touch "$T/stop"
+rc=0
+wait "$reader" || rc=$?
+assert_eq "$rc" 0 "multi: readers of a dataset added by a reload ($(cat "$T/reader-multi.json"))"
+assert_eq "$(stat -c %i "$M/late/l13")" "$ino_before" "multi: the inode number of late/l13"
+cmp "$M/late/l17" "$T/late/l17" || die "multi: late/l17 differs after the takeovers"
+cmp "$M/b/d1/f001" "$T/src/d1/f001" || die "multi: b/d1/f001 differs after the takeovers"
+sfs_umount "$M"
+
 # io_uring: a daemon's end strands the requests on its rings (the kernel
 # resends only /dev/fuse's), so a supervised mount refuses uring=on and
 # turns uring=auto off even where the kernel has the rings on
