@@ -60,6 +60,9 @@ static struct failure *failures;
 static size_t nfailures;
 static bool bar_drawn;
 
+#define MAX_RESUMES	100	/* daemon restarts a warmup goes on across */
+#define RESUME_WAIT_MS	60000	/* for the new daemon's control socket */
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -406,6 +409,8 @@ int main(int argc, char **argv)
 	struct ctl_conn *conn = NULL;
 	bool tty, got_done = false;
 	int c, fd = -1, ret, rc;
+	unsigned resumes = 0;
+	char r3[PATH_MAX];
 
 	while ((c = getopt_long(argc, argv, "t:s:f:ceo:w:jqh", longopts, NULL)) != -1) {
 		char *end;
@@ -513,6 +518,7 @@ int main(int argc, char **argv)
 		rc = 2;
 		goto out;
 	}
+again:
 	ret = ctl_socket_of(root, sock, sizeof(sock));
 	if (ret) {
 		fprintf(stderr, "stagefs warmup: %s/" CTL_SOCKET_VFILE ": %s\n", root,
@@ -521,13 +527,19 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	fd = ctl_connect(sock);
+	/* resuming: the new daemon binds its socket a moment after it serves */
+	for (int i = 0; fd < 0 && resumes && i < RESUME_WAIT_MS / 100; i++) {
+		usleep(100000);
+		fd = ctl_connect(sock);
+	}
 	if (fd < 0) {
 		fprintf(stderr, "stagefs warmup: cannot connect to %s: %s\n", sock,
 			strerror(-fd));
 		rc = 1;
 		goto out;
 	}
-	conn = malloc(sizeof(*conn));
+	if (!conn)
+		conn = malloc(sizeof(*conn));
 	if (!conn) {
 		rc = 1;
 		goto out;
@@ -595,6 +607,22 @@ int main(int argc, char **argv)
 		char *line;
 		int n = ctl_read_line(conn, &line, -1);
 
+		if (n < 0 && o.mode != M_ORDER && resumes < MAX_RESUMES &&
+		    !ctl_find_mount(root, r3, sizeof(r3), rel, sizeof(rel))) {
+			/*
+			 * The daemon restarted (a supervised mount, docs/restart.md):
+			 * ask the new one again.  What is cached is skipped, so the
+			 * warmup goes on from where it was.
+			 */
+			clear_bar();
+			if (!o.quiet)
+				fprintf(stderr, "stagefs warmup: the daemon restarted (%s): "
+					"resuming\n", strerror(-n));
+			close(fd);
+			fd = -1;
+			resumes++;
+			goto again;
+		}
 		if (n < 0) {
 			clear_bar();
 			fprintf(stderr, "stagefs warmup: the daemon went away (%s)\n",

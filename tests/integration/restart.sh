@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
+# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; a warmup goes on across two deaths; a multi-dataset root keeps its node ids; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
 # timeout: 400
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
@@ -71,6 +71,28 @@ run_path() {
 run_path daemon passthrough=off no_open=off
 run_path passthrough passthrough=on no_open=off
 run_path noopen passthrough=off no_open=on
+# A warmup across two daemon deaths: the command asks the new daemon again
+# and what was cached is skipped, so it ends with the whole dataset cached.
+W=$T/mnt-warm
+sfs_mount "dir://$T/src" "$W" supervise=on "cache_dir=$T/cache-warm" backend_max_rate=20M chunk_size=256K
+sup=$(sfs_pid "$W")
+logf=$(sfs_log "$W")
+"$STAGEFS" warmup --json "$W" >"$T/warm.json" 2>"$T/warm.err" &
+warm=$!
+for i in 1 2; do
+	sleep 0.6
+	kill -KILL "$(daemon_of "$sup")"
+	wait_for -t 30 took_over "$logf" $((i + 1)) || die "warmup: kill $i: no daemon took over"
+done
+rc=0
+wait "$warm" || rc=$?
+assert_eq "$rc" 0 "the warmup across two restarts ($(cat "$T/warm.err" "$T/warm.json"))"
+grep -q "the daemon restarted" "$T/warm.err" || die "the warmup did not say it resumed: $(cat "$T/warm.err")"
+"$STAGEFS" warmup --check --json "$W" >"$T/check.json" || die "warmup --check failed"
+"$PYTHON" -c 'import json, sys; j = json.load(open(sys.argv[1])); assert j["cached_files"] == j["files"] == 120, j' \
+	"$T/check.json" || die "not all cached after the warmup: $(cat "$T/check.json")"
+sfs_umount "$W"
+
 # A multi-dataset root: node ids embed each dataset's index, which is the
 # order the first daemon added them in.  "late" comes first in the config
 # after a reload, so a new daemon reading the config alone would number it
