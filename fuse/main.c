@@ -879,6 +879,7 @@ int main(int argc, char **argv)
 			   "the daemon before ended", mnt, fs.generation, fs.takeover_pause_ms);
 		takeover_resend(&fs);
 	}
+	takeover_set_noopen(fs.tko, noopen_active(fs.no));
 	takeover_publish(&fs);
 	{
 		/* systemd's Type=notify (conf/stagefs.service); MAINPID for a forked daemon */

@@ -18,10 +18,8 @@
  */
 #include "takeover.h"
 
-#include "datasets.h"
 #include "handles.h"
 #include "log.h"
-#include "noopen.h"
 #include "session_io.h"
 #include "util.h"
 
@@ -184,7 +182,7 @@ static int parse_state(struct takeover *t, const char *p, size_t len, char *err,
 	return 0;
 }
 
-static int build_state(struct sfs *fs, int *out)
+static int build_state(struct sfs *fs, const struct takeover *t, int *out)
 {
 	struct wbuf b = { 0 };
 	unsigned char init[256];
@@ -195,7 +193,7 @@ static int build_state(struct sfs *fs, int *out)
 	put(&b, TKO_MAGIC, 8);
 	put_u32(&b, TKO_VERSION);
 	put_u32(&b, fs->generation);
-	put_u32(&b, noopen_active(fs->no) ? TKO_F_NOOPEN : 0);
+	put_u32(&b, t->flags);
 	put_u32(&b, (uint32_t)init_len);
 	put(&b, init, init_len);
 	put_str(&b, fs->mountpoint);
@@ -393,6 +391,15 @@ bool takeover_noopen(const struct takeover *t)
 	return t && (t->flags & TKO_F_NOOPEN);
 }
 
+void takeover_set_noopen(struct takeover *t, bool active)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->lock);
+	t->flags = active ? t->flags | TKO_F_NOOPEN : t->flags & ~TKO_F_NOOPEN;
+	pthread_mutex_unlock(&t->lock);
+}
+
 void takeover_datasets(const struct takeover *t, const char *const **names,
 		       const char *const **sources, const bool **hidden, uint32_t *n)
 {
@@ -421,7 +428,7 @@ int takeover_publish(struct sfs *fs)
 	if (!t || !fs->se)
 		return 0;	/* not supervised; or starting: main publishes once mounted */
 	pthread_mutex_lock(&t->lock);
-	ret = build_state(fs, &state);
+	ret = build_state(fs, t, &state);
 	if (ret) {
 		pthread_mutex_unlock(&t->lock);
 		log_warn("takeover: cannot write the state for the supervisor: %s", strerror(-ret));

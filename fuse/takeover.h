@@ -69,6 +69,8 @@ int takeover_fuse_fd(const struct takeover *t);
 const char *takeover_mountpoint(const struct takeover *t);
 /* Whether the kernel is in no-open mode (resuming only). */
 bool takeover_noopen(const struct takeover *t);
+/* Whether it is now (once the handshake decided): the next state says so. */
+void takeover_set_noopen(struct takeover *t, bool active);
 /*
  * The datasets of a multi-dataset mount in index order (resuming only):
  * *@names and *@sources, @n of them, owned by @t.
