@@ -877,6 +877,9 @@ int main(int argc, char **argv)
 		fs.takeover_pause_ms = down && down <= now_ms() ? now_ms() - down : 0;
 		log_notice("took the mount %s over (daemon generation %u) %" PRIu64 " ms after "
 			   "the daemon before ended", mnt, fs.generation, fs.takeover_pause_ms);
+		log_notice("takeover: hint sessions (stagefs warmup --order) and epoch stagings "
+			   "of the daemon before are not carried over: send the hints again; "
+			   "stagings start again at the readers' next epoch-like opens");
 		takeover_resend(&fs);
 	}
 	takeover_set_noopen(fs.tko, noopen_active(fs.no));
