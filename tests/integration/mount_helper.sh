@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mounting the way a node's boot does: an /etc/fstab-style mount through mount.fuse3 ("fuse.stagefs", options after SOURCE MOUNTPOINT, fstab-only words such as _netdev and x-systemd.* dropped) is ro,nosuid,nodev even though mount.fuse3 asks for dev,suid, and reads right bytes; an unknown option still fails with no mount; under systemd's Type=notify protocol the daemon sends READY=1 with its pid only once the mount answers, and STOPPING=1 when it goes; conf/stagefs.service passes systemd-analyze verify.
+# Mounting the way a node's boot does: an /etc/fstab-style mount through mount.fuse3 ("fuse.stagefs", options after SOURCE MOUNTPOINT, fstab-only words such as _netdev and x-systemd.* dropped) is ro,nosuid,nodev even though mount.fuse3 asks for dev,suid, reads right bytes, and is supervised (a killed daemon is replaced); an unknown option still fails with no mount; under systemd's Type=notify protocol the daemon sends READY=1 with its pid only once the mount answers, and STOPPING=1 when it goes; conf/stagefs.service passes systemd-analyze verify.
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
@@ -29,6 +29,13 @@ for f in ro nosuid nodev; do
 done
 [[ $(sha256 "$mnt/d/file") == "$want" ]] || { fusermount3 -u "$mnt"; die "wrong bytes through the fstab-style mount"; }
 [[ -u $mnt/d/tool ]] || { fusermount3 -u "$mnt"; die "the set-user-ID bit should still show in the mode"; }
+# a boot's mount is supervised (supervise=auto: on without -f): a daemon
+# killed under it is replaced and the mount goes on
+sup=$(stat_get "$mnt" supervisor_pid)
+[[ $sup -gt 0 ]] || { fusermount3 -u "$mnt"; die "the fstab-style mount is not supervised"; }
+kill -KILL "$(pgrep -P "$sup" -x stagefs | head -1)"
+[[ $(sha256 "$mnt/d/file") == "$want" ]] || { fusermount3 -u "$mnt"; die "wrong bytes after the daemon was killed"; }
+assert_eq "$(stat_get "$mnt" daemon_generation)" 2 "daemon generation after a kill"
 wait_for -t 10 fusermount3 -u "$mnt" || die "cannot unmount"
 # the daemon (forked by mount.fuse3) goes away with its mount
 gone() { ! pgrep -f -- "cache_dir=$T/cach[e]" >/dev/null; }	# [e]: not this pgrep's own bash
