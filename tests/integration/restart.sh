@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; a warmup goes on across two deaths; a multi-dataset root keeps its node ids; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
+# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; the client library's programs read right across five; a warmup goes on across two deaths; a multi-dataset root keeps its node ids; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
 # timeout: 400
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
@@ -71,6 +71,43 @@ run_path() {
 run_path daemon passthrough=off no_open=off
 run_path passthrough passthrough=on no_open=off
 run_path noopen passthrough=off no_open=on
+# The client library (gpudirect/): programs that open files through it
+# (handed cache files, the pinned pipeline) while the daemon dies
+GPUREAD=$REPO/tests/helpers/gpuread
+C=$T/mnt-client
+sfs_mount "dir://$T/src" "$C" supervise=on "cache_dir=$T/cache-client" chunk_size=256K
+sup=$(sfs_pid "$C")
+logf=$(sfs_log "$C")
+mapfile -t cfiles < <(cd "$T/src" && find . -type f -printf '%P\n' | sort | head -40)
+rm -f "$T/stop" "$T/client.fail"
+(
+	n=0
+	until [[ -e $T/stop ]]; do
+		for rel in "${cfiles[@]}"; do
+			[[ -e $T/stop ]] && break
+			if ! "$GPUREAD" -m pinned -o "$T/client.out" "$C/$rel" 2>>"$T/client.err" ||
+				! cmp -s "$T/client.out" "$T/src/$rel"; then
+				echo "$rel" >>"$T/client.fail"
+			fi
+			n=$((n + 1))
+		done
+	done
+	echo "$n" >"$T/client.n"
+) &
+client=$!
+for i in 1 2 3 4 5; do
+	sleep 0.7
+	kill -KILL "$(daemon_of "$sup")"
+	wait_for -t 30 took_over "$logf" $((i + 1)) || die "client: kill $i: no daemon took over"
+done
+sleep 0.5
+touch "$T/stop"
+wait "$client"
+[[ ! -e $T/client.fail ]] || die "client library reads failed across restarts: $(sort -u "$T/client.fail" | head -5) $(tail -5 "$T/client.err")"
+log "client library: $(cat "$T/client.n") files read across 5 kills"
+assert_gt "$(cat "$T/client.n")" 40 "client library reads"
+sfs_umount "$C"
+
 # A warmup across two daemon deaths: the command asks the new daemon again
 # and what was cached is skipped, so it ends with the whole dataset cached.
 W=$T/mnt-warm
