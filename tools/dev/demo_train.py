@@ -3,7 +3,8 @@
 """demo_train.py: read a dataset the way a training loop does, and time it.
 
     demo_train.py ROOT [--epochs 2] [--workers 4] [--sums FILE] [--drop-caches]
-                       [--label TEXT]... [--results FILE]
+                       [--label TEXT]... [--results FILE] [--torch | --no-torch]
+                       [--progress FILE] [--json FILE]
 
 Each epoch reads every file under ROOT once, in a new shuffled order, with
 WORKERS readers: a torch DataLoader (worker processes, batches of 32) when
@@ -12,7 +13,8 @@ is the whole file's bytes (an image-sized file, or a large shard read in
 4 MiB pieces); nothing is decoded, so the figures are the input pipeline's
 feed rate, not a model's.
 
---sums FILE    "crc32 size relpath" lines: every sample's bytes are checked
+--sums FILE    "crc32 size relpath" lines: every sample's bytes are checked,
+               and every epoch must yield each listed file exactly once
 --drop-caches  drop the page cache before each epoch (root), so an epoch's
                figure shows where the bytes came from (stagefs's cache or
                its source), not RAM
@@ -26,11 +28,23 @@ feed rate, not a model's.
                measured.  The job is $STAGEFS_JOB (set it before starting
                this script: the daemon reads it from the environment a
                process was started with); without it, the user's row.
+--torch        the torch DataLoader or nothing: exit 1 if torch cannot be
+               imported (--no-torch: reader threads even where it can)
+--progress FILE  after each sample, FILE holds "EPOCH SAMPLES" (the epoch,
+               from 1, and the samples it has yielded so far), so that a
+               caller can act in the middle of an epoch (tests/integration/
+               restart_torch.sh kills stagefs's daemon there)
+--json FILE    write what was done and found: the loader, the pids that read
+               the samples (the DataLoader's worker processes, or this one
+               for threads), and per epoch its samples, bytes, seconds and
+               the wrong, missing and repeated samples
 
 Prints one line per epoch and a summary table; exits 1 if a file could not
-be read or a checksum did not match.
+be read, a checksum did not match, or (with --sums) a file was missing from
+an epoch or came twice.
 """
 import argparse
+import json
 import os
 import random
 import sys
@@ -73,7 +87,6 @@ class FeedRow:
         self.uid = os.getuid()
 
     def read(self):
-        import json
         with open(self.path) as f:
             s = json.load(f)
         if self.job:
@@ -81,7 +94,9 @@ class FeedRow:
         else:
             rows = [r for r in s.get("users", []) if r.get("uid") == self.uid]
         r = rows[0] if rows else {}
-        return {k: r.get(k, 0) for k in self.KEYS}, s.get("passthrough_accounting")
+        row = {k: r.get(k, 0) for k in self.KEYS}
+        row["daemon_generation"] = s.get("daemon_generation", 1)
+        return row, s.get("passthrough_accounting")
 
     def settled(self, timeout=5.0):
         """The row once it stops moving: RELEASEs and the once-a-second
@@ -98,6 +113,10 @@ class FeedRow:
 
 
 def feed_summary(before, after, acct, dt):
+    if after["daemon_generation"] != before["daemon_generation"]:
+        # a supervised mount's daemon was restarted: the rows start afresh
+        return (f"- (the daemon was restarted: generation {before['daemon_generation']} -> "
+                f"{after['daemon_generation']}, and each daemon counts afresh)")
     d = {k: after[k] - before[k] for k in after}
     hits, miss = d["cache_hits"], d["cache_misses"]
     hit = f"{100 * hits / (hits + miss):5.1f}%" if hits + miss else "    -"
@@ -121,7 +140,7 @@ def epoch_threads(files, workers, seed):
     random.Random(seed).shuffle(order)
     with ThreadPoolExecutor(workers) as ex:
         for path, (n, crc) in zip(order, ex.map(read_sample, order, chunksize=16)):
-            yield path, n, crc
+            yield path, n, crc, os.getpid()
 
 
 class FileDataset:  # a torch-style map dataset (no torch import needed here)
@@ -133,7 +152,7 @@ class FileDataset:  # a torch-style map dataset (no torch import needed here)
 
     def __getitem__(self, i):
         n, crc = read_sample(self.files[i])
-        return self.files[i], n, crc
+        return self.files[i], n, crc, os.getpid()  # the pid: a worker's
 
 
 def keep_list(batch):
@@ -162,16 +181,21 @@ def main():
     ap.add_argument("--label", action="append", default=[])
     ap.add_argument("--results")
     ap.add_argument("--stats")
-    ap.add_argument("--no-torch", action="store_true", help="use threads even if torch is there")
+    ap.add_argument("--progress")
+    ap.add_argument("--json")
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument("--torch", action="store_true", help="the torch DataLoader, or exit 1")
+    which.add_argument("--no-torch", action="store_true", help="use threads even if torch is there")
     a = ap.parse_args()
 
-    loader, epoch = "threads", epoch_threads
+    loader, epoch, torch_version = "threads", epoch_threads, None
     if not a.no_torch:
         try:
-            import torch  # noqa: F401
-            loader, epoch = "torch DataLoader", epoch_torch
-        except ImportError:
-            pass
+            import torch
+            loader, epoch, torch_version = "torch DataLoader", epoch_torch, torch.__version__
+        except ImportError as err:
+            if a.torch:
+                sys.exit(f"demo_train: --torch, but torch cannot be imported: {err}")
 
     files = list_files(a.root)
     if not files:
@@ -192,6 +216,10 @@ def main():
     if a.stats or os.path.exists(stats):
         feed = FeedRow(stats)
 
+    progress = os.open(a.progress, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) if a.progress else None
+    report = {"loader": loader, "torch": torch_version, "workers": a.workers, "pid": os.getpid(),
+              "files": len(files), "bytes": total, "checked": len(want), "epochs": []}
+    readers = set()
     results, bad = [], 0
     for e in range(a.epochs):
         if a.drop_caches:
@@ -199,25 +227,39 @@ def main():
         if feed:
             before, _ = feed.settled(timeout=3.0)
         t0 = time.monotonic()
-        n = nbytes = 0
+        n = nbytes = wrong = repeated = 0
+        seen = set()
         try:
-            for path, size, crc in epoch(files, a.workers, a.seed + e):
+            for path, size, crc, pid in epoch(files, a.workers, a.seed + e):
                 n += 1
                 nbytes += size
+                readers.add(pid)
                 rel = os.path.relpath(path, a.root)
+                if rel in seen:
+                    repeated += 1
+                seen.add(rel)
                 if rel in want and want[rel] != (size, crc):
-                    bad += 1
-                    if bad <= 5:
-                        print(f"  WRONG DATA: {rel}")
+                    wrong += 1
+                    if bad + wrong <= 5:
+                        print(f"  WRONG DATA: {rel}: {size} bytes, crc32 {crc}; "
+                              f"want {want[rel][0]} bytes, crc32 {want[rel][1]}")
+                if progress is not None:
+                    os.pwrite(progress, (f"{e + 1} {n}".ljust(23) + "\n").encode(), 0)
         except OSError as err:
             sys.exit(f"demo_train: read failed: {err}")
         dt = time.monotonic() - t0
+        missing = sum(1 for rel in want if rel not in seen)
+        if missing or repeated:
+            print(f"  epoch {e + 1}: {missing} listed file(s) never came, {repeated} came again")
+        bad += wrong + missing + repeated
         label = a.label[e] if e < len(a.label) else f"epoch {e + 1}"
         summary = ""
         if feed:
             after, acct = feed.settled()
             summary = feed_summary(before, after, acct, dt)
         results.append((label, n, nbytes, dt, summary))
+        report["epochs"].append({"label": label, "samples": n, "bytes": nbytes, "seconds": round(dt, 3),
+                                 "wrong": wrong, "missing": missing, "repeated": repeated})
         print(f"  epoch {e + 1} ({label}): {n} samples, {nbytes / 1e6:.0f} MB in {dt:.2f} s: "
               f"{n / dt:.0f} samples/s, {nbytes / 1e6 / dt:.0f} MB/s")
         if summary:
@@ -234,7 +276,12 @@ def main():
               f"{results[0][3] / dt:>10.2f}")
     if want:
         print(f"  checked {len(want)} files against their crc32: "
-              f"{'all correct' if not bad else f'{bad} WRONG'}")
+              f"{'all correct' if not bad else f'{bad} WRONG, missing or repeated'}")
+    if a.json:
+        report["readers"] = sorted(readers)
+        with open(a.json, "w") as f:
+            json.dump(report, f)
+            f.write("\n")
     return 1 if bad else 0
 
 
