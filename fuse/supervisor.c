@@ -226,9 +226,13 @@ static void daemon_ended(struct sup *s, int status)
 		sup_exit(s, WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 	}
 	if (s->stopping) {
-		/* asked to stop, and it could not unmount cleanly */
-		give_up(s, "the daemon ended while stopping");
-		return;
+		/* asked to stop, and it did not unmount cleanly (already detached?) */
+		log_notice("supervisor: the daemon stopped with %s %d: detaching %s",
+			   WIFEXITED(status) ? "status" : "signal",
+			   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status), s->mnt);
+		if (umount2(s->mnt, MNT_DETACH) < 0 && errno != EINVAL && errno != ENOENT)
+			log_warn("supervisor: umount %s: %s", s->mnt, strerror(errno));
+		sup_exit(s, 1);
 	}
 	if (WIFEXITED(status) && WEXITSTATUS(status) == TAKEOVER_EXIT_HANDOVER && s->handover) {
 		s->quick = 0;
