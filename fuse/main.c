@@ -673,6 +673,26 @@ int main(int argc, char **argv)
 			   "requests on its rings)");
 		want_sup = false;
 	}
+	/*
+	 * The kernel lets an inode be open through one backing file or the
+	 * page cache, never both (a mismatch fails the open with EIO), and a
+	 * new daemon does not know which the inodes open at a takeover use.
+	 */
+	if (want_sup && fs.cfg.passthrough == CFG_ON) {
+		if (fs.cfg.supervise == CFG_ON)
+			fail("supervise=on and passthrough=on cannot be had together: a new "
+			     "daemon cannot tell how the files open at a takeover are read, "
+			     "and a mismatching open fails (docs/restart.md)");
+		log_notice("supervise: off (passthrough=on: a new daemon could not tell "
+			   "how the files open at a takeover are read)");
+		want_sup = false;
+	}
+	if ((want_sup || supervised) && fs.cfg.passthrough == CFG_AUTO) {
+		if (!supervised)
+			log_info("passthrough: off (supervised: a new daemon could not tell how "
+				 "the files open at a takeover are read)");
+		fs.cfg.passthrough = CFG_OFF;
+	}
 	if ((want_sup || supervised) && fs.cfg.uring == CFG_AUTO) {
 		if (!supervised)
 			log_info("uring: off (supervised: a daemon's end would strand the "

@@ -266,7 +266,9 @@ static const struct opt opts[] = {
 		"upgrade) it starts a new daemon that takes the same mount over, "
 		"and readers see a pause, never an error. A clean unmount still "
 		"ends it. `auto` turns it on unless `-f` is given (a daemon run in "
-		"a terminal for debugging); the systemd unit sets `on`. See "
+		"a terminal for debugging); the systemd unit sets `on`. A "
+		"supervised mount keeps `passthrough` and `uring` off (`on` for "
+		"either is refused with `supervise=on`, and wins over `auto`). See "
 		"`restart.md`." },
 	{ "uring", OPT_AUTO, O(uring), "auto", 0, 0,
 	  "take FUSE requests through io_uring, one queue per CPU (Linux >= 6.14); auto = where the kernel parameter fuse.enable_uring is Y, on = set it",
