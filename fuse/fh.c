@@ -6,6 +6,7 @@
 
 #include "access.h"
 #include "handles.h"
+#include "passthrough.h"
 #include "vfiles.h"
 
 #include <errno.h>
@@ -145,4 +146,23 @@ struct vfh *vfh_of(struct sfs *fs, fuse_req_t req, uint64_t ino, uint64_t id, in
 	if (!got)
 		*err = -ENOMEM;
 	return got;
+}
+
+void fh_inherit_record(void *arg, const struct handle_record *r)
+{
+	struct sfs *fs = arg;
+	struct sfs_dataset *ds;
+	struct sfs_attr attr;
+	struct cfile *cf = NULL;
+	uint64_t bino;
+
+	if (r->backing_id > 0) {
+		ds = sfs_ds(fs, r->ino, &bino);
+		if (!ds || ds->be->ops->getattr(ds->be, bino, &attr) ||
+		    cache_file_get(fs->cache, &attr.content, attr.size, ds->be->chunk_size, &cf))
+			cf = NULL;	/* counted all the same: new opens share its id */
+	}
+	passthrough_adopt(fs->pt, r->ino, r->backing_id, cf);
+	if (cf)
+		cache_file_put(fs->cache, cf);
 }

@@ -75,4 +75,12 @@ void vfh_destroy(struct vfh *v);
 /* The rendering behind handle @id of @ino, as fh_of() does for files. */
 struct vfh *vfh_of(struct sfs *fs, fuse_req_t req, uint64_t ino, uint64_t id, int *err);
 
+/*
+ * handles_inherit()'s callback at a takeover (fuse/takeover.h): file
+ * handle record @r of the daemon before (a struct handle_record) tells
+ * passthrough how the kernel reads that open.  @arg: the struct sfs.
+ */
+struct handle_record;
+void fh_inherit_record(void *arg, const struct handle_record *r);
+
 #endif

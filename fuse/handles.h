@@ -56,4 +56,43 @@ void *handles_adopt(struct handles *h, uint64_t id, enum handle_kind kind, void 
 /* Handles open now, and of them the adopted ones. */
 void handles_count(struct handles *h, uint64_t *open, uint64_t *adopted);
 
+/*
+ * The record of an open regular file a next daemon needs: its inode, and
+ * the backing id its OPEN was answered with (0: the daemon path).  The
+ * kernel fails an open that mixes the two on one inode, so a daemon taking
+ * the mount over must know them for the files open at the takeover.
+ *
+ * They are kept in a table in a memfd (fuse/takeover.h hands it to the
+ * supervisor), written under the handles' lock before the OPEN reply and
+ * cleared at RELEASE.  Each record carries a check word: one torn by a
+ * daemon killed while writing it fails the check and is skipped (its OPEN
+ * was not answered yet, so the kernel sends it again).  Capacity
+ * HANDLE_RECORDS_MAX; past it, opens go unrecorded (logged once).
+ */
+#define HANDLE_RECORDS_MAX	(1u << 20)
+
+struct handle_record {
+	uint64_t id;
+	uint64_t ino;
+	int32_t backing_id;
+	uint32_t check;
+};
+
+/* Keep records in a new memfd: 0 (*@fd: the memfd, kept by @h) or -errno. */
+int handles_records_create(struct handles *h, int *fd);
+/* Record file handle @id's inode and backing id (before the OPEN reply). */
+void handles_record(struct handles *h, uint64_t id, uint64_t ino, int32_t backing_id);
+/*
+ * A takeover: read the records of the daemon before from its memfd @fd,
+ * keep each under its handle (copied into our own records) and call
+ * @each(@arg, record) for it.  Returns how many, or -errno.
+ */
+long handles_inherit(struct handles *h, int fd,
+		     void (*each)(void *arg, const struct handle_record *r), void *arg);
+/*
+ * Remove the record of @id and say what it was: true with *@r filled, or
+ * false (no record).  At RELEASE, with handles_take().
+ */
+bool handles_take_record(struct handles *h, uint64_t id, struct handle_record *r);
+
 #endif

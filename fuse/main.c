@@ -19,6 +19,7 @@
 #include "fuse/ctl/ctlsock.h"
 #include "daemon.h"
 #include "datasets.h"
+#include "fh.h"
 #include "handles.h"
 #include "kinodes.h"
 
@@ -673,26 +674,6 @@ int main(int argc, char **argv)
 			   "requests on its rings)");
 		want_sup = false;
 	}
-	/*
-	 * The kernel lets an inode be open through one backing file or the
-	 * page cache, never both (a mismatch fails the open with EIO), and a
-	 * new daemon does not know which the inodes open at a takeover use.
-	 */
-	if (want_sup && fs.cfg.passthrough == CFG_ON) {
-		if (fs.cfg.supervise == CFG_ON)
-			fail("supervise=on and passthrough=on cannot be had together: a new "
-			     "daemon cannot tell how the files open at a takeover are read, "
-			     "and a mismatching open fails (docs/restart.md)");
-		log_notice("supervise: off (passthrough=on: a new daemon could not tell "
-			   "how the files open at a takeover are read)");
-		want_sup = false;
-	}
-	if ((want_sup || supervised) && fs.cfg.passthrough == CFG_AUTO) {
-		if (!supervised)
-			log_info("passthrough: off (supervised: a new daemon could not tell how "
-				 "the files open at a takeover are read)");
-		fs.cfg.passthrough = CFG_OFF;
-	}
 	if ((want_sup || supervised) && fs.cfg.uring == CFG_AUTO) {
 		if (!supervised)
 			log_info("uring: off (supervised: a daemon's end would strand the "
@@ -720,6 +701,14 @@ int main(int argc, char **argv)
 		fs.generation = 1;	/* takeover_open() set it where resuming */
 	if (handles_create(fs.generation, &fs.handles))
 		fail("out of memory");
+	if (fs.tko && !checking) {
+		int rfd;
+
+		ret = handles_records_create(fs.handles, &rfd);
+		if (ret)
+			fail("takeover: cannot keep the open files' records: %s", strerror(-ret));
+		takeover_set_records(fs.tko, rfd);
+	}
 	if (checking) {
 		/* the supervisor asks whether this binary could take the mount over */
 		log_info("takeover check: this stagefs can take %s over", mnt);
@@ -855,6 +844,17 @@ int main(int argc, char **argv)
 		fuse_session_unmount(fs.se);
 		uring_destroy(fs.ur);
 		fail("%s", err);
+	}
+	if (takeover_resuming(fs.tko) && takeover_old_records(fs.tko) >= 0) {
+		/* the files open at the takeover: how the kernel reads each */
+		long n = handles_inherit(fs.handles, takeover_old_records(fs.tko),
+					 fh_inherit_record, &fs);
+
+		if (n < 0)
+			log_warn("takeover: cannot read the open files' records: %s",
+				 strerror((int)-n));
+		else
+			log_info("takeover: %ld files open through the daemon before", n);
 	}
 	set_read_ahead(&fs);
 	if (metrics_start(&fs, err, sizeof(err))) {

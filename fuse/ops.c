@@ -752,6 +752,9 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
 		      fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, bino);
 	fi->fh = handles_add(fs->handles, HANDLE_FILE, fh);
+	if (fi->fh)	/* before the reply: a next daemon must know its mode */
+		handles_record(fs->handles, fi->fh, ino,
+			       fh->passthrough ? passthrough_backing_id(fs->pt, ino) : 0);
 	if (!fi->fh) {
 		if (fh->passthrough)
 			ptacct_release(ptacct_of(fs), fh);
@@ -779,20 +782,27 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 	if (vfiles_index(ino) >= 0) {
 		vfh_destroy(handles_take(fs->handles, fi->fh, HANDLE_VFILE));
 	} else {
+		struct handle_record r;
+		bool rec = handles_take_record(fs->handles, fi->fh, &r);
 		struct fh *fh = handles_take(fs->handles, fi->fh, HANDLE_FILE);
 
 		/*
 		 * NULL: an earlier daemon's open that this one never read
-		 * through (a passthrough open, or no READ since the takeover)
+		 * through (a passthrough open, or no READ since the takeover):
+		 * its record says how the kernel reads it
 		 */
 		if (!fh) {
+			if (rec)
+				passthrough_release(fs->pt, ino, r.backing_id > 0);
 			fuse_reply_err(req, 0);
 			return;
 		}
+
 		/* its readers' last passthrough reads, before the open's accounting goes */
 		if (fh->passthrough)
 			ptacct_release(ptacct_of(fs), fh);
-		passthrough_release(fs->pt, ino, fh->passthrough);
+		/* an adopted handle: its record says how the kernel read it */
+		passthrough_release(fs->pt, ino, fh->passthrough || (rec && r.backing_id > 0));
 		fh_destroy(fs, fh);
 	}
 	fuse_reply_err(req, 0);

@@ -587,8 +587,9 @@ void passthrough_release(struct passthrough *pt, uint64_t ino, bool was_passthro
 		return;
 	}
 	if (!was_passthrough) {
-		e->daemon_opens--;
-	} else if (--e->pt_opens == 0) {
+		if (e->daemon_opens)	/* 0: an open of a daemon before not known here */
+			e->daemon_opens--;
+	} else if (e->pt_opens && --e->pt_opens == 0) {
 		/*
 		 * The kernel dropped the inode's backing file before RELEASE:
 		 * the id may be closed, or kept idle for the next open.
@@ -638,4 +639,46 @@ void passthrough_forget(struct passthrough *pt, uint64_t ino)
 	pthread_mutex_unlock(&pt->lock);
 	if (id > 0)
 		backing_close(pt, id);
+}
+
+void passthrough_adopt(struct passthrough *pt, uint64_t ino, int32_t backing_id,
+		       struct cfile *cf)
+{
+	struct pt_inode *e;
+
+	if (!pt || !pt->active)
+		return;
+	pthread_mutex_lock(&pt->lock);
+	e = inode_get(pt, ino, true);
+	if (!e) {
+		pthread_mutex_unlock(&pt->lock);
+		return;
+	}
+	if (backing_id <= 0) {
+		e->daemon_opens++;
+	} else if (e->pt_opens) {
+		e->pt_opens++;	/* the kernel has one backing file per inode */
+	} else {
+		e->backing_id = backing_id;
+		e->cf = cf;
+		if (cf)
+			cache_file_pin(pt->fs->cache, cf);
+		e->pt_opens = 1;
+	}
+	pthread_mutex_unlock(&pt->lock);
+}
+
+int32_t passthrough_backing_id(struct passthrough *pt, uint64_t ino)
+{
+	struct pt_inode *e;
+	int32_t id = 0;
+
+	if (!pt || !pt->active)
+		return 0;
+	pthread_mutex_lock(&pt->lock);
+	e = inode_get(pt, ino, false);
+	if (e && e->pt_opens)
+		id = e->backing_id;
+	pthread_mutex_unlock(&pt->lock);
+	return id;
 }

@@ -103,4 +103,18 @@ void passthrough_release(struct passthrough *pt, uint64_t ino, bool was_passthro
  */
 void passthrough_forget(struct passthrough *pt, uint64_t ino);
 
+/*
+ * A daemon taking the mount over (fuse/takeover.h): the daemon before
+ * answered an OPEN of @ino with @backing_id (0: the daemon path) and the
+ * kernel still has it open.  Count it as passthrough_open() would have, so
+ * that new opens of @ino match the kernel's mode; @cf (a reference the
+ * caller keeps) is pinned while passthrough opens last.  After
+ * passthrough_handshake().
+ */
+void passthrough_adopt(struct passthrough *pt, uint64_t ino, int32_t backing_id,
+		       struct cfile *cf);
+
+/* The backing id @ino's passthrough opens share now; 0: none. */
+int32_t passthrough_backing_id(struct passthrough *pt, uint64_t ino);
+
 #endif

@@ -48,6 +48,7 @@ struct sup {
 	pid_t child;		/* 0: none running */
 	int chan;		/* our end of the child's channel */
 	int fuse_fd, state_fd;	/* -1 until the first daemon sent them */
+	int recs_fd;		/* the running daemon's handle records, or -1 */
 	uint64_t started_ms;
 	uint64_t ready_ms;	/* the daemon sent its state: it serves (0: not yet) */
 	uint64_t down_ms;	/* when the last daemon ended (or was asked to hand over) */
@@ -69,7 +70,7 @@ static void take_message(struct sup *s)
 	uint32_t type = 0;
 	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(3 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr msg = {
@@ -77,7 +78,7 @@ static void take_message(struct sup *s)
 		.msg_control = u.buf, .msg_controllen = sizeof(u.buf),
 	};
 	struct cmsghdr *c;
-	int fds[2] = { -1, -1 }, n = 0;
+	int fds[3] = { -1, -1, -1 }, n = 0;
 	ssize_t r = recvmsg(s->chan, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 
 	if (r <= 0) {
@@ -90,46 +91,52 @@ static void take_message(struct sup *s)
 	c = CMSG_FIRSTHDR(&msg);
 	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
 		n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		memcpy(fds, CMSG_DATA(c), (size_t)MIN(n, 2) * sizeof(int));
+		memcpy(fds, CMSG_DATA(c), (size_t)MIN(n, 3) * sizeof(int));
 	}
-	if (r != sizeof(type) || (n != 1 && n != 2) || (msg.msg_flags & MSG_CTRUNC)) {
-		for (int i = 0; i < MIN(n, 2); i++)
+	if (r != sizeof(type) || n < 1 || n > 3 || (msg.msg_flags & MSG_CTRUNC)) {
+		for (int i = 0; i < MIN(n, 3); i++)
 			close(fds[i]);
 		log_warn("supervisor: a malformed message from the daemon, ignored");
 		return;
 	}
-	if (n == 2) {
+	if (n >= 2) {
 		if (s->fuse_fd < 0)
 			s->fuse_fd = fds[0];
 		else
 			close(fds[0]);	/* the same connection: ours stays */
 	}
+	if (n == 3) {
+		/* the new daemon's records: it copied the old ones in */
+		if (s->recs_fd >= 0)
+			close(s->recs_fd);
+		s->recs_fd = fds[2];
+	}
 	if (s->state_fd >= 0)
 		close(s->state_fd);
-	s->state_fd = fds[n - 1];
+	s->state_fd = fds[n == 1 ? 0 : 1];
 	if (!s->ready_ms)
 		s->ready_ms = now_ms();
 }
 
-static int send_state(int chan, int fuse_fd, int state_fd)
+static int send_state(int chan, int fuse_fd, int state_fd, int recs_fd)
 {
 	uint32_t type = 0x53544b31u;	/* takeover.c's TKO_MSG_STATE */
 	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(3 * sizeof(int))];
 		struct cmsghdr align;
 	} u = { 0 };
+	int fds[3] = { fuse_fd, state_fd, recs_fd }, n = recs_fd >= 0 ? 3 : 2;
 	struct msghdr msg = {
 		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = u.buf, .msg_controllen = sizeof(u.buf),
+		.msg_control = u.buf, .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int)),
 	};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-	int fds[2] = { fuse_fd, state_fd };
 
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(fds));
-	memcpy(CMSG_DATA(c), fds, sizeof(fds));
+	c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
 	return sendmsg(chan, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
 }
 
@@ -145,7 +152,7 @@ static pid_t spawn(struct sup *s, const char *mode, int *chan_out)
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return -errno;
-	if (send_state(sv[0], s->fuse_fd, s->state_fd)) {
+	if (send_state(sv[0], s->fuse_fd, s->state_fd, s->recs_fd)) {
 		close(sv[0]);
 		close(sv[1]);
 		return -EIO;
@@ -340,7 +347,7 @@ int supervisor_start(char **argv, const char *mnt, int status_fd, const char *pi
 	pid_t pid;
 
 	s = (struct sup){ .argv = argv, .mnt = mnt, .pidfile = pidfile, .chan = -1,
-			  .fuse_fd = -1, .state_fd = -1 };
+			  .fuse_fd = -1, .state_fd = -1, .recs_fd = -1 };
 	n = readlink("/proc/self/exe", s.exe, sizeof(s.exe) - 1);
 	if (n <= 0 || (size_t)n >= sizeof(s.exe) - 1)
 		return -ENAMETOOLONG;

@@ -48,8 +48,10 @@ struct takeover {
 	pthread_mutex_t lock;	/* one state message at a time, the newest last */
 	int chan;		/* to the supervisor */
 	bool resuming;
-	bool fd_sent;		/* the supervisor has the /dev/fuse descriptor */
+	bool fd_sent;		/* the supervisor has our descriptors (sent once) */
 	int fuse_fd;		/* resuming: the descriptor received */
+	int recs_old;		/* resuming: the handle records of the daemon before */
+	int recs_fd;		/* ours (fuse/handles.h), or -1 */
 	uint32_t generation, flags;
 	uint64_t down_ms;
 	unsigned char init[256];
@@ -231,7 +233,7 @@ static int send_fds(int chan, const int *fds, int nfds)
 	uint32_t type = TKO_MSG_STATE;
 	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(3 * sizeof(int))];
 		struct cmsghdr align;
 	} u = { 0 };
 	struct msghdr msg = {
@@ -252,13 +254,16 @@ static int send_fds(int chan, const int *fds, int nfds)
 	return 0;
 }
 
-/* One message with 2 descriptors (the /dev/fuse one, the state) */
-static int recv_state(struct takeover *t, int *fuse_fd, int *state_fd)
+/*
+ * One message with 2 or 3 descriptors: the /dev/fuse one, the state, and
+ * the handle records if the daemon before kept them (*@recs_fd, else -1).
+ */
+static int recv_state(struct takeover *t, int *fuse_fd, int *state_fd, int *recs_fd)
 {
 	uint32_t type = 0;
 	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(3 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr msg = {
@@ -270,7 +275,7 @@ static int recv_state(struct takeover *t, int *fuse_fd, int *state_fd)
 	struct pollfd p = { .fd = t->chan, .events = POLLIN };
 	struct cmsghdr *c;
 	ssize_t n;
-	int fds[2];
+	int fds[3] = { -1, -1, -1 };
 
 	if (poll(&p, 1, TKO_RECV_MS) != 1)
 		return -ETIMEDOUT;
@@ -279,15 +284,17 @@ static int recv_state(struct takeover *t, int *fuse_fd, int *state_fd)
 		return -errno;
 	c = CMSG_FIRSTHDR(&msg);
 	if (n != sizeof(type) || type != TKO_MSG_STATE || !c || c->cmsg_level != SOL_SOCKET ||
-	    c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(2 * sizeof(int))) {
+	    c->cmsg_type != SCM_RIGHTS || (c->cmsg_len != CMSG_LEN(2 * sizeof(int)) &&
+					   c->cmsg_len != CMSG_LEN(3 * sizeof(int)))) {
 		if (c && c->cmsg_type == SCM_RIGHTS)
 			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
 				close(((int *)CMSG_DATA(c))[i]);
 		return -EPROTO;
 	}
-	memcpy(fds, CMSG_DATA(c), sizeof(fds));
+	memcpy(fds, CMSG_DATA(c), c->cmsg_len - CMSG_LEN(0));
 	*fuse_fd = fds[0];
 	*state_fd = fds[1];
+	*recs_fd = fds[2];
 	return 0;
 }
 
@@ -314,13 +321,15 @@ int takeover_open(struct sfs *fs, struct takeover **out, char *err, size_t errle
 	pthread_mutex_init(&t->lock, NULL);
 	t->chan = chan;
 	t->fuse_fd = -1;
+	t->recs_old = -1;
+	t->recs_fd = -1;
 	t->down_ms = down ? strtoull(down, NULL, 10) : 0;
 	unsetenv(TAKEOVER_ENV_DOWN_MS);
 	if (!resume || (strcmp(resume, "1") && strcmp(resume, "check"))) {
 		*out = t;
 		return 0;
 	}
-	ret = recv_state(t, &t->fuse_fd, &state_fd);
+	ret = recv_state(t, &t->fuse_fd, &state_fd, &t->recs_old);
 	if (ret) {
 		takeover_close(t);
 		return errf(err, errlen, ret, "takeover: no state from the supervisor: %s",
@@ -344,7 +353,6 @@ int takeover_open(struct sfs *fs, struct takeover **out, char *err, size_t errle
 		return ret;
 	}
 	t->resuming = true;
-	t->fd_sent = true;	/* the supervisor keeps its own copy */
 	fs->generation = t->generation + 1;
 	if (fs->generation >= HANDLE_GEN_LIMIT)
 		fs->generation = 1;	/* 2^20 takeovers: the oldest handles are long closed */
@@ -360,6 +368,8 @@ void takeover_close(struct takeover *t)
 		close(t->chan);
 	if (t->fuse_fd >= 0 && !t->resuming)
 		close(t->fuse_fd);
+	if (t->recs_old >= 0)
+		close(t->recs_old);
 	for (uint32_t i = 0; i < t->nds; i++) {
 		free(t->names[i]);
 		free(t->sources[i]);
@@ -423,7 +433,7 @@ size_t takeover_init_request(const struct takeover *t, const void **req)
 int takeover_publish(struct sfs *fs)
 {
 	struct takeover *t = fs->tko;
-	int fds[2], state, ret;
+	int fds[3], state, ret;
 
 	if (!t || !fs->se)
 		return 0;	/* not supervised; or starting: main publishes once mounted */
@@ -434,10 +444,15 @@ int takeover_publish(struct sfs *fs)
 		log_warn("takeover: cannot write the state for the supervisor: %s", strerror(-ret));
 		return ret;
 	}
-	/* the descriptor once; later messages carry the state only */
+	/*
+	 * The descriptors once (the supervisor keeps the /dev/fuse one it
+	 * has, and takes our handle records); later messages carry the state
+	 */
 	fds[0] = fuse_session_fd(fs->se);
 	fds[1] = state;
-	ret = t->fd_sent ? send_fds(t->chan, fds + 1, 1) : send_fds(t->chan, fds, 2);
+	fds[2] = t->recs_fd;
+	ret = t->fd_sent ? send_fds(t->chan, fds + 1, 1) :
+			   send_fds(t->chan, fds, t->recs_fd >= 0 ? 3 : 2);
 	close(state);
 	if (!ret)
 		t->fd_sent = true;
@@ -469,4 +484,15 @@ int takeover_resend(struct sfs *fs)
 		 "answered (FUSE_NOTIFY_RESEND: %s; Linux 6.9 or later has it): those "
 		 "requests wait until the mount is aborted", strerror((int)-n));
 	return (int)n;
+}
+
+void takeover_set_records(struct takeover *t, int fd)
+{
+	if (t)
+		t->recs_fd = fd;
+}
+
+int takeover_old_records(const struct takeover *t)
+{
+	return t ? t->recs_old : -1;
 }

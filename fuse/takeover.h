@@ -83,6 +83,14 @@ uint64_t takeover_down_ms(const struct takeover *t);
 size_t takeover_init_request(const struct takeover *t, const void **req);
 
 /*
+ * The handle records this daemon keeps (fuse/handles.h), sent to the
+ * supervisor with the first state: @fd, owned by the handles table.
+ */
+void takeover_set_records(struct takeover *t, int fd);
+/* The records of the daemon before (resuming), or -1. */
+int takeover_old_records(const struct takeover *t);
+
+/*
  * Send the supervisor the state, with the /dev/fuse descriptor the first
  * time.  Called once the mount is up, and again whenever the state changes
  * (a dataset added).  Returns 0 or -errno (logged).

@@ -267,9 +267,8 @@ static const struct opt opts[] = {
 		"and readers see a pause, never an error. A clean unmount still "
 		"ends it. `auto` turns it on unless `-f` is given (a daemon run in "
 		"a terminal for debugging); the systemd unit sets `on`. A "
-		"supervised mount keeps `passthrough` and `uring` off (`on` for "
-		"either is refused with `supervise=on`, and wins over `auto`). See "
-		"`restart.md`." },
+		"supervised mount keeps `uring` off (`uring=on` is refused with "
+		"`supervise=on`, and wins over `auto`). See `restart.md`." },
 	{ "uring", OPT_AUTO, O(uring), "auto", 0, 0,
 	  "take FUSE requests through io_uring, one queue per CPU (Linux >= 6.14); auto = where the kernel parameter fuse.enable_uring is Y, on = set it",
 	  .doc =

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, no-open; passthrough and io_uring are refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; the client library's programs read right across five; a warmup goes on across two deaths; a multi-dataset root keeps its node ids; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
+# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; the client library's programs read right across five; a warmup goes on across two deaths; a multi-dataset root keeps its node ids; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
 # timeout: 400
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
@@ -69,6 +69,7 @@ run_path() {
 }
 
 run_path daemon passthrough=off no_open=off
+run_path passthrough passthrough=on no_open=off
 run_path noopen passthrough=off no_open=on
 # The client library (gpudirect/): programs that open files through it
 # (handed cache files, the pinned pipeline) while the daemon dies
@@ -163,21 +164,6 @@ assert_eq "$(stat -c %i "$M/late/l13")" "$ino_before" "multi: the inode number o
 cmp "$M/late/l17" "$T/late/l17" || die "multi: late/l17 differs after the takeovers"
 cmp "$M/b/d1/f001" "$T/src/d1/f001" || die "multi: b/d1/f001 differs after the takeovers"
 sfs_umount "$M"
-
-# passthrough: the kernel lets an inode be read through one backing file or
-# the page cache, never both, and a new daemon cannot tell which the files
-# open at a takeover use: a supervised mount refuses passthrough=on and
-# turns passthrough=auto off
-rc=0
-"$STAGEFS" -f -o supervise=on,passthrough=on,cache_dir=$T/cache-p,runtime_dir=$T/run-p \
-	"dir://$T/src" "$T/mnt-daemon" >"$T/p.out" 2>&1 || rc=$?
-[[ $rc -ne 0 ]] && grep -q "supervise=on and passthrough=on cannot be had together" "$T/p.out" ||
-	die "supervise=on with passthrough=on was not refused: rc $rc, $(cat "$T/p.out")"
-P=$T/mnt-pauto
-sfs_mount "dir://$T/src" "$P" supervise=on "cache_dir=$T/cache-daemon" no_open=off
-cat "$P/d0/f000" >/dev/null
-assert_eq "$(stat_get "$P" passthrough_active)" 0 "passthrough under a supervisor"
-sfs_umount "$P"
 
 # io_uring: a daemon's end strands the requests on its rings (the kernel
 # resends only /dev/fuse's), so a supervised mount refuses uring=on and
