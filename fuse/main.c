@@ -884,9 +884,14 @@ int main(int argc, char **argv)
 		/* systemd's Type=notify (conf/stagefs.service); MAINPID for a forked daemon */
 		char note[PATH_MAX + 64];
 
-		/* supervised: the supervisor is the service's main process */
+		/*
+		 * supervised: the supervisor is the service's main process, for
+		 * the first daemon (forked by it: `supervised` was false when it
+		 * was computed) as for those that took over; fs.tko is the
+		 * channel to it in both
+		 */
 		snprintf(note, sizeof(note), "READY=1\nMAINPID=%d\nSTATUS=mounted on %s%s",
-			 (int)(supervised ? getppid() : getpid()), mnt,
+			 (int)(fs.tko ? getppid() : getpid()), mnt,
 			 fs.nds ? "" : " (no dataset configured yet)");
 		ret = sfs_sd_notify(note);
 		if (ret)
