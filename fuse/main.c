@@ -596,7 +596,7 @@ int main(int argc, char **argv)
 	struct stat st;
 	struct ptacct *pa;
 	int ret, pt_load;
-	bool supervised, resuming, checking, want_sup;
+	bool supervised, resuming, checking, want_sup, bg_cmdline;
 	const char *mode;
 
 	/* parse_cli() cuts the -o strings up: a supervisor re-runs the original */
@@ -622,6 +622,7 @@ int main(int argc, char **argv)
 	mode = getenv(TAKEOVER_ENV_RESUME);
 	checking = supervised && mode && !strcmp(mode, "check");
 	resuming = supervised && mode && (!strcmp(mode, "1") || checking);
+	bg_cmdline = !cli.foreground;	/* the command line the supervisor re-runs */
 	if (supervised)
 		cli.foreground = true;
 	if (!realpath(cli.mountpoint, mnt))
@@ -658,6 +659,13 @@ int main(int argc, char **argv)
 	if (!cli.foreground)
 		daemonize_begin();
 	open_log_file(&fs.cfg);
+	/*
+	 * A daemon started by the supervisor of a mount in the background has
+	 * its stdio, /dev/null: it logs to syslog as the first daemon did, or
+	 * a takeover's lines (and a refusal's reason) would go nowhere.
+	 */
+	if (supervised && bg_cmdline && !fs.cfg.log_file[0])
+		log_use_syslog("stagefs");
 	want_sup = !supervised && (fs.cfg.supervise == CFG_ON ||
 				   (fs.cfg.supervise == CFG_AUTO && status_fd >= 0));
 	/*
