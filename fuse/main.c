@@ -4,7 +4,7 @@
  *
  *   stagefs [options] SOURCE MOUNTPOINT     mount a dataset (the daemon)
  *   stagefs [options] -c CONFIG MOUNTPOINT  every [dataset NAME] of CONFIG
- *   stagefs publish|gc|warmup|top|quota ... run stagefs-CMD (git style)
+ *   stagefs publish|gc|warmup|top|quota|restart ... run stagefs-CMD (git style)
  *
  * Start-up order matters: without -f the process forks first, before any
  * thread exists (librados and the FUSE loop start threads, and fork keeps
@@ -67,6 +67,8 @@ static const struct subcommand {
 	  "live feed rate, hit ratio and stall per user, job, GPU" },
 	{ "quota", "[--json] MOUNTPOINT",
 	  "each user's share of the node cache" },
+	{ "restart", "[-w SECONDS] MOUNTPOINT",
+	  "restart a supervised mount's daemon, keeping the mount" },
 };
 
 /* FUSE mount options passed through to the kernel/libfuse as they are. */

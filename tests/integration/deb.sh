@@ -61,14 +61,14 @@ dpkg -L "${PKGS[@]}" | sort -u >"$T/files"
 [[ -x /usr/bin/stagefs && -f /etc/stagefs/stagefs.conf && -f /lib/systemd/system/stagefs.service ]] ||
 	die "the package lacks the daemon, its config or its unit"
 help=$(PATH=$SYSPATH stagefs --help)
-for t in publish gc warmup top quota; do
+for t in publish gc warmup top quota restart; do
 	[[ -x /usr/libexec/stagefs/stagefs-$t ]] || die "no /usr/libexec/stagefs/stagefs-$t"
 	grep -q "^    $t " <<<"$help" || die "stagefs --help does not name $t"
 done
 PATH=$SYSPATH stagefs-does-not-exist 2>/dev/null && die "PATH is not the system's"
 
 # man pages, and the unit with them in place
-for page in stagefs stagefs.conf.5 stagefs-publish stagefs-gc stagefs-warmup stagefs-top stagefs-quota libstagefs.3; do
+for page in stagefs stagefs.conf.5 stagefs-publish stagefs-gc stagefs-warmup stagefs-top stagefs-quota stagefs-restart libstagefs.3; do
 	f=$(man -w "${page%.[0-9]}" 2>/dev/null | head -n 1) || die "man -w ${page%.[0-9]}: no page"
 	[[ $f == /usr/share/man/* ]] || die "man -w $page found $f, not the package's"
 done
