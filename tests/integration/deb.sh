@@ -150,7 +150,8 @@ wait_for -t 10 eval "! kill -0 $pid 2>/dev/null" || die "daemon still running af
 # root until a dataset is configured, then the unit's reload mounts it
 start=$(sed -n 's/^ExecStart=//p' /lib/systemd/system/stagefs.service)
 reload=$(sed -n 's/^ExecReload=//p' /lib/systemd/system/stagefs.service)
-[[ $start == "/usr/bin/stagefs -f -c /etc/stagefs/stagefs.conf /datasets" ]] || die "unexpected ExecStart: $start"
+[[ $start == "/usr/bin/stagefs -f -o supervise=on -c /etc/stagefs/stagefs.conf /datasets" ]] || die "unexpected ExecStart: $start"
+grep -qx 'NotifyAccess=all' /lib/systemd/system/stagefs.service || die "the unit's NotifyAccess is not all (its daemon is the main process's child)"
 [[ -n $reload ]] || die "the unit has no ExecReload"
 root=$T/datasets
 mkdir -p "$root"

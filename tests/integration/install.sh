@@ -26,7 +26,7 @@ want=$(grep -oE '\bsfs_[a-z_]+\(' "$REPO/gpudirect/libstagefs.h" | tr -d '(' | s
 grep -q "^libdir=$P/lib$" "$D$P/lib/pkgconfig/libstagefs.pc" || die "libstagefs.pc: wrong libdir"
 [[ -f $D/etc/stagefs/stagefs.conf && -f $D/etc/stagefs/stagefs.conf.example ]] || die "no /etc/stagefs/stagefs.conf or its example"
 cmp -s "$D/etc/stagefs/stagefs.conf" "$REPO/conf/stagefs.conf.example" || die "stagefs.conf is not the example"
-grep -q "^ExecStart=$P/bin/stagefs -f -c /etc/stagefs/stagefs.conf /datasets$" "$D$P/lib/systemd/system/stagefs.service" ||
+grep -q "^ExecStart=$P/bin/stagefs -f -o supervise=on -c /etc/stagefs/stagefs.conf /datasets$" "$D$P/lib/systemd/system/stagefs.service" ||
 	die "the unit's ExecStart has the wrong paths: $(grep ExecStart= "$D$P/lib/systemd/system/stagefs.service")"
 ! grep -q '@[a-z]*@' "$D$P/lib/systemd/system/stagefs.service" || die "the unit has unfilled @...@"
 
