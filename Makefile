@@ -100,6 +100,7 @@ TOOL_LINK_DEFAULT = src/libsfs.a
 stagefs-gc_LINK      = src/libsfs.a
 stagefs-publish_LINK = src/libsfs.a
 stagefs-quota_LINK   = src/libsfs.a
+stagefs-restart_LINK = src/libsfs.a
 stagefs-top_LINK     = src/libsfs.a
 stagefs-warmup_LINK  = src/libsfs.a
 

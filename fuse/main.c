@@ -4,7 +4,7 @@
  *
  *   stagefs [options] SOURCE MOUNTPOINT     mount a dataset (the daemon)
  *   stagefs [options] -c CONFIG MOUNTPOINT  every [dataset NAME] of CONFIG
- *   stagefs publish|gc|warmup|top|quota ... run stagefs-CMD (git style)
+ *   stagefs publish|gc|warmup|top|quota|restart ... run stagefs-CMD (git style)
  *
  * Start-up order matters: without -f the process forks first, before any
  * thread exists (librados and the FUSE loop start threads, and fork keeps
@@ -68,6 +68,8 @@ static const struct subcommand {
 	  "live feed rate, hit ratio and stall per user, job, GPU" },
 	{ "quota", "[--json] MOUNTPOINT",
 	  "each user's share of the node cache" },
+	{ "restart", "[-w SECONDS] MOUNTPOINT",
+	  "restart a supervised mount's daemon, keeping the mount" },
 };
 
 /* FUSE mount options passed through to the kernel/libfuse as they are. */
@@ -597,7 +599,7 @@ int main(int argc, char **argv)
 	struct stat st;
 	struct ptacct *pa;
 	int ret, pt_load;
-	bool supervised, resuming, checking, want_sup;
+	bool supervised, resuming, checking, want_sup, bg_cmdline;
 	const char *mode;
 
 	/* parse_cli() cuts the -o strings up: a supervisor re-runs the original */
@@ -623,6 +625,7 @@ int main(int argc, char **argv)
 	mode = getenv(TAKEOVER_ENV_RESUME);
 	checking = supervised && mode && !strcmp(mode, "check");
 	resuming = supervised && mode && (!strcmp(mode, "1") || checking);
+	bg_cmdline = !cli.foreground;	/* the command line the supervisor re-runs */
 	if (supervised)
 		cli.foreground = true;
 	if (!realpath(cli.mountpoint, mnt))
@@ -659,6 +662,13 @@ int main(int argc, char **argv)
 	if (!cli.foreground)
 		daemonize_begin();
 	open_log_file(&fs.cfg);
+	/*
+	 * A daemon started by the supervisor of a mount in the background has
+	 * its stdio, /dev/null: it logs to syslog as the first daemon did, or
+	 * a takeover's lines (and a refusal's reason) would go nowhere.
+	 */
+	if (supervised && bg_cmdline && !fs.cfg.log_file[0])
+		log_use_syslog("stagefs");
 	want_sup = !supervised && (fs.cfg.supervise == CFG_ON ||
 				   (fs.cfg.supervise == CFG_AUTO && status_fd >= 0));
 	/*
@@ -908,9 +918,14 @@ int main(int argc, char **argv)
 		/* systemd's Type=notify (conf/stagefs.service); MAINPID for a forked daemon */
 		char note[PATH_MAX + 64];
 
-		/* supervised: the supervisor is the service's main process */
+		/*
+		 * supervised: the supervisor is the service's main process, for
+		 * the first daemon (forked by it: `supervised` was false when it
+		 * was computed) as for those that took over; fs.tko is the
+		 * channel to it in both
+		 */
 		snprintf(note, sizeof(note), "READY=1\nMAINPID=%d\nSTATUS=mounted on %s%s",
-			 (int)(supervised ? getppid() : getpid()), mnt,
+			 (int)(fs.tko ? getppid() : getpid()), mnt,
 			 fs.nds ? "" : " (no dataset configured yet)");
 		ret = sfs_sd_notify(note);
 		if (ret)

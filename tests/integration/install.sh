@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make install (DESTDIR, PREFIX=/usr/local) puts every piece where docs/packaging.md says: the daemon, the subcommands it finds beside itself, libstagefs.so.0 (soname, only the libstagefs.h functions exported) and its link and .pc, the header, Python modules, alert rules, a unit that systemd-analyze verifies, the 8 man pages where man finds them, stagefs.conf (kept on a second install) and its example; and a config with no dataset mounts an empty root that SIGHUP fills.
+# make install (DESTDIR, PREFIX=/usr/local) puts every piece where docs/packaging.md says: the daemon, the subcommands it finds beside itself, libstagefs.so.0 (soname, only the libstagefs.h functions exported) and its link and .pc, the header, Python modules, alert rules, a unit that systemd-analyze verifies, the 9 man pages where man finds them, stagefs.conf (kept on a second install) and its example; and a config with no dataset mounts an empty root that SIGHUP fills.
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
@@ -11,11 +11,11 @@ D=$T/root P=/usr/local
 
 make -s -C "$REPO" install DESTDIR="$D" PREFIX=$P >"$T/install.log" 2>&1 ||
 	{ cat "$T/install.log" >&2; die "make install failed"; }
-for f in bin/stagefs libexec/stagefs/stagefs-{publish,gc,warmup,top,quota} lib/libstagefs.so.0 \
+for f in bin/stagefs libexec/stagefs/stagefs-{publish,gc,warmup,top,quota,restart} lib/libstagefs.so.0 \
 	 lib/pkgconfig/libstagefs.pc include/libstagefs.h share/stagefs/python/stagefs.py \
 	 share/stagefs/python/stagefs_hints.py share/stagefs/prometheus/stagefs-alerts.yml \
 	 lib/systemd/system/stagefs.service share/man/man8/stagefs.8 share/man/man5/stagefs.conf.5 \
-	 share/man/man1/stagefs-{publish,warmup,top,quota}.1 share/man/man8/stagefs-gc.8 share/man/man3/libstagefs.3; do
+	 share/man/man1/stagefs-{publish,warmup,top,quota}.1 share/man/man8/stagefs-{gc,restart}.8 share/man/man3/libstagefs.3; do
 	[[ -f $D$P/$f ]] || die "make install did not install $P/$f"
 done
 [[ $(readlink "$D$P/lib/libstagefs.so") == libstagefs.so.0 ]] || die "lib/libstagefs.so is not a link to libstagefs.so.0"
@@ -26,7 +26,7 @@ want=$(grep -oE '\bsfs_[a-z_]+\(' "$REPO/gpudirect/libstagefs.h" | tr -d '(' | s
 grep -q "^libdir=$P/lib$" "$D$P/lib/pkgconfig/libstagefs.pc" || die "libstagefs.pc: wrong libdir"
 [[ -f $D/etc/stagefs/stagefs.conf && -f $D/etc/stagefs/stagefs.conf.example ]] || die "no /etc/stagefs/stagefs.conf or its example"
 cmp -s "$D/etc/stagefs/stagefs.conf" "$REPO/conf/stagefs.conf.example" || die "stagefs.conf is not the example"
-grep -q "^ExecStart=$P/bin/stagefs -f -c /etc/stagefs/stagefs.conf /datasets$" "$D$P/lib/systemd/system/stagefs.service" ||
+grep -q "^ExecStart=$P/bin/stagefs -f -o supervise=on -c /etc/stagefs/stagefs.conf /datasets$" "$D$P/lib/systemd/system/stagefs.service" ||
 	die "the unit's ExecStart has the wrong paths: $(grep ExecStart= "$D$P/lib/systemd/system/stagefs.service")"
 ! grep -q '@[a-z]*@' "$D$P/lib/systemd/system/stagefs.service" || die "the unit has unfilled @...@"
 
@@ -36,7 +36,7 @@ grep -q "^ExecStart=$P/bin/stagefs -f -c /etc/stagefs/stagefs.conf /datasets$" "
 # man: /usr/local/share/man is on man-db's path; here MANPATH points at DESTDIR
 manpath 2>/dev/null | tr : '\n' | grep -qx /usr/local/share/man ||
 	log "note: /usr/local/share/man is not on this machine's manpath"
-for p in stagefs stagefs.conf stagefs-publish stagefs-gc stagefs-warmup stagefs-top stagefs-quota libstagefs; do
+for p in stagefs stagefs.conf stagefs-publish stagefs-gc stagefs-warmup stagefs-top stagefs-quota stagefs-restart libstagefs; do
 	f=$(MANPATH=$D$P/share/man man -w "$p" 2>/dev/null) || die "man -w $p: no page"
 	[[ $f == "$D$P/share/man/"* ]] || die "man -w $p found $f"
 done

@@ -21,8 +21,8 @@ for scd in "$REPO"/man/*.scd; do
 		sed 's/\x1b\[[0-9;]*m//g; s/.\x08//g' >"$T/$page.txt"
 	n=$((n + 1))
 done
-((n >= 8)) || die "only $n man pages in man/"
-for p in stagefs.8 stagefs.conf.5 stagefs-publish.1 stagefs-gc.8 stagefs-warmup.1 stagefs-top.1 stagefs-quota.1 libstagefs.3; do
+((n >= 9)) || die "only $n man pages in man/"
+for p in stagefs.8 stagefs.conf.5 stagefs-publish.1 stagefs-gc.8 stagefs-warmup.1 stagefs-top.1 stagefs-quota.1 stagefs-restart.8 libstagefs.3; do
 	[[ -s $T/$p.txt ]] || die "no man page $p"
 done
 
@@ -45,7 +45,7 @@ for s in $(sed -n 's/^    -o \([a-z_0-9]*\)=.*/\1/p' <<<"$help"); do
 done
 for c in $(sed -n '/^commands:/,/^$/s/^    \([a-z]*\) .*/\1/p' <<<"$help"); do
 	in_page stagefs.8 "$c" || die "command $c (stagefs --help) is not in stagefs(8)"
-	sec=1; [[ $c == gc ]] && sec=8
+	sec=1; [[ $c == gc || $c == restart ]] && sec=8
 	[[ -s $T/stagefs-$c.$sec.txt ]] || die "command $c has no page stagefs-$c($sec)"
 	h=$("$bindir/stagefs-$c" --help) || die "stagefs-$c --help failed"
 	for o in $(options_of "$h"); do

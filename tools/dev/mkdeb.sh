@@ -18,7 +18,10 @@
 # tree has the Slurm plugin (slurm/) and its headers are installed;
 # pkg.stagefs.nocuda to build without CUDA (see debian/rules).
 # Environment: STAGEFS_DEB_DIR, LINTIAN=0 (skip lintian), JOBS (default:
-# the CPU count).
+# the CPU count), STAGEFS_DEB_VERSION (build the packages as this version:
+# the copy gets it in VERSION and a changelog entry, the tree is not
+# touched; tests/integration/deb.sh builds an upgrade so, in a
+# STAGEFS_DEB_DIR of its own, as every object is compiled again for it).
 set -u -o pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
@@ -79,6 +82,23 @@ fi
 tar -C "$REPO" --verbatim-files-from -T "$new" -cf - | tar -C "$SRC" -xpf - ||
 	die "copying the tree to $SRC failed"
 mv "$new" "$list"
+if [[ -n ${STAGEFS_DEB_VERSION:-} ]]; then
+	[[ $STAGEFS_DEB_VERSION =~ ^[0-9][A-Za-z0-9.+~-]*$ ]] ||
+		die "STAGEFS_DEB_VERSION=$STAGEFS_DEB_VERSION is not a Debian version"
+	printf '%s\n' "$STAGEFS_DEB_VERSION" >"$SRC/VERSION"
+	# the tree's top entry's maintainer, its date + 1 day (lintian wants a
+	# later one): the same file each run
+	cldate=$(dpkg-parsechangelog -l "$REPO/debian/changelog" -S Date)
+	cldate=$(LC_ALL=C date -R -u -d "$cldate + 1 day") || die "cannot read the changelog's date"
+	{
+		printf 'stagefs (%s) unstable; urgency=medium\n\n' "$STAGEFS_DEB_VERSION"
+		printf '  * Built as %s from the tree at %s (STAGEFS_DEB_VERSION).\n\n' \
+			"$STAGEFS_DEB_VERSION" "$version"
+		printf ' -- %s  %s\n\n' "$(dpkg-parsechangelog -l "$REPO/debian/changelog" -S Maintainer)" \
+			"$cldate"
+		cat "$REPO/debian/changelog"
+	} >"$SRC/debian/changelog" || die "cannot write $SRC/debian/changelog"
+fi
 
 profiles=${DEB_BUILD_PROFILES:-}
 if [[ -d $SRC/slurm && -e /usr/include/slurm/spank.h && " $profiles " != *" pkg.stagefs.slurm "* ]]; then
@@ -87,7 +107,7 @@ fi
 # Objects depend on their sources and config.h, not on the flags: a change
 # of the build's recipe or flags starts the copy's build afresh.
 recipe=$( (cat "$SRC/Makefile" "$SRC/configure" "$SRC/debian/rules"
-	   echo "$profiles ${DEB_BUILD_OPTIONS:-}"; dpkg-buildflags --export=sh) | sha256sum)
+	   echo "$profiles ${DEB_BUILD_OPTIONS:-} ${STAGEFS_DEB_VERSION:-}"; dpkg-buildflags --export=sh) | sha256sum)
 if [[ $fresh == 1 && -f $OUT/.recipe && $(cat "$OUT/.recipe") == "$recipe" ]] &&
    ls "$OUT"/stagefs_*.changes >/dev/null 2>&1; then
 	say "up to date: nothing changed since the packages were built"
