@@ -79,6 +79,7 @@ struct fh *fh_of(struct sfs *fs, fuse_req_t req, uint64_t ino, uint64_t id, int 
 	if (*err)
 		return NULL;
 	stats_open_init(fs->stats, &fh->so, ctx->pid, ctx->uid);
+	fh->id = id;
 	got = handles_adopt(fs->handles, id, HANDLE_FILE, fh);
 	if (got != fh)
 		fh_destroy(fs, fh);

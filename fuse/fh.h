@@ -22,6 +22,7 @@
 /* An open regular file. */
 struct fh {
 	struct sfs *fs;
+	uint64_t id;		/* the handle the kernel has (fuse/handles.h); 0 in no-open mode */
 	struct sfs_dataset *ds;
 	struct sfs_attr attr;	/* attr.ino is the backend's inode */
 	struct cfile *cf;

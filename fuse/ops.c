@@ -730,8 +730,16 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	/* the number first: the passthrough accounting knows an open by it */
+	fh->id = fi->fh = handles_add(fs->handles, HANDLE_FILE, fh);
+	if (!fh->id) {
+		fh_destroy(fs, fh);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
 	ret = passthrough_open(fs->pt, req, ino, fh->cf, fh->attr.size, fi);
 	if (ret < 0) {
+		handles_take(fs->handles, fh->id, HANDLE_FILE);
 		fh_destroy(fs, fh);
 		fuse_reply_err(req, -ret);
 		return;
@@ -751,18 +759,9 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
 	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
 		      fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, bino);
-	fi->fh = handles_add(fs->handles, HANDLE_FILE, fh);
-	if (fi->fh)	/* before the reply: a next daemon must know its mode */
-		handles_record(fs->handles, fi->fh, ino,
-			       fh->passthrough ? passthrough_backing_id(fs->pt, ino) : 0);
-	if (!fi->fh) {
-		if (fh->passthrough)
-			ptacct_release(ptacct_of(fs), fh);
-		passthrough_release(fs->pt, ino, fh->passthrough);
-		fh_destroy(fs, fh);
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
+	/* before the reply: a next daemon must know how the kernel reads it */
+	handles_record(fs->handles, fh->id, ino,
+		       fh->passthrough ? passthrough_backing_id(fs->pt, ino) : 0);
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
 	fi->keep_cache = !fh->passthrough;
 	fi->noflush = 1;

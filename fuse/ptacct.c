@@ -5,7 +5,7 @@
  * The BPF side (CONFIG_HAVE_BPF: libbpf, clang and bpftool at build time)
  * is the skeleton bpftool generates from fuse/bpf/ptread.bpf.c, embedded
  * in the binary.  Its map is keyed by the file handle the daemon gave the
- * kernel at OPEN, which is the address of our struct fh: a handle is
+ * kernel at OPEN, fh->id (fuse/handles.h): a handle is
  * looked up in pa->open (the passthrough opens not yet released) before it
  * is used, and RELEASE drains the map and takes its handle out of that
  * table before the handle is freed, under pa->lock, so a drain never
@@ -67,7 +67,7 @@ struct ptacct {
 
 static bool fh_eq(const struct htab_node *n, const void *key)
 {
-	return (uintptr_t)htab_entry(n, struct fh, pa_node) == *(const uint64_t *)key;
+	return htab_entry(n, struct fh, pa_node)->id == *(const uint64_t *)key;
 }
 
 /* Charge one entry of the map (taken out of it) to its open and reader.  Under pa->lock. */
@@ -380,7 +380,7 @@ uint64_t ptacct_lost(struct ptacct *pa)
 
 void ptacct_open(struct ptacct *pa, struct fh *fh)
 {
-	uint64_t key = (uintptr_t)fh;
+	uint64_t key = fh->id;
 
 	if (!pa)
 		return;
@@ -395,7 +395,7 @@ void ptacct_open(struct ptacct *pa, struct fh *fh)
 
 void ptacct_release(struct ptacct *pa, struct fh *fh)
 {
-	struct ptread_key k = { .fh = (uintptr_t)fh, .tid = (uint32_t)stats_open_tid(&fh->so) };
+	struct ptread_key k = { .fh = fh->id, .tid = (uint32_t)stats_open_tid(&fh->so) };
 	struct ptread_val v;
 	uint64_t rest = 0, made = 0;
 

@@ -179,9 +179,9 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		COUNTER("daemon_restarts", "stagefs_daemon_restarts_total",
 			"Daemons that took the mount over after a crash or a planned restart; "
 			"carried across restarts.", fs->generation - 1),
-		GAUGE("takeover_pause_ms", "stagefs_takeover_pause_milliseconds",
-		      "The last takeover: from the daemon before's end to this one serving.",
-		      fs->takeover_pause_ms),
+		{ .key = "takeover_pause_ms", .prom = "stagefs_takeover_pause_seconds",
+		  .type = STATS_GAUGE, .value = fs->takeover_pause_ms, .prom_scale = 1e-3,
+		  .help = "The last takeover: from the daemon before's end to this one serving." },
 		JSON_ONLY("supervisor_pid", fs->tko ? (uint64_t)getppid() : 0),
 		JSON_ONLY("chunk_size", ds0 ? ds0->be->chunk_size : 0),
 

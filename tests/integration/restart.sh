@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; the client library's programs read right across five; a warmup goes on across two deaths; a multi-dataset root keeps its node ids; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
+# A supervised daemon killed (SIGKILL, SIGABRT, SIGSEGV) 20 times per read path (the daemon's, passthrough, no-open; io_uring is refused) under readers that check every byte: a new daemon takes the mount over each time, no reader sees an error or a wrong byte, none is left waiting; the client library's programs read right across 20; a warmup goes on across two deaths; a multi-dataset root keeps its node ids; a planned restart (SIGUSR2) hands over, a clean unmount ends it.
 # timeout: 400
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
@@ -95,7 +95,7 @@ rm -f "$T/stop" "$T/client.fail"
 	echo "$n" >"$T/client.n"
 ) &
 client=$!
-for i in 1 2 3 4 5; do
+for ((i = 1; i <= KILLS; i++)); do
 	sleep 0.7
 	kill -KILL "$(daemon_of "$sup")"
 	wait_for -t 30 took_over "$logf" $((i + 1)) || die "client: kill $i: no daemon took over"
@@ -104,7 +104,7 @@ sleep 0.5
 touch "$T/stop"
 wait "$client"
 [[ ! -e $T/client.fail ]] || die "client library reads failed across restarts: $(sort -u "$T/client.fail" | head -5) $(tail -5 "$T/client.err")"
-log "client library: $(cat "$T/client.n") files read across 5 kills"
+log "client library: $(cat "$T/client.n") files read across $KILLS kills"
 assert_gt "$(cat "$T/client.n")" 40 "client library reads"
 sfs_umount "$C"
 
