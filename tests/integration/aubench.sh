@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/bench/aubench through a dir:// mount: samples and bytes read match the generated files for each workload, AU in [0,1], stagefs's job bytes match, a wrong-sized file is an error, the search and its -H handshake are consistent.
+# tools/bench/aubench through a dir:// mount: samples and bytes read match the generated files for each workload, AU in [0,1], stagefs's job bytes match, a long run (-R) runs its steps and the steady-state AU is consistent, a wrong-sized file is an error, the search and its -H handshake are consistent.
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -49,10 +49,27 @@ if abs(r["compute_s"] - steps * r["compute"] * r["scale"]) > 1e-6 * steps:
     fail("compute_s is not steps x compute x scale")
 if r["compute_s"] / r["n"] > r["wall_s"] * 1.001:
     fail("more compute than wall time")
-if r["passed"] != (r["au"] >= r["pass"]):
-    fail("passed disagrees with au and pass")
+if r["decided_by"] not in ("au", "au_steady"):
+    fail("decided_by names no AU")
+if r["passed"] != (r[r["decided_by"]] >= r["pass"]):
+    fail("passed disagrees with the deciding AU and pass")
 if len(r["epoch_au"]) != r["epochs"]:
     fail("epoch_au has not one entry an epoch")
+# every accelerator runs as many steps: the samples over N batches
+if r["steps"] * r["n"] * r["batch"] != want_samples:
+    fail("steps is not each accelerator's share of the samples in batches")
+if r["steps"] < r["min_run_steps"]:
+    fail("fewer steps than -R asked")
+# the steady state: the same compute over the wall time less each epoch's
+# first-batch wait, per accelerator: so never below au (nor its min below
+# au_min), and never above 1 (the waits and the compute take turns)
+if not (0 <= r["au_steady_min"] <= r["au_steady"] <= 1):
+    fail("au_steady out of [0, 1]")
+if r["au_steady"] < r["au"] or r["au_steady_min"] < r["au_min"]:
+    fail("leaving out the first-batch waits lowered AU")
+# the first-batch waits are some of the waits (wait_s has 3 decimals)
+if not (0 <= r["first_wait_s"] <= r["wait_s"] + 0.001):
+    fail("first_wait_s not within [0, wait_s]")
 PY
 
 # job_bytes JOB: read_bytes of that job in the mount's stats
@@ -70,10 +87,12 @@ run() {
 	shift 4
 	out=$(STAGEFS_JOB=au-$name "$AUB" run -n "$n" "$@" "$mnt") || die "aubench run $*: exit $?"
 	log "$name: $out"
+	printf '%s\n' "$out" >"$T/out.$name"
 	"$PYTHON" "$T/check.py" "$out" "$samples" "$bytes" "$n" || die "$name accounting"
 	# (files read whole only: of a file read in part the kernel's
-	# readahead fetches more than the reader asked for)
-	[[ ${PARTIAL:-} ]] ||
+	# readahead fetches more than the reader asked for; and a run without
+	# -D reads some from the page cache)
+	[[ ${PARTIAL:-}${LONG:-} ]] ||
 		assert_eq "$(job_bytes "au-$name")" "$bytes" "$name: stagefs job read_bytes vs the tool's bytes"
 }
 
@@ -90,6 +109,26 @@ run cosmoflow $((2 * 60)) $((2 * 60 * 28300)) 3 -w cosmoflow -b 1 -c 0.0005 -e 2
 # resnet50 again, 3 accelerators: 4, 3, 3 records of 20 = 60 samples each,
 # batch 8: 7 steps each, 56 samples an epoch (a record read in part)
 PARTIAL=1 run resnet50-3 $((2 * 3 * 56)) $((2 * 3 * 56 * 11470)) 3 -w resnet50 -k 20 -b 8 -c 0.001 -e 2 -D -M 1
+for r in "$T"/out.*; do
+	"$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1])
+sys.exit(r["min_run_steps"] != 0 or r["decided_by"] != "au")' "$(cat "$r")" ||
+		die "without -R and -A: min_run_steps 0 and the whole run's AU deciding: $(cat "$r")"
+done
+
+# a long run (-R 500, what MLPerf Storage asks): cosmoflow's 20 steps an
+# epoch (3 accelerators, batch 1) need 25 epochs, not -e 2; the pass line
+# held against au_steady (-A).  No -D (25 cache drops are slow under
+# load), so stagefs's job row is not compared: the page cache serves some
+LONG=1 run cosmoflow-long $((25 * 60)) $((25 * 60 * 28300)) 3 -w cosmoflow -b 1 -c 0.0005 -e 2 -R 500 -A au_steady
+"$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1])
+assert r["epochs"] == 25 and r["steps"] == 500 and r["min_run_steps"] == 500, r
+assert r["decided_by"] == "au_steady", r' "$(cat "$T/out.cosmoflow-long")" ||
+	die "long run: want 25 epochs, 500 steps, decided by au_steady: $(cat "$T/out.cosmoflow-long")"
+# more steps than 1024 epochs give: not run, a usage error
+rc=0
+"$AUB" run -w cosmoflow -n 3 -b 1 -c 0 -R 30000 "$mnt" >/dev/null 2>"$T/long.err" || rc=$?
+assert_eq "$rc" 2 "exit status of -R beyond 1024 epochs"
+grep -q 'fewer than 30000 (-R)' "$T/long.err" || die "-R beyond 1024 epochs: $(cat "$T/long.err")"
 
 # a file that is not the listed size is an error, not a short sample
 cp -r "$src/cosmoflow" "$T/bad"
@@ -120,15 +159,21 @@ by_n = {}
 for t in trials:
     assert t["errors"] == 0 and t["samples"] == t["samples_expected"] and t["bytes"] == t["bytes_expected"], t
     assert 0 <= t["au"] <= 1 and t["passed"] == (t["au"] >= t["pass"]), t
+    assert t["decided_by"] == "au" and t["au"] <= t["au_steady"] <= 1 and t["first_wait_s"] >= 0, t
     assert t["n"] not in by_n, "N %d tried twice" % t["n"]
     by_n[t["n"]] = t
 assert trials[0]["n"] == 12, "the first trial is at the cap"
+assert res["decided_by"] == "au" and res["min_run_steps"] == 0, "without -A, -R: the whole run's AU decides"
 n = res["n"]
 if n:
     assert by_n[n]["passed"] and abs(by_n[n]["au"] - res["au"]) < 1e-4, "result N passed with its AU"
+    assert abs(by_n[n]["au_steady"] - res["au_steady"]) < 1e-4, "result au_steady is that trial's"
+    assert abs(by_n[n]["first_wait_s"] - res["first_wait_s"]) < 1e-4, "result first_wait_s is that trial's"
+    assert by_n[n]["steps"] == res["steps"], "result steps are that trial's"
     assert abs(by_n[n]["mb_per_s"] - res["mb_per_s"]) < 0.1, "result MB/s is that trial's"
 if res["fail_n"]:
     assert res["fail_n"] == n + 1 and not by_n[n + 1]["passed"], "the next N failed"
+    assert abs(by_n[n + 1]["au_steady"] - res["fail_au_steady"]) < 1e-4, "fail_au_steady is that trial's"
 else:
     assert n == res["max_n"], "no failure: the result is the cap"
 # no passing N above the result, no failing N below it
@@ -155,6 +200,7 @@ import json, sys
 t, r = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 assert t["staging_s"] == 0.25 and t["wall_s"] >= 0.25, t
 assert t["au"] <= t["compute_s"] / t["n"] / t["wall_s"] + 1e-3, t
+assert t["au"] <= t["au_steady"] <= 1 and t["first_wait_s"] >= 0, t
 assert r["trials"] == 1 and r["n"] == 2, r' "$trial" "$result" || die "-H staging: $trial $result"
 
 sfs_umount "$mnt"

@@ -10,6 +10,10 @@
 #   BENCH_AU_MB      au: MB of data per workload (default 1400; quick 300)
 #   BENCH_AU_EPOCHS  au: epochs per trial (default 2)
 #   BENCH_AU_MAX_N   au: most accelerators tried (default 48)
+#   BENCH_AU_STEPS   au: long trials, each accelerator at least this many steps
+#                    (aubench -R; MLPerf Storage asks for 500; default: none,
+#                    BENCH_AU_EPOCHS alone; with 500, a trial of 10-20 steps an
+#                    epoch runs 25-50 epochs, not 2)
 #   BENCH_AU_S_UNET3D, BENCH_AU_S_RESNET50, BENCH_AU_S_COSMOFLOW
 #                    au: compute-time scale factor per workload (default 2, 4, 10)
 [ "${BASH_SOURCE[0]}" != "$0" ] || exec "$(dirname "$0")/run.sh" "$(basename "$0" .sh)" "$@"	# alone: tools/bench.sh NAME
@@ -18,6 +22,7 @@
 AU_MB=${BENCH_AU_MB:-1400}
 AU_EPOCHS=${BENCH_AU_EPOCHS:-2}
 AU_MAX_N=${BENCH_AU_MAX_N:-48}
+AU_STEPS=${BENCH_AU_STEPS:-}
 
 # Per workload: the arguments aubench gets (search and gen), and the size of
 # one data file in bytes.  Scaled for a 2-vCPU VM (docs/benchmarks.md, "au"):
@@ -100,7 +105,7 @@ au_search() {
 	local -A rows=()
 	AU_N=0 AU_AU=0 AU_MBS=0 AU_SPS=0 AU_ROW=
 	# shellcheck disable=SC2046
-	coproc AUBC { STAGEFS_JOB=$job exec "$AUB" search -H -w "$wl" $(au_args "$wl") -e "$AU_EPOCHS" -D -L "$WORK/au/data" \
+	coproc AUBC { STAGEFS_JOB=$job exec "$AUB" search -H -w "$wl" $(au_args "$wl") -e "$AU_EPOCHS" ${AU_STEPS:+-R "$AU_STEPS"} -D -L "$WORK/au/data" \
 		-m "$AU_MAX_N" ${start:+-n "$start"} "$dir" 2>>"$WORK/log/aubench.err"; }
 	# bash unsets AUBC when the coprocess exits: keep copies of its fds
 	pid=$AUBC_PID
@@ -127,6 +132,8 @@ au_search() {
 			rows[$n]=$(printf '%-9s N=%-3s AU %-6s (epoch 1 %-6s) %5.0f MB/s  wait %6.1f s' \
 				"$sys" "$n" "$(jget "$line" au)" "$(sed -n 's/.*"epoch_au": \[\([0-9.]*\).*/\1/p' <<<"$line")" \
 				"$(jget "$line" mb_per_s)" "$(jget "$line" wait_s)")
+			# a long trial: its steady-state AU (each epoch's first-batch wait left out) too
+			[ -z "$AU_STEPS" ] || rows[$n]+=$(printf '  steady %s (%s steps)' "$(jget "$line" au_steady)" "$(jget "$line" steps)")
 			printf '    %s%s\n' "${rows[$n]}" "$(awk -v s="$(jget "$line" staging_s)" 'BEGIN { if (s > 0) printf "  (copy %.1f s)", s }')"
 			if [ -n "$mnt" ]; then
 				if [ -z "$before" ]; then
@@ -168,8 +175,9 @@ bench_au() {
 		"$AUB" gen -w "$wl" -N "$cnt" $(au_gen_args "$wl") "$d/data" >>"$WORK/log/au.log" ||
 			{ skipped "aubench gen failed"; return; }
 	done
-	printf '  dataset: %s MB per workload (%s in all; %s GiB RAM), %s epochs, page cache dropped before every epoch\n' \
-		"$mb" "$(du -sh "$d/data" | cut -f1)" "$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$AU_EPOCHS"
+	printf '  dataset: %s MB per workload (%s in all; %s GiB RAM), %s epochs%s, page cache dropped before every epoch\n' \
+		"$mb" "$(du -sh "$d/data" | cut -f1)" "$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$AU_EPOCHS" \
+		"${AU_STEPS:+ or more, to $AU_STEPS steps an accelerator (-R)}"
 	for wl in unet3d resnet50 cosmoflow; do
 		printf '  %-9s aubench %s (gen %s), pass %s\n' "$wl" "$(au_args "$wl")" "$(au_gen_args "$wl")" \
 			"$([ $wl = cosmoflow ] && echo 0.70 || echo 0.90)"

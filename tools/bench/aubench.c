@@ -41,6 +41,31 @@
  *   AU = compute time / wall time, per accelerator; the run's AU is their
  *   mean (DLIO's train_au_mean_percentage), its min is printed too.
  *
+ * The first batch of every epoch is waited for whatever the storage (the
+ * readers start with the epoch, nothing is read ahead of it), and in a
+ * short run that wait alone can decide whether AU passes.  So each run
+ * reports two AUs: "au", of the whole run (the one MLPerf Storage
+ * states), and "au_steady" (its min: "au_steady_min"), the same compute
+ * over the wall time less each epoch's wait for its first batch (a
+ * staging time, -H "go SECONDS", stays in it); that wait, summed over
+ * accelerators and epochs as "wait_s" is, is "first_wait_s".  au_steady >= au by construction (the same compute over
+ * less time, per accelerator) and <= 1 (an epoch's wall time holds its
+ * waits and its compute, one after the other).  The pass line is held
+ * against au unless -A au_steady says otherwise; "decided_by" names the
+ * one that decided "passed" (and, in search, every trial).
+ *
+ * -R STEPS makes a long run: epochs repeat, past -e, until every
+ * accelerator has run at least STEPS steps (MLPerf Storage asks for 500):
+ * a figure over many steps, less at the mercy of one slow batch;
+ * "steps" is the fewest steps an accelerator computed, "min_run_steps"
+ * the STEPS asked (0 without -R).  The epochs needed are counted before
+ * the run from the dealing; if 1024 epochs do not give STEPS steps, the
+ * run is not made (status 2).  Each epoch still starts with a batch
+ * waited for, so the first batches weigh in au as one step in an epoch's
+ * steps: only more steps an epoch (more data, a smaller batch) make them
+ * weigh less; au_steady says what they cost.  A long run decides on au
+ * too, unless -A au_steady is given.
+ *
  * Wall time counts from each epoch's start to its barrier; -D drops the page
  * cache (sync; drop_caches = 3, as root) before each epoch, outside the
  * wall time, so that a dataset smaller than RAM is read from the storage
@@ -89,7 +114,7 @@
  * "epoch_bytes", "epoch_blocked_s", "epoch_active_s".
  *
  * Exit status: 0, 1 on a read error (the run is reported with errors > 0),
- * 2 on a usage error.
+ * 2 on a usage error (or too little data for -R).
  */
 #include <errno.h>
 #include <dirent.h>
@@ -110,6 +135,7 @@
 #define AUB_MAX_N	256	/* accelerators */
 #define AUB_MAX_T	64	/* readers per accelerator */
 #define AUB_READ_MAX	(4u << 20)
+#define AUB_MAX_EPOCHS	1024	/* a run's epochs, -R's included */
 
 struct aub_workload {
 	const char *name;
@@ -132,6 +158,8 @@ struct aub_opts {
 	const struct aub_workload *wl;
 	const char *dir;		/* DIR/WORKLOAD */
 	unsigned threads, batch, prefetch, epochs, per_file, min_steps;
+	unsigned run_steps;		/* -R: steps each accelerator runs at least (0: -e decides) */
+	bool by_steady;			/* -A au_steady: the pass line is held against au_steady */
 	double compute, scale, pass;
 	uint64_t seed;
 	bool drop;
@@ -166,8 +194,9 @@ struct aub_acc {
 	uint64_t consumed;	/* batches computed */
 	unsigned readers;	/* reader threads still running */
 	bool stop;
-	/* results, all epochs */
-	double compute_s, wall_s, wait_s;
+	/* results, all epochs; first_wait_s: the waits for each epoch's first batch */
+	double compute_s, wall_s, wait_s, first_wait_s;
+	uint64_t steps;		/* batches computed */
 	/* the readers' calls (struct aub_io), added as each reader ends; protected by lock */
 	double blocked_s, active_s;
 	uint64_t calls, partial, opened;
@@ -496,11 +525,15 @@ static void *aub_trainer(void *arg)
 		/* every reader has given up (errors): the rest never comes */
 		dead = a->delivered < (s + 1) * o->batch;
 		pthread_mutex_unlock(&a->lock);
-		a->wait_s += aub_now() - t;
+		t = aub_now() - t;
+		a->wait_s += t;
+		if (s == 0)
+			a->first_wait_s += t;
 		if (dead)
 			break;
 		aub_sleep(c);
 		a->compute_s += c;
+		a->steps++;
 		pthread_mutex_lock(&a->lock);
 		a->consumed = s + 1;
 		pthread_cond_broadcast(&a->cond);
@@ -533,13 +566,21 @@ static int aub_drop_caches(void)
 struct aub_result {
 	unsigned n;
 	double au, au_min, wall, compute, wait, mbps, sps, staging;
+	double au_steady, au_steady_min, first_wait;
+	uint64_t steps;		/* the fewest batches an accelerator computed */
 	uint64_t samples, samples_expected, bytes, bytes_expected, errors;
 	double blocked, active, lost, stall;
 	uint64_t calls, partial, opened;
-	double epoch_au[64], epoch_blocked[64], epoch_active[64];
-	uint64_t epoch_bytes[64];
+	double epoch_au[AUB_MAX_EPOCHS], epoch_blocked[AUB_MAX_EPOCHS], epoch_active[AUB_MAX_EPOCHS];
+	uint64_t epoch_bytes[AUB_MAX_EPOCHS];
 	unsigned epochs;
 };
+
+/* The AU the pass line is held against: au, or au_steady with -A au_steady. */
+static double aub_decider(const struct aub_opts *o, const struct aub_result *r)
+{
+	return o->by_steady ? r->au_steady : r->au;
+}
 
 /* Sums over the accelerators of @r: bytes read, blocked and active time. */
 static void aub_io_sum(const struct aub_run *r, uint64_t *bytes, double *blocked, double *active)
@@ -561,7 +602,7 @@ static void aub_io_sum(const struct aub_run *r, uint64_t *bytes, double *blocked
  */
 static double aub_lost(const struct aub_result *res)
 {
-	unsigned ne = res->epochs < 64 ? res->epochs : 64;
+	unsigned ne = res->epochs < AUB_MAX_EPOCHS ? res->epochs : AUB_MAX_EPOCHS;
 	double per_byte = -1, lost = 0;
 
 	for (unsigned e = 0; ne > 1 && e < ne; e++) {
@@ -639,9 +680,32 @@ static uint64_t aub_deal(struct aub_run *r, size_t *order, unsigned epoch, uint6
 }
 
 /*
- * Run @n accelerators for o->epochs epochs over @set; @staging seconds of
- * idle time are added to every accelerator's wall time.  Fills @res;
- * returns 0, or -errno if threads could not be started.
+ * The epochs of a run of @r: at least o->epochs, and with -R as many more
+ * as it takes every accelerator to run at least o->run_steps steps (each
+ * epoch's dealing decides its steps, the same for every accelerator: it
+ * is done ahead here, as aub_run() will do it).  0 if AUB_MAX_EPOCHS
+ * epochs are not enough; *@steps: the steps each accelerator will run.
+ */
+static unsigned aub_plan_epochs(struct aub_run *r, size_t *order, uint64_t *steps)
+{
+	const struct aub_opts *o = r->o;
+	uint64_t bytes = 0;
+	unsigned e;
+
+	*steps = 0;
+	for (e = 0; e < o->epochs || *steps < o->run_steps; e++) {
+		if (e == AUB_MAX_EPOCHS)
+			return 0;
+		*steps += aub_deal(r, order, e, &bytes) / ((uint64_t)r->n * o->batch);
+	}
+	return e;
+}
+
+/*
+ * Run @n accelerators for o->epochs epochs over @set (with -R, as many
+ * more as it takes: aub_plan_epochs()); @staging seconds of idle time are
+ * added to every accelerator's wall time.  Fills @res; returns 0, or
+ * -errno if threads could not be started or -R cannot be met.
  */
 static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned n,
 		   double staging, struct aub_result *res)
@@ -655,7 +719,6 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 	memset(res, 0, sizeof(*res));
 	res->n = n;
 	res->staging = staging;
-	res->epochs = o->epochs;
 	r.acc = calloc(n, sizeof(*r.acc));
 	order = calloc(set->n, sizeof(*order));
 	tids = calloc((size_t)n * (o->threads + 1), sizeof(*tids));
@@ -676,7 +739,15 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 		}
 		a->wall_s = staging;
 	}
-	for (unsigned e = 0; e < o->epochs; e++) {
+	res->epochs = aub_plan_epochs(&r, order, &res->steps);
+	if (!res->epochs) {
+		fprintf(stderr, "aubench: %u accelerators get %" PRIu64 " steps each in %u epochs,"
+			" fewer than %u (-R): too little data\n", n, res->steps, AUB_MAX_EPOCHS,
+			o->run_steps);
+		err = -E2BIG;
+		goto out_release;
+	}
+	for (unsigned e = 0; e < res->epochs; e++) {
 		double t0, dt, comp0 = 0, comp1 = 0, blk0, blk1, act0, act1;
 		uint64_t b0, b1;
 		size_t nt = 0;
@@ -725,23 +796,39 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 			comp1 += r.acc[k].compute_s;
 		}
 		aub_io_sum(&r, &b1, &blk1, &act1);
-		if (e < 64) {
+		if (e < AUB_MAX_EPOCHS) {
 			res->epoch_au[e] = (comp1 - comp0) / ((double)n * (dt + (e ? 0 : staging)));
 			res->epoch_bytes[e] = b1 - b0;
 			res->epoch_blocked[e] = blk1 - blk0;
 			res->epoch_active[e] = act1 - act0;
 		}
 	}
-	res->au_min = 1;
+	res->au_min = res->au_steady_min = 1;
+	res->steps = UINT64_MAX;
 	for (unsigned k = 0; k < n; k++) {
 		struct aub_acc *a = &r.acc[k];
 		double au = a->wall_s > 0 ? a->compute_s / a->wall_s : 0;
+		/*
+		 * The steady state: each epoch's first batch, which nothing
+		 * read ahead of (the readers start with the epoch), not
+		 * waited for.  Never below au: the same compute over less
+		 * time; never above 1: the wall time holds the waits and the
+		 * compute one after the other.
+		 */
+		double steady_wall = a->wall_s - a->first_wait_s;
+		double au_steady = steady_wall > 0 ? a->compute_s / steady_wall : 0;
 
 		res->au += au / n;
 		if (au < res->au_min)
 			res->au_min = au;
+		res->au_steady += au_steady / n;
+		if (au_steady < res->au_steady_min)
+			res->au_steady_min = au_steady;
+		if (a->steps < res->steps)
+			res->steps = a->steps;
 		res->compute += a->compute_s;
 		res->wait += a->wait_s;
+		res->first_wait += a->first_wait_s;
 		res->bytes += atomic_load(&a->bytes);
 		res->samples += atomic_load(&a->samples);
 		res->errors += atomic_load(&a->errors);
@@ -771,19 +858,22 @@ out_free:
 
 static void aub_print(const char *kind, const struct aub_opts *o, const struct aub_result *r)
 {
-	printf("{\"%s\": \"%s\", \"n\": %u, \"au\": %.4f, \"au_min\": %.4f, \"pass\": %.2f"
-	       ", \"passed\": %s, \"mb_per_s\": %.1f, \"samples_per_s\": %.1f"
+	printf("{\"%s\": \"%s\", \"n\": %u, \"au\": %.4f, \"au_min\": %.4f"
+	       ", \"au_steady\": %.4f, \"au_steady_min\": %.4f, \"first_wait_s\": %.4f"
+	       ", \"steps\": %" PRIu64 ", \"min_run_steps\": %u, \"pass\": %.2f"
+	       ", \"decided_by\": \"%s\", \"passed\": %s, \"mb_per_s\": %.1f, \"samples_per_s\": %.1f"
 	       ", \"samples\": %" PRIu64 ", \"samples_expected\": %" PRIu64
 	       ", \"bytes\": %" PRIu64 ", \"bytes_expected\": %" PRIu64
 	       ", \"wall_s\": %.3f, \"compute_s\": %.3f, \"wait_s\": %.3f, \"staging_s\": %.3f"
 	       ", \"epochs\": %u, \"threads\": %u, \"batch\": %u, \"compute\": %.6f"
 	       ", \"scale\": %g, \"errors\": %" PRIu64 ", \"epoch_au\": [",
-	       kind, o->wl->name, r->n, r->au, r->au_min, o->pass,
-	       r->au >= o->pass && !r->errors ? "true" : "false", r->mbps, r->sps,
+	       kind, o->wl->name, r->n, r->au, r->au_min, r->au_steady, r->au_steady_min,
+	       r->first_wait, r->steps, o->run_steps, o->pass, o->by_steady ? "au_steady" : "au",
+	       aub_decider(o, r) >= o->pass && !r->errors ? "true" : "false", r->mbps, r->sps,
 	       r->samples, r->samples_expected, r->bytes, r->bytes_expected,
 	       r->wall, r->compute, r->wait, r->staging, r->epochs, o->threads, o->batch,
 	       o->compute, o->scale, r->errors);
-	for (unsigned e = 0; e < r->epochs && e < 64; e++)
+	for (unsigned e = 0; e < r->epochs && e < AUB_MAX_EPOCHS; e++)
 		printf("%s%.4f", e ? ", " : "", r->epoch_au[e]);
 	printf("], \"read_calls\": %" PRIu64 ", \"partial_files\": %" PRIu64
 	       ", \"opened_bytes\": %" PRIu64
@@ -791,13 +881,13 @@ static void aub_print(const char *kind, const struct aub_opts *o, const struct a
 	       ", \"reader_lost_s\": %.4f, \"reader_stall\": %.4f, \"idle_gap\": %g"
 	       ", \"epoch_bytes\": [", r->calls, r->partial, r->opened, r->blocked,
 	       r->active, r->lost, r->stall, o->idle_gap);
-	for (unsigned e = 0; e < r->epochs && e < 64; e++)
+	for (unsigned e = 0; e < r->epochs && e < AUB_MAX_EPOCHS; e++)
 		printf("%s%" PRIu64, e ? ", " : "", r->epoch_bytes[e]);
 	printf("], \"epoch_blocked_s\": [");
-	for (unsigned e = 0; e < r->epochs && e < 64; e++)
+	for (unsigned e = 0; e < r->epochs && e < AUB_MAX_EPOCHS; e++)
 		printf("%s%.4f", e ? ", " : "", r->epoch_blocked[e]);
 	printf("], \"epoch_active_s\": [");
-	for (unsigned e = 0; e < r->epochs && e < 64; e++)
+	for (unsigned e = 0; e < r->epochs && e < AUB_MAX_EPOCHS; e++)
 		printf("%s%.4f", e ? ", " : "", r->epoch_active[e]);
 	printf("]}\n");
 	fflush(stdout);
@@ -866,7 +956,7 @@ static int aub_search(const struct aub_opts *o, const struct aub_set *set)
 			rc = 1;
 			break;
 		}
-		passed = res.au >= o->pass;
+		passed = aub_decider(o, &res) >= o->pass;
 		tried[n] = 1;
 		if (passed) {
 			lo = n;
@@ -881,7 +971,7 @@ static int aub_search(const struct aub_opts *o, const struct aub_set *set)
 			n = lo * 2 > o->max ? o->max : lo * 2;
 		} else if (!passed) {
 			/* throughput bounds AU: N * AU is about constant past the knee */
-			unsigned g = (unsigned)floor(hi * res.au / o->pass);
+			unsigned g = (unsigned)floor(hi * aub_decider(o, &res) / o->pass);
 
 			n = g > lo && g < hi ? g : lo + (hi - lo) / 2;
 		} else {
@@ -890,11 +980,15 @@ static int aub_search(const struct aub_opts *o, const struct aub_set *set)
 		if (n < 1 || n > o->max || tried[n])
 			break;
 	}
-	printf("{\"result\": \"%s\", \"n\": %u, \"au\": %.4f, \"mb_per_s\": %.1f"
-	       ", \"samples_per_s\": %.1f, \"pass\": %.2f, \"trials\": %u"
-	       ", \"fail_n\": %u, \"fail_au\": %.4f, \"max_n\": %u, \"scale\": %g}\n",
-	       o->wl->name, lo, best.au, best.mbps, best.sps, o->pass, trials,
-	       hi <= o->max ? hi : 0, hi <= o->max ? fail.au : 0.0, o->max, o->scale);
+	printf("{\"result\": \"%s\", \"n\": %u, \"au\": %.4f, \"au_steady\": %.4f"
+	       ", \"first_wait_s\": %.4f, \"steps\": %" PRIu64 ", \"mb_per_s\": %.1f"
+	       ", \"samples_per_s\": %.1f, \"pass\": %.2f, \"decided_by\": \"%s\", \"trials\": %u"
+	       ", \"fail_n\": %u, \"fail_au\": %.4f, \"fail_au_steady\": %.4f"
+	       ", \"min_run_steps\": %u, \"max_n\": %u, \"scale\": %g}\n",
+	       o->wl->name, lo, best.au, best.au_steady, best.first_wait, best.steps, best.mbps,
+	       best.sps, o->pass, o->by_steady ? "au_steady" : "au", trials,
+	       hi <= o->max ? hi : 0, hi <= o->max ? fail.au : 0.0,
+	       hi <= o->max ? fail.au_steady : 0.0, o->run_steps, o->max, o->scale);
 	fflush(stdout);
 	return rc;
 }
@@ -1009,6 +1103,10 @@ static void aub_usage(FILE *f)
 		"       aubench search -w WORKLOAD [-n START] [-m MAX] [-H] [options] DIR\n"
 		"options: -t READERS -b BATCH -c COMPUTE_S -S SCALE -p PREFETCH -e EPOCHS\n"
 		"         -P PASS -k SAMPLES_PER_FILE -s SEED -z SIZE_SCALE -M MIN_STEPS\n"
+		"         -R RUN_STEPS (a long run: more epochs than -e until every accelerator\n"
+		"            has run RUN_STEPS steps; MLPerf Storage asks for 500)\n"
+		"         -A au|au_steady (the AU held against PASS: the whole run's, the default,\n"
+		"            or the one without each epoch's first-batch wait)\n"
 		"         -G IDLE_GAP_S (a reader idle longer is not active; default 2)\n"
 		"         -D (drop caches per epoch) -L LISTDIR (list LISTDIR/WORKLOAD, read DIR/WORKLOAD)\n"
 		"WORKLOAD: unet3d resnet50 cosmoflow; files are read from DIR/WORKLOAD/\n");
@@ -1064,7 +1162,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:M:L:G:DH")) != -1) {
+	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:M:R:A:L:G:DH")) != -1) {
 		bool ok = true;
 
 		switch (opt) {
@@ -1083,6 +1181,11 @@ int main(int argc, char **argv)
 		case 'z': ok = aub_double(optarg, 1, &zscale); break;
 		case 'N': ok = aub_uint(optarg, 1, 1u << 24, &count); break;
 		case 'M': ok = aub_uint(optarg, 1, 1u << 24, &o.min_steps); break;
+		case 'R': ok = aub_uint(optarg, 1, 1u << 24, &o.run_steps); break;
+		case 'A':
+			ok = !strcmp(optarg, "au") || !strcmp(optarg, "au_steady");
+			o.by_steady = ok && !strcmp(optarg, "au_steady");
+			break;
 		case 'G': ok = aub_double(optarg, 0, &o.idle_gap); break;
 		case 'D': o.drop = true; break;
 		case 'L': listdir = optarg; break;
