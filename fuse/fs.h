@@ -95,6 +95,7 @@ struct sfs {
 	struct takeover *tko;		/* fuse/takeover.h: the supervisor's channel, or NULL */
 	uint32_t generation;		/* 1 for the daemon that mounted, +1 per takeover */
 	uint64_t takeover_pause_ms;	/* the last takeover: old daemon's end to serving */
+	pid_t supervisor_pid;		/* our parent when supervised, else 0 */
 	struct pf_sched *pf;		/* background fetches (prefetch/prefetch.h) */
 	struct ctlsock *ctl;		/* control socket (fuse/ctl/ctlsock.h) */
 	struct stats *stats;		/* counts READs, opens, fetches (src/stats/stats.h) */

@@ -699,6 +699,8 @@ int main(int argc, char **argv)
 				 "this daemon will end the mount", strerror(-ret));
 	}
 	ret = takeover_open(&fs, &fs.tko, err, sizeof(err));
+	if (fs.tko)
+		fs.supervisor_pid = getppid();
 	if (ret) {
 		if (ret == -EPROTO) {
 			fprintf(stderr, "stagefs: %s\n", err);

@@ -182,7 +182,9 @@ static int report_render(struct sfs *fs, const struct cred *cr,
 		{ .key = "takeover_pause_ms", .prom = "stagefs_takeover_pause_seconds",
 		  .type = STATS_GAUGE, .value = fs->takeover_pause_ms, .prom_scale = 1e-3,
 		  .help = "The last takeover: from the daemon before's end to this one serving." },
-		JSON_ONLY("supervisor_pid", fs->tko ? (uint64_t)getppid() : 0),
+		/* 0 once the supervisor is gone (our parent is then a reaper) */
+		JSON_ONLY("supervisor_pid", fs->supervisor_pid && getppid() == fs->supervisor_pid ?
+			  (uint64_t)fs->supervisor_pid : 0),
 		JSON_ONLY("chunk_size", ds0 ? ds0->be->chunk_size : 0),
 
 		/* the FUSE requests and the kernel paths around them */

@@ -132,15 +132,15 @@ wait "$reader" || rc=$?
 log "readers across 4 restarts and a refusal: $(cat "$T/reader.json")"
 assert_eq "$rc" 0 "readers across the restarts ($(cat "$T/reader.json"))"
 
-# --- the supervisor is gone: the daemon serves on alone, and names its
-# parent now (the reaper); that pid is not signalled
+# --- the supervisor is gone: the daemon serves on alone and says it is not
+# supervised any more (supervisor_pid 0, not its new parent, the reaper),
+# so nothing is signalled
 kill -KILL "$sup"
 wait "$sup" 2>/dev/null || true
-wait_for -t 10 eval '[[ $(stat_get "$sup_mnt" supervisor_pid) != "$sup" ]]' || die "supervisor_pid still $sup"
-reaper=$(stat_get "$sup_mnt" supervisor_pid)
+wait_for -t 10 eval '[[ $(stat_get "$sup_mnt" supervisor_pid) == 0 ]]' || die "supervisor_pid still $(stat_get "$sup_mnt" supervisor_pid)"
 restart "$sup_mnt"
-assert_eq "$rc" 1 "stagefs restart after the supervisor's end"
-grep -q "supervisor_pid $reaper is not a stagefs" "$T/out" || die "no clear message: $(cat "$T/out")"
+assert_eq "$rc" 3 "stagefs restart after the supervisor's end"
+grep -q "not supervised" "$T/out" || die "no clear message: $(cat "$T/out")"
 cmp -s "$T/src/d1/f01" "$sup_mnt/d1/f01" || die "the daemon stopped serving"
 fusermount3 -u "$sup_mnt" || die "cannot unmount $sup_mnt"
 unset "SFS_PID[$sup_mnt]"
