@@ -183,6 +183,27 @@ static void stdio_detach(void *cfg)
 	redirect_stdio(cfg);
 }
 
+/*
+ * A daemon that took the mount over loads the passthrough accounting while
+ * it serves (60-230 ms of BPF loading is no pause for readers to wait out):
+ * opens before it is published are estimated (ptacct.h).  Where
+ * passthrough_accounting=bpf cannot be had it is too late to fail the
+ * mount, which the first daemon mounted with it: logged as an error.
+ */
+static void *late_ptacct(void *arg)
+{
+	struct sfs *fs = arg;
+	char why[512], err[1024];
+	struct ptacct *pa;
+	int load;
+
+	load = ptacct_create(fs, &pa, why, sizeof(why));
+	atomic_store_explicit(&fs->pa, pa, memory_order_release);
+	if (ptacct_settle(fs, load, why, err, sizeof(err)))
+		log_err("%s: passthrough reads are estimated until the next mount", err);
+	return NULL;
+}
+
 /* ---- daemonizing with a status pipe ---- */
 
 static int status_fd = -1;
@@ -599,7 +620,8 @@ int main(int argc, char **argv)
 	struct stat st;
 	struct ptacct *pa;
 	int ret, pt_load;
-	bool supervised, resuming, checking, want_sup, bg_cmdline;
+	bool supervised, resuming, checking, want_sup, bg_cmdline, late_pa_started = false;
+	pthread_t late_pa;
 	const char *mode;
 
 	/* parse_cli() cuts the -o strings up: a supervisor re-runs the original */
@@ -881,12 +903,24 @@ int main(int argc, char **argv)
 	 * mount is expected to have once it answers.  Passthrough opens
 	 * served before it is published are estimated (ptacct.h).
 	 */
-	pt_load = ptacct_create(&fs, &pa, pt_why, sizeof(pt_why));
-	atomic_store_explicit(&fs.pa, pa, memory_order_release);
-	if (ptacct_settle(&fs, pt_load, pt_why, err, sizeof(err))) {
-		fuse_session_unmount(fs.se);
-		uring_destroy(fs.ur);
-		fail("%s", err);
+	if (takeover_resuming(fs.tko)) {
+		/*
+		 * A takeover: readers are waiting, and the daemon before had the
+		 * program or its verdict; load it while serving.
+		 */
+		ret = -pthread_create(&late_pa, NULL, late_ptacct, &fs);
+		if (ret)
+			log_warn("passthrough accounting: cannot start its loader: %s: "
+				 "passthrough reads are estimated", strerror(-ret));
+		late_pa_started = !ret;
+	} else {
+		pt_load = ptacct_create(&fs, &pa, pt_why, sizeof(pt_why));
+		atomic_store_explicit(&fs.pa, pa, memory_order_release);
+		if (ptacct_settle(&fs, pt_load, pt_why, err, sizeof(err))) {
+			fuse_session_unmount(fs.se);
+			uring_destroy(fs.ur);
+			fail("%s", err);
+		}
 	}
 	for (uint32_t i = 0; i < fs.nds; i++)
 		log_notice("mounted %s on %s%s%s (cache %s, chunk %u KiB)",
@@ -971,6 +1005,8 @@ int main(int argc, char **argv)
 	uring_destroy(fs.ur);
 	fuse_remove_signal_handlers(fs.se);
 	fuse_session_destroy(fs.se);
+	if (late_pa_started)
+		pthread_join(late_pa, NULL);
 	ptacct_destroy(fs.pa);	/* its last reads count into fs.stats */
 	passthrough_destroy(fs.pt);
 	session_io_destroy(fs.sio);
