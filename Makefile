@@ -158,6 +158,10 @@ tests/unit/test_spank_fair: tests/unit/test_spank_fair.o slurm/spank_fair.o
 tests/unit/test_prefetch_sched: tests/unit/test_prefetch_sched.o prefetch/libprefetch.a src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
 
+# the handle numbers and open files' records of fuse/ (no FUSE in them)
+tests/unit/test_handles: tests/unit/test_handles.o fuse/handles.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
+
 # the engine's buffer pool lives in prefetch/ (its one user)
 tests/unit/test_bufpool: tests/unit/test_bufpool.o prefetch/libprefetch.a src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
