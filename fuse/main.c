@@ -165,6 +165,9 @@ static void exec_subcommand(const char *cmd, int argc, char **argv)
 
 static void redirect_stdio(const struct sfs_config *cfg);
 
+/* The command line as given, for the supervisor (kept for the process's life). */
+static char **argv0;
+
 /* ---- a planned handover (SIGUSR2 from the supervisor) ---- */
 
 static struct fuse_session *handover_se;
@@ -625,7 +628,7 @@ int main(int argc, char **argv)
 	const char *mode;
 
 	/* parse_cli() cuts the -o strings up: a supervisor re-runs the original */
-	char **argv0 = calloc((size_t)argc + 1, sizeof(*argv0));
+	argv0 = calloc((size_t)argc + 1, sizeof(*argv0));
 
 	for (int i = 0; argv0 && i < argc; i++)
 		if (!(argv0[i] = strdup(argv[i])))
