@@ -124,6 +124,14 @@ reads=$(stat_get "$mnt" read_requests)
 assert_eq "$(stat_get "$mnt" read_requests)" "$reads" "read_requests once part.bin is complete"
 
 log "stats: $(stats_dump "$mnt")"
+# full.bin's chunk 3 was refetched after the outside write: part 3 needs
+# the cache complete, so wait until that fill is stored (a READ is answered
+# from the fill's buffer before its write to the cache file ends)
+full_cached() {
+	"$STAGEFS" warmup --check --json "$mnt/full.bin" 2>/dev/null |
+		"$PYTHON" -c 'import json, sys; j = json.load(sys.stdin); sys.exit(j["cached_files"] != j["files"])'
+}
+wait_for -t 20 full_cached || die "full.bin is not whole in the cache after its refetch"
 sfs_umount "$mnt"
 
 # --- 3: after a restart the first open verifies, then serves passthrough ----
