@@ -19,6 +19,7 @@
 #include "mountpoint.h"
 
 #include "log.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,23 +35,6 @@
 #define MAX_STACKED	16	/* dead mounts cleared at most, one on another */
 
 extern char **environ;
-
-/* Undo mountinfo's octal escapes (\040 for a space) in place. */
-static void unescape(char *s)
-{
-	char *o = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*o++ = *s;
-		}
-	}
-	*o = '\0';
-}
 
 /*
  * The filesystem type of the topmost mount on @mnt into @type ("" if
@@ -71,7 +55,7 @@ static int top_mount_type(const char *mnt, char *type, size_t len)
 		if (sscanf(line, "%*u %*u %*u:%*u %*s %4095s", path) != 1 || !sep ||
 		    sscanf(sep + 3, "%255s", fstype) != 1)
 			continue;
-		unescape(path);
+		mountinfo_unescape(path);
 		if (!strcmp(path, mnt))
 			snprintf(type, len, "%s", fstype);	/* later lines: mounted later, on top */
 	}

@@ -4,6 +4,8 @@
  */
 #include "ctlproto.h"
 
+#include "json.h"
+
 #include "util.h"
 
 #include <errno.h>
@@ -548,4 +550,61 @@ int ctl_hello(struct ctl_conn *c, char *err, size_t errlen)
 		return code ? -ctl_errno_of(code) : -EPROTO;
 	}
 	return 0;
+}
+
+int ctl_load_stats(const char *mnt, struct json_doc **doc, char *err, size_t errlen)
+{
+	char path[PATH_MAX + 32], msg[256];
+	size_t len = 0, cap = 1 << 16;
+	char *buf;
+	int fd, ret;
+
+	snprintf(path, sizeof(path), "%s/.stagefs/stats", mnt);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+		return ret;
+	}
+	buf = malloc(cap);
+	for (;;) {
+		ssize_t n;
+
+		if (!buf) {
+			close(fd);
+			snprintf(err, errlen, "out of memory");
+			return -ENOMEM;
+		}
+		if (len == cap) {
+			char *nb = cap >= CTL_STATS_MAX ? NULL : realloc(buf, cap * 2);
+
+			if (!nb) {
+				free(buf);
+				close(fd);
+				snprintf(err, errlen, "%s: larger than %u bytes", path, CTL_STATS_MAX);
+				return -E2BIG;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			free(buf);
+			close(fd);
+			snprintf(err, errlen, "%s: %s", path, strerror(-ret));
+			return ret;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	ret = json_parse(buf, len, doc, msg, sizeof(msg));
+	if (ret)
+		snprintf(err, errlen, "%s: not the JSON expected: %s", path, msg);
+	free(buf);
+	return ret;
 }

@@ -128,6 +128,15 @@ int ctl_find_mount(const char *path, char *root, size_t rootlen,
 		   char *rel, size_t rellen);
 /* Read the socket path of the mount at @root.  Returns 0 or -errno. */
 int ctl_socket_of(const char *root, char *out, size_t outlen);
+/*
+ * Read the mount @mnt's .stagefs/stats (as the caller may see it) and
+ * parse it into *@doc (json_doc_free()).  Returns 0 or -errno with the message
+ * in @err: -E2BIG past CTL_STATS_MAX bytes, json_parse()'s error for what
+ * is not JSON.
+ */
+#define CTL_STATS_MAX	(32u << 20)
+struct json_doc;
+int ctl_load_stats(const char *mnt, struct json_doc **doc, char *err, size_t errlen);
 /* Connect to the socket at @sockpath.  Returns the fd or -errno. */
 int ctl_connect(const char *sockpath);
 /*

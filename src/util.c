@@ -390,3 +390,19 @@ int cond_wait_until_ns(pthread_cond_t *c, pthread_mutex_t *m, uint64_t deadline_
 
 	return pthread_cond_timedwait(c, m, &ts);
 }
+
+void mountinfo_unescape(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
+		    s[3] >= '0' && s[3] <= '7') {
+			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = '\0';
+}

@@ -109,4 +109,7 @@ int errf(char *err, size_t len, int rc, const char *fmt, ...)
  */
 int sfs_sd_notify(const char *state);
 
+/* Undo /proc/self/mountinfo's octal escapes (\040 for a space) in @s, in place. */
+void mountinfo_unescape(char *s);
+
 #endif

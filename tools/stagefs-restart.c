@@ -39,6 +39,7 @@
  * (nothing was done); 4 no new daemon took the mount over within the wait
  * (the running daemon stays).
  */
+#include "ctlproto.h"
 #include "json.h"
 #include "util.h"
 
@@ -58,7 +59,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define STATS_MAX	(32u << 20)	/* a stats file larger than this is refused */
 #define DEFAULT_WAIT_S	60
 
 enum {
@@ -104,63 +104,6 @@ static void err_msg(const char *fmt, ...)
 
 /* ---- the mount's stats ---- */
 
-/* Read MNT/.stagefs/stats and parse it.  Returns 0 or -errno (message in @err). */
-static int load_stats(const char *mnt, struct json_doc **doc, char *err, size_t errlen)
-{
-	char path[PATH_MAX + 32], msg[256];
-	size_t len = 0, cap = 1 << 16;
-	char *buf;
-	int fd, ret;
-
-	snprintf(path, sizeof(path), "%s/.stagefs/stats", mnt);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		ret = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
-		return ret;
-	}
-	buf = malloc(cap);
-	for (;;) {
-		ssize_t n;
-
-		if (!buf) {
-			close(fd);
-			snprintf(err, errlen, "out of memory");
-			return -ENOMEM;
-		}
-		if (len == cap) {
-			char *nb = cap >= STATS_MAX ? NULL : realloc(buf, cap * 2);
-
-			if (!nb) {
-				free(buf);
-				close(fd);
-				snprintf(err, errlen, "%s: larger than %u bytes", path, STATS_MAX);
-				return -E2BIG;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = -errno;
-			free(buf);
-			close(fd);
-			snprintf(err, errlen, "%s: %s", path, strerror(-ret));
-			return ret;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	close(fd);
-	ret = json_parse(buf, len, doc, msg, sizeof(msg));
-	if (ret)
-		snprintf(err, errlen, "%s: not the JSON expected: %s", path, msg);
-	free(buf);
-	return ret;
-}
 
 /* What a restart needs of the stats. */
 struct state {
@@ -175,7 +118,7 @@ static int read_state(const char *mnt, struct state *st, char *err, size_t errle
 {
 	struct json_doc *doc;
 	const struct json *r, *v;
-	int ret = load_stats(mnt, &doc, err, errlen);
+	int ret = ctl_load_stats(mnt, &doc, err, errlen);
 
 	if (ret)
 		return ret;
@@ -202,23 +145,6 @@ struct mnt {
 	char dir[PATH_MAX];
 	char type[64];
 };
-
-/* Undo mountinfo's octal escapes (\040 for a space) in place. */
-static void unescape(char *s)
-{
-	char *o = s;
-
-	for (; *s; s++) {
-		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' && s[2] <= '7' &&
-		    s[3] >= '0' && s[3] <= '7') {
-			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
-			s += 3;
-		} else {
-			*o++ = *s;
-		}
-	}
-	*o = '\0';
-}
 
 /*
  * The mounts of this namespace in mountinfo order (later ones on top).
@@ -262,7 +188,7 @@ static int list_mounts(struct mnt **out)
 			}
 			v = nv;
 		}
-		unescape(dir);
+		mountinfo_unescape(dir);
 		snprintf(v[n].dir, sizeof(v[n].dir), "%s", dir);
 		snprintf(v[n].type, sizeof(v[n].type), "%s", type);
 		n++;

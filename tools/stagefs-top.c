@@ -47,10 +47,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ctlproto.h"
 #include "json.h"
 #include "util.h"
 
-#define STATS_MAX	(32u << 20)	/* a stats file larger than this is refused */
 
 static volatile sig_atomic_t quit, resized;
 static struct termios saved_tio;
@@ -72,67 +72,6 @@ static void usage(FILE *f)
 
 /* ---- reading the stats ---- */
 
-/* Read MOUNT/.stagefs/stats and parse it.  Returns 0 or -errno (message in @err). */
-static int load_stats(const char *mnt, struct json_doc **doc, char *err, size_t errlen)
-{
-	char path[PATH_MAX];
-	size_t len = 0, cap = 1 << 16;
-	char *buf;
-	int fd, ret;
-
-	snprintf(path, sizeof(path), "%s/.stagefs/stats", mnt);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		ret = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(-ret));
-		return ret;
-	}
-	buf = malloc(cap);
-	for (;;) {
-		ssize_t n;
-
-		if (!buf) {
-			close(fd);
-			snprintf(err, errlen, "out of memory");
-			return -ENOMEM;
-		}
-		if (len == cap) {
-			char *nb = cap >= STATS_MAX ? NULL : realloc(buf, cap * 2);
-
-			if (!nb) {
-				free(buf);
-				close(fd);
-				snprintf(err, errlen, "%s: larger than %u bytes", path, STATS_MAX);
-				return -E2BIG;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = -errno;
-			free(buf);
-			close(fd);
-			snprintf(err, errlen, "%s: %s", path, strerror(-ret));
-			return ret;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	close(fd);
-	{
-		char msg[256];
-
-		ret = json_parse(buf, len, doc, msg, sizeof(msg));
-		if (ret)
-			snprintf(err, errlen, "%.3000s: not the JSON expected: %s", path, msg);
-	}
-	free(buf);
-	return ret;
-}
 
 /* ---- --json ---- */
 
@@ -465,7 +404,7 @@ static int frame(const char *mnt, bool tty)
 	struct screen s = { 0 };
 	struct json_doc *doc = NULL;
 	char err[PATH_MAX + 512];
-	int ret = load_stats(mnt, &doc, err, sizeof(err));
+	int ret = ctl_load_stats(mnt, &doc, err, sizeof(err));
 
 	s.f = open_memstream(&s.buf, &s.len);
 	if (!s.f) {
@@ -534,7 +473,7 @@ int main(int argc, char **argv)
 		struct json_doc *doc;
 		char err[PATH_MAX + 512];
 
-		if (load_stats(mnt, &doc, err, sizeof(err))) {
+		if (ctl_load_stats(mnt, &doc, err, sizeof(err))) {
 			fprintf(stderr, "stagefs top: %s\n", err);
 			return 1;
 		}
