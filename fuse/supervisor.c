@@ -26,7 +26,6 @@
 #include <sys/mount.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,36 +66,18 @@ static void sup_exit(struct sup *s, int code)
 /* Take the state (and the first time the descriptor) from the child's message. */
 static void take_message(struct sup *s)
 {
-	uint32_t type = 0;
-	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
-	union {
-		char buf[CMSG_SPACE(3 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = u.buf, .msg_controllen = sizeof(u.buf),
-	};
-	struct cmsghdr *c;
-	int fds[3] = { -1, -1, -1 }, n = 0;
-	ssize_t r = recvmsg(s->chan, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	int fds[TAKEOVER_MAX_FDS] = { -1, -1, -1 };
+	int n = takeover_msg_recv(s->chan, fds, MSG_DONTWAIT);
 
-	if (r <= 0) {
-		if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+	if (n == -EPROTO) {
+		log_warn("supervisor: a malformed message from the daemon, ignored");
+		return;
+	}
+	if (n <= 0) {
+		if (n == 0 || (n != -EAGAIN && n != -EINTR)) {
 			close(s->chan);	/* the daemon is gone: SIGCHLD follows */
 			s->chan = -1;
 		}
-		return;
-	}
-	c = CMSG_FIRSTHDR(&msg);
-	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-		n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		memcpy(fds, CMSG_DATA(c), (size_t)MIN(n, 3) * sizeof(int));
-	}
-	if (r != sizeof(type) || n < 1 || n > 3 || (msg.msg_flags & MSG_CTRUNC)) {
-		for (int i = 0; i < MIN(n, 3); i++)
-			close(fds[i]);
-		log_warn("supervisor: a malformed message from the daemon, ignored");
 		return;
 	}
 	if (n >= 2) {
@@ -120,24 +101,9 @@ static void take_message(struct sup *s)
 
 static int send_state(int chan, int fuse_fd, int state_fd, int recs_fd)
 {
-	uint32_t type = 0x53544b31u;	/* takeover.c's TKO_MSG_STATE */
-	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
-	union {
-		char buf[CMSG_SPACE(3 * sizeof(int))];
-		struct cmsghdr align;
-	} u = { 0 };
-	int fds[3] = { fuse_fd, state_fd, recs_fd }, n = recs_fd >= 0 ? 3 : 2;
-	struct msghdr msg = {
-		.msg_iov = &iov, .msg_iovlen = 1,
-		.msg_control = u.buf, .msg_controllen = CMSG_SPACE((size_t)n * sizeof(int)),
-	};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+	int fds[TAKEOVER_MAX_FDS] = { fuse_fd, state_fd, recs_fd };
 
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN((size_t)n * sizeof(int));
-	memcpy(CMSG_DATA(c), fds, (size_t)n * sizeof(int));
-	return sendmsg(chan, &msg, MSG_NOSIGNAL) < 0 ? -errno : 0;
+	return takeover_msg_send(chan, fds, recs_fd >= 0 ? 3 : 2);
 }
 
 /*

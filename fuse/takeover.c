@@ -228,12 +228,12 @@ static int build_state(struct sfs *fs, const struct takeover *t, int *out)
 
 /* ---- the channel ---- */
 
-static int send_fds(int chan, const int *fds, int nfds)
+int takeover_msg_send(int chan, const int *fds, int nfds)
 {
 	uint32_t type = TKO_MSG_STATE;
 	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
 	union {
-		char buf[CMSG_SPACE(3 * sizeof(int))];
+		char buf[CMSG_SPACE(TAKEOVER_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u = { 0 };
 	struct msghdr msg = {
@@ -244,6 +244,8 @@ static int send_fds(int chan, const int *fds, int nfds)
 	};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
 
+	if (nfds < 1 || nfds > TAKEOVER_MAX_FDS)
+		return -EINVAL;
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
 	c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
@@ -254,16 +256,12 @@ static int send_fds(int chan, const int *fds, int nfds)
 	return 0;
 }
 
-/*
- * One message with 2 or 3 descriptors: the /dev/fuse one, the state, and
- * the handle records if the daemon before kept them (*@recs_fd, else -1).
- */
-static int recv_state(struct takeover *t, int *fuse_fd, int *state_fd, int *recs_fd)
+int takeover_msg_recv(int chan, int *fds, int flags)
 {
 	uint32_t type = 0;
 	struct iovec iov = { .iov_base = &type, .iov_len = sizeof(type) };
 	union {
-		char buf[CMSG_SPACE(3 * sizeof(int))];
+		char buf[CMSG_SPACE(TAKEOVER_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr msg = {
@@ -272,26 +270,44 @@ static int recv_state(struct takeover *t, int *fuse_fd, int *state_fd, int *recs
 		.msg_control = u.buf,
 		.msg_controllen = sizeof(u.buf),
 	};
-	struct pollfd p = { .fd = t->chan, .events = POLLIN };
+	ssize_t r = recvmsg(chan, &msg, MSG_CMSG_CLOEXEC | flags);
 	struct cmsghdr *c;
-	ssize_t n;
-	int fds[3] = { -1, -1, -1 };
+	int n = 0;
+
+	if (r <= 0)
+		return r < 0 ? -errno : 0;
+	c = CMSG_FIRSTHDR(&msg);
+	if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+		n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		n = MIN(n, TAKEOVER_MAX_FDS);
+		memcpy(fds, CMSG_DATA(c), (size_t)n * sizeof(int));
+	}
+	if (r != sizeof(type) || type != TKO_MSG_STATE || n < 1 || (msg.msg_flags & MSG_CTRUNC)) {
+		for (int i = 0; i < n; i++)
+			close(fds[i]);
+		return -EPROTO;
+	}
+	return n;
+}
+
+/*
+ * One message with 2 or 3 descriptors: the /dev/fuse one, the state, and
+ * the handle records if the daemon before kept them (*@recs_fd, else -1).
+ */
+static int recv_state(struct takeover *t, int *fuse_fd, int *state_fd, int *recs_fd)
+{
+	struct pollfd p = { .fd = t->chan, .events = POLLIN };
+	int fds[TAKEOVER_MAX_FDS] = { -1, -1, -1 }, n;
 
 	if (poll(&p, 1, TKO_RECV_MS) != 1)
 		return -ETIMEDOUT;
-	n = recvmsg(t->chan, &msg, MSG_CMSG_CLOEXEC);
-	if (n < 0)
-		return -errno;
-	c = CMSG_FIRSTHDR(&msg);
-	if (n != sizeof(type) || type != TKO_MSG_STATE || !c || c->cmsg_level != SOL_SOCKET ||
-	    c->cmsg_type != SCM_RIGHTS || (c->cmsg_len != CMSG_LEN(2 * sizeof(int)) &&
-					   c->cmsg_len != CMSG_LEN(3 * sizeof(int)))) {
-		if (c && c->cmsg_type == SCM_RIGHTS)
-			for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++)
-				close(((int *)CMSG_DATA(c))[i]);
-		return -EPROTO;
+	n = takeover_msg_recv(t->chan, fds, 0);
+	if (n == 1) {
+		close(fds[0]);
+		n = -EPROTO;
 	}
-	memcpy(fds, CMSG_DATA(c), c->cmsg_len - CMSG_LEN(0));
+	if (n <= 0)
+		return n ? n : -EPROTO;
 	*fuse_fd = fds[0];
 	*state_fd = fds[1];
 	*recs_fd = fds[2];
@@ -451,8 +467,8 @@ int takeover_publish(struct sfs *fs)
 	fds[0] = fuse_session_fd(fs->se);
 	fds[1] = state;
 	fds[2] = t->recs_fd;
-	ret = t->fd_sent ? send_fds(t->chan, fds + 1, 1) :
-			   send_fds(t->chan, fds, t->recs_fd >= 0 ? 3 : 2);
+	ret = t->fd_sent ? takeover_msg_send(t->chan, fds + 1, 1) :
+			   takeover_msg_send(t->chan, fds, t->recs_fd >= 0 ? 3 : 2);
 	close(state);
 	if (!ret)
 		t->fd_sent = true;

@@ -53,6 +53,18 @@
 struct takeover;
 
 /*
+ * One message of the channel, either way: a type word and 1 to
+ * TAKEOVER_MAX_FDS descriptors (SCM_RIGHTS): the /dev/fuse one, the state
+ * and the handle records, or the state alone.  Send: 0 or -errno.
+ * Receive (@flags: recvmsg's, e.g. MSG_DONTWAIT) into @fds: how many
+ * descriptors came, 0 at the channel's end, -EPROTO for a message that is
+ * not one of these (what came with it closed), or -errno.
+ */
+#define TAKEOVER_MAX_FDS	3
+int takeover_msg_send(int chan, const int *fds, int nfds);
+int takeover_msg_recv(int chan, int *fds, int flags);
+
+/*
  * The daemon's channel to its supervisor, from the environment; *@out is
  * NULL where the daemon is not supervised.  A daemon that takes over
  * receives the state and the descriptor here.  Returns 0 or -errno with
