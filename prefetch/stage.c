@@ -405,8 +405,13 @@ void pf_stage_open(struct pf_sched *s, struct backend *be, const char *name,
 
 	if (!g || mode == CFG_OFF || !(want = pf_opts(s)->stage_files))
 		return;
-	now = now_ms();
 	pthread_mutex_lock(&g->lock);
+	/*
+	 * Under the lock: read before it, a thread that waited for the lock
+	 * would hold a time older than the last open another thread noted,
+	 * and now - last_open_ms would wrap into "idle", ending a rest.
+	 */
+	now = now_ms();
 	if (g->stop || !(t = track_get_locked(g, be, name, uid, gid)))
 		goto out;
 	if (t->state == T_STAGING) {
