@@ -13,6 +13,8 @@
 # Mind pipefail with a reader that stops early: in `od FILE | head -20` od
 # may die of SIGPIPE (141) and fail the test; write `head -c N FILE | od`,
 # or end the pipeline with `|| true` where a cut-short producer is fine.
+# The same holds for `cmd | grep -q`: grep -q stops at the first match and
+# cmd may die of SIGPIPE; write `cmd | contains PATTERN` instead.
 # Each test gets TEST_TMPDIR from tests/run.sh; run by hand it makes its own.
 # Everything sfs_mount starts is unmounted and stopped when the test exits,
 # whichever way it exits, so a test can `die` anywhere.
@@ -49,6 +51,9 @@ export REPO STAGEFS PYTHON
 log() { printf '%s: %s\n' "$(date +%T.%3N)" "$*" >&2; }
 die() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
 skip() { printf 'SKIP: %s\n' "$*"; exit 77; }
+# contains [GREP-OPTIONS] PATTERN: grep -q that reads all its input, so the
+# writer of a pipeline never gets SIGPIPE (grep -c to /dev/null reads on)
+contains() { grep -c "$@" >/dev/null; }
 
 _lib_on_err() {
 	local rc=$? line=$1 cmd=$2

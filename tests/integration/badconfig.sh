@@ -213,7 +213,7 @@ hup_refused() {
 	kill -HUP "$pid"
 	wait_for eval '[[ $(grep -c "reload refused" "$sfslog") -ge $n ]]' ||
 		die "SIGHUP with $what: no refusal; log: $(tail -n 3 "$sfslog")"
-	grep "reload refused" "$sfslog" | tail -n 1 | grep -qE -- "$want" ||
+	grep "reload refused" "$sfslog" | tail -n 1 | contains -E -- "$want" ||
 		die "SIGHUP with $what: $(grep "reload refused" "$sfslog" | tail -n 1); want '$want'"
 	! grep -q "reloaded " "$sfslog" || die "SIGHUP with $what was taken: $(grep "reloaded " "$sfslog")"
 	[[ $(cat "$mnt/a/f") == x ]] || die "after SIGHUP with $what: dataset a unreadable"

@@ -15,7 +15,7 @@ LOCK=/var/lib/dpkg/lock-frontend
 eval "$(sed -n '/^deps_required="/,/"$/p; /^deps_optional="/p' "$REPO/install-deps")"
 # shellcheck disable=SC2154  # set by the eval above
 for p in $deps_required $deps_optional; do
-	dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' ||
+	dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | contains '^ii' ||
 		skip "package $p is not installed: configure --install-deps would run apt-get"
 done
 # apt busy (unattended upgrades): holding its lock would disturb it

@@ -13,7 +13,7 @@ command -v mount.fuse3 >/dev/null || skip "no mount.fuse3 (package fuse3)"
 PKGS=(stagefs libstagefs0 libstagefs-dev python3-stagefs)
 for p in "${PKGS[@]}"; do
 	# a package this test did not install is not this test's to purge
-	if dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qv '^not-installed$'; then
+	if dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | contains -v '^not-installed$'; then
 		skip "package $p is already on this machine: not touching it"
 	fi
 done
@@ -143,7 +143,7 @@ int main(int argc, char **argv)
 C
 # shellcheck disable=SC2046
 cc -o "$T/rd" "$T/rd.c" $(pkg-config --cflags --libs libstagefs) || die "cannot build against libstagefs-dev"
-ldd "$T/rd" | grep -Eq "libstagefs.so.0 => (/usr)?/lib/[^ ]+/libstagefs.so.0 " || die "rd does not load the packaged libstagefs.so.0: $(ldd "$T/rd")"
+ldd "$T/rd" | contains -E "libstagefs.so.0 => (/usr)?/lib/[^ ]+/libstagefs.so.0 " || die "rd does not load the packaged libstagefs.so.0: $(ldd "$T/rd")"
 "$T/rd" "$mnt/d/file" >"$T/rd.out" || die "the libstagefs program failed"
 [[ $(sha256 "$T/rd.out") == "$want" ]] || die "wrong bytes through libstagefs"
 

@@ -144,8 +144,8 @@ else
 fi
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/nothing")
 assert_eq "$code" 404 "GET /nothing"
-ss -Hltn "sport = :$port" | grep -q "127.0.0.1:$port" || die "metrics_port is not bound to 127.0.0.1"
-! ss -Hltn "sport = :$port" | grep -qv "127.0.0.1:$port" || die "metrics_port listens beyond 127.0.0.1"
+ss -Hltn "sport = :$port" | contains "127.0.0.1:$port" || die "metrics_port is not bound to 127.0.0.1"
+! ss -Hltn "sport = :$port" | contains -v "127.0.0.1:$port" || die "metrics_port listens beyond 127.0.0.1"
 
 # the textfile-collector file catches up within metrics_interval
 file_ok() { "$PYTHON" "$T/check.py" prom "$prom" "$T/expect.json" >/dev/null 2>&1; }
@@ -163,7 +163,7 @@ for w in $A $B train42 feed; do grep -q "$w" "$T/top.txt" || die "stagefs top --
 # the live view under tmux: rows for both users and the job, then q restores the terminal
 sock=$T/tmux.sock
 tmux -S "$sock" new-session -d -s top -x 200 -y 50 "$STAGEFS top $mnt; echo top-exited-\$?; sleep 30"
-screen_has() { tmux -S "$sock" capture-pane -p -t top | grep -q "$1"; }
+screen_has() { tmux -S "$sock" capture-pane -p -t top | contains "$1"; }
 for w in "$A" "$B" train42 "files/s"; do
 	wait_for -t 10 screen_has "$w" || {
 		tmux -S "$sock" capture-pane -p -t top >&2

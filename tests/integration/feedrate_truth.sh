@@ -12,7 +12,7 @@ LIB=$REPO/gpudirect/libstagefs.so
 export STAGEFS_LIB=$LIB
 # a sanitizer build's library needs its runtime loaded first into Python
 LIB_ENV=()
-if ldd "$LIB" 2>/dev/null | grep -q libasan; then
+if ldd "$LIB" 2>/dev/null | contains libasan; then
 	LIB_ENV=(LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0)
 fi
 

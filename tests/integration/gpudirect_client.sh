@@ -126,7 +126,7 @@ wait_for grep -q "conn .* closed" "$LOG" || die "the connection was not closed a
 grep -q "CACHE_FD_CLOSE handle=1$" "$LOG" || die "no CACHE_FD_CLOSE: $(cat "$LOG")"
 got=$(awk '$3 == "CLIENT_READ" { for (i = 4; i <= NF; i++) if ($i ~ /^bytes=/) { sub("bytes=", "", $i); s += $i } } END { print s + 0 }' "$LOG")
 assert_eq "$got" "$size" "bytes reported in CLIENT_READ"
-grep "CLIENT_READ" "$LOG" | grep -q "files=1 job=job-a" || die "CLIENT_READ without files=1 job=job-a: $(cat "$LOG")"
+grep "CLIENT_READ" "$LOG" | contains "files=1 job=job-a" || die "CLIENT_READ without files=1 job=job-a: $(cat "$LOG")"
 ! grep -q GPU_BYTES "$LOG" || die "GPU bytes reported for host reads"
 log "cache file used, unpinned at close, $got bytes reported for job-a"
 

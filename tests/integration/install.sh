@@ -19,7 +19,7 @@ for f in bin/stagefs libexec/stagefs/stagefs-{publish,gc,warmup,top,quota,restar
 	[[ -f $D$P/$f ]] || die "make install did not install $P/$f"
 done
 [[ $(readlink "$D$P/lib/libstagefs.so") == libstagefs.so.0 ]] || die "lib/libstagefs.so is not a link to libstagefs.so.0"
-readelf -d "$D$P/lib/libstagefs.so.0" | grep -q 'SONAME.*\[libstagefs.so.0\]' || die "libstagefs's soname is not libstagefs.so.0"
+readelf -d "$D$P/lib/libstagefs.so.0" | contains 'SONAME.*\[libstagefs.so.0\]' || die "libstagefs's soname is not libstagefs.so.0"
 exports=$(nm -D --defined-only "$D$P/lib/libstagefs.so.0" | awk '$2 == "T" { sub(/@.*/, "", $3); print $3 }' | sort | tr '\n' ' ')
 want=$(grep -oE '\bsfs_[a-z_]+\(' "$REPO/gpudirect/libstagefs.h" | tr -d '(' | sort -u | tr '\n' ' ')
 [[ $exports == "$want" ]] || die "libstagefs exports '$exports', libstagefs.h declares '$want'"
@@ -31,16 +31,16 @@ grep -q "^ExecStart=$P/bin/stagefs -f -o supervise=on -c /etc/stagefs/stagefs.co
 ! grep -q '@[a-z]*@' "$D$P/lib/systemd/system/stagefs.service" || die "the unit has unfilled @...@"
 
 # the subcommands are found beside the moved tree (BINDIR/../libexec/stagefs)
-"$D$P/bin/stagefs" quota --help | grep -q "usage: stagefs quota" || die "stagefs quota not found from $D$P/bin"
+"$D$P/bin/stagefs" quota --help | contains "usage: stagefs quota" || die "stagefs quota not found from $D$P/bin"
 
 # man: /usr/local/share/man is on man-db's path; here MANPATH points at DESTDIR
-manpath 2>/dev/null | tr : '\n' | grep -qx /usr/local/share/man ||
+manpath 2>/dev/null | tr : '\n' | contains -x /usr/local/share/man ||
 	log "note: /usr/local/share/man is not on this machine's manpath"
 for p in stagefs stagefs.conf stagefs-publish stagefs-gc stagefs-warmup stagefs-top stagefs-quota stagefs-restart libstagefs; do
 	f=$(MANPATH=$D$P/share/man man -w "$p" 2>/dev/null) || die "man -w $p: no page"
 	[[ $f == "$D$P/share/man/"* ]] || die "man -w $p found $f"
 done
-MANPATH=$D$P/share/man man -P cat stagefs 2>/dev/null | grep -q "cache_dir" || die "man stagefs lacks the settings"
+MANPATH=$D$P/share/man man -P cat stagefs 2>/dev/null | contains "cache_dir" || die "man stagefs lacks the settings"
 if command -v systemd-analyze >/dev/null; then
 	sed "s|$P/bin/stagefs|$D$P/bin/stagefs|" "$D$P/lib/systemd/system/stagefs.service" >"$T/stagefs.service"
 	v=$(MANPATH=$D$P/share/man: systemd-analyze verify "$T/stagefs.service" 2>&1) || true
@@ -50,7 +50,7 @@ fi
 # a second install keeps the operator's config, refreshes the example
 echo "# edited" >>"$D/etc/stagefs/stagefs.conf"
 make -s -C "$REPO" install DESTDIR="$D" PREFIX=$P >>"$T/install.log" 2>&1 || die "second make install failed"
-tail -n 1 "$D/etc/stagefs/stagefs.conf" | grep -q "^# edited$" || die "make install overwrote stagefs.conf"
+tail -n 1 "$D/etc/stagefs/stagefs.conf" | contains "^# edited$" || die "make install overwrote stagefs.conf"
 
 # the installed config as the unit uses it: an empty root, filled by SIGHUP
 need_mount

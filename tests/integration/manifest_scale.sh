@@ -9,7 +9,7 @@ helper=$REPO/tests/helpers/manifest_scale
 N=${MANIFEST_SCALE_N:-1000000}
 # a sanitizer build's shadow memory and redzones are not the builder's
 san=0
-ldd "$helper" 2>/dev/null | grep -q -E 'lib(asan|clang_rt\.asan)' && san=1
+ldd "$helper" 2>/dev/null | contains -E 'lib(asan|clang_rt\.asan)' && san=1
 
 out=$("$helper" "$N" "$TEST_TMPDIR/m.manifest") || die "manifest_scale $N failed: $out"
 log "$out"

@@ -70,7 +70,7 @@ assert_eq "$bob" "$bob_before" "bob's in-quota chunks were pushed out by alice"
 used=$(stat_get "$MNT" cache_used_bytes)
 [[ $used -le $((8 * MiB + MiB)) ]] || die "cache holds $used bytes, cache_size 8M (+1 chunk)"
 assert_eq "$(stat_get "$MNT" read_errors)" 0 "reader errors"
-"$STAGEFS" quota "$MNT" | grep -q sfs_bob || die "stagefs quota table lacks bob"
+"$STAGEFS" quota "$MNT" | contains sfs_bob || die "stagefs quota table lacks bob"
 
 # --- warmup is held to the same rules: alice's warmup of a dataset she is
 # denied fails with ENOENT (it does not exist for her) and stages nothing; her warmup of 10 MiB against a

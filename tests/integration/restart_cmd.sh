@@ -50,7 +50,7 @@ restart
 assert_eq "$rc" 2 "stagefs restart without a mount point"
 restart --wait soon "$plain"
 assert_eq "$rc" 2 "stagefs restart --wait soon"
-"$STAGEFS" restart --help | grep -q "^usage: stagefs restart" || die "stagefs restart --help"
+"$STAGEFS" restart --help | contains "^usage: stagefs restart" || die "stagefs restart --help"
 
 # --- a supervised mount, from a binary of its own (replaced below), under readers
 # (as the unit runs it: the sd_notify messages come from the daemon, the

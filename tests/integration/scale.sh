@@ -44,7 +44,7 @@ genscale "$T/neg" --check d0000/f0000000 2>/dev/null && die "genscale --check pa
 rss1=$(rss_kb)
 per=$(((rss1 - rss0) * 1024 / entries))
 log "daemon RSS: $rss0 KiB empty, $rss1 KiB with $entries entries listed: $per B per entry"
-if ldd "$STAGEFS" 2>/dev/null | grep -q libasan; then
+if ldd "$STAGEFS" 2>/dev/null | contains libasan; then
 	log "a sanitizer build (redzones, quarantine): the RSS bound is not checked"
 else
 	[[ $per -le $RSS_MAX ]] || die "daemon RSS $per B per entry, bound $RSS_MAX"

@@ -13,7 +13,7 @@ while IFS= read -r f; do
 	esac
 	[[ -f $REPO/$f ]] || continue
 	n=$((n + 1))
-	head -n 5 "$REPO/$f" | grep -q "SPDX-License-Identifier: " || missing+=("$f")
+	head -n 5 "$REPO/$f" | contains "SPDX-License-Identifier: " || missing+=("$f")
 done < <(git -C "$REPO" ls-files)
 [[ ${#missing[@]} -eq 0 ]] || die "no SPDX-License-Identifier in the first 5 lines of: ${missing[*]}"
 assert_gt "$n" 200 "source files checked"

@@ -186,8 +186,8 @@ want_total=$(( (200000 + 1) + (200000 * 2 + 5) ))
 # alice and bob read the files one after the other, each right after the other's lookup
 for i in 1 2 3; do
 	as $A cat "$NMNT/.stagefs/stats" >/dev/null
-	as $B cat "$NMNT/.stagefs/stats" | grep -qF "$A" && die "no-open: bob read alice's rendering"
-	as $A cat "$NMNT/.stagefs/stats" | grep -qF "$B" && die "no-open: alice read bob's rendering"
+	as $B cat "$NMNT/.stagefs/stats" | contains -F "$A" && die "no-open: bob read alice's rendering"
+	as $A cat "$NMNT/.stagefs/stats" | contains -F "$B" && die "no-open: alice read bob's rendering"
 done
 stats_dump "$NMNT" >"$T/root.json"
 [[ $(rows "$T/root.json" users) == "$A $B" ]] || die "no-open: root sees users: $(rows "$T/root.json" users)"

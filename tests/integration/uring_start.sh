@@ -28,7 +28,7 @@ for round in 1 2 3; do
 	SFS_PID[$(_canon "$MNT")]=$pid
 	SFS_LOG[$(_canon "$MNT")]=$T/log.$round
 	# readers that ask as soon as the mount exists, before the rings do
-	up() { awk -v m="$(_canon "$MNT")" '$5 == m' /proc/self/mountinfo | grep -q .; }
+	up() { awk -v m="$(_canon "$MNT")" '$5 == m' /proc/self/mountinfo | contains .; }
 	wait_for -t 20 up || die "round $round: no mount: $(cat "$T/log.$round")"
 	pids=()
 	for i in 1 2 3 4 5 6; do

@@ -96,9 +96,9 @@ STAGEFS=$WORK/wbin/stagefs RB=$WORK/wbin/readbench GB=$WORK/wbin/gpubench
 # facts
 
 RUNTIME=unknown
-if grep -qi gvisor /proc/version 2>/dev/null || dmesg 2>/dev/null | grep -qi gvisor; then
+if grep -qi gvisor /proc/version 2>/dev/null || dmesg 2>/dev/null | grep -ci gvisor >/dev/null; then
 	RUNTIME=gVisor
-elif uname -r | grep -q -- '-fc' || grep -qi firecracker /proc/cmdline /sys/class/dmi/id/* 2>/dev/null ||
+elif uname -r | grep -c -- '-fc' >/dev/null || grep -qi firecracker /proc/cmdline /sys/class/dmi/id/* 2>/dev/null ||
 	grep -q 'virtio_mmio.device=' /proc/cmdline 2>/dev/null; then
 	RUNTIME=Firecracker
 elif systemd-detect-virt -q 2>/dev/null; then

@@ -230,7 +230,7 @@ else
 		"cache hits / misses" "$hits / $miss ($(awk -v h="$hits" -v m="$miss" 'BEGIN { printf "%.1f", (h + m) ? 100 * h / (h + m) : 0 }') % hits)" \
 		"cache on NVMe" "$(($(stat_of cache_used_bytes) / 1000000)) MB in $(stat_of cache_chunks) chunks" \
 		"mean feed rate since mount" "$(awk -v b="$read_b" -v s="$up" 'BEGIN { printf "%.0f MB/s over %d s", b / 1e6 / (s ? s : 1), s }')"
-	if "$STAGEFS" --help 2>&1 | grep -q -- '-o passthrough='; then
+	if "$STAGEFS" --help 2>&1 | grep -c -- '-o passthrough=' >/dev/null; then
 		echo "   (reads the kernel serves itself through FUSE passthrough never reach the daemon, so are not counted)"
 	fi
 fi

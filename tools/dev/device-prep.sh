@@ -56,7 +56,7 @@ BINS=(stagefs tools/bench/gpubench tools/bench/readbench tools/bench/aubench
 for b in "${BINS[@]}" gpudirect/libstagefs.so; do
 	[ -x "$b" ] || die "$b is not built (make all test-progs; gpubench needs CUDA)"
 done
-ldd tools/bench/gpubench | grep -q libcudart &&
+ldd tools/bench/gpubench | grep -c libcudart >/dev/null &&
 	die "gpubench links libcudart dynamically: carry it or link it statically"
 
 rm -rf "$D"
