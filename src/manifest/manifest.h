@@ -130,6 +130,21 @@ int manifest_builder_write(struct manifest_builder *b, uint64_t version,
 			   int fd, uint64_t *len);
 
 /*
+ * Packs (see "Packs" below): add pack @id of @size bytes (1 .. chunk_size)
+ * and get its index in *@index; then add the files stored in it with
+ * manifest_builder_add_packed(): regular file @path (as with
+ * manifest_builder_add(), one chunk, id @chunk: the XXH3-128 of its bytes,
+ * 1 .. chunk_size of them) at offset @off of pack @pack.  Its content id is
+ * the one an unpacked file of the same bytes gets.  Returns 0 or -errno
+ * (-EINVAL: no such pack, outside it, or not one chunk).
+ */
+int manifest_builder_add_pack(struct manifest_builder *b, const struct sfs_id *id,
+			      uint64_t size, uint32_t *index);
+int manifest_builder_add_packed(struct manifest_builder *b, const char *path,
+				const struct sfs_attr *attr, const struct sfs_id *chunk,
+				uint32_t pack, uint32_t off);
+
+/*
  * Change the dataset version recorded in the manifest file @fd (written by
  * manifest_builder_write()) to @version, fixing the header checksum: for a
  * publisher that lost the race for a version after freeing its builder.
@@ -241,6 +256,47 @@ int manifest_chunk(const struct manifest *m, uint64_t ino, uint32_t idx,
  */
 uint64_t manifest_nids(const struct manifest *m);
 void manifest_id(const struct manifest *m, uint64_t i, struct sfs_id *id);
+/*
+ * Packs (docs/manifest.md): small files stored together in one object of
+ * at most chunk_size bytes, named by the XXH3-128 of its bytes.  A packed
+ * file has one chunk id (the XXH3-128 of its own bytes, which name no
+ * object) and lies at an offset of its pack; its content id is what it
+ * would be unpacked.  Manifests without packs have none (npacks 0).
+ */
+struct manifest_pack {
+	struct sfs_id id;	/* object sfs.pack.<id hex> */
+	uint64_t size;		/* 1 .. chunk_size bytes */
+	uint32_t nmembers;
+};
+
+struct manifest_member {
+	uint64_t ino;		/* the file (the inode of its first name) */
+	uint32_t off;		/* where its bytes start in the pack */
+	uint64_t size;		/* its bytes there, 1 .. chunk_size */
+	struct sfs_id chunk;	/* their XXH3-128 */
+	struct sfs_id content;	/* its content id: of @size and @chunk */
+};
+
+uint32_t manifest_npacks(const struct manifest *m);
+/* Pack @pack (< manifest_npacks()): 0, -ENOENT past the end, -EIO. */
+int manifest_pack(const struct manifest *m, uint32_t pack, struct manifest_pack *out);
+/*
+ * Where regular file @ino lies: 0 with its pack in *@pack and its offset in
+ * *@off (its bytes are [off, off + size) of the pack, inside it), -ENODATA
+ * when it is not packed (its chunks are objects), -EINVAL for no regular
+ * file, -EIO for a corrupt record.
+ */
+int manifest_file_pack(const struct manifest *m, uint64_t ino, uint32_t *pack,
+		       uint32_t *off);
+/*
+ * Member @j of pack @pack, in increasing offset order: 0, -ENOENT past the
+ * last, -EIO for a record that does not name a file of the pack at that
+ * offset whose content id its chunk gives (a crafted manifest cannot make
+ * a pack fill another file's cache entry).
+ */
+int manifest_pack_member(const struct manifest *m, uint32_t pack, uint32_t j,
+			 struct manifest_member *out);
+
 /* Path of @ino relative to the root, NUL-terminated; returns its length or -errno. */
 int manifest_path(const struct manifest *m, uint64_t ino, char *buf, size_t size);
 

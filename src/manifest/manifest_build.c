@@ -99,6 +99,14 @@ struct manifest_builder {
 	struct sfs_id *ids;
 	size_t nids, ids_cap;
 	size_t nlinks;
+	/* packs: the pack table, and each entry's place (pack + 1) << 32 | off,
+	 * NULL until a packed file is added */
+	struct bpack {
+		struct sfs_id id;
+		uint64_t size;
+	} *packs;
+	size_t npacks, packs_cap;
+	uint64_t *ploc;
 	/* open-addressing path -> entry index + 1, at most 3/4 full; 0 is
 	 * empty; NULL after finish */
 	uint32_t *slots;
@@ -133,6 +141,8 @@ void manifest_builder_destroy(struct manifest_builder *b)
 	free(b->cids);
 	free(b->arena);
 	free(b->ids);
+	free(b->packs);
+	free(b->ploc);
 	free(b->slots);
 	free(b);
 }
@@ -140,6 +150,7 @@ void manifest_builder_destroy(struct manifest_builder *b)
 size_t manifest_builder_mem(const struct manifest_builder *b)
 {
 	return b->cap * sizeof(*b->ents) + (b->cids ? b->cap * sizeof(*b->cids) : 0) +
+	       (b->ploc ? b->cap * sizeof(*b->ploc) : 0) + b->packs_cap * sizeof(*b->packs) +
 	       b->arena_cap + b->ids_cap * sizeof(*b->ids) +
 	       b->nslots * sizeof(*b->slots);
 }
@@ -244,9 +255,19 @@ static int entry_reserve(struct manifest_builder *b, const char *path,
 		return -EEXIST;
 	if (grow((void **)&b->ents, &b->cap, b->n + 1, sizeof(*b->ents)))
 		return -ENOMEM;
-	if (b->cids && b->cap != cap &&
-	    grow((void **)&b->cids, &cap, b->cap, sizeof(*b->cids)))
-		return -ENOMEM;
+	if (b->cids && b->cap != cap) {
+		size_t c = cap;
+
+		if (grow((void **)&b->cids, &c, b->cap, sizeof(*b->cids)))
+			return -ENOMEM;
+	}
+	if (b->ploc && b->cap != cap) {
+		size_t c = cap;
+
+		if (grow((void **)&b->ploc, &c, b->cap, sizeof(*b->ploc)))
+			return -ENOMEM;
+		memset(b->ploc + cap, 0, (b->cap - cap) * sizeof(*b->ploc));
+	}
 	return 0;
 }
 
@@ -372,6 +393,45 @@ int manifest_builder_add(struct manifest_builder *b, const char *path,
 	b->arena_len += len + 1 + (tlen ? tlen + 1 : 0);
 	b->slots[slot] = (uint32_t)(b->n + 1);
 	b->n++;
+	return 0;
+}
+
+int manifest_builder_add_pack(struct manifest_builder *b, const struct sfs_id *id,
+			      uint64_t size, uint32_t *index)
+{
+	if (size == 0 || size > b->chunk_size)
+		return -EINVAL;
+	if (b->npacks >= UINT32_MAX - 1)
+		return -EOVERFLOW;
+	if (grow((void **)&b->packs, &b->packs_cap, b->npacks + 1, sizeof(*b->packs)))
+		return -ENOMEM;
+	b->packs[b->npacks].id = *id;
+	b->packs[b->npacks].size = size;
+	*index = (uint32_t)b->npacks++;
+	return 0;
+}
+
+int manifest_builder_add_packed(struct manifest_builder *b, const char *path,
+				const struct sfs_attr *attr, const struct sfs_id *chunk,
+				uint32_t pack, uint32_t off)
+{
+	struct sfs_attr a = *attr;
+	int rc;
+
+	if (!S_ISREG(a.mode) || a.size == 0 || a.size > b->chunk_size ||
+	    pack >= b->npacks || off > b->packs[pack].size ||
+	    a.size > b->packs[pack].size - off)
+		return -EINVAL;
+	if (!b->ploc) {
+		b->ploc = calloc(b->cap ? b->cap : 1, sizeof(*b->ploc));
+		if (!b->ploc)
+			return -ENOMEM;
+	}
+	memset(&a.content, 0, sizeof(a.content));	/* the chunk's, as unpacked */
+	rc = manifest_builder_add(b, path, &a, NULL, chunk, 1);
+	if (rc)
+		return rc;
+	b->ploc[b->n - 1] = ((uint64_t)pack + 1) << 32 | off;
 	return 0;
 }
 
@@ -795,6 +855,10 @@ static void record_fill(const struct manifest_builder *b, const struct layout *l
 			nlink = MAX(nlink, l->names[fi]);
 		if (l->lowest && esize >= MF_ENTRY_SIZE_LINKS && l->lowest[fi] != i)
 			st32(p + E_INODE, l->lowest[fi]);
+		if (b->ploc && esize >= MF_ENTRY_SIZE_PACKS && b->ploc[fi]) {
+			st32(p + E_PACK, (uint32_t)(b->ploc[fi] >> 32));
+			st32(p + E_PACK_OFF, (uint32_t)b->ploc[fi]);
+		}
 		if (f->content == CONTENT_GIVEN)
 			content = b->cids[fi];
 		else if (f->content == CONTENT_CHUNKS)
@@ -822,20 +886,99 @@ static void record_fill(const struct manifest_builder *b, const struct layout *l
 	st_id(p + E_CONTENT, &content);
 }
 
+/* Order of two members of one pack: by offset. */
+static int member_cmp(const void *pa, const void *pb, void *arg)
+{
+	const struct manifest_builder *b = arg;
+	uint32_t x = (uint32_t)b->ploc[*(const uint32_t *)pa];
+	uint32_t y = (uint32_t)b->ploc[*(const uint32_t *)pb];
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * The pack table and the member table: each pack's files (the entry that
+ * holds each one's inode) in offset order, packs in the order added.
+ * Sets *@pack_off and *@mem_off; 0 or -errno.
+ */
+static int emit_packs(struct manifest_builder *b, const struct layout *l,
+		      struct mf_out *o, uint64_t *pack_off, uint64_t *mem_off)
+{
+	uint32_t *start = calloc(b->npacks + 1, sizeof(*start));
+	uint32_t *fill = calloc(b->npacks + 1, sizeof(*fill));
+	uint32_t *mem = NULL;
+	size_t nmem = 0;
+	int rc = 0;
+
+	if (!start || !fill) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < l->n; i++)
+		if (b->ploc[i] && !b->ents[i].link)
+			start[(b->ploc[i] >> 32) - 1 + 1]++, nmem++;
+	for (size_t k = 0; k < b->npacks; k++)
+		start[k + 1] += start[k];
+	mem = malloc((nmem ? nmem : 1) * sizeof(*mem));	/* builder indexes */
+	if (!mem) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < l->n; i++)
+		if (b->ploc[i] && !b->ents[i].link) {
+			uint32_t k = (uint32_t)(b->ploc[i] >> 32) - 1;
+
+			mem[start[k] + fill[k]++] = (uint32_t)i;
+		}
+	for (size_t k = 0; k < b->npacks; k++)
+		if (fill[k] > 1)
+			qsort_r(mem + start[k], fill[k], sizeof(*mem), member_cmp, b);
+
+	*pack_off = sec_begin(o, 8);
+	for (size_t k = 0; k < b->npacks && !o->err; k++) {
+		uint8_t r[MF_PACK_SIZE] = { 0 };
+
+		st_id(r + P_ID, &b->packs[k].id);
+		st64(r + P_SIZE, b->packs[k].size);
+		st32(r + P_FIRST, start[k]);
+		st32(r + P_COUNT, fill[k]);
+		sec_put(o, r, sizeof(r));
+	}
+	sec_end(o);
+	*mem_off = sec_begin(o, 8);
+	for (size_t j = 0; j < nmem && !o->err; j++) {
+		uint8_t r[MF_MEMBER_SIZE];
+		uint32_t i = mem[j];
+
+		st32(r + M_ENTRY, l->lowest ? l->lowest[i] : l->final[i]);
+		st32(r + M_OFF, (uint32_t)b->ploc[i]);
+		sec_put(o, r, sizeof(r));
+	}
+	sec_end(o);
+	rc = o->err;
+out:
+	free(start);
+	free(fill);
+	free(mem);
+	return rc;
+}
+
 /* Write the whole manifest through @o. */
 static int emit(struct manifest_builder *b, uint64_t version, struct mf_out *o)
 {
 	struct layout l;
 	uint64_t ent_off, ent_len, chk_off, str_off, str_len, tab_off;
+	uint64_t pack_off = 0, pack_len = 0, mem_off = 0, mem_len = 0;
 	uint64_t total_bytes = 0, soff, per, align;
-	uint8_t hdr[MF2_HEADER_SIZE], rec[MF_ENTRY_SIZE_LINKS];
+	uint8_t hdr[MF2_HEADER_SIZE], rec[MF_ENTRY_SIZE_PACKS];
 	uint32_t esize;
 	int rc;
 
 	rc = layout_make(b, &l);
 	if (rc)
 		goto out;
-	esize = b->nlinks ? MF_ENTRY_SIZE_LINKS : MF_ENTRY_SIZE;
+	esize = b->npacks ? MF_ENTRY_SIZE_PACKS :
+		b->nlinks ? MF_ENTRY_SIZE_LINKS : MF_ENTRY_SIZE;
 	per = mf2_per_part(esize, MF2_PART_SHIFT);
 	o->shift = MF2_PART_SHIFT;
 	/* page-aligned sections when big, so a part is whole pages of a mapping */
@@ -893,6 +1036,14 @@ static int emit(struct manifest_builder *b, uint64_t version, struct mf_out *o)
 	sec_end(o);
 	str_len = o->pos - str_off;
 
+	if (b->npacks) {
+		rc = emit_packs(b, &l, o, &pack_off, &mem_off);
+		if (rc)
+			goto out;
+		pack_len = (uint64_t)b->npacks * MF_PACK_SIZE;
+		mem_len = o->pos - mem_off;
+	}
+
 	/* the part table */
 	tab_off = sec_begin(o, 8);
 	for (uint64_t p = 0; p < o->np && !o->err; p++) {
@@ -913,7 +1064,7 @@ static int emit(struct manifest_builder *b, uint64_t version, struct mf_out *o)
 	memcpy(hdr + H_MAGIC, MF_MAGIC, 8);
 	st32(hdr + H_FORMAT, MF_FORMAT_VERSION);
 	st32(hdr + H_HDRSIZE, MF2_HEADER_SIZE);
-	st32(hdr + H_INCOMPAT, 0);
+	st32(hdr + H_INCOMPAT, b->npacks ? MF_INCOMPAT_PACKS : 0);
 	st32(hdr + H_COMPAT, b->nlinks ? MF_COMPAT_HARDLINKS : 0);
 	st32(hdr + H_CHUNKSIZE, b->chunk_size);
 	st32(hdr + H_ENTSIZE, esize);
@@ -930,6 +1081,12 @@ static int emit(struct manifest_builder *b, uint64_t version, struct mf_out *o)
 	st64(hdr + H2_STR_LEN, str_len);
 	st64(hdr + H2_TAB_OFF, tab_off);
 	st64(hdr + H2_NPARTS, o->np);
+	if (b->npacks) {
+		st64(hdr + H2_PACK_OFF, pack_off);
+		st64(hdr + H2_PACK_LEN, pack_len);
+		st64(hdr + H2_MEM_OFF, mem_off);
+		st64(hdr + H2_MEM_LEN, mem_len);
+	}
 	{
 		/* the table as stored (little-endian) */
 		XXH3_state_t st;

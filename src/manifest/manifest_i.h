@@ -44,8 +44,12 @@
 #define MF_HEADER_MAX		4096u	/* larger headers are rejected */
 #define MF_ENTRY_SIZE		104u	/* v1 record; readers accept larger */
 #define MF_ENTRY_SIZE_LINKS	112u	/* v1 record + inode field (hard links) */
+#define MF_ENTRY_SIZE_PACKS	120u	/* + pack and offset (packed files) */
 #define MF_ID_SIZE		16u
-#define MF_INCOMPAT_KNOWN	0u	/* incompat flag bits this reader knows */
+#define MF_PACK_SIZE		32u	/* a pack table record */
+#define MF_MEMBER_SIZE		8u	/* a member table record */
+#define MF_INCOMPAT_PACKS	(1u << 0)	/* small files stored in packs */
+#define MF_INCOMPAT_KNOWN	MF_INCOMPAT_PACKS	/* incompat flag bits this reader knows */
 #define MF_COMPAT_HARDLINKS	(1u << 0)	/* some entries share an inode */
 #define MF_NAME_MAX		255u
 #define MF_TARGET_MAX		4095u
@@ -91,8 +95,41 @@ enum {
 	H2_TAB_OFF = 128,	/* the part table: nparts XXH3-64s */
 	H2_NPARTS = 136,
 	H2_TAB_SUM = 144,	/* XXH3-64 of the part table */
-	/* 152..255 reserved, written as zero */
+	/* with MF_INCOMPAT_PACKS (else reserved, zero): */
+	H2_PACK_OFF = 152,	/* the pack table: MF_PACK_SIZE records */
+	H2_PACK_LEN = 160,
+	H2_MEM_OFF = 168,	/* the member table: MF_MEMBER_SIZE records */
+	H2_MEM_LEN = 176,
+	/* 184..255 reserved, written as zero */
 };
+
+/*
+ * The sections of format 2, in file and part order: three, or five with
+ * MF_INCOMPAT_PACKS.  Their header fields, for the reader, the lazy copy
+ * and manifest_reseal().
+ */
+enum { MF2_SEC_ENT, MF2_SEC_CHK, MF2_SEC_STR, MF2_SEC_PACK, MF2_SEC_MEM, MF2_NSEC };
+static inline int mf2_sec_off_at(int sec)
+{
+	static const int at[MF2_NSEC] = { H2_ENT_OFF, H2_CHK_OFF, H2_STR_OFF,
+					  H2_PACK_OFF, H2_MEM_OFF };
+
+	return at[sec];
+}
+
+static inline int mf2_sec_len_at(int sec)
+{
+	return mf2_sec_off_at(sec) + 8;
+}
+
+static inline const char *mf2_sec_name(int sec)
+{
+	static const char *const name[MF2_NSEC] = {
+		"entry table", "chunk table", "string table", "pack table", "member table",
+	};
+
+	return name[sec];
+}
 
 /* entry record field offsets */
 enum {
@@ -116,6 +153,23 @@ enum {
 	/* records of MF_ENTRY_SIZE_LINKS bytes or more */
 	E_INODE = 104,	/* index of the entry holding this name's inode; 0: itself */
 	/* 108..111 reserved, written as zero */
+	/* records of MF_ENTRY_SIZE_PACKS bytes or more, with MF_INCOMPAT_PACKS */
+	E_PACK = 112,	/* file: its pack's index + 1; 0: its chunks are objects */
+	E_PACK_OFF = 116,	/* file: where its bytes start in the pack */
+};
+
+/* pack table record (MF_PACK_SIZE bytes) */
+enum {
+	P_ID = 0,	/* 16: the pack object's name, XXH3-128 of its bytes */
+	P_SIZE = 16,	/* u64: its bytes, at most chunk_size */
+	P_FIRST = 24,	/* u32: its first record in the member table */
+	P_COUNT = 28,	/* u32: members, in increasing offset order */
+};
+
+/* member table record (MF_MEMBER_SIZE bytes) */
+enum {
+	M_ENTRY = 0,	/* u32: the entry of a file in the pack (its inode's) */
+	M_OFF = 4,	/* u32: where its bytes start */
 };
 
 static inline uint32_t ld32(const uint8_t *p)
@@ -186,6 +240,12 @@ static inline int name_cmp(const char *a, size_t alen, const char *b, size_t ble
 	if (c)
 		return c;
 	return alen < blen ? -1 : alen > blen;
+}
+
+/* Sections of a format 2 manifest whose incompat flags are @incompat. */
+static inline int mf2_nsec(uint32_t incompat)
+{
+	return incompat & MF_INCOMPAT_PACKS ? MF2_NSEC : MF2_SEC_PACK;
 }
 
 /* Parts a section of @len bytes is cut into. */

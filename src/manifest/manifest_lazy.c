@@ -46,12 +46,13 @@
 /* a lookup can ask for a part that fails, as often as it likes (issue 27) */
 static struct log_ratelimit rl_fetch = LOG_RATELIMIT_INIT(10000, 10);
 
-/* The three sections, as the header gives them (bounds checked). */
+/* The sections, as the header gives them (bounds checked). */
 struct lz_layout {
 	uint32_t shift;
+	int nsec;		/* 3, or 5 with packs */
 	uint64_t nparts, tab_off;
-	uint64_t part0[4];	/* first part of each section; [3] = nparts */
-	uint64_t off[3], len[3];
+	uint64_t part0[MF2_NSEC + 1];	/* first part of each section; [nsec] = nparts */
+	uint64_t off[MF2_NSEC], len[MF2_NSEC];
 };
 
 struct mlazy {
@@ -87,10 +88,6 @@ int manifest_lazy_marks_path(const char *path, char *out, size_t outlen)
 static int layout_parse(const uint8_t *h, size_t hn, uint64_t size,
 			struct lz_layout *l, char *err, size_t errlen)
 {
-	static const int sec[3][2] = {
-		{ H2_ENT_OFF, H2_ENT_LEN }, { H2_CHK_OFF, H2_CHK_LEN },
-		{ H2_STR_OFF, H2_STR_LEN },
-	};
 	uint64_t p = 0;
 
 	if (hn < 16 || memcmp(h + H_MAGIC, MF_MAGIC, 8))
@@ -106,15 +103,16 @@ static int layout_parse(const uint8_t *h, size_t hn, uint64_t size,
 	if (l->shift < MF2_PART_SHIFT_MIN || l->shift > MF2_PART_SHIFT_MAX ||
 	    l->tab_off > size || l->nparts == 0 || l->nparts > (size - l->tab_off) / 8)
 		return errf(err, errlen, -EINVAL, "bad part table");
-	for (int s = 0; s < 3; s++) {
-		l->off[s] = ld64(h + sec[s][0]);
-		l->len[s] = ld64(h + sec[s][1]);
+	l->nsec = mf2_nsec(ld32(h + H_INCOMPAT));
+	for (int s = 0; s < l->nsec; s++) {
+		l->off[s] = ld64(h + mf2_sec_off_at(s));
+		l->len[s] = ld64(h + mf2_sec_len_at(s));
 		if (l->off[s] > size || l->len[s] > size - l->off[s])
 			return errf(err, errlen, -EINVAL, "a section lies outside the manifest");
 		l->part0[s] = p;
 		p += mf2_nparts(l->len[s], l->shift);
 	}
-	l->part0[3] = p;
+	l->part0[l->nsec] = p;
 	if (p != l->nparts)
 		return errf(err, errlen, -EINVAL, "part count does not match the sections");
 	return 0;
@@ -124,8 +122,12 @@ static int layout_parse(const uint8_t *h, size_t hn, uint64_t size,
 static int part_range(const struct lz_layout *l, uint64_t p, uint64_t *off,
 		      uint64_t *len)
 {
-	int s = p < l->part0[1] ? 0 : p < l->part0[2] ? 1 : 2;
-	uint64_t at = (p - l->part0[s]) << l->shift;
+	int s = 0;
+	uint64_t at;
+
+	while (s + 1 < l->nsec && p >= l->part0[s + 1])
+		s++;
+	at = (p - l->part0[s]) << l->shift;
 
 	*off = l->off[s] + at;
 	*len = MIN(l->len[s] - at, 1ull << l->shift);

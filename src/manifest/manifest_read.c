@@ -91,6 +91,10 @@ struct manifest {
 	uint64_t per_part;	/* entry records per part */
 	uint64_t ent_len, chk_len;
 	uint64_t chk_part0, str_part0, nparts;
+	int nsec;		/* sections: 3, or 5 with packs */
+	uint64_t soff[MF2_NSEC], slen[MF2_NSEC];	/* each section's bytes */
+	uint64_t part0[MF2_NSEC + 1];	/* each one's first part; [nsec] = nparts */
+	uint64_t npacks, nmembers;	/* packs (MF_INCOMPAT_PACKS), else 0 */
 	const uint8_t *table;	/* nparts XXH3-64s */
 	_Atomic uint64_t *ok;	/* parts verified good, one bit each */
 	_Atomic uint64_t *bad;	/* parts that failed, logged once */
@@ -113,6 +117,8 @@ struct ment {
 	uint64_t first;
 	struct sfs_id content;
 	uint32_t inode;		/* another name of entry @inode; 0: its own inode */
+	uint32_t pack;		/* file: its pack's index + 1; 0: not packed */
+	uint32_t pack_off;	/* ... and where its bytes start in it */
 };
 
 static const char *mname(const struct manifest *m)
@@ -120,27 +126,28 @@ static const char *mname(const struct manifest *m)
 	return m->name[0] ? m->name : "manifest";
 }
 
-static const char *part_section(const struct manifest *m, uint64_t p)
+/* The section part @p (< nparts) belongs to. */
+static int part_sec(const struct manifest *m, uint64_t p)
 {
-	return p < m->chk_part0 ? "entry table" :
-	       p < m->str_part0 ? "chunk table" : "string table";
+	int s = 0;
+
+	while (s + 1 < m->nsec && p >= m->part0[s + 1])
+		s++;
+	return s;
 }
 
 /* Hash part @p against the part table; record and log the outcome. */
 static int part_verify(const struct manifest *m, uint64_t p)
 {
-	uint64_t soff, slen, k, off, len, want, bit = 1ull << (p % 64);
+	uint64_t soff, slen, off, len, want, bit = 1ull << (p % 64);
+	int sec;
 
 	if (atomic_load_explicit(&m->bad[p / 64], memory_order_relaxed) & bit)
 		return -EIO;
-	if (p < m->chk_part0) {
-		soff = m->ent_off, slen = m->ent_len, k = p;
-	} else if (p < m->str_part0) {
-		soff = m->chk_off, slen = m->chk_len, k = p - m->chk_part0;
-	} else {
-		soff = m->str_off, slen = m->strs_len, k = p - m->str_part0;
-	}
-	off = k << m->shift;
+	sec = part_sec(m, p);
+	soff = m->soff[sec];
+	slen = m->slen[sec];
+	off = (p - m->part0[sec]) << m->shift;
 	len = MIN(slen - off, 1ull << m->shift);
 	want = ld64(m->table + p * 8);
 	if (m->src.fill && m->src.fill(m->src.arg, p, soff + off, len, false))
@@ -159,7 +166,7 @@ static int part_verify(const struct manifest *m, uint64_t p)
 		log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: part %llu of %llu (%s, bytes %llu..%llu of the manifest) fails its checksum: refusing it (republish, or remove the cached copy)",
 			mname(m), (unsigned long long)m->version,
 			(unsigned long long)p, (unsigned long long)m->nparts,
-			part_section(m, p), (unsigned long long)(soff + off),
+			mf2_sec_name(part_sec(m, p)), (unsigned long long)(soff + off),
 			(unsigned long long)(soff + off + len));
 	return -EIO;
 }
@@ -248,6 +255,8 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 	e->first = ld64(p + E_FIRST);
 	ld_id(p + E_CONTENT, &e->content);
 	e->inode = m->entry_size >= MF_ENTRY_SIZE_LINKS ? ld32(p + E_INODE) : 0;
+	e->pack = m->npacks ? ld32(p + E_PACK) : 0;
+	e->pack_off = e->pack ? ld32(p + E_PACK_OFF) : 0;
 
 	e->name = str_get(m, name_off, e->name_len);
 	if (!e->name)
@@ -269,6 +278,9 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 	case S_IFREG:
 		if (e->first > m->nchunks || e->count > m->nchunks - e->first)
 			goto bad;
+		/* a packed file is one chunk, inside its pack (manifest_file_pack) */
+		if (e->pack && (e->pack > m->npacks || e->count != 1))
+			goto bad;
 		break;
 	case S_IFLNK:
 		if (e->count == 0 || e->count > MF_TARGET_MAX)
@@ -282,6 +294,8 @@ static int ent_load(const struct manifest *m, uint64_t idx, struct ment *e)
 	}
 	/* a hard link names an earlier regular file (checked in ent_inode) */
 	if (e->inode && (e->inode >= idx || !S_ISREG(e->mode)))
+		goto bad;
+	if (e->pack && !S_ISREG(e->mode))
 		goto bad;
 	return 0;
 bad:
@@ -427,7 +441,7 @@ static int open_v1(struct manifest *m, char *err, size_t errlen)
 static int open_v2(struct manifest *m, char *err, size_t errlen)
 {
 	const uint8_t *b = m->base;
-	uint64_t tab_off, tab_len, ent_parts, chk_parts, str_parts, words, sum;
+	uint64_t tab_off, tab_len, words, sum, lo;
 	int rc;
 
 	m->shift = ld32(b + H2_PARTSHIFT);
@@ -435,39 +449,57 @@ static int open_v2(struct manifest *m, char *err, size_t errlen)
 	    (1u << m->shift) < m->entry_size)
 		return errmsg(err, errlen, -EINVAL, "bad part size 2^%u", m->shift);
 	m->per_part = mf2_per_part(m->entry_size, m->shift);
-	m->ent_off = ld64(b + H2_ENT_OFF);
-	m->ent_len = ld64(b + H2_ENT_LEN);
-	m->chk_off = ld64(b + H2_CHK_OFF);
-	m->chk_len = ld64(b + H2_CHK_LEN);
-	m->str_off = ld64(b + H2_STR_OFF);
-	m->strs_len = ld64(b + H2_STR_LEN);
+	m->nsec = mf2_nsec(ld32(b + H_INCOMPAT));
+	for (int i = 0; i < m->nsec; i++) {
+		m->soff[i] = ld64(b + mf2_sec_off_at(i));
+		m->slen[i] = ld64(b + mf2_sec_len_at(i));
+	}
+	m->ent_off = m->soff[MF2_SEC_ENT];
+	m->ent_len = m->slen[MF2_SEC_ENT];
+	m->chk_off = m->soff[MF2_SEC_CHK];
+	m->chk_len = m->slen[MF2_SEC_CHK];
+	m->str_off = m->soff[MF2_SEC_STR];
+	m->strs_len = m->slen[MF2_SEC_STR];
 	tab_off = ld64(b + H2_TAB_OFF);
 	m->nparts = ld64(b + H2_NPARTS);
 	if (m->ent_len != mf2_ent_len(m->nentries, m->entry_size, m->shift))
 		return errmsg(err, errlen, -EINVAL, "entry table size does not match the entry count");
 	if (m->chk_len != m->nchunks * MF_ID_SIZE)
 		return errmsg(err, errlen, -EINVAL, "chunk table size does not match the chunk count");
-	ent_parts = mf2_nparts(m->ent_len, m->shift);
-	chk_parts = mf2_nparts(m->chk_len, m->shift);
-	str_parts = mf2_nparts(m->strs_len, m->shift);
-	if (m->nparts != ent_parts + chk_parts + str_parts)
+	if (m->nsec > MF2_SEC_PACK) {
+		if (m->entry_size < MF_ENTRY_SIZE_PACKS)
+			return errmsg(err, errlen, -EINVAL, "entry records too small for packs");
+		if (m->slen[MF2_SEC_PACK] % MF_PACK_SIZE ||
+		    m->slen[MF2_SEC_PACK] / MF_PACK_SIZE >= UINT32_MAX)
+			return errmsg(err, errlen, -EINVAL, "bad pack table size");
+		if (m->slen[MF2_SEC_MEM] % MF_MEMBER_SIZE ||
+		    m->slen[MF2_SEC_MEM] / MF_MEMBER_SIZE > UINT32_MAX)
+			return errmsg(err, errlen, -EINVAL, "bad member table size");
+		m->npacks = m->slen[MF2_SEC_PACK] / MF_PACK_SIZE;
+		m->nmembers = m->slen[MF2_SEC_MEM] / MF_MEMBER_SIZE;
+	}
+	m->part0[0] = 0;
+	for (int i = 0; i < m->nsec; i++) {
+		if (m->slen[i] > m->len)
+			return errmsg(err, errlen, -EINVAL, "truncated %s", mf2_sec_name(i));
+		m->part0[i + 1] = m->part0[i] + mf2_nparts(m->slen[i], m->shift);
+	}
+	if (m->nparts != m->part0[m->nsec])
 		return errmsg(err, errlen, -EINVAL, "part count does not match the sections");
-	m->chk_part0 = ent_parts;
-	m->str_part0 = ent_parts + chk_parts;
+	m->chk_part0 = m->part0[MF2_SEC_CHK];
+	m->str_part0 = m->part0[MF2_SEC_STR];
 	tab_len = m->nparts * 8;
 
-	rc = section_check(b, m->len, ld32(b + H_HDRSIZE), m->ent_off, m->ent_len,
-			   NULL, "entry table", err, errlen);
-	if (!rc)
-		rc = section_check(b, m->len, m->ent_off + m->ent_len, m->chk_off,
-				   m->chk_len, NULL, "chunk table", err, errlen);
-	if (!rc)
-		rc = section_check(b, m->len, m->chk_off + m->chk_len, m->str_off,
-				   m->strs_len, NULL, "string table", err, errlen);
+	lo = ld32(b + H_HDRSIZE);
+	for (int i = 0; i < m->nsec; i++) {
+		rc = section_check(b, m->len, lo, m->soff[i], m->slen[i], NULL,
+				   mf2_sec_name(i), err, errlen);
+		if (rc)
+			return rc;
+		lo = m->soff[i] + m->slen[i];
+	}
 	sum = ld64(b + H2_TAB_SUM);
-	if (!rc)
-		rc = section_check(b, m->len, m->str_off + m->strs_len, tab_off,
-				   tab_len, &sum, "part table", err, errlen);
+	rc = section_check(b, m->len, lo, tab_off, tab_len, &sum, "part table", err, errlen);
 	if (rc)
 		return rc;
 	m->table = b + tab_off;
@@ -872,6 +904,116 @@ void manifest_id(const struct manifest *m, uint64_t i, struct sfs_id *id)
 		memset(id, 0, sizeof(*id));
 }
 
+uint32_t manifest_npacks(const struct manifest *m)
+{
+	return (uint32_t)m->npacks;
+}
+
+/* Pack record @i into @out, its first member in *@first: 0, -ENOENT or -EIO. */
+static int pack_load(const struct manifest *m, uint32_t i, struct manifest_pack *out,
+		     uint64_t *first)
+{
+	uint64_t off = (uint64_t)i * MF_PACK_SIZE;
+	const uint8_t *p;
+
+	if (i >= m->npacks)
+		return -ENOENT;
+	if (part_ok(m, m->part0[MF2_SEC_PACK] + (off >> m->shift)))
+		return -EIO;
+	p = m->base + m->soff[MF2_SEC_PACK] + off;
+	ld_id(p + P_ID, &out->id);
+	out->size = ld64(p + P_SIZE);
+	*first = ld32(p + P_FIRST);
+	out->nmembers = ld32(p + P_COUNT);
+	if (out->size == 0 || out->size > m->chunk_size || *first > m->nmembers ||
+	    out->nmembers > m->nmembers - *first) {
+		log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: pack %u is corrupt",
+			mname(m), (unsigned long long)m->version, i);
+		return -EIO;
+	}
+	return 0;
+}
+
+int manifest_pack(const struct manifest *m, uint32_t pack, struct manifest_pack *out)
+{
+	uint64_t first;
+
+	return pack_load(m, pack, out, &first);
+}
+
+int manifest_file_pack(const struct manifest *m, uint64_t ino, uint32_t *pack,
+		       uint32_t *off)
+{
+	struct manifest_pack pk;
+	struct ment e;
+	uint64_t first;
+	int rc = ino_load(m, ino, &e);
+
+	if (rc)
+		return rc;
+	if (!S_ISREG(e.mode))
+		return -EINVAL;
+	if (!e.pack)
+		return -ENODATA;
+	rc = pack_load(m, e.pack - 1, &pk, &first);
+	if (rc)
+		return rc == -ENOENT ? -EIO : rc;
+	if (e.size == 0 || e.pack_off > pk.size || e.size > pk.size - e.pack_off) {
+		log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: entry %u lies outside its pack %u",
+			mname(m), (unsigned long long)m->version, e.idx, e.pack - 1);
+		return -EIO;
+	}
+	*pack = e.pack - 1;
+	*off = e.pack_off;
+	return 0;
+}
+
+int manifest_pack_member(const struct manifest *m, uint32_t pack, uint32_t j,
+			 struct manifest_member *out)
+{
+	struct manifest_pack pk;
+	struct sfs_id cid;
+	const uint8_t *p;
+	uint64_t first, off, idx;
+	struct ment e;
+	int rc = pack_load(m, pack, &pk, &first);
+
+	if (rc)
+		return rc;
+	if (j >= pk.nmembers)
+		return -ENOENT;
+	off = (first + j) * MF_MEMBER_SIZE;
+	if (part_ok(m, m->part0[MF2_SEC_MEM] + (off >> m->shift)))
+		return -EIO;
+	p = m->base + m->soff[MF2_SEC_MEM] + off;
+	idx = ld32(p + M_ENTRY);
+	out->off = ld32(p + M_OFF);
+	rc = ent_load(m, idx, &e);
+	if (rc && rc != -ENOENT)
+		return rc;
+	/*
+	 * The member must be the file that says it lies here, its own inode,
+	 * and its content id the one its single chunk gives: the pack's bytes
+	 * are cached under it, so a crafted manifest must not name another
+	 * file's content id.
+	 */
+	if (!rc && S_ISREG(e.mode) && !e.inode && e.pack == pack + 1 &&
+	    e.pack_off == out->off && e.size && e.size <= pk.size - MIN(out->off, pk.size) &&
+	    !id_get(m, e.first, &out->chunk)) {
+		manifest_content_id(e.size, &out->chunk, 1, &cid);
+		if (sfs_id_eq(&cid, &e.content)) {
+			out->ino = idx + 1;
+			out->size = e.size;
+			out->content = e.content;
+			return 0;
+		}
+	}
+	log_limited(&rl_corrupt, LOG_ERR, "%s v%llu: member %u of pack %u (entry %llu) is not a file of that pack",
+		mname(m), (unsigned long long)m->version, j, pack,
+		(unsigned long long)idx);
+	return -EIO;
+}
+
 int manifest_path(const struct manifest *m, uint64_t ino, char *buf, size_t size)
 {
 	struct ment e;
@@ -936,19 +1078,15 @@ void manifest_reseal(uint8_t *b, size_t len)
 				st64(b + v1[i][2], XXH3_64bits(b + off, n));
 		}
 	} else {
-		static const int v2[3][2] = {
-			{ H2_ENT_OFF, H2_ENT_LEN },
-			{ H2_CHK_OFF, H2_CHK_LEN },
-			{ H2_STR_OFF, H2_STR_LEN },
-		};
 		uint32_t shift = ld32(b + H2_PARTSHIFT);
 		uint64_t tab = ld64(b + H2_TAB_OFF), np = ld64(b + H2_NPARTS), p = 0;
+		int nsec = mf2_nsec(ld32(b + H_INCOMPAT));
 
 		if (shift < MF2_PART_SHIFT_MIN || shift > MF2_PART_SHIFT_MAX ||
 		    tab > len || np > (len - tab) / 8)
 			return;
-		for (int i = 0; i < 3; i++) {
-			uint64_t off = ld64(b + v2[i][0]), n = ld64(b + v2[i][1]);
+		for (int i = 0; i < nsec; i++) {
+			uint64_t off = ld64(b + mf2_sec_off_at(i)), n = ld64(b + mf2_sec_len_at(i));
 
 			if (off > len || n > len - off)
 				return;
