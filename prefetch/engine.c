@@ -95,6 +95,9 @@
 enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK };
 #define MAX_HIT_RETRIES	3
 #define ENG_MAX_OUTSIDE	4		/* background fills of chunks larger than the region */
+#define ENG_PACK_RECENT	1024		/* packs read lately, remembered (direct mapped) */
+#define ENG_PACK_HOLD_NS	(30ull * 1000000000)	/* ... for this long */
+#define ENG_PACK_MAX	65536		/* members of one pack read at most */
 
 enum stage {
 	FS_CLAIM,	/* to claim (again) */
@@ -105,6 +108,26 @@ enum stage {
 	FS_WRITEQ,	/* verified, served: waiting for a write slot */
 	FS_WRITE,	/* cache write (+ fdatasync) in flight */
 	FS_CHECK,	/* read-back in flight */
+	FS_PACK,	/* a member of a pack read not started yet (see below) */
+};
+
+/*
+ * A pack read (docs/manifest.md, "Packs"): one backend read of the range of
+ * a pack that covers the members whose chunk is missing, each claimed by a
+ * fill of its own (a "rider").  The first, lowest offset, is the carrier:
+ * it takes the tokens and a buffer for the whole range and its transfer is
+ * the read; the riders wait in FS_PACK, then FS_FETCH.  When it is back each
+ * rider gets a buffer of its own, its slice copied and checked against its
+ * own chunk id, and goes on as any fetched fill; the carrier keeps the
+ * range's buffer, whose first bytes are its own.  A member whose reader
+ * arrives before the read starts leaves the pack and is fetched alone, at
+ * the reader's priority: no reader waits behind a pack read held back.
+ */
+struct packread {
+	uint32_t pack;
+	uint64_t lo, len;	/* the range read */
+	uint32_t n;
+	struct fill *m[];	/* by offset; m[0] the carrier; NULL: left */
 };
 
 struct fill {
@@ -124,6 +147,11 @@ struct fill {
 	bool from_peer;			/* ... or a peer sent the chunk (src/peer/peer.h) */
 	bool direct;			/* the transfers in flight use O_DIRECT */
 	bool served;			/* fl->buf holds the verified chunk, published */
+	bool rider;			/* a member of a pack read, wanted by nobody */
+	uint8_t pkind;			/* ... for a request of this kind (PF_KIND_*) */
+	struct packread *pr;		/* the pack read it is part of, or NULL */
+	uint32_t poff;			/* ... its offset in the pack */
+	struct sfs_id pchunk;		/* ... and its chunk id */
 	uint8_t hit_retries;
 	struct cache_fill claim;
 	struct cache_waiter waiter;
@@ -168,6 +196,16 @@ struct pf_engine {
 	bool direct_ok;			/* O_DIRECT transfers not refused */
 	bool again;			/* the inbox got work from this thread */
 
+	/* packs read lately: not read again for ENG_PACK_HOLD_NS */
+	struct {
+		const struct backend *be;
+		uint32_t pack;
+		bool done;		/* read; else only queued for readahead */
+		uint64_t at;
+	} recent[ENG_PACK_RECENT];
+	struct pf_owner pack_owner;	/* of the readahead requests for packs */
+
+	_Atomic uint64_t st_pack_reads, st_pack_bytes, st_pack_files;
 	_Atomic uint64_t st_ops, st_direct, st_fixed, st_submits, st_fills;
 	_Atomic uint64_t st_max, st_inflight, st_demand, st_hits, st_async;
 };
@@ -280,6 +318,12 @@ static void prep_rw(struct pf_engine *e, struct fill *fl, int op, bool write, in
 
 static void fill_claim(struct pf_engine *e, struct fill *fl);
 static void want_start(struct pf_engine *e, struct pf_want *w);
+static void pack_abandon(struct pf_engine *e, struct fill *carrier);
+static void pack_fetch(struct pf_engine *e, struct fill *fl);
+static void pack_done(struct pf_engine *e, struct fill *carrier, int res);
+static void fill_go(struct pf_engine *e, struct fill *fl);
+static struct fill *fill_find(struct pf_engine *e, const struct cfile *cf, uint32_t idx);
+static void fill_drop(struct pf_engine *e, struct fill *fl, int err);
 
 static void set_prio(struct pf_engine *e, struct fill *fl, int prio)
 {
@@ -386,6 +430,8 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	struct list_node retry, *n;
 
 	list_init(&retry);
+	if (fl->pr)
+		pack_abandon(e, fl);
 	if (bytes)
 		fill_serve(e, fl);
 	while ((n = list_pop(&fl->wants))) {
@@ -401,6 +447,8 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	}
 	if (fl->req)
 		pf_sched_finish(e->s, fl->req, res);
+	else if (fl->rider && (res == PF_FETCHED || res == -ENOSPC))
+		pf_note_fetch(e->s, fl->pkind);	/* counted as its request's kind */
 	if (fl->fetched || fl->served)
 		atomic_fetch_add(&e->st_fills, 1);
 	set_prio(e, fl, BK_WARMUP);
@@ -513,7 +561,7 @@ static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
 		fill_drop(e, fl, res < 0 ? res : -EIO);
 		return;
 	}
-	if (!fl->req)
+	if (!fl->req && !fl->rider)
 		pf_note_demand_fetch(e->s);
 	st = cache_fill_commit(e->c, &fl->claim,
 			       hash ? hash->lo : cache_chunk_hash(fl->buf->data, len));
@@ -555,6 +603,10 @@ static void start_fetch(struct pf_engine *e, struct fill *fl)
 	struct backend *be = fl->f->be;
 	int r;
 
+	if (fl->pr) {
+		pack_fetch(e, fl);
+		return;
+	}
 	fl->stage = FS_FETCH;
 	fl->fetched = true;
 	fl->from_peer = false;	/* aio_finish says */
@@ -626,13 +678,15 @@ static void check_read_done(struct pf_engine *e, struct fill *fl, int res)
 static void fill_go(struct pf_engine *e, struct fill *fl)
 {
 	const struct backend *be = fl->f->be;
+	/* a pack read's carrier reads (and holds) the whole range */
+	size_t len = fl->pr ? fl->pr->len : fl->claim.len;
 
 	/* a chunk a peer will send is no backend traffic: no rate-cap tokens */
-	if (!fl->checking && !fl->tokens && be->ops->peer_first &&
+	if (!fl->checking && !fl->tokens && !fl->pr && be->ops->peer_first &&
 	    be->ops->peer_first(fl->f->be, &fl->f->attr, fl->idx))
 		fl->tokens = true;
 	if (!fl->checking && !fl->tokens) {
-		uint64_t wait = pf_bucket_try(e->s, fl->claim.len, fl->prio), now = now_ns();
+		uint64_t wait = pf_bucket_try(e->s, len, fl->prio), now = now_ns();
 
 		if (wait) {
 			if (!fl->throttled_since)
@@ -658,11 +712,11 @@ static void fill_go(struct pf_engine *e, struct fill *fl)
 		 * size) always takes one outside: at most ENG_MAX_OUTSIDE
 		 * background fills at once do.
 		 */
-		if (!bufpool_fits(e->pool, fl->claim.len) && list_empty(&fl->wants) &&
+		if (!bufpool_fits(e->pool, len) && list_empty(&fl->wants) &&
 		    e->outside_fills >= ENG_MAX_OUTSIDE)
 			fl->buf = NULL;	/* prefetch_buffers is below the chunk size */
 		else
-			fl->buf = bufpool_get(e->pool, fl->claim.len,
+			fl->buf = bufpool_get(e->pool, len,
 					      !list_empty(&fl->wants) && !e->pool_fills);
 		if (fl->buf)
 			fill_count_buf(e, fl, 1);
@@ -752,6 +806,272 @@ static void fill_claim(struct pf_engine *e, struct fill *fl)
 	}
 }
 
+/* ---- pack reads (struct packread) ---- */
+
+/* The slot of pack @pack of @be in e->recent. */
+static size_t recent_slot(const struct backend *be, uint32_t pack)
+{
+	uint64_t h = ((uint64_t)(uintptr_t)be >> 4) * 0x9e3779b97f4a7c15ULL ^ pack;
+
+	return (size_t)((h ^ h >> 29) % ENG_PACK_RECENT);
+}
+
+/* Was pack @pack of @be read (@done) or queued lately? */
+static bool recent_has(struct pf_engine *e, const struct backend *be, uint32_t pack,
+		       bool done)
+{
+	size_t i = recent_slot(be, pack);
+
+	return e->recent[i].be == be && e->recent[i].pack == pack &&
+	       (e->recent[i].done || !done) && now_ns() - e->recent[i].at < ENG_PACK_HOLD_NS;
+}
+
+static void recent_put(struct pf_engine *e, const struct backend *be, uint32_t pack,
+		       bool done)
+{
+	size_t i = recent_slot(be, pack);
+
+	e->recent[i].be = be;
+	e->recent[i].pack = pack;
+	e->recent[i].done = done;
+	e->recent[i].at = now_ns();
+}
+
+static void pack_owner_done(struct pf_owner *o, const struct pf_req *r, int res)
+{
+	(void)o, (void)r, (void)res;
+}
+
+static void pack_owner_free(struct pf_owner *o)
+{
+	(void)o;
+}
+
+/*
+ * A reader missed packed file @f: queue a readahead request for its pack,
+ * once, when the cache has room for the pack without evicting anything
+ * (its other files are fetched for readers to come, never at the cost of
+ * what is cached).
+ */
+static void pack_readahead(struct pf_engine *e, struct pf_file *f, uint32_t uid)
+{
+	struct backend *be = f->be;
+	struct manifest_pack pk;
+	struct cache_stats cs;
+	uint32_t pack, off;
+
+	if (!be->ops->pack_aio_start || !be->m || !e->o.readahead_max ||
+	    manifest_file_pack(be->m, f->attr.ino, &pack, &off) ||
+	    recent_has(e, be, pack, false) || manifest_pack(be->m, pack, &pk))
+		return;
+	cache_get_stats(e->c, &cs);
+	if (cs.limit_bytes && cs.used_bytes + 2 * pk.size > cs.limit_bytes)
+		return;
+	recent_put(e, be, pack, false);
+	(void)pf_submit(e->s, &e->pack_owner, f, 0, uid, PF_CLASS_READAHEAD,
+			PF_KIND_READAHEAD);
+}
+
+/*
+ * Background request @r names a packed file whose pack was not read
+ * lately: read the pack instead, for every member whose chunk is missing.
+ * Returns false when @r is to be served as a plain fill.
+ */
+static bool pack_start(struct pf_engine *e, struct pf_req *r)
+{
+	struct backend *be = r->f->be;
+	int prio = r->cls == PF_CLASS_READAHEAD ? BK_READAHEAD : BK_WARMUP;
+	struct manifest_pack pk;
+	struct packread *pr;
+	struct fill *mine = NULL;
+	uint32_t pack, off;
+
+	if (!be->ops->pack_aio_start || !be->m || r->idx ||
+	    manifest_file_pack(be->m, r->f->attr.ino, &pack, &off) ||
+	    recent_has(e, be, pack, true) || manifest_pack(be->m, pack, &pk) ||
+	    pk.nmembers > ENG_PACK_MAX)
+		return false;
+	pr = calloc(1, sizeof(*pr) + pk.nmembers * sizeof(pr->m[0]));
+	if (!pr)
+		return false;
+	recent_put(e, be, pack, true);
+	pr->pack = pack;
+	for (uint32_t j = 0; j < pk.nmembers; j++) {
+		struct manifest_member mb;
+		struct sfs_attr a;
+		struct pf_file *f;
+		struct fill *fl;
+		bool own;
+		int rc, err = 0;
+
+		if (manifest_pack_member(be->m, pack, j, &mb))
+			continue;	/* logged; the file is read alone if at all */
+		own = mb.ino == r->f->attr.ino;
+		if (own) {
+			f = r->f;
+			pf_file_get(f);
+		} else {
+			if (manifest_getattr(be->m, mb.ino, &a))
+				continue;
+			/* not the dataset's policy: a member nobody asked for evicts nothing */
+			f = pf_file_create(e->s, be, &a, true, NULL, &err);
+			if (!f)
+				continue;
+		}
+		if (fill_find(e, f->cf, 0)) {	/* being fetched already */
+			pf_file_put(f);
+			continue;
+		}
+		fl = fill_new(e, f, 0, r->uid, prio, NULL);
+		if (!fl) {
+			pf_file_put(f);
+			continue;
+		}
+		fl->rider = true;
+		fl->pkind = r->kind;
+		rc = cache_fill_claim(e->c, f->cf, 0, r->uid, f->nothrash, &fl->claim, NULL);
+		if (rc != CACHE_FETCH) {
+			if (rc == CACHE_CHECK)	/* present: its own reader checks it */
+				cache_fill_abort(e->c, &fl->claim, 0);
+			fill_end(e, fl, rc < 0 ? rc : PF_PRESENT, false);
+			continue;
+		}
+		fl->claimed = true;
+		fl->stage = FS_PACK;
+		fl->poff = mb.off;
+		fl->pchunk = mb.chunk;
+		fl->pr = pr;
+		pr->m[pr->n++] = fl;
+		if (own)
+			mine = fl;
+	}
+	if (!pr->n) {
+		free(pr);
+		pf_sched_finish(e->s, r, PF_PRESENT);
+		return true;
+	}
+	pr->lo = pr->m[0]->poff;
+	pr->len = pr->m[pr->n - 1]->poff + pr->m[pr->n - 1]->claim.len - pr->lo;
+	/* the request ends with its own file's fill, or with the carrier's */
+	if (!mine)
+		mine = pr->m[0];
+	mine->req = r;
+	mine->rider = false;
+	fill_go(e, pr->m[0]);
+	return true;
+}
+
+/* Rider @fl, whose pack read has not started, leaves it: it is fetched alone. */
+static void pack_leave(struct pf_engine *e, struct fill *fl)
+{
+	struct packread *pr = fl->pr;
+
+	for (uint32_t i = 1; i < pr->n; i++)
+		if (pr->m[i] == fl)
+			pr->m[i] = NULL;
+	fl->pr = NULL;
+	fill_go(e, fl);
+}
+
+/* The carrier ends before its read started: so do its riders (unclaimed). */
+static void pack_abandon(struct pf_engine *e, struct fill *carrier)
+{
+	struct packread *pr = carrier->pr;
+
+	carrier->pr = NULL;
+	for (uint32_t i = 1; i < pr->n; i++) {
+		struct fill *m = pr->m[i];
+
+		if (m) {
+			m->pr = NULL;
+			fill_drop(e, m, -ECANCELED);
+		}
+	}
+	free(pr);
+}
+
+/* The carrier has its tokens and the range's buffer: start the read. */
+static void pack_fetch(struct pf_engine *e, struct fill *fl)
+{
+	struct packread *pr = fl->pr;
+	struct backend *be = fl->f->be;
+	int r;
+
+	for (uint32_t i = 0; i < pr->n; i++) {
+		struct fill *m = pr->m[i];
+
+		if (!m)
+			continue;
+		m->stage = FS_FETCH;
+		m->fetched = true;
+		m->from_peer = false;
+		if (e->o.fetch_begin)
+			e->o.fetch_begin(e->o.account_arg, m->f->cf, m->idx);
+	}
+	atomic_fetch_add(&e->st_pack_reads, 1);
+	atomic_fetch_add(&e->st_pack_bytes, pr->len);
+	r = be->ops->pack_aio_start(be, pr->pack, pr->lo, pr->len, fl->buf->data,
+				    aio_done, fl, &fl->aio);
+	if (r)
+		pack_done(e, fl, r);
+}
+
+/* Member @m's bytes are in m->buf: check them against its own chunk id. */
+static void pack_member_done(struct pf_engine *e, struct fill *m, uint32_t pack)
+{
+	struct sfs_id got;
+	char hex[SFS_ID_HEX_LEN + 1];
+
+	sfs_id_of(m->buf->data, m->claim.len, &got);
+	if (sfs_id_eq(&got, &m->pchunk)) {
+		atomic_fetch_add(&e->st_pack_files, 1);
+		fetch_done(e, m, (int)m->claim.len, &got);
+		return;
+	}
+	sfs_id_hex(&got, hex);
+	log_err("I/O engine: %s: pack %u is corrupt (%zu bytes at %u hash to %s): not cached",
+		m->f->be->uri, pack, m->claim.len, m->poff, hex);
+	fetch_done(e, m, -EIO, NULL);
+}
+
+/*
+ * The carrier's read ended (@res: the range's length, or -errno): each
+ * rider takes its slice, checked, and goes on as a fetched fill; so does
+ * the carrier, whose slice is the start of its buffer.
+ */
+static void pack_done(struct pf_engine *e, struct fill *carrier, int res)
+{
+	struct packread *pr = carrier->pr;
+	bool ok = res >= 0 && (uint64_t)res == pr->len;
+
+	carrier->pr = NULL;
+	for (uint32_t i = 1; i < pr->n; i++) {
+		struct fill *m = pr->m[i];
+
+		if (!m)
+			continue;
+		m->pr = NULL;
+		if (!ok) {
+			fetch_done(e, m, res < 0 ? res : -EIO, NULL);
+			continue;
+		}
+		m->buf = bufpool_get(e->pool, m->claim.len, !list_empty(&m->wants));
+		if (!m->buf) {
+			fetch_done(e, m, -ENOMEM, NULL);	/* absent again: fetched later */
+			continue;
+		}
+		fill_count_buf(e, m, 1);
+		memcpy(m->buf->data, (char *)carrier->buf->data + (m->poff - pr->lo),
+		       m->claim.len);
+		pack_member_done(e, m, pr->pack);
+	}
+	if (ok)
+		pack_member_done(e, carrier, pr->pack);
+	else
+		fetch_done(e, carrier, res < 0 ? res : -EIO, NULL);
+	free(pr);
+}
+
 /* ---- work arriving ---- */
 
 static struct fill *fill_find(struct pf_engine *e, const struct cfile *cf, uint32_t idx)
@@ -793,8 +1113,11 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 		w->origin = false;
 		list_add(&fl->wants, &w->node);
 		set_prio(e, fl, BK_DEMAND);
+		fl->rider = false;
 		if (fl->stage == FS_THROTTLED)
 			fl->wait_until = 0;	/* may borrow now */
+		if (fl->stage == FS_PACK)
+			pack_leave(e, fl);	/* fetched alone, now */
 		return;
 	}
 	b = bufpool_find(e->pool, &w->attr->content, w->idx);
@@ -813,6 +1136,7 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 	w->origin = true;
 	list_add(&fl->wants, &w->node);
 	fill_claim(e, fl);
+	pack_readahead(e, f, w->uid);
 }
 
 static void inbox_fill(struct pf_engine *e, struct fill *fl)
@@ -829,7 +1153,10 @@ static void inbox_fill(struct pf_engine *e, struct fill *fl)
 		res = fl->f->be->ops->aio_finish(fl->f->be, fl->aio, &id, &hashed,
 						 &fl->from_peer);
 		fl->aio = NULL;
-		fetch_done(e, fl, res, hashed ? &id : NULL);
+		if (fl->pr)
+			pack_done(e, fl, res);
+		else
+			fetch_done(e, fl, res, hashed ? &id : NULL);
 		break;
 	default:
 		log_err("I/O engine: fill handed back in stage %d", fl->stage);
@@ -915,6 +1242,8 @@ static void start_background(struct pf_engine *e)
 			pf_sched_finish(e->s, r, -ECANCELED);
 			continue;
 		}
+		if (pack_start(e, r))
+			continue;
 		pf_file_get(r->f);
 		fl = fill_new(e, r->f, r->idx, r->uid,
 			      r->cls == PF_CLASS_READAHEAD ? BK_READAHEAD : BK_WARMUP, r);
@@ -1108,6 +1437,9 @@ int pf_engine_create(struct pf_sched *s, struct cache *c, const struct pf_opts *
 	e->c = c;
 	e->o = *o;
 	e->direct_ok = true;
+	atomic_init(&e->pack_owner.refs, 1);	/* the engine's: never freed */
+	e->pack_owner.done = pack_owner_done;
+	e->pack_owner.free = pack_owner_free;
 	list_init(&e->fills);
 	list_init(&e->inbox);
 	list_init(&e->wants_in);

@@ -32,7 +32,9 @@
  * N nodes given I = 0..N-1 split a dataset's chunks exactly, whatever the
  * order or speed of their walks, as long as they see the same content ids
  * (always for rados://; for dir:// on a shared filesystem the id includes
- * the file's device and inode numbers as this node sees them).
+ * the file's device and inode numbers as this node sees them).  A small
+ * file stored in a pack goes with its pack (XXH3 of the pack id): the
+ * engine reads a pack whole for the first of its files a job asks for.
  */
 #include "prefetch_i.h"
 
@@ -234,15 +236,30 @@ static int wait_room(struct pf_job *j)
 	return 0;
 }
 
-static bool in_shard(const struct pf_job *j, const struct sfs_id *id, uint32_t idx)
+/*
+ * Is chunk @idx of file @a in the job's shard?  A packed file goes with
+ * its pack (keyed by the pack's id, index UINT32_MAX), so one node reads
+ * each pack whole and no two read the same one.
+ */
+static bool in_shard(const struct pf_job *j, struct backend *be,
+		     const struct sfs_attr *a, uint32_t idx)
 {
 	struct {
 		uint64_t hi, lo;
 		uint32_t idx;
-	} __attribute__((packed)) key = { id->hi, id->lo, idx };
+	} __attribute__((packed)) key = { a->content.hi, a->content.lo, idx };
+	struct manifest_pack pk;
+	uint32_t pack, off;
 
 	if (!j->opts.shard_n)
 		return true;
+	if (be->m && manifest_npacks(be->m) &&
+	    !manifest_file_pack(be->m, a->ino, &pack, &off) &&
+	    !manifest_pack(be->m, pack, &pk)) {
+		key.hi = pk.id.hi;
+		key.lo = pk.id.lo;
+		key.idx = UINT32_MAX;
+	}
 	return sfs_hash64(&key, sizeof(key)) % j->opts.shard_n == j->opts.shard_i;
 }
 
@@ -289,7 +306,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	for (uint32_t idx = 0; idx < nch; idx++) {
 		uint64_t len = backend_chunk_len(a->size, csize, idx);
 
-		if (!in_shard(j, &a->content, idx))
+		if (!in_shard(j, be, a, idx))
 			continue;
 		in++;
 		in_bytes += len;
@@ -339,7 +356,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 
 queue:
 	for (uint32_t idx = 0; idx < nch; idx++) {
-		if (!in_shard(j, &a->content, idx))
+		if (!in_shard(j, be, a, idx))
 			continue;
 		if (cache_chunk_present(c, f->cf, idx)) {
 			/* present before, or brought in since by anyone: settled */

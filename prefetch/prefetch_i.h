@@ -206,6 +206,11 @@ void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res);
 uint64_t pf_bucket_try(struct pf_sched *s, size_t len, int prio);
 void pf_note_throttle(struct pf_sched *s, uint64_t ns);
 void pf_note_demand_fetch(struct pf_sched *s);
+/*
+ * A chunk fetched for a request of kind @kind (PF_KIND_*) without being
+ * one: a pack read's other files (engine.c), counted with the request's.
+ */
+void pf_note_fetch(struct pf_sched *s, int kind);
 
 /* ---- sched.c: the scheduler's life, for prefetch.c ---- */
 

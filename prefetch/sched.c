@@ -406,6 +406,11 @@ void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
 	req_finish(s, r, res);
 }
 
+void pf_note_fetch(struct pf_sched *s, int kind)
+{
+	atomic_fetch_add(&s->q->st_kind[kind], 1);
+}
+
 void pf_note_demand_fetch(struct pf_sched *s)
 {
 	struct pf_queues *q = s->q;

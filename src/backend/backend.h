@@ -96,6 +96,18 @@ struct backend_ops {
 			  struct sfs_id *hash, bool *hashed, bool *from_peer);
 
 	/*
+	 * Optional, for datasets whose manifest has packs (be->m,
+	 * manifest_file_pack()): begin reading bytes [@off, @off + @len) of
+	 * pack @pack into @buf, as aio_start does a chunk; ->aio_finish ends
+	 * it and checks only the length (*@hashed false): the caller checks
+	 * each file in the range against its own chunk id.  A demand read of
+	 * one packed file goes through aio_start, which reads its range alone.
+	 */
+	int (*pack_aio_start)(struct backend *be, uint32_t pack, uint64_t off,
+			      size_t len, void *buf, void (*done)(void *arg),
+			      void *arg, struct backend_aio **out);
+
+	/*
 	 * Optional, for sources that are plain files (dir://): chunk @idx of
 	 * @file lies as is at *@off of the file ->source_open opens for the
 	 * caller, who reads it itself (through io_uring).  Checks that the

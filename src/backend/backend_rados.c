@@ -98,6 +98,9 @@ struct rread {
 	void *buf;
 	size_t len;
 	struct sfs_id id;		/* expected XXH3-128 (published datasets) */
+	uint64_t off;			/* where in the object */
+	bool packed;			/* one packed file's bytes, in its pack */
+	bool pack;			/* a range of a pack: checked by the caller */
 	/* plain mode: the listing's size and mtime, and the op's outputs */
 	uint64_t want_size;
 	time_t want_mtime;
@@ -443,17 +446,24 @@ static int rread_result(struct rread *rr, int rc)
 		return (int)rr->len;
 	}
 	if ((size_t)rc != rr->len) {
-		log_limited(&rl_read, LOG_ERR, "rados: chunk object %s in pool '%s' holds %d bytes, expected %zu",
-			    rr->oid, rb->pool, rc, rr->len);
+		log_limited(&rl_read, LOG_ERR, "rados: %s object %s in pool '%s' holds %d bytes at %" PRIu64 ", expected %zu",
+			    rr->pack || rr->packed ? "pack" : "chunk", rr->oid, rb->pool, rc,
+			    rr->off, rr->len);
 		return -EIO;
 	}
+	if (rr->pack)
+		return (int)rr->len;
 	sfs_id_of(rr->buf, rr->len, &got);
 	if (!sfs_id_eq(&got, &rr->id)) {
 		char hex[SFS_ID_HEX_LEN + 1];
 
 		sfs_id_hex(&got, hex);
-		log_limited(&rl_read, LOG_ERR, "rados: chunk object %s in pool '%s' is corrupt (its data hashes to %s)",
-			    rr->oid, rb->pool, hex);
+		if (rr->packed)
+			log_limited(&rl_read, LOG_ERR, "rados: pack object %s in pool '%s' is corrupt (%zu bytes at %" PRIu64 " hash to %s)",
+				    rr->oid, rb->pool, rr->len, rr->off, hex);
+		else
+			log_limited(&rl_read, LOG_ERR, "rados: chunk object %s in pool '%s' is corrupt (its data hashes to %s)",
+				    rr->oid, rb->pool, hex);
 		return -EIO;
 	}
 	return (int)rr->len;
@@ -489,6 +499,8 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 	struct rread *rr;
 	char path[PATH_MAX];
 	struct sfs_id id = { 0, 0 };
+	uint32_t pack = 0, poff = 0;
+	bool packed = false;
 	size_t oidlen;
 	int rc;
 
@@ -512,7 +524,20 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 				    rb->name, rb->version, idx, file->ino);
 			return -EIO;
 		}
-		sfs_rados_chunk_oid(&id, path);
+		rc = manifest_file_pack(rb->be.m, file->ino, &pack, &poff);
+		if (rc == 0) {
+			struct manifest_pack pk;
+
+			rc = manifest_pack(rb->be.m, pack, &pk);
+			if (rc)
+				return -EIO;
+			sfs_rados_pack_oid(&pk.id, path);
+			packed = true;
+		} else if (rc == -ENODATA) {
+			sfs_rados_chunk_oid(&id, path);
+		} else {
+			return -EIO;
+		}
 		oidlen = strlen(path);
 	}
 
@@ -524,6 +549,8 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 	rr->buf = buf;
 	rr->len = len;
 	rr->id = id;
+	rr->packed = packed;
+	rr->off = poff;
 	rr->want_size = a.size;
 	rr->want_mtime = a.mtime.tv_sec;
 	rr->done = done;
@@ -557,7 +584,7 @@ static int rread_submit(struct rread *rr)
 				   rr->buf, &rr->bytes_read, &rr->read_rval);
 		rc = rados_aio_read_op_operate(rr->op, rb->io, rr->c, rr->oid, 0);
 	} else {
-		rc = rados_aio_read(rb->io, rr->oid, rr->c, rr->buf, rr->len, 0);
+		rc = rados_aio_read(rb->io, rr->oid, rr->c, rr->buf, rr->len, rr->off);
 	}
 	if (rc < 0) {
 		log_limited(&rl_read, LOG_ERR, "rados: cannot start reading %s: %s", rr->oid,
@@ -649,6 +676,59 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 	return 0;
 }
 
+/* Start a read of bytes [@off, @off + @len) of pack @pack: no peer, no check. */
+static int rb_pack_aio_start(struct backend *be, uint32_t pack, uint64_t off,
+			     size_t len, void *buf, void (*done)(void *arg),
+			     void *arg, struct backend_aio **out)
+{
+	struct rados_backend *rb = RB(be);
+	struct manifest_pack pk;
+	struct rread *rr;
+	char oid[SFS_RADOS_OID_MAX];
+	int rc;
+
+	if (rb->plain)
+		return -EINVAL;
+	rc = manifest_pack(be->m, pack, &pk);
+	if (rc)
+		return -EIO;
+	if (len == 0 || off > pk.size || len > pk.size - off)
+		return -EINVAL;
+	sfs_rados_pack_oid(&pk.id, oid);
+	rr = calloc(1, sizeof(*rr) + strlen(oid) + 1);
+	if (!rr)
+		return -ENOMEM;
+	strcpy(rr->oid, oid);
+	rr->rb = rb;
+	rr->buf = buf;
+	rr->len = len;
+	rr->off = off;
+	rr->pack = true;
+	rr->done = done;
+	rr->arg = arg;
+	rr->cb = rread_complete_cb;
+
+	pthread_mutex_lock(&rb->lock);
+	if (rb->stopping) {
+		pthread_mutex_unlock(&rb->lock);
+		free(rr);
+		return -ESHUTDOWN;
+	}
+	rb->inflight++;
+	pthread_mutex_unlock(&rb->lock);
+	rc = rread_submit(rr);
+	if (rc) {
+		rread_free(rr);
+		pthread_mutex_lock(&rb->lock);
+		if (--rb->inflight == 0)
+			pthread_cond_broadcast(&rb->idle);
+		pthread_mutex_unlock(&rb->lock);
+		return rc;
+	}
+	*out = (struct backend_aio *)rr;	/* done() may have run already */
+	return 0;
+}
+
 static int rb_aio_finish(struct backend *be, struct backend_aio *h,
 			 struct sfs_id *hash, bool *hashed, bool *from_peer)
 {
@@ -666,7 +746,7 @@ static int rb_aio_finish(struct backend *be, struct backend_aio *h,
 		rados_aio_wait_for_complete_and_cb(rr->c);
 		res = rread_result(rr, rados_aio_get_return_value(rr->c));
 	}
-	*hashed = res >= 0 && !rb->plain;
+	*hashed = res >= 0 && !rb->plain && !rr->pack;
 	if (*hashed)
 		*hash = rr->id;		/* rread_result checked the bytes hash to it */
 	rread_free(rr);
@@ -806,6 +886,7 @@ const struct backend_ops backend_rados_ops = {
 	.read_chunk = rb_read_chunk,
 	.aio_start = rb_aio_start,
 	.aio_finish = rb_aio_finish,
+	.pack_aio_start = rb_pack_aio_start,
 	.peer_first = rb_peer_first,
 	.statfs = backend_manifest_statfs,
 };
