@@ -56,6 +56,16 @@
  * turn handles every completion and every queued item, prepares their SQEs,
  * and submits once (STYLE #11).
  *
+ * Yielding: the scheduler orders demand before background work, but the
+ * OSD serves what reaches it in order, so background reads in flight
+ * delay a reader's.  Each demand read is timed: with no background read
+ * in flight it feeds a baseline (an EWMA per size class); with some, a
+ * read slower than twice its baseline (plus 1 ms) halves bg_cap, the
+ * background requests allowed in flight (at most once per baseline
+ * time), and one within it adds one back, up to prefetch_inflight: AIMD
+ * on the readers' latency.  After ENG_QUIET_NS without a demand read the
+ * cap is lifted.
+ *
  * Lifetimes: a fill's buffer is held by the fill from before its first
  * transfer until every CQE of it and the backend's done have come back;
  * a reader's want takes its own reference.  So no buffer is reused while
@@ -95,6 +105,8 @@
 enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK };
 #define MAX_HIT_RETRIES	3
 #define ENG_MAX_OUTSIDE	4		/* background fills of chunks larger than the region */
+#define ENG_LAT_CLASSES	5		/* demand read sizes: <=64K, 256K, 1M, 4M, more */
+#define ENG_QUIET_NS	(2ull * 1000000000)	/* no demand read this long: background at full width */
 #define ENG_PACK_RECENT	1024		/* packs read lately, remembered (direct mapped) */
 #define ENG_PACK_HOLD_NS	(30ull * 1000000000)	/* ... for this long */
 #define ENG_PACK_MAX	65536		/* members of one pack read at most */
@@ -151,6 +163,10 @@ struct fill {
 	uint8_t pkind;			/* ... for a request of this kind (PF_KIND_*) */
 	struct packread *pr;		/* the pack read it is part of, or NULL */
 	uint32_t poff;			/* ... its offset in the pack */
+	uint64_t fetch_ns;		/* its backend read started */
+	bool timed;			/* ... and counts in bg_fetching or the latency */
+	bool bg_fetch;			/* ... as background work */
+	bool alone;			/* ... as a demand read with no background in flight */
 	struct sfs_id pchunk;		/* ... and its chunk id */
 	uint8_t hit_retries;
 	struct cache_fill claim;
@@ -187,6 +203,11 @@ struct pf_engine {
 	/* the engine thread's own */
 	struct list_node fills;		/* every fill alive, newest first */
 	uint32_t nfills, ndemand;
+	/* yielding to readers at the backend (see "Yielding" above) */
+	uint32_t bg_cap;		/* background requests allowed in flight */
+	uint32_t bg_fetching;		/* background backend reads in flight */
+	uint64_t lat_alone[ENG_LAT_CLASSES];	/* EWMA ns of a demand read alone */
+	uint64_t last_demand_ns, last_cut_ns;
 	uint32_t pool_fills;		/* fills holding a buffer of the region */
 	uint32_t outside_fills;		/* fills holding one malloc'ed outside it */
 	uint32_t writing;		/* fills in FS_WRITE */
@@ -206,6 +227,7 @@ struct pf_engine {
 	struct pf_owner pack_owner;	/* of the readahead requests for packs */
 
 	_Atomic uint64_t st_pack_reads, st_pack_bytes, st_pack_files;
+	_Atomic uint64_t st_bg_cap, st_bg_cuts;
 	_Atomic uint64_t st_ops, st_direct, st_fixed, st_submits, st_fills;
 	_Atomic uint64_t st_max, st_inflight, st_demand, st_hits, st_async;
 };
@@ -548,6 +570,62 @@ static void queue_write(struct pf_engine *e, struct fill *fl)
 	list_add_tail(&e->wq, &fl->qnode);
 }
 
+/* Size class of a read of @len bytes, for its latency baseline. */
+static int lat_class(size_t len)
+{
+	int k = 0;
+
+	for (size_t lim = 64 << 10; len > lim && k < ENG_LAT_CLASSES - 1; lim <<= 2)
+		k++;
+	return k;
+}
+
+/* @fl's backend read starts now. */
+static void fetch_timed(struct pf_engine *e, struct fill *fl)
+{
+	fl->timed = true;
+	fl->fetch_ns = now_ns();
+	fl->bg_fetch = fl->prio != BK_DEMAND;
+	fl->alone = !fl->bg_fetch && !e->bg_fetching;
+	if (fl->bg_fetch)
+		e->bg_fetching++;
+	else
+		e->last_demand_ns = fl->fetch_ns;
+}
+
+/* @fl's backend read of @len bytes ended: a demand read adjusts bg_cap. */
+static void fetch_untimed(struct pf_engine *e, struct fill *fl, size_t len)
+{
+	uint64_t now = now_ns(), lat, *base;
+
+	if (!fl->timed)
+		return;
+	fl->timed = false;
+	if (fl->bg_fetch) {
+		e->bg_fetching--;
+		return;
+	}
+	lat = now - fl->fetch_ns;
+	base = &e->lat_alone[lat_class(len)];
+	e->last_demand_ns = now;
+	if (fl->alone && !e->bg_fetching) {
+		*base = *base ? (7 * *base + lat) / 8 : lat;
+		return;
+	}
+	if (!*base)
+		return;		/* nothing to compare with yet */
+	if (lat > 2 * *base + 1000000) {
+		if (now - e->last_cut_ns > *base && e->bg_cap > 1) {
+			e->bg_cap /= 2;
+			e->last_cut_ns = now;
+			atomic_fetch_add(&e->st_bg_cuts, 1);
+		}
+	} else if (e->bg_cap < e->o.inflight) {
+		e->bg_cap++;
+	}
+	atomic_store(&e->st_bg_cap, e->bg_cap);
+}
+
 /* The backend read ended: @res bytes, or -errno; @hash if it checked one. */
 static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
 		       const struct sfs_id *hash)
@@ -555,6 +633,7 @@ static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
 	size_t len = fl->claim.len;
 	int st;
 
+	fetch_untimed(e, fl, len);
 	if (e->o.fetch_end)
 		e->o.fetch_end(e->o.account_arg, fl->f->cf, fl->idx, res, fl->from_peer);
 	if (res != (int)len) {
@@ -610,6 +689,7 @@ static void start_fetch(struct pf_engine *e, struct fill *fl)
 	fl->stage = FS_FETCH;
 	fl->fetched = true;
 	fl->from_peer = false;	/* aio_finish says */
+	fetch_timed(e, fl);
 	if (e->o.fetch_begin)
 		e->o.fetch_begin(e->o.account_arg, fl->f->cf, fl->idx);
 	if (be->ops->source_open) {
@@ -1010,6 +1090,7 @@ static void pack_fetch(struct pf_engine *e, struct fill *fl)
 	}
 	atomic_fetch_add(&e->st_pack_reads, 1);
 	atomic_fetch_add(&e->st_pack_bytes, pr->len);
+	fetch_timed(e, fl);
 	r = be->ops->pack_aio_start(be, pr->pack, pr->lo, pr->len, fl->buf->data,
 				    aio_done, fl, &fl->aio);
 	if (r)
@@ -1044,6 +1125,7 @@ static void pack_done(struct pf_engine *e, struct fill *carrier, int res)
 	struct packread *pr = carrier->pr;
 	bool ok = res >= 0 && (uint64_t)res == pr->len;
 
+	fetch_untimed(e, carrier, pr->len);
 	carrier->pr = NULL;
 	for (uint32_t i = 1; i < pr->n; i++) {
 		struct fill *m = pr->m[i];
@@ -1235,7 +1317,12 @@ static void start_background(struct pf_engine *e)
 {
 	struct pf_req *r;
 
-	while (!e->stopping && (r = pf_sched_next(e->s, e->ndemand))) {
+	if (!e->ndemand && now_ns() - e->last_demand_ns > ENG_QUIET_NS &&
+	    e->bg_cap != e->o.inflight) {
+		e->bg_cap = e->o.inflight;	/* no reader lately: full width */
+		atomic_store(&e->st_bg_cap, e->bg_cap);
+	}
+	while (!e->stopping && (r = pf_sched_next(e->s, e->ndemand, e->bg_cap))) {
 		struct fill *fl;
 
 		if (atomic_load(&r->o->cancelled)) {
@@ -1437,6 +1524,8 @@ int pf_engine_create(struct pf_sched *s, struct cache *c, const struct pf_opts *
 	e->c = c;
 	e->o = *o;
 	e->direct_ok = true;
+	e->bg_cap = o->inflight;
+	atomic_init(&e->st_bg_cap, o->inflight);
 	atomic_init(&e->pack_owner.refs, 1);	/* the engine's: never freed */
 	e->pack_owner.done = pack_owner_done;
 	e->pack_owner.free = pack_owner_free;
@@ -1538,6 +1627,11 @@ void pf_engine_get_stats(struct pf_engine *e, struct pf_stats *st)
 	st->uring_fixed = atomic_load(&e->st_fixed);
 	st->uring_submits = atomic_load(&e->st_submits);
 	st->engine_fills = atomic_load(&e->st_fills);
+	st->pack_reads = atomic_load(&e->st_pack_reads);
+	st->pack_bytes = atomic_load(&e->st_pack_bytes);
+	st->pack_files = atomic_load(&e->st_pack_files);
+	st->background_cap = atomic_load(&e->st_bg_cap);
+	st->background_cuts = atomic_load(&e->st_bg_cuts);
 	st->engine_inflight = atomic_load(&e->st_inflight);
 	st->engine_max_inflight = atomic_load(&e->st_max);
 	st->engine_buffer_bytes = bs.region_bytes;

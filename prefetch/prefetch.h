@@ -110,6 +110,8 @@ struct pf_stats {
 	uint64_t pack_reads;		/* pack reads (docs/manifest.md, "Packs") */
 	uint64_t pack_bytes;		/* ... their bytes */
 	uint64_t pack_files;		/* files they brought in, each checked */
+	uint64_t background_cap;	/* background fetches allowed in flight now */
+	uint64_t background_cuts;	/* times a slow demand read halved it */
 	uint64_t engine_inflight;	/* fills in flight now */
 	uint64_t engine_max_inflight;	/* most fills in flight at once */
 	uint64_t engine_buffer_bytes;	/* the buffer region */

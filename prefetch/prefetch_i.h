@@ -186,9 +186,12 @@ void pf_cancel(struct pf_sched *s, struct pf_owner *o);
 /* ---- sched.c, for engine.c (the engine thread) ---- */
 /*
  * The next queued request that may start, with @demand_inflight readers'
- * fills running: counted in flight (pf_sched_finish() uncounts it), or NULL.
+ * fills running and at most @bg_cap background requests in flight (the
+ * engine's limit while readers fetch): counted in flight
+ * (pf_sched_finish() uncounts it), or NULL.
  */
-struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight);
+struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight,
+			     uint32_t bg_cap);
 /*
  * The backend part of a request from pf_sched_next() is over (the chunk is
  * verified and being written): its in-flight slot is free for the next

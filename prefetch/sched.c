@@ -350,7 +350,8 @@ static struct pf_req *pick_locked(struct pf_sched *s, struct pf_user **uout)
 	return NULL;
 }
 
-struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight)
+struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight,
+			     uint32_t bg_cap)
 {
 	struct pf_queues *q = s->q;
 	struct pf_user *u;
@@ -359,6 +360,7 @@ struct pf_req *pf_sched_next(struct pf_sched *s, uint32_t demand_inflight)
 	pthread_mutex_lock(&q->lock);
 	demand_inflight += atomic_load(&q->demand_inflight);	/* readers' own fetches */
 	if (!q->stop && q->bg_inflight + demand_inflight < s->o.inflight &&
+	    q->bg_inflight < bg_cap &&
 	    (r = pick_locked(s, &u))) {
 		q->bg_inflight++;
 		u->inflight++;
