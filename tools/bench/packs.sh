@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# tools/bench/packs.sh - packs: a dataset of small images (20-38 KB), packed and not
+# SPDX-License-Identifier: Apache-2.0
+#
+#   packs        BENCH_PACK_N (30,000; quick 3,000) files of 20-38 KB in 100
+#                directories, published twice: packed (the default) and one
+#                object a file (--pack-max 0); publish / rados bench write 4M;
+#                stagefs warmup / rados bench seq 4M; a cold shuffled epoch of
+#                BENCH_EPOCH_WORKERS readers (tools/bench/epoch_reader.py),
+#                in files/s / the warm epoch after it / the local disk
+#
+#   BENCH_PACK_N     packs: number of files (default 30000)
+[ "${BASH_SOURCE[0]}" != "$0" ] || exec "$(dirname "$0")/run.sh" "$(basename "$0" .sh)" "$@"	# alone: tools/bench.sh NAME
+
+[ "$QUICK" = 1 ] && : "${BENCH_PACK_N:=3000}"
+PACK_N=${BENCH_PACK_N:-30000}
+
+bench_packs() {
+	local d=$WORK/packs r n=$PACK_N bytes t0 ms w4 s4 pu pp out fps x src
+	local wus=() wps=() s4s=() cps=() cus=() wms=() ls=()
+	local workers=${BENCH_EPOCH_WORKERS:-8}
+	hdr packs "$n files of 20-38 KB, packed and not, against 4 MiB objects (rados bench)"
+	need_rados || { skipped "$RADOS_WHY"; return; }
+	mkdir -p "$d"
+	"$PY" - "$d/src" "$n" <<'PY' || { skipped "could not write the files"; return; }
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+r = random.Random(29)
+for i in range(n):
+    sub = f"{root}/c{i % 100:03}"
+    if i < 100:
+        os.makedirs(sub, exist_ok=True)
+    with open(f"{sub}/img{i:07}.jpg", "wb") as f:
+        f.write(r.randbytes(r.randint(20 << 10, 38 << 10)))
+PY
+	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
+	log "packs: $n files, $bytes bytes"
+
+	# the baseline: the same bytes as 4 MiB objects
+	w4=$(rados_bench_bw 600 write -b 4M -t "$T" --max-objects $(((bytes >> 22) + 1)) --no-cleanup --run-name pk) ||
+		{ skipped "rados bench write failed"; return; }
+	t0=$(now_ms)
+	"$STAGEFS" publish -q -j "$T" --pack-max 0 "$d/src" "rados://$POOL/pk-u" >>"$WORK/log/publish.log" 2>&1 ||
+		{ skipped "publish --pack-max 0 failed: $(tail -1 "$WORK/log/publish.log")"; return; }
+	ms=$(($(now_ms) - t0)) pu=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
+	t0=$(now_ms)
+	"$STAGEFS" publish -q -j "$T" "$d/src" "rados://$POOL/pk-p" >>"$WORK/log/publish.log" 2>&1 ||
+		{ skipped "publish failed: $(tail -1 "$WORK/log/publish.log")"; return; }
+	ms=$(($(now_ms) - t0)) pp=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
+	row "publish" "packed" "a file an object" "4M objects"
+	row "" "$(mbs "$pp")" "$(mbs "$pu")" "$(mbs "$w4")"
+
+	cold() {	# empty caches, a cold OSD, no page cache
+		retire "$d/cache"
+		[ -z "$CLUSTER_DIR" ] || timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
+		drop_caches
+	}
+	warmup() {	# warmup SRC: prints bytes/s
+		sfs_mount "$1" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" || return 1
+		t0=$(now_ms)
+		"$STAGEFS" warmup -q -t "$T" "$d/mnt" >"$WORK/log/warmup.log" 2>&1 || { sfs_umount "$d/mnt"; return 1; }
+		ms=$(($(now_ms) - t0))
+		sfs_umount "$d/mnt"
+		awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f\n", b * 1000 / (ms ? ms : 1) }'
+	}
+	epoch() {	# epoch ROOT SEED: prints files/s of one shuffled epoch
+		out=$("$PY" "$REPO/tools/bench/epoch_reader.py" "$1" --workers "$workers" --seed "$2" 2>"$WORK/log/epoch.err") ||
+			return 1
+		[ "$(jget "$out" files)" = "$n" ] || return 1
+		awk -v n="$n" -v s="$(jget "$out" seconds)" 'BEGIN { printf "%.0f\n", n / s }'
+	}
+	row "" "warmup packed" "a file an object" "rados seq 4M"
+	row "" "cold epoch packed" "cold, a file an object" "warm epoch / local disk"
+	for r in $(seq "$ROUNDS"); do
+		cold
+		s4=$(rados_bench_bw 600 seq -t "$T" --run-name pk) || { skipped "rados bench seq failed"; return; }
+		cold
+		x=$(warmup "rados://$POOL/pk-p") || { skipped "warmup failed: $(tail -1 "$WORK/log/warmup.log")"; return; }
+		wps+=("$x")
+		cold
+		x=$(warmup "rados://$POOL/pk-u") || { skipped "warmup failed: $(tail -1 "$WORK/log/warmup.log")"; return; }
+		wus+=("$x")
+		s4s+=("$s4")
+		for src in pk-p pk-u; do
+			cold
+			sfs_mount "rados://$POOL/$src" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" ||
+				{ skipped "mount failed"; return; }
+			ls -R "$d/mnt" >/dev/null	# the listing, not timed: the readers list too
+			drop_caches
+			fps=$(epoch "$d/mnt" "$r") || { sfs_umount "$d/mnt"; skipped "the epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
+			if [ "$src" = pk-p ]; then
+				cps+=("$fps")
+				drop_caches
+				x=$(epoch "$d/mnt" $((r + 100))) || { sfs_umount "$d/mnt"; skipped "the warm epoch failed"; return; }
+				wms+=("$x")
+			else
+				cus+=("$fps")
+			fi
+			sfs_umount "$d/mnt"
+		done
+		drop_caches
+		x=$(epoch "$d/src" $((r + 200))) || { skipped "the local epoch failed"; return; }
+		ls+=("$x")
+		row "round $r" "$(mbs "${wps[-1]}")" "$(mbs "${wus[-1]}")" "$(mbs "$s4")"
+		row "" "$(fps "${cps[-1]}")" "$(fps "${cus[-1]}")" "$(fps "${wms[-1]}") / $(fps "${ls[-1]}")"
+	done
+	rados -p "$POOL" cleanup --run-name pk >/dev/null 2>&1
+	rm -rf "$d/cache"
+	s4=$(median "${s4s[@]}")
+	result "publish, packed, vs rados bench write 4M" "$(mbs "$pp")" "$(mbs "$w4")" "$(ratio "$pp" "$w4")" ">=0.8"
+	result "publish, a file an object, vs the same" "$(mbs "$pu")" "$(mbs "$w4")" "$(ratio "$pu" "$w4")" ""
+	result "warmup, packed, vs rados bench seq 4M" "$(mbs "$(median "${wps[@]}")")" "$(mbs "$s4")" \
+		"$(ratio "$(median "${wps[@]}")" "$s4")" ">=0.8"
+	result "warmup, a file an object, vs the same" "$(mbs "$(median "${wus[@]}")")" "$(mbs "$s4")" \
+		"$(ratio "$(median "${wus[@]}")" "$s4")" ""
+	result "cold epoch, packed, vs the warm epoch" "$(fps "$(median "${cps[@]}")")" "$(fps "$(median "${wms[@]}")")" \
+		"$(ratio "$(median "${cps[@]}")" "$(median "${wms[@]}")")" ">=0.6"
+	result "cold epoch, packed, vs a file an object" "$(fps "$(median "${cps[@]}")")" "$(fps "$(median "${cus[@]}")")" \
+		"$(ratio "$(median "${cps[@]}")" "$(median "${cus[@]}")")" ""
+	result "warm epoch vs the local disk" "$(fps "$(median "${wms[@]}")")" "$(fps "$(median "${ls[@]}")")" \
+		"$(ratio "$(median "${wms[@]}")" "$(median "${ls[@]}")")" ">=0.9"
+}
