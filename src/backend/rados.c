@@ -231,6 +231,14 @@ void sfs_rados_chunk_oid(const struct sfs_id *id, char *out)
 	snprintf(out, SFS_RADOS_OID_MAX, SFS_RADOS_CHUNK_PREFIX "%s", hex);
 }
 
+void sfs_rados_pack_oid(const struct sfs_id *id, char *out)
+{
+	char hex[SFS_ID_HEX_LEN + 1];
+
+	sfs_id_hex(id, hex);
+	snprintf(out, SFS_RADOS_OID_MAX, SFS_RADOS_PACK_PREFIX "%s", hex);
+}
+
 void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out)
 {
 	snprintf(out, SFS_RADOS_OID_MAX, SFS_RADOS_MANIFEST_PREFIX "%s.%" PRIu64,
@@ -269,6 +277,7 @@ static int parse_u64(const char *s, const char *end, uint64_t *v)
 enum sfs_rados_kind sfs_rados_oid_parse(const char *oid, struct sfs_rados_oid *o)
 {
 	static const size_t cpl = sizeof(SFS_RADOS_CHUNK_PREFIX) - 1,
+			    ppl = sizeof(SFS_RADOS_PACK_PREFIX) - 1,
 			    mpl = sizeof(SFS_RADOS_MANIFEST_PREFIX) - 1,
 			    dpl = sizeof(SFS_RADOS_DATASET_PREFIX) - 1;
 	char again[SFS_RADOS_OID_MAX];
@@ -282,6 +291,13 @@ enum sfs_rados_kind sfs_rados_oid_parse(const char *oid, struct sfs_rados_oid *o
 			return o->kind = SFS_RADOS_OTHER;
 		sfs_rados_chunk_oid(&o->id, again);
 		return o->kind = strcmp(again, oid) ? SFS_RADOS_OTHER : SFS_RADOS_CHUNK;
+	}
+	if (!strncmp(oid, SFS_RADOS_PACK_PREFIX, ppl)) {
+		if (strlen(oid + ppl) != SFS_ID_HEX_LEN ||
+		    sfs_id_parse(oid + ppl, &o->id))
+			return o->kind = SFS_RADOS_OTHER;
+		sfs_rados_pack_oid(&o->id, again);
+		return o->kind = strcmp(again, oid) ? SFS_RADOS_OTHER : SFS_RADOS_PACK;
 	}
 	if (!strncmp(oid, SFS_RADOS_DATASET_PREFIX, dpl)) {
 		p = oid + dpl;

@@ -8,6 +8,8 @@
  * Pool layout (docs/manifest.md, docs/publish.md), all in one namespace:
  *   sfs.chunk.<32 hex>      chunk data, named by XXH3-128 of its bytes;
  *                           shared by every dataset and version in the pool
+ *   sfs.pack.<32 hex>       small files stored together (a pack, at most a
+ *                           chunk), named and shared the same way
  *   sfs.manifest.NAME.V     manifest of NAME@V (<= 32 MiB), or a head
  *                           "parts N SIZE\n" for sfs.manifest.NAME.V.0 ...
  *   sfs.dataset.NAME        "V\n": the latest version of NAME, plus an
@@ -32,10 +34,11 @@
 struct sfs_config;
 
 #define SFS_RADOS_CHUNK_PREFIX		"sfs.chunk."
+#define SFS_RADOS_PACK_PREFIX		"sfs.pack."
 #define SFS_RADOS_MANIFEST_PREFIX	"sfs.manifest."
 #define SFS_RADOS_DATASET_PREFIX	"sfs.dataset."
 #define SFS_RADOS_VERSION_XATTR		"sfs.version"
-/* on chunks: the time publish last found the chunk already there */
+/* on chunks and packs: the time publish last found the object already there */
 #define SFS_RADOS_SEEN_XATTR		"sfs.seen"
 /* manifests larger than this are split into parts of this size */
 #define SFS_RADOS_PART_SIZE		(32u * 1024 * 1024)
@@ -60,11 +63,12 @@ enum sfs_rados_kind {
 	SFS_RADOS_CHUNK,	/* sfs.chunk.<id> */
 	SFS_RADOS_MANIFEST,	/* sfs.manifest.NAME.V, or a part .V.PART */
 	SFS_RADOS_DATASET,	/* sfs.dataset.NAME */
+	SFS_RADOS_PACK,		/* sfs.pack.<id> */
 };
 
 struct sfs_rados_oid {
 	enum sfs_rados_kind kind;
-	struct sfs_id id;			/* CHUNK */
+	struct sfs_id id;			/* CHUNK, PACK */
 	char name[SFS_RADOS_NAME_MAX + 1];	/* MANIFEST, DATASET */
 	uint64_t version;			/* MANIFEST */
 	int64_t part;				/* MANIFEST: -1 for the head (or only) object */
@@ -169,6 +173,7 @@ void sfs_rados_write_immutable(rados_write_op_t op, const void *buf,
 
 /* Object names.  @out must hold SFS_RADOS_OID_MAX bytes. */
 void sfs_rados_chunk_oid(const struct sfs_id *id, char *out);
+void sfs_rados_pack_oid(const struct sfs_id *id, char *out);
 void sfs_rados_manifest_oid(const char *name, uint64_t version, char *out);
 void sfs_rados_dataset_oid(const char *name, char *out);
 /* The object name of part @part of a split manifest. */

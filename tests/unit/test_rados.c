@@ -28,6 +28,11 @@ static void test_round_trip(void **state)
 	assert_int_equal(sfs_rados_oid_parse(oid, &o), SFS_RADOS_CHUNK);
 	assert_true(sfs_id_eq(&o.id, &id));
 
+	sfs_rados_pack_oid(&id, oid);
+	assert_string_equal(oid, "sfs.pack.0123456789abcdeffedcba9876543210");
+	assert_int_equal(sfs_rados_oid_parse(oid, &o), SFS_RADOS_PACK);
+	assert_true(sfs_id_eq(&o.id, &id));
+
 	sfs_rados_manifest_oid("img-net_1", 12, oid);
 	assert_int_equal(sfs_rados_oid_parse(oid, &o), SFS_RADOS_MANIFEST);
 	assert_string_equal(o.name, "img-net_1");
@@ -56,6 +61,10 @@ static void test_not_ours(void **state)
 		"sfs.chunk.0123456789ABCDEFfedcba9876543210",	/* uppercase */
 		"sfs.chunk.0123456789abcdeffedcba98765432100",	/* 33 digits */
 		"sfs.chunk.0123456789abcdeffedcba987654321g",
+		"sfs.pack.", "sfs.pack.0123",
+		"sfs.pack.0123456789ABCDEFfedcba9876543210",	/* uppercase */
+		"sfs.pack.0123456789abcdeffedcba98765432100",	/* 33 digits */
+		"sfs.packs.0123456789abcdeffedcba9876543210",
 		"sfs.manifest.", "sfs.manifest.x", "sfs.manifest.x.",
 		"sfs.manifest.x.0", "sfs.manifest.x.01", "sfs.manifest.x.1.",
 		"sfs.manifest.x.1.01", "sfs.manifest.x.1.2.3", "sfs.manifest.x.1x",
@@ -63,6 +72,7 @@ static void test_not_ours(void **state)
 		"sfs.manifest.x.99999999999999999999999",
 		"sfs.dataset.", "sfs.dataset.a.b", "sfs.dataset.a/b",
 		"x/sfs.chunk.0123456789abcdeffedcba9876543210", "images/0001.jpg",
+		"x/sfs.pack.0123456789abcdeffedcba9876543210",
 	};
 	struct sfs_rados_oid o;
 	char longname[SFS_RADOS_OID_MAX];
