@@ -1,29 +1,33 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * stagefs-gc: drop old dataset versions and remove the chunk objects no
- * manifest names any more (`stagefs gc [options] rados://POOL`).
+ * stagefs-gc: drop old dataset versions and remove the chunk and pack
+ * objects no manifest names any more (`stagefs gc [options] rados://POOL`).
  *
  * Design (mark and sweep, like git gc / restic prune / CVMFS gc).
  *   1. List every object of the pool's namespace once and sort the names
- *      into chunks, manifest heads and parts, and dataset pointers
+ *      into chunks, packs, manifest heads and parts, and dataset pointers
  *      (sfs_rados_oid_parse(); anything else is left alone).
  *   2. Choose the versions to drop: --drop NAME@V, and with --keep N all
  *      but the N newest versions up to each dataset's latest.  The latest
  *      version (the pointer's) is never dropped, nor a version above it (a
  *      publish in progress, or an interrupted one: drop it by name).
  *   3. Mark: read every manifest that stays and put each chunk id it names
- *      into a set.  A manifest that cannot be read or opened stops the run
+ *      into a set, and each pack it names (manifest_pack()) into another.
+ *      A pack is kept whole while any file of any such manifest lies in
+ *      it, however many of its other files are gone.  The chunk ids of
+ *      packed files name no object; marking them is harmless.  A manifest that cannot be read or opened stops the run
  *      before anything is removed, unless its head is younger than the
  *      grace period (a split manifest whose publish is still writing it).
  *   4. Sweep: remove the dropped versions (head first, then parts), then
- *      every unmarked chunk and every orphan manifest part whose object
- *      mtime is older than the grace period.  Each is stat'ed first and
- *      removed with a write op that asserts the object version seen, so a
- *      chunk that a publish renewed in between is kept.
+ *      every unmarked chunk or pack and every orphan manifest part whose
+ *      object mtime is older than the grace period.  Each is stat'ed first
+ *      and removed with a write op that asserts the object version seen, so
+ *      a chunk or pack that a publish renewed in between is kept.
  *
  * Why this is safe beside a running publish: publish stores (or renews the
- * mtime of, rados.h SFS_RADOS_FRESHEN_S) every chunk before it writes the
- * manifest that names it.  A manifest gc did not see was written after the
+ * mtime of, rados.h SFS_RADOS_FRESHEN_S) every chunk and every pack, new or
+ * reused from the previous version, before it writes the manifest that
+ * names it.  A manifest gc did not see was written after the
  * listing; its chunks were stored or renewed at most the publish's running
  * time plus SFS_RADOS_FRESHEN_S earlier, so a grace period longer than that
  * keeps them (docs/gc.md states the rule).  Versions dropped are gone for
@@ -69,7 +73,7 @@ struct dropreq {
 	bool found;
 };
 
-enum cand_kind { C_CHUNK, C_PART, C_DROPPED };
+enum cand_kind { C_CHUNK, C_PACK, C_PART, C_DROPPED };
 
 /* An object that may be removed: stat'ed, then removed if it qualifies. */
 struct cand {
@@ -107,11 +111,14 @@ struct gc {
 	/* the listing */
 	struct sfs_id *chunks;
 	size_t nchunks, chunks_cap;
+	struct sfs_id *packs;
+	size_t npacks, packs_cap;
 	struct mobj *mobjs;
 	size_t nmobjs, mobjs_cap;
 	uint64_t others;
 
 	struct idset marked;
+	struct idset marked_packs;
 	struct cand *cands;
 	size_t ncands, cands_cap;
 
@@ -119,6 +126,7 @@ struct gc {
 	uint64_t versions_dropped, manifests_read, manifests_young;
 	uint64_t chunks_in_use, removed, removed_bytes, removed_chunks;
 	uint64_t kept_young, kept_changed, gone_already;
+	uint64_t packs_in_use, removed_packs, packs_young, packs_changed;
 	uint64_t t0;
 	int errors;
 };
@@ -131,15 +139,15 @@ static void usage(FILE *f)
 "usage: stagefs gc [options] rados://POOL[?OPT[&OPT]...]\n"
 "\n"
 "Drop old versions of the datasets in a Ceph pool, then remove the chunk\n"
-"objects that no remaining version names.  The latest version of every\n"
-"dataset is always kept.  Chunks younger than the grace period are kept\n"
-"too, so gc may run while publishes do (see docs/gc.md).\n"
+"and pack objects that no remaining version names.  The latest version of\n"
+"every dataset is always kept.  Chunks and packs younger than the grace\n"
+"period are kept too, so gc may run while publishes do (see docs/gc.md).\n"
 "\n"
 "options:\n"
 "  --keep N           keep the N newest versions of every dataset (N >= 1)\n"
 "                     and drop the older ones\n"
 "  --drop NAME@V      drop version V of dataset NAME (repeatable)\n"
-"  --grace T          keep unnamed chunks younger than T (default 1h; below\n"
+"  --grace T          keep unnamed chunks and packs younger than T (default 1h; below\n"
 "                     %um it is safe only when no publish runs)\n"
 "  -n, --dry-run      remove nothing; print what would be removed\n"
 "  -j N               operations in flight (default %d)\n"
@@ -235,6 +243,12 @@ static int list_pool(struct gc *g)
 				 sizeof(*g->chunks)))
 				goto oom;
 			g->chunks[g->nchunks++] = o.id;
+			break;
+		case SFS_RADOS_PACK:
+			if (grow((void **)&g->packs, &g->packs_cap, g->npacks + 1,
+				 sizeof(*g->packs)))
+				goto oom;
+			g->packs[g->npacks++] = o.id;
 			break;
 		case SFS_RADOS_MANIFEST:
 			if (grow((void **)&g->mobjs, &g->mobjs_cap, g->nmobjs + 1,
@@ -413,6 +427,23 @@ static int mark_version(struct gc *g, const struct mobj *m)
 			return -ENOMEM;
 		}
 	}
+	for (uint32_t i = 0, n = manifest_npacks(mf); i < n; i++) {
+		struct manifest_pack pk;
+
+		/* verified, so only a record that makes no sense fails */
+		rc = manifest_pack(mf, i, &pk);
+		if (rc) {
+			manifest_close(mf);
+			err(g, "cannot read %s@%" PRIu64 ": pack %u is corrupt; nothing was removed (drop it with --drop %s@%" PRIu64 " if it is abandoned)",
+			    m->name, m->version, i, m->name, m->version);
+			return rc;
+		}
+		if (idset_add(&g->marked_packs, &pk.id) < 0) {
+			manifest_close(mf);
+			err(g, "out of memory");
+			return -ENOMEM;
+		}
+	}
 	manifest_close(mf);
 	g->manifests_read++;
 	return 0;
@@ -447,7 +478,7 @@ static int add_cand(struct gc *g, const char *oid, enum cand_kind kind)
 	return 0;
 }
 
-/* Unmarked chunks and orphan parts; dropped versions' parts. */
+/* Unmarked chunks and packs, and orphan parts; dropped versions' parts. */
 static int collect(struct gc *g)
 {
 	char oid[SFS_RADOS_OID_MAX];
@@ -470,6 +501,15 @@ static int collect(struct gc *g)
 		}
 		sfs_rados_chunk_oid(&g->chunks[i], oid);
 		if (add_cand(g, oid, C_CHUNK))
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < g->npacks; i++) {
+		if (idset_has(&g->marked_packs, &g->packs[i])) {
+			g->packs_in_use++;
+			continue;
+		}
+		sfs_rados_pack_oid(&g->packs[i], oid);
+		if (add_cand(g, oid, C_PACK))
 			return -ENOMEM;
 	}
 	return 0;
@@ -519,6 +559,8 @@ static void counted_removed(struct gc *g, const struct op *o)
 	g->removed_bytes += o->size;
 	if (o->c->kind == C_CHUNK)
 		g->removed_chunks++;
+	else if (o->c->kind == C_PACK)
+		g->removed_packs++;
 	if (g->dry_run)
 		printf("would remove %s (%" PRIu64 " bytes)\n", o->c->oid, o->size);
 	else if (g->verbose)
@@ -547,8 +589,10 @@ static void op_done(struct gc *g, struct op *o)
 	if (o->removing) {
 		if (rc == 0)
 			counted_removed(g, o);
+		else if ((rc == -ERANGE || rc == -EOVERFLOW) && o->c->kind == C_PACK)
+			g->packs_changed++;	/* renewed by a publish meanwhile */
 		else if (rc == -ERANGE || rc == -EOVERFLOW)
-			g->kept_changed++;	/* renewed by a publish meanwhile */
+			g->kept_changed++;
 		else
 			err(g, "cannot remove %s: %s", o->c->oid, strerror(-rc));
 		return;
@@ -558,7 +602,10 @@ static void op_done(struct gc *g, struct op *o)
 		return;
 	}
 	if (o->c->kind != C_DROPPED && o->mtime > g->cutoff) {
-		g->kept_young++;
+		if (o->c->kind == C_PACK)
+			g->packs_young++;
+		else
+			g->kept_young++;
 		return;
 	}
 	if (g->dry_run) {
@@ -766,6 +813,7 @@ static void summary(struct gc *g)
 {
 	double secs = (double)(now_ns() - g->t0) / 1e9;
 	const char *would = g->dry_run ? "would remove" : "removed";
+	uint64_t mobjs;
 	char b1[32];
 
 	if (g->json) {
@@ -779,28 +827,36 @@ static void summary(struct gc *g)
 		       ", \"chunks\": %zu, \"chunks_in_use\": %" PRIu64
 		       ", \"objects_removed\": %" PRIu64 ", \"chunks_removed\": %" PRIu64
 		       ", \"bytes_removed\": %" PRIu64 ", \"kept_young\": %" PRIu64
-		       ", \"kept_changed\": %" PRIu64 ", \"gone_already\": %" PRIu64
+		       ", \"kept_changed\": %" PRIu64
+		       ", \"packs\": %zu, \"packs_in_use\": %" PRIu64
+		       ", \"packs_removed\": %" PRIu64 ", \"packs_kept_young\": %" PRIu64
+		       ", \"packs_kept_changed\": %" PRIu64 ", \"gone_already\": %" PRIu64
 		       ", \"other_objects\": %" PRIu64 ", \"grace_s\": %" PRIu64
 		       ", \"errors\": %d, \"seconds\": %.3f}\n",
 		       g->dry_run ? "true" : "false",
 		       g->versions_dropped, g->manifests_read, g->manifests_young,
 		       g->nchunks, g->chunks_in_use, g->removed, g->removed_chunks,
 		       g->removed_bytes, g->kept_young, g->kept_changed,
+		       g->npacks, g->packs_in_use, g->removed_packs, g->packs_young,
+		       g->packs_changed,
 		       g->gone_already, g->others, g->grace_s, g->errors, secs);
 		return;
 	}
 	if (g->quiet)
 		return;
+	mobjs = g->removed - g->removed_chunks - g->removed_packs;
 	printf("gc %s: %s %" PRIu64 " object%s, %s (%" PRIu64 " chunk%s, %" PRIu64
-	       " manifest object%s; %" PRIu64 " version%s dropped) in %.2f s; chunks kept: %"
+	       " pack%s, %" PRIu64 " manifest object%s; %" PRIu64 " version%s dropped) in %.2f s; chunks kept: %"
 	       PRIu64 " in use, %" PRIu64 " younger than the grace period (%" PRIu64
-	       " s), %" PRIu64 " renewed meanwhile; %d error%s\n",
+	       " s), %" PRIu64 " renewed meanwhile; packs kept: %" PRIu64 " in use, %"
+	       PRIu64 " younger, %" PRIu64 " renewed; %d error%s\n",
 	       g->uri, would, g->removed, S(g->removed),
 	       fmt_size(g->removed_bytes, b1, sizeof(b1)), g->removed_chunks,
-	       S(g->removed_chunks), g->removed - g->removed_chunks,
-	       S(g->removed - g->removed_chunks), g->versions_dropped,
+	       S(g->removed_chunks), g->removed_packs, S(g->removed_packs),
+	       mobjs, S(mobjs), g->versions_dropped,
 	       S(g->versions_dropped), secs, g->chunks_in_use, g->kept_young,
-	       g->grace_s, g->kept_changed, g->errors, S(g->errors));
+	       g->grace_s, g->kept_changed, g->packs_in_use, g->packs_young,
+	       g->packs_changed, g->errors, S(g->errors));
 }
 
 int main(int argc, char **argv)
@@ -810,6 +866,7 @@ int main(int argc, char **argv)
 		.ro.timeout_ms = DEFAULT_TIMEOUT,
 		.grace_s = DEFAULT_GRACE,
 		.marked = IDSET_INIT,
+		.marked_packs = IDSET_INIT,
 	};
 	char msg[512];
 	int rc = 1;
@@ -842,7 +899,9 @@ out_shutdown:
 	if (g.cl)
 		rados_shutdown(g.cl);
 	idset_release(&g.marked);
+	idset_release(&g.marked_packs);
 	free(g.chunks);
+	free(g.packs);
 	free(g.mobjs);
 	free(g.cands);
 	free(g.drops);

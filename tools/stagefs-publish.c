@@ -22,6 +22,35 @@
  * whenever it needs a free slot.  Chunk objects are content-addressed and
  * shared by all datasets in the pool, so an unchanged tree uploads nothing.
  *
+ * Packs.  A regular file of 1 .. --pack-max bytes (default chunk_size / 4)
+ * is not a chunk object of its own: every object costs the OSD an op on
+ * each cold read, whatever its size.  Small files, in walk order, are read
+ * whole and appended to a pack buffer of chunk_size bytes; when the next
+ * one does not fit, the pack is flushed: named sfs.pack.<id> by the
+ * XXH3-128 of the bytes used, stored as a large chunk is (the set of pack
+ * ids seen, stat, write_full or freshen; its buffer changes places with
+ * the slot's), and added to the builder, then its files at their offsets
+ * (each with one chunk id, the XXH3-128 of its own bytes: the builder
+ * needs the pack first, so the files wait, path, attributes and id, until
+ * the flush).  The last pack is flushed after the walk.  A hard link to a
+ * packed file is a manifest_builder_link() as for any file; the builder
+ * resolves links at finish, when the file is in.
+ *
+ * Versions reuse packs: before the walk, the latest version's manifest is
+ * opened as a mount opens it (filled part by part into an unlinked sparse
+ * file, manifest_lazy.h), and if it has the same chunk size, each file of
+ * its packs goes into a hash map, chunk id -> (pack, offset, size).  A
+ * small file of this tree whose chunk id and size are there is named at
+ * that place (each place once: identical files of the old version each
+ * had their own) instead of being packed again.  The first time an old
+ * pack is used it is stat'ed (synchronously): if it is gone or has the
+ * wrong size, its files are packed afresh; if it is older than
+ * SFS_RADOS_FRESHEN_S, its sfs.seen xattr is set, as for a chunk, so that
+ * gc spares it until the new manifest names it.  No previous version, an
+ * unreadable or packless manifest, or another chunk size: nothing reused.
+ * A pack is kept as long as any version names any of its files (gc); its
+ * bytes of files gone stay with it.
+ *
  * When every chunk is stored, the manifest is built (streamed into an
  * unlinked temporary file, so its bytes are never all in memory) and written as
  * sfs.manifest.NAME.V with an exclusive create: V is one more than the
@@ -31,18 +60,20 @@
  * current; chunks uploaded so far are reused by the next run.
  *
  * A file that changes while it is read (size or mtime) fails the publish: a
- * manifest never describes bytes that were not uploaded.  The names of one
+ * manifest never describes bytes that were not uploaded (packed or not).  The names of one
  * file (st_nlink > 1, same st_dev and st_ino) are read once and recorded as
  * hard links of the first name walked.
  *
  * Exit status: 0 published, 1 anything else (with a message on stderr).
  */
+#include "htab.h"
 #include "idset.h"
 #include "manifest/inomap.h"
 #include "json.h"
 #include "log.h"
 #include "backend/backend.h"
 #include "manifest/manifest.h"
+#include "manifest/manifest_lazy.h"
 #include "backend/rados.h"
 #include "util.h"
 
@@ -67,6 +98,10 @@
 
 enum slot_state { SLOT_FREE, SLOT_CREATE, SLOT_STAT, SLOT_FRESHEN, SLOT_WRITE };
 
+/* --pack-max by default: this fraction of the chunk size */
+#define DEFAULT_PACK_DIV	4
+#define PACK_MAX_UNSET	UINT64_MAX
+
 /*
  * Chunks up to this size are written first and asked about after (one
  * round trip when new, as `rados bench write` does); larger ones are asked
@@ -74,10 +109,37 @@ enum slot_state { SLOT_FREE, SLOT_CREATE, SLOT_STAT, SLOT_FRESHEN, SLOT_WRITE };
  */
 #define WRITE_FIRST_MAX	(128 * 1024)
 
+/* A small file read into the pack being filled, added to the manifest when it is flushed. */
+struct pending {
+	char *rel;
+	struct sfs_attr a;
+	struct sfs_id chunk;	/* XXH3-128 of its bytes */
+	uint32_t off;		/* where they start in the pack */
+};
+
+/* A pack of the previous version, and what this run made of it. */
+enum { OLD_UNKNOWN = -1, OLD_GONE = -2 };
+struct oldpack {
+	struct sfs_id id;
+	uint64_t size;
+	int64_t index;		/* OLD_UNKNOWN, OLD_GONE, or its pack index in the builder */
+};
+
+/* A file of the previous version stored in one of its packs: where its bytes lie. */
+struct oldmember {
+	struct htab_node node;	/* in pub.oldmap, under chunk.lo */
+	struct sfs_id chunk;
+	uint64_t size;
+	uint32_t pack;		/* index into pub.oldpacks */
+	uint32_t off;
+	bool taken;		/* a file of this run lies there already */
+};
+
 /* One chunk in flight; its buffer is allocated with the publisher. */
 struct slot {
 	struct pub *p;
 	enum slot_state state;
+	bool pack;		/* a pack, not a chunk (for the counts) */
 	rados_completion_t c;
 	rados_write_op_t op;	/* SLOT_FRESHEN, SLOT_WRITE */
 	char *buf;
@@ -90,6 +152,7 @@ struct slot {
 struct pub {
 	/* options */
 	uint32_t chunk_size;
+	uint64_t pack_max;	/* files of 1 .. pack_max bytes go into packs; 0: none */
 	int jobs;
 	struct sfs_rados_opts ro;	/* --ceph-conf, --id, --keyring, --timeout */
 	bool quiet, json;
@@ -102,7 +165,23 @@ struct pub {
 	rados_ioctx_t io;
 	struct manifest_builder *mb;
 	struct idset seen;	/* chunk ids handled in this run */
+	struct idset seen_packs;	/* pack ids handled in this run */
 	struct inomap links;	/* files with st_nlink > 1: their first name */
+
+	/* the pack being filled (chunk_size bytes) and its files */
+	char *pack;
+	size_t pack_used;
+	struct pending *pend;
+	size_t npend, pend_cap;
+	char *scratch;		/* pack_max bytes: a file that does not fit the pack */
+
+	/* the previous version's packs, for reuse (none: noldmem 0) */
+	uint64_t prev_version;
+	struct oldpack *oldpacks;
+	uint32_t noldpacks;
+	struct oldmember *oldmem;
+	size_t noldmem;
+	struct htab oldmap;	/* chunk id -> oldmember (several for repeated files) */
 
 	struct slot *slots;
 	int *freelist;		/* indexes of free slots, owned by the main thread */
@@ -116,6 +195,7 @@ struct pub {
 	/* statistics, main thread only */
 	uint64_t files, dirs, symlinks, hardlinks, skipped;
 	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks, fresh_chunks;
+	uint64_t packs, new_packs, dup_packs, fresh_packs, reused_packs, packed_files;
 	uint64_t t0, last_progress;
 	uint64_t t0_wall;	/* wall_s() at the start: objects newer are this run's */
 	bool tty;
@@ -139,6 +219,8 @@ static void usage(FILE *f)
 "\n"
 "options:\n"
 "  --chunk-size SIZE  chunk size, a power of two from 4K to 64M (default 4M)\n"
+"  --pack-max SIZE    store files of 1 byte to SIZE together in pack objects\n"
+"                     of up to a chunk (default: chunk size / %d; 0: never)\n"
 "  -j N               chunk operations in flight (default %d)\n"
 "  --ceph-conf FILE   ceph.conf (default $CEPH_CONF, then /etc/ceph/ceph.conf)\n"
 "  --id ID            cephx client id (default admin)\n"
@@ -148,7 +230,7 @@ static void usage(FILE *f)
 "  --json             print the final summary as JSON on stdout\n"
 "  -h, --help         this text\n"
 "\n"
-"Exit status: 0 published, 1 failed.\n", DEFAULT_JOBS);
+"Exit status: 0 published, 1 failed.\n", DEFAULT_PACK_DIV, DEFAULT_JOBS);
 }
 
 static void die_usage(const char *fmt, ...)
@@ -338,7 +420,10 @@ static void slot_done(struct pub *p, struct slot *s)
 	    (uint64_t)s->omtime >= p->t0_wall) {
 		/* stored during this run: a chunk repeated in the tree (or
 		 * stored by a publish running beside this one) */
-		p->dup_chunks++;
+		if (s->pack)
+			p->dup_packs++;
+		else
+			p->dup_chunks++;
 		slot_free(p, s);
 		return;
 	}
@@ -352,7 +437,10 @@ static void slot_done(struct pub *p, struct slot *s)
 	}
 	if (s->state == SLOT_FRESHEN) {
 		if (rc == 0) {
-			p->fresh_chunks++;
+			if (s->pack)
+				p->fresh_packs++;
+			else
+				p->fresh_chunks++;
 			slot_free(p, s);
 			return;
 		}
@@ -384,7 +472,10 @@ static void slot_done(struct pub *p, struct slot *s)
 	} else if (rc < 0) {
 		fail(p, "cannot write %s: %s", s->oid, strerror(-rc));
 	} else {
-		p->new_chunks++;
+		if (s->pack)
+			p->new_packs++;
+		else
+			p->new_chunks++;
 		p->new_bytes += s->len;
 	}
 	slot_free(p, s);
@@ -416,9 +507,13 @@ static void reap(struct pub *p)
 
 static struct slot *slot_get(struct pub *p)
 {
+	struct slot *s;
+
 	while (p->nfree == 0)
 		reap(p);
-	return &p->slots[p->freelist[--p->nfree]];
+	s = &p->slots[p->freelist[--p->nfree]];
+	s->pack = false;
+	return s;
 }
 
 static void drain(struct pub *p)
@@ -443,6 +538,248 @@ static void attr_from_stat(const struct stat *st, struct sfs_attr *a)
 	a->nlink = S_ISDIR(st->st_mode) ? 0 : 1;
 }
 
+/* ---- packs ---- */
+
+/*
+ * Store the pack being filled: its id is the XXH3-128 of its bytes; the
+ * manifest gets the pack, then its files; the object goes the way of a
+ * large chunk (stat, then write or freshen), its bytes handed to a slot
+ * (the slot's free buffer becomes the next pack's).  0, or -1 when the
+ * publish failed.
+ */
+static int pack_flush(struct pub *p)
+{
+	struct sfs_id id;
+	struct slot *s;
+	uint32_t idx;
+	size_t i = 0;
+	char *t;
+	int rc, added;
+
+	if (!p->npend)
+		return 0;
+	sfs_id_of(p->pack, p->pack_used, &id);
+	rc = manifest_builder_add_pack(p->mb, &id, p->pack_used, &idx);
+	if (rc) {
+		fail(p, "cannot add a pack to the manifest: %s", strerror(-rc));
+		goto out_fail;
+	}
+	for (; i < p->npend; i++) {
+		struct pending *pe = &p->pend[i];
+
+		rc = manifest_builder_add_packed(p->mb, pe->rel, &pe->a, &pe->chunk, idx,
+						 pe->off);
+		if (rc) {
+			fail(p, "cannot add %s to the manifest: %s", pe->rel, strerror(-rc));
+			goto out_fail;
+		}
+		free(pe->rel);
+	}
+	p->npend = 0;
+	p->packs++;
+	added = idset_add(&p->seen_packs, &id);
+	if (added < 0) {
+		fail(p, "out of memory");
+		return -1;
+	}
+	if (added == 0) {	/* the same bytes packed earlier in this run */
+		p->dup_packs++;
+		p->pack_used = 0;
+		return 0;
+	}
+	s = slot_get(p);
+	if (p->failed) {
+		slot_free(p, s);
+		return -1;
+	}
+	t = s->buf;
+	s->buf = p->pack;
+	p->pack = t;
+	s->len = p->pack_used;
+	s->pack = true;
+	p->pack_used = 0;
+	sfs_rados_pack_oid(&id, s->oid);
+	slot_start_stat(p, s);
+	return 0;
+
+out_fail:
+	for (; i < p->npend; i++)
+		free(p->pend[i].rel);
+	p->npend = 0;
+	return -1;
+}
+
+static bool oldmember_eq(const struct htab_node *n, const void *key)
+{
+	const struct oldmember *om = htab_entry(n, struct oldmember, node);
+
+	return !om->taken && sfs_id_eq(&om->chunk, key);
+}
+
+/*
+ * First reuse of old pack @op: is the object there, of its size?  Renew its
+ * mtime if it is old (the rule chunks follow: gc keeps it until the new
+ * manifest names it), then add it to the manifest.  A pack that is gone
+ * (or damaged) is not reused: its files are packed again.  0, or -1 when
+ * the publish failed.
+ */
+static int oldpack_take(struct pub *p, struct oldpack *op)
+{
+	char oid[SFS_RADOS_OID_MAX], now[32];
+	rados_write_op_t wop;
+	uint64_t size;
+	time_t mtime;
+	uint32_t idx;
+	int rc;
+
+	sfs_rados_pack_oid(&op->id, oid);
+	rc = rados_stat(p->io, oid, &size, &mtime);
+	if (rc == 0 && size != op->size) {
+		fprintf(stderr, "stagefs publish: warning: %s holds %" PRIu64 " bytes instead of %" PRIu64 "; its files are packed again\n",
+			oid, size, op->size);
+		op->index = OLD_GONE;
+		return 0;
+	}
+	if (rc == 0 && (uint64_t)mtime + SFS_RADOS_FRESHEN_S < wall_s()) {
+		wop = rados_create_write_op();
+		if (!wop) {
+			fail(p, "out of memory");
+			return -1;
+		}
+		snprintf(now, sizeof(now), "%020" PRIu64, wall_s());
+		rados_write_op_assert_exists(wop);
+		rados_write_op_setxattr(wop, SFS_RADOS_SEEN_XATTR, now, strlen(now));
+		rc = rados_write_op_operate(wop, p->io, oid, NULL, 0);
+		rados_release_write_op(wop);
+		if (rc == 0)
+			p->fresh_packs++;
+	}
+	if (rc == -ENOENT) {
+		fprintf(stderr, "stagefs publish: warning: %s of %s@%" PRIu64 " is missing; its files are packed again\n",
+			oid, p->name, p->prev_version);
+		op->index = OLD_GONE;
+		return 0;
+	}
+	if (rc < 0) {
+		fail(p, "cannot stat %s: %s", oid, strerror(-rc));
+		return -1;
+	}
+	rc = manifest_builder_add_pack(p->mb, &op->id, op->size, &idx);
+	if (rc) {
+		fail(p, "cannot add a pack to the manifest: %s", strerror(-rc));
+		return -1;
+	}
+	op->index = idx;
+	p->packs++;
+	p->reused_packs++;
+	return 0;
+}
+
+/*
+ * A small file the previous version stored in a pack, with these bytes
+ * (chunk id @id, its size in @a): name it where it lies.  1 reused, 0 not
+ * (pack it), -1 the publish failed.
+ */
+static int pack_reuse(struct pub *p, const char *rel, const struct sfs_attr *a,
+		      const struct sfs_id *id)
+{
+	struct htab_node *n = htab_find(&p->oldmap, id->lo, oldmember_eq, id);
+	struct oldmember *om;
+	struct oldpack *op;
+	int rc;
+
+	if (!n)
+		return 0;
+	om = htab_entry(n, struct oldmember, node);
+	if (om->size != a->size)
+		return 0;
+	op = &p->oldpacks[om->pack];
+	if (op->index == OLD_UNKNOWN && oldpack_take(p, op))
+		return -1;
+	if (op->index < 0)
+		return 0;
+	rc = manifest_builder_add_packed(p->mb, rel, a, id, (uint32_t)op->index, om->off);
+	if (rc) {
+		fail(p, "cannot add %s to the manifest: %s", rel, strerror(-rc));
+		return -1;
+	}
+	om->taken = true;
+	return 1;
+}
+
+/*
+ * Regular file @rel, open at @fd, of 1 .. pack_max bytes (@st): read it
+ * whole, then name it in a pack of the previous version that holds these
+ * bytes, or append it to the pack being filled (flushing that first if it
+ * does not fit).  0, or -1 when the publish failed.
+ */
+static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *st)
+{
+	size_t len = (size_t)st->st_size;
+	bool fits = p->pack_used + len <= p->chunk_size;
+	char *dst = fits ? p->pack + p->pack_used : p->scratch;
+	struct pending *pe;
+	struct sfs_attr a;
+	struct sfs_id id;
+	struct stat st2;
+	ssize_t n;
+	int rc;
+
+	n = pread_full(fd, dst, len, 0);
+	if (n != (ssize_t)len) {
+		if (n < 0)
+			fail(p, "cannot read %s/%s: %s", p->dir, rel, strerror((int)-n));
+		else
+			fail(p, "%s/%s shrank while being published", p->dir, rel);
+		return -1;
+	}
+	if (fstat(fd, &st2) < 0 || st2.st_size != st->st_size ||
+	    st2.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+	    st2.st_mtim.tv_nsec != st->st_mtim.tv_nsec) {
+		fail(p, "%s/%s changed while being published", p->dir, rel);
+		return -1;
+	}
+	sfs_id_of(dst, len, &id);
+	p->bytes += len;
+	attr_from_stat(st, &a);
+	rc = p->noldmem ? pack_reuse(p, rel, &a, &id) : 0;
+	if (rc < 0)
+		return -1;
+	if (rc == 0) {
+		if (!fits) {
+			if (pack_flush(p))
+				return -1;
+			memcpy(p->pack, p->scratch, len);
+		}
+		if (p->npend == p->pend_cap) {
+			size_t cap = p->pend_cap ? p->pend_cap * 2 : 256;
+			struct pending *np = realloc(p->pend, cap * sizeof(*np));
+
+			if (!np) {
+				fail(p, "out of memory");
+				return -1;
+			}
+			p->pend = np;
+			p->pend_cap = cap;
+		}
+		pe = &p->pend[p->npend];
+		pe->rel = strdup(rel);
+		if (!pe->rel) {
+			fail(p, "out of memory");
+			return -1;
+		}
+		pe->a = a;
+		pe->chunk = id;
+		pe->off = (uint32_t)p->pack_used;
+		p->npend++;
+		p->pack_used += len;
+	}
+	p->packed_files++;
+	p->files++;
+	progress(p, false);
+	return 0;
+}
+
 static int publish_file(struct pub *p, int dirfd, const char *name,
 			const char *rel, const struct stat *lst)
 {
@@ -461,6 +798,10 @@ static int publish_file(struct pub *p, int dirfd, const char *name,
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_ino != lst->st_ino) {
 		fail(p, "%s/%s changed while being published", p->dir, rel);
+		goto out_close;
+	}
+	if (st.st_size > 0 && (uint64_t)st.st_size <= p->pack_max) {
+		rc = pack_file(p, fd, rel, &st);
 		goto out_close;
 	}
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -732,6 +1073,123 @@ static int manifest_tmpfile(void)
 	return fd;
 }
 
+/* ---- the previous version's packs ---- */
+
+struct prev_remote {
+	rados_ioctx_t io;
+	struct sfs_rados_mlayout ml;
+};
+
+/* manifest_remote.read: ranged reads of the previous manifest's objects */
+static int prev_read(void *arg, void *buf, size_t len, uint64_t off,
+		     char *err, size_t errlen)
+{
+	struct prev_remote *r = arg;
+
+	return sfs_rados_manifest_pread(r->io, &r->ml, buf, len, off, err, errlen);
+}
+
+/* The files of the previous manifest's packs that may be packed now. */
+static int prev_members(struct pub *p, struct manifest *m)
+{
+	uint32_t np = manifest_npacks(m);
+	size_t cap = 0;
+
+	p->oldpacks = calloc(np, sizeof(*p->oldpacks));
+	if (!p->oldpacks)
+		return -ENOMEM;
+	p->noldpacks = np;
+	for (uint32_t k = 0; k < np; k++) {
+		struct oldpack *op = &p->oldpacks[k];
+		struct manifest_pack pk;
+
+		op->index = OLD_GONE;
+		if (manifest_pack(m, k, &pk))
+			continue;	/* a bad part: not reused */
+		op->id = pk.id;
+		op->size = pk.size;
+		op->index = OLD_UNKNOWN;
+		for (uint32_t j = 0; j < pk.nmembers; j++) {
+			struct manifest_member mb;
+			struct oldmember *om;
+
+			if (manifest_pack_member(m, k, j, &mb) || mb.size > p->pack_max)
+				continue;
+			if (p->noldmem == cap) {
+				struct oldmember *nv;
+
+				cap = cap ? cap * 2 : 1024;
+				nv = realloc(p->oldmem, cap * sizeof(*nv));
+				if (!nv)
+					return -ENOMEM;
+				p->oldmem = nv;
+			}
+			om = &p->oldmem[p->noldmem++];
+			memset(om, 0, sizeof(*om));
+			om->chunk = mb.chunk;
+			om->size = mb.size;
+			om->pack = k;
+			om->off = mb.off;
+		}
+	}
+	if (htab_init(&p->oldmap, p->noldmem ? p->noldmem : 1))
+		return -ENOMEM;
+	for (size_t i = 0; i < p->noldmem; i++)
+		htab_add(&p->oldmap, &p->oldmem[i].node, p->oldmem[i].chunk.lo);
+	return 0;
+}
+
+/*
+ * Where the small files of the latest version lie, so that the files this
+ * tree keeps are named in the packs that hold them instead of uploaded
+ * again.  The manifest is opened as a mount opens it (manifest_lazy.h):
+ * the header and part table first, then only the parts the pack and
+ * member tables lead to, into a sparse file in $TMPDIR unlinked at once.
+ * No latest version, another chunk size, no packs, or a manifest that
+ * cannot be read: nothing to reuse, which is not an error.  Returns 0, or
+ * -1 out of memory (the publish failed).
+ */
+static int load_previous(struct pub *p)
+{
+	struct prev_remote r = { .io = p->io };
+	struct manifest_remote mr = { .read = prev_read, .arg = &r };
+	const char *tmp = getenv("TMPDIR");
+	char dir[PATH_MAX], path[PATH_MAX + 16], marks[PATH_MAX + 32], msg[512];
+	struct manifest *m = NULL;
+	uint64_t latest, got;
+	int rc;
+
+	if (!p->pack_max || sfs_rados_latest(p->io, p->name, &latest))
+		return 0;
+	if (sfs_rados_manifest_layout(p->io, p->name, latest, &r.ml, msg, sizeof(msg)))
+		return 0;
+	if (!tmp || !*tmp)
+		tmp = "/var/tmp";
+	snprintf(dir, sizeof(dir), "%s/stagefs-publish.XXXXXX", tmp);
+	if (!mkdtemp(dir))
+		return 0;
+	snprintf(path, sizeof(path), "%s/prev", dir);
+	rc = manifest_lazy_open(path, r.ml.size, &mr, p->name, false, &m, &got,
+				msg, sizeof(msg));
+	/* the copy stays mapped (and its fds open) until closed */
+	unlink(path);
+	if (!manifest_lazy_marks_path(path, marks, sizeof(marks)))
+		unlink(marks);
+	rmdir(dir);
+	if (rc)
+		return 0;
+	if (manifest_chunk_size(m) == p->chunk_size && manifest_npacks(m)) {
+		p->prev_version = latest;
+		rc = prev_members(p, m);
+	}
+	manifest_close(m);
+	if (rc) {
+		fail(p, "out of memory");
+		return -1;
+	}
+	return 0;
+}
+
 static int store_manifest(struct pub *p)
 {
 	uint64_t latest = 0, len;
@@ -823,9 +1281,10 @@ static void parse_target(struct pub *p, const char *uri)
 
 static void parse_args(struct pub *p, int argc, char **argv)
 {
-	enum { O_CHUNK = 256, O_JSON };
+	enum { O_CHUNK = 256, O_PACK_MAX, O_JSON };
 	static const struct option lopts[] = {
 		{ "chunk-size", required_argument, NULL, O_CHUNK },
+		{ "pack-max", required_argument, NULL, O_PACK_MAX },
 		SFS_RADOS_LONGOPTS,
 		{ "json", no_argument, NULL, O_JSON },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -843,6 +1302,12 @@ static void parse_args(struct pub *p, int argc, char **argv)
 				die_usage("--chunk-size: '%s' is not a power of two from 4K to 64M",
 					  optarg);
 			p->chunk_size = (uint32_t)v;
+			break;
+		case O_PACK_MAX:
+			if (parse_size(optarg, &v) || v > 64 * MiB)
+				die_usage("--pack-max: '%s' is not a size from 0 to the chunk size",
+					  optarg);
+			p->pack_max = v;
 			break;
 		case 'j':
 			if (parse_uint(optarg, &v) || v < 1 || v > 1024)
@@ -866,6 +1331,11 @@ static void parse_args(struct pub *p, int argc, char **argv)
 				die_usage("bad option");
 		}
 	}
+	if (p->pack_max == PACK_MAX_UNSET)
+		p->pack_max = p->chunk_size / DEFAULT_PACK_DIV;
+	if (p->pack_max > p->chunk_size)
+		die_usage("--pack-max: %" PRIu64 " is larger than the chunk size (%u): a pack is at most a chunk",
+			  p->pack_max, p->chunk_size);
 	if (argc - optind != 2)
 		die_usage("expected DIR and rados://POOL/NAME");
 	p->dir = argv[optind];
@@ -896,13 +1366,18 @@ static void summary(struct pub *p)
 		       ", \"skipped\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"chunks\": %" PRIu64 ", \"new_chunks\": %" PRIu64
 		       ", \"new_bytes\": %" PRIu64 ", \"freshened_chunks\": %" PRIu64
-		       ", \"chunk_size\": %u"
+		       ", \"chunk_size\": %u, \"pack_max\": %" PRIu64
+		       ", \"packs\": %" PRIu64 ", \"new_packs\": %" PRIu64
+		       ", \"reused_packs\": %" PRIu64 ", \"freshened_packs\": %" PRIu64
+		       ", \"packed_files\": %" PRIu64 ", \"previous_version\": %" PRIu64
 		       ", \"manifest_bytes\": %zu, \"seconds\": %.3f"
 		       ", \"mb_per_s\": %.1f}\n",
 		       p->version, p->files, p->dirs, p->symlinks, p->hardlinks,
 		       p->skipped,
 		       p->bytes, p->chunks, p->new_chunks, p->new_bytes,
-		       p->fresh_chunks, p->chunk_size, p->manifest_len, secs, mbps(p->bytes, ns));
+		       p->fresh_chunks, p->chunk_size, p->pack_max, p->packs,
+		       p->new_packs, p->reused_packs, p->fresh_packs, p->packed_files,
+		       p->prev_version, p->manifest_len, secs, mbps(p->bytes, ns));
 		return;
 	}
 	if (!p->quiet) {
@@ -915,6 +1390,19 @@ static void summary(struct pub *p)
 		       p->chunks, fmt_size(p->chunk_size, b2, sizeof(b2)),
 		       p->new_chunks, p->chunks - p->new_chunks - p->dup_chunks,
 		       p->dup_chunks);
+		if (p->pack_max) {
+			printf("packs      %" PRIu64 " holding %" PRIu64 " files of up to %s (%" PRIu64
+			       " new, %" PRIu64 " already in the pool, %" PRIu64
+			       " repeated in this tree",
+			       p->packs, p->packed_files, fmt_size(p->pack_max, b2, sizeof(b2)),
+			       p->new_packs,
+			       p->packs - p->new_packs - p->dup_packs - p->reused_packs,
+			       p->dup_packs);
+			if (p->prev_version)
+				printf(", %" PRIu64 " reused from @%" PRIu64, p->reused_packs,
+				       p->prev_version);
+			printf(")\n");
+		}
 		printf("new bytes  %s\n", fmt_size(p->new_bytes, b3, sizeof(b3)));
 		printf("time       %.2f s, %.1f MB/s\n", secs, mbps(p->bytes, ns));
 		printf("manifest   sfs.manifest.%s.%" PRIu64 " (%s)\n", p->name,
@@ -928,6 +1416,7 @@ int main(int argc, char **argv)
 {
 	struct pub p = {
 		.chunk_size = DEFAULT_CHUNK,
+		.pack_max = PACK_MAX_UNSET,
 		.jobs = DEFAULT_JOBS,
 		.ro.timeout_ms = DEFAULT_TIMEOUT,
 	};
@@ -972,6 +1461,11 @@ int main(int argc, char **argv)
 		}
 		p.freelist[p.nfree++] = i;
 	}
+	if (p.pack_max && (!(p.pack = malloc(p.chunk_size)) ||
+			   !(p.scratch = malloc(p.pack_max)))) {
+		fprintf(stderr, "stagefs publish: error: out of memory\n");
+		return 1;
+	}
 
 	if (sfs_rados_connect(&p.ro, &p.cl, err, sizeof(err)) ||
 	    sfs_rados_ioctx(p.cl, p.pool, p.nspace, &p.io, err, sizeof(err))) {
@@ -986,8 +1480,8 @@ int main(int argc, char **argv)
 	rc = manifest_builder_add(p.mb, "", &a, NULL, NULL, 0);
 	if (rc) {
 		fail(&p, "cannot add the root: %s", strerror(-rc));
-	} else {
-		walk(&p, dirfd, rel, 0);
+	} else if (!load_previous(&p) && !walk(&p, dirfd, rel, 0)) {
+		pack_flush(&p);	/* the last one, partly filled */
 	}
 	drain(&p);
 	rc = 1;
@@ -1013,7 +1507,16 @@ out_shutdown:
 	free(p.freelist);
 	free(p.doneq);
 	idset_release(&p.seen);
+	idset_release(&p.seen_packs);
 	inomap_release(&p.links);
+	for (size_t i = 0; i < p.npend; i++)
+		free(p.pend[i].rel);
+	free(p.pend);
+	free(p.pack);
+	free(p.scratch);
+	htab_release(&p.oldmap);
+	free(p.oldmem);
+	free(p.oldpacks);
 	sfs_rados_uri_release(&p.target);	/* pool, name, nspace */
 	close(dirfd);
 	return rc;

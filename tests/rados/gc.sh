@@ -11,7 +11,9 @@ T=$TEST_TMPDIR
 POOL=${CEPH_POOL:-stagefs}
 NS=gc$$				# the pool under test: a namespace of its own
 URI="rados://$POOL?ns=$NS"
-pub() { "$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M "$@"; }
+# one object per chunk, small files included (the chunk sets below come
+# from `rados ls`): packs and gc are tests/rados/packs.sh's
+pub() { "$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M --pack-max 0 "$@"; }
 gc() { "$STAGEFS" gc --ceph-conf "$CEPH_CONF" "$@"; }
 objects() { rados -p "$POOL" -N "$1" ls | sort; }
 chunks() { objects "$1" | grep '^sfs\.chunk\.' || true; }

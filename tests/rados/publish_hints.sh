@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# stagefs publish tells the OSD that what it writes is immutable and read whole: the OSD's own record of the ops (`ceph daemon osd.0 dump_historic_ops`) shows a set-alloc-hint of the object's size in every writefull of a chunk and of the manifest, and none on the dataset pointer, which every publish rewrites.
+# stagefs publish tells the OSD that what it writes is immutable and read whole: the OSD's own record of the ops (`ceph daemon osd.0 dump_historic_ops`) shows a set-alloc-hint of the object's size in every writefull of a chunk, of a pack and of the manifest, and none on the dataset pointer, which every publish rewrites.
 # needs: ceph
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
@@ -26,11 +26,13 @@ rados -p "$POOL" -N "$NS" stat nothing-here >/dev/null 2>&1 || true	# an op, to 
 sleep 1
 osd config set osd_op_history_duration 600
 
-# 4 chunks (1 MiB chunks): 300,000 B, 1 MiB + 476,000 B, 5 B
+# 3 chunks (1 MiB chunks): 300,000 B, 1 MiB + 476,000 B; c and d (5 and
+# 2000 B, under --pack-max, a quarter of a chunk) in one pack of 2005 B
 mkdir -p "$T/src"
 head -c 300000 /dev/urandom >"$T/src/a"
 head -c 1524576 /dev/urandom >"$T/src/b"
 echo tiny >"$T/src/c"
+head -c 2000 /dev/urandom >"$T/src/d"
 "$STAGEFS" publish -q --ceph-conf "$CEPH_CONF" --chunk-size 1M "$T/src" "rados://$POOL/h?ns=$NS" >/dev/null ||
 	die "publish failed"
 # Ops reach the history from a thread of the OSD's own: allow it a moment.
@@ -41,10 +43,10 @@ check() {
 import json, re, sys
 ops = json.load(open(sys.argv[1]))["ops"]
 ns = sys.argv[2]
-bad, seen = [], {"chunk": [], "manifest": [], "dataset": []}
+bad, seen = [], {"chunk": [], "pack": [], "manifest": [], "dataset": []}
 for o in ops:
     d = o["description"]
-    m = re.search(r":%s::sfs\.(chunk|manifest|dataset)\.[^:]*:head \[([^\]]*)\]" % re.escape(ns), d)
+    m = re.search(r":%s::sfs\.(chunk|pack|manifest|dataset)\.[^:]*:head \[([^\]]*)\]" % re.escape(ns), d)
     if not m or "writefull" not in m.group(2):
         continue
     kind, parts = m.group(1), m.group(2).split(",")
@@ -58,8 +60,10 @@ for o in ops:
     elif hint != ["set-alloc-hint object_size %d write_size %d" % (size, size)]:
         bad.append("no hint of its size: " + d)
 print(len(ops), "ops in the history; writefull sizes seen:", seen)
-if sorted(seen["chunk"]) != [5, 300000, 476000, 1048576]:
-    bad.append("expected the writes of 4 chunks of 5, 300000, 476000 and 1048576 bytes")
+if sorted(seen["chunk"]) != [300000, 476000, 1048576]:
+    bad.append("expected the writes of 3 chunks of 300000, 476000 and 1048576 bytes")
+if seen["pack"] != [2005]:
+    bad.append("expected the write of one pack of 2005 bytes")
 if len(seen["manifest"]) != 1 or len(seen["dataset"]) < 1:
     bad.append("expected one manifest write and a dataset pointer write")
 for b in bad:
@@ -73,4 +77,4 @@ for try in 1 2 3 4 5 6 7 8 9 10; do
 done
 cat "$T/check.out"
 [[ $try -lt 10 ]] || die "allocation hints: see above"
-echo "PASS: chunks and manifest hinted, pointer not"
+echo "PASS: chunks, pack and manifest hinted, pointer not"

@@ -8,7 +8,10 @@
  * outside its pack, a pack larger than a chunk, a content id not of the
  * file's chunk) refused with EIO, an old reader's refusal of the incompat
  * flag, and 20,000 byte-flipped packed manifests walked under the
- * sanitizers.
+ * sanitizers.  Also the order `stagefs publish` adds in: a hard link to a
+ * packed file given before the file (which waits for its pack to be
+ * flushed), and a pack of an earlier version named again for only some
+ * of its old members.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -183,6 +186,62 @@ static void test_round_trip(void **state)
 	assert_int_equal(pk.nmembers, 1);
 	assert_int_equal(manifest_pack(m, 2, &pk), -ENOENT);
 	assert_int_equal(manifest_verify(m, NULL), 0);
+	manifest_close(m);
+}
+
+/*
+ * Publish walks x/a, x/b (a name of x/a), then flushes the pack: the link
+ * reaches the builder before its file, and resolves at finish.  Pack 1
+ * is an earlier version's, of which only the member at 9000 is kept.
+ */
+static void test_publish_order(void **state)
+{
+	struct manifest_builder *b = manifest_builder_create(CHUNK);
+	struct sfs_attr dir = mkattr(S_IFDIR | 0755, 0), fa = mkattr(S_IFREG | 0644, 2000);
+	struct sfs_attr fc = mkattr(S_IFREG | 0644, 300), ga, gb;
+	struct sfs_id pid = fake_id(200), old = fake_id(201), ida = fake_id(7), idc = fake_id(8);
+	struct manifest_member mb;
+	struct manifest_pack pk;
+	struct manifest *m;
+	uint32_t i0, i1, pack, off;
+	char err[200];
+	void *buf;
+	size_t len;
+
+	(void)state;
+	assert_non_null(b);
+	assert_int_equal(manifest_builder_add(b, "x", &dir, NULL, NULL, 0), 0);
+	assert_int_equal(manifest_builder_link(b, "x/b", "x/a"), 0);
+	assert_int_equal(manifest_builder_add_pack(b, &pid, 2000, &i0), 0);
+	assert_int_equal(manifest_builder_add_packed(b, "x/a", &fa, &ida, i0, 0), 0);
+	assert_int_equal(manifest_builder_add_pack(b, &old, 40000, &i1), 0);
+	assert_int_equal(manifest_builder_add_packed(b, "x/c", &fc, &idc, i1, 9000), 0);
+	assert_int_equal(manifest_builder_finish(b, 2, &buf, &len), 0);
+	manifest_builder_destroy(b);
+	assert_int_equal(manifest_open(buf, len, &m, err, sizeof(err)), 0);
+	assert_int_equal(manifest_verify(m, NULL), 0);
+
+	assert_int_equal(manifest_getattr(m, ino_of(m, "x/a"), &ga), 0);
+	assert_int_equal(manifest_getattr(m, ino_of(m, "x/b"), &gb), 0);
+	assert_int_equal(ga.ino, gb.ino);
+	assert_int_equal(gb.nlink, 2);
+	assert_true(sfs_id_eq(&ga.content, &gb.content));
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "x/b"), &pack, &off), 0);
+	assert_int_equal(pack, i0);
+	assert_int_equal(off, 0);
+	assert_int_equal(manifest_pack(m, i0, &pk), 0);
+	assert_int_equal(pk.nmembers, 1);	/* the file once, not its link */
+	assert_int_equal(manifest_pack_member(m, i0, 0, &mb), 0);
+	assert_int_equal(mb.ino, ga.ino);
+
+	assert_int_equal(manifest_pack(m, i1, &pk), 0);
+	assert_true(sfs_id_eq(&pk.id, &old));
+	assert_int_equal(pk.size, 40000);
+	assert_int_equal(pk.nmembers, 1);
+	assert_int_equal(manifest_pack_member(m, i1, 0, &mb), 0);
+	assert_int_equal(mb.off, 9000);
+	assert_int_equal(mb.size, 300);
+	assert_true(sfs_id_eq(&mb.chunk, &idc));
 	manifest_close(m);
 }
 
@@ -444,6 +503,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_publish_order),
 		cmocka_unit_test(test_builder_errors),
 		cmocka_unit_test(test_hostile),
 		cmocka_unit_test(test_fuzz),
