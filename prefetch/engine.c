@@ -942,7 +942,8 @@ static void pack_readahead(struct pf_engine *e, struct pf_file *f, uint32_t uid)
 
 	if (!be->ops->pack_aio_start || !be->m || !e->o.readahead_max ||
 	    manifest_file_pack(be->m, f->attr.ino, &pack, &off) ||
-	    recent_has(e, be, pack, false) || manifest_pack(be->m, pack, &pk))
+	    recent_has(e, be, pack, false) || manifest_pack(be->m, pack, &pk) ||
+	    (be->ops->pack_remote && be->ops->pack_remote(be, pack)))
 		return;
 	cache_get_stats(e->c, &cs);
 	if (cs.limit_bytes && cs.used_bytes + 2 * pk.size > cs.limit_bytes)
@@ -969,8 +970,9 @@ static bool pack_start(struct pf_engine *e, struct pf_req *r)
 	if (!be->ops->pack_aio_start || !be->m || r->idx ||
 	    manifest_file_pack(be->m, r->f->attr.ino, &pack, &off) ||
 	    recent_has(e, be, pack, true) || manifest_pack(be->m, pack, &pk) ||
-	    pk.nmembers > ENG_PACK_MAX)
-		return false;
+	    pk.nmembers > ENG_PACK_MAX ||
+	    (be->ops->pack_remote && be->ops->pack_remote(be, pack)))
+		return false;	/* (a peer's pack: its files are asked of that peer) */
 	pr = calloc(1, sizeof(*pr) + pk.nmembers * sizeof(pr->m[0]));
 	if (!pr)
 		return false;

@@ -5,7 +5,8 @@
 # config naming N nodes, 127.0.0.2 .. 127.0.0.(N+1) on port $PEER_PORT, and
 # (unless PEERS_NO_MOUNT=1) mount node i on $T/m$i with its own cache
 # $T/cache$i.  ARGs go to every sfs_mount.  Sets T, DATA_BYTES (the bytes of distinct content), PEER_PORT,
-# PEER_CONF, PEER_KEY.
+# PEER_CONF, PEER_KEY.  PEER_PUBLISH_ARGS: more publish options (a test that
+# names chunk objects publishes with --pack-max 0).
 # peers_mount I [ARG...]: mount node I (again).
 # osd_read_bytes: bytes the OSD has sent to clients so far (its perf counters).
 
@@ -33,7 +34,8 @@ peers_setup() {
 	gentree "$T/src" --small 150 --big-mb 12 --wide 40 --chunk 1M
 	# publish stores hard links as separate files (docs/publish.md): break them
 	find "$T/src" -type f -links +1 -exec sh -c 'cp -p "$1" "$1.t" && mv "$1.t" "$1"' _ {} \;
-	"$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M "$T/src" "rados://$POOL/$PEER_NAME" \
+	# shellcheck disable=SC2086
+	"$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M ${PEER_PUBLISH_ARGS:-} "$T/src" "rados://$POOL/$PEER_NAME" \
 		>"$T/pub.out" 2>&1 || { cat "$T/pub.out"; die "publish failed"; }
 	DATA_BYTES=$("$PYTHON" - "$T/src" <<'PY'
 import hashlib, os, sys

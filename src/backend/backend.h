@@ -106,6 +106,11 @@ struct backend_ops {
 	int (*pack_aio_start)(struct backend *be, uint32_t pack, uint64_t off,
 			      size_t len, void *buf, void (*done)(void *arg),
 			      void *arg, struct backend_aio **out);
+	/*
+	 * Optional: true when another member of the node's peer group owns
+	 * pack @pack: that node reads it whole, this one asks it for files.
+	 */
+	bool (*pack_remote)(struct backend *be, uint32_t pack);
 
 	/*
 	 * Optional, for sources that are plain files (dir://): chunk @idx of

@@ -99,6 +99,7 @@ struct rread {
 	size_t len;
 	struct sfs_id id;		/* expected XXH3-128 (published datasets) */
 	uint64_t off;			/* where in the object */
+	struct sfs_id key;		/* whose owner a peer group asks: id, or the pack's */
 	bool packed;			/* one packed file's bytes, in its pack */
 	bool pack;			/* a range of a pack: checked by the caller */
 	/* plain mode: the listing's size and mtime, and the op's outputs */
@@ -498,7 +499,7 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 	struct sfs_attr a;
 	struct rread *rr;
 	char path[PATH_MAX];
-	struct sfs_id id = { 0, 0 };
+	struct sfs_id id = { 0, 0 }, key;
 	uint32_t pack = 0, poff = 0;
 	bool packed = false;
 	size_t oidlen;
@@ -533,8 +534,10 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 				return -EIO;
 			sfs_rados_pack_oid(&pk.id, path);
 			packed = true;
+			key = pk.id;
 		} else if (rc == -ENODATA) {
 			sfs_rados_chunk_oid(&id, path);
+			key = id;
 		} else {
 			return -EIO;
 		}
@@ -550,6 +553,7 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 	rr->len = len;
 	rr->id = id;
 	rr->packed = packed;
+	rr->key = rb->plain ? id : key;
 	rr->off = poff;
 	rr->want_size = a.size;
 	rr->want_mtime = a.mtime.tv_sec;
@@ -654,7 +658,7 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 
 	rc = rread_prepare(rb, file, idx, buf, len, rread_complete_cb, done, arg, &rr);
 	if (!rc && rb->be.peers && !rb->plain &&
-	    !peer_fetch_start(rb->be.peers, &rr->id,
+	    !peer_fetch_start(rb->be.peers, &rr->key, &rr->id,
 			      &(struct peer_loc){ be->peer_tag, file->ino, idx },
 			      buf, len, rread_peer_done, rr)) {
 		*out = (struct backend_aio *)rr;	/* done() may have run already */
@@ -762,9 +766,25 @@ static bool rb_peer_first(struct backend *be, const struct sfs_attr *file, uint3
 	struct rados_backend *rb = RB(be);
 	struct sfs_id id;
 
+	struct manifest_pack pk;
+	uint32_t pack, off;
+
 	if (!be->peers || rb->plain || manifest_chunk(be->m, file->ino, idx, &id))
 		return false;
+	if (!manifest_file_pack(be->m, file->ino, &pack, &off) &&
+	    !manifest_pack(be->m, pack, &pk))
+		id = pk.id;	/* a packed file is asked of its pack's owner */
 	return !peer_owns(be->peers, &id);
+}
+
+/* Does another member of the peer group own pack @pack (and read it)? */
+static bool rb_pack_remote(struct backend *be, uint32_t pack)
+{
+	struct manifest_pack pk;
+
+	if (!be->peers || RB(be)->plain || manifest_pack(be->m, pack, &pk))
+		return false;
+	return !peer_owns(be->peers, &pk.id);
 }
 
 /* ---- metadata: backend_manifest_* (src/backend/backend.c) read be.m ---- */
@@ -887,6 +907,7 @@ const struct backend_ops backend_rados_ops = {
 	.aio_start = rb_aio_start,
 	.aio_finish = rb_aio_finish,
 	.pack_aio_start = rb_pack_aio_start,
+	.pack_remote = rb_pack_remote,
 	.peer_first = rb_peer_first,
 	.statfs = backend_manifest_statfs,
 };

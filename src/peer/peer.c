@@ -402,9 +402,9 @@ static struct peer *owner_locked(struct peer_group *pg, const struct sfs_id *id,
 
 /* ---- the API ---- */
 
-int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
-		     const struct peer_loc *loc, void *buf, size_t len,
-		     void (*done)(void *arg, int res), void *arg)
+int peer_fetch_start(struct peer_group *pg, const struct sfs_id *key,
+		     const struct sfs_id *id, const struct peer_loc *loc, void *buf,
+		     size_t len, void (*done)(void *arg, int res), void *arg)
 {
 	struct peer *owner;
 	struct preq *rq;
@@ -416,7 +416,7 @@ int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
 	if (!rq)
 		return -ENOMEM;
 	pthread_mutex_lock(&pg->lock);
-	owner = pg->stopping ? NULL : owner_locked(pg, id, now);
+	owner = pg->stopping ? NULL : owner_locked(pg, key, now);
 	if (!owner || owner->self) {
 		pthread_mutex_unlock(&pg->lock);
 		free(rq);

@@ -98,7 +98,9 @@ const struct sockaddr_in *peer_group_self(const struct peer_group *pg);
 
 /*
  * Ask the owner of chunk @id (@len bytes), which this node's manifest has
- * at @loc, for it, into @buf.  Returns
+ * at @loc, for it, into @buf.  The owner is the owner of @key: @id, or for
+ * a file stored in a pack the pack's id, so that one node reads each pack
+ * from the backend and serves its files.  Returns
  * -ENOENT when this node owns it (or no other member is live): read it
  * from the backend.  Returns 0 when asked: @done(@arg, @res) then runs
  * exactly once on the client thread, @res being @len (@buf holds the
@@ -106,11 +108,11 @@ const struct sockaddr_in *peer_group_self(const struct peer_group *pg);
  * shutting down: @buf may hold anything; read it from the backend), at the
  * latest peer_timeout after this call.
  */
-int peer_fetch_start(struct peer_group *pg, const struct sfs_id *id,
-		     const struct peer_loc *loc, void *buf, size_t len,
-		     void (*done)(void *arg, int res), void *arg);
+int peer_fetch_start(struct peer_group *pg, const struct sfs_id *key,
+		     const struct sfs_id *id, const struct peer_loc *loc, void *buf,
+		     size_t len, void (*done)(void *arg, int res), void *arg);
 
-/* Is this node the owner of chunk @id among the live members now? */
+/* Is this node the owner of chunk (or pack) @id among the live members now? */
 bool peer_owns(struct peer_group *pg, const struct sfs_id *id);
 
 /* The server (fuse/peerd.c) counts what it does for the member at @from. */

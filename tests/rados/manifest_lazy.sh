@@ -26,7 +26,8 @@ entries=$((N + ndirs + 1))
 # --- a published dataset of N files: 16 real chunks, the manifest put by hand
 mkdir -p "$T/blobs"
 size=$("$helper" "$N" "$T/m.manifest" "$T/blobs")
-"$STAGEFS" publish -q --ceph-conf "$CEPH_CONF" "$T/blobs" "rados://$POOL/${NAME}b" >"$T/pub.out" 2>&1 ||
+# --pack-max 0: the manifest put by hand names the blobs' chunk objects
+"$STAGEFS" publish -q --ceph-conf "$CEPH_CONF" --pack-max 0 "$T/blobs" "rados://$POOL/${NAME}b" >"$T/pub.out" 2>&1 ||
 	{ cat "$T/pub.out"; die "publish of the blobs failed"; }
 PIECE=$((32 * 1048576))
 nparts=$(((size + PIECE - 1) / PIECE))

@@ -22,7 +22,8 @@ for d in range(3):
         with open(f"{sys.argv[1]}/d{d}/f{i:04d}", "wb") as f:
             f.write(os.urandom(100 + i))
 PY
-"$STAGEFS" publish -q --ceph-conf "$CEPH_CONF" "$T/src" "rados://$POOL/$NAME" >"$T/pub.out" 2>&1 ||
+# --pack-max 0: 104-byte records, 630 a part (packs make them 120 bytes)
+"$STAGEFS" publish -q --ceph-conf "$CEPH_CONF" --pack-max 0 "$T/src" "rados://$POOL/$NAME" >"$T/pub.out" 2>&1 ||
 	{ cat "$T/pub.out"; die "publish failed"; }
 
 M=$T/m

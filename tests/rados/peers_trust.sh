@@ -8,7 +8,8 @@ need_mount
 . "$REPO/tests/lib_peers.sh"
 
 # node 2 flips a byte of every chunk it serves (peer_test_corrupt)
-PEERS_NO_MOUNT=1 peers_setup 2
+# one object a file: the chunk asked for below is an object of its own
+PEER_PUBLISH_ARGS="--pack-max 0" PEERS_NO_MOUNT=1 peers_setup 2
 peers_mount 1
 peers_mount 2 peer_test_corrupt=yes
 N2=127.0.0.3:$PEER_PORT

@@ -10,8 +10,7 @@ need_mount
 T=$TEST_TMPDIR
 POOL=${CEPH_POOL:-stagefs}
 NAME=ds$$
-# one object per chunk, small files included: packs are tests/rados/packs.sh's
-pub() { "$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M --pack-max 0 "$@"; }
+pub() { "$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M "$@"; }
 
 # --- v1: the generated tree (chunk 1M keeps it quick), publish, mount, compare
 gentree "$T/v1" --small 2000 --big-mb 24 --chunk 1M

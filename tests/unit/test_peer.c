@@ -424,7 +424,7 @@ static void test_refused_peer(void **state)
 	for (i = 0; i < 100 && rc; i++) {
 		struct sfs_id id = id_n((uint64_t)i + 100000);
 
-		rc = peer_fetch_start(pg, &id, &(struct peer_loc){ 1, 2, 0 }, buf, sizeof(buf), done_fn, &b);
+		rc = peer_fetch_start(pg, &id, &id, &(struct peer_loc){ 1, 2, 0 }, buf, sizeof(buf), done_fn, &b);
 	}
 	assert_int_equal(rc, 0);
 	pthread_mutex_lock(&b.lock);

@@ -164,7 +164,7 @@ int main(int argc, char **argv)
 			slots[k].busy = true;
 			busy++;
 			pthread_mutex_unlock(&lock);
-			if (peer_fetch_start(pg, &ids[i], &locs[i], slots[k].buf, lens[i], done,
+			if (peer_fetch_start(pg, &ids[i], &ids[i], &locs[i], slots[k].buf, lens[i], done,
 					     &slots[k])) {
 				done(&slots[k], -EIO);
 				continue;

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once and caches every file (no demand fetch after, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right.
+# needs: ceph
+# timeout: 300
+# SPDX-License-Identifier: Apache-2.0
+. "$(dirname "$0")/../lib.sh"
+need_mount
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
+
+T=$TEST_TMPDIR
+POOL=${CEPH_POOL:-stagefs}
+NS=pk$$				# a namespace of its own: its objects are this test's
+URI="rados://$POOL/pk?ns=$NS"
+jget() { "$PYTHON" -c 'import json, sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])[sys.argv[2]])' "$1" "$2"; }
+packs() { rados -p "$POOL" -N "$NS" ls | grep '^sfs\.pack\.' | sort || true; }
+
+# 600 files of 1..40 KB in 6 directories, and one of 3 MiB (not packed)
+"$PYTHON" - "$T/src" <<'PY'
+import os, random, sys
+r = random.Random(30)
+for d in range(6):
+    os.makedirs(f"{sys.argv[1]}/d{d}", exist_ok=True)
+    for i in range(100):
+        with open(f"{sys.argv[1]}/d{d}/f{i:03}.jpg", "wb") as f:
+            f.write(r.randbytes(r.randint(1, 40 * 1024)))
+with open(f"{sys.argv[1]}/big.bin", "wb") as f:
+    f.write(r.randbytes(3 << 20))
+PY
+"$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M --json "$T/src" "$URI" \
+	>"$T/pub.json" 2>"$T/pub.err" || { cat "$T/pub.err"; die "publish failed"; }
+mapfile -t PACKS < <(packs)
+np=${#PACKS[@]}
+# ~12 MiB of small files in packs of at most 1 MiB
+((np >= 12 && np <= 20)) || die "$np packs for 600 small files of ~12 MiB with 1 MiB chunks"
+log "published: $np packs, $(rados -p "$POOL" -N "$NS" ls | grep -c '^sfs\.chunk\.') chunk objects"
+[[ $(rados -p "$POOL" -N "$NS" ls | grep -c '^sfs\.chunk\.') == 3 ]] || die "expected 3 chunk objects (big.bin), got $(rados -p "$POOL" -N "$NS" ls | grep -c '^sfs\.chunk\.')"
+
+# --- a cold read of one file: its range now, its pack right after
+M=$T/m1
+sfs_mount "$URI" "$M" "ceph_conf=$CEPH_CONF" "cache_dir=$T/c1" rados_timeout=5s
+cmp "$M/d3/f050.jpg" "$T/src/d3/f050.jpg" || die "d3/f050.jpg: wrong bytes"
+pack_came() { [[ $(stat_get "$M" pack_reads) -ge 1 && $(stat_get "$M" pack_files) -ge 10 ]]; }
+wait_for -t 10 pack_came ||
+	die "no pack read followed the cold read: pack_reads $(stat_get "$M" pack_reads), pack_files $(stat_get "$M" pack_files)"
+log "one cold read: pack_reads $(stat_get "$M" pack_reads), pack_files $(stat_get "$M" pack_files)"
+treecmp "$T/src" "$M"
+# each pack's first miss reads its range and queues the pack: far fewer
+# backend reads than files
+# (backend_reads counts files fetched, pack_files those a pack read brought)
+ops=$(($(stat_get "$M" backend_reads) - $(stat_get "$M" pack_files) + $(stat_get "$M" pack_reads)))
+log "a cold walk of 601 files: $ops object reads ($(stat_get "$M" pack_reads) of packs)"
+((ops < 300)) || die "$ops object reads for 601 files in $np packs"
+sfs_umount "$M"
+
+# --- warmup: each pack read once, every file cached, nothing fetched after
+M=$T/m2
+sfs_mount "$URI" "$M" "ceph_conf=$CEPH_CONF" "cache_dir=$T/c2" rados_timeout=5s
+"$STAGEFS" warmup --json "$M" >"$T/w.json" || die "warmup failed: $(cat "$T/w.json")"
+assert_eq "$(jget "$T/w.json" failed)" 0 "warmup failures"
+assert_eq "$(stat_get "$M" pack_reads)" "$np" "pack reads of a warmup"
+assert_eq "$(stat_get "$M" pack_files)" 600 "files brought in by pack reads"
+r0=$(stat_get "$M" backend_reads)
+drop_caches
+treecmp "$T/src" "$M"
+assert_eq "$(stat_get "$M" backend_reads)" "$r0" "backend reads after a warmup (every file cached)"
+sfs_umount "$M"
+
+# --- --shard i/2 on two caches: the packs split between them, none twice
+for i in 0 1; do
+	M=$T/s$i
+	sfs_mount "$URI" "$M" "ceph_conf=$CEPH_CONF" "cache_dir=$T/cs$i" rados_timeout=5s
+	"$STAGEFS" warmup --shard "$i/2" --json "$M" >"$T/s$i.json" || die "warmup --shard $i/2 failed"
+	sp[i]=$(stat_get "$M" pack_reads)
+	sfs_umount "$M"
+done
+assert_eq $((sp[0] + sp[1])) "$np" "pack reads of shards 0 and 1"
+log "shards: ${sp[0]} + ${sp[1]} packs"
+
+# --- damage: one byte in the middle of every pack; only the files there fail
+bad=0
+for p in "${PACKS[@]}"; do
+	rados -p "$POOL" -N "$NS" get "$p" "$T/p"
+	sz=$(stat -c %s "$T/p")
+	printf '\x55' | dd of="$T/p" bs=1 seek=$((sz / 2)) conv=notrunc status=none
+	rados -p "$POOL" -N "$NS" put "$p" "$T/p"
+done
+M=$T/m3
+sfs_mount "$URI" "$M" "ceph_conf=$CEPH_CONF" "cache_dir=$T/c3" rados_timeout=5s
+"$STAGEFS" warmup --json "$M" >"$T/w3.json" || true
+for f in "$T"/src/d*/*.jpg; do
+	rel=${f#"$T/src/"}
+	if cat "$M/$rel" >"$T/out" 2>"$T/err"; then
+		cmp -s "$T/out" "$f" || die "$rel: wrong bytes served from a damaged pack"
+	else
+		contains "Input/output error" "$T/err" || die "$rel: $(cat "$T/err")"
+		bad=$((bad + 1))
+	fi
+done
+# a byte written over one of its own is no change: at most one file a pack
+((bad >= np - 1 && bad <= np)) || die "$bad files failed for $np damaged packs (one byte each)"
+contains "is corrupt" "$(sfs_log "$M")" || die "the damage was not logged"
+log "damaged packs: $bad files EIO, the other $((600 - bad)) byte-exact"
