@@ -81,6 +81,7 @@
 #include "prefetch_i.h"
 
 #include "bufpool.h"
+#include "htab.h"
 #include "list.h"
 #include "log.h"
 #include "util.h"
@@ -144,6 +145,7 @@ struct packread {
 
 struct fill {
 	struct list_node node;		/* in e->fills */
+	struct htab_node hnode;		/* in e->byfill, by (cache file, chunk) */
 	struct list_node qnode;		/* in e->inbox, e->held or e->wq (by stage) */
 	struct pf_engine *e;
 	struct pf_file *f;		/* reference */
@@ -202,6 +204,7 @@ struct pf_engine {
 
 	/* the engine thread's own */
 	struct list_node fills;		/* every fill alive, newest first */
+	struct htab byfill;		/* ... and by (cache file, chunk): fill_find() */
 	uint32_t nfills, ndemand;
 	/* yielding to readers at the backend (see "Yielding" above) */
 	uint32_t bg_cap;		/* background requests allowed in flight */
@@ -355,14 +358,23 @@ static void set_prio(struct pf_engine *e, struct fill *fl, int prio)
 	atomic_store(&e->st_demand, e->ndemand);
 }
 
+static uint64_t fill_hash(const struct cfile *cf, uint32_t idx)
+{
+	return htab_hash_u64((uint64_t)(uintptr_t)cf ^ ((uint64_t)idx << 48));
+}
+
 /* A new fill of chunk @idx of @f (whose reference it takes over). */
 static struct fill *fill_new(struct pf_engine *e, struct pf_file *f, uint32_t idx,
 			     uint32_t uid, int prio, struct pf_req *req)
 {
-	struct fill *fl = calloc(1, sizeof(*fl));
+	struct fill *fl;
 
+	if (htab_reserve(&e->byfill, e->nfills + 1))
+		return NULL;
+	fl = calloc(1, sizeof(*fl));
 	if (!fl)
 		return NULL;
+	htab_add(&e->byfill, &fl->hnode, fill_hash(f->cf, idx));
 	fl->e = e;
 	fl->f = f;
 	fl->req = req;
@@ -480,6 +492,7 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	if (atomic_load(&e->nobuf))
 		e->again = true;	/* a fill waiting may have a buffer now */
 	list_del(&fl->node);
+	htab_del(&e->byfill, &fl->hnode);
 	e->nfills--;
 	atomic_store(&e->st_inflight, e->nfills);
 	pf_file_put(fl->f);
@@ -1158,15 +1171,26 @@ static void pack_done(struct pf_engine *e, struct fill *carrier, int res)
 
 /* ---- work arriving ---- */
 
+struct fill_key {
+	const struct cfile *cf;
+	uint32_t idx;
+};
+
+static bool fill_eq(const struct htab_node *n, const void *key)
+{
+	const struct fill *fl = htab_entry(n, struct fill, hnode);
+	const struct fill_key *k = key;
+
+	return fl->idx == k->idx && fl->f->cf == k->cf;
+}
+
+/* The newest fill of chunk @idx of @cf, or NULL. */
 static struct fill *fill_find(struct pf_engine *e, const struct cfile *cf, uint32_t idx)
 {
-	list_for_each(pos, &e->fills) {
-		struct fill *fl = list_entry(pos, struct fill, node);
+	struct fill_key k = { cf, idx };
+	struct htab_node *n = htab_find(&e->byfill, fill_hash(cf, idx), fill_eq, &k);
 
-		if (fl->idx == idx && fl->f->cf == cf)
-			return fl;
-	}
-	return NULL;
+	return n ? htab_entry(n, struct fill, hnode) : NULL;
 }
 
 static void want_fail(struct pf_want *w, int err)
@@ -1585,6 +1609,7 @@ out_ring:
 	io_uring_queue_exit(&e->ring);
 out_pool:
 	bufpool_destroy(e->pool);
+	htab_release(&e->byfill);
 out_close:
 	close(e->efd);
 out_free:
@@ -1612,6 +1637,7 @@ void pf_engine_destroy(struct pf_engine *e)
 	/* no fill is left: neither the kernel nor librados holds a buffer */
 	io_uring_queue_exit(&e->ring);
 	bufpool_destroy(e->pool);
+	htab_release(&e->byfill);
 	close(e->efd);
 	pthread_mutex_destroy(&e->lock);
 	free(e);
