@@ -1204,6 +1204,8 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 	struct bufpool_buf *b;
 	struct pf_file *f;
 	struct fill *fl;
+	uint32_t uid;
+	bool miss;
 	int err = 0;
 
 	if (e->stopping) {
@@ -1241,10 +1243,21 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 		want_fail(w, err ? err : -ENOMEM);
 		return;
 	}
+	/*
+	 * A miss of a packed file queues its pack; the claim may end the fill
+	 * (and answer @w) at once, so what that needs is taken before it.
+	 */
+	uid = w->uid;
+	miss = f->be->ops->pack_aio_start && !cache_chunk_present(e->c, f->cf, w->idx);
+	if (miss)
+		pf_file_get(f);
 	w->origin = true;
 	list_add(&fl->wants, &w->node);
 	fill_claim(e, fl);
-	pack_readahead(e, f, w->uid);
+	if (miss) {
+		pack_readahead(e, f, uid);
+		pf_file_put(f);
+	}
 }
 
 static void inbox_fill(struct pf_engine *e, struct fill *fl)

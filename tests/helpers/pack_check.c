@@ -152,6 +152,9 @@ int main(int argc, char **argv)
 			sfs_rados_pack_oid(&pk.id, oid);
 			printf("%s %u\n", oid, pk.nmembers);
 		}
+		manifest_close(m);
+		rados_ioctx_destroy(io);
+		rados_shutdown(cl);
 		return bad ? 1 : 0;
 	}
 
