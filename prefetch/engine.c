@@ -1152,7 +1152,12 @@ static void pack_done(struct pf_engine *e, struct fill *carrier, int res)
 			fetch_done(e, m, res < 0 ? res : -EIO, NULL);
 			continue;
 		}
-		m->buf = bufpool_get(e->pool, m->claim.len, !list_empty(&m->wants));
+		/*
+		 * Outside the region if it is full: bounded by the pack (at most
+		 * a chunk) a read in flight, and the pool's buffers of other
+		 * fills are freed as their writes end.
+		 */
+		m->buf = bufpool_get(e->pool, m->claim.len, true);
 		if (!m->buf) {
 			fetch_done(e, m, -ENOMEM, NULL);	/* absent again: fetched later */
 			continue;
@@ -1366,6 +1371,17 @@ static void start_background(struct pf_engine *e)
 
 		if (atomic_load(&r->o->cancelled)) {
 			pf_sched_finish(e->s, r, -ECANCELED);
+			continue;
+		}
+		fl = fill_find(e, r->f->cf, r->idx);
+		if (fl && fl->rider && !fl->req) {
+			/*
+			 * A pack read brings it already: the request takes the
+			 * member's result, and gives its slot back now, so the
+			 * next requests can start other packs' reads.
+			 */
+			fl->req = r;
+			pf_sched_release(e->s, r);
 			continue;
 		}
 		if (pack_start(e, r))

@@ -2,7 +2,7 @@
 # tools/bench/packs.sh - packs: a dataset of small images (20-38 KB), packed and not
 # SPDX-License-Identifier: Apache-2.0
 #
-#   packs        BENCH_PACK_N (30,000; quick 3,000) files of 20-38 KB in 100
+#   packs        BENCH_PACK_N (30,000; quick 3,000) files of BENCH_PACK_KB (20-38) KB in 100
 #                directories, published twice: packed (the default) and one
 #                object a file (--pack-max 0); publish / rados bench write 4M;
 #                stagefs warmup / rados bench seq 4M; a cold shuffled epoch of
@@ -15,28 +15,30 @@
 #                directory made anew; docs/benchmarks.md)
 #
 #   BENCH_PACK_N     packs: number of files (default 30000)
+#   BENCH_PACK_KB    packs: their sizes, MIN-MAX KB (default 20-38; ImageNet-like: 60-220)
 [ "${BASH_SOURCE[0]}" != "$0" ] || exec "$(dirname "$0")/run.sh" "$(basename "$0" .sh)" "$@"	# alone: tools/bench.sh NAME
 
 [ "$QUICK" = 1 ] && : "${BENCH_PACK_N:=3000}"
 PACK_N=${BENCH_PACK_N:-30000}
+PACK_KB=${BENCH_PACK_KB:-20-38}
 
 bench_packs() {
 	local d=$WORK/packs r n=$PACK_N bytes t0 ms w4 s4 pu pp out fps x src
 	local wus=() wps=() s4s=() cps=() cus=() wms=() ls=()
 	local workers=${BENCH_EPOCH_WORKERS:-8}
-	hdr packs "$n files of 20-38 KB, packed and not, against 4 MiB objects (rados bench)"
+	hdr packs "$n files of $PACK_KB KB, packed and not, against 4 MiB objects (rados bench)"
 	need_rados || { skipped "$RADOS_WHY"; return; }
 	mkdir -p "$d"
-	"$PY" - "$d/src" "$n" <<'PY' || { skipped "could not write the files"; return; }
+	"$PY" - "$d/src" "$n" "${PACK_KB%-*}" "${PACK_KB#*-}" <<'PY' || { skipped "could not write the files"; return; }
 import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
+root, n, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 r = random.Random(29)
 for i in range(n):
     sub = f"{root}/c{i % 100:03}"
     if i < 100:
         os.makedirs(sub, exist_ok=True)
     with open(f"{sub}/img{i:07}.jpg", "wb") as f:
-        f.write(r.randbytes(r.randint(20 << 10, 38 << 10)))
+        f.write(r.randbytes(r.randint(lo << 10, hi << 10)))
 PY
 	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
 	log "packs: $n files, $bytes bytes"
