@@ -954,8 +954,8 @@ static void pack_readahead(struct pf_engine *e, struct pf_file *f, uint32_t uid)
 	uint32_t pack, off;
 
 	if (!be->ops->pack_aio_start || !be->m || !e->o.readahead_max ||
-	    manifest_file_pack(be->m, f->attr.ino, &pack, &off) ||
-	    recent_has(e, be, pack, false) || manifest_pack(be->m, pack, &pk) ||
+	    manifest_file_pack(be->m, f->attr.ino, &pack, &off, &pk) ||
+	    recent_has(e, be, pack, false) ||
 	    (be->ops->pack_remote && be->ops->pack_remote(be, pack)))
 		return;
 	cache_get_stats(e->c, &cs);
@@ -981,8 +981,8 @@ static bool pack_start(struct pf_engine *e, struct pf_req *r)
 	uint32_t pack, off;
 
 	if (!be->ops->pack_aio_start || !be->m || r->idx ||
-	    manifest_file_pack(be->m, r->f->attr.ino, &pack, &off) ||
-	    recent_has(e, be, pack, true) || manifest_pack(be->m, pack, &pk) ||
+	    manifest_file_pack(be->m, r->f->attr.ino, &pack, &off, &pk) ||
+	    recent_has(e, be, pack, true) ||
 	    pk.nmembers > ENG_PACK_MAX ||
 	    (be->ops->pack_remote && be->ops->pack_remote(be, pack)))
 		return false;	/* (a peer's pack: its files are asked of that peer) */
@@ -1253,7 +1253,8 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 	 * (and answer @w) at once, so what that needs is taken before it.
 	 */
 	uid = w->uid;
-	miss = f->be->ops->pack_aio_start && !cache_chunk_present(e->c, f->cf, w->idx);
+	miss = f->be->ops->pack_aio_start && f->be->m && manifest_npacks(f->be->m) &&
+	       !cache_chunk_present(e->c, f->cf, w->idx);
 	if (miss)
 		pf_file_get(f);
 	w->origin = true;

@@ -254,8 +254,7 @@ static bool in_shard(const struct pf_job *j, struct backend *be,
 	if (!j->opts.shard_n)
 		return true;
 	if (be->m && manifest_npacks(be->m) &&
-	    !manifest_file_pack(be->m, a->ino, &pack, &off) &&
-	    !manifest_pack(be->m, pack, &pk)) {
+	    !manifest_file_pack(be->m, a->ino, &pack, &off, &pk)) {
 		key.hi = pk.id.hi;
 		key.lo = pk.id.lo;
 		key.idx = UINT32_MAX;

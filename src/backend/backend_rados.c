@@ -487,6 +487,27 @@ static void rread_complete_cb(rados_completion_t c, void *arg)
 	rr->done(rr->arg);	/* rr may be finished and freed from here on */
 }
 
+/* A read of @len bytes at @off of object @oid into @buf; NULL on ENOMEM. */
+static struct rread *rread_new(struct rados_backend *rb, const char *oid, void *buf,
+			       size_t len, uint64_t off, rados_callback_t cb,
+			       void (*done)(void *arg), void *arg)
+{
+	size_t oidlen = strlen(oid);
+	struct rread *rr = calloc(1, sizeof(*rr) + oidlen + 1);
+
+	if (!rr)
+		return NULL;
+	memcpy(rr->oid, oid, oidlen + 1);
+	rr->rb = rb;
+	rr->buf = buf;
+	rr->len = len;
+	rr->off = off;
+	rr->cb = cb;
+	rr->done = done;
+	rr->arg = arg;
+	return rr;
+}
+
 /*
  * Prepare the read of chunk @idx of @file (nothing started).  @cb NULL:
  * synchronous (the caller waits on rr->c); else @cb runs on completion and
@@ -499,10 +520,10 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 	struct sfs_attr a;
 	struct rread *rr;
 	char path[PATH_MAX];
-	struct sfs_id id = { 0, 0 }, key;
+	struct sfs_id id = { 0, 0 }, key = { 0, 0 };
+	struct manifest_pack pk;
 	uint32_t pack = 0, poff = 0;
 	bool packed = false;
-	size_t oidlen;
 	int rc;
 
 	rc = manifest_getattr(rb->be.m, file->ino, &a);
@@ -516,7 +537,6 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 		rc = manifest_path(rb->be.m, file->ino, path, sizeof(path));
 		if (rc < 0)
 			return rc == -ERANGE ? -ENAMETOOLONG : rc;
-		oidlen = (size_t)rc;
 	} else {
 		rc = manifest_chunk(rb->be.m, file->ino, idx, &id);
 		if (rc) {
@@ -525,13 +545,8 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 				    rb->name, rb->version, idx, file->ino);
 			return -EIO;
 		}
-		rc = manifest_file_pack(rb->be.m, file->ino, &pack, &poff);
+		rc = manifest_file_pack(rb->be.m, file->ino, &pack, &poff, &pk);
 		if (rc == 0) {
-			struct manifest_pack pk;
-
-			rc = manifest_pack(rb->be.m, pack, &pk);
-			if (rc)
-				return -EIO;
 			sfs_rados_pack_oid(&pk.id, path);
 			packed = true;
 			key = pk.id;
@@ -541,25 +556,16 @@ static int rread_prepare(struct rados_backend *rb, const struct sfs_attr *file,
 		} else {
 			return -EIO;
 		}
-		oidlen = strlen(path);
 	}
 
-	rr = calloc(1, sizeof(*rr) + oidlen + 1);
+	rr = rread_new(rb, path, buf, len, poff, cb, done, arg);
 	if (!rr)
 		return -ENOMEM;
-	memcpy(rr->oid, path, oidlen + 1);
-	rr->rb = rb;
-	rr->buf = buf;
-	rr->len = len;
 	rr->id = id;
 	rr->packed = packed;
-	rr->key = rb->plain ? id : key;
-	rr->off = poff;
+	rr->key = key;
 	rr->want_size = a.size;
 	rr->want_mtime = a.mtime.tv_sec;
-	rr->done = done;
-	rr->arg = arg;
-	rr->cb = cb;
 	rr->idx = idx;
 	*out = rr;
 	return 0;
@@ -638,6 +644,28 @@ static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
 	return rc;
 }
 
+/* An async read begins: counted, so destroy() waits for it; -ESHUTDOWN if stopping. */
+static int inflight_begin(struct rados_backend *rb)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&rb->lock);
+	if (rb->stopping)
+		rc = -ESHUTDOWN;
+	else
+		rb->inflight++;
+	pthread_mutex_unlock(&rb->lock);
+	return rc;
+}
+
+static void inflight_end(struct rados_backend *rb)
+{
+	pthread_mutex_lock(&rb->lock);
+	if (--rb->inflight == 0)
+		pthread_cond_broadcast(&rb->idle);
+	pthread_mutex_unlock(&rb->lock);
+}
+
 static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 			uint32_t idx, void *buf, size_t len,
 			void (*done)(void *arg), void *arg,
@@ -648,14 +676,9 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 	int rc;
 
 	/* counted first, so destroy() waits for a completion already racing us */
-	pthread_mutex_lock(&rb->lock);
-	if (rb->stopping) {
-		pthread_mutex_unlock(&rb->lock);
-		return -ESHUTDOWN;
-	}
-	rb->inflight++;
-	pthread_mutex_unlock(&rb->lock);
-
+	rc = inflight_begin(rb);
+	if (rc)
+		return rc;
 	rc = rread_prepare(rb, file, idx, buf, len, rread_complete_cb, done, arg, &rr);
 	if (!rc && rb->be.peers && !rb->plain &&
 	    !peer_fetch_start(rb->be.peers, &rr->key, &rr->id,
@@ -670,10 +693,7 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 			rread_free(rr);
 	}
 	if (rc) {
-		pthread_mutex_lock(&rb->lock);
-		if (--rb->inflight == 0)
-			pthread_cond_broadcast(&rb->idle);
-		pthread_mutex_unlock(&rb->lock);
+		inflight_end(rb);
 		return rc;
 	}
 	*out = (struct backend_aio *)rr;	/* done() may have run already */
@@ -699,34 +719,18 @@ static int rb_pack_aio_start(struct backend *be, uint32_t pack, uint64_t off,
 	if (len == 0 || off > pk.size || len > pk.size - off)
 		return -EINVAL;
 	sfs_rados_pack_oid(&pk.id, oid);
-	rr = calloc(1, sizeof(*rr) + strlen(oid) + 1);
+	rr = rread_new(rb, oid, buf, len, off, rread_complete_cb, done, arg);
 	if (!rr)
 		return -ENOMEM;
-	strcpy(rr->oid, oid);
-	rr->rb = rb;
-	rr->buf = buf;
-	rr->len = len;
-	rr->off = off;
 	rr->pack = true;
-	rr->done = done;
-	rr->arg = arg;
-	rr->cb = rread_complete_cb;
-
-	pthread_mutex_lock(&rb->lock);
-	if (rb->stopping) {
-		pthread_mutex_unlock(&rb->lock);
-		free(rr);
-		return -ESHUTDOWN;
+	rc = inflight_begin(rb);
+	if (!rc) {
+		rc = rread_submit(rr);
+		if (rc)
+			inflight_end(rb);
 	}
-	rb->inflight++;
-	pthread_mutex_unlock(&rb->lock);
-	rc = rread_submit(rr);
 	if (rc) {
 		rread_free(rr);
-		pthread_mutex_lock(&rb->lock);
-		if (--rb->inflight == 0)
-			pthread_cond_broadcast(&rb->idle);
-		pthread_mutex_unlock(&rb->lock);
 		return rc;
 	}
 	*out = (struct backend_aio *)rr;	/* done() may have run already */
@@ -754,25 +758,20 @@ static int rb_aio_finish(struct backend *be, struct backend_aio *h,
 	if (*hashed)
 		*hash = rr->id;		/* rread_result checked the bytes hash to it */
 	rread_free(rr);
-	pthread_mutex_lock(&rb->lock);
-	if (--rb->inflight == 0)
-		pthread_cond_broadcast(&rb->idle);
-	pthread_mutex_unlock(&rb->lock);
+	inflight_end(rb);
 	return res;
 }
 
 static bool rb_peer_first(struct backend *be, const struct sfs_attr *file, uint32_t idx)
 {
 	struct rados_backend *rb = RB(be);
-	struct sfs_id id;
-
 	struct manifest_pack pk;
+	struct sfs_id id;
 	uint32_t pack, off;
 
 	if (!be->peers || rb->plain || manifest_chunk(be->m, file->ino, idx, &id))
 		return false;
-	if (!manifest_file_pack(be->m, file->ino, &pack, &off) &&
-	    !manifest_pack(be->m, pack, &pk))
+	if (!manifest_file_pack(be->m, file->ino, &pack, &off, &pk))
 		id = pk.id;	/* a packed file is asked of its pack's owner */
 	return !peer_owns(be->peers, &id);
 }

@@ -281,13 +281,14 @@ uint32_t manifest_npacks(const struct manifest *m);
 /* Pack @pack (< manifest_npacks()): 0, -ENOENT past the end, -EIO. */
 int manifest_pack(const struct manifest *m, uint32_t pack, struct manifest_pack *out);
 /*
- * Where regular file @ino lies: 0 with its pack in *@pack and its offset in
- * *@off (its bytes are [off, off + size) of the pack, inside it), -ENODATA
- * when it is not packed (its chunks are objects), -EINVAL for no regular
- * file, -EIO for a corrupt record.
+ * Where regular file @ino lies: 0 with its pack in *@pack, its offset in
+ * *@off (its bytes are [off, off + size) of the pack, inside it) and, if
+ * @pk is not NULL, the pack's record in *@pk; -ENODATA when it is not
+ * packed (its chunks are objects), -EINVAL for no regular file, -EIO for a
+ * corrupt record.
  */
 int manifest_file_pack(const struct manifest *m, uint64_t ino, uint32_t *pack,
-		       uint32_t *off);
+		       uint32_t *off, struct manifest_pack *pk);
 /*
  * Member @j of pack @pack, in increasing offset order: 0, -ENOENT past the
  * last, -EIO for a record that does not name a file of the pack at that

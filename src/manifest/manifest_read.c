@@ -942,7 +942,7 @@ int manifest_pack(const struct manifest *m, uint32_t pack, struct manifest_pack 
 }
 
 int manifest_file_pack(const struct manifest *m, uint64_t ino, uint32_t *pack,
-		       uint32_t *off)
+		       uint32_t *off, struct manifest_pack *out)
 {
 	struct manifest_pack pk;
 	struct ment e;
@@ -965,6 +965,8 @@ int manifest_file_pack(const struct manifest *m, uint64_t ino, uint32_t *pack,
 	}
 	*pack = e.pack - 1;
 	*off = e.pack_off;
+	if (out)
+		*out = pk;
 	return 0;
 }
 

@@ -190,7 +190,7 @@ int main(int argc, char **argv)
 				complain("%s: member %u is corrupt", oid, j);
 				continue;
 			}
-			if (manifest_file_pack(m, mb.ino, &fp, &fo) || fp != k || fo != mb.off)
+			if (manifest_file_pack(m, mb.ino, &fp, &fo, NULL) || fp != k || fo != mb.off)
 				complain("%s: member %u (inode %" PRIu64 ") does not lie there", oid, j,
 					 mb.ino);
 		}
@@ -220,7 +220,7 @@ int main(int argc, char **argv)
 			free(sbuf);
 			continue;
 		}
-		rc = manifest_file_pack(m, ino, &pack, &off);
+		rc = manifest_file_pack(m, ino, &pack, &off, NULL);
 		if (rc == 0) {
 			/* counted once per inode, as the pack's members are */
 			if (a.ino == ino)

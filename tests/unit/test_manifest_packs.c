@@ -144,7 +144,7 @@ static void test_round_trip(void **state)
 	for (size_t i = 0; i < ARRAY_SIZE(f); i++) {
 		uint64_t ino = ino_of(m, f[i].path);
 
-		assert_int_equal(manifest_file_pack(m, ino, &pack, &off), 0);
+		assert_int_equal(manifest_file_pack(m, ino, &pack, &off, NULL), 0);
 		assert_int_equal(pack, f[i].pack);
 		assert_int_equal(off, f[i].off);
 		/* its one chunk id is its own bytes' hash; content as unpacked */
@@ -158,12 +158,16 @@ static void test_round_trip(void **state)
 		assert_true(sfs_id_eq(&a.content, &want));
 	}
 	/* the hard link reads its file's place */
-	assert_int_equal(manifest_file_pack(m, ino_of(m, "d/link"), &pack, &off), 0);
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "d/link"), &pack, &off, NULL), 0);
 	assert_int_equal(off, 4096);
 	/* not packed, not a file */
-	assert_int_equal(manifest_file_pack(m, ino_of(m, "big"), &pack, &off), -ENODATA);
-	assert_int_equal(manifest_file_pack(m, ino_of(m, "empty"), &pack, &off), -ENODATA);
-	assert_int_equal(manifest_file_pack(m, ino_of(m, "d"), &pack, &off), -EINVAL);
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "big"), &pack, &off, NULL), -ENODATA);
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "empty"), &pack, &off, NULL), -ENODATA);
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "d"), &pack, &off, NULL), -EINVAL);
+	/* and the pack's record with it */
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "e"), &pack, &off, &pk), 0);
+	assert_true(sfs_id_eq(&pk.id, &p0));
+	assert_int_equal(pk.size, 30000);
 
 	assert_int_equal(manifest_pack(m, 0, &pk), 0);
 	assert_true(sfs_id_eq(&pk.id, &p0));
@@ -226,7 +230,7 @@ static void test_publish_order(void **state)
 	assert_int_equal(ga.ino, gb.ino);
 	assert_int_equal(gb.nlink, 2);
 	assert_true(sfs_id_eq(&ga.content, &gb.content));
-	assert_int_equal(manifest_file_pack(m, ino_of(m, "x/b"), &pack, &off), 0);
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "x/b"), &pack, &off, NULL), 0);
 	assert_int_equal(pack, i0);
 	assert_int_equal(off, 0);
 	assert_int_equal(manifest_pack(m, i0, &pk), 0);
@@ -402,7 +406,7 @@ static void test_hostile(void **state)
 	m = open_patched(patch_pack_big, 0);
 	assert_int_equal(manifest_pack(m, 0, &pk), -EIO);
 	assert_int_equal(manifest_pack_member(m, 0, 0, &mb), -EIO);
-	assert_int_equal(manifest_file_pack(m, ino_of(m, "d/a"), &pack, &off), -EIO);
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "d/a"), &pack, &off, NULL), -EIO);
 	assert_int_equal(manifest_pack(m, 1, &pk), 0);
 	manifest_close(m);
 
@@ -411,7 +415,7 @@ static void test_hostile(void **state)
 	manifest_close(m);
 
 	m = open_patched(patch_entry_outside, 0);
-	assert_int_equal(manifest_file_pack(m, ino_of(m, "e"), &pack, &off), -EIO);
+	assert_int_equal(manifest_file_pack(m, ino_of(m, "e"), &pack, &off, NULL), -EIO);
 	assert_int_equal(manifest_pack_member(m, 0, 2, &mb), -EIO);
 	manifest_close(m);
 
@@ -449,7 +453,7 @@ static void walk_packs(struct manifest *m)
 		struct sfs_id id;
 
 		(void)manifest_getattr(m, ino, &a);
-		(void)manifest_file_pack(m, ino, &pack, &off);
+		(void)manifest_file_pack(m, ino, &pack, &off, NULL);
 		(void)manifest_chunk(m, ino, 0, &id);
 		if (manifest_readdir(m, ino, &dl) == 0)
 			sfs_dirlist_release(&dl);
