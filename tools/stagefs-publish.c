@@ -369,15 +369,24 @@ static void slot_start_create(struct pub *p, struct slot *s)
  * manifest naming it is written (rados.h, SFS_RADOS_FRESHEN_S).  The op
  * asserts the object exists: if gc removed it meanwhile, it is written.
  */
-static void slot_start_freshen(struct pub *p, struct slot *s)
+/*
+ * Into @op: set the object's sfs.seen xattr to now (which renews its
+ * mtime), asserting it exists.  For chunks and reused packs alike.
+ */
+static void freshen_op_prep(rados_write_op_t op)
 {
 	char now[32];
 
 	snprintf(now, sizeof(now), "%020" PRIu64, wall_s());
+	rados_write_op_assert_exists(op);
+	rados_write_op_setxattr(op, SFS_RADOS_SEEN_XATTR, now, strlen(now));
+}
+
+static void slot_start_freshen(struct pub *p, struct slot *s)
+{
 	if (!slot_new_op(p, s))
 		return;
-	rados_write_op_assert_exists(s->op);
-	rados_write_op_setxattr(s->op, SFS_RADOS_SEEN_XATTR, now, strlen(now));
+	freshen_op_prep(s->op);
 	slot_operate(p, s, SLOT_FRESHEN, "update");
 }
 
@@ -625,7 +634,7 @@ static bool oldmember_eq(const struct htab_node *n, const void *key)
  */
 static int oldpack_take(struct pub *p, struct oldpack *op)
 {
-	char oid[SFS_RADOS_OID_MAX], now[32];
+	char oid[SFS_RADOS_OID_MAX];
 	rados_write_op_t wop;
 	uint64_t size;
 	time_t mtime;
@@ -646,9 +655,7 @@ static int oldpack_take(struct pub *p, struct oldpack *op)
 			fail(p, "out of memory");
 			return -1;
 		}
-		snprintf(now, sizeof(now), "%020" PRIu64, wall_s());
-		rados_write_op_assert_exists(wop);
-		rados_write_op_setxattr(wop, SFS_RADOS_SEEN_XATTR, now, strlen(now));
+		freshen_op_prep(wop);
 		rc = rados_write_op_operate(wop, p->io, oid, NULL, 0);
 		rados_release_write_op(wop);
 		if (rc == 0)
