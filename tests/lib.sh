@@ -27,6 +27,8 @@
 #   stat_get MNT KEY [DEF] / stats_dump MNT     counters from MNT/.stagefs/stats
 #   cache_served MNT                            cache hits + passthrough opens
 #   drop_caches                                 sync and drop the page cache
+#   rados_age POOL NS PREFIX                    objects named PREFIX* look two hours old
+#   contains [GREP-OPTIONS] PATTERN             grep -q that reads all its input
 #   wait_for [-t SECS] CMD...                   poll CMD until it succeeds
 #   wait_pid_exit PID [SECS]                    wait for a child; its status in WAIT_RC
 #   assert_eq / assert_ge / assert_gt A B MSG   numeric checks that die with MSG
@@ -211,6 +213,26 @@ EOF
 drop_caches() {
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
+}
+
+# rados_age POOL NS PREFIX: every object of namespace NS of POOL whose name
+# starts with PREFIX (sfs.chunk., sfs.pack.) looks two hours old to
+# publish's freshening and gc's grace period (its mtime set back, through
+# an sfs.seen xattr write).  Needs $CEPH_CONF.
+rados_age() {
+	"$PYTHON" - "$CEPH_CONF" "$@" <<'PY'
+import sys, time, rados
+conf, pool, ns, prefix = sys.argv[1:5]
+with rados.Rados(conffile=conf) as cl:
+    with cl.open_ioctx(pool) as io:
+        io.set_namespace(ns)
+        old = int(time.time()) - 7200
+        for o in io.list_objects():
+            if o.key.startswith(prefix):
+                with rados.WriteOpCtx() as op:
+                    op.set_xattr("sfs.seen", b"aged by the test")
+                    io.operate_write_op(op, o.key, mtime=old)
+PY
 }
 
 # --- the daemon --------------------------------------------------------------

@@ -120,19 +120,7 @@ echo tiny >"$T/d2/tiny"
 pub -q "$T/d" "rados://$POOL/D?ns=$NS" >/dev/null || die "publish D@1 failed"
 pub -q "$T/d2" "rados://$POOL/D?ns=$NS" >/dev/null || die "publish D@2 failed"
 # every chunk in the namespace looks two hours old
-"$PYTHON" - "$CEPH_CONF" "$POOL" "$NS" <<'PY' || die "cannot age the chunks"
-import sys, time, rados
-conf, pool, ns = sys.argv[1:4]
-with rados.Rados(conffile=conf) as cl:
-    with cl.open_ioctx(pool) as io:
-        io.set_namespace(ns)
-        old = int(time.time()) - 7200
-        for o in io.list_objects():
-            if o.key.startswith("sfs.chunk."):
-                with rados.WriteOpCtx() as op:
-                    op.set_xattr("sfs.seen", b"aged by the test")
-                    io.operate_write_op(op, o.key, mtime=old)
-PY
+rados_age "$POOL" "$NS" sfs.chunk. || die "cannot age the chunks"
 gc --drop D@1 --dry-run --json "$URI" >"$T/d1.json" 2>/dev/null || die "dry run --drop D@1 failed"
 assert_eq "$(json "$T/d1.json" chunks_removed)" 4 "old chunks only D@1 names (dry run, 1 h grace)"
 # a publish of the same data (E) renews them; hide its manifest, as if gc

@@ -137,22 +137,7 @@ log "gc: v1 dropped; removed the $(count "$T/only1") packs only it named, kept $
 
 # --- an unchanged republish uploads nothing; old packs are renewed
 # every pack in the namespace looks two hours old
-age_packs() {
-	"$PYTHON" - "$CEPH_CONF" "$POOL" "$NS" <<'PY' || die "cannot age the packs"
-import sys, time, rados
-conf, pool, ns = sys.argv[1:4]
-with rados.Rados(conffile=conf) as cl:
-    with cl.open_ioctx(pool) as io:
-        io.set_namespace(ns)
-        old = int(time.time()) - 7200
-        for o in io.list_objects():
-            if o.key.startswith("sfs.pack."):
-                with rados.WriteOpCtx() as op:
-                    op.set_xattr("sfs.seen", b"aged by the test")
-                    io.operate_write_op(op, o.key, mtime=old)
-PY
-}
-age_packs
+rados_age "$POOL" "$NS" sfs.pack. || die "cannot age the packs"
 pub --json "$T/v2" "rados://$POOL/P?ns=$NS" >"$T/pub3.json" 2>"$T/pub3.err" || die "republish failed: $(cat "$T/pub3.err")"
 no_warning "$T/pub3.err"
 npacks2=$(json "$T/pub2.json" packs)
