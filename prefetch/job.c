@@ -120,7 +120,8 @@ static void job_done(struct pf_owner *o, const struct pf_req *r, int res)
 		if (!atomic_exchange(&r->f->failed, true))
 			record_failure_locked(j, r->f->path, -res);
 	}
-	if (j->sleepers)
+	/* pf_job_wait() waits for the last one; wait_room() for job_released() */
+	if (j->sleepers && !j->outstanding)
 		pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->lock);
 }
@@ -132,7 +133,13 @@ static void job_released(struct pf_owner *o, const struct pf_req *r)
 
 	pthread_mutex_lock(&j->lock);
 	j->fetching--;
-	if (j->sleepers)
+	/*
+	 * Wake the walker when a quarter of its window is free, not at each
+	 * slot: one wake a batch instead of one a file (small files
+	 * complete by the thousand a second).  wait_room() also wakes by
+	 * itself every 100 ms.
+	 */
+	if (j->sleepers && j->fetching <= j->max - (j->max + 3) / 4)
 		pthread_cond_broadcast(&j->cond);
 	pthread_mutex_unlock(&j->lock);
 }
