@@ -140,6 +140,14 @@ static struct bufpool_buf *published_find(struct bufpool *p, const struct sfs_id
 
 static void release_locked(struct bufpool *p, struct bufpool_buf *b)
 {
+	if (b->parent) {
+		struct bufpool_buf *parent = b->parent;
+
+		free(b);
+		if (--parent->refs == 0 && !parent->published)
+			release_locked(p, parent);
+		return;
+	}
 	if (b->block == NONE) {
 		p->st.outside--;
 		free(b->data);
@@ -260,6 +268,8 @@ void bufpool_region(const struct bufpool *p, void **base, size_t *len)
 
 bool bufpool_in_region(const struct bufpool_buf *b)
 {
+	if (b->parent)
+		b = b->parent;
 	return b->block != NONE;
 }
 
@@ -312,6 +322,24 @@ struct bufpool_buf *bufpool_get(struct bufpool *p, size_t len, bool may_malloc)
 	b->block = i;
 	b->order = order;
 	p->st.used_bytes += b->cap;
+	pthread_mutex_unlock(&p->lock);
+	return b;
+}
+
+struct bufpool_buf *bufpool_slice(struct bufpool *p, struct bufpool_buf *parent,
+				  size_t off, size_t len)
+{
+	struct bufpool_buf *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->data = (char *)parent->data + off;
+	b->cap = len;
+	b->refs = 1;
+	b->block = NONE;
+	b->parent = parent;
+	pthread_mutex_lock(&p->lock);
+	parent->refs++;
 	pthread_mutex_unlock(&p->lock);
 	return b;
 }

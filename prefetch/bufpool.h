@@ -48,7 +48,8 @@ struct bufpool_buf {
 	size_t cap;		/* bytes usable */
 	/* the pool's own, protected by its mutex */
 	int refs;
-	uint32_t block;		/* first block in the region; UINT32_MAX: malloc'ed */
+	uint32_t block;		/* first block in the region; UINT32_MAX: malloc'ed or a slice */
+	struct bufpool_buf *parent;	/* a slice: the buffer it lies in (held), else NULL */
 	uint8_t order;
 	bool published;
 	struct list_node lru;		/* published ones: on the pool's LRU */
@@ -89,6 +90,15 @@ bool bufpool_fits(const struct bufpool *p, size_t len);
  * NULL.  Release with bufpool_put().
  */
 struct bufpool_buf *bufpool_get(struct bufpool *p, size_t len, bool may_malloc);
+/*
+ * A buffer over @len bytes at @off of @parent (held by the caller), held
+ * once by the caller; it holds @parent until its own last put.  Its bytes
+ * are @parent's: written by @parent's writer only, before either is handed
+ * on.  Never published, 1-byte aligned (no O_DIRECT from it); in the
+ * region where @parent is.  NULL without memory.
+ */
+struct bufpool_buf *bufpool_slice(struct bufpool *p, struct bufpool_buf *parent,
+				  size_t off, size_t len);
 /* Take one more reference on @b (a holder gives one to another). */
 void bufpool_hold(struct bufpool *p, struct bufpool_buf *b);
 /* Drop one reference; the last one of an unpublished buffer frees it. */

@@ -101,6 +101,7 @@
 #define ENG_CQ_DEPTH	4096		/* CQ entries: room for every transfer in flight */
 #define ENG_MAX_WRITES	64		/* cache writes in flight; more wait their turn */
 #define ALIGN		4096		/* O_DIRECT: buffer, offset and length */
+#define DIRECT_MIN	(256u << 10)	/* smaller files: written buffered */
 #define TAG_POLL	0ULL		/* user_data of the eventfd poll */
 #define OP_MASK		7ULL		/* low bits of a fill's user_data: */
 enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK };
@@ -520,7 +521,15 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 	fl->stage = FS_WRITE;
 	fl->wrote = 0;
 	fl->err = 0;
-	if (e->direct_ok && cl->len >= ALIGN && !(cl->off % ALIGN) &&
+	/*
+	 * O_DIRECT keeps large files out of the page cache.  A small file
+	 * goes in one buffered write: no O_DIRECT twin to open, no second
+	 * write for an unaligned tail, and its reader (often soon: a pack's
+	 * neighbours, an epoch) finds its pages.
+	 */
+	if (e->direct_ok && fl->f->attr.size >= DIRECT_MIN && cl->len >= ALIGN &&
+	    !(cl->off % ALIGN) &&
+	    !((uintptr_t)p % ALIGN) &&
 	    (dfd = cache_fill_direct_fd(e->c, cl)) >= 0)
 		head = cl->len & ~(size_t)(ALIGN - 1);
 	fl->direct = head > 0;
@@ -1153,18 +1162,17 @@ static void pack_done(struct pf_engine *e, struct fill *carrier, int res)
 			continue;
 		}
 		/*
-		 * Outside the region if it is full: bounded by the pack (at most
-		 * a chunk) a read in flight, and the pool's buffers of other
-		 * fills are freed as their writes end.
+		 * Its slice of the carrier's buffer, not a copy: the pack's
+		 * buffer lives until its last member is written (and readers
+		 * served from a member let go of it).
 		 */
-		m->buf = bufpool_get(e->pool, m->claim.len, true);
+		m->buf = bufpool_slice(e->pool, carrier->buf, m->poff - pr->lo,
+				       m->claim.len);
 		if (!m->buf) {
 			fetch_done(e, m, -ENOMEM, NULL);	/* absent again: fetched later */
 			continue;
 		}
 		fill_count_buf(e, m, 1);
-		memcpy(m->buf->data, (char *)carrier->buf->data + (m->poff - pr->lo),
-		       m->claim.len);
 		pack_member_done(e, m, pr->pack);
 	}
 	if (ok)

@@ -137,6 +137,13 @@ static int cfile_size_fd(struct cache *c, struct cfile *cf, int fd)
 
 	if (fstat(fd, &st) == 0 && st.st_size == (off_t)cf->size)
 		return 0;
+	/*
+	 * A new, empty file of one chunk: that chunk's fill writes it whole
+	 * and so sizes it; a failed fill leaves it short and the chunk absent.
+	 * (Most small files: one ftruncate and its inode update fewer each.)
+	 */
+	if (st.st_size == 0 && cf->nchunks == 1)
+		return 0;
 	pthread_mutex_lock(&c->lock);
 	cf->writers++;
 	pthread_mutex_unlock(&c->lock);

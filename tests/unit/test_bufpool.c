@@ -3,8 +3,9 @@
  * test_bufpool: the engine's chunk buffers: buddy allocation and merging
  * within the region, alignment, the malloc fallback outside it, published
  * chunks found by (content id, index), reuse of the least recently used
- * unheld ones under pressure and never of held ones, and many threads at
- * once.
+ * unheld ones under pressure and never of held ones, slices that hold
+ * their parent (published or not) until their last put, and many threads
+ * at once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -215,6 +216,64 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+static void test_slices(void **state)
+{
+	struct bufpool *p = pool(2 * M);
+	struct bufpool_buf *pk, *s1, *s2, *g;
+	struct bufpool_stats st;
+	struct sfs_id id = id_of(3);
+
+	(void)state;
+	pk = bufpool_get(p, 2 * M, false);	/* the whole region */
+	assert_non_null(pk);
+	for (size_t i = 0; i < 2 * M; i++)
+		((unsigned char *)pk->data)[i] = (unsigned char)(i * 7);
+	s1 = bufpool_slice(p, pk, 1000, 29000);
+	s2 = bufpool_slice(p, pk, M + 17, 5);
+	assert_non_null(s1);
+	assert_non_null(s2);
+	assert_ptr_equal(s1->data, (char *)pk->data + 1000);
+	assert_int_equal(s1->cap, 29000);
+	assert_true(bufpool_in_region(s1));
+	assert_int_equal(((unsigned char *)s2->data)[0], (unsigned char)((M + 17) * 7));
+	/* a slice is never published: nothing finds it */
+	bufpool_publish(p, s1, &id, 0, 29000);
+	assert_null(bufpool_find(p, &id, 0));
+	/* the parent's own put leaves it held by its slices: no room */
+	bufpool_put(p, pk);
+	assert_null(bufpool_get(p, M, false));
+	bufpool_hold(p, s1);	/* a reader served from it */
+	bufpool_put(p, s1);
+	bufpool_put(p, s2);
+	assert_null(bufpool_get(p, M, false));
+	bufpool_put(p, s1);	/* the last one: the parent is free */
+	bufpool_get_stats(p, &st);
+	assert_int_equal(st.used_bytes, 0);
+	assert_int_equal(st.outside, 0);
+	g = bufpool_get(p, 2 * M, false);
+	assert_non_null(g);
+	/* a published parent stays findable after its slices are gone */
+	bufpool_publish(p, g, &id, 1, 100);
+	s1 = bufpool_slice(p, g, 0, 100);
+	bufpool_put(p, g);
+	bufpool_put(p, s1);
+	g = bufpool_find(p, &id, 1);
+	assert_non_null(g);
+	bufpool_put(p, g);
+	/* and a slice of a buffer outside the region frees it at the end */
+	g = bufpool_get(p, 4 * M, true);
+	assert_false(bufpool_in_region(g));
+	s1 = bufpool_slice(p, g, 3 * M, M);
+	assert_false(bufpool_in_region(s1));
+	bufpool_put(p, g);
+	bufpool_get_stats(p, &st);
+	assert_int_equal(st.outside, 1);
+	bufpool_put(p, s1);
+	bufpool_get_stats(p, &st);
+	assert_int_equal(st.outside, 0);
+	bufpool_destroy(p);
+}
+
 static void test_threads(void **state)
 {
 	struct bufpool *p = pool(32 * M);
@@ -242,6 +301,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_buddy),
 		cmocka_unit_test(test_publish_and_reuse),
+		cmocka_unit_test(test_slices),
 		cmocka_unit_test(test_threads),
 	};
 
