@@ -104,7 +104,7 @@
 #define DIRECT_MIN	(256u << 10)	/* smaller files: written buffered */
 #define TAG_POLL	0ULL		/* user_data of the eventfd poll */
 #define OP_MASK		7ULL		/* low bits of a fill's user_data: */
-enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK };
+enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK, OP_OPEN };
 #define MAX_HIT_RETRIES	3
 #define ENG_MAX_OUTSIDE	4		/* background fills of chunks larger than the region */
 #define ENG_LAT_CLASSES	5		/* demand read sizes: <=64K, 256K, 1M, 4M, more */
@@ -173,6 +173,7 @@ struct fill {
 	struct sfs_id pchunk;		/* ... and its chunk id */
 	uint8_t hit_retries;
 	struct cache_fill claim;
+	char opath[CACHE_REL_PATH_LEN];	/* a lazy claim's file, being opened */
 	struct cache_waiter waiter;
 	struct bufpool_buf *buf;	/* held */
 	struct backend_aio *aio;
@@ -511,6 +512,8 @@ static void fill_drop(struct pf_engine *e, struct fill *fl, int err)
 	fill_end(e, fl, err, false);
 }
 
+static void write_done(struct pf_engine *e, struct fill *fl);
+
 static void start_write(struct pf_engine *e, struct fill *fl)
 {
 	struct cache_fill *cl = &fl->claim;
@@ -521,6 +524,29 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 	fl->stage = FS_WRITE;
 	fl->wrote = 0;
 	fl->err = 0;
+	if (cl->fd < 0) {
+		/*
+		 * A lazy claim (a pack's member): its cache file is created by
+		 * an io_uring OPENAT, off this thread; the write follows at its
+		 * completion (open_done()).
+		 */
+		int at = cache_fill_open_at(e->c, cl, fl->opath);
+
+		if (at >= 0) {
+			struct io_uring_sqe *sqe;
+
+			sq_room(e, 1);
+			sqe = get_sqe(e);
+			io_uring_prep_openat(sqe, at, fl->opath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+			io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)fl | OP_OPEN);
+			fl->pending++;
+			return;
+		}
+		if (at != -EEXIST && (fl->err = cache_fill_opened(e->c, cl, -1))) {
+			write_done(e, fl);
+			return;
+		}
+	}
 	/*
 	 * O_DIRECT keeps large files out of the page cache.  A small file
 	 * goes in one buffered write: no O_DIRECT twin to open, no second
@@ -548,6 +574,16 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 		io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)fl | OP_SYNC);
 		fl->pending++;
 	}
+}
+
+/* The OPENAT of a lazy claim's cache file ended: @res, its descriptor or -errno. */
+static void open_done(struct pf_engine *e, struct fill *fl, int res)
+{
+	fl->err = cache_fill_opened(e->c, &fl->claim, res);
+	if (fl->err)
+		write_done(e, fl);
+	else
+		start_write(e, fl);
 }
 
 static void write_done(struct pf_engine *e, struct fill *fl)
@@ -1033,7 +1069,8 @@ static bool pack_start(struct pf_engine *e, struct pf_req *r)
 		}
 		fl->rider = true;
 		fl->pkind = r->kind;
-		rc = cache_fill_claim(e->c, f->cf, 0, r->uid, f->nothrash, &fl->claim, NULL);
+		/* no syscall a member: its file is created when its bytes are in */
+		rc = cache_fill_claim_lazy(e->c, f->cf, 0, r->uid, f->nothrash, &fl->claim);
 		if (rc != CACHE_FETCH) {
 			if (rc == CACHE_CHECK)	/* present: its own reader checks it */
 				cache_fill_abort(e->c, &fl->claim, 0);
@@ -1442,6 +1479,9 @@ static void handle_cqe(struct pf_engine *e, const struct io_uring_cqe *cqe)
 		break;
 	case OP_CHECK:
 		check_read_done(e, fl, res);
+		break;
+	case OP_OPEN:
+		open_done(e, fl, res);
 		break;
 	}
 }

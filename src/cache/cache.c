@@ -456,7 +456,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	if (!c)
 		return -ENOMEM;
 	c->opts = *opts;
-	c->lock_fd = c->journal_fd = -1;
+	c->lock_fd = c->journal_fd = c->data_dfd = -1;
 	c->dir = strdup(opts->dir);
 	snprintf(path, sizeof(path), "%s/data", opts->dir);
 	c->data_dir = strdup(path);
@@ -529,6 +529,8 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 		snprintf(err, errlen, "cache journal in %s: %s", c->dir, strerror(-ret));
 		goto out_unlock;
 	}
+	/* for the fills that create their cache files through io_uring (lazy claims) */
+	c->data_dfd = open(c->data_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	c->st.load_ms = (now_ns() - t0) / 1000000;
 	cache_effective_limit(c, true);
 	log_info("cache %s: %" PRIu64 " chunks in %" PRIu64 " files (%" PRIu64
@@ -567,6 +569,8 @@ void cache_destroy(struct cache *c)
 	for (int i = 0; i < BYPASS_SLOTS; i++)
 		free(c->bp[i].buf);
 	close(c->lock_fd);
+	if (c->data_dfd >= 0)
+		close(c->data_dfd);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->cond);
 	free(c->data_dir);

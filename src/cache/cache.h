@@ -332,6 +332,34 @@ int cache_fill_claim(struct cache *c, struct cfile *cf, uint32_t idx,
 		     uint32_t uid, bool nothrash, struct cache_fill *f,
 		     struct cache_waiter *w);
 /*
+ * cache_fill_claim() that opens nothing: a CACHE_FETCH claim of a file of
+ * one chunk whose cache file is not open leaves f->fd at -1, for the
+ * caller to open (or create) that file off its thread, e.g. with
+ * IORING_OP_OPENAT, before it writes: cache_fill_open_at(), then
+ * cache_fill_opened().  Any other claim is cache_fill_claim()'s (no
+ * waiter).  An engine claiming a pack's hundred members thus makes no
+ * syscall per member until their bytes are in.
+ */
+int cache_fill_claim_lazy(struct cache *c, struct cfile *cf, uint32_t idx,
+			  uint32_t uid, bool nothrash, struct cache_fill *f);
+#define CACHE_REL_PATH_LEN	40
+/*
+ * Where to open the cache file of a lazy claim: fills @rel with its path
+ * relative to the returned directory descriptor, to be opened with
+ * O_RDWR | O_CREAT | O_CLOEXEC, mode 0600.  -EEXIST: f->fd is set, nothing
+ * to open; -EAGAIN: open it with cache_fill_opened(c, f, -1) instead (the
+ * file is open already, or the directory could not be held).
+ */
+int cache_fill_open_at(struct cache *c, struct cache_fill *f, char rel[CACHE_REL_PATH_LEN]);
+/*
+ * The caller's open of a lazy claim's file ended with @fd (taken over), or
+ * -errno, or was not made (-1): in the last two cases the cache opens it
+ * itself.  Returns 0 (f->fd set: the claim holds a use of it, as any
+ * claim) or -errno (end the claim: cache_fill_written() with the error or
+ * cache_fill_abort()).
+ */
+int cache_fill_opened(struct cache *c, struct cache_fill *f, int fd);
+/*
  * Take @w off its chunk if it is still queued.  Returns true if it was
  * (its fn will not run), false if its fn has run already.
  */

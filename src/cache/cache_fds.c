@@ -232,7 +232,24 @@ out:
  * Take a use of @cf's descriptor (opening it if needed) and notice outside
  * writers by its ctime.  Pair with cache_fd_release().
  */
+static int fd_acquire(struct cache *c, struct cfile *cf, int opened, int *out);
+
 int cache_fd_acquire(struct cache *c, struct cfile *cf, int *out)
+{
+	return fd_acquire(c, cf, -1, out);
+}
+
+/*
+ * cache_fd_acquire() with @fd, the cache file that the caller opened (or
+ * created) itself by its path, as cfile_open_fd() would with no chunks
+ * held: taken over (closed if the file is open already).
+ */
+int cache_fd_adopt(struct cache *c, struct cfile *cf, int fd, int *out)
+{
+	return fd_acquire(c, cf, fd, out);
+}
+
+static int fd_acquire(struct cache *c, struct cfile *cf, int opened, int *out)
 {
 	struct stat st;
 	int fd = -1, ret;
@@ -242,9 +259,19 @@ int cache_fd_acquire(struct cache *c, struct cfile *cf, int *out)
 		bool had_chunks = cf->present > 0;
 
 		pthread_mutex_unlock(&c->lock);
-		ret = cfile_open_fd(c, cf, had_chunks, &fd);
-		if (ret)
-			return ret;
+		if (opened >= 0) {
+			ret = cfile_size_fd(c, cf, opened);
+			if (ret) {
+				close(opened);
+				return ret;
+			}
+			fd = opened;
+			opened = -1;
+		} else {
+			ret = cfile_open_fd(c, cf, had_chunks, &fd);
+			if (ret)
+				return ret;
+		}
 		pthread_mutex_lock(&c->lock);
 		if (cf->fd >= 0) {
 			close(fd);
@@ -259,6 +286,8 @@ int cache_fd_acquire(struct cache *c, struct cfile *cf, int *out)
 	cf->fd_users++;
 	fd = cf->fd;
 	cache_fd_trim_locked(c);
+	if (opened >= 0)
+		close(opened);	/* open already: ours was not needed */
 	/* a write of ours between here and fstat() must not look foreign */
 	uint64_t wgen = cf->wgen;
 	bool ours_in_flight = cf->writers > 0;
@@ -278,7 +307,7 @@ int cache_fd_acquire(struct cache *c, struct cfile *cf, int *out)
 			cf->fd_users--;
 			cache_fd_close_locked(c, cf);
 			pthread_mutex_unlock(&c->lock);
-			return cache_fd_acquire(c, cf, out);
+			return fd_acquire(c, cf, -1, out);
 		}
 		pthread_mutex_unlock(&c->lock);
 	} else if (sr == 0) {

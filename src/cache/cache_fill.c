@@ -145,6 +145,67 @@ int cache_fill_claim(struct cache *c, struct cfile *cf, uint32_t idx,
 	return ret;
 }
 
+int cache_fill_claim_lazy(struct cache *c, struct cfile *cf, uint32_t idx,
+			  uint32_t uid, bool nothrash, struct cache_fill *f)
+{
+	int ret;
+
+	if (cf->nchunks != 1 || idx)
+		return cache_fill_claim(c, cf, idx, uid, nothrash, f, NULL);
+	pthread_mutex_lock(&c->lock);
+	if (cf->fd >= 0 || cf->chunks[0].state != CH_ABSENT) {
+		/* open already (a use costs no syscall), or not a fetch */
+		pthread_mutex_unlock(&c->lock);
+		return cache_fill_claim(c, cf, idx, uid, nothrash, f, NULL);
+	}
+	ret = cache_claim_locked(c, cf, idx, uid, nothrash, f);
+	pthread_mutex_unlock(&c->lock);
+	if (ret == CACHE_FETCH)
+		f->fd = -1;
+	return ret;
+}
+
+int cache_fill_open_at(struct cache *c, struct cache_fill *f, char rel[CACHE_REL_PATH_LEN])
+{
+	char hex[SFS_ID_HEX_LEN + 1];
+	bool open;
+
+	if (f->fd >= 0)
+		return -EEXIST;
+	pthread_mutex_lock(&c->lock);
+	open = f->cf->fd >= 0;
+	pthread_mutex_unlock(&c->lock);
+	if (open || c->data_dfd < 0)
+		return -EAGAIN;
+	sfs_id_hex(&f->cf->id, hex);
+	snprintf(rel, CACHE_REL_PATH_LEN, "%.2s/%s", hex, hex);
+	return c->data_dfd;
+}
+
+int cache_fill_opened(struct cache *c, struct cache_fill *f, int fd)
+{
+	int ret;
+
+	if (f->fd >= 0) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	/*
+	 * Not opened (a fan-out directory removed, out of descriptors) or not
+	 * asked to: the synchronous open, which makes the directories again
+	 * and sheds idle descriptors, decides.
+	 */
+	ret = fd >= 0 ? cache_fd_adopt(c, f->cf, fd, &f->fd) :
+			cache_fd_acquire(c, f->cf, &f->fd);
+	if (ret) {
+		f->fd = -1;
+		return ret;
+	}
+	f->own_fd = true;
+	return 0;
+}
+
 int cache_fill_direct_fd(struct cache *c, struct cache_fill *f)
 {
 	struct cfile *cf = f->cf;

@@ -147,6 +147,7 @@ struct cache {
 	pthread_cond_t cond;		/* chunk state changes; waits on lock */
 	char *dir;			/* set at create, then read-only */
 	char *data_dir;			/* set at create, then read-only */
+	int data_dfd;			/* data_dir, O_PATH, or -1; set at create */
 	int lock_fd;			/* set at create, then read-only */
 	int journal_fd;			/* protected by lock */
 	uint64_t journal_recs;		/* protected by lock */
@@ -222,6 +223,7 @@ void cache_fd_close_locked(struct cache *c, struct cfile *cf);
 void cache_fd_trim_locked(struct cache *c);
 void cache_cfile_forget_chunks(struct cache *c, struct cfile *cf);
 int cache_fd_acquire(struct cache *c, struct cfile *cf, int *out);
+int cache_fd_adopt(struct cache *c, struct cfile *cf, int fd, int *out);
 void cache_fd_release(struct cache *c, struct cfile *cf);
 void cache_note_own_write(struct cfile *cf, int fd);
 

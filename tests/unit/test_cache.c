@@ -1791,6 +1791,71 @@ static void test_async_fill(void **state)
 	cache_destroy(c);
 }
 
+/* A lazy claim opens nothing; its caller creates the file (as io_uring would) */
+static void test_async_lazy_open(void **state)
+{
+	struct tctx *t = *state;
+	int fds = count_fds();
+	struct cache *c = open_cache(t->cdir, 0, 64);
+	struct cfile *cf = get_file(c, 2, 5000, CS), *cf2 = get_file(c, 4, 7000, CS);
+	struct cfile *big = get_file(c, 3, FSIZE, CS);
+	struct cache_fill f, g;
+	char rel[CACHE_REL_PATH_LEN], path[PATH_MAX], dir[PATH_MAX];
+	struct fsrc s;
+	int at, fd, open_fds;
+
+	/* a file of one chunk, not open: no descriptor taken, nothing created */
+	open_fds = count_fds();
+	assert_int_equal(cache_fill_claim_lazy(c, cf, 0, 1000, false, &f), CACHE_FETCH);
+	assert_int_equal(f.fd, -1);
+	assert_int_equal(f.len, 5000);
+	assert_int_equal(count_fds(), open_fds);
+	file_path(c, cf, path, sizeof(path));
+	assert_int_equal(access(path, F_OK), -1);
+	/* its fan-out directory is made on first use: the caller's open fails, the cache's does it */
+	at = cache_fill_open_at(c, &f, rel);
+	assert_true(at >= 0);
+	assert_int_equal(openat(at, rel, O_RDWR | O_CREAT | O_CLOEXEC, 0600), -1);
+	assert_int_equal(errno, ENOENT);
+	assert_int_equal(cache_fill_opened(c, &f, -ENOENT), 0);
+	assert_true(f.fd >= 0);
+	assert_int_equal(cache_fill_open_at(c, &f, rel), -EEXIST);
+	/* busy for everyone else meanwhile */
+	assert_int_equal(cache_fill_claim(c, cf, 0, 1000, false, &g, NULL), CACHE_BUSY);
+	assert_int_equal(async_fill(c, &f, 2), CACHE_STORED);
+	check_disk(path, 2, 0, 5000);
+	fsrc_init(&s, 2, CS);
+	check_read(c, cf, &s, 5000, 0, 5000);
+	assert_int_equal(atomic_load(&s.fetches), 0);
+
+	/* where the directory is there, the caller's descriptor is taken over */
+	file_path(c, cf2, path, sizeof(path));
+	snprintf(dir, sizeof(dir), "%s", path);
+	*strrchr(dir, '/') = '\0';
+	assert_true(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	assert_int_equal(cache_fill_claim_lazy(c, cf2, 0, 1000, false, &f), CACHE_FETCH);
+	assert_int_equal(f.fd, -1);
+	at = cache_fill_open_at(c, &f, rel);
+	assert_true(at >= 0);
+	fd = openat(at, rel, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(cache_fill_opened(c, &f, fd), 0);
+	assert_int_equal(f.fd, fd);
+	assert_int_equal(async_fill(c, &f, 4), CACHE_STORED);
+	check_disk(path, 4, 0, 7000);
+
+	/* present, or more than one chunk: an ordinary claim */
+	assert_int_equal(cache_fill_claim_lazy(c, cf, 0, 1000, false, &f), CACHE_HIT);
+	assert_int_equal(cache_fill_claim_lazy(c, big, 1, 1000, false, &f), CACHE_FETCH);
+	assert_true(f.fd >= 0);
+	cache_fill_abort(c, &f, -ECANCELED);
+	cache_file_put(c, big);
+	cache_file_put(c, cf2);
+	cache_file_put(c, cf);
+	cache_destroy(c);
+	assert_int_equal(count_fds(), fds);
+}
+
 static void test_async_abort_and_errors(void **state)
 {
 	struct tctx *t = *state;
@@ -2143,6 +2208,7 @@ int main(void)
 		T(test_evict_while_checking),
 		T(test_journal_load_time),
 		T(test_async_fill),
+		T(test_async_lazy_open),
 		T(test_async_abort_and_errors),
 		T(test_async_quota_bypass),
 		T(test_async_check),
