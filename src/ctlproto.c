@@ -489,17 +489,26 @@ int ctl_socket_of(const char *root, char *out, size_t outlen)
 	int fd;
 
 	snprintf(p, sizeof(p), "%s%s" CTL_SOCKET_VFILE, root, strcmp(root, "/") ? "/" : "");
-	fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	n = read(fd, out, outlen - 1);
-	close(fd);
-	if (n < 0)
-		return -errno;
-	while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
-		n--;
-	out[n] = '\0';
-	return n ? 0 : -ENOENT;
+	/*
+	 * Empty: no control socket yet.  A daemon answers on its mount a
+	 * moment before it binds the socket; a script that mounts and then
+	 * runs `stagefs warmup` at once must not fail for that.
+	 */
+	for (int tries = 0;; tries++) {
+		fd = open(p, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			return -errno;
+		n = read(fd, out, outlen - 1);
+		close(fd);
+		if (n < 0)
+			return -errno;
+		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+			n--;
+		out[n] = '\0';
+		if (n || tries == CTL_SOCKET_WAIT_MS / 20)
+			return n ? 0 : -ENOENT;
+		usleep(20 * 1000);
+	}
 }
 
 int ctl_connect(const char *sockpath)

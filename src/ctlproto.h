@@ -126,7 +126,13 @@ int ctl_abspath(const char *path, char *out, size_t outlen);
  */
 int ctl_find_mount(const char *path, char *root, size_t rootlen,
 		   char *rel, size_t rellen);
-/* Read the socket path of the mount at @root.  Returns 0 or -errno. */
+/*
+ * Read the socket path of the mount at @root.  Returns 0 or -errno;
+ * -ENOENT if the mount has no control socket, after waiting up to
+ * CTL_SOCKET_WAIT_MS for one (a daemon binds it just after it starts
+ * answering on the mount).
+ */
+#define CTL_SOCKET_WAIT_MS	2000
 int ctl_socket_of(const char *root, char *out, size_t outlen);
 /*
  * Read the mount @mnt's .stagefs/stats (as the caller may see it) and

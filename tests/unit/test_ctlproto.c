@@ -20,7 +20,10 @@
 #include <string.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ctlproto.h"
@@ -287,6 +290,63 @@ static void test_abspath(void **state)
 	assert_int_equal(ctl_abspath("/abc/def", out, 6), -ENAMETOOLONG);
 }
 
+struct late_writer {
+	char path[PATH_MAX];
+	int delay_ms;
+};
+
+static void *late_write(void *arg)
+{
+	struct late_writer *w = arg;
+	int fd;
+
+	usleep(w->delay_ms * 1000);
+	fd = open(w->path, O_WRONLY | O_TRUNC);
+	if (fd >= 0) {
+		if (write(fd, "/run/x.sock\n", 12) != 12)
+			abort();
+		close(fd);
+	}
+	return NULL;
+}
+
+/* An empty socket file (a daemon just starting) is waited for, not taken for none */
+static void test_socket_of_waits(void **state)
+{
+	char dir[] = "/tmp/test_ctlproto.XXXXXX", sub[256], out[PATH_MAX];
+	struct late_writer w = { .delay_ms = 200 };
+	struct timespec t0, t1;
+	pthread_t th;
+	int fd;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(sub, sizeof(sub), "%s/.stagefs", dir);
+	assert_int_equal(mkdir(sub, 0700), 0);
+	snprintf(w.path, sizeof(w.path), "%s/socket", sub);
+	fd = open(w.path, O_WRONLY | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	/* written 200 ms late: found */
+	assert_int_equal(pthread_create(&th, NULL, late_write, &w), 0);
+	assert_int_equal(ctl_socket_of(dir, out, sizeof(out)), 0);
+	assert_string_equal(out, "/run/x.sock");
+	pthread_join(th, NULL);
+	/* never written: -ENOENT, after the wait and not much more */
+	fd = open(w.path, O_WRONLY | O_TRUNC);
+	close(fd);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(ctl_socket_of(dir, out, sizeof(out)), -ENOENT);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms >= CTL_SOCKET_WAIT_MS - 50 && ms < CTL_SOCKET_WAIT_MS + 2000);
+	/* no such file: at once */
+	unlink(w.path);
+	assert_int_equal(ctl_socket_of(dir, out, sizeof(out)), -ENOENT);
+	rmdir(sub);
+	rmdir(dir);
+}
+
 static void test_find_mount_outside(void **state)
 {
 	char root[PATH_MAX], rel[PATH_MAX];
@@ -312,6 +372,7 @@ int main(void)
 		cmocka_unit_test(test_errnames),
 		cmocka_unit_test(test_abspath),
 		cmocka_unit_test(test_find_mount_outside),
+		cmocka_unit_test(test_socket_of_waits),
 	};
 
 	printf("test_ctlproto: escaping, parsing, the line reader, errno names, paths\n");
