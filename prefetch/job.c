@@ -418,6 +418,13 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 {
 	struct pending_dir *stack = NULL;
 	size_t n = 0, cap = 0;
+	/*
+	 * Epoch staging walks backwards (last name first, at every level): a
+	 * reader going through the dataset in order starts at the front, so
+	 * staging starts where it is not, and they meet in the middle rather
+	 * than staging fetching what the reader asks for next.
+	 */
+	bool rev = j->opts.stage;
 	int ret = 0;
 
 	stack = malloc(sizeof(*stack) * 16);
@@ -442,7 +449,8 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 			free(d.path);
 			continue;
 		}
-		for (size_t i = 0; i < dl.n && !ret; i++) {
+		for (size_t k = 0; k < dl.n && !ret; k++) {
+			size_t i = rev ? dl.n - 1 - k : k;
 			struct sfs_attr a;
 			char *p;
 
@@ -493,7 +501,7 @@ static int walk_dir(struct pf_job *j, struct backend *be, uint64_t root,
 			stack[n].path = p;
 			n++;
 		}
-		/* subdirectories were pushed in listing order: pop them in it */
+		/* subdirectories were pushed in walk order: pop them in it */
 		for (size_t lo = first_sub, hi = n; hi > lo + 1; lo++, hi--) {
 			struct pending_dir t = stack[lo];
 
