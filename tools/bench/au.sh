@@ -4,12 +4,14 @@
 #
 #   au           MLPerf-Storage-style: the most simulated accelerators kept at the
 #                AU pass line (tools/bench/aubench: unet3d, resnet50, cosmoflow), reading
-#                from the local disk, stagefs warm, stagefs cold (rados://),
-#                ceph-fuse over CephFS, and copy-then-read (cp -r from CephFS)
+#                from the local disk, stagefs warm, stagefs cold (rados://; the
+#                defaults, then epoch_staging=off), ceph-fuse over CephFS, and
+#                copy-then-read (cp -r from CephFS)
 #
 #   BENCH_AU_MB      au: MB of data per workload (default 1400; quick 300)
 #   BENCH_AU_EPOCHS  au: epochs per trial (default 2)
 #   BENCH_AU_MAX_N   au: most accelerators tried (default 48)
+#   BENCH_AU_WORKLOADS  au: which workloads (default "unet3d resnet50 cosmoflow")
 #   BENCH_AU_STEPS   au: long trials, each accelerator at least this many steps
 #                    (aubench -R; MLPerf Storage asks for 500; default: none,
 #                    BENCH_AU_EPOCHS alone; with 500, a trial of 10-20 steps an
@@ -23,6 +25,7 @@ AU_MB=${BENCH_AU_MB:-1400}
 AU_EPOCHS=${BENCH_AU_EPOCHS:-2}
 AU_MAX_N=${BENCH_AU_MAX_N:-48}
 AU_STEPS=${BENCH_AU_STEPS:-}
+AU_WORKLOADS=${BENCH_AU_WORKLOADS:-unet3d resnet50 cosmoflow}
 
 # Per workload: the arguments aubench gets (search and gen), and the size of
 # one data file in bytes.  Scaled for a 2-vCPU VM (docs/benchmarks.md, "au"):
@@ -74,8 +77,10 @@ au_prep_cold() {
 	rm -rf "$d/cold-cache"
 	au_cold_ceph
 	drop_caches
-	sfs_mount "$AU_SRC" "$d/cold" "cache_dir=$d/cold-cache$AU_MOPTS"
+	sfs_mount "$AU_SRC" "$d/cold" "cache_dir=$d/cold-cache$AU_MOPTS${AU_COLD_OPTS:-}"
 }
+# the same with epoch staging off: is the default ever worse?
+au_prep_coldoff() { AU_COLD_OPTS=,epoch_staging=off au_prep_cold "$@"; }
 au_prep_cephfuse() {
 	AU_STAGING=0
 	"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$WORK/au/cephfs" >>"$WORK/log/au.log" 2>&1
@@ -163,12 +168,12 @@ au_search() {
 }
 
 bench_au() {
-	local d=$WORK/au wl sys n start cnt mb=$AU_MB line nlocal nwarm ncold nfuse ncopy sums=() dir mnt s b w y a m p
+	local d=$WORK/au wl sys n start cnt mb=$AU_MB line nlocal nwarm ncold ncoldoff nfuse ncopy sums=() dir mnt s b w y a m p
 	AU_AGREE=0 AU_DISAGREE=0
 	hdr au "simulated accelerators kept busy at the pass line (tools/bench/aubench; MLPerf Storage workloads, scaled)"
 	[ -x "$AUB" ] || make -C "$REPO" -s tools/bench/aubench >&2 || { skipped "tools/bench/aubench does not build"; return; }
 	mkdir -p "$d/data"
-	for wl in unet3d resnet50 cosmoflow; do
+	for wl in $AU_WORKLOADS; do
 		cnt=$((mb * 1000000 / $(au_file_bytes "$wl")))
 		log "au: writing $wl: $cnt files ($mb MB)"
 		# shellcheck disable=SC2046
@@ -178,7 +183,7 @@ bench_au() {
 	printf '  dataset: %s MB per workload (%s in all; %s GiB RAM), %s epochs%s, page cache dropped before every epoch\n' \
 		"$mb" "$(du -sh "$d/data" | cut -f1)" "$(awk '/MemTotal/ { printf "%.0f", $2 / 1048576 }' /proc/meminfo)" "$AU_EPOCHS" \
 		"${AU_STEPS:+ or more, to $AU_STEPS steps an accelerator (-R)}"
-	for wl in unet3d resnet50 cosmoflow; do
+	for wl in $AU_WORKLOADS; do
 		printf '  %-9s aubench %s (gen %s), pass %s\n' "$wl" "$(au_args "$wl")" "$(au_gen_args "$wl")" \
 			"$([ $wl = cosmoflow ] && echo 0.70 || echo 0.90)"
 	done
@@ -220,15 +225,15 @@ bench_au() {
 	# the first read after a start verifies the chunks: not timed
 	rb bytes_per_s files -t 8 -s 0 "$d/warm.list" >/dev/null || { failed "warm: $(rb_why)"; sfs_umount "$d/warm"; return; }
 
-	for wl in unet3d resnet50 cosmoflow; do
+	for wl in $AU_WORKLOADS; do
 		printf '  %s:\n' "$wl"
-		nlocal=0 nwarm=0 ncold=- nfuse=- ncopy=-
+		nlocal=0 nwarm=0 ncold=- ncoldoff=- nfuse=- ncopy=-
 		start=
-		for sys in local warm cold cephfuse copy; do
+		for sys in local warm cold coldoff cephfuse copy; do
 			case $sys in
 			local) dir=$d/data mnt= ;;
 			warm) dir=$d/warm mnt=$d/warm ;;
-			cold) [ -n "$AU_SRC" ] || continue; dir=$d/cold mnt=$d/cold ;;
+			cold | coldoff) [ -n "$AU_SRC" ] || continue; dir=$d/cold mnt=$d/cold ;;
 			cephfuse) [ -n "$AU_FS" ] || continue; dir=$d/cephfs mnt= ;;
 			copy) [ -n "$AU_FS" ] || continue; dir=$d/copy mnt= ;;
 			esac
@@ -240,12 +245,15 @@ bench_au() {
 			local) nlocal=${AU_N#>=}; start=$nlocal ;;
 			warm) nwarm=${AU_N#>=} ;;
 			cold) ncold=${AU_N#>=}; mountpoint -q "$d/cold" && sfs_umount "$d/cold" ;;
+			coldoff) ncoldoff=${AU_N#>=}; mountpoint -q "$d/cold" && sfs_umount "$d/cold" ;;
 			cephfuse) nfuse=${AU_N#>=} ;;
 			copy) ncopy=${AU_N#>=} ;;
 			esac
 			[ "$start" != 0 ] || start=
 		done
 		result "au $wl: warm / local disk (N)" "N=$nwarm" "N=$nlocal" "$(ratio "$nwarm" "$nlocal")" ">=0.9"
+		[ "$ncold" = - ] || [ "$ncoldoff" = - ] ||
+			result "au $wl: cold / cold with staging off (N)" "N=$ncold" "N=$ncoldoff" "$(ratio "$ncold" "$ncoldoff")" ">=1"
 		[ "$ncold" = - ] || [ "$nfuse" = - ] ||
 			result "au $wl: cold / ceph-fuse (N)" "N=$ncold" "N=$nfuse" "$(ratio "$ncold" "$nfuse")" ">=2"
 		[ "$ncold" = - ] || [ "$ncopy" = - ] ||
@@ -254,10 +262,11 @@ bench_au() {
 	sfs_umount "$d/warm"
 	[ -z "$AU_FS" ] || "$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/au.log" 2>&1
 	printf '\n  largest N at the pass line (AU, MB/s, samples/s at that N)\n'
-	printf '  %-10s %-22s %-22s %-22s %-22s %-22s\n' workload "local disk" "stagefs warm" "stagefs cold" "ceph-fuse" "copy-then-read"
-	for wl in unet3d resnet50 cosmoflow; do
+	printf '  %-10s %-22s %-22s %-22s %-22s %-22s %-22s\n' workload "local disk" "stagefs warm" "stagefs cold" \
+		"cold, staging off" "ceph-fuse" "copy-then-read"
+	for wl in $AU_WORKLOADS; do
 		line=$(printf '  %-10s' "$wl")
-		for sys in local warm cold cephfuse copy; do
+		for sys in local warm cold coldoff cephfuse copy; do
 			s=-
 			for b in "${sums[@]}"; do
 				IFS='|' read -r w y n a m p _ <<<"$b"
@@ -278,7 +287,7 @@ bench_au() {
 	for b in "${sums[@]}"; do
 		IFS='|' read -r w y _ <<<"$b"
 		line=${b#*|*|*|*|*|*|}	# the row and its comparison: two lines
-		case $y in warm | cold) [ -z "$line" ] || printf '    %-9s %s\n' "$w" "$line" ;; esac
+		case $y in warm | cold | coldoff) [ -z "$line" ] || printf '    %-9s %s\n' "$w" "$line" ;; esac
 	done
 	printf '  stagefs'"'"'s figures agree with the tool'"'"'s in %s of %s stagefs trials\n' "$AU_AGREE" $((AU_AGREE + AU_DISAGREE))
 }

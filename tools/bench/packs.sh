@@ -7,7 +7,9 @@
 #                object a file (--pack-max 0); publish / rados bench write 4M;
 #                stagefs warmup / rados bench seq 4M; a cold shuffled epoch of
 #                BENCH_EPOCH_WORKERS readers (tools/bench/epoch_reader.py),
-#                in files/s / the warm epoch after it / the local disk; the
+#                in files/s / the warm epoch after it / the local disk, and
+#                the same cold epoch through ceph-fuse over a CephFS holding
+#                the same files (where the lab cluster can add an MDS); the
 #                cache is a fresh ext4 (mkfs defaults, loop device) each time:
 #                this VM's root ext4 has no journal, and ext4 without one
 #                scans recently freed inodes at every create (50-60 % of the
@@ -24,7 +26,7 @@ PACK_KB=${BENCH_PACK_KB:-20-38}
 
 bench_packs() {
 	local d=$WORK/packs r n=$PACK_N bytes t0 ms w4 s4 pu pp out fps x src
-	local wus=() wps=() s4s=() cps=() cus=() wms=() ls=()
+	local wus=() wps=() s4s=() cps=() cus=() wms=() ls=() cfs=() fs=
 	local workers=${BENCH_EPOCH_WORKERS:-8}
 	hdr packs "$n files of $PACK_KB KB, packed and not, against 4 MiB objects (rados bench)"
 	need_rados || { skipped "$RADOS_WHY"; return; }
@@ -54,6 +56,31 @@ PY
 	"$STAGEFS" publish -q -j "$T" "$d/src" "rados://$POOL/pk-p" >>"$WORK/log/publish.log" 2>&1 ||
 		{ skipped "publish failed: $(tail -1 "$WORK/log/publish.log")"; return; }
 	ms=$(($(now_ms) - t0)) pp=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f", b * 1000 / (ms ? ms : 1) }')
+	# ceph-fuse's baseline: the same files in CephFS
+	if [ -n "$CLUSTER_DIR" ] && "$CLUSTER_SH" fs "$CLUSTER_DIR" >>"$WORK/log/packs.log" 2>&1 &&
+		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1; then
+		log "packs: copying the files into CephFS"
+		rm -rf "$d/cephfs/pk"
+		if cp -r "$d/src" "$d/cephfs/pk" && sync; then
+			fs=1
+		else
+			printf '  note: copying into CephFS failed: no ceph-fuse figure\n'
+		fi
+		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1
+	else
+		printf '  note: no CephFS (ceph-mds, ceph-fuse installed?): no ceph-fuse figure\n'
+	fi
+	fuse_epoch() {	# fuse_epoch SEED: a cold shuffled epoch through ceph-fuse, in files/s
+		local x
+		[ -z "$CLUSTER_DIR" ] || timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
+		drop_caches
+		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1 || return 1
+		ls -R "$d/cephfs/pk" >/dev/null
+		drop_caches
+		x=$(epoch "$d/cephfs/pk" "$1")
+		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1
+		[ -n "$x" ] && echo "$x"
+	}
 	row "publish" "packed" "a file an object" "4M objects"
 	row "" "$(mbs "$pp")" "$(mbs "$pu")" "$(mbs "$w4")"
 
@@ -120,10 +147,18 @@ PY
 		drop_caches
 		x=$(epoch "$d/src" $((r + 200))) || { cachefs_gone; skipped "the local epoch failed"; return; }
 		ls+=("$x")
+		if [ -n "$fs" ]; then
+			x=$(fuse_epoch $((r + 300))) && cfs+=("$x") || printf '  note: the ceph-fuse epoch failed (log/epoch.err)\n'
+		fi
 		row "round $r" "$(mbs "${wps[-1]}")" "$(mbs "${wus[-1]}")" "$(mbs "$s4")"
 		row "" "$(fps "${cps[-1]}")" "$(fps "${cus[-1]}")" "$(fps "${wms[-1]}") / $(fps "${ls[-1]}")"
+		[ ${#cfs[@]} = 0 ] || row "" "ceph-fuse cold: $(fps "${cfs[-1]}")" "" ""
 	done
 	rados -p "$POOL" cleanup --run-name pk >/dev/null 2>&1
+	if [ -n "$fs" ] && "$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1; then
+		rm -rf "$d/cephfs/pk"	# room for the benchmarks after this one
+		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1
+	fi
 	cachefs_gone
 	s4=$(median "${s4s[@]}")
 	result "publish, packed, vs rados bench write 4M" "$(mbs "$pp")" "$(mbs "$w4")" "$(ratio "$pp" "$w4")" ">=0.8"
@@ -136,6 +171,9 @@ PY
 		"$(ratio "$(median "${cps[@]}")" "$(median "${wms[@]}")")" ">=0.6"
 	result "cold epoch, packed, vs a file an object" "$(fps "$(median "${cps[@]}")")" "$(fps "$(median "${cus[@]}")")" \
 		"$(ratio "$(median "${cps[@]}")" "$(median "${cus[@]}")")" ""
+	[ ${#cfs[@]} = 0 ] ||
+		result "cold epoch, packed, vs ceph-fuse (cold)" "$(fps "$(median "${cps[@]}")")" "$(fps "$(median "${cfs[@]}")")" \
+			"$(ratio "$(median "${cps[@]}")" "$(median "${cfs[@]}")")" ">=4"
 	result "warm epoch vs the local disk" "$(fps "$(median "${wms[@]}")")" "$(fps "$(median "${ls[@]}")")" \
 		"$(ratio "$(median "${wms[@]}")" "$(median "${ls[@]}")")" ">=0.9"
 }
