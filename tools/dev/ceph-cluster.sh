@@ -682,6 +682,19 @@ do_stop() {
     for d in mds.a osd.0 mgr.x mon.a; do
         stop_daemon "$d" || rc=1
     done
+    # An MDS that respawned while it was being stopped (it execs itself
+    # and daemonizes again: a new pid) escapes the first pass; so may a
+    # daemon that was starting.  Look again until none is left.
+    [ ! -d "$DIR/mds" ] || sleep 1	# a respawning MDS forks a moment after its exec
+    for _ in 1 2 3; do
+        local left=
+        for d in mds.a osd.0 mgr.x mon.a; do
+            [ -z "$(daemon_pids "$d")" ] || left="$left $d"
+        done
+        [ -n "$left" ] || break
+        log "stopping$left again (started or respawned meanwhile)"
+        for d in $left; do stop_daemon "$d" || rc=1; done
+    done
     [ "$rc" = 0 ] || { log "error: some daemons would not die; $DIR left in place"; return 1; }
     wait_reaped
     if [ -d "$DIR" ]; then
