@@ -608,7 +608,13 @@ static int pack_flush(struct pub *p)
 	s->pack = true;
 	p->pack_used = 0;
 	sfs_rados_pack_oid(&id, s->oid);
-	slot_start_stat(p, s);
+	/*
+	 * A new pack almost always: its bytes are this run's files in this
+	 * run's order (unchanged files of the version before keep their old
+	 * packs, pack_reuse()).  Create it at once, as a small chunk; only if
+	 * it exists (-EEXIST) does the stat path decide.
+	 */
+	slot_start_create(p, s);
 	return 0;
 
 out_fail:
