@@ -532,7 +532,8 @@ static const struct opt opts[] = {
 	  .doc =
 		"Run every backend fetch on the I/O engine: one thread, librados "
 		"aio or io_uring reads of dir:// sources, `O_DIRECT` io_uring "
-		"writes of the cache from registered buffers. `no` (or no io_uring "
+		"writes of the cache from registered buffers (files under 256 KiB: "
+		"one buffered write). `no` (or no io_uring "
 		"on this kernel): a worker thread per background fetch, readers "
 		"fetch on their FUSE worker." },
 	{ "prefetch_buffers", OPT_SIZE, O(prefetch_buffers), "128M", 1024 * 1024, 1024.0 * 1024 * 1024,
