@@ -51,6 +51,12 @@
  * A pack is kept as long as any version names any of its files (gc); its
  * bytes of files gone stay with it.
  *
+ * Identical small files are stored once: a map (idmap.h) of the small
+ * files named in this run, chunk id -> (pack, offset), names a file whose
+ * bytes are there at that place: a pack written already, the one being
+ * filled (its index is set when it is flushed) or a pack of the version
+ * before.
+ *
  * When every chunk is stored, the manifest is built (streamed into an
  * unlinked temporary file, so its bytes are never all in memory) and written as
  * sfs.manifest.NAME.V with an exclusive create: V is one more than the
@@ -67,6 +73,7 @@
  * Exit status: 0 published, 1 anything else (with a message on stderr).
  */
 #include "htab.h"
+#include "idmap.h"
 #include "idset.h"
 #include "manifest/inomap.h"
 #include "json.h"
@@ -115,7 +122,12 @@ struct pending {
 	struct sfs_attr a;
 	struct sfs_id chunk;	/* XXH3-128 of its bytes */
 	uint32_t off;		/* where they start in the pack */
+	bool first;		/* its bytes were appended (not a copy of an earlier file's) */
 };
+
+/* pub.placed: where a pack holds bytes this run named, pack << 32 | offset */
+#define PLACE(pack, off)	((uint64_t)(pack) << 32 | (uint32_t)(off))
+#define PLACE_PENDING		UINT32_MAX	/* the pack being filled: no index yet */
 
 /* A pack of the previous version, and what this run made of it. */
 enum { OLD_UNKNOWN = -1, OLD_GONE = -2 };
@@ -182,6 +194,7 @@ struct pub {
 	struct oldmember *oldmem;
 	size_t noldmem;
 	struct htab oldmap;	/* chunk id -> oldmember (several for repeated files) */
+	struct idmap placed;	/* chunk id -> PLACE() of the small files named so far */
 
 	struct slot *slots;
 	int *freelist;		/* indexes of free slots, owned by the main thread */
@@ -196,6 +209,7 @@ struct pub {
 	uint64_t files, dirs, symlinks, hardlinks, skipped;
 	uint64_t bytes, chunks, new_chunks, new_bytes, dup_chunks, fresh_chunks;
 	uint64_t packs, new_packs, dup_packs, fresh_packs, reused_packs, packed_files;
+	uint64_t same_files;	/* small files named where an identical one lies */
 	uint64_t t0, last_progress;
 	uint64_t t0_wall;	/* wall_s() at the start: objects newer are this run's */
 	bool tty;
@@ -578,6 +592,8 @@ static int pack_flush(struct pub *p)
 
 		rc = manifest_builder_add_packed(p->mb, pe->rel, &pe->a, &pe->chunk, idx,
 						 pe->off);
+		if (!rc && pe->first)
+			rc = idmap_put(&p->placed, &pe->chunk, PLACE(idx, pe->off));
 		if (rc) {
 			fail(p, "cannot add %s to the manifest: %s", pe->rel, strerror(-rc));
 			goto out_fail;
@@ -712,11 +728,74 @@ static int pack_reuse(struct pub *p, const char *rel, const struct sfs_attr *a,
 	if (op->index < 0)
 		return 0;
 	rc = manifest_builder_add_packed(p->mb, rel, a, id, (uint32_t)op->index, om->off);
+	if (!rc)
+		rc = idmap_put(&p->placed, id, PLACE(op->index, om->off));
 	if (rc) {
 		fail(p, "cannot add %s to the manifest: %s", rel, strerror(-rc));
 		return -1;
 	}
 	om->taken = true;
+	return 1;
+}
+
+/* Name @rel in the pack being filled, at @off.  0, or -1 when the publish failed. */
+static int pend_add(struct pub *p, const char *rel, const struct sfs_attr *a,
+		    const struct sfs_id *id, uint32_t off, bool first)
+{
+	struct pending *pe;
+
+	if (p->npend == p->pend_cap) {
+		size_t cap = p->pend_cap ? p->pend_cap * 2 : 256;
+		struct pending *np = realloc(p->pend, cap * sizeof(*np));
+
+		if (!np) {
+			fail(p, "out of memory");
+			return -1;
+		}
+		p->pend = np;
+		p->pend_cap = cap;
+	}
+	pe = &p->pend[p->npend];
+	pe->rel = strdup(rel);
+	if (!pe->rel) {
+		fail(p, "out of memory");
+		return -1;
+	}
+	pe->a = *a;
+	pe->chunk = *id;
+	pe->off = off;
+	pe->first = first;
+	p->npend++;
+	return 0;
+}
+
+/*
+ * A small file whose bytes (chunk id @id) this run named already, in a
+ * pack of its own or of the version before: name it there too, as chunks
+ * of identical large files are shared.  1 named, 0 not (a first copy), -1
+ * the publish failed.
+ */
+static int pack_same(struct pub *p, const char *rel, const struct sfs_attr *a,
+		     const struct sfs_id *id)
+{
+	uint64_t place;
+	uint32_t pack;
+	int rc;
+
+	if (!idmap_get(&p->placed, id, &place))
+		return 0;
+	pack = (uint32_t)(place >> 32);
+	if (pack == PLACE_PENDING) {
+		if (pend_add(p, rel, a, id, (uint32_t)place, false))
+			return -1;
+	} else {
+		rc = manifest_builder_add_packed(p->mb, rel, a, id, pack, (uint32_t)place);
+		if (rc) {
+			fail(p, "cannot add %s to the manifest: %s", rel, strerror(-rc));
+			return -1;
+		}
+	}
+	p->same_files++;
 	return 1;
 }
 
@@ -731,7 +810,6 @@ static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *
 	size_t len = (size_t)st->st_size;
 	bool fits = p->pack_used + len <= p->chunk_size;
 	char *dst = fits ? p->pack + p->pack_used : p->scratch;
-	struct pending *pe;
 	struct sfs_attr a;
 	struct sfs_id id;
 	struct stat st2;
@@ -755,7 +833,9 @@ static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *
 	sfs_id_of(dst, len, &id);
 	p->bytes += len;
 	attr_from_stat(st, &a);
-	rc = p->noldmem ? pack_reuse(p, rel, &a, &id) : 0;
+	rc = pack_same(p, rel, &a, &id);
+	if (rc == 0 && p->noldmem)
+		rc = pack_reuse(p, rel, &a, &id);
 	if (rc < 0)
 		return -1;
 	if (rc == 0) {
@@ -764,27 +844,11 @@ static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *
 				return -1;
 			memcpy(p->pack, p->scratch, len);
 		}
-		if (p->npend == p->pend_cap) {
-			size_t cap = p->pend_cap ? p->pend_cap * 2 : 256;
-			struct pending *np = realloc(p->pend, cap * sizeof(*np));
-
-			if (!np) {
-				fail(p, "out of memory");
-				return -1;
-			}
-			p->pend = np;
-			p->pend_cap = cap;
-		}
-		pe = &p->pend[p->npend];
-		pe->rel = strdup(rel);
-		if (!pe->rel) {
+		if (pend_add(p, rel, &a, &id, (uint32_t)p->pack_used, true) ||
+		    idmap_put(&p->placed, &id, PLACE(PLACE_PENDING, p->pack_used))) {
 			fail(p, "out of memory");
 			return -1;
 		}
-		pe->a = a;
-		pe->chunk = id;
-		pe->off = (uint32_t)p->pack_used;
-		p->npend++;
 		p->pack_used += len;
 	}
 	p->packed_files++;
@@ -1382,7 +1446,8 @@ static void summary(struct pub *p)
 		       ", \"chunk_size\": %u, \"pack_max\": %" PRIu64
 		       ", \"packs\": %" PRIu64 ", \"new_packs\": %" PRIu64
 		       ", \"reused_packs\": %" PRIu64 ", \"freshened_packs\": %" PRIu64
-		       ", \"packed_files\": %" PRIu64 ", \"previous_version\": %" PRIu64
+		       ", \"packed_files\": %" PRIu64 ", \"same_files\": %" PRIu64
+		       ", \"previous_version\": %" PRIu64
 		       ", \"manifest_bytes\": %zu, \"seconds\": %.3f"
 		       ", \"mb_per_s\": %.1f}\n",
 		       p->version, p->files, p->dirs, p->symlinks, p->hardlinks,
@@ -1390,7 +1455,7 @@ static void summary(struct pub *p)
 		       p->bytes, p->chunks, p->new_chunks, p->new_bytes,
 		       p->fresh_chunks, p->chunk_size, p->pack_max, p->packs,
 		       p->new_packs, p->reused_packs, p->fresh_packs, p->packed_files,
-		       p->prev_version, p->manifest_len, secs, mbps(p->bytes, ns));
+		       p->same_files, p->prev_version, p->manifest_len, secs, mbps(p->bytes, ns));
 		return;
 	}
 	if (!p->quiet) {
@@ -1415,6 +1480,9 @@ static void summary(struct pub *p)
 				printf(", %" PRIu64 " reused from @%" PRIu64, p->reused_packs,
 				       p->prev_version);
 			printf(")\n");
+			if (p->same_files)
+				printf("           %" PRIu64 " of the files are copies of others, "
+				       "named where those lie\n", p->same_files);
 		}
 		printf("new bytes  %s\n", fmt_size(p->new_bytes, b3, sizeof(b3)));
 		printf("time       %.2f s, %.1f MB/s\n", secs, mbps(p->bytes, ns));
@@ -1521,6 +1589,7 @@ out_shutdown:
 	free(p.doneq);
 	idset_release(&p.seen);
 	idset_release(&p.seen_packs);
+	idmap_release(&p.placed);
 	inomap_release(&p.links);
 	for (size_t i = 0; i < p.npend; i++)
 		free(p.pend[i].rel);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once and caches every file (no demand fetch after, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right.
+# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once and caches every file (no demand fetch after, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right; copies of a file, stored once, are fetched once and each reads right.
 # needs: ceph
 # timeout: 300
 # SPDX-License-Identifier: Apache-2.0
@@ -100,3 +100,29 @@ done
 ((bad >= np - 1 && bad <= np)) || die "$bad files failed for $np damaged packs (one byte each)"
 contains "is corrupt" "$(sfs_log "$M")" || die "the damage was not logged"
 log "damaged packs: $bad files EIO, the other $((600 - bad)) byte-exact"
+
+# --- copies of one file, stored once (publish names them at its place):
+# a warmup fetches the distinct files and every name reads right
+sfs_umount "$M"
+NS2=${NS}cp
+"$PYTHON" - "$T/cp" <<'PY'
+import os, shutil, sys
+root = sys.argv[1]
+os.makedirs(f"{root}/a")
+os.makedirs(f"{root}/b")
+for i in range(30):
+    open(f"{root}/a/f{i:02}", "wb").write(os.urandom(20000 + i))
+for i in (0, 7, 29):
+    shutil.copy(f"{root}/a/f{i:02}", f"{root}/b/copy{i:02}")
+PY
+"$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M --json "$T/cp" "rados://$POOL/cp?ns=$NS2" \
+	>"$T/pubcp.json" 2>"$T/pubcp.err" || { cat "$T/pubcp.err"; die "publish of copies failed"; }
+assert_eq "$(jget "$T/pubcp.json" same_files)" 3 "copies named at their first's place"
+M=$T/m4
+sfs_mount "rados://$POOL/cp?ns=$NS2" "$M" "ceph_conf=$CEPH_CONF" "cache_dir=$T/c4" rados_timeout=5s
+"$STAGEFS" warmup --json "$M" >"$T/w4.json" || die "warmup of copies failed"
+assert_eq "$(jget "$T/w4.json" fetched)" 30 "chunks fetched for 33 names of 30 distinct files"
+assert_eq "$(jget "$T/w4.json" failed)" 0 "chunks failed"
+diff -r "$T/cp" "$M" >/dev/null || die "a copy or its first reads wrong through the mount"
+sfs_umount "$M"
+log "copies: 3 of 30 files stored once; a warmup fetched 30 chunks and all 33 names read right"

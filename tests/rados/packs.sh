@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Small files in packs on a real pool: 300 files of 1..40 KB become a few sfs.pack objects (only the big files are chunks) and reassemble byte for byte from them; v2 (3 changed, half a directory gone, 5 added) writes one pack and names the old packs of the files it keeps, renewing old ones; gc keeps every pack while v1 and v2 live and, v1 dropped, removes exactly the packs only v1 named, keeping half-used ones; a pack gone is packed again.
+# Small files in packs on a real pool: 300 files of 1..40 KB become a few sfs.pack objects (only the big files are chunks) and reassemble byte for byte from them; identical small files are stored once, in this run's packs or the version before's; v2 (3 changed, half a directory gone, 5 added) writes one pack and names the old packs of the files it keeps, renewing old ones; gc keeps every pack while v1 and v2 live and, v1 dropped, removes exactly the packs only v1 named, keeping half-used ones; a pack gone is packed again.
 # needs: ceph
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
@@ -67,6 +67,7 @@ assert_eq "$(json "$T/pub1.json" packed_files)" 300 "files packed"
 assert_eq "$(json "$T/pub1.json" packs)" "$npacks1" "packs in the summary and sfs.pack objects"
 assert_eq "$(json "$T/pub1.json" new_packs)" "$npacks1" "new packs of a first version"
 assert_eq "$(json "$T/pub1.json" reused_packs)" 0 "packs reused by a first version"
+assert_eq "$(json "$T/pub1.json" same_files)" 0 "copies among 300 random files"
 assert_ge "$npacks1" 6 "packs (about 6 MB of small files in 1 MiB packs)"
 assert_gt 12 "$npacks1" "packs (about 6 MB of small files in 1 MiB packs)"
 assert_eq "$(count "$T/chunks1")" "$bigchunks" "chunk objects: the big files' only"
@@ -158,6 +159,39 @@ assert_ge "$(json "$T/pub4.json" new_packs)" 1 "packs written for the files of a
 assert_eq "$(json "$T/pub4.json" reused_packs)" $((npacks2 - 1)) "packs reused beside a lost one"
 check P@4 "$T/v2" >/dev/null
 log "a lost pack: its files packed again into $(json "$T/pub4.json" new_packs) new pack(s); P@4 reassembles"
+
+# --- identical small files are stored once: 60 random files in a/ (two
+# 1 MiB packs and part of a third), then in b/ a copy of a/f000 (in a pack
+# written already), of a/f059 (in the pack still being filled) and twice
+# a copy of b/x0 (in that same pack)
+"$PYTHON" - "$T/v5" <<'PY'
+import os, shutil, sys
+root = sys.argv[1]
+os.makedirs(f"{root}/a")
+os.makedirs(f"{root}/b")
+for i in range(60):
+    open(f"{root}/a/f{i:03d}", "wb").write(os.urandom(30000 + i))
+shutil.copy(f"{root}/a/f000", f"{root}/b/c000")
+shutil.copy(f"{root}/a/f059", f"{root}/b/c059")
+open(f"{root}/b/x0", "wb").write(os.urandom(12345))
+shutil.copy(f"{root}/b/x0", f"{root}/b/x1")
+shutil.copy(f"{root}/b/x0", f"{root}/b/x2")
+PY
+unique=$((60 * 30000 + 59 * 60 / 2 + 12345))
+pub --json "$T/v5" "rados://$POOL/Q?ns=$NS" >"$T/pub5.json" 2>"$T/pub5.err" || die "publish of copies failed: $(cat "$T/pub5.err")"
+assert_eq "$(json "$T/pub5.json" packed_files)" 65 "files packed"
+assert_eq "$(json "$T/pub5.json" same_files)" 4 "copies named where their first lies"
+assert_eq "$(json "$T/pub5.json" new_bytes)" "$unique" "bytes stored: each distinct file's once"
+check Q@1 "$T/v5" >"$T/check5"
+members Q@1 >"$T/members5"
+assert_eq "$(awk '{ n += $2 } END { print n }' "$T/members5")" 65 "members of Q@1's packs (copies included)"
+# a second version reuses the packs: the copies follow their first
+pub --json "$T/v5" "rados://$POOL/Q?ns=$NS" >"$T/pub6.json" 2>"$T/pub6.err" || die "republish of copies failed: $(cat "$T/pub6.err")"
+assert_eq "$(json "$T/pub6.json" new_bytes)" 0 "bytes stored by an unchanged republish with copies"
+assert_eq "$(json "$T/pub6.json" same_files)" 4 "copies named where their first lies, reused"
+members Q@2 | cmp -s - "$T/members5" || die "Q@2 names other packs, or other files in them, than Q@1"
+check Q@2 "$T/v5" >/dev/null
+log "copies: 65 small files, 4 copies among them, stored as 61 ($unique bytes); $(cat "$T/check5")"
 
 # The daemon's reads of packs (a mount of v2, a pack whose bytes were
 # replaced) are checked where the daemon learns packs.
