@@ -42,11 +42,13 @@
  * its packs goes into a hash map, chunk id -> (pack, offset, size).  A
  * small file of this tree whose chunk id and size are there is named at
  * that place (each place once: identical files of the old version each
- * had their own) instead of being packed again.  The first time an old
- * pack is used it is stat'ed (synchronously): if it is gone or has the
- * wrong size, its files are packed afresh; if it is older than
- * SFS_RADOS_FRESHEN_S, its sfs.seen xattr is set, as for a chunk, so that
- * gc spares it until the new manifest names it.  No previous version, an
+ * had their own) instead of being packed again.  Every old pack is
+ * stat'ed before the walk, -j at once; the first time the walk uses one:
+ * if it is gone or has the wrong size, its files are packed afresh; if it
+ * is older than SFS_RADOS_FRESHEN_S, its sfs.seen xattr is set, as for a
+ * chunk and in flight as chunks are, so that gc spares it until the new
+ * manifest names it (a pack gc removed meanwhile fails the publish: its
+ * files are named in it already).  No previous version, an
  * unreadable or packless manifest, or another chunk size: nothing reused.
  * A pack is kept as long as any version names any of its files (gc); its
  * bytes of files gone stay with it.
@@ -135,6 +137,10 @@ struct oldpack {
 	struct sfs_id id;
 	uint64_t size;
 	int64_t index;		/* OLD_UNKNOWN, OLD_GONE, or its pack index in the builder */
+	/* its stat, asked for every old pack before the walk (oldpacks_stat()) */
+	int stat_rc;
+	uint64_t osize;
+	time_t omtime;
 };
 
 /* A file of the previous version stored in one of its packs: where its bytes lie. */
@@ -152,6 +158,7 @@ struct slot {
 	struct pub *p;
 	enum slot_state state;
 	bool pack;		/* a pack, not a chunk (for the counts) */
+	bool oldpack;		/* SLOT_FRESHEN of a pack of the version before: no bytes here */
 	rados_completion_t c;
 	rados_write_op_t op;	/* SLOT_FRESHEN, SLOT_WRITE */
 	char *buf;
@@ -472,6 +479,13 @@ static void slot_done(struct pub *p, struct slot *s)
 			slot_free(p, s);
 			return;
 		}
+		if (s->oldpack) {
+			/* its files are named in it already, and its bytes are not here */
+			fail(p, "%s of %s@%" PRIu64 " was removed while this publish reused it "
+			     "(a gc beside it?): publish again", s->oid, p->name, p->prev_version);
+			slot_free(p, s);
+			return;
+		}
 		/* removed by gc after our stat: store it again */
 		rc = -ENOENT;
 		s->state = SLOT_STAT;
@@ -536,6 +550,7 @@ static struct slot *slot_get(struct pub *p)
 		reap(p);
 	s = &p->slots[p->freelist[--p->nfree]];
 	s->pack = false;
+	s->oldpack = false;
 	return s;
 }
 
@@ -657,14 +672,12 @@ static bool oldmember_eq(const struct htab_node *n, const void *key)
 static int oldpack_take(struct pub *p, struct oldpack *op)
 {
 	char oid[SFS_RADOS_OID_MAX];
-	rados_write_op_t wop;
-	uint64_t size;
-	time_t mtime;
+	uint64_t size = op->osize;
+	time_t mtime = op->omtime;
 	uint32_t idx;
-	int rc;
+	int rc = op->stat_rc;
 
 	sfs_rados_pack_oid(&op->id, oid);
-	rc = rados_stat(p->io, oid, &size, &mtime);
 	if (rc == 0 && size != op->size) {
 		fprintf(stderr, "stagefs publish: warning: %s holds %" PRIu64 " bytes instead of %" PRIu64 "; its files are packed again\n",
 			oid, size, op->size);
@@ -672,16 +685,18 @@ static int oldpack_take(struct pub *p, struct oldpack *op)
 		return 0;
 	}
 	if (rc == 0 && (uint64_t)mtime + SFS_RADOS_FRESHEN_S < wall_s()) {
-		wop = rados_create_write_op();
-		if (!wop) {
-			fail(p, "out of memory");
+		/* renewed in flight, as chunks are; counted in fresh_packs when done */
+		struct slot *s = slot_get(p);
+
+		if (p->failed) {
+			slot_free(p, s);
 			return -1;
 		}
-		freshen_op_prep(wop);
-		rc = rados_write_op_operate(wop, p->io, oid, NULL, 0);
-		rados_release_write_op(wop);
-		if (rc == 0)
-			p->fresh_packs++;
+		s->pack = s->oldpack = true;
+		memcpy(s->oid, oid, sizeof(oid));
+		slot_start_freshen(p, s);
+		if (p->failed)
+			return -1;
 	}
 	if (rc == -ENOENT) {
 		fprintf(stderr, "stagefs publish: warning: %s of %s@%" PRIu64 " is missing; its files are packed again\n",
@@ -1226,6 +1241,54 @@ static int prev_members(struct pub *p, struct manifest *m)
  * cannot be read: nothing to reuse, which is not an error.  Returns 0, or
  * -1 out of memory (the publish failed).
  */
+/*
+ * Stat every pack of the version before, -j at once, before the walk: a
+ * republish of a tree of 65,000 packs would otherwise make 65,000
+ * synchronous round trips as its walk meets them.  The walk decides from
+ * these (oldpack_take()); what changes after (a gc removing one) is caught
+ * when the pack is renewed, or by the mount's checks.
+ */
+static void oldpacks_stat(struct pub *p)
+{
+	rados_completion_t *c = calloc(p->jobs, sizeof(*c));
+	char oid[SFS_RADOS_OID_MAX];
+	uint32_t next = 0, done = 0;
+
+	if (!c) {
+		fail(p, "out of memory");
+		return;
+	}
+	while (done < p->noldpacks) {
+		while (next < p->noldpacks && next - done < (uint32_t)p->jobs) {
+			struct oldpack *op = &p->oldpacks[next];
+			int slot = (int)(next % (uint32_t)p->jobs);
+
+			sfs_rados_pack_oid(&op->id, oid);
+			op->stat_rc = rados_aio_create_completion2(NULL, NULL, &c[slot]);
+			if (!op->stat_rc)
+				op->stat_rc = rados_aio_stat(p->io, oid, c[slot], &op->osize,
+							     &op->omtime);
+			if (op->stat_rc) {
+				if (c[slot])
+					rados_aio_release(c[slot]);
+				c[slot] = NULL;
+			}
+			next++;
+		}
+		struct oldpack *op = &p->oldpacks[done];
+		int slot = (int)(done % (uint32_t)p->jobs);
+
+		if (c[slot]) {
+			rados_aio_wait_for_complete(c[slot]);
+			op->stat_rc = rados_aio_get_return_value(c[slot]);
+			rados_aio_release(c[slot]);
+			c[slot] = NULL;
+		}
+		done++;
+	}
+	free(c);
+}
+
 static int load_previous(struct pub *p)
 {
 	struct prev_remote r = { .io = p->io };
@@ -1264,7 +1327,8 @@ static int load_previous(struct pub *p)
 		fail(p, "out of memory");
 		return -1;
 	}
-	return 0;
+	oldpacks_stat(p);
+	return p->failed ? -1 : 0;
 }
 
 static int store_manifest(struct pub *p)
