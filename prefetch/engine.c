@@ -542,7 +542,8 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 			fl->pending++;
 			return;
 		}
-		if (at != -EEXIST && (fl->err = cache_fill_opened(e->c, cl, -1))) {
+		/* -EAGAIN: the cache opens it (with -EEXIST, it is open: nothing) */
+		if ((fl->err = cache_fill_opened(e->c, cl, -1))) {
 			write_done(e, fl);
 			return;
 		}

@@ -30,13 +30,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void cache_cfile_path(const struct cache *c, const struct sfs_id *id,
-		      char *buf, size_t len)
+void cache_cfile_relpath(const struct sfs_id *id, char buf[CACHE_REL_PATH_LEN])
 {
 	char hex[SFS_ID_HEX_LEN + 1];
 
 	sfs_id_hex(id, hex);
-	snprintf(buf, len, "%s/%.2s/%s", c->data_dir, hex, hex);
+	snprintf(buf, CACHE_REL_PATH_LEN, "%.2s/%s", hex, hex);
+}
+
+void cache_cfile_path(const struct cache *c, const struct sfs_id *id,
+		      char *buf, size_t len)
+{
+	char rel[CACHE_REL_PATH_LEN];
+
+	cache_cfile_relpath(id, rel);
+	snprintf(buf, len, "%s/%s", c->data_dir, rel);
 }
 
 /* Close @cf's O_DIRECT twin, if open (it counts in nfds). */

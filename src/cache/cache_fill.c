@@ -167,7 +167,6 @@ int cache_fill_claim_lazy(struct cache *c, struct cfile *cf, uint32_t idx,
 
 int cache_fill_open_at(struct cache *c, struct cache_fill *f, char rel[CACHE_REL_PATH_LEN])
 {
-	char hex[SFS_ID_HEX_LEN + 1];
 	bool open;
 
 	if (f->fd >= 0)
@@ -177,8 +176,7 @@ int cache_fill_open_at(struct cache *c, struct cache_fill *f, char rel[CACHE_REL
 	pthread_mutex_unlock(&c->lock);
 	if (open || c->data_dfd < 0)
 		return -EAGAIN;
-	sfs_id_hex(&f->cf->id, hex);
-	snprintf(rel, CACHE_REL_PATH_LEN, "%.2s/%s", hex, hex);
+	cache_cfile_relpath(&f->cf->id, rel);
 	return c->data_dfd;
 }
 

@@ -217,6 +217,8 @@ bool cache_reserve_locked(struct cache *c, struct owner *o, uint64_t bytes,
 void cache_quota_enforce_locked(struct cache *c, uint64_t *chunks, uint64_t *bytes);
 
 /* cache_fds.c: cache files and their descriptors */
+/* XX/<32 hex>: a cache file's path under c->data_dir (c->data_dfd) */
+void cache_cfile_relpath(const struct sfs_id *id, char buf[CACHE_REL_PATH_LEN]);
 void cache_cfile_path(const struct cache *c, const struct sfs_id *id,
 		      char *buf, size_t len);
 void cache_fd_close_locked(struct cache *c, struct cfile *cf);
