@@ -6,6 +6,7 @@
 
 #include "access.h"
 #include "handles.h"
+#include "packentry.h"
 #include "passthrough.h"
 #include "vfiles.h"
 
@@ -32,6 +33,8 @@ int fh_create(struct sfs *fs, struct sfs_dataset *ds, uint64_t bino, struct fh *
 		free(fh);
 		return ret;
 	}
+	if (fh->attr.size && cache_file_present(fs->cache, fh->cf) < cache_file_nchunks(fh->cf))
+		(void)packentry_get(fs->cache, ds->be, &fh->attr, &fh->pcf, &fh->poff);
 	*out = fh;
 	return 0;
 }
@@ -40,6 +43,8 @@ void fh_destroy(struct sfs *fs, struct fh *fh)
 {
 	stats_open_release(fs->stats, &fh->so);
 	pf_ra_release(fh->ra);
+	if (fh->pcf)
+		cache_file_put(fs->cache, fh->pcf);
 	cache_file_put(fs->cache, fh->cf);
 	free(fh);
 }
@@ -58,7 +63,8 @@ int fh_create_noopen(struct sfs *fs, uint64_t ino, struct fh **out)
 	if (ret)
 		return ret;
 	/* so stays empty: no opener; READs are charged to their readers */
-	fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
+	if (!fh->pcf)
+		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	*out = fh;
 	return 0;
 }

@@ -26,6 +26,14 @@ struct fh {
 	struct sfs_dataset *ds;
 	struct sfs_attr attr;	/* attr.ino is the backend's inode */
 	struct cfile *cf;
+	/*
+	 * A small file whose own cache file is not whole but whose pack is
+	 * cached (docs/cache.md, "Pack entries"): READs are served from the
+	 * pack's entry, at @poff; NULL otherwise.
+	 */
+	struct cfile *pcf;
+	uint32_t poff;
+	_Atomic bool pcf_gone;	/* ... not since a READ found the pack gone */
 	bool passthrough;	/* the kernel reads the cache file: no READs */
 	struct stats_open so;	/* feed-rate accounting of this open */
 	struct pf_ra *ra;	/* readahead state; NULL where none */

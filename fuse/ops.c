@@ -23,6 +23,7 @@
 #include "access.h"
 #include "datasets.h"
 #include "fh.h"
+#include "packentry.h"
 #include "handles.h"
 #include "kinodes.h"
 #include "read.h"
@@ -312,8 +313,21 @@ static void lookup_readahead(struct sfs *fs, const struct sfs_attr *a)
 	if (!ds || cache_file_get(fs->cache, &a->content, a->size,
 				  ds->be->chunk_size, &cf))
 		return;
-	if (!cache_file_prefetch(fs->cache, cf))
+	if (!cache_file_prefetch(fs->cache, cf)) {
 		stats_node_add(fs->stats, STATS_NODE_LOOKUP_READAHEADS, 1);
+	} else if (cache_file_present(fs->cache, cf) < cache_file_nchunks(cf)) {
+		/* in its pack's entry, maybe: the range there */
+		struct sfs_attr ba = *a;
+		struct cfile *pcf;
+		uint32_t poff;
+
+		ba.ino = bino;
+		if (!packentry_get(fs->cache, ds->be, &ba, &pcf, &poff)) {
+			if (!cache_file_prefetch_range(fs->cache, pcf, poff, (size_t)a->size))
+				stats_node_add(fs->stats, STATS_NODE_LOOKUP_READAHEADS, 1);
+			cache_file_put(fs->cache, pcf);
+		}
+	}
 	cache_file_put(fs->cache, cf);
 }
 
@@ -737,7 +751,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = passthrough_open(fs->pt, req, ino, fh->cf, fh->attr.size, fi);
+	/* a file served from its pack's entry is read through the daemon */
+	ret = passthrough_open(fs->pt, req, ino, fh->pcf ? NULL : fh->cf, fh->attr.size, fi);
 	if (ret < 0) {
 		handles_take(fs->handles, fh->id, HANDLE_FILE);
 		fh_destroy(fs, fh);
@@ -754,7 +769,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 				       !ptacct_exact(pa));
 		ptacct_open(pa, fh);
 	}
-	if (!fh->passthrough)
+	if (!fh->passthrough && !fh->pcf)
 		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
 	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
@@ -881,6 +896,17 @@ static int xattr_value(struct sfs *fs, fuse_ino_t ino, const char *name,
 		present = cache_file_present(fs->cache, cf);
 		total = cache_file_nchunks(cf);
 		cache_file_put(fs->cache, cf);
+		if (present < total) {
+			/* a small file whose pack is cached is cached */
+			struct cfile *pcf;
+			uint32_t poff;
+
+			a.ino = bino;
+			if (!packentry_get(fs->cache, ds->be, &a, &pcf, &poff)) {
+				present = total;
+				cache_file_put(fs->cache, pcf);
+			}
+		}
 		return snprintf(buf, len, "%u/%u", present, total);
 	}
 	return -ENODATA;

@@ -502,7 +502,7 @@ int passthrough_open(struct passthrough *pt, fuse_req_t req, uint64_t ino,
 		pthread_mutex_unlock(&pt->lock);
 		goto out_passthrough;
 	}
-	if (e->daemon_opens || !size || size <= pt->min_size ||
+	if (e->daemon_opens || !cf || !size || size <= pt->min_size ||
 	    atomic_load(&pt->broken)) {
 		/*
 		 * Through the page cache: the kernel would refuse a mix; an

@@ -85,7 +85,8 @@ uint32_t passthrough_idle_ids(struct passthrough *pt);
 
 /*
  * Decide how the open of FUSE inode @ino, a regular file of @size bytes
- * whose cache entry is @cf, is served.  Returns 1 when it goes passthrough:
+ * whose cache entry is @cf (NULL: it is read through the daemon, e.g. from
+ * its pack's entry), is served.  Returns 1 when it goes passthrough:
  * the backing id is set for the reply (fi->backing_id, or the reply hook),
  * @cf is pinned and the counters are charged; 0 for the daemon path; or
  * -ENOMEM.  An open that got 0 or 1 is recorded and must be undone with

@@ -31,6 +31,8 @@
 #include "peerd.h"
 
 #include "daemon.h"
+#include "fh.h"
+#include "packentry.h"
 #include "log.h"
 #include "manifest/manifest.h"
 #include "peer/peer.h"
@@ -331,6 +333,86 @@ static int serve_fetch(void *arg, uint32_t idx, void *buf, size_t len)
 	return r;
 }
 
+/* A pack this node owns, read whole for a peer (struct cache_source's arg). */
+struct serve_pack {
+	struct sfs *fs;
+	struct backend *be;
+	uint32_t pack;
+	struct manifest_pack pk;
+	struct cfile *pcf;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+};
+
+static void serve_pack_done(void *arg)
+{
+	struct serve_pack *p = arg;
+
+	pthread_mutex_lock(&p->lock);
+	p->done = true;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/*
+ * The cache's source for a pack's entry: the whole pack, in one backend
+ * read, checked (the pack against its id, each file against its own).
+ */
+static int serve_pack_fetch(void *arg, uint32_t idx, void *buf, size_t len)
+{
+	struct serve_pack *p = arg;
+	struct backend_aio *h = NULL;
+	struct sfs_id id;
+	bool hashed = false, from_peer = false;
+	int r;
+
+	if (idx || len != p->pk.size)
+		return -EINVAL;
+	pf_demand_begin(p->fs->pf, len);
+	daemon_fetch_begin(p->fs, p->pcf, 0);
+	p->done = false;
+	r = p->be->ops->pack_aio_start(p->be, p->pack, 0, len, buf, serve_pack_done, p, &h);
+	if (!r) {
+		pthread_mutex_lock(&p->lock);
+		while (!p->done)
+			pthread_cond_wait(&p->cond, &p->lock);
+		pthread_mutex_unlock(&p->lock);
+		r = p->be->ops->aio_finish(p->be, h, &id, &hashed, &from_peer);
+	}
+	if (r == (int)len && packentry_check(p->be, p->pack, &p->pk, buf) < 0)
+		r = -EIO;
+	daemon_fetch_end(p->fs, p->pcf, 0, r, false);
+	pf_demand_end(p->fs->pf);
+	return r;
+}
+
+/*
+ * Small file @s->attr, if stored in a pack: its bytes from the pack's
+ * entry, which this node (the pack's owner) fills whole at the first file
+ * a peer asks for, or joins the fill in flight.  -ENOENT when not packed
+ * or the pack could not be read.
+ */
+static int serve_packed(struct serve_src *s, void *buf, size_t len)
+{
+	struct serve_pack p = { .fs = s->fs, .be = s->be };
+	struct cache_source src = { .fetch = serve_pack_fetch, .arg = &p, .uid = 0 };
+	uint32_t poff;
+	ssize_t n;
+
+	if (!s->be->ops->pack_aio_start ||
+	    packentry_open(s->fs->cache, s->be, &s->attr, &p.pcf, &poff, &p.pack, &p.pk))
+		return -ENOENT;
+	pthread_mutex_init(&p.lock, NULL);
+	pthread_cond_init(&p.cond, NULL);
+	n = cache_read(s->fs->cache, p.pcf, poff, buf, len, &src);
+	pthread_cond_destroy(&p.cond);
+	pthread_mutex_destroy(&p.lock);
+	cache_file_put(s->fs->cache, p.pcf);
+	/* not read (a dead OSD, a damaged pack): the file alone, then */
+	return n == (ssize_t)len ? 0 : -ENOENT;
+}
+
 /* Chunk @e into @buf (@len bytes) from the cache, filling it on a miss. */
 static int serve_read(struct peerd *pd, const struct ient *e, void *buf, size_t len)
 {
@@ -351,6 +433,11 @@ static int serve_read(struct peerd *pd, const struct ient *e, void *buf, size_t 
 		return rc;
 	if (len != backend_chunk_len(s.attr.size, s.be->chunk_size, e->idx))
 		return -EINVAL;
+	if (!e->idx) {
+		rc = serve_packed(&s, buf, len);
+		if (rc != -ENOENT)
+			return rc;
+	}
 	rc = cache_file_get(fs->cache, &s.attr.content, s.attr.size, s.be->chunk_size, &s.cf);
 	if (rc)
 		return rc;

@@ -103,6 +103,41 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct fh *fh,
 		free(buf);
 }
 
+/*
+ * A READ of a small file served from its pack's cache entry (fh->pcf, at
+ * fh->poff): the file's bytes are a range of that one file, checked with
+ * the pack at its first read after a start.  false when the entry no
+ * longer holds the pack (evicted, or found damaged: dropped): the READ
+ * then goes the file's own way, and so does every later READ of @fh.
+ */
+static bool read_pack(fuse_req_t req, struct sfs *fs, struct fh *fh,
+		      struct stats_open *so, size_t size, off_t off, uint32_t uid)
+{
+	struct cache_source check = { .uid = uid };	/* checks, never fetches */
+	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
+	size_t len = (uint64_t)off < end ? (size_t)(end - (uint64_t)off) : 0;
+	struct stats_read rd;
+	void *buf = reply_buffer(size);
+	ssize_t n = 0;
+
+	if (!buf)
+		return false;
+	stats_read_begin(fs->stats, &rd, fh->pcf, fh->poff + (uint64_t)off, len,
+			 fh->ds->be->chunk_size);
+	if (len) {
+		n = cache_read(fs->cache, fh->pcf, fh->poff + (uint64_t)off, buf, len, &check);
+		if (n != (ssize_t)len) {
+			stats_read_detach(&rd);
+			stats_read_drop_reader(&rd);
+			fh->pcf_gone = true;
+			return false;
+		}
+	}
+	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, n);
+	fuse_reply_buf(req, buf, (size_t)n);
+	return true;
+}
+
 /* A READ is at most 1 MiB (max_read_kb) and chunks at least 64 KiB. */
 #define READ_PIECES	18
 
@@ -379,6 +414,11 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				      atomic_load(&fh->ds->epoch_staging), uid,
 				      fuse_req_ctx(req)->gid, fh->attr.ino);
 		}
+	}
+	if (fh->pcf && !fh->pcf_gone && size <= (1u << 20) &&
+	    read_pack(req, fs, fh, so, size, off, uid)) {
+		noopen_put(fs->no, noe);
+		return;
 	}
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
 	/*

@@ -84,6 +84,7 @@
 #include "htab.h"
 #include "list.h"
 #include "log.h"
+#include "packentry.h"
 #include "util.h"
 
 #include <errno.h>
@@ -122,26 +123,28 @@ enum stage {
 	FS_WRITEQ,	/* verified, served: waiting for a write slot */
 	FS_WRITE,	/* cache write (+ fdatasync) in flight */
 	FS_CHECK,	/* read-back in flight */
-	FS_PACK,	/* a member of a pack read not started yet (see below) */
 };
 
 /*
- * A pack read (docs/manifest.md, "Packs"): one backend read of the range of
- * a pack that covers the members whose chunk is missing, each claimed by a
- * fill of its own (a "rider").  The first, lowest offset, is the carrier:
- * it takes the tokens and a buffer for the whole range and its transfer is
- * the read; the riders wait in FS_PACK, then FS_FETCH.  When it is back each
- * rider gets a buffer of its own, its slice copied and checked against its
- * own chunk id, and goes on as any fetched fill; the carrier keeps the
- * range's buffer, whose first bytes are its own.  A member whose reader
- * arrives before the read starts leaves the pack and is fetched alone, at
- * the reader's priority: no reader waits behind a pack read held back.
+ * A pack read (docs/manifest.md, "Packs"; docs/cache.md, "Pack entries"):
+ * one fill of the pack's own cache entry (content id
+ * manifest_pack_content(), one chunk), whose transfer is one backend read
+ * of the whole pack.  Its bytes are checked against the pack's id and each
+ * member's against its own chunk id, then written as one file: a member
+ * costs the node no file, no write and no journal record of its own.
+ * Background requests for other members of the pack wait on the fill
+ * (@req) and end with it.  A reader of a member joins the fill once its
+ * read has started (its want gets a slice of the pack's buffer); before
+ * that the reader's file is fetched alone, at the reader's priority: no
+ * reader waits behind a pack read held back.
  */
 struct packread {
 	uint32_t pack;
-	uint64_t lo, len;	/* the range read */
-	uint32_t n;
-	struct fill *m[];	/* by offset; m[0] the carrier; NULL: left */
+	struct sfs_id id;	/* the pack's XXH3-128 */
+	uint64_t len;		/* its bytes: all are read */
+	uint32_t nmembers;
+	uint32_t nreq, capreq;
+	struct pf_req **req;	/* other members' requests, ended with the fill */
 };
 
 struct fill {
@@ -162,15 +165,11 @@ struct fill {
 	bool from_peer;			/* ... or a peer sent the chunk (src/peer/peer.h) */
 	bool direct;			/* the transfers in flight use O_DIRECT */
 	bool served;			/* fl->buf holds the verified chunk, published */
-	bool rider;			/* a member of a pack read, wanted by nobody */
-	uint8_t pkind;			/* ... for a request of this kind (PF_KIND_*) */
-	struct packread *pr;		/* the pack read it is part of, or NULL */
-	uint32_t poff;			/* ... its offset in the pack */
+	struct packread *pr;		/* a fill of a pack's entry: the pack read */
 	uint64_t fetch_ns;		/* its backend read started */
 	bool timed;			/* ... and counts in bg_fetching or the latency */
 	bool bg_fetch;			/* ... as background work */
 	bool alone;			/* ... as a demand read with no background in flight */
-	struct sfs_id pchunk;		/* ... and its chunk id */
 	uint8_t hit_retries;
 	struct cache_fill claim;
 	char opath[CACHE_REL_PATH_LEN];	/* a lazy claim's file, being opened */
@@ -228,6 +227,7 @@ struct pf_engine {
 		uint32_t pack;
 		bool done;		/* read; else only queued for readahead */
 		uint64_t at;
+		struct fill *fill;	/* the read of its entry in flight, or NULL */
 	} recent[ENG_PACK_RECENT];
 	struct pf_owner pack_owner;	/* of the readahead requests for packs */
 
@@ -345,9 +345,10 @@ static void prep_rw(struct pf_engine *e, struct fill *fl, int op, bool write, in
 
 static void fill_claim(struct pf_engine *e, struct fill *fl);
 static void want_start(struct pf_engine *e, struct pf_want *w);
-static void pack_abandon(struct pf_engine *e, struct fill *carrier);
+static void pack_end(struct pf_engine *e, struct fill *fl, int res);
 static void pack_fetch(struct pf_engine *e, struct fill *fl);
-static void pack_done(struct pf_engine *e, struct fill *carrier, int res);
+static void pack_done(struct pf_engine *e, struct fill *fl, int res);
+static void pack_want_serve(struct pf_engine *e, struct fill *fl, struct pf_want *w);
 static void fill_go(struct pf_engine *e, struct fill *fl);
 static struct fill *fill_find(struct pf_engine *e, const struct cfile *cf, uint32_t idx);
 static void fill_drop(struct pf_engine *e, struct fill *fl, int err);
@@ -441,7 +442,10 @@ static void fill_serve(struct pf_engine *e, struct fill *fl)
 	while ((n = list_pop(&fl->wants))) {
 		struct pf_want *w = list_entry(n, struct pf_want, node);
 
-		want_serve(e, w, fl->buf, len, w->origin && fl->fetched);
+		if (w->in_pack)
+			pack_want_serve(e, fl, w);
+		else
+			want_serve(e, w, fl->buf, len, w->origin && fl->fetched);
 	}
 	/*
 	 * Its backend part is over: no more a fetch in flight, so the next
@@ -466,10 +470,10 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	struct list_node retry, *n;
 
 	list_init(&retry);
-	if (fl->pr)
-		pack_abandon(e, fl);
 	if (bytes)
 		fill_serve(e, fl);
+	if (fl->pr)
+		pack_end(e, fl, res);
 	while ((n = list_pop(&fl->wants))) {
 		struct pf_want *w = list_entry(n, struct pf_want, node);
 
@@ -483,8 +487,6 @@ static void fill_end(struct pf_engine *e, struct fill *fl, int res, bool bytes)
 	}
 	if (fl->req)
 		pf_sched_finish(e->s, fl->req, res);
-	else if (fl->rider && (res == PF_FETCHED || res == -ENOSPC))
-		pf_note_fetch(e->s, fl->pkind);	/* counted as its request's kind */
 	if (fl->fetched || fl->served)
 		atomic_fetch_add(&e->st_fills, 1);
 	set_prio(e, fl, BK_WARMUP);
@@ -526,7 +528,7 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 	fl->err = 0;
 	if (cl->fd < 0) {
 		/*
-		 * A lazy claim (a pack's member): its cache file is created by
+		 * A lazy claim (a pack's entry): its cache file is created by
 		 * an io_uring OPENAT, off this thread; the write follows at its
 		 * completion (open_done()).
 		 */
@@ -699,7 +701,7 @@ static void fetch_done(struct pf_engine *e, struct fill *fl, int res,
 		fill_drop(e, fl, res < 0 ? res : -EIO);
 		return;
 	}
-	if (!fl->req && !fl->rider)
+	if (!fl->req)
 		pf_note_demand_fetch(e->s);
 	st = cache_fill_commit(e->c, &fl->claim,
 			       hash ? hash->lo : cache_chunk_hash(fl->buf->data, len));
@@ -817,8 +819,7 @@ static void check_read_done(struct pf_engine *e, struct fill *fl, int res)
 static void fill_go(struct pf_engine *e, struct fill *fl)
 {
 	const struct backend *be = fl->f->be;
-	/* a pack read's carrier reads (and holds) the whole range */
-	size_t len = fl->pr ? fl->pr->len : fl->claim.len;
+	size_t len = fl->claim.len;
 
 	/* a chunk a peer will send is no backend traffic: no rate-cap tokens */
 	if (!fl->checking && !fl->tokens && !fl->pr && be->ops->peer_first &&
@@ -922,8 +923,12 @@ static void fill_claim(struct pf_engine *e, struct fill *fl)
 		fill_end(e, fl, -ECANCELED, false);
 		return;
 	}
-	r = cache_fill_claim(e->c, fl->f->cf, fl->idx, fl->uid, fl->f->nothrash,
-			     &fl->claim, &fl->waiter);
+	/* a pack's entry is created by an io_uring OPENAT once its bytes are in */
+	r = fl->pr ? cache_fill_claim_lazy(e->c, fl->f->cf, fl->idx, fl->uid,
+					   fl->f->nothrash, &fl->claim) : CACHE_BUSY;
+	if (r == CACHE_BUSY)
+		r = cache_fill_claim(e->c, fl->f->cf, fl->idx, fl->uid, fl->f->nothrash,
+				     &fl->claim, &fl->waiter);
 	switch (r) {
 	case CACHE_HIT:
 		if (!list_empty(&fl->wants))
@@ -966,7 +971,7 @@ static bool recent_has(struct pf_engine *e, const struct backend *be, uint32_t p
 }
 
 static void recent_put(struct pf_engine *e, const struct backend *be, uint32_t pack,
-		       bool done)
+		       bool done, struct fill *fl)
 {
 	size_t i = recent_slot(be, pack);
 
@@ -974,6 +979,16 @@ static void recent_put(struct pf_engine *e, const struct backend *be, uint32_t p
 	e->recent[i].pack = pack;
 	e->recent[i].done = done;
 	e->recent[i].at = now_ns();
+	e->recent[i].fill = fl;
+}
+
+/* The fill of pack @pack's entry in flight, if its slot still knows it. */
+static struct fill *recent_fill(struct pf_engine *e, const struct backend *be,
+				uint32_t pack)
+{
+	size_t i = recent_slot(be, pack);
+
+	return e->recent[i].be == be && e->recent[i].pack == pack ? e->recent[i].fill : NULL;
 }
 
 static void pack_owner_done(struct pf_owner *o, const struct pf_req *r, int res)
@@ -1007,15 +1022,38 @@ static void pack_readahead(struct pf_engine *e, struct pf_file *f, uint32_t uid)
 	cache_get_stats(e->c, &cs);
 	if (cs.limit_bytes && cs.used_bytes + 2 * pk.size > cs.limit_bytes)
 		return;
-	recent_put(e, be, pack, false);
+	recent_put(e, be, pack, false, NULL);
 	(void)pf_submit(e->s, &e->pack_owner, f, 0, uid, PF_CLASS_READAHEAD,
 			PF_KIND_READAHEAD);
 }
 
+/* Request @r waits for pack read @fl and ends with it; its slot is free now. */
+static void pack_join(struct pf_engine *e, struct fill *fl, struct pf_req *r)
+{
+	struct packread *pr = fl->pr;
+
+	if (pr->nreq == pr->capreq) {
+		uint32_t cap = pr->capreq ? 2 * pr->capreq : 16;
+		struct pf_req **n = realloc(pr->req, cap * sizeof(*n));
+
+		if (!n) {
+			pf_sched_finish(e->s, r, -ENOMEM);
+			return;
+		}
+		pr->req = n;
+		pr->capreq = cap;
+	}
+	pr->req[pr->nreq++] = r;
+	pf_sched_release(e->s, r);
+	e->again = true;	/* its slot may start another pack's read */
+}
+
 /*
- * Background request @r names a packed file whose pack was not read
- * lately: read the pack instead, for every member whose chunk is missing.
- * Returns false when @r is to be served as a plain fill.
+ * Background request @r names a packed file: fill its pack's entry (one
+ * read of the whole pack), or wait for the fill in flight, or end at once
+ * when the pack is cached.  Returns false when @r is to be served as a
+ * plain fill of its own file (not packed, a peer's pack, a pack read lately
+ * and not kept).
  */
 static bool pack_start(struct pf_engine *e, struct pf_req *r)
 {
@@ -1023,201 +1061,171 @@ static bool pack_start(struct pf_engine *e, struct pf_req *r)
 	int prio = r->cls == PF_CLASS_READAHEAD ? BK_READAHEAD : BK_WARMUP;
 	struct manifest_pack pk;
 	struct packread *pr;
-	struct fill *mine = NULL;
+	struct sfs_attr a = { .mode = S_IFREG | 0400 };
+	struct pf_file *pf;
+	struct fill *fl;
 	uint32_t pack, off;
+	int err = 0;
 
 	if (!be->ops->pack_aio_start || !be->m || r->idx ||
 	    manifest_file_pack(be->m, r->f->attr.ino, &pack, &off, &pk) ||
-	    recent_has(e, be, pack, true) ||
-	    pk.nmembers > ENG_PACK_MAX ||
+	    pk.size > be->chunk_size ||
 	    (be->ops->pack_remote && be->ops->pack_remote(be, pack)))
 		return false;	/* (a peer's pack: its files are asked of that peer) */
-	pr = calloc(1, sizeof(*pr) + pk.nmembers * sizeof(pr->m[0]));
-	if (!pr)
-		return false;
-	recent_put(e, be, pack, true);
-	pr->pack = pack;
-	for (uint32_t j = 0; j < pk.nmembers; j++) {
-		struct manifest_member mb;
-		struct sfs_attr a;
-		struct pf_file *f;
-		struct fill *fl;
-		bool own;
-		int rc, err = 0;
-
-		if (manifest_pack_member(be->m, pack, j, &mb))
-			continue;	/* logged; the file is read alone if at all */
-		own = mb.ino == r->f->attr.ino;
-		if (own) {
-			f = r->f;
-			pf_file_get(f);
-		} else {
-			if (manifest_getattr(be->m, mb.ino, &a))
-				continue;
-			/* not the dataset's policy: a member nobody asked for evicts nothing */
-			f = pf_file_create(e->s, be, &a, true, NULL, &err);
-			if (!f)
-				continue;
-		}
-		if (fill_find(e, f->cf, 0)) {	/* being fetched already */
-			pf_file_put(f);
-			continue;
-		}
-		fl = fill_new(e, f, 0, r->uid, prio, NULL);
-		if (!fl) {
-			pf_file_put(f);
-			continue;
-		}
-		fl->rider = true;
-		fl->pkind = r->kind;
-		/* no syscall a member: its file is created when its bytes are in */
-		rc = cache_fill_claim_lazy(e->c, f->cf, 0, r->uid, f->nothrash, &fl->claim);
-		if (rc != CACHE_FETCH) {
-			if (rc == CACHE_CHECK)	/* present: its own reader checks it */
-				cache_fill_abort(e->c, &fl->claim, 0);
-			fill_end(e, fl, rc < 0 ? rc : PF_PRESENT, false);
-			continue;
-		}
-		fl->claimed = true;
-		fl->stage = FS_PACK;
-		fl->poff = mb.off;
-		fl->pchunk = mb.chunk;
-		fl->pr = pr;
-		pr->m[pr->n++] = fl;
-		if (own)
-			mine = fl;
+	fl = recent_fill(e, be, pack);
+	if (fl) {
+		pack_join(e, fl, r);
+		return true;
 	}
-	if (!pr->n) {
-		free(pr);
+	manifest_pack_content(&pk.id, &a.content);
+	a.size = pk.size;
+	pf = pf_file_create(e->s, be, &a, r->f->nothrash, NULL, &err);
+	if (!pf)
+		return false;
+	fl = fill_find(e, pf->cf, 0);
+	if (fl && fl->pr) {
+		pf_file_put(pf);
+		pack_join(e, fl, r);
+		return true;
+	}
+	if (cache_chunk_present(e->c, pf->cf, 0) ||
+	    (r->o != &e->pack_owner && cache_chunk_present(e->c, r->f->cf, 0))) {
+		/* the pack is cached, or this file alone: nothing to read */
+		pf_file_put(pf);
 		pf_sched_finish(e->s, r, PF_PRESENT);
 		return true;
 	}
-	pr->lo = pr->m[0]->poff;
-	pr->len = pr->m[pr->n - 1]->poff + pr->m[pr->n - 1]->claim.len - pr->lo;
-	/* the request ends with its own file's fill, or with the carrier's */
-	if (!mine)
-		mine = pr->m[0];
-	mine->req = r;
-	mine->rider = false;
-	fill_go(e, pr->m[0]);
+	pr = recent_has(e, be, pack, true) ? NULL : calloc(1, sizeof(*pr));
+	fl = pr ? fill_new(e, pf, 0, r->uid, prio, r) : NULL;
+	if (!fl) {
+		/* read lately and not kept (no room): the file alone */
+		free(pr);
+		pf_file_put(pf);
+		return false;
+	}
+	pr->pack = pack;
+	pr->id = pk.id;
+	pr->len = pk.size;
+	pr->nmembers = pk.nmembers;
+	fl->pr = pr;
+	recent_put(e, be, pack, true, fl);
+	fill_claim(e, fl);
 	return true;
 }
 
-/* Rider @fl, whose pack read has not started, leaves it: it is fetched alone. */
-static void pack_leave(struct pf_engine *e, struct fill *fl)
+/*
+ * Pack read @fl is over with @res: the requests that waited for it end
+ * with it, a copy named twice in the pack counted once.
+ */
+static void pack_end(struct pf_engine *e, struct fill *fl, int res)
 {
 	struct packread *pr = fl->pr;
+	size_t i = recent_slot(fl->f->be, pr->pack);
 
-	for (uint32_t i = 1; i < pr->n; i++)
-		if (pr->m[i] == fl)
-			pr->m[i] = NULL;
 	fl->pr = NULL;
-	fill_go(e, fl);
-}
+	if (e->recent[i].fill == fl)
+		e->recent[i].fill = NULL;
+	/* from the last: those before it are not ended yet */
+	for (uint32_t k = pr->nreq; k-- > 0;) {
+		struct pf_req *r = pr->req[k];
+		bool again = fl->req && r->f->cf == fl->req->f->cf;
 
-/* The carrier ends before its read started: so do its riders (unclaimed). */
-static void pack_abandon(struct pf_engine *e, struct fill *carrier)
-{
-	struct packread *pr = carrier->pr;
-
-	carrier->pr = NULL;
-	for (uint32_t i = 1; i < pr->n; i++) {
-		struct fill *m = pr->m[i];
-
-		if (m) {
-			m->pr = NULL;
-			fill_drop(e, m, -ECANCELED);
-		}
+		for (uint32_t j = 0; j < k && !again; j++)
+			again = pr->req[j]->f->cf == r->f->cf;
+		pf_sched_finish_joined(e->s, r, again && res == PF_FETCHED ? PF_PRESENT : res);
 	}
+	free(pr->req);
 	free(pr);
 }
 
-/* The carrier has its tokens and the range's buffer: start the read. */
+/* The pack read's fill has its tokens and a buffer: start the read. */
 static void pack_fetch(struct pf_engine *e, struct fill *fl)
 {
 	struct packread *pr = fl->pr;
 	struct backend *be = fl->f->be;
 	int r;
 
-	for (uint32_t i = 0; i < pr->n; i++) {
-		struct fill *m = pr->m[i];
-
-		if (!m)
-			continue;
-		m->stage = FS_FETCH;
-		m->fetched = true;
-		m->from_peer = false;
-		if (e->o.fetch_begin)
-			e->o.fetch_begin(e->o.account_arg, m->f->cf, m->idx);
-	}
+	fl->stage = FS_FETCH;
+	fl->fetched = true;
+	fl->from_peer = false;
+	if (e->o.fetch_begin)
+		e->o.fetch_begin(e->o.account_arg, fl->f->cf, fl->idx);
 	atomic_fetch_add(&e->st_pack_reads, 1);
 	atomic_fetch_add(&e->st_pack_bytes, pr->len);
 	fetch_timed(e, fl);
-	r = be->ops->pack_aio_start(be, pr->pack, pr->lo, pr->len, fl->buf->data,
+	r = be->ops->pack_aio_start(be, pr->pack, 0, pr->len, fl->buf->data,
 				    aio_done, fl, &fl->aio);
 	if (r)
 		pack_done(e, fl, r);
 }
 
-/* Member @m's bytes are in m->buf: check them against its own chunk id. */
-static void pack_member_done(struct pf_engine *e, struct fill *m, uint32_t pack)
+/* The pack read ended (@res: the pack's length, or -errno). */
+static void pack_done(struct pf_engine *e, struct fill *fl, int res)
 {
-	struct sfs_id got;
-	char hex[SFS_ID_HEX_LEN + 1];
+	struct packread *pr = fl->pr;
+	int n;
 
-	sfs_id_of(m->buf->data, m->claim.len, &got);
-	if (sfs_id_eq(&got, &m->pchunk)) {
-		atomic_fetch_add(&e->st_pack_files, 1);
-		fetch_done(e, m, (int)m->claim.len, &got);
+	if (res >= 0 && (uint64_t)res != pr->len)
+		res = -EIO;
+	if (res >= 0) {
+		struct manifest_pack pk = { .id = pr->id, .size = pr->len,
+					    .nmembers = pr->nmembers };
+
+		n = packentry_check(fl->f->be, pr->pack, &pk, fl->buf->data);
+		if (n < 0) {
+			res = n;
+		} else {
+			atomic_fetch_add(&e->st_pack_files, (uint64_t)n);
+			fetch_done(e, fl, res, &pr->id);
+			return;
+		}
+	}
+	fetch_done(e, fl, res, NULL);
+}
+
+/* Reader @w of a member of the pack in @fl gets its slice of the pack's bytes. */
+static void pack_want_serve(struct pf_engine *e, struct fill *fl, struct pf_want *w)
+{
+	struct bufpool_buf *b = bufpool_slice(e->pool, fl->buf, w->poff, w->plen);
+
+	w->in_pack = false;
+	if (!b) {
+		want_start(e, w);	/* its file alone */
 		return;
 	}
-	sfs_id_hex(&got, hex);
-	log_err("I/O engine: %s: pack %u is corrupt (%zu bytes at %u hash to %s): not cached",
-		m->f->be->uri, pack, m->claim.len, m->poff, hex);
-	fetch_done(e, m, -EIO, NULL);
+	want_serve(e, w, b, w->plen, false);
+	bufpool_put(e->pool, b);
 }
 
 /*
- * The carrier's read ended (@res: the range's length, or -errno): each
- * rider takes its slice, checked, and goes on as a fetched fill; so does
- * the carrier, whose slice is the start of its buffer.
+ * Reader @w of chunk 0 of a packed file: join its pack's read if that is
+ * in flight (started: never behind a background read held back) or its
+ * bytes are in.  Returns false when the file is to be fetched alone.
  */
-static void pack_done(struct pf_engine *e, struct fill *carrier, int res)
+static bool pack_want(struct pf_engine *e, struct pf_want *w)
 {
-	struct packread *pr = carrier->pr;
-	bool ok = res >= 0 && (uint64_t)res == pr->len;
+	struct backend *be = w->be;
+	struct manifest_pack pk;
+	struct fill *fl;
+	uint32_t pack, off;
 
-	fetch_untimed(e, carrier, pr->len);
-	carrier->pr = NULL;
-	for (uint32_t i = 1; i < pr->n; i++) {
-		struct fill *m = pr->m[i];
-
-		if (!m)
-			continue;
-		m->pr = NULL;
-		if (!ok) {
-			fetch_done(e, m, res < 0 ? res : -EIO, NULL);
-			continue;
-		}
-		/*
-		 * Its slice of the carrier's buffer, not a copy: the pack's
-		 * buffer lives until its last member is written (and readers
-		 * served from a member let go of it).
-		 */
-		m->buf = bufpool_slice(e->pool, carrier->buf, m->poff - pr->lo,
-				       m->claim.len);
-		if (!m->buf) {
-			fetch_done(e, m, -ENOMEM, NULL);	/* absent again: fetched later */
-			continue;
-		}
-		fill_count_buf(e, m, 1);
-		pack_member_done(e, m, pr->pack);
+	if (w->idx || !be->ops->pack_aio_start || !be->m ||
+	    manifest_file_pack(be->m, w->attr->ino, &pack, &off, &pk) ||
+	    !(fl = recent_fill(e, be, pack)) ||
+	    !(fl->served || fl->stage == FS_FETCH || fl->stage == FS_CHECK) ||
+	    w->attr->size > pk.size - off)
+		return false;
+	w->origin = false;
+	w->in_pack = true;
+	w->poff = off;
+	w->plen = (uint32_t)w->attr->size;
+	if (fl->served) {
+		pack_want_serve(e, fl, w);
+		return true;
 	}
-	if (ok)
-		pack_member_done(e, carrier, pr->pack);
-	else
-		fetch_done(e, carrier, res < 0 ? res : -EIO, NULL);
-	free(pr);
+	list_add(&fl->wants, &w->node);
+	set_prio(e, fl, BK_DEMAND);	/* a reader waits for it */
+	return true;
 }
 
 /* ---- work arriving ---- */
@@ -1259,6 +1267,7 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 	bool miss;
 	int err = 0;
 
+	w->in_pack = false;
 	if (e->stopping) {
 		want_fail(w, -ESHUTDOWN);
 		return;
@@ -1274,11 +1283,8 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 		w->origin = false;
 		list_add(&fl->wants, &w->node);
 		set_prio(e, fl, BK_DEMAND);
-		fl->rider = false;
 		if (fl->stage == FS_THROTTLED)
 			fl->wait_until = 0;	/* may borrow now */
-		if (fl->stage == FS_PACK)
-			pack_leave(e, fl);	/* fetched alone, now */
 		return;
 	}
 	b = bufpool_find(e->pool, &w->attr->content, w->idx);
@@ -1287,6 +1293,8 @@ static void want_start(struct pf_engine *e, struct pf_want *w)
 		bufpool_put(e->pool, b);	/* find's hold; the want has its own */
 		return;
 	}
+	if (pack_want(e, w))
+		return;		/* its pack's read is in flight: a slice of it */
 	f = pf_file_create(e->s, w->be, w->attr, w->nothrash, NULL, &err);
 	fl = f ? fill_new(e, f, w->idx, w->uid, BK_DEMAND, NULL) : NULL;
 	if (!fl) {
@@ -1418,17 +1426,6 @@ static void start_background(struct pf_engine *e)
 
 		if (atomic_load(&r->o->cancelled)) {
 			pf_sched_finish(e->s, r, -ECANCELED);
-			continue;
-		}
-		fl = fill_find(e, r->f->cf, r->idx);
-		if (fl && fl->rider && !fl->req) {
-			/*
-			 * A pack read brings it already: the request takes the
-			 * member's result, and gives its slot back now, so the
-			 * next requests can start other packs' reads.
-			 */
-			fl->req = r;
-			pf_sched_release(e->s, r);
 			continue;
 		}
 		if (pack_start(e, r))

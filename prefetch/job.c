@@ -39,6 +39,7 @@
 #include "prefetch_i.h"
 
 #include "idset.h"
+#include "packentry.h"
 #include "log.h"
 #include "util.h"
 
@@ -316,7 +317,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 			continue;
 		in++;
 		in_bytes += len;
-		if (cache_chunk_present(c, f->cf, idx)) {
+		if (packentry_chunk_cached(c, be, a, f->cf, idx)) {
 			cb++;
 			cb_bytes += len;
 		}
@@ -349,6 +350,15 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 		/* the caller's own chunks only (root: every one) */
 		uint32_t skipped = 0, n = j->opts.cred.uid == 0 ? cache_file_evict(c, f->cf) :
 			cache_file_evict_owned(c, f->cf, j->opts.cred.uid, &skipped);
+		struct cfile *pcf;
+		uint32_t poff;
+
+		/* a small file's pack goes with it, and so do the pack's other files */
+		if (!packentry_get(c, be, a, &pcf, &poff)) {
+			n += j->opts.cred.uid == 0 ? cache_file_evict(c, pcf) :
+				cache_file_evict_owned(c, pcf, j->opts.cred.uid, &skipped);
+			cache_file_put(c, pcf);
+		}
 
 		if (!skipped)	/* and from the engine's memory, unless others' stay */
 			pf_forget(j->s, &a->content);
@@ -364,7 +374,7 @@ queue:
 	for (uint32_t idx = 0; idx < nch; idx++) {
 		if (!in_shard(j, be, a, idx))
 			continue;
-		if (cache_chunk_present(c, f->cf, idx)) {
+		if (packentry_chunk_cached(c, be, a, f->cf, idx)) {
 			/* present before, or brought in since by anyone: settled */
 			pthread_mutex_lock(&j->lock);
 			j->p.done_chunks++;

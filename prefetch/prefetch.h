@@ -177,6 +177,8 @@ struct pf_want {
 	void *buf;
 	bool origin;			/* its fill was started for it */
 	bool retried;
+	bool in_pack;			/* waits for its pack's read: ... */
+	uint32_t poff, plen;		/* ... for these bytes of it */
 };
 
 /* True if the daemon runs the engine (else readers use cache_read()). */

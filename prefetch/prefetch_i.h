@@ -210,10 +210,11 @@ uint64_t pf_bucket_try(struct pf_sched *s, size_t len, int prio);
 void pf_note_throttle(struct pf_sched *s, uint64_t ns);
 void pf_note_demand_fetch(struct pf_sched *s);
 /*
- * A chunk fetched for a request of kind @kind (PF_KIND_*) without being
- * one: a pack read's other files (engine.c), counted with the request's.
+ * pf_sched_finish() of a request that waited for another's fetch (a pack
+ * read's other files, engine.c): the fetch was counted once, with that
+ * request; only an error or a cancel counts here.
  */
-void pf_note_fetch(struct pf_sched *s, int kind);
+void pf_sched_finish_joined(struct pf_sched *s, struct pf_req *r, int res);
 
 /* ---- sched.c: the scheduler's life, for prefetch.c ---- */
 

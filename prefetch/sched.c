@@ -408,9 +408,16 @@ void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
 	req_finish(s, r, res);
 }
 
-void pf_note_fetch(struct pf_sched *s, int kind)
+void pf_sched_finish_joined(struct pf_sched *s, struct pf_req *r, int res)
 {
-	atomic_fetch_add(&s->q->st_kind[kind], 1);
+	struct pf_queues *q = s->q;
+
+	if (res == -ECANCELED)
+		atomic_fetch_add(&q->st_cancelled, 1);
+	else if (res < 0 && res != -ENOSPC)
+		atomic_fetch_add(&q->st_errors, 1);
+	pf_sched_release(s, r);
+	req_finish(s, r, res);
 }
 
 void pf_note_demand_fetch(struct pf_sched *s)

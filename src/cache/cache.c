@@ -213,7 +213,7 @@ bool cache_file_all_verified(struct cache *c, struct cfile *cf)
 	return ok;
 }
 
-int cache_file_prefetch(struct cache *c, struct cfile *cf)
+int cache_file_prefetch_range(struct cache *c, struct cfile *cf, uint64_t off, size_t len)
 {
 	int fd, ret;
 
@@ -223,10 +223,15 @@ int cache_file_prefetch(struct cache *c, struct cfile *cf)
 	if (ret)
 		return ret;
 	/* only starts the I/O: the reader's page cache lookups wait for it */
-	if (readahead(fd, 0, (size_t)cf->size) < 0)
+	if (readahead(fd, (off_t)off, len) < 0)
 		ret = -errno;
 	cache_fd_release(c, cf);
 	return ret;
+}
+
+int cache_file_prefetch(struct cache *c, struct cfile *cf)
+{
+	return cache_file_prefetch_range(c, cf, 0, (size_t)cf->size);
 }
 
 void cache_file_pin(struct cache *c, struct cfile *cf)

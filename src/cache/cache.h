@@ -208,6 +208,8 @@ bool cache_file_all_verified(struct cache *c, struct cfile *cf);
  * 0, -ENODATA (not whole or not verified: nothing done) or -errno.
  */
 int cache_file_prefetch(struct cache *c, struct cfile *cf);
+/* cache_file_prefetch() of @len bytes at @off only (a file in a pack's entry). */
+int cache_file_prefetch_range(struct cache *c, struct cfile *cf, uint64_t off, size_t len);
 
 /*
  * Pin @cf: while pinned none of its chunks is evicted, because a reader we

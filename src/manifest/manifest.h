@@ -278,6 +278,13 @@ struct manifest_member {
 };
 
 uint32_t manifest_npacks(const struct manifest *m);
+/*
+ * The content id under which the node's cache keeps pack @pack_id whole
+ * (docs/cache.md, "Pack entries"): the XXH3-128 of the pack's id with a
+ * seed of its own, so that no dataset file's content id (the XXH3-128 of a
+ * chunk-id list) can name the same cache entry.
+ */
+void manifest_pack_content(const struct sfs_id *pack_id, struct sfs_id *out);
 /* Pack @pack (< manifest_npacks()): 0, -ENOENT past the end, -EIO. */
 int manifest_pack(const struct manifest *m, uint32_t pack, struct manifest_pack *out);
 /*

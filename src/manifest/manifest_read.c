@@ -58,6 +58,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <xxhash.h>
+
+/* manifest_pack_content()'s seed: "sfs.pack" */
+#define MANIFEST_PACK_SEED 0x7366732e7061636bULL
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -939,6 +944,20 @@ int manifest_pack(const struct manifest *m, uint32_t pack, struct manifest_pack 
 	uint64_t first;
 
 	return pack_load(m, pack, out, &first);
+}
+
+void manifest_pack_content(const struct sfs_id *pack_id, struct sfs_id *out)
+{
+	uint8_t b[16];
+	XXH128_hash_t h;
+
+	for (int i = 0; i < 8; i++) {
+		b[i] = (uint8_t)(pack_id->hi >> (56 - 8 * i));
+		b[8 + i] = (uint8_t)(pack_id->lo >> (56 - 8 * i));
+	}
+	h = XXH3_128bits_withSeed(b, sizeof(b), MANIFEST_PACK_SEED);
+	out->hi = h.high64;
+	out->lo = h.low64;
 }
 
 int manifest_file_pack(const struct manifest *m, uint64_t ino, uint32_t *pack,
