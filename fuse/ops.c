@@ -779,6 +779,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		       fh->passthrough ? passthrough_backing_id(fs->pt, ino) : 0);
 	/* the kernel fails a passthrough open that asks for keep_cache (EIO) */
 	fi->keep_cache = !fh->passthrough;
+	if (!fh->passthrough && fh->pcf)
+		read_push(req, fs, fh, ino, READ_PUSH_MAX);
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		handles_take(fs->handles, fi->fh, HANDLE_FILE);

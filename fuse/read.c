@@ -26,6 +26,7 @@
 #include "daemon.h"
 #include "fh.h"
 #include "noopen.h"
+#include "packentry.h"
 #include "vfiles.h"
 
 #include <errno.h>
@@ -104,14 +105,14 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct fh *fh,
 }
 
 /*
- * A READ of a small file served from its pack's cache entry (fh->pcf, at
- * fh->poff): the file's bytes are a range of that one file, checked with
- * the pack at its first read after a start.  false when the entry no
- * longer holds the pack (evicted, or found damaged: dropped): the READ
- * then goes the file's own way, and so does every later READ of @fh.
+ * A READ of a small file served from its pack's cache entry @pcf, at
+ * @poff: the file's bytes are a range of that one file, checked with the
+ * pack at its first read after a start.  false when the entry no longer
+ * holds the pack (evicted, or found damaged: dropped): the READ then goes
+ * the file's own way, and so does every later READ of @fh.
  */
-static bool read_pack(fuse_req_t req, struct sfs *fs, struct fh *fh,
-		      struct stats_open *so, size_t size, off_t off, uint32_t uid)
+static bool read_pack(fuse_req_t req, struct sfs *fs, struct fh *fh, struct cfile *pcf,
+		      uint32_t poff, struct stats_open *so, size_t size, off_t off, uint32_t uid)
 {
 	struct cache_source check = { .uid = uid };	/* checks, never fetches */
 	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
@@ -122,10 +123,10 @@ static bool read_pack(fuse_req_t req, struct sfs *fs, struct fh *fh,
 
 	if (!buf)
 		return false;
-	stats_read_begin(fs->stats, &rd, fh->pcf, fh->poff + (uint64_t)off, len,
+	stats_read_begin(fs->stats, &rd, pcf, poff + (uint64_t)off, len,
 			 fh->ds->be->chunk_size);
 	if (len) {
-		n = cache_read(fs->cache, fh->pcf, fh->poff + (uint64_t)off, buf, len, &check);
+		n = cache_read(fs->cache, pcf, poff + (uint64_t)off, buf, len, &check);
 		if (n != (ssize_t)len) {
 			stats_read_detach(&rd);
 			stats_read_drop_reader(&rd);
@@ -136,6 +137,35 @@ static bool read_pack(fuse_req_t req, struct sfs *fs, struct fh *fh,
 	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, n);
 	fuse_reply_buf(req, buf, (size_t)n);
 	return true;
+}
+
+void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, size_t max)
+{
+	struct cache_source check = { .uid = fuse_req_ctx(req)->uid };
+	size_t len = (size_t)fh->attr.size;
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+	struct stats_read rd;
+	void *buf;
+	ssize_t n;
+
+	if (!fh->pcf || !len || len > max || len > (1u << 20) || !fs->se ||
+	    !(buf = reply_buffer(len)))
+		return;
+	stats_read_begin(fs->stats, &rd, fh->pcf, fh->poff, len, fh->ds->be->chunk_size);
+	n = cache_read(fs->cache, fh->pcf, fh->poff, buf, len, &check);
+	if (n == (ssize_t)len) {
+		bv.buf[0].mem = buf;
+		if (fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0))
+			n = -EIO;
+	}
+	if (n != (ssize_t)len) {
+		/* not pushed: its READs come, and are counted then */
+		stats_read_detach(&rd);
+		stats_read_drop_reader(&rd);
+		return;
+	}
+	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, fuse_req_ctx(req)->uid, n);
+	stats_node_add(fs->stats, STATS_NODE_READ_PUSHES, 1);
 }
 
 /* A READ is at most 1 MiB (max_read_kb) and chunks at least 64 KiB. */
@@ -416,9 +446,25 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 	}
 	if (fh->pcf && !fh->pcf_gone && size <= (1u << 20) &&
-	    read_pack(req, fs, fh, so, size, off, uid)) {
+	    read_pack(req, fs, fh, fh->pcf, fh->poff, so, size, off, uid)) {
 		noopen_put(fs->no, noe);
 		return;
+	}
+	if (!fh->pcf && !fh->pcf_gone && size <= (1u << 20) && fh->attr.size &&
+	    fh->attr.size <= fh->ds->be->chunk_size && !cache_chunk_present(fs->cache, fh->cf, 0)) {
+		/* opened before its pack came in: the pack's entry, if it has */
+		struct cfile *pcf;
+		uint32_t poff;
+		bool done = false;
+
+		if (!packentry_get(fs->cache, fh->ds->be, &fh->attr, &pcf, &poff)) {
+			done = read_pack(req, fs, fh, pcf, poff, so, size, off, uid);
+			cache_file_put(fs->cache, pcf);
+		}
+		if (done) {
+			noopen_put(fs->no, noe);
+			return;
+		}
 	}
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
 	/*

@@ -1206,14 +1206,32 @@ static bool pack_want(struct pf_engine *e, struct pf_want *w)
 {
 	struct backend *be = w->be;
 	struct manifest_pack pk;
+	struct bufpool_buf *b, *sl;
+	struct sfs_id id;
 	struct fill *fl;
 	uint32_t pack, off;
 
 	if (w->idx || !be->ops->pack_aio_start || !be->m ||
 	    manifest_file_pack(be->m, w->attr->ino, &pack, &off, &pk) ||
-	    !(fl = recent_fill(e, be, pack)) ||
-	    !(fl->served || fl->stage == FS_FETCH || fl->stage == FS_CHECK) ||
 	    w->attr->size > pk.size - off)
+		return false;
+	fl = recent_fill(e, be, pack);
+	if (!fl) {
+		/* read lately: its buffer may still hold it */
+		manifest_pack_content(&pk.id, &id);
+		b = bufpool_find(e->pool, &id, 0);
+		if (!b)
+			return false;
+		sl = b->len == pk.size ? bufpool_slice(e->pool, b, off, (size_t)w->attr->size) : NULL;
+		bufpool_put(e->pool, b);
+		if (!sl)
+			return false;
+		w->origin = false;
+		want_serve(e, w, sl, (size_t)w->attr->size, false);
+		bufpool_put(e->pool, sl);
+		return true;
+	}
+	if (!(fl->served || fl->stage == FS_FETCH || fl->stage == FS_CHECK))
 		return false;
 	w->origin = false;
 	w->in_pack = true;

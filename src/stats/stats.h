@@ -119,6 +119,7 @@ enum stats_node_field {
 	STATS_NODE_BACKEND_ERRORS,	/* backend fetches that failed (stats_fetch_end) */
 	STATS_NODE_PT_REUSED,		/* passthrough opens on a kept backing id (fuse/passthrough.c) */
 	STATS_NODE_LOOKUP_READAHEADS,	/* cache files read ahead at LOOKUP (fuse/ops.c) */
+	STATS_NODE_READ_PUSHES,		/* files put in the page cache at OPEN (fuse/read.c) */
 	STATS_NODE_NFIELDS
 };
 

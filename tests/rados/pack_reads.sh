@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once and caches every file (no demand fetch after, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right; copies of a file, stored once, are fetched once and each reads right.
+# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once into one cache file (no file a small file; no demand fetch after, every file put in the page cache at its open from its pack's entry, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right; copies of a file, stored once, are fetched once and each reads right.
 # needs: ceph
 # timeout: 300
 # SPDX-License-Identifier: Apache-2.0
@@ -63,9 +63,12 @@ assert_eq "$(stat_get "$M" pack_files)" 600 "files brought in by pack reads"
 nfiles=$(find "$T/c2/data" -type f | wc -l)
 ((nfiles == np + 1)) || die "$nfiles cache files after a warmup of $np packs and big.bin"
 r0=$(stat_get "$M" backend_reads)
+p0=$(stat_get "$M" read_pushes)
 drop_caches
 treecmp "$T/src" "$M"
 assert_eq "$(stat_get "$M" backend_reads)" "$r0" "backend reads after a warmup (every file cached)"
+# each small file read from its pack's entry, put in the page cache at its open
+assert_ge $(($(stat_get "$M" read_pushes) - p0)) 600 "files pushed at open from their pack's entry"
 sfs_umount "$M"
 
 # --- --shard i/2 on two caches: the packs split between them, none twice
