@@ -910,8 +910,17 @@ static void read_present(struct pf_engine *e, struct fill *fl)
 
 static bool unwanted(struct pf_engine *e, struct fill *fl)
 {
-	return list_empty(&fl->wants) &&
-	       (e->stopping || (fl->req && atomic_load(&fl->req->o->cancelled)));
+	if (!list_empty(&fl->wants))
+		return false;
+	if (e->stopping)
+		return true;
+	if (!fl->req || !atomic_load(&fl->req->o->cancelled))
+		return false;
+	/* a pack read another request waits for is still wanted */
+	for (uint32_t k = 0; fl->pr && k < fl->pr->nreq; k++)
+		if (!atomic_load(&fl->pr->req[k]->o->cancelled))
+			return false;
+	return true;
 }
 
 static void fill_claim(struct pf_engine *e, struct fill *fl)

@@ -83,3 +83,46 @@ int packentry_check(struct backend *be, uint32_t pack, const struct manifest_pac
 	}
 	return (int)n;
 }
+
+struct fill_src {
+	struct cache *c;
+	struct backend *be;
+	const struct sfs_attr *a;
+	struct cfile *pcf;
+	uint32_t poff, uid;
+};
+
+/* struct cache_source's fetch: the file's range of its pack's entry, checked. */
+static int fill_fetch(void *arg, uint32_t idx, void *buf, size_t len)
+{
+	struct fill_src *s = arg;
+	struct cache_source check = { .uid = s->uid };	/* checks, never fetches */
+	struct sfs_id want, got;
+	ssize_t n;
+
+	if (idx || len != s->a->size)
+		return -EINVAL;
+	n = cache_read(s->c, s->pcf, s->poff, buf, len, &check);
+	if (n != (ssize_t)len)
+		return -ENOENT;
+	if (manifest_chunk(s->be->m, s->a->ino, 0, &want))
+		return -EIO;
+	sfs_id_of(buf, len, &got);
+	return sfs_id_eq(&got, &want) ? (int)len : -EIO;
+}
+
+int packentry_fill_file(struct cache *c, struct backend *be, const struct sfs_attr *a,
+			struct cfile *cf, uint32_t uid)
+{
+	struct fill_src s = { .c = c, .be = be, .a = a, .uid = uid };
+	struct cache_source src = { .fetch = fill_fetch, .arg = &s, .uid = uid };
+	int ret;
+
+	if (cache_chunk_present(c, cf, 0))
+		return 0;
+	if (packentry_get(c, be, a, &s.pcf, &s.poff))
+		return -ENOENT;
+	ret = cache_read_prefetch(c, cf, 0, &src);
+	cache_file_put(c, s.pcf);
+	return ret;
+}

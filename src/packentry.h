@@ -42,6 +42,15 @@ int packentry_open(struct cache *c, struct backend *be, const struct sfs_attr *a
  */
 int packentry_check(struct backend *be, uint32_t pack, const struct manifest_pack *pk,
 		    const void *buf);
+/*
+ * Make small file @a's own cache entry @cf whole from its pack's entry: a
+ * copy of its range (no backend read), checked against the file's own
+ * chunk id before it is stored, charged to @uid.  For a reader that needs
+ * a file of its own (the client library's CACHE_FD hand-over).  0 (also
+ * when @cf is whole already), -ENOENT when the pack is not cached, -EIO.
+ */
+int packentry_fill_file(struct cache *c, struct backend *be, const struct sfs_attr *a,
+			struct cfile *cf, uint32_t uid);
 /* Is chunk @idx of file @a (its own cache entry @cf) cached, here or in its pack? */
 bool packentry_chunk_cached(struct cache *c, struct backend *be,
 			    const struct sfs_attr *a, struct cfile *cf, uint32_t idx);

@@ -48,6 +48,7 @@
 
 #include "stats/gpuid.h"
 #include "log.h"
+#include "packentry.h"
 #include "stats/stats.h"
 #include "util.h"
 
@@ -559,6 +560,13 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	 * can never change what others are served, and nothing that may have
 	 * replaced the file's name since is handed over (issue 27).
 	 */
+	if (!ret && cache_file_present(fs->cache, cf) < cache_file_nchunks(cf)) {
+		/* a small file cached in its pack's entry: a file of its own */
+		int r = packentry_fill_file(fs->cache, ds->be, &a, cf, cl->cred.uid);
+
+		if (r && r != -ENOENT)
+			ret = r;
+	}
 	if (!ret)
 		ret = cache_file_open_verified_ro(fs->cache, cf, &fd);
 	if (!ret && p.cached_before < p.chunks) {

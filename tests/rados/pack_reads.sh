@@ -69,6 +69,16 @@ treecmp "$T/src" "$M"
 assert_eq "$(stat_get "$M" backend_reads)" "$r0" "backend reads after a warmup (every file cached)"
 # each small file read from its pack's entry, put in the page cache at its open
 assert_ge $(($(stat_get "$M" read_pushes) - p0)) 600 "files pushed at open from their pack's entry"
+# the client library's hand-over (CACHE_FD) of a packed file: a cache file
+# of its own, copied from the pack's entry (no backend read), right bytes
+export STAGEFS_LIB=$REPO/gpudirect/libstagefs.so
+for rel in d0/f001.jpg d4/f077.jpg; do
+	"$REPO/tests/helpers/gpuread" -m pinned -s -o "$T/gx" "$M/$rel" 2>"$T/gst" ||
+		die "gpuread $rel failed: $(cat "$T/gst")"
+	cmp "$T/gx" "$T/src/$rel" || die "$rel: wrong bytes through the hand-over"
+	grep -q "via=cache_fd" "$T/gst" || die "$rel: not read from a cache file: $(cat "$T/gst")"
+done
+assert_eq "$(stat_get "$M" backend_reads)" "$r0" "backend reads of hand-overs of cached packed files"
 sfs_umount "$M"
 
 # --- --shard i/2 on two caches: the packs split between them, none twice
