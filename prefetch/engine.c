@@ -143,6 +143,7 @@ struct packread {
 	struct sfs_id id;	/* the pack's XXH3-128 */
 	uint64_t len;		/* its bytes: all are read */
 	uint32_t nmembers;
+	bool buffered;		/* written through the page cache: readers follow */
 	uint32_t nreq, capreq;
 	struct pf_req **req;	/* other members' requests, ended with the fill */
 };
@@ -553,10 +554,12 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 	/*
 	 * O_DIRECT keeps large files out of the page cache.  A small file
 	 * goes in one buffered write: no O_DIRECT twin to open, no second
-	 * write for an unaligned tail, and its reader (often soon: a pack's
-	 * neighbours, an epoch) finds its pages.
+	 * write for an unaligned tail, and its reader (often soon: an epoch)
+	 * finds its pages.  So does a pack's entry read for readers
+	 * (readahead, epoch staging): its files are read from it soon after.
 	 */
-	if (e->direct_ok && fl->f->attr.size >= DIRECT_MIN && cl->len >= ALIGN &&
+	if (e->direct_ok && !(fl->pr && fl->pr->buffered) && fl->f->attr.size >= DIRECT_MIN &&
+	    cl->len >= ALIGN &&
 	    !(cl->off % ALIGN) &&
 	    !((uintptr_t)p % ALIGN) &&
 	    (dfd = cache_fill_direct_fd(e->c, cl)) >= 0)
@@ -1116,6 +1119,8 @@ static bool pack_start(struct pf_engine *e, struct pf_req *r)
 	pr->id = pk.id;
 	pr->len = pk.size;
 	pr->nmembers = pk.nmembers;
+	/* a warmup's packs are read later, an epoch's (readahead, staging) now */
+	pr->buffered = r->cls != PF_CLASS_WARMUP;
 	fl->pr = pr;
 	recent_put(e, be, pack, true, fl);
 	fill_claim(e, fl);

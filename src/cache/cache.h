@@ -6,7 +6,9 @@
  * CACHE_DIR/data/XX/<content id hex>, whose apparent size is the dataset
  * file's size and whose chunks sit at their own offsets.  A fully cached file
  * is therefore a plain file the kernel (FUSE passthrough) or a GPU reader
- * (O_DIRECT) can read directly.  Evicting a chunk punches a hole.
+ * (O_DIRECT) can read directly.  Evicting a chunk punches a hole.  A pack
+ * of small files is cached as an entry of its own, one chunk, which its
+ * files are read from (src/packentry.h; docs/cache.md, "Pack entries").
  *
  * The index (which chunks are present, their hash, the uid charged,
  * last use) lives in memory and in an append-only journal,

@@ -18,6 +18,8 @@
 #
 #   BENCH_PACK_N     packs: number of files (default 30000)
 #   BENCH_PACK_KB    packs: their sizes, MIN-MAX KB (default 20-38; ImageNet-like: 60-220)
+#   BENCH_CACHE_DIO  packs: 1 puts the cache's loop device on direct I/O (its
+#                    writes then share this VM's one disk with the OSD)
 [ "${BASH_SOURCE[0]}" != "$0" ] || exec "$(dirname "$0")/run.sh" "$(basename "$0" .sh)" "$@"	# alone: tools/bench.sh NAME
 
 [ "$QUICK" = 1 ] && : "${BENCH_PACK_N:=3000}"
@@ -89,16 +91,25 @@ PY
 		[ -z "$CLUSTER_DIR" ] || timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
 		drop_caches
 	}
-	cachefs_new() {	# $d/cache: on a fresh ext4 where mkfs.ext4 and loop mounts work
+	# $d/cache: on a fresh ext4 where mkfs.ext4 and loop devices work.  The
+	# loop device writes into the image's page cache, as a node's own NVMe
+	# takes the cache's writes out of the OSDs' way; BENCH_CACHE_DIO=1 gives
+	# it direct I/O, so that they compete with this VM's OSD for its disk.
+	cachedev=
+	cachefs_new() {
 		cachefs_gone
 		mkdir -p "$d/cache"
 		command -v mkfs.ext4 >/dev/null || return 0
-		truncate -s $((2 * bytes + (1 << 30))) "$d/cachefs.img" &&
+		truncate -s $(((2 * bytes >> 20) + 1024))M "$d/cachefs.img" &&
 			mkfs.ext4 -q -F "$d/cachefs.img" &&
-			mount -o loop "$d/cachefs.img" "$d/cache" || { rm -f "$d/cachefs.img"; return 0; }
+			cachedev=$(losetup --direct-io="$([ "${BENCH_CACHE_DIO:-0}" = 1 ] && echo on || echo off)" \
+				--show -f "$d/cachefs.img") &&
+			mount "$cachedev" "$d/cache" || { cachefs_gone; mkdir -p "$d/cache"; return 0; }
 	}
 	cachefs_gone() {
 		! mountpoint -q "$d/cache" || umount "$d/cache" || umount -l "$d/cache"
+		[ -z "$cachedev" ] || losetup -d "$cachedev" 2>/dev/null
+		cachedev=
 		rm -rf "$d/cache" "$d/cachefs.img"
 	}
 	warmup() {	# warmup SRC: prints bytes/s
