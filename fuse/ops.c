@@ -903,7 +903,6 @@ static int xattr_value(struct sfs *fs, fuse_ino_t ino, const char *name,
 			struct cfile *pcf;
 			uint32_t poff;
 
-			a.ino = bino;
 			if (!packentry_get(fs->cache, ds->be, &a, &pcf, &poff)) {
 				present = total;
 				cache_file_put(fs->cache, pcf);

@@ -31,7 +31,6 @@
 #include "peerd.h"
 
 #include "daemon.h"
-#include "fh.h"
 #include "packentry.h"
 #include "log.h"
 #include "manifest/manifest.h"
@@ -340,20 +339,7 @@ struct serve_pack {
 	uint32_t pack;
 	struct manifest_pack pk;
 	struct cfile *pcf;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
 };
-
-static void serve_pack_done(void *arg)
-{
-	struct serve_pack *p = arg;
-
-	pthread_mutex_lock(&p->lock);
-	p->done = true;
-	pthread_cond_signal(&p->cond);
-	pthread_mutex_unlock(&p->lock);
-}
 
 /*
  * The cache's source for a pack's entry: the whole pack, in one backend
@@ -362,24 +348,13 @@ static void serve_pack_done(void *arg)
 static int serve_pack_fetch(void *arg, uint32_t idx, void *buf, size_t len)
 {
 	struct serve_pack *p = arg;
-	struct backend_aio *h = NULL;
-	struct sfs_id id;
-	bool hashed = false, from_peer = false;
 	int r;
 
 	if (idx || len != p->pk.size)
 		return -EINVAL;
 	pf_demand_begin(p->fs->pf, len);
 	daemon_fetch_begin(p->fs, p->pcf, 0);
-	p->done = false;
-	r = p->be->ops->pack_aio_start(p->be, p->pack, 0, len, buf, serve_pack_done, p, &h);
-	if (!r) {
-		pthread_mutex_lock(&p->lock);
-		while (!p->done)
-			pthread_cond_wait(&p->cond, &p->lock);
-		pthread_mutex_unlock(&p->lock);
-		r = p->be->ops->aio_finish(p->be, h, &id, &hashed, &from_peer);
-	}
+	r = p->be->ops->read_pack(p->be, p->pack, 0, len, buf);
 	if (r == (int)len && packentry_check(p->be, p->pack, &p->pk, buf) < 0)
 		r = -EIO;
 	daemon_fetch_end(p->fs, p->pcf, 0, r, false);
@@ -400,14 +375,10 @@ static int serve_packed(struct serve_src *s, void *buf, size_t len)
 	uint32_t poff;
 	ssize_t n;
 
-	if (!s->be->ops->pack_aio_start ||
+	if (!s->be->ops->read_pack ||
 	    packentry_open(s->fs->cache, s->be, &s->attr, &p.pcf, &poff, &p.pack, &p.pk))
 		return -ENOENT;
-	pthread_mutex_init(&p.lock, NULL);
-	pthread_cond_init(&p.cond, NULL);
 	n = cache_read(s->fs->cache, p.pcf, poff, buf, len, &src);
-	pthread_cond_destroy(&p.cond);
-	pthread_mutex_destroy(&p.lock);
 	cache_file_put(s->fs->cache, p.pcf);
 	/* not read (a dead OSD, a damaged pack): the file alone, then */
 	return n == (ssize_t)len ? 0 : -ENOENT;

@@ -105,66 +105,70 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct fh *fh,
 }
 
 /*
+ * @len bytes at @off of @fh's file, which lies at @poff of pack entry
+ * @pcf, into @buf, as READ @rd (begun here) of @uid: checked with the pack
+ * at its first read after a start, never fetched.  false when the entry no
+ * longer holds the pack (evicted, or found damaged: dropped); @rd is then
+ * given up, to be counted where the READ goes instead.
+ */
+static bool pack_range(struct sfs *fs, struct fh *fh, struct cfile *pcf, uint32_t poff,
+		       uint64_t off, void *buf, size_t len, uint32_t uid,
+		       struct stats_read *rd)
+{
+	struct cache_source check = { .uid = uid };	/* checks, never fetches */
+
+	stats_read_begin(fs->stats, rd, pcf, poff + off, len, fh->ds->be->chunk_size);
+	if (!len || cache_read(fs->cache, pcf, poff + off, buf, len, &check) == (ssize_t)len)
+		return true;
+	stats_read_detach(rd);
+	stats_read_drop_reader(rd);
+	return false;
+}
+
+/*
  * A READ of a small file served from its pack's cache entry @pcf, at
- * @poff: the file's bytes are a range of that one file, checked with the
- * pack at its first read after a start.  false when the entry no longer
- * holds the pack (evicted, or found damaged: dropped): the READ then goes
- * the file's own way, and so does every later READ of @fh.
+ * @poff.  false when the entry no longer holds the pack: the READ then
+ * goes the file's own way, and so does every later READ of @fh.
  */
 static bool read_pack(fuse_req_t req, struct sfs *fs, struct fh *fh, struct cfile *pcf,
 		      uint32_t poff, struct stats_open *so, size_t size, off_t off, uint32_t uid)
 {
-	struct cache_source check = { .uid = uid };	/* checks, never fetches */
 	uint64_t end = MIN((uint64_t)off + size, fh->attr.size);
 	size_t len = (uint64_t)off < end ? (size_t)(end - (uint64_t)off) : 0;
 	struct stats_read rd;
 	void *buf = reply_buffer(size);
-	ssize_t n = 0;
 
 	if (!buf)
 		return false;
-	stats_read_begin(fs->stats, &rd, pcf, poff + (uint64_t)off, len,
-			 fh->ds->be->chunk_size);
-	if (len) {
-		n = cache_read(fs->cache, pcf, poff + (uint64_t)off, buf, len, &check);
-		if (n != (ssize_t)len) {
-			stats_read_detach(&rd);
-			stats_read_drop_reader(&rd);
-			fh->pcf_gone = true;
-			return false;
-		}
+	if (!pack_range(fs, fh, pcf, poff, (uint64_t)off, buf, len, uid, &rd)) {
+		fh->pcf_gone = true;
+		return false;
 	}
-	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, n);
-	fuse_reply_buf(req, buf, (size_t)n);
+	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, (ssize_t)len);
+	fuse_reply_buf(req, buf, len);
 	return true;
 }
 
 void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, size_t max)
 {
-	struct cache_source check = { .uid = fuse_req_ctx(req)->uid };
+	uint32_t uid = fuse_req_ctx(req)->uid;
 	size_t len = (size_t)fh->attr.size;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
 	struct stats_read rd;
 	void *buf;
-	ssize_t n;
 
 	if (!fh->pcf || !len || len > max || len > (1u << 20) || !fs->se ||
-	    !(buf = reply_buffer(len)))
+	    !(buf = reply_buffer(len)) ||
+	    !pack_range(fs, fh, fh->pcf, fh->poff, 0, buf, len, uid, &rd))
 		return;
-	stats_read_begin(fs->stats, &rd, fh->pcf, fh->poff, len, fh->ds->be->chunk_size);
-	n = cache_read(fs->cache, fh->pcf, fh->poff, buf, len, &check);
-	if (n == (ssize_t)len) {
-		bv.buf[0].mem = buf;
-		if (fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0))
-			n = -EIO;
-	}
-	if (n != (ssize_t)len) {
-		/* not pushed: its READs come, and are counted then */
+	bv.buf[0].mem = buf;
+	if (fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0)) {
+		/* not stored: its READs come, and are counted then */
 		stats_read_detach(&rd);
 		stats_read_drop_reader(&rd);
 		return;
 	}
-	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, fuse_req_ctx(req)->uid, n);
+	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, uid, (ssize_t)len);
 	stats_node_add(fs->stats, STATS_NODE_READ_PUSHES, 1);
 }
 
@@ -445,22 +449,18 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				      fuse_req_ctx(req)->gid, fh->attr.ino);
 		}
 	}
-	if (fh->pcf && !fh->pcf_gone && size <= (1u << 20) &&
-	    read_pack(req, fs, fh, fh->pcf, fh->poff, so, size, off, uid)) {
-		noopen_put(fs->no, noe);
-		return;
-	}
-	if (!fh->pcf && !fh->pcf_gone && size <= (1u << 20) && fh->attr.size &&
-	    fh->attr.size <= fh->ds->be->chunk_size && !cache_chunk_present(fs->cache, fh->cf, 0)) {
-		/* opened before its pack came in: the pack's entry, if it has */
-		struct cfile *pcf;
-		uint32_t poff;
-		bool done = false;
+	if (!fh->pcf_gone && size <= (1u << 20) && packentry_maybe(fh->ds->be, &fh->attr)) {
+		struct cfile *pcf = fh->pcf, *got = NULL;
+		uint32_t poff = fh->poff;
+		bool done;
 
-		if (!packentry_get(fs->cache, fh->ds->be, &fh->attr, &pcf, &poff)) {
-			done = read_pack(req, fs, fh, pcf, poff, so, size, off, uid);
-			cache_file_put(fs->cache, pcf);
-		}
+		/* opened before its pack came in: the pack's entry, if it has it now */
+		if (!pcf && !cache_chunk_present(fs->cache, fh->cf, 0) &&
+		    !packentry_get(fs->cache, fh->ds->be, &fh->attr, &got, &poff))
+			pcf = got;
+		done = pcf && read_pack(req, fs, fh, pcf, poff, so, size, off, uid);
+		if (got)
+			cache_file_put(fs->cache, got);
 		if (done) {
 			noopen_put(fs->no, noe);
 			return;

@@ -112,7 +112,6 @@ enum { OP_SRC = 1, OP_WRITE, OP_SYNC, OP_CHECK, OP_OPEN };
 #define ENG_QUIET_NS	(2ull * 1000000000)	/* no demand read this long: background at full width */
 #define ENG_PACK_RECENT	1024		/* packs read lately, remembered (direct mapped) */
 #define ENG_PACK_HOLD_NS	(30ull * 1000000000)	/* ... for this long */
-#define ENG_PACK_MAX	65536		/* members of one pack read at most */
 
 enum stage {
 	FS_CLAIM,	/* to claim (again) */
@@ -140,9 +139,7 @@ enum stage {
  */
 struct packread {
 	uint32_t pack;
-	struct sfs_id id;	/* the pack's XXH3-128 */
-	uint64_t len;		/* its bytes: all are read */
-	uint32_t nmembers;
+	struct manifest_pack pk;	/* its record: id, size (all of it is read) */
 	bool buffered;		/* written through the page cache: readers follow */
 	uint32_t nreq, capreq;
 	struct pf_req **req;	/* other members' requests, ended with the fill */
@@ -349,7 +346,7 @@ static void want_start(struct pf_engine *e, struct pf_want *w);
 static void pack_end(struct pf_engine *e, struct fill *fl, int res);
 static void pack_fetch(struct pf_engine *e, struct fill *fl);
 static void pack_done(struct pf_engine *e, struct fill *fl, int res);
-static void pack_want_serve(struct pf_engine *e, struct fill *fl, struct pf_want *w);
+static bool pack_slice_serve(struct pf_engine *e, struct bufpool_buf *b, struct pf_want *w);
 static void fill_go(struct pf_engine *e, struct fill *fl);
 static struct fill *fill_find(struct pf_engine *e, const struct cfile *cf, uint32_t idx);
 static void fill_drop(struct pf_engine *e, struct fill *fl, int err);
@@ -443,10 +440,10 @@ static void fill_serve(struct pf_engine *e, struct fill *fl)
 	while ((n = list_pop(&fl->wants))) {
 		struct pf_want *w = list_entry(n, struct pf_want, node);
 
-		if (w->in_pack)
-			pack_want_serve(e, fl, w);
-		else
+		if (!w->in_pack)
 			want_serve(e, w, fl->buf, len, w->origin && fl->fetched);
+		else if (!pack_slice_serve(e, fl->buf, w))
+			want_start(e, w);	/* its file alone */
 	}
 	/*
 	 * Its backend part is over: no more a fetch in flight, so the next
@@ -1116,9 +1113,7 @@ static bool pack_start(struct pf_engine *e, struct pf_req *r)
 		return false;
 	}
 	pr->pack = pack;
-	pr->id = pk.id;
-	pr->len = pk.size;
-	pr->nmembers = pk.nmembers;
+	pr->pk = pk;
 	/* a warmup's packs are read later, an epoch's (readahead, staging) now */
 	pr->buffered = r->cls != PF_CLASS_WARMUP;
 	fl->pr = pr;
@@ -1165,9 +1160,9 @@ static void pack_fetch(struct pf_engine *e, struct fill *fl)
 	if (e->o.fetch_begin)
 		e->o.fetch_begin(e->o.account_arg, fl->f->cf, fl->idx);
 	atomic_fetch_add(&e->st_pack_reads, 1);
-	atomic_fetch_add(&e->st_pack_bytes, pr->len);
+	atomic_fetch_add(&e->st_pack_bytes, pr->pk.size);
 	fetch_timed(e, fl);
-	r = be->ops->pack_aio_start(be, pr->pack, 0, pr->len, fl->buf->data,
+	r = be->ops->pack_aio_start(be, pr->pack, 0, pr->pk.size, fl->buf->data,
 				    aio_done, fl, &fl->aio);
 	if (r)
 		pack_done(e, fl, r);
@@ -1179,82 +1174,75 @@ static void pack_done(struct pf_engine *e, struct fill *fl, int res)
 	struct packread *pr = fl->pr;
 	int n;
 
-	if (res >= 0 && (uint64_t)res != pr->len)
+	if (res >= 0 && (uint64_t)res != pr->pk.size)
 		res = -EIO;
 	if (res >= 0) {
-		struct manifest_pack pk = { .id = pr->id, .size = pr->len,
-					    .nmembers = pr->nmembers };
-
-		n = packentry_check(fl->f->be, pr->pack, &pk, fl->buf->data);
+		n = packentry_check(fl->f->be, pr->pack, &pr->pk, fl->buf->data);
 		if (n < 0) {
 			res = n;
 		} else {
 			atomic_fetch_add(&e->st_pack_files, (uint64_t)n);
-			fetch_done(e, fl, res, &pr->id);
+			fetch_done(e, fl, res, &pr->pk.id);
 			return;
 		}
 	}
 	fetch_done(e, fl, res, NULL);
 }
 
-/* Reader @w of a member of the pack in @fl gets its slice of the pack's bytes. */
-static void pack_want_serve(struct pf_engine *e, struct fill *fl, struct pf_want *w)
+/*
+ * Reader @w of a member of a pack gets its slice (w->poff, w->plen) of
+ * the pack's bytes in @b, no copy.  false when no slice could be made.
+ */
+static bool pack_slice_serve(struct pf_engine *e, struct bufpool_buf *b, struct pf_want *w)
 {
-	struct bufpool_buf *b = bufpool_slice(e->pool, fl->buf, w->poff, w->plen);
+	struct bufpool_buf *sl = bufpool_slice(e->pool, b, w->poff, w->plen);
 
+	if (!sl)
+		return false;
 	w->in_pack = false;
-	if (!b) {
-		want_start(e, w);	/* its file alone */
-		return;
-	}
-	want_serve(e, w, b, w->plen, false);
-	bufpool_put(e->pool, b);
+	want_serve(e, w, sl, w->plen, false);
+	bufpool_put(e->pool, sl);
+	return true;
 }
 
 /*
  * Reader @w of chunk 0 of a packed file: join its pack's read if that is
- * in flight (started: never behind a background read held back) or its
- * bytes are in.  Returns false when the file is to be fetched alone.
+ * in flight (started: never behind a background read held back), or take
+ * its slice of the pack's bytes if they are in the engine's buffers.
+ * Returns false when the file is to be fetched alone.
  */
 static bool pack_want(struct pf_engine *e, struct pf_want *w)
 {
 	struct backend *be = w->be;
 	struct manifest_pack pk;
-	struct bufpool_buf *b, *sl;
+	struct bufpool_buf *b;
 	struct sfs_id id;
 	struct fill *fl;
 	uint32_t pack, off;
+	bool ok;
 
 	if (w->idx || !be->ops->pack_aio_start || !be->m ||
 	    manifest_file_pack(be->m, w->attr->ino, &pack, &off, &pk) ||
 	    w->attr->size > pk.size - off)
 		return false;
+	w->origin = false;
+	w->poff = off;
+	w->plen = (uint32_t)w->attr->size;
 	fl = recent_fill(e, be, pack);
 	if (!fl) {
 		/* read lately: its buffer may still hold it */
 		manifest_pack_content(&pk.id, &id);
 		b = bufpool_find(e->pool, &id, 0);
-		if (!b)
-			return false;
-		sl = b->len == pk.size ? bufpool_slice(e->pool, b, off, (size_t)w->attr->size) : NULL;
-		bufpool_put(e->pool, b);
-		if (!sl)
-			return false;
-		w->origin = false;
-		want_serve(e, w, sl, (size_t)w->attr->size, false);
-		bufpool_put(e->pool, sl);
-		return true;
+		ok = b && b->len == pk.size && pack_slice_serve(e, b, w);
+		if (b)
+			bufpool_put(e->pool, b);
+		return ok;
 	}
-	if (!(fl->served || fl->stage == FS_FETCH || fl->stage == FS_CHECK))
+	if (fl->served)
+		return pack_slice_serve(e, fl->buf, w);
+	if (fl->stage != FS_FETCH && fl->stage != FS_CHECK)
 		return false;
-	w->origin = false;
 	w->in_pack = true;
-	w->poff = off;
-	w->plen = (uint32_t)w->attr->size;
-	if (fl->served) {
-		pack_want_serve(e, fl, w);
-		return true;
-	}
 	list_add(&fl->wants, &w->node);
 	set_prio(e, fl, BK_DEMAND);	/* a reader waits for it */
 	return true;

@@ -394,30 +394,31 @@ void pf_sched_release(struct pf_sched *s, struct pf_req *r)
 	req_release_owner(r);
 }
 
-void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
+/* @r is over with @res; @fetch: a fetch it made counts under its kind. */
+static void sched_finish(struct pf_sched *s, struct pf_req *r, int res, bool fetch)
 {
 	struct pf_queues *q = s->q;
 
-	if (res == PF_FETCHED || res == -ENOSPC)
-		atomic_fetch_add(&q->st_kind[r->kind], 1);	/* fetched, kept or not */
-	else if (res == -ECANCELED)
+	if (res == PF_FETCHED || res == -ENOSPC) {
+		if (fetch)	/* fetched, kept or not */
+			atomic_fetch_add(&q->st_kind[r->kind], 1);
+	} else if (res == -ECANCELED) {
 		atomic_fetch_add(&q->st_cancelled, 1);
-	else if (res < 0)
+	} else if (res < 0) {
 		atomic_fetch_add(&q->st_errors, 1);
+	}
 	pf_sched_release(s, r);
 	req_finish(s, r, res);
 }
 
+void pf_sched_finish(struct pf_sched *s, struct pf_req *r, int res)
+{
+	sched_finish(s, r, res, true);
+}
+
 void pf_sched_finish_joined(struct pf_sched *s, struct pf_req *r, int res)
 {
-	struct pf_queues *q = s->q;
-
-	if (res == -ECANCELED)
-		atomic_fetch_add(&q->st_cancelled, 1);
-	else if (res < 0 && res != -ENOSPC)
-		atomic_fetch_add(&q->st_errors, 1);
-	pf_sched_release(s, r);
-	req_finish(s, r, res);
+	sched_finish(s, r, res, false);
 }
 
 void pf_note_demand_fetch(struct pf_sched *s)

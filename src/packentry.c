@@ -8,13 +8,18 @@
 
 #include <errno.h>
 
+bool packentry_maybe(const struct backend *be, const struct sfs_attr *a)
+{
+	return be->m && manifest_npacks(be->m) && a->size && a->size <= be->chunk_size;
+}
+
 int packentry_open(struct cache *c, struct backend *be, const struct sfs_attr *a,
 		   struct cfile **pcf, uint32_t *poff, uint32_t *pack,
 		   struct manifest_pack *pk)
 {
 	struct sfs_id id;
 
-	if (!be->m || !manifest_npacks(be->m) ||
+	if (!packentry_maybe(be, a) ||
 	    manifest_file_pack(be->m, a->ino, pack, poff, pk) ||
 	    pk->size > be->chunk_size || a->size > pk->size - *poff)
 		return -ENOENT;

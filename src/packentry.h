@@ -19,6 +19,8 @@
 #include "cache/cache.h"
 #include "manifest/manifest.h"
 
+/* Can regular file @a of @be lie in a pack at all?  No lookup: for hot paths. */
+bool packentry_maybe(const struct backend *be, const struct sfs_attr *a);
 /*
  * The cache entry of the pack regular file @a (a->ino: @be's inode) lies
  * in, if that entry holds the pack (checked or not yet): 0 with a

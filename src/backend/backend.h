@@ -107,6 +107,12 @@ struct backend_ops {
 			      size_t len, void *buf, void (*done)(void *arg),
 			      void *arg, struct backend_aio **out);
 	/*
+	 * pack_aio_start() waited for, as read_chunk is aio_start waited
+	 * for: @len or -errno (only the length checked).  With pack_aio_start.
+	 */
+	int (*read_pack)(struct backend *be, uint32_t pack, uint64_t off, size_t len,
+			 void *buf);
+	/*
 	 * Optional: true when another member of the node's peer group owns
 	 * pack @pack: that node reads it whole, this one asks it for files.
 	 */

@@ -624,16 +624,11 @@ static void rread_peer_done(void *arg, int res)
 	}
 }
 
-static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
-			 uint32_t idx, void *buf, size_t len)
+/* Start prepared synchronous read @rr, wait for it, free it: its result. */
+static int rread_wait(struct rread *rr)
 {
-	struct rread *rr;
-	int rc;
+	int rc = rread_submit(rr);
 
-	rc = rread_prepare(RB(be), file, idx, buf, len, NULL, NULL, NULL, &rr);
-	if (rc)
-		return rc;
-	rc = rread_submit(rr);
 	if (rc) {
 		rread_free(rr);
 		return rc;
@@ -642,6 +637,15 @@ static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
 	rc = rread_result(rr, rados_aio_get_return_value(rr->c));
 	rread_free(rr);
 	return rc;
+}
+
+static int rb_read_chunk(struct backend *be, const struct sfs_attr *file,
+			 uint32_t idx, void *buf, size_t len)
+{
+	struct rread *rr;
+	int rc = rread_prepare(RB(be), file, idx, buf, len, NULL, NULL, NULL, &rr);
+
+	return rc ? rc : rread_wait(rr);
 }
 
 /* An async read begins: counted, so destroy() waits for it; -ESHUTDOWN if stopping. */
@@ -701,28 +705,51 @@ static int rb_aio_start(struct backend *be, const struct sfs_attr *file,
 }
 
 /* Start a read of bytes [@off, @off + @len) of pack @pack: no peer, no check. */
+/*
+ * Prepare the read of bytes [@off, @off + @len) of pack @pack (nothing
+ * started); @cb as rread_prepare()'s.  0 with *@out set, or -errno.
+ */
+static int pack_rread_prepare(struct rados_backend *rb, uint32_t pack, uint64_t off,
+			      size_t len, void *buf, rados_callback_t cb,
+			      void (*done)(void *arg), void *arg, struct rread **out)
+{
+	struct manifest_pack pk;
+	char oid[SFS_RADOS_OID_MAX];
+
+	if (rb->plain)
+		return -EINVAL;
+	if (manifest_pack(rb->be.m, pack, &pk))
+		return -EIO;
+	if (len == 0 || off > pk.size || len > pk.size - off)
+		return -EINVAL;
+	sfs_rados_pack_oid(&pk.id, oid);
+	*out = rread_new(rb, oid, buf, len, off, cb, done, arg);
+	if (!*out)
+		return -ENOMEM;
+	(*out)->pack = true;
+	return 0;
+}
+
+static int rb_read_pack(struct backend *be, uint32_t pack, uint64_t off, size_t len,
+			void *buf)
+{
+	struct rread *rr;
+	int rc = pack_rread_prepare(RB(be), pack, off, len, buf, NULL, NULL, NULL, &rr);
+
+	return rc ? rc : rread_wait(rr);
+}
+
 static int rb_pack_aio_start(struct backend *be, uint32_t pack, uint64_t off,
 			     size_t len, void *buf, void (*done)(void *arg),
 			     void *arg, struct backend_aio **out)
 {
 	struct rados_backend *rb = RB(be);
-	struct manifest_pack pk;
 	struct rread *rr;
-	char oid[SFS_RADOS_OID_MAX];
 	int rc;
 
-	if (rb->plain)
-		return -EINVAL;
-	rc = manifest_pack(be->m, pack, &pk);
+	rc = pack_rread_prepare(rb, pack, off, len, buf, rread_complete_cb, done, arg, &rr);
 	if (rc)
-		return -EIO;
-	if (len == 0 || off > pk.size || len > pk.size - off)
-		return -EINVAL;
-	sfs_rados_pack_oid(&pk.id, oid);
-	rr = rread_new(rb, oid, buf, len, off, rread_complete_cb, done, arg);
-	if (!rr)
-		return -ENOMEM;
-	rr->pack = true;
+		return rc;
 	rc = inflight_begin(rb);
 	if (!rc) {
 		rc = rread_submit(rr);
@@ -906,6 +933,7 @@ const struct backend_ops backend_rados_ops = {
 	.aio_start = rb_aio_start,
 	.aio_finish = rb_aio_finish,
 	.pack_aio_start = rb_pack_aio_start,
+	.read_pack = rb_read_pack,
 	.pack_remote = rb_pack_remote,
 	.peer_first = rb_peer_first,
 	.statfs = backend_manifest_statfs,
