@@ -162,6 +162,10 @@ tests/unit/test_prefetch_sched: tests/unit/test_prefetch_sched.o prefetch/libpre
 tests/unit/test_handles: tests/unit/test_handles.o fuse/handles.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)
 
+# the table of inodes pushed at OPEN (fuse/pushmap.c, no FUSE in it)
+tests/unit/test_pushmap: tests/unit/test_pushmap.o fuse/pushmap.o
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(CMOCKA_LIBS)
+
 # the engine's buffer pool lives in prefetch/ (its one user)
 tests/unit/test_bufpool: tests/unit/test_bufpool.o prefetch/libprefetch.a src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE) $(CMOCKA_LIBS)

@@ -22,6 +22,7 @@
 #include "fh.h"
 #include "handles.h"
 #include "kinodes.h"
+#include "pushmap.h"
 
 #include "log.h"
 #include "metrics.h"
@@ -681,7 +682,9 @@ int main(int argc, char **argv)
 	fs.entry_timeout = (double)fs.cfg.entry_timeout_ms / 1000.0;
 	fs.attr_timeout = (double)fs.cfg.attr_timeout_ms / 1000.0;
 	fs.ki = kinodes_create(fs.cfg.kernel_inodes_max);
-	if (!fs.ki)
+	/* the kernel holds at most kernel_inodes_max inodes (when bounded) */
+	fs.pushed = pushmap_create(fs.cfg.kernel_inodes_max ? fs.cfg.kernel_inodes_max : 1u << 20);
+	if (!fs.ki || !fs.pushed)
 		fail("out of memory");
 
 	if (!cli.foreground)
@@ -994,6 +997,8 @@ int main(int argc, char **argv)
 
 	kinodes_destroy(fs.ki);	/* its thread writes to the session */
 	fs.ki = NULL;
+	pushmap_destroy(fs.pushed);
+	fs.pushed = NULL;
 	if (handover) {
 		/* the supervisor starts the next daemon on the same connection */
 		log_notice("handing %s over to the next daemon", mnt);

@@ -32,6 +32,7 @@
 #include "log.h"
 #include "noopen.h"
 #include "passthrough.h"
+#include "pushmap.h"
 #include "ptacct.h"
 #include "stats/stats.h"
 #include "vfiles.h"
@@ -271,6 +272,7 @@ static void do_forget(struct sfs *fs, fuse_ino_t ino, uint64_t nlookup)
 		return;
 	noopen_forget(fs->no, ino);
 	passthrough_forget(fs->pt, ino);
+	pushmap_forget(fs->pushed, ino);
 	if (ds->be->ops->forget)
 		ds->be->ops->forget(ds->be, bino, nlookup);
 }
@@ -760,6 +762,8 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fh->passthrough = ret > 0;
+	if (fh->passthrough)	/* the kernel drops the pages of a push at this open */
+		pushmap_forget(fs->pushed, ino);
 	stats_open_init(fs->stats, &fh->so, fuse_req_ctx(req)->pid,
 			fuse_req_ctx(req)->uid);
 	if (fh->passthrough) {

@@ -27,6 +27,7 @@
 #include "fh.h"
 #include "noopen.h"
 #include "packentry.h"
+#include "pushmap.h"
 #include "vfiles.h"
 
 #include <errno.h>
@@ -157,8 +158,15 @@ void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, si
 	struct stats_read rd;
 	void *buf;
 
-	if (!fh->pcf || !len || len > max || len > (1u << 20) || !fs->se ||
-	    !(buf = reply_buffer(len)) ||
+	if (!fh->pcf || !len || len > max || len > (1u << 20) || !fs->se)
+		return;
+	if (pushmap_has(fs->pushed, ino)) {
+		/* the kernel holds the pages of the last push: no copy again */
+		stats_open_cached(fs->stats, &fh->so, len, fh->ds->be->chunk_size);
+		stats_node_add(fs->stats, STATS_NODE_PUSH_KEPT, 1);
+		return;
+	}
+	if (!(buf = reply_buffer(len)) ||
 	    !pack_range(fs, fh, fh->pcf, fh->poff, 0, buf, len, uid, &rd))
 		return;
 	bv.buf[0].mem = buf;
@@ -168,6 +176,7 @@ void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, si
 		stats_read_drop_reader(&rd);
 		return;
 	}
+	pushmap_add(fs->pushed, ino);
 	stats_read_end(&rd, &fh->so, fuse_req_ctx(req)->pid, uid, (ssize_t)len);
 	stats_node_add(fs->stats, STATS_NODE_READ_PUSHES, 1);
 }

@@ -109,7 +109,7 @@ void stats_open_init(struct stats *st, struct stats_open *so, pid_t pid,
 	uint64_t v[STATS_NFIELDS] = { [STATS_OPENS] = 1 };
 
 	so->proc = NULL;
-	so->pt_estimated = false;
+	so->estimated = false;
 	atomic_store(&so->delivered, false);
 	if (!st)
 		return;
@@ -127,8 +127,8 @@ void stats_open_release(struct stats *st, struct stats_open *so)
 	uint64_t t = now_ns();
 
 	if (so->proc) {
-		/* an estimated passthrough open was, as far as we know, read all along */
-		thread_event(st, so->proc, so->pt_estimated ? so->open_ns : t, t);
+		/* an open charged as an estimate was, as far as we know, read all along */
+		thread_event(st, so->proc, so->estimated ? so->open_ns : t, t);
 		atomic_store_explicit(&so->proc->last_ms, stats_ms_of(t), memory_order_relaxed);
 		stats_ent_put(so->proc);
 		so->proc = NULL;
@@ -146,6 +146,22 @@ static uint64_t pt_hits(uint64_t bytes, uint64_t calls, uint32_t chunk_size)
 	return calls + (chunk_size ? bytes / chunk_size : 0);
 }
 
+/*
+ * Charge the whole file of @so, @size bytes in @chunk_size chunks, as read
+ * now and estimated, into @v (added by the caller): its reads will not
+ * reach the daemon.
+ */
+static void open_estimate(struct stats_open *so, uint64_t size, uint32_t chunk_size,
+			  uint64_t *v)
+{
+	v[STATS_READ_BYTES] = size;
+	v[STATS_READ_BYTES_EST] = size;
+	v[STATS_FILES] = 1;
+	v[STATS_HITS] = chunk_size ? (size + chunk_size - 1) / chunk_size : 1;
+	atomic_store_explicit(&so->delivered, true, memory_order_relaxed);
+	so->estimated = true;
+}
+
 void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t size,
 			    uint32_t chunk_size, bool estimate)
 {
@@ -154,14 +170,22 @@ void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t si
 	if (!st)
 		return;
 	if (estimate && size) {
-		v[STATS_READ_BYTES] = size;
-		v[STATS_READ_BYTES_EST] = size;
+		open_estimate(so, size, chunk_size, v);
 		v[STATS_PT_READ_BYTES] = size;
-		v[STATS_FILES] = 1;
-		v[STATS_HITS] = chunk_size ? (size + chunk_size - 1) / chunk_size : 1;
-		atomic_store_explicit(&so->delivered, true, memory_order_relaxed);
-		so->pt_estimated = true;
 	}
+	if (so->proc)
+		stats_add_fields(so->proc->c, v);
+	node_add(st, v);
+}
+
+void stats_open_cached(struct stats *st, struct stats_open *so, uint64_t size,
+		       uint32_t chunk_size)
+{
+	uint64_t v[STATS_NFIELDS] = { 0 };
+
+	if (!st || !size)
+		return;
+	open_estimate(so, size, chunk_size, v);
 	if (so->proc)
 		stats_add_fields(so->proc->c, v);
 	node_add(st, v);

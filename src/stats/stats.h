@@ -120,6 +120,7 @@ enum stats_node_field {
 	STATS_NODE_PT_REUSED,		/* passthrough opens on a kept backing id (fuse/passthrough.c) */
 	STATS_NODE_LOOKUP_READAHEADS,	/* cache files read ahead at LOOKUP (fuse/ops.c) */
 	STATS_NODE_READ_PUSHES,		/* files put in the page cache at OPEN (fuse/read.c) */
+	STATS_NODE_PUSH_KEPT,		/* OPENs of a pushed file the kernel still held (fuse/read.c) */
 	STATS_NODE_NFIELDS
 };
 
@@ -159,7 +160,7 @@ void stats_tick(struct stats *st);
 struct stats_open {
 	struct stats_ent *proc;		/* the opener's thread; a reference */
 	_Atomic bool delivered;		/* a READ through this open returned data */
-	bool pt_estimated;		/* passthrough, charged as an estimate at open */
+	bool estimated;			/* its file charged as an estimate at open */
 	uint64_t open_ns;		/* when it was opened (CLOCK_MONOTONIC) */
 };
 
@@ -185,6 +186,15 @@ pid_t stats_open_tid(const struct stats_open *so);
  */
 void stats_open_passthrough(struct stats *st, struct stats_open *so, uint64_t size,
 			    uint32_t chunk_size, bool estimate);
+/*
+ * The open in @so (after stats_open_init) is of a file of @size bytes that
+ * the kernel's page cache holds whole already (fuse/pushmap.h): its reads
+ * will not reach the daemon, so it is charged now as an estimated
+ * passthrough open is (read and estimated, its chunks as hits, the open's
+ * life as active time), with no passthrough field.
+ */
+void stats_open_cached(struct stats *st, struct stats_open *so, uint64_t size,
+		       uint32_t chunk_size);
 
 /*
  * Reads through the passthrough open @so that a kernel hook saw (fuse/ptacct.c):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once into one cache file (no file a small file; no demand fetch after, every file put in the page cache at its open from its pack's entry, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right; copies of a file, stored once, are fetched once and each reads right.
+# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once into one cache file (no file a small file; no demand fetch after, every file put in the page cache at its open from its pack's entry, and not again while the kernel holds it, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right; copies of a file, stored once, are fetched once and each reads right.
 # needs: ceph
 # timeout: 300
 # SPDX-License-Identifier: Apache-2.0
@@ -64,11 +64,24 @@ nfiles=$(find "$T/c2/data" -type f | wc -l)
 ((nfiles == np + 1)) || die "$nfiles cache files after a warmup of $np packs and big.bin"
 r0=$(stat_get "$M" backend_reads)
 p0=$(stat_get "$M" read_pushes)
+# the kernel's inodes evicted (their FORGETs in) before the walk: every open pushes
+inodes_gone() { (($(stat_get "$M" kernel_inodes) < 10)); }
 drop_caches
+wait_for -t 10 inodes_gone || die "the kernel still holds $(stat_get "$M" kernel_inodes) inodes after drop_caches"
 treecmp "$T/src" "$M"
 assert_eq "$(stat_get "$M" backend_reads)" "$r0" "backend reads after a warmup (every file cached)"
 # each small file read from its pack's entry, put in the page cache at its open
 assert_ge $(($(stat_get "$M" read_pushes) - p0)) 600 "files pushed at open from their pack's entry"
+# read again, the page cache kept: the kernel holds each file's pages from
+# its push, so no open copies it again (fuse/pushmap.h), and each open is
+# charged its file's size (an estimate) all the same
+p1=$(stat_get "$M" read_pushes) k0=$(stat_get "$M" read_push_kept) b0=$(stat_get "$M" read_bytes)
+small=$(cat "$T"/src/d*/*.jpg | wc -c)
+treecmp "$T/src" "$M"
+assert_eq "$(stat_get "$M" read_pushes)" "$p1" "files pushed again while the kernel held their pages"
+assert_ge $(($(stat_get "$M" read_push_kept) - k0)) 600 "opens of files the kernel held from a push"
+assert_ge $(($(stat_get "$M" read_bytes) - b0)) "$small" "bytes charged for a walk of kept files"
+assert_eq "$(stat_get "$M" backend_reads)" "$r0" "backend reads of a walk of kept files"
 # the client library's hand-over (CACHE_FD) of a packed file: a cache file
 # of its own, copied from the pack's entry (no backend read), right bytes
 export STAGEFS_LIB=$REPO/gpudirect/libstagefs.so
