@@ -92,6 +92,7 @@ struct sfs {
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct kinodes *ki;		/* fuse/kinodes.h: the kernel's inodes, bounded */
 	struct pushmap *pushed;		/* fuse/pushmap.h: files the kernel holds from a push */
+	bool splice_write;		/* the session splices notify_store data (INIT) */
 	struct handles *handles;	/* fuse/handles.h: the file handles given out */
 	struct takeover *tko;		/* fuse/takeover.h: the supervisor's channel, or NULL */
 	uint32_t generation;		/* 1 for the daemon that mounted, +1 per takeover */

@@ -165,6 +165,7 @@ static void sfs_init(void *userdata, struct fuse_conn_info *conn)
 	 */
 	conn->max_background = 128;
 	conn->congestion_threshold = 96;
+	fs->splice_write = conn->want & FUSE_CAP_SPLICE_WRITE;
 	log_info("FUSE session: proto %u.%u, max_read %u, max_readahead %u, max_background %u, splice %s",
 		 conn->proto_major, conn->proto_minor, conn->max_read,
 		 conn->max_readahead, conn->max_background,

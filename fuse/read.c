@@ -156,6 +156,7 @@ void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, si
 	size_t len = (size_t)fh->attr.size;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
 	struct stats_read rd;
+	int fd = -1, ret;
 	void *buf;
 
 	if (!fh->pcf || !len || len > max || len > (1u << 20) || !fs->se)
@@ -166,11 +167,33 @@ void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, si
 		stats_node_add(fs->stats, STATS_NODE_PUSH_KEPT, 1);
 		return;
 	}
-	if (!(buf = reply_buffer(len)) ||
-	    !pack_range(fs, fh, fh->pcf, fh->poff, 0, buf, len, uid, &rd))
-		return;
-	bv.buf[0].mem = buf;
-	if (fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0)) {
+	if (fs->splice_write) {
+		/*
+		 * Spliced from the entry's page cache to the kernel's pages
+		 * for the file: one copy, by the kernel.  Pinned, so that no
+		 * eviction punches the range out while it is read.
+		 */
+		cache_file_pin(fs->cache, fh->pcf);
+		if (cache_file_verify_fd(fs->cache, fh->pcf, &fd)) {
+			cache_file_unpin(fs->cache, fh->pcf);
+			return;	/* gone or damaged: its READs find out */
+		}
+		stats_read_begin(fs->stats, &rd, fh->pcf, fh->poff, len, fh->ds->be->chunk_size);
+		bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+		bv.buf[0].fd = fd;
+		bv.buf[0].pos = fh->poff;
+	} else {
+		if (!(buf = reply_buffer(len)) ||
+		    !pack_range(fs, fh, fh->pcf, fh->poff, 0, buf, len, uid, &rd))
+			return;
+		bv.buf[0].mem = buf;
+	}
+	ret = fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0);
+	if (fd >= 0) {
+		cache_file_fd_release(fs->cache, fh->pcf);
+		cache_file_unpin(fs->cache, fh->pcf);
+	}
+	if (ret) {
 		/* not stored: its READs come, and are counted then */
 		stats_read_detach(&rd);
 		stats_read_drop_reader(&rd);

@@ -102,7 +102,7 @@ static void assert_defaults(const struct sfs_config *c)
 	assert_int_equal(c->attr_timeout_ms, 3600000);
 	assert_int_equal(c->read_ahead_kb, 4096);
 	assert_int_equal(c->max_read_kb, 1024);
-	assert_false(c->splice);
+	assert_true(c->splice);
 	assert_int_equal(c->passthrough, CFG_AUTO);
 	assert_true(c->allow_other);
 	assert_string_equal(c->runtime_dir, "/run/stagefs");
@@ -280,14 +280,14 @@ static void test_set_bool(void **state)
 	assert_false(cfg.cache_sync);
 	set_ok(&cfg, "cache_sync", "ON");
 	assert_true(cfg.cache_sync);
-	set_ok(&cfg, "splice", "true");
-	assert_true(cfg.splice);
+	set_ok(&cfg, "splice", "off");
+	assert_false(cfg.splice);
 	set_ok(&cfg, "allow_other", "0");
 	assert_false(cfg.allow_other);
 	set_bad(&cfg, "splice", "maybe");
 	set_bad(&cfg, "splice", "");
 	set_bad(&cfg, "allow_other", "2");
-	assert_true(cfg.splice);
+	assert_false(cfg.splice);
 	config_release(&cfg);
 }
 
