@@ -37,7 +37,7 @@ UNIT_SRCS     = $(wildcard tests/unit/test_*.c)
 UNIT_TESTS    = $(patsubst %.c,%,$(UNIT_SRCS))
 TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
 
-LIBS_CORE = $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(CRYPTO_LIBS) $(URING_LIBS) -lm
+LIBS_CORE = $(CEPHFS_LIBS) $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(CRYPTO_LIBS) $(URING_LIBS) -lm
 LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
 # the GPU benchmark (tools/bench.sh gpu) needs the CUDA runtime

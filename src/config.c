@@ -445,6 +445,12 @@ static const struct opt opts[] = {
 	  .doc =
 		"Bound on every RADOS operation (OSD and monitor ops). A reader "
 		"gets EIO after it instead of a hung mount." },
+	{ "cephfs_threads", OPT_UINT, O(cephfs_threads), "16", 1, 64,
+	  "cephfs://: chunk reads in flight (threads reading through libcephfs)",
+	  .doc =
+		"`cephfs://` sources: how many chunk reads run at once, each on "
+		"a thread of its own (libcephfs's reads block). Every read is "
+		"bounded by `rados_timeout` all the same (docs/cephfs.md)." },
 	{ "manifest_fill", OPT_BOOL, O(manifest_fill), "yes", 0, 0,
 	  "rados://: fetch the rest of a large manifest in the background after the mount answers; no = only the parts touched",
 	  .doc =

@@ -78,6 +78,7 @@ struct sfs_config {
 	char *client_id;
 	char *keyring;
 	uint64_t rados_timeout_ms;	/* osd/mon op timeout: bound on a reader's EIO */
+	uint32_t cephfs_threads;	/* cephfs://: chunk reads in flight */
 	bool manifest_fill;		/* rados://: fetch a large manifest's untouched parts in the background */
 	/* misc */
 	int log_level;

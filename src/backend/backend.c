@@ -17,6 +17,9 @@ static const struct backend_ops *const backends[] = {
 #ifdef CONFIG_HAVE_RADOS
 	&backend_rados_ops,
 #endif
+#ifdef CONFIG_HAVE_CEPHFS
+	&backend_cephfs_ops,
+#endif
 };
 
 int backend_open(const char *uri, const struct sfs_config *cfg,
@@ -35,7 +38,14 @@ int backend_open(const char *uri, const struct sfs_config *cfg,
 		    !strncmp(uri + n, "://", 3))
 			return backends[i]->create(uri, cfg, out, err, errlen);
 	}
-	snprintf(err, errlen, "%s: unknown source scheme (expected dir:///PATH or rados://POOL/DATASET)",
+#ifndef CONFIG_HAVE_CEPHFS
+	if (!strncmp(uri, "cephfs://", 9)) {
+		snprintf(err, errlen, "%s: this stagefs was built without libcephfs (install libcephfs-dev, then ./configure && make)",
+			 uri);
+		return -ENOTSUP;
+	}
+#endif
+	snprintf(err, errlen, "%s: unknown source scheme (expected dir:///PATH, rados://POOL/DATASET or cephfs://FSNAME/PATH)",
 		 uri);
 	return -EINVAL;
 }

@@ -207,5 +207,8 @@ extern const struct backend_ops backend_dir_ops;
 #ifdef CONFIG_HAVE_RADOS
 extern const struct backend_ops backend_rados_ops;
 #endif
+#ifdef CONFIG_HAVE_CEPHFS
+extern const struct backend_ops backend_cephfs_ops;
+#endif
 
 #endif

@@ -6,8 +6,8 @@
 . "$(dirname "$0")/../lib.sh"
 need_root
 [[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
-command -v ceph-mds >/dev/null || skip "ceph-mds is not installed (deps_optional)"
-command -v ceph-fuse >/dev/null || skip "ceph-fuse is not installed (deps_optional)"
+command -v ceph-mds >/dev/null || skip "ceph-mds is not installed (./install-deps installs it)"
+command -v ceph-fuse >/dev/null || skip "ceph-fuse is not installed (./install-deps installs it)"
 [[ -e /dev/fuse ]] || skip "no /dev/fuse"
 TOOL=$REPO/tools/dev/ceph-cluster.sh
 T=$TEST_TMPDIR M=$T/cephfs

@@ -1,0 +1,868 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * backend_cephfs: a CephFS directory, or a snapshot of one, as a dataset
+ * ("cephfs://FSNAME/PATH[@SNAPSHOT]"), read through libcephfs, Ceph's own
+ * client library: no kernel client, no ceph-fuse, no copy into RADOS.
+ *
+ * Connection.  The cluster is reached exactly as rados:// reaches it
+ * (sfs_rados_connect(): ceph_conf, client_id, keyring, rados_timeout, the
+ * same messages), and the file system is mounted on that handle
+ * (ceph_create_from_rados(), ceph_select_filesystem()).
+ *
+ * Metadata.  At mount the tree under PATH (or PATH/.snap/SNAPSHOT) is
+ * walked once with readdirplus (one MDS reply carries a directory's names
+ * and attributes) into a manifest (manifest.h), the format every other
+ * source is served from, so lookups, getattrs and listings never reach
+ * the MDS again.  Regular files, directories and symlinks are kept; a
+ * file with several names is one inode with hard links; other types are
+ * skipped (counted in the log).
+ *
+ * Identity.  A file's content id (the cache's name for its bytes) is the
+ * XXH3-128 of the cluster's fsid, the file system's name, the inode
+ * number, the snapshot id (a snapshot's files have their own), size,
+ * mtime, ctime and the inode's change version: any change gives the file
+ * a new cache file, and two clusters never share one.
+ *
+ * Reads.  Chunk reads run on a pool of threads (libcephfs's calls block),
+ * at most cephfs_threads at once, each opening the file by path, reading
+ * the chunk into a buffer of its own and copying it out once finished.
+ * Outside a snapshot, the file's attributes are read before and after:
+ * unless its content id is still the one mounted, the read fails with EIO
+ * (logged), so a file changed under the mount is never mixed into the
+ * cache; a remount serves the new version.  A snapshot is immutable and
+ * read without the checks.  Every read is bounded by rados_timeout: a
+ * thread stuck on a dead OSD is abandoned (its buffer is its own, so a
+ * late answer writes nowhere it should not) and the read fails with
+ * ETIMEDOUT, then EIO to the reader.
+ */
+#include "backend.h"
+
+#ifdef CONFIG_HAVE_CEPHFS
+
+#include "config.h"
+#include "idmap.h"
+#include "log.h"
+#include "manifest/manifest.h"
+#include "rados.h"
+
+#include <cephfs/libcephfs.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define CFS_WANT	(CEPH_STATX_BASIC_STATS | CEPH_STATX_VERSION)
+#define CFS_THREADS_MAX	64
+
+enum { RQ_QUEUED, RQ_RUNNING, RQ_DONE, RQ_TIMEDOUT };
+
+/* One chunk read handed to the pool (struct backend_aio to the engine). */
+struct backend_aio {
+	struct backend_aio *next;	/* queue, or the pool's list of all */
+	struct backend_aio *all_next, *all_prev;
+	struct sfs_attr file;
+	uint32_t idx;
+	size_t len;
+	void *buf;			/* the caller's: written only while RQ_RUNNING */
+	void (*done)(void *arg);
+	void *arg;
+	uint64_t deadline_ms;
+	int state, res;
+	int refs;			/* the caller's, the pool's */
+};
+
+struct backend_cephfs {
+	struct backend be;
+	rados_t rados;
+	struct ceph_mount_info *cm;
+	char *fs_name;
+	char *root;		/* in the file system: /PATH or /PATH/.snap/SNAP */
+	bool snapshot;
+	char fsid[64];
+	uint64_t timeout_ms;
+
+	pthread_mutex_t lock;
+	pthread_cond_t work;	/* queue not empty, or stopping */
+	pthread_cond_t tick;	/* the watchdog's sleep */
+	struct backend_aio *qhead, *qtail;
+	struct backend_aio *all;	/* queued and running, for the watchdog */
+	bool stopping;
+	unsigned nthreads;	/* started */
+	pthread_t threads[CFS_THREADS_MAX];
+	pthread_t watchdog;
+	bool watchdog_started;
+};
+
+static struct log_ratelimit rl_read = LOG_RATELIMIT_INIT(10000, 10);
+
+static struct backend_cephfs *to_cfs(struct backend *be)
+{
+	return (struct backend_cephfs *)be;
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- identity and attributes ---- */
+
+static void content_id(const struct backend_cephfs *c, const struct ceph_statx *st,
+		       struct sfs_id *out)
+{
+	char buf[sizeof(c->fsid) + 256 + 10 * sizeof(uint64_t)];
+	uint64_t v[10] = {
+		st->stx_ino, (uint64_t)st->stx_dev /* the snapshot id */, st->stx_size,
+		(uint64_t)st->stx_mtime.tv_sec, (uint64_t)st->stx_mtime.tv_nsec,
+		(uint64_t)st->stx_ctime.tv_sec, (uint64_t)st->stx_ctime.tv_nsec,
+		st->stx_version, 0x63657068 /* "ceph" */, 1,
+	};
+	size_t n = 0, l;
+
+	l = strnlen(c->fsid, sizeof(c->fsid) - 1) + 1;
+	memcpy(buf, c->fsid, l);
+	n += l;
+	l = strnlen(c->fs_name, 255) + 1;
+	memcpy(buf + n, c->fs_name, l);
+	n += l;
+	memcpy(buf + n, v, sizeof(v));
+	n += sizeof(v);
+	sfs_id_of(buf, n, out);
+}
+
+static void attr_from_statx(const struct backend_cephfs *c, const struct ceph_statx *st,
+			    struct sfs_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->mode = st->stx_mode;
+	a->uid = st->stx_uid;
+	a->gid = st->stx_gid;
+	a->size = S_ISDIR(st->stx_mode) ? 0 : st->stx_size;
+	a->atime = st->stx_atime;
+	a->mtime = st->stx_mtime;
+	a->ctime = st->stx_ctime;
+	a->nlink = S_ISDIR(st->stx_mode) ? 0 : st->stx_nlink;
+	if (S_ISREG(st->stx_mode))
+		content_id(c, st, &a->content);
+}
+
+/* ---- the walk ---- */
+
+struct walk {
+	struct backend_cephfs *c;
+	struct manifest_builder *b;
+	struct idmap links;		/* (ino, snap) of a file with several names -> its first name */
+	char **names;			/* those first names */
+	size_t nnames, names_cap;
+	uint64_t entries, bytes, skipped;
+	char *err;
+	size_t errlen;
+};
+
+/* A file with several names: its first name's index, or -1 (remembered now). */
+static int first_name(struct walk *w, const struct ceph_statx *st, const char *rel,
+		      size_t *index)
+{
+	struct sfs_id key = { .lo = st->stx_ino, .hi = (uint64_t)st->stx_dev };
+	uint64_t v;
+
+	if (idmap_get(&w->links, &key, &v)) {
+		*index = (size_t)v;
+		return 1;
+	}
+	if (w->nnames == w->names_cap) {
+		size_t cap = w->names_cap ? w->names_cap * 2 : 64;
+		char **n = realloc(w->names, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		w->names = n;
+		w->names_cap = cap;
+	}
+	if (!(w->names[w->nnames] = strdup(rel)) ||
+	    idmap_put(&w->links, &key, w->nnames) < 0)
+		return -ENOMEM;
+	w->nnames++;
+	return 0;
+}
+
+/* @rel under the root into @buf: 0, or -ENAMETOOLONG with the walk's error set. */
+static int join(struct walk *w, char *buf, size_t size, const char *rel)
+{
+	const char *root = w->c->root;
+
+	if ((size_t)snprintf(buf, size, "%s%s%s", root, rel[0] ? "/" : "", rel) < size)
+		return 0;
+	snprintf(w->err, w->errlen, "%s/%s: path too long", root, rel);
+	return -ENAMETOOLONG;
+}
+
+/* Walk directory @rel (relative to the root; "" is the root) into the builder. */
+static int walk_dir(struct walk *w, const char *rel, unsigned depth)
+{
+	struct backend_cephfs *c = w->c;
+	struct ceph_dir_result *dirp;
+	struct ceph_statx st;
+	struct dirent de;
+	char path[PATH_MAX * 2], crel[PATH_MAX], target[PATH_MAX];
+	int r, ret = 0;
+
+	if (depth > 256) {
+		snprintf(w->err, w->errlen, "%s/%s: directories nested too deep", c->root, rel);
+		return -ELOOP;
+	}
+	r = join(w, path, sizeof(path), rel);
+	if (r)
+		return r;
+	r = ceph_opendir(c->cm, path, &dirp);
+	if (r < 0) {
+		snprintf(w->err, w->errlen, "cephfs://%s%s: %s", c->fs_name, path, strerror(-r));
+		return r;
+	}
+	while ((r = ceph_readdirplus_r(c->cm, dirp, &de, &st, CFS_WANT,
+				       AT_SYMLINK_NOFOLLOW, NULL)) > 0) {
+		struct sfs_attr a;
+		size_t first;
+
+		if (!strcmp(de.d_name, ".") || !strcmp(de.d_name, ".."))
+			continue;
+		if ((size_t)snprintf(crel, sizeof(crel), "%s%s%s", rel, rel[0] ? "/" : "",
+				     de.d_name) >= sizeof(crel)) {
+			snprintf(w->err, w->errlen, "%s/%s/%s: path too long", c->root, rel, de.d_name);
+			ret = -ENAMETOOLONG;
+			break;
+		}
+		if (!S_ISREG(st.stx_mode) && !S_ISDIR(st.stx_mode) && !S_ISLNK(st.stx_mode)) {
+			w->skipped++;
+			continue;
+		}
+		ret = join(w, path, sizeof(path), crel);
+		if (ret)
+			break;
+		if (S_ISREG(st.stx_mode)) {
+			/*
+			 * readdirplus gives what the MDS has; a file another
+			 * client is writing has its size and times in that
+			 * client's caps.  A statx of our own asks for them
+			 * (the MDS recalls the writer's): local where we hold
+			 * the caps already, the common case.
+			 */
+			r = ceph_statx(c->cm, path, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
+			if (r < 0) {
+				snprintf(w->err, w->errlen, "cephfs://%s%s: %s (changed during the walk?)",
+					 c->fs_name, path, strerror(-r));
+				ret = r;
+				break;
+			}
+			if (!S_ISREG(st.stx_mode)) {
+				snprintf(w->err, w->errlen, "cephfs://%s%s: changed during the walk",
+					 c->fs_name, path);
+				ret = -EAGAIN;
+				break;
+			}
+		}
+		attr_from_statx(c, &st, &a);
+		if (S_ISREG(st.stx_mode) && st.stx_nlink > 1) {
+			ret = first_name(w, &st, crel, &first);
+			if (ret < 0)
+				break;
+			if (ret == 1) {
+				ret = manifest_builder_link(w->b, crel, w->names[first]);
+				if (ret < 0)
+					break;
+				w->entries++;
+				continue;
+			}
+		}
+		if (S_ISLNK(st.stx_mode)) {
+			r = ceph_readlink(c->cm, path, target, sizeof(target) - 1);
+			if (r < 0) {
+				snprintf(w->err, w->errlen, "cephfs://%s%s: readlink: %s", c->fs_name,
+					 path, strerror(-r));
+				ret = r;
+				break;
+			}
+			target[r] = '\0';
+		}
+		ret = manifest_builder_add(w->b, crel, &a, S_ISLNK(st.stx_mode) ? target : NULL,
+					   NULL, 0);
+		if (ret < 0) {
+			snprintf(w->err, w->errlen, "%s/%s: %s", c->root, crel, strerror(-ret));
+			break;
+		}
+		w->entries++;
+		if (S_ISREG(st.stx_mode))
+			w->bytes += st.stx_size;
+		if (S_ISDIR(st.stx_mode)) {
+			ret = walk_dir(w, crel, depth + 1);
+			if (ret < 0)
+				break;
+		}
+	}
+	if (r < 0 && !ret) {
+		snprintf(w->err, w->errlen, "cephfs://%s%s/%s: readdir: %s", c->fs_name, c->root,
+			 rel, strerror(-r));
+		ret = r;
+	}
+	ceph_closedir(c->cm, dirp);
+	return ret;
+}
+
+static int cfs_scan(struct backend_cephfs *c, char *err, size_t errlen)
+{
+	struct walk w = { .c = c, .links = IDMAP_INIT, .err = err, .errlen = errlen };
+	struct ceph_statx st;
+	struct sfs_attr a;
+	void *buf = NULL;
+	size_t len = 0;
+	uint64_t t0 = mono_ms();
+	int ret;
+
+	ret = ceph_statx(c->cm, c->root, &st, CFS_WANT, 0);
+	if (ret < 0) {
+		snprintf(err, errlen, "cephfs://%s%s: %s%s", c->fs_name, c->root, strerror(-ret),
+			 c->snapshot && ret == -ENOENT ? " (no such snapshot?)" : "");
+		return ret;
+	}
+	if (!S_ISDIR(st.stx_mode)) {
+		snprintf(err, errlen, "cephfs://%s%s: not a directory", c->fs_name, c->root);
+		return -ENOTDIR;
+	}
+	w.b = manifest_builder_create(c->be.chunk_size);
+	if (!w.b)
+		return -ENOMEM;
+	attr_from_statx(c, &st, &a);
+	ret = manifest_builder_add(w.b, "", &a, NULL, NULL, 0);
+	if (!ret)
+		ret = walk_dir(&w, "", 0);
+	if (!ret) {
+		ret = manifest_builder_finish(w.b, 1, &buf, &len);
+		if (ret)
+			snprintf(err, errlen, "cephfs://%s%s: cannot build the index: %s",
+				 c->fs_name, c->root, strerror(-ret));
+	}
+	if (!ret) {
+		ret = manifest_open(buf, len, &c->be.m, err, errlen);
+		if (ret)
+			free(buf);
+	}
+	if (!ret) {
+		manifest_set_name(c->be.m, c->be.uri);
+		log_notice("%s: %" PRIu64 " entries, %" PRIu64 " bytes%s, walked in %" PRIu64 " ms",
+			   c->be.uri, w.entries, w.bytes,
+			   w.skipped ? " (devices, fifos and sockets skipped)" : "", mono_ms() - t0);
+	}
+	manifest_builder_destroy(w.b);
+	for (size_t i = 0; i < w.nnames; i++)
+		free(w.names[i]);
+	free(w.names);
+	idmap_release(&w.links);
+	return ret;
+}
+
+/* ---- reads ---- */
+
+/* Is the file open at @fd still the version mounted as @file?  0, or -EIO (logged). */
+static int check_version(struct backend_cephfs *c, int fd, const struct sfs_attr *file,
+			 const char *path)
+{
+	struct ceph_statx st;
+	struct sfs_id id;
+	int r;
+
+	if (c->snapshot)
+		return 0;
+	r = ceph_fstatx(c->cm, fd, &st, CFS_WANT, 0);
+	if (r < 0) {
+		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: statx: %s", c->fs_name, path,
+			    strerror(-r));
+		return -EIO;
+	}
+	content_id(c, &st, &id);
+	if (!sfs_id_eq(&id, &file->content)) {
+		log_limited(&rl_read, LOG_ERR,
+			    "cephfs://%s%s changed since it was mounted: remount to see the new version",
+			    c->fs_name, path);
+		return -EIO;
+	}
+	return 0;
+}
+
+/* Read chunk @idx (@len bytes) of @file into @buf on this thread.  @len or -errno. */
+static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint32_t idx,
+		    void *buf, size_t len)
+{
+	char rel[PATH_MAX], path[PATH_MAX * 2];
+	uint64_t off = (uint64_t)idx * c->be.chunk_size;
+	size_t done = 0;
+	int fd, r;
+
+	r = manifest_path(c->be.m, file->ino, rel, sizeof(rel));
+	if (r < 0)
+		return r;
+	snprintf(path, sizeof(path), "%s/%s", c->root, rel);
+	fd = ceph_open(c->cm, path, O_RDONLY | O_NOFOLLOW, 0);
+	if (fd < 0) {
+		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: open: %s", c->fs_name, path,
+			    strerror(-fd));
+		return -EIO;
+	}
+	r = check_version(c, fd, file, path);
+	while (!r && done < len) {
+		int n = ceph_read(c->cm, fd, (char *)buf + done, (int64_t)(len - done),
+				  (int64_t)(off + done));
+
+		if (n < 0) {
+			log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: read: %s", c->fs_name, path,
+				    strerror(-n));
+			r = -EIO;
+		} else if (n == 0) {
+			log_limited(&rl_read, LOG_ERR,
+				    "cephfs://%s%s: short read (truncated since it was mounted?)",
+				    c->fs_name, path);
+			r = -EIO;
+		}
+		done += n > 0 ? (size_t)n : 0;
+	}
+	if (!r)	/* a change during the read shows after it */
+		r = check_version(c, fd, file, path);
+	ceph_close(c->cm, fd);
+	return r ? r : (int)len;
+}
+
+static void aio_put_locked(struct backend_aio *h)
+{
+	if (--h->refs == 0)
+		free(h);
+}
+
+static void all_unlink(struct backend_cephfs *c, struct backend_aio *h)
+{
+	if (h->all_prev)
+		h->all_prev->all_next = h->all_next;
+	else if (c->all == h)
+		c->all = h->all_next;
+	if (h->all_next)
+		h->all_next->all_prev = h->all_prev;
+	h->all_next = h->all_prev = NULL;
+}
+
+static void *pool_thread(void *arg)
+{
+	struct backend_cephfs *c = arg;
+	void *bounce = malloc(c->be.chunk_size);
+
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		struct backend_aio *h;
+		int res;
+
+		while (!c->qhead && !c->stopping)
+			pthread_cond_wait(&c->work, &c->lock);
+		if (!c->qhead)
+			break;
+		h = c->qhead;
+		c->qhead = h->next;
+		if (!c->qhead)
+			c->qtail = NULL;
+		h->state = RQ_RUNNING;
+		pthread_mutex_unlock(&c->lock);
+		res = bounce ? cfs_read(c, &h->file, h->idx, bounce, h->len) : -ENOMEM;
+		pthread_mutex_lock(&c->lock);
+		if (h->state == RQ_RUNNING) {
+			if (res > 0)
+				memcpy(h->buf, bounce, h->len);
+			h->res = res;
+			h->state = RQ_DONE;
+			all_unlink(c, h);
+			pthread_mutex_unlock(&c->lock);
+			h->done(h->arg);
+			pthread_mutex_lock(&c->lock);
+		}
+		aio_put_locked(h);	/* timed out meanwhile: the watchdog answered */
+	}
+	pthread_mutex_unlock(&c->lock);
+	free(bounce);
+	return NULL;
+}
+
+/* Fails reads past their deadline with -ETIMEDOUT, every 100 ms. */
+static void *watchdog_thread(void *arg)
+{
+	struct backend_cephfs *c = arg;
+
+	pthread_mutex_lock(&c->lock);
+	while (!c->stopping || c->all) {
+		struct backend_aio *late = NULL, *h, *next;
+		struct timespec ts;
+		uint64_t now = mono_ms();
+
+		for (h = c->all; h; h = next) {
+			next = h->all_next;
+			if (h->deadline_ms > now && !c->stopping)
+				continue;
+			if (h->state == RQ_QUEUED) {
+				/* out of the queue: the pool never sees it */
+				struct backend_aio **p = &c->qhead, *prev = NULL;
+
+				while (*p && *p != h) {
+					prev = *p;
+					p = &(*p)->next;
+				}
+				if (*p) {
+					*p = h->next;
+					if (c->qtail == h)
+						c->qtail = prev;
+					h->refs--;	/* the pool's */
+				}
+			}
+			h->state = RQ_TIMEDOUT;
+			h->res = -ETIMEDOUT;
+			all_unlink(c, h);
+			h->next = late;
+			late = h;
+		}
+		for (h = late; h; h = next) {
+			next = h->next;
+			pthread_mutex_unlock(&c->lock);
+			if (!c->stopping)
+				log_limited(&rl_read, LOG_ERR,
+					    "%s: a read got no answer in %" PRIu64 " ms (rados_timeout): EIO",
+					    c->be.uri, c->timeout_ms);
+			h->done(h->arg);
+			pthread_mutex_lock(&c->lock);
+		}
+		if (c->stopping && !c->all)
+			break;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->tick, &c->lock, &ts);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+static int cfs_aio_start(struct backend *be, const struct sfs_attr *file, uint32_t idx,
+			 void *buf, size_t len, void (*done)(void *arg), void *arg,
+			 struct backend_aio **out)
+{
+	struct backend_cephfs *c = to_cfs(be);
+	struct backend_aio *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->file = *file;
+	h->idx = idx;
+	h->len = len;
+	h->buf = buf;
+	h->done = done;
+	h->arg = arg;
+	h->refs = 2;
+	h->deadline_ms = mono_ms() + c->timeout_ms;
+	pthread_mutex_lock(&c->lock);
+	if (c->stopping) {
+		pthread_mutex_unlock(&c->lock);
+		free(h);
+		return -ESHUTDOWN;
+	}
+	h->state = RQ_QUEUED;
+	if (c->qtail)
+		c->qtail->next = h;
+	else
+		c->qhead = h;
+	c->qtail = h;
+	h->all_next = c->all;
+	if (c->all)
+		c->all->all_prev = h;
+	c->all = h;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	*out = h;
+	return 0;
+}
+
+static int cfs_aio_finish(struct backend *be, struct backend_aio *h, struct sfs_id *hash,
+			  bool *hashed, bool *from_peer)
+{
+	struct backend_cephfs *c = to_cfs(be);
+	int res;
+
+	(void)hash;
+	*hashed = false;
+	if (from_peer)
+		*from_peer = false;
+	pthread_mutex_lock(&c->lock);
+	res = h->res;
+	aio_put_locked(h);
+	pthread_mutex_unlock(&c->lock);
+	return res == -ETIMEDOUT ? -EIO : res;
+}
+
+struct sync_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+};
+
+static void sync_done(void *arg)
+{
+	struct sync_wait *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	s->done = true;
+	pthread_cond_signal(&s->cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* read_chunk: aio_start waited for, so that rados_timeout bounds it too. */
+static int cfs_read_chunk(struct backend *be, const struct sfs_attr *file, uint32_t idx,
+			  void *buf, size_t len)
+{
+	struct sync_wait s = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
+	struct backend_aio *h;
+	bool hashed;
+	int r = cfs_aio_start(be, file, idx, buf, len, sync_done, &s, &h);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&s.lock);
+	while (!s.done)
+		pthread_cond_wait(&s.cond, &s.lock);
+	pthread_mutex_unlock(&s.lock);
+	return cfs_aio_finish(be, h, NULL, &hashed, NULL);
+}
+
+/* ---- setup ---- */
+
+/*
+ * cephfs://FSNAME[/PATH][@SNAPSHOT][?OPT&...]: @fs, @path ("/" at least)
+ * and @snap (NULL: none) point into @copy; OPT as rados:// takes them
+ * (conf=, id=, keyring=, timeout=) into @o.
+ */
+static int parse_uri(const char *uri, char **copy, char **fs, char **path, char **snap,
+		     struct sfs_rados_opts *o, char *err, size_t errlen)
+{
+	char *s, *q, *at, *slash;
+
+	*copy = s = strdup(uri + strlen("cephfs://"));
+	if (!s)
+		return -ENOMEM;
+	q = strchr(s, '?');
+	if (q) {
+		*q++ = '\0';
+		for (char *opt = strtok(q, "&"); opt; opt = strtok(NULL, "&")) {
+			char *v = strchr(opt, '=');
+
+			if (!v)
+				goto bad_opt;
+			*v++ = '\0';
+			if (!strcmp(opt, "conf"))
+				o->conf = v;
+			else if (!strcmp(opt, "id"))
+				o->client_id = v;
+			else if (!strcmp(opt, "keyring"))
+				o->keyring = v;
+			else if (!strcmp(opt, "timeout")) {
+				uint64_t ms;
+
+				if (parse_duration_ms(v, &ms) || !ms)
+					goto bad_opt;
+				o->timeout_ms = ms;
+			} else {
+bad_opt:
+				snprintf(err, errlen, "%s: unknown or bad option '%s' (expected conf=, id=, keyring=, timeout=)",
+					 uri, opt);
+				return -EINVAL;
+			}
+		}
+	}
+	slash = strchr(s, '/');
+	if (slash)
+		*slash = '\0';
+	*fs = s;
+	if (!s[0] || strchr(s, '@')) {
+		snprintf(err, errlen, "%s: expected cephfs://FSNAME/PATH[@SNAPSHOT]", uri);
+		return -EINVAL;
+	}
+	*path = slash ? slash + 1 : (char *)"";
+	at = strrchr(*path, '@');
+	*snap = NULL;
+	if (at) {
+		*at = '\0';
+		*snap = at + 1;
+		if (!(*snap)[0] || strchr(*snap, '/')) {
+			snprintf(err, errlen, "%s: bad snapshot name", uri);
+			return -EINVAL;
+		}
+	}
+	for (char *p = *path; *p; p++)
+		if ((p[0] == '.' && (p == *path || p[-1] == '/') &&
+		     (p[1] == '/' || !p[1] || (p[1] == '.' && (p[2] == '/' || !p[2])))) ||
+		    (p[0] == '/' && p[1] == '/')) {
+			snprintf(err, errlen, "%s: the path may not hold '.', '..' or '//'", uri);
+			return -EINVAL;
+		}
+	return 0;
+}
+
+static void cfs_destroy(struct backend *be);
+
+static int cfs_create(const char *uri, const struct sfs_config *cfg, struct backend **out,
+		      char *err, size_t errlen)
+{
+	struct backend_cephfs *c;
+	struct sfs_rados_opts o;
+	char *copy = NULL, *fs, *path, *snap;
+	size_t n;
+	int ret;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->be.ops = &backend_cephfs_ops;
+	c->be.chunk_size = (uint32_t)cfg->chunk_size;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->work, NULL);
+	pthread_cond_init(&c->tick, NULL);
+	sfs_rados_opts_from_config(&o, cfg);
+	ret = parse_uri(uri, &copy, &fs, &path, &snap, &o, err, errlen);
+	if (ret)
+		goto out;
+	c->be.uri = strdup(uri);
+	c->fs_name = strdup(fs);
+	n = strlen(path) + (snap ? strlen(snap) + 8 : 0) + 3;
+	c->root = malloc(n);
+	if (!c->be.uri || !c->fs_name || !c->root) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (path[0] && path[strlen(path) - 1] == '/')
+		path[strlen(path) - 1] = '\0';
+	snprintf(c->root, n, "/%s%s%s", path, snap ? (path[0] ? "/.snap/" : ".snap/") : "",
+		 snap ? snap : "");
+	c->snapshot = snap != NULL;
+	c->timeout_ms = o.timeout_ms ? o.timeout_ms : 30000;
+
+	ret = sfs_rados_connect(&o, &c->rados, err, errlen);
+	if (ret)
+		goto out;
+	ret = rados_cluster_fsid(c->rados, c->fsid, sizeof(c->fsid));
+	if (ret < 0) {
+		snprintf(err, errlen, "%s: cannot read the cluster's fsid: %s", uri, strerror(-ret));
+		goto out;
+	}
+	ret = ceph_create_from_rados(&c->cm, c->rados);
+	if (!ret)
+		ret = ceph_select_filesystem(c->cm, c->fs_name);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot create a CephFS client: %s", uri, strerror(-ret));
+		goto out;
+	}
+	ret = ceph_mount(c->cm, "/");
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot mount the file system '%s': %s%s", uri, c->fs_name,
+			 strerror(-ret),
+			 ret == -ENOENT ? " (no such file system? `ceph fs ls` lists them)" : "");
+		goto out;
+	}
+	ret = cfs_scan(c, err, errlen);
+	if (ret)
+		goto out;
+	for (unsigned i = 0; i < MIN(cfg->cephfs_threads, (unsigned)CFS_THREADS_MAX); i++) {
+		ret = -pthread_create(&c->threads[i], NULL, pool_thread, c);
+		if (ret) {
+			snprintf(err, errlen, "%s: cannot start a read thread: %s", uri, strerror(-ret));
+			goto out;
+		}
+		c->nthreads++;
+	}
+	ret = -pthread_create(&c->watchdog, NULL, watchdog_thread, c);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot start a thread: %s", uri, strerror(-ret));
+		goto out;
+	}
+	c->watchdog_started = true;
+	free(copy);
+	*out = &c->be;
+	return 0;
+out:
+	free(copy);
+	cfs_destroy(&c->be);
+	return ret;
+}
+
+static void cfs_destroy(struct backend *be)
+{
+	struct backend_cephfs *c = to_cfs(be);
+
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_broadcast(&c->work);
+	pthread_cond_broadcast(&c->tick);
+	pthread_mutex_unlock(&c->lock);
+	if (c->watchdog_started)
+		pthread_join(c->watchdog, NULL);	/* every read answered */
+	for (unsigned i = 0; i < c->nthreads; i++) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 2;
+		if (pthread_timedjoin_np(c->threads[i], NULL, &ts)) {
+			/*
+			 * A read still waits on the cluster (a dead OSD): the
+			 * client, the index and this struct stay for it.
+			 */
+			for (unsigned j = i; j < c->nthreads; j++)
+				pthread_detach(c->threads[j]);
+			log_warn("%s: a read is still waiting on the cluster at unmount; its client is left as it is",
+				 be->uri ? be->uri : "cephfs");
+			return;
+		}
+	}
+	if (c->cm) {
+		ceph_unmount(c->cm);
+		ceph_release(c->cm);
+	}
+	if (c->rados)
+		rados_shutdown(c->rados);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->work);
+	pthread_cond_destroy(&c->tick);
+	if (be->m)
+		manifest_close(be->m);
+	free(c->fs_name);
+	free(c->root);
+	free(be->uri);
+	free(c);
+}
+
+const struct backend_ops backend_cephfs_ops = {
+	.scheme = "cephfs",
+	.create = cfs_create,
+	.destroy = cfs_destroy,
+	.getattr = backend_manifest_getattr,
+	.lookup = backend_manifest_lookup,
+	.readdir = backend_manifest_readdir,
+	.readlink = backend_manifest_readlink,
+	.read_chunk = cfs_read_chunk,
+	.aio_start = cfs_aio_start,
+	.aio_finish = cfs_aio_finish,
+	.statfs = backend_manifest_statfs,
+};
+
+#endif /* CONFIG_HAVE_CEPHFS */

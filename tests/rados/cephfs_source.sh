@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link) reads byte-exact through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within twice rados_timeout.
+# needs: ceph
+# timeout: 240
+# SPDX-License-Identifier: Apache-2.0
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/../lib.sh"
+need_mount
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
+command -v ceph-mds >/dev/null || skip "ceph-mds is not installed (./install-deps installs it): no CephFS to read"
+command -v ceph-fuse >/dev/null || skip "ceph-fuse is not installed (./install-deps installs it): no way to write the tree"
+"$STAGEFS" --version >/dev/null 2>&1 || die "stagefs does not run"
+TOOL=$REPO/tools/dev/ceph-cluster.sh
+T=$TEST_TMPDIR F=$TEST_TMPDIR/cephfs D=ds$$
+osd_up() { "$TOOL" start-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || true; }
+cleanup() {
+	osd_up
+	"$TOOL" umount-fs "$STAGEFS_CEPH_DIR" "$F" >/dev/null 2>&1 || true
+	"$TOOL" rm-fs "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+"$TOOL" fs "$STAGEFS_CEPH_DIR" >"$T/fs.log" 2>&1 || die "no CephFS: $(tail -3 "$T/fs.log")"
+"$TOOL" mount-fs "$STAGEFS_CEPH_DIR" "$F" >>"$T/fs.log" 2>&1 || die "ceph-fuse mount failed: $(tail -3 "$T/fs.log")"
+
+# the tree, written through ceph-fuse: 3 MiB + a bit (4 chunks of 1 MiB),
+# 40 small files, an empty one, a symlink, a second name of a file
+mkdir -p "$F/$D/a/b"
+head -c $((3 * 1048576 + 4097)) /dev/urandom >"$F/$D/big.bin"
+for i in $(seq 1 40); do head -c $((i * 997)) /dev/urandom >"$F/$D/a/f$i"; done
+: >"$F/$D/empty"
+echo "as it was" >"$F/$D/a/b/note.txt"
+ln -s a/b/note.txt "$F/$D/link"
+ln "$F/$D/a/f1" "$F/$D/hard1"
+sync
+mkdir "$F/$D/.snap/s1" || die "cannot take a CephFS snapshot"
+# after the snapshot, through ceph-fuse (whose caps hold the new size until
+# someone asks): the snapshot keeps the old bytes, a live walk sees the new
+echo "as it is now, longer" >"$F/$D/a/b/note.txt"
+
+opts=("ceph_conf=$CEPH_CONF" chunk_size=1M rados_timeout=3s)
+
+# --- a snapshot: as it was when taken, every byte
+S=$T/snap
+sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs"
+treecmp "$F/$D/.snap/s1" "$S"
+[[ $(cat "$S/a/b/note.txt") == "as it was" ]] || die "a snapshot's file changed after it was taken: $(cat "$S/a/b/note.txt")"
+[[ $(readlink "$S/link") == a/b/note.txt ]] || die "symlink target: $(readlink "$S/link")"
+assert_eq "$(stat -c %i "$S/hard1")" "$(stat -c %i "$S/a/f1")" "two names of one file, one inode"
+"$STAGEFS" warmup --json "$S" >"$T/w.json" || die "warmup failed: $(cat "$T/w.json")"
+r0=$(stat_get "$S" backend_reads)
+drop_caches
+treecmp "$F/$D/.snap/s1" "$S"
+assert_eq "$(stat_get "$S" backend_reads)" "$r0" "backend reads after a warmup"
+log "snapshot: byte-exact, warmed, served from the cache"
+
+# --- live: the tree as it is at mount, a file still being written included
+L=$T/live
+sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl"
+[[ $(cat "$L/a/b/note.txt") == "as it is now, longer" ]] ||
+	die "a file written by another client just before the mount: '$(cat "$L/a/b/note.txt")'"
+treecmp "$F/$D" "$L"
+# changed under the mount, before this mount cached it: EIO, never a mix
+sfs_umount "$L"
+sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl2"
+printf 'X' | dd of="$F/$D/big.bin" bs=1 seek=2000000 conv=notrunc status=none
+sync
+if cat "$L/big.bin" >"$T/out" 2>"$T/err"; then
+	die "a file changed under the mount was served ($(cmp "$T/out" "$F/$D/big.bin" >/dev/null && echo new || echo mixed or old) bytes)"
+fi
+contains "Input/output error" "$T/err" || die "big.bin: $(cat "$T/err")"
+contains "changed since it was mounted" "$(sfs_log "$L")" || die "the change was not logged"
+cmp "$L/a/f7" "$F/$D/a/f7" || die "a neighbour of the changed file reads wrong"
+log "live: walked with the writer's size; a file changed under it gives EIO"
+sfs_umount "$L"
+
+# --- what the mount refuses, and why
+mkdir -p "$T/bad"
+for bad in "cephfs://nosuchfs/$D|no such file system" "cephfs://cephfs/$D@nosnap|no such snapshot" \
+	"cephfs://cephfs/$D/../x|may not hold" "cephfs://cephfs/nodir$$|No such file"; do
+	uri=${bad%%|*} want=${bad#*|}
+	if timeout 60 "$STAGEFS" -f -o "ceph_conf=$CEPH_CONF,cache_dir=$T/cb,runtime_dir=$T/rb" "$uri" "$T/bad" \
+		>"$T/bad.out" 2>&1; then
+		die "$uri mounted"
+	fi
+	contains "$want" "$T/bad.out" || die "$uri: expected '$want', got: $(tail -2 "$T/bad.out")"
+done
+log "bad sources refused with a reason"
+
+# --- a dead OSD: an uncached read fails within twice rados_timeout (a read
+# through the page cache is the kernel's readahead, then its retry)
+sfs_umount "$S"
+sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cd"
+cmp "$S/a/f2" "$F/$D/.snap/s1/a/f2" || die "f2 reads wrong before the OSD stops"
+"$TOOL" stop-osd "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || die "cannot stop the OSD"
+t0=$(date +%s%3N)
+if timeout 60 cat "$S/a/f3" >/dev/null 2>"$T/err"; then
+	die "f3 read with the OSD down"
+fi
+took=$(($(date +%s%3N) - t0))
+contains "Input/output error" "$T/err" || die "f3 with the OSD down: $(cat "$T/err")"
+((took <= 8000)) || die "f3: EIO after $took ms; rados_timeout=3s promises <= 8000 ms"
+ls "$S/a" >/dev/null || die "the mount stopped answering"
+log "OSD down: EIO after $took ms"
+osd_up
+sfs_umount "$S"
