@@ -361,7 +361,7 @@ static const struct opt opts[] = {
 		"against 290 MB). With `no` the mount waits for the whole scan and "
 		"fails if it fails." },
 	{ "dir_reuse_scan", OPT_BOOL, O(dir_reuse_scan), "yes", 0, 0,
-	  "dir://: mount from the scan saved at the last mount when no directory of the source changed (mtime, ctime, inode); no = always scan",
+	  "dir:// and cephfs://: mount from the scan saved at the last mount when the source did not change (dir://: no directory's mtime, ctime, inode; cephfs://: ceph.dir.rctime, rbytes, rentries); no = always scan",
 	  .doc =
 		"A `dir://` mount saves its scan (the manifest and a stamp of every"
 		" directory: inode number, mtime, ctime) under "
@@ -371,7 +371,8 @@ static const struct opt opts[] = {
 		"1,000 directories: well under a second against a full scan). "
 		"Adding, removing or renaming an entry changes its directory's "
 		"mtime and ctime, so a new, deleted or renamed file or directory "
-		"is seen. **What the check cannot see**: a file rewritten, "
+		"is seen. (`cephfs://` sources save their walk too and check the "
+		"tree's recursive statistics instead: `cephfs.md`.) **What the check cannot see**: a file rewritten, "
 		"truncated, `chmod`ed, `chown`ed or `touch`ed in place (no name "
 		"added or removed), and a directory change whose times equal the "
 		"recorded ones (timestamps set back with `touch -d`, a timestamp "

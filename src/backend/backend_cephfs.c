@@ -319,13 +319,12 @@ static int walk_dir(struct walk *w, const char *rel, unsigned depth)
 	return ret;
 }
 
-static int cfs_scan(struct backend_cephfs *c, char *err, size_t errlen)
+/* Walk the tree into a serialized manifest, *@buf (malloc'ed) of *@len bytes. */
+static int cfs_scan(struct backend_cephfs *c, void **buf, size_t *len, char *err, size_t errlen)
 {
 	struct walk w = { .c = c, .links = IDMAP_INIT, .err = err, .errlen = errlen };
 	struct ceph_statx st;
 	struct sfs_attr a;
-	void *buf = NULL;
-	size_t len = 0;
 	uint64_t t0 = mono_ms();
 	int ret;
 
@@ -347,28 +346,177 @@ static int cfs_scan(struct backend_cephfs *c, char *err, size_t errlen)
 	if (!ret)
 		ret = walk_dir(&w, "", 0);
 	if (!ret) {
-		ret = manifest_builder_finish(w.b, 1, &buf, &len);
+		ret = manifest_builder_finish(w.b, 1, buf, len);
 		if (ret)
 			snprintf(err, errlen, "cephfs://%s%s: cannot build the index: %s",
 				 c->fs_name, c->root, strerror(-ret));
 	}
-	if (!ret) {
-		ret = manifest_open(buf, len, &c->be.m, err, errlen);
-		if (ret)
-			free(buf);
-	}
-	if (!ret) {
-		manifest_set_name(c->be.m, c->be.uri);
+	if (!ret)
 		log_notice("%s: %" PRIu64 " entries, %" PRIu64 " bytes%s, walked in %" PRIu64 " ms",
 			   c->be.uri, w.entries, w.bytes,
 			   w.skipped ? " (devices, fifos and sockets skipped)" : "", mono_ms() - t0);
-	}
 	manifest_builder_destroy(w.b);
 	for (size_t i = 0; i < w.nnames; i++)
 		free(w.names[i]);
 	free(w.names);
 	idmap_release(&w.links);
 	return ret;
+}
+
+/* ---- the saved walk ---- */
+
+/*
+ * CACHE_DIR/snapshots/<key>@ext, key = XXH3-128 of the cluster's fsid, the
+ * file system, the root and the chunk size: another cluster's or another
+ * tree's walk is never taken for this one.
+ */
+static void saved_path(const struct backend_cephfs *c, const char *cache_dir,
+		       const char *ext, char *buf, size_t len)
+{
+	char key[PATH_MAX + 128], hex[SFS_ID_HEX_LEN + 1];
+	struct sfs_id id;
+	int n;
+
+	n = snprintf(key, sizeof(key), "cephfs%c%s%c%s%c%s%c%u", 0, c->fsid, 0, c->fs_name, 0,
+		     c->root, 0, c->be.chunk_size);
+	sfs_id_of(key, (size_t)MIN(n, (int)sizeof(key)), &id);
+	sfs_id_hex(&id, hex);
+	snprintf(buf, len, "%s/snapshots/%s%s", cache_dir, hex, ext);
+}
+
+/*
+ * What says the tree is as walked, without walking it: a snapshot's root
+ * (inode, snapshot id, ctime; a snapshot never changes), or a live tree's
+ * recursive statistics, which CephFS keeps on every directory
+ * (ceph.dir.rctime: the newest ctime below, which any write, create,
+ * remove, rename, chmod or chown moves; ceph.dir.rbytes, ceph.dir.rentries).
+ */
+static int tree_stamp(struct backend_cephfs *c, char *buf, size_t len)
+{
+	static const char *const rstat[] = { "ceph.dir.rctime", "ceph.dir.rbytes",
+					     "ceph.dir.rentries" };
+	struct ceph_statx st;
+	size_t n;
+	int r;
+
+	r = ceph_statx(c->cm, c->root, &st, CFS_WANT, 0);
+	if (r < 0)
+		return r;
+	n = (size_t)snprintf(buf, len, "%" PRIu64 " %" PRIu64 " %lld.%09ld", st.stx_ino,
+			     (uint64_t)st.stx_dev, (long long)st.stx_ctime.tv_sec,
+			     st.stx_ctime.tv_nsec);
+	if (c->snapshot)
+		return 0;
+	for (size_t i = 0; i < 3; i++) {
+		char v[64];
+
+		r = ceph_getxattr(c->cm, c->root, rstat[i], v, sizeof(v) - 1);
+		if (r < 0)
+			return r;
+		v[r] = '\0';
+		n += (size_t)snprintf(buf + n, n < len ? len - n : 0, " %s", v);
+	}
+	return n < len ? 0 : -ENAMETOOLONG;
+}
+
+/* The stamp file: "SFSCFS1 INO SIZE MTIME_NS STAMP\n" of the manifest file it goes with. */
+static int stamp_line(const char *manifest, const char *stamp, char *buf, size_t len)
+{
+	struct stat st;
+
+	if (stat(manifest, &st) < 0)
+		return -errno;
+	snprintf(buf, len, "SFSCFS1 %" PRIu64 " %" PRIu64 " %" PRId64 " %s\n", (uint64_t)st.st_ino,
+		 (uint64_t)st.st_size,
+		 (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec, stamp);
+	return 0;
+}
+
+/* Open the saved walk if its stamp is @stamp: 0, or -errno (walk then). */
+static int saved_load(struct backend_cephfs *c, const char *cache_dir, const char *stamp)
+{
+	char mpath[PATH_MAX], spath[PATH_MAX], want[512], have[512] = "", err[256];
+	FILE *f;
+	int ret;
+
+	saved_path(c, cache_dir, ".cephfs", mpath, sizeof(mpath));
+	saved_path(c, cache_dir, ".cephfs-stamp", spath, sizeof(spath));
+	f = fopen(spath, "re");
+	if (!f)
+		return -errno;
+	if (!fgets(have, sizeof(have), f))
+		have[0] = '\0';
+	fclose(f);
+	ret = stamp_line(mpath, stamp, want, sizeof(want));
+	if (ret)
+		return ret;
+	if (strcmp(have, want))
+		return -ESTALE;
+	ret = manifest_open_file(mpath, &c->be.m, err, sizeof(err));
+	if (ret)
+		log_warn("%s: the saved walk %s: %s (walking again)", c->be.uri, mpath, err);
+	return ret;
+}
+
+/* Save the walk @buf (@len bytes) with @stamp, the manifest first. */
+static int saved_store(struct backend_cephfs *c, const char *cache_dir, const char *stamp,
+		       const void *buf, size_t len)
+{
+	char mpath[PATH_MAX], spath[PATH_MAX], dir[PATH_MAX], line[512];
+	int ret;
+
+	snprintf(dir, sizeof(dir), "%s/snapshots", cache_dir);
+	saved_path(c, cache_dir, ".cephfs", mpath, sizeof(mpath));
+	saved_path(c, cache_dir, ".cephfs-stamp", spath, sizeof(spath));
+	ret = mkdir_p(dir, 0700);
+	if (!ret)
+		ret = write_file_atomic(mpath, buf, len, 0600, true);
+	if (!ret)
+		ret = stamp_line(mpath, stamp, line, sizeof(line));
+	if (!ret)
+		ret = write_file_atomic(spath, line, strlen(line), 0600, true);
+	return ret;
+}
+
+/*
+ * The tree's index: the saved walk where its stamp still holds (and
+ * dir_reuse_scan), else a walk, saved for the next mount.
+ */
+static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, char *err,
+		     size_t errlen)
+{
+	char stamp[400];
+	void *buf = NULL;
+	size_t len = 0;
+	uint64_t t0 = mono_ms();
+	int ret, sret;
+
+	sret = tree_stamp(c, stamp, sizeof(stamp));
+	if (!sret && cfg->dir_reuse_scan && !saved_load(c, cfg->cache_dir, stamp)) {
+		log_notice("%s: the tree is as walked before (%s): index reused in %" PRIu64 " ms",
+			   c->be.uri, c->snapshot ? "a snapshot" : "ceph.dir.rctime, rbytes, rentries",
+			   mono_ms() - t0);
+		manifest_set_name(c->be.m, c->be.uri);
+		return 0;
+	}
+	ret = cfs_scan(c, &buf, &len, err, errlen);
+	if (ret)
+		return ret;
+	if (!sret) {
+		char again[400];
+
+		/* changed during the walk: not saved, the next mount walks again */
+		if (!tree_stamp(c, again, sizeof(again)) && !strcmp(again, stamp) &&
+		    (ret = saved_store(c, cfg->cache_dir, stamp, buf, len)))
+			log_warn("%s: cannot save the walk: %s", c->be.uri, strerror(-ret));
+	}
+	ret = manifest_open(buf, len, &c->be.m, err, errlen);
+	if (ret) {
+		free(buf);
+		return ret;
+	}
+	manifest_set_name(c->be.m, c->be.uri);
+	return 0;
 }
 
 /* ---- reads ---- */
@@ -780,7 +928,7 @@ static int cfs_create(const char *uri, const struct sfs_config *cfg, struct back
 			 ret == -ENOENT ? " (no such file system? `ceph fs ls` lists them)" : "");
 		goto out;
 	}
-	ret = cfs_scan(c, err, errlen);
+	ret = cfs_index(c, cfg, err, errlen);
 	if (ret)
 		goto out;
 	for (unsigned i = 0; i < MIN(cfg->cephfs_threads, (unsigned)CFS_THREADS_MAX); i++) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link) reads byte-exact through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within twice rados_timeout.
+# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link) reads byte-exact through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a mount again reuses the saved walk of a snapshot or of an unchanged tree, and walks again once the tree's recursive ctime moved; a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within twice rados_timeout.
 # needs: ceph
 # timeout: 240
 # SPDX-License-Identifier: Apache-2.0
@@ -53,6 +53,11 @@ drop_caches
 treecmp "$F/$D/.snap/s1" "$S"
 assert_eq "$(stat_get "$S" backend_reads)" "$r0" "backend reads after a warmup"
 log "snapshot: byte-exact, warmed, served from the cache"
+# mounted again: the saved walk (a snapshot never changes), the same bytes
+sfs_umount "$S"
+sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs"
+contains "index reused" "$(sfs_log "$S")" || die "a snapshot mounted again was walked again"
+treecmp "$F/$D/.snap/s1" "$S"
 
 # --- live: the tree as it is at mount, a file still being written included
 L=$T/live
@@ -63,8 +68,13 @@ treecmp "$F/$D" "$L"
 # changed under the mount, before this mount cached it: EIO, never a mix
 sfs_umount "$L"
 sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl2"
+rct() { getfattr --only-values -n ceph.dir.rctime "$F/$D" 2>/dev/null; }
+moved() { [[ $(rct) != "$r0" ]]; }
+r0=$(rct)
 printf 'X' | dd of="$F/$D/big.bin" bs=1 seek=2000000 conv=notrunc status=none
 sync
+# CephFS propagates a change to the tree's recursive ctime within seconds
+wait_for -t 30 moved || die "ceph.dir.rctime did not move in 30 s after a write"
 if cat "$L/big.bin" >"$T/out" 2>"$T/err"; then
 	die "a file changed under the mount was served ($(cmp "$T/out" "$F/$D/big.bin" >/dev/null && echo new || echo mixed or old) bytes)"
 fi
@@ -73,6 +83,24 @@ contains "changed since it was mounted" "$(sfs_log "$L")" || die "the change was
 cmp "$L/a/f7" "$F/$D/a/f7" || die "a neighbour of the changed file reads wrong"
 log "live: walked with the writer's size; a file changed under it gives EIO"
 sfs_umount "$L"
+# mounted again: walked again, since big.bin changed (ceph.dir.rctime moved)
+sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl"
+contains "index reused" "$(sfs_log "$L")" && die "a changed tree's saved walk was reused"
+cmp "$L/big.bin" "$F/$D/big.bin" || die "big.bin after a new walk"
+sfs_umount "$L"
+# unchanged since: the saved walk; a file added: the tree's recursive
+# ctime moves (CephFS propagates it within seconds) and the next mount walks
+sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl"
+contains "index reused" "$(sfs_log "$L")" || die "an unchanged tree was walked again"
+sfs_umount "$L"
+r0=$(rct)
+echo "added" >"$F/$D/a/added.txt"
+sync
+wait_for -t 30 moved || die "ceph.dir.rctime did not move in 30 s"
+sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl"
+[[ $(cat "$L/a/added.txt") == added ]] || die "a file added since the last walk is not there"
+sfs_umount "$L"
+log "saved walks: reused for a snapshot and an unchanged tree, not after a change"
 
 # --- what the mount refuses, and why
 mkdir -p "$T/bad"
