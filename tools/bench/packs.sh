@@ -87,30 +87,9 @@ PY
 	row "" "$(mbs "$pp")" "$(mbs "$pu")" "$(mbs "$w4")"
 
 	cold() {	# an empty cache on a new filesystem, a cold OSD, no page cache
-		cachefs_new || return 1
+		cachefs_new "$d/cache" $(((2 * bytes >> 20) + 1024)) || return 1
 		[ -z "$CLUSTER_DIR" ] || timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
 		drop_caches
-	}
-	# $d/cache: on a fresh ext4 where mkfs.ext4 and loop devices work.  The
-	# loop device writes into the image's page cache, as a node's own NVMe
-	# takes the cache's writes out of the OSDs' way; BENCH_CACHE_DIO=1 gives
-	# it direct I/O, so that they compete with this VM's OSD for its disk.
-	cachedev=
-	cachefs_new() {
-		cachefs_gone
-		mkdir -p "$d/cache"
-		command -v mkfs.ext4 >/dev/null || return 0
-		truncate -s $(((2 * bytes >> 20) + 1024))M "$d/cachefs.img" &&
-			mkfs.ext4 -q -F "$d/cachefs.img" &&
-			cachedev=$(losetup --direct-io="$([ "${BENCH_CACHE_DIO:-0}" = 1 ] && echo on || echo off)" \
-				--show -f "$d/cachefs.img") &&
-			mount "$cachedev" "$d/cache" || { cachefs_gone; mkdir -p "$d/cache"; return 0; }
-	}
-	cachefs_gone() {
-		! mountpoint -q "$d/cache" || umount "$d/cache" || umount -l "$d/cache"
-		[ -z "$cachedev" ] || losetup -d "$cachedev" 2>/dev/null
-		cachedev=
-		rm -rf "$d/cache" "$d/cachefs.img"
 	}
 	warmup() {	# warmup SRC: prints bytes/s
 		sfs_mount "$1" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" || return 1
@@ -130,25 +109,25 @@ PY
 	row "" "cold epoch packed" "cold, a file an object" "warm epoch / local disk"
 	for r in $(seq "$ROUNDS"); do
 		cold || { skipped "no cache filesystem"; return; }
-		s4=$(rados_bench_bw 600 seq -t "$T" --run-name pk) || { cachefs_gone; skipped "rados bench seq failed"; return; }
+		s4=$(rados_bench_bw 600 seq -t "$T" --run-name pk) || { cachefs_gone "$d/cache"; skipped "rados bench seq failed"; return; }
 		cold
-		x=$(warmup "rados://$POOL/pk-p") || { cachefs_gone; skipped "warmup failed: $(tail -1 "$WORK/log/warmup.log")"; return; }
+		x=$(warmup "rados://$POOL/pk-p") || { cachefs_gone "$d/cache"; skipped "warmup failed: $(tail -1 "$WORK/log/warmup.log")"; return; }
 		wps+=("$x")
 		cold
-		x=$(warmup "rados://$POOL/pk-u") || { cachefs_gone; skipped "warmup failed: $(tail -1 "$WORK/log/warmup.log")"; return; }
+		x=$(warmup "rados://$POOL/pk-u") || { cachefs_gone "$d/cache"; skipped "warmup failed: $(tail -1 "$WORK/log/warmup.log")"; return; }
 		wus+=("$x")
 		s4s+=("$s4")
 		for src in pk-p pk-u; do
 			cold
 			sfs_mount "rados://$POOL/$src" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" ||
-				{ cachefs_gone; skipped "mount failed"; return; }
+				{ cachefs_gone "$d/cache"; skipped "mount failed"; return; }
 			ls -R "$d/mnt" >/dev/null	# the listing, not timed: the readers list too
 			drop_caches
-			fps=$(epoch "$d/mnt" "$r") || { sfs_umount "$d/mnt"; cachefs_gone; skipped "the epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
+			fps=$(epoch "$d/mnt" "$r") || { sfs_umount "$d/mnt"; cachefs_gone "$d/cache"; skipped "the epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
 			if [ "$src" = pk-p ]; then
 				cps+=("$fps")
 				drop_caches
-				x=$(epoch "$d/mnt" $((r + 100))) || { sfs_umount "$d/mnt"; cachefs_gone; skipped "the warm epoch failed"; return; }
+				x=$(epoch "$d/mnt" $((r + 100))) || { sfs_umount "$d/mnt"; cachefs_gone "$d/cache"; skipped "the warm epoch failed"; return; }
 				wms+=("$x")
 			else
 				cus+=("$fps")
@@ -156,7 +135,7 @@ PY
 			sfs_umount "$d/mnt"
 		done
 		drop_caches
-		x=$(epoch "$d/src" $((r + 200))) || { cachefs_gone; skipped "the local epoch failed"; return; }
+		x=$(epoch "$d/src" $((r + 200))) || { cachefs_gone "$d/cache"; skipped "the local epoch failed"; return; }
 		ls+=("$x")
 		if [ -n "$fs" ]; then
 			x=$(fuse_epoch $((r + 300))) && cfs+=("$x") || printf '  note: the ceph-fuse epoch failed (log/epoch.err)\n'
@@ -170,7 +149,7 @@ PY
 		rm -rf "$d/cephfs/pk"	# room for the benchmarks after this one
 		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1
 	fi
-	cachefs_gone
+	cachefs_gone "$d/cache"
 	s4=$(median "${s4s[@]}")
 	result "publish, packed, vs rados bench write 4M" "$(mbs "$pp")" "$(mbs "$w4")" "$(ratio "$pp" "$w4")" ">=0.8"
 	result "publish, a file an object, vs the same" "$(mbs "$pu")" "$(mbs "$w4")" "$(ratio "$pu" "$w4")" ""

@@ -124,6 +124,33 @@ drop_caches() {
 	echo "${BENCH_DROP:-3}" >/proc/sys/vm/drop_caches
 }
 
+# cachefs_new DIR MB: DIR on a fresh ext4 of MB MiB (mkfs defaults, so with
+# a journal) on a loop device, where mkfs.ext4 and loop devices work; else
+# a plain directory.  This VM's root ext4 has no journal, and ext4 without
+# one scans recently freed inodes at every create: a cache emptied and
+# filled again there slows down run after run (docs/benchmarks.md, packs).
+# The loop device writes into the image's page cache, as a node's own NVMe
+# takes the cache's writes out of the OSDs' way; BENCH_CACHE_DIO=1 gives it
+# direct I/O, so that they compete with this VM's OSD for its disk.
+# cachefs_gone DIR undoes it.  Both keep the device in CACHEFS_DEV.
+CACHEFS_DEV=
+cachefs_new() {
+	cachefs_gone "$1"
+	mkdir -p "$1"
+	command -v mkfs.ext4 >/dev/null || return 0
+	truncate -s "$2"M "$1.img" &&
+		mkfs.ext4 -q -F "$1.img" &&
+		CACHEFS_DEV=$(losetup --direct-io="$([ "${BENCH_CACHE_DIO:-0}" = 1 ] && echo on || echo off)" \
+			--show -f "$1.img") &&
+		mount "$CACHEFS_DEV" "$1" || { cachefs_gone "$1"; mkdir -p "$1"; return 0; }
+}
+cachefs_gone() {
+	! mountpoint -q "$1" || umount "$1" || umount -l "$1"
+	[ -z "$CACHEFS_DEV" ] || losetup -d "$CACHEFS_DEV" 2>/dev/null
+	CACHEFS_DEV=
+	rm -rf "$1" "$1.img"
+}
+
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# tools/bench/cephfs.sh - cephfs: a dataset read where it lives in CephFS
+# SPDX-License-Identifier: Apache-2.0
+#
+#   cephfs       BENCH_CEPHFS_N (8,000; quick 1,000) ImageNet-like files of
+#                BENCH_CEPHFS_KB (60-220) KB in 100 directories, copied into a
+#                CephFS of the lab cluster (ceph-fuse) and published to
+#                rados:// as well: one cold shuffled epoch
+#                (tools/bench/epoch_reader.py, BENCH_EPOCH_WORKERS (8) readers;
+#                OSD cache dropped, page cache dropped, the listing not timed)
+#                through stagefs cephfs://FS/PATH (empty cache on a fresh ext4,
+#                as in packs), against
+#                ceph-fuse of the same tree and stagefs over the published
+#                copy (rados://, empty cache), and the same through a mount
+#                of a CephFS snapshot of the tree (cephfs://FS/PATH@SNAP)
+#
+#   BENCH_CEPHFS_N   cephfs: number of files (default 8000)
+#   BENCH_CEPHFS_KB  cephfs: their sizes, MIN-MAX KB (default 60-220)
+[ "${BASH_SOURCE[0]}" != "$0" ] || exec "$(dirname "$0")/run.sh" "$(basename "$0" .sh)" "$@"	# alone: tools/bench.sh NAME
+
+[ "$QUICK" = 1 ] && : "${BENCH_CEPHFS_N:=1000}"
+CFS_N=${BENCH_CEPHFS_N:-8000}
+CFS_KB=${BENCH_CEPHFS_KB:-60-220}
+
+bench_cephfs() {
+	local d=$WORK/cephfs n=$CFS_N r x out
+	local cs=() fs=() rs=() ss=()
+	local workers=${BENCH_EPOCH_WORKERS:-8}
+	hdr cephfs "$n files of $CFS_KB KB in CephFS: cephfs:// against ceph-fuse and rados://"
+	need_rados || { skipped "$RADOS_WHY"; return; }
+	[ -n "$CLUSTER_DIR" ] || { skipped "needs the benchmark's own lab cluster (an MDS is added to it)"; return; }
+	"$STAGEFS" --help 2>&1 | grep -c cephfs_threads >/dev/null || { skipped "stagefs built without libcephfs"; return; }
+	mkdir -p "$d/mnt" "$d/fuse"
+	"$PY" - "$d/src" "$n" "${CFS_KB%-*}" "${CFS_KB#*-}" <<'PY' || { skipped "could not write the files"; return; }
+import os, random, sys
+root, n, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+r = random.Random(31)
+for i in range(n):
+    sub = f"{root}/c{i % 100:03}"
+    if i < 100:
+        os.makedirs(sub, exist_ok=True)
+    with open(f"{sub}/img{i:07}.jpg", "wb") as f:
+        f.write(r.randbytes(r.randint(lo << 10, hi << 10)))
+PY
+	"$CLUSTER_SH" fs "$CLUSTER_DIR" >>"$WORK/log/cephfs.log" 2>&1 &&
+		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1 ||
+		{ skipped "no CephFS (ceph-mds, ceph-fuse installed?)"; return; }
+	log "cephfs: copying the files into CephFS"
+	rm -rf "$d/fuse/bcfs"
+	cp -r "$d/src" "$d/fuse/bcfs" && sync && mkdir "$d/fuse/bcfs/.snap/s1" ||
+		{ "$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/fuse" >/dev/null 2>&1; skipped "could not copy into CephFS"; return; }
+	"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1
+	"$STAGEFS" publish -q -j "$T" "$d/src" "rados://$POOL/bcfs" >>"$WORK/log/publish.log" 2>&1 ||
+		{ skipped "publish failed: $(tail -1 "$WORK/log/publish.log")"; return; }
+
+	cold() {	# an empty cache on a new filesystem, a cold OSD, no page cache
+		cachefs_new "$d/cache" $(((n * 280 >> 10) + 1024))
+		timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
+		drop_caches
+	}
+	epoch() {	# epoch ROOT SEED: files/s of one shuffled epoch
+		out=$("$PY" "$REPO/tools/bench/epoch_reader.py" "$1" --workers "$workers" --seed "$2" 2>"$WORK/log/epoch.err") ||
+			return 1
+		[ "$(jget "$out" files)" = "$n" ] || return 1
+		awk -v n="$n" -v s="$(jget "$out" seconds)" 'BEGIN { printf "%.0f\n", n / s }'
+	}
+	sfs_epoch() {	# sfs_epoch SRC SEED: a cold epoch through a fresh stagefs mount
+		cold
+		sfs_mount "$1" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" || return 1
+		ls -R "$d/mnt" >/dev/null
+		drop_caches
+		x=$(epoch "$d/mnt" "$2")
+		sfs_umount "$d/mnt"
+		[ -n "$x" ] && echo "$x"
+	}
+	fuse_epoch() {	# fuse_epoch SEED: the same through ceph-fuse
+		cold
+		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1 || return 1
+		ls -R "$d/fuse/bcfs" >/dev/null
+		drop_caches
+		x=$(epoch "$d/fuse/bcfs" "$1")
+		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1
+		[ -n "$x" ] && echo "$x"
+	}
+	row "" "cephfs://" "ceph-fuse" "rados://" "cephfs://...@snap"
+	for r in $(seq "$ROUNDS"); do
+		x=$(sfs_epoch "cephfs://cephfs/bcfs" "$r") || { cachefs_gone "$d/cache"; skipped "the cephfs:// epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
+		cs+=("$x")
+		x=$(fuse_epoch "$r") || { cachefs_gone "$d/cache"; skipped "the ceph-fuse epoch failed"; return; }
+		fs+=("$x")
+		x=$(sfs_epoch "rados://$POOL/bcfs" "$r") || { cachefs_gone "$d/cache"; skipped "the rados:// epoch failed"; return; }
+		rs+=("$x")
+		x=$(sfs_epoch "cephfs://cephfs/bcfs@s1" "$r") || { cachefs_gone "$d/cache"; skipped "the snapshot epoch failed"; return; }
+		ss+=("$x")
+		row "round $r" "$(fps "${cs[-1]}")" "$(fps "${fs[-1]}")" "$(fps "${rs[-1]}")" "$(fps "${ss[-1]}")"
+	done
+	if "$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1; then
+		rmdir "$d/fuse/bcfs/.snap/s1" 2>/dev/null
+		rm -rf "$d/fuse/bcfs"	# room for the benchmarks after this one
+		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1
+	fi
+	cachefs_gone "$d/cache"
+	result "cold epoch, cephfs://, vs ceph-fuse" "$(fps "$(median "${cs[@]}")")" "$(fps "$(median "${fs[@]}")")" \
+		"$(ratio "$(median "${cs[@]}")" "$(median "${fs[@]}")")" ">=2"
+	result "cold epoch, cephfs://, vs rados:// (published)" "$(fps "$(median "${cs[@]}")")" "$(fps "$(median "${rs[@]}")")" \
+		"$(ratio "$(median "${cs[@]}")" "$(median "${rs[@]}")")" ">=0.9"
+	result "cold epoch, cephfs://...@snapshot, vs ceph-fuse" "$(fps "$(median "${ss[@]}")")" "$(fps "$(median "${fs[@]}")")" \
+		"$(ratio "$(median "${ss[@]}")" "$(median "${fs[@]}")")" ""
+}
