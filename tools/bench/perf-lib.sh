@@ -132,22 +132,25 @@ drop_caches() {
 # The loop device writes into the image's page cache, as a node's own NVMe
 # takes the cache's writes out of the OSDs' way; BENCH_CACHE_DIO=1 gives it
 # direct I/O, so that they compete with this VM's OSD for its disk.
-# cachefs_gone DIR undoes it.  Both keep the device in CACHEFS_DEV.
-CACHEFS_DEV=
+# cachefs_gone DIR undoes it, finding the loop device by its image (a
+# cachefs_new in a command substitution's subshell keeps nothing here).
 cachefs_new() {
+	local dev
 	cachefs_gone "$1"
 	mkdir -p "$1"
 	command -v mkfs.ext4 >/dev/null || return 0
 	truncate -s "$2"M "$1.img" &&
 		mkfs.ext4 -q -F "$1.img" &&
-		CACHEFS_DEV=$(losetup --direct-io="$([ "${BENCH_CACHE_DIO:-0}" = 1 ] && echo on || echo off)" \
+		dev=$(losetup --direct-io="$([ "${BENCH_CACHE_DIO:-0}" = 1 ] && echo on || echo off)" \
 			--show -f "$1.img") &&
-		mount "$CACHEFS_DEV" "$1" || { cachefs_gone "$1"; mkdir -p "$1"; return 0; }
+		mount "$dev" "$1" || { cachefs_gone "$1"; mkdir -p "$1"; return 0; }
 }
 cachefs_gone() {
+	local dev
 	! mountpoint -q "$1" || umount "$1" || umount -l "$1"
-	[ -z "$CACHEFS_DEV" ] || losetup -d "$CACHEFS_DEV" 2>/dev/null
-	CACHEFS_DEV=
+	[ ! -e "$1.img" ] || for dev in $(losetup -j "$1.img" 2>/dev/null | cut -d: -f1); do
+		losetup -d "$dev" 2>/dev/null
+	done
 	rm -rf "$1" "$1.img"
 }
 
