@@ -361,7 +361,7 @@ static const struct opt opts[] = {
 		"against 290 MB). With `no` the mount waits for the whole scan and "
 		"fails if it fails." },
 	{ "dir_reuse_scan", OPT_BOOL, O(dir_reuse_scan), "yes", 0, 0,
-	  "dir:// and cephfs://: mount from the scan saved at the last mount when the source did not change (dir://: no directory's mtime, ctime, inode; cephfs://: ceph.dir.rctime, rbytes, rentries); no = always scan",
+	  "dir://, cephfs://: mount from the scan saved last time if the source did not change (directory stamps; ceph.dir.rctime, rbytes, rentries); no = always scan",
 	  .doc =
 		"A `dir://` mount saves its scan (the manifest and a stamp of every"
 		" directory: inode number, mtime, ctime) under "

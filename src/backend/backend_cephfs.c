@@ -26,7 +26,7 @@
  * Reads.  Chunk reads run on a pool of threads (libcephfs's calls block),
  * at most cephfs_threads at once, each opening the file by path, reading
  * the chunk into a buffer of its own and copying it out once finished.
- * Outside a snapshot, the file's attributes are read before and after:
+ * Outside a snapshot, the file's attributes are read after the read:
  * unless its content id is still the one mounted, the read fails with EIO
  * (logged), so a file changed under the mount is never mixed into the
  * cache; a remount serves the new version.  A snapshot is immutable and
@@ -566,7 +566,7 @@ static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint3
 			    strerror(-fd));
 		return -EIO;
 	}
-	r = check_version(c, fd, file, path);
+	r = 0;
 	while (!r && done < len) {
 		int n = ceph_read(c->cm, fd, (char *)buf + done, (int64_t)(len - done),
 				  (int64_t)(off + done));
@@ -583,7 +583,11 @@ static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint3
 		}
 		done += n > 0 ? (size_t)n : 0;
 	}
-	if (!r)	/* a change during the read shows after it */
+	/*
+	 * One check, after the read: a change before it or during it has
+	 * moved the inode's version (which only grows) by now.
+	 */
+	if (!r)
 		r = check_version(c, fd, file, path);
 	ceph_close(c->cm, fd);
 	return r ? r : (int)len;
