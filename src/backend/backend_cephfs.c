@@ -91,7 +91,7 @@ struct backend_cephfs {
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;	/* queue not empty, or stopping */
-	pthread_cond_t tick;	/* the watchdog's sleep */
+	pthread_cond_t tick;	/* the watchdog's sleep (CLOCK_MONOTONIC) */
 	struct backend_aio *qhead, *qtail;
 	struct backend_aio *all;	/* queued and running, for the watchdog */
 	bool stopping;
@@ -106,14 +106,6 @@ static struct log_ratelimit rl_read = LOG_RATELIMIT_INIT(10000, 10);
 static struct backend_cephfs *to_cfs(struct backend *be)
 {
 	return (struct backend_cephfs *)be;
-}
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 /* ---- identity and attributes ---- */
@@ -325,7 +317,7 @@ static int cfs_scan(struct backend_cephfs *c, void **buf, size_t *len, char *err
 	struct walk w = { .c = c, .links = IDMAP_INIT, .err = err, .errlen = errlen };
 	struct ceph_statx st;
 	struct sfs_attr a;
-	uint64_t t0 = mono_ms();
+	uint64_t t0 = now_ms();
 	int ret;
 
 	ret = ceph_statx(c->cm, c->root, &st, CFS_WANT, 0);
@@ -354,7 +346,7 @@ static int cfs_scan(struct backend_cephfs *c, void **buf, size_t *len, char *err
 	if (!ret)
 		log_notice("%s: %" PRIu64 " entries, %" PRIu64 " bytes%s, walked in %" PRIu64 " ms",
 			   c->be.uri, w.entries, w.bytes,
-			   w.skipped ? " (devices, fifos and sockets skipped)" : "", mono_ms() - t0);
+			   w.skipped ? " (devices, fifos and sockets skipped)" : "", now_ms() - t0);
 	manifest_builder_destroy(w.b);
 	for (size_t i = 0; i < w.nnames; i++)
 		free(w.names[i]);
@@ -488,14 +480,14 @@ static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, cha
 	char stamp[400];
 	void *buf = NULL;
 	size_t len = 0;
-	uint64_t t0 = mono_ms();
+	uint64_t t0 = now_ms();
 	int ret, sret;
 
 	sret = tree_stamp(c, stamp, sizeof(stamp));
 	if (!sret && cfg->dir_reuse_scan && !saved_load(c, cfg->cache_dir, stamp)) {
 		log_notice("%s: the tree is as walked before (%s): index reused in %" PRIu64 " ms",
 			   c->be.uri, c->snapshot ? "a snapshot" : "ceph.dir.rctime, rbytes, rentries",
-			   mono_ms() - t0);
+			   now_ms() - t0);
 		manifest_set_name(c->be.m, c->be.uri);
 		return 0;
 	}
@@ -505,15 +497,27 @@ static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, cha
 	if (!sret) {
 		char again[400];
 
-		/* changed during the walk: not saved, the next mount walks again */
-		if (!tree_stamp(c, again, sizeof(again)) && !strcmp(again, stamp) &&
-		    (ret = saved_store(c, cfg->cache_dir, stamp, buf, len)))
-			log_warn("%s: cannot save the walk: %s", c->be.uri, strerror(-ret));
+		/*
+		 * Changed during the walk: not saved, the next mount walks
+		 * again.  Saved: served from the file, mapped (as dir://
+		 * serves its scan), so that the daemon holds none of it.
+		 */
+		if (!tree_stamp(c, again, sizeof(again)) && !strcmp(again, stamp)) {
+			ret = saved_store(c, cfg->cache_dir, stamp, buf, len);
+			if (ret)
+				log_warn("%s: cannot save the walk: %s", c->be.uri, strerror(-ret));
+			else if (!saved_load(c, cfg->cache_dir, stamp)) {
+				free(buf);
+				buf = NULL;
+			}
+		}
 	}
-	ret = manifest_open(buf, len, &c->be.m, err, errlen);
-	if (ret) {
-		free(buf);
-		return ret;
+	if (buf) {
+		ret = manifest_open(buf, len, &c->be.m, err, errlen);
+		if (ret) {
+			free(buf);
+			return ret;
+		}
 	}
 	manifest_set_name(c->be.m, c->be.uri);
 	return 0;
@@ -657,8 +661,7 @@ static void *watchdog_thread(void *arg)
 	pthread_mutex_lock(&c->lock);
 	while (!c->stopping || c->all) {
 		struct backend_aio *late = NULL, *h, *next;
-		struct timespec ts;
-		uint64_t now = mono_ms();
+		uint64_t now = now_ms();
 
 		for (h = c->all; h; h = next) {
 			next = h->all_next;
@@ -697,13 +700,7 @@ static void *watchdog_thread(void *arg)
 		}
 		if (c->stopping && !c->all)
 			break;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&c->tick, &c->lock, &ts);
+		cond_wait_until_ns(&c->tick, &c->lock, now_ns() + 100 * 1000000ull);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -725,7 +722,7 @@ static int cfs_aio_start(struct backend *be, const struct sfs_attr *file, uint32
 	h->done = done;
 	h->arg = arg;
 	h->refs = 2;
-	h->deadline_ms = mono_ms() + c->timeout_ms;
+	h->deadline_ms = now_ms() + c->timeout_ms;
 	pthread_mutex_lock(&c->lock);
 	if (c->stopping) {
 		pthread_mutex_unlock(&c->lock);
@@ -890,7 +887,7 @@ static int cfs_create(const char *uri, const struct sfs_config *cfg, struct back
 	c->be.chunk_size = (uint32_t)cfg->chunk_size;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->work, NULL);
-	pthread_cond_init(&c->tick, NULL);
+	cond_init_monotonic(&c->tick);
 	sfs_rados_opts_from_config(&o, cfg);
 	ret = parse_uri(uri, &copy, &fs, &path, &snap, &o, err, errlen);
 	if (ret)
