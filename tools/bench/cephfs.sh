@@ -23,25 +23,14 @@ CFS_N=${BENCH_CEPHFS_N:-8000}
 CFS_KB=${BENCH_CEPHFS_KB:-60-220}
 
 bench_cephfs() {
-	local d=$WORK/cephfs n=$CFS_N r x out
+	local d=$WORK/cephfs n=$CFS_N r x
 	local cs=() fs=() rs=() ss=()
-	local workers=${BENCH_EPOCH_WORKERS:-8}
 	hdr cephfs "$n files of $CFS_KB KB in CephFS: cephfs:// against ceph-fuse and rados://"
 	need_rados || { skipped "$RADOS_WHY"; return; }
 	[ -n "$CLUSTER_DIR" ] || { skipped "needs the benchmark's own lab cluster (an MDS is added to it)"; return; }
 	"$STAGEFS" --help 2>&1 | grep -c cephfs_threads >/dev/null || { skipped "stagefs built without libcephfs"; return; }
 	mkdir -p "$d/mnt" "$d/fuse"
-	"$PY" - "$d/src" "$n" "${CFS_KB%-*}" "${CFS_KB#*-}" <<'PY' || { skipped "could not write the files"; return; }
-import os, random, sys
-root, n, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-r = random.Random(31)
-for i in range(n):
-    sub = f"{root}/c{i % 100:03}"
-    if i < 100:
-        os.makedirs(sub, exist_ok=True)
-    with open(f"{sub}/img{i:07}.jpg", "wb") as f:
-        f.write(r.randbytes(r.randint(lo << 10, hi << 10)))
-PY
+	image_tree "$d/src" "$n" "${CFS_KB%-*}" "${CFS_KB#*-}" 31 || { skipped "could not write the files"; return; }
 	"$CLUSTER_SH" fs "$CLUSTER_DIR" >>"$WORK/log/cephfs.log" 2>&1 &&
 		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1 ||
 		{ skipped "no CephFS (ceph-mds, ceph-fuse installed?)"; return; }
@@ -58,18 +47,12 @@ PY
 		timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
 		drop_caches
 	}
-	epoch() {	# epoch ROOT SEED: files/s of one shuffled epoch
-		out=$("$PY" "$REPO/tools/bench/epoch_reader.py" "$1" --workers "$workers" --seed "$2" 2>"$WORK/log/epoch.err") ||
-			return 1
-		[ "$(jget "$out" files)" = "$n" ] || return 1
-		awk -v n="$n" -v s="$(jget "$out" seconds)" 'BEGIN { printf "%.0f\n", n / s }'
-	}
 	sfs_epoch() {	# sfs_epoch SRC SEED: a cold epoch through a fresh stagefs mount
 		cold
 		sfs_mount "$1" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" || return 1
 		ls -R "$d/mnt" >/dev/null
 		drop_caches
-		x=$(epoch "$d/mnt" "$2")
+		x=$(epoch_fps "$d/mnt" "$2" "$n")
 		sfs_umount "$d/mnt"
 		[ -n "$x" ] && echo "$x"
 	}
@@ -78,7 +61,7 @@ PY
 		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1 || return 1
 		ls -R "$d/fuse/bcfs" >/dev/null
 		drop_caches
-		x=$(epoch "$d/fuse/bcfs" "$1")
+		x=$(epoch_fps "$d/fuse/bcfs" "$1" "$n")
 		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1
 		[ -n "$x" ] && echo "$x"
 	}

@@ -27,23 +27,12 @@ PACK_N=${BENCH_PACK_N:-30000}
 PACK_KB=${BENCH_PACK_KB:-20-38}
 
 bench_packs() {
-	local d=$WORK/packs r n=$PACK_N bytes t0 ms w4 s4 pu pp out fps x src
+	local d=$WORK/packs r n=$PACK_N bytes t0 ms w4 s4 pu pp fps x src
 	local wus=() wps=() s4s=() cps=() cus=() wms=() ls=() cfs=() fs=
-	local workers=${BENCH_EPOCH_WORKERS:-8}
 	hdr packs "$n files of $PACK_KB KB, packed and not, against 4 MiB objects (rados bench)"
 	need_rados || { skipped "$RADOS_WHY"; return; }
 	mkdir -p "$d"
-	"$PY" - "$d/src" "$n" "${PACK_KB%-*}" "${PACK_KB#*-}" <<'PY' || { skipped "could not write the files"; return; }
-import os, random, sys
-root, n, lo, hi = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-r = random.Random(29)
-for i in range(n):
-    sub = f"{root}/c{i % 100:03}"
-    if i < 100:
-        os.makedirs(sub, exist_ok=True)
-    with open(f"{sub}/img{i:07}.jpg", "wb") as f:
-        f.write(r.randbytes(r.randint(lo << 10, hi << 10)))
-PY
+	image_tree "$d/src" "$n" "${PACK_KB%-*}" "${PACK_KB#*-}" 29 || { skipped "could not write the files"; return; }
 	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
 	log "packs: $n files, $bytes bytes"
 
@@ -79,7 +68,7 @@ PY
 		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1 || return 1
 		ls -R "$d/cephfs/pk" >/dev/null
 		drop_caches
-		x=$(epoch "$d/cephfs/pk" "$1")
+		x=$(epoch_fps "$d/cephfs/pk" "$1" "$n")
 		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1
 		[ -n "$x" ] && echo "$x"
 	}
@@ -99,12 +88,6 @@ PY
 		sfs_umount "$d/mnt"
 		awk -v b="$bytes" -v ms="$ms" 'BEGIN { printf "%.0f\n", b * 1000 / (ms ? ms : 1) }'
 	}
-	epoch() {	# epoch ROOT SEED: prints files/s of one shuffled epoch
-		out=$("$PY" "$REPO/tools/bench/epoch_reader.py" "$1" --workers "$workers" --seed "$2" 2>"$WORK/log/epoch.err") ||
-			return 1
-		[ "$(jget "$out" files)" = "$n" ] || return 1
-		awk -v n="$n" -v s="$(jget "$out" seconds)" 'BEGIN { printf "%.0f\n", n / s }'
-	}
 	row "" "warmup packed" "a file an object" "rados seq 4M"
 	row "" "cold epoch packed" "cold, a file an object" "warm epoch / local disk"
 	for r in $(seq "$ROUNDS"); do
@@ -123,11 +106,11 @@ PY
 				{ cachefs_gone "$d/cache"; skipped "mount failed"; return; }
 			ls -R "$d/mnt" >/dev/null	# the listing, not timed: the readers list too
 			drop_caches
-			fps=$(epoch "$d/mnt" "$r") || { sfs_umount "$d/mnt"; cachefs_gone "$d/cache"; skipped "the epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
+			fps=$(epoch_fps "$d/mnt" "$r" "$n") || { sfs_umount "$d/mnt"; cachefs_gone "$d/cache"; skipped "the epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
 			if [ "$src" = pk-p ]; then
 				cps+=("$fps")
 				drop_caches
-				x=$(epoch "$d/mnt" $((r + 100))) || { sfs_umount "$d/mnt"; cachefs_gone "$d/cache"; skipped "the warm epoch failed"; return; }
+				x=$(epoch_fps "$d/mnt" $((r + 100)) "$n") || { sfs_umount "$d/mnt"; cachefs_gone "$d/cache"; skipped "the warm epoch failed"; return; }
 				wms+=("$x")
 			else
 				cus+=("$fps")
@@ -135,7 +118,7 @@ PY
 			sfs_umount "$d/mnt"
 		done
 		drop_caches
-		x=$(epoch "$d/src" $((r + 200))) || { cachefs_gone "$d/cache"; skipped "the local epoch failed"; return; }
+		x=$(epoch_fps "$d/src" $((r + 200)) "$n") || { cachefs_gone "$d/cache"; skipped "the local epoch failed"; return; }
 		ls+=("$x")
 		if [ -n "$fs" ]; then
 			x=$(fuse_epoch $((r + 300))) && cfs+=("$x") || printf '  note: the ceph-fuse epoch failed (log/epoch.err)\n'

@@ -156,6 +156,33 @@ cachefs_gone() {
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
+# image_tree DIR N MIN_KB MAX_KB SEED: N files of random bytes, MIN..MAX KB,
+# in 100 directories (DIR/c000/img0000000.jpg ...), the same for the same SEED
+image_tree() {
+	"$PY" - "$@" <<'PY'
+import os, random, sys
+root, n, lo, hi, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+r = random.Random(seed)
+for i in range(n):
+    sub = f"{root}/c{i % 100:03}"
+    if i < 100:
+        os.makedirs(sub, exist_ok=True)
+    with open(f"{sub}/img{i:07}.jpg", "wb") as f:
+        f.write(r.randbytes(r.randint(lo << 10, hi << 10)))
+PY
+}
+
+# epoch_fps ROOT SEED N: files/s of one shuffled epoch over the N files
+# under ROOT (tools/bench/epoch_reader.py, BENCH_EPOCH_WORKERS readers, 8 by
+# default); fails unless all N were read (errors in $WORK/log/epoch.err)
+epoch_fps() {
+	local out
+	out=$("$PY" "$REPO/tools/bench/epoch_reader.py" "$1" --workers "${BENCH_EPOCH_WORKERS:-8}" \
+		--seed "$2" 2>"$WORK/log/epoch.err") || return 1
+	[ "$(jget "$out" files)" = "$3" ] || return 1
+	awk -v n="$3" -v s="$(jget "$out" seconds)" 'BEGIN { printf "%.0f\n", n / s }'
+}
+
 # ---------------------------------------------------------------------------
 # scratch space, mounts, cleanup
 
