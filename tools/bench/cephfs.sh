@@ -58,12 +58,7 @@ bench_cephfs() {
 	}
 	fuse_epoch() {	# fuse_epoch SEED: the same through ceph-fuse
 		cold
-		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1 || return 1
-		ls -R "$d/fuse/bcfs" >/dev/null
-		drop_caches
-		x=$(epoch_fps "$d/fuse/bcfs" "$1" "$n")
-		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1
-		[ -n "$x" ] && echo "$x"
+		fuse_epoch_fps "$d/fuse" bcfs "$1" "$n" "$WORK/log/cephfs.log"
 	}
 	row "" "cephfs://" "ceph-fuse" "rados://" "cephfs://...@snap"
 	for r in $(seq "$ROUNDS"); do

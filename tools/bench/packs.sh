@@ -62,15 +62,9 @@ bench_packs() {
 		printf '  note: no CephFS (ceph-mds, ceph-fuse installed?): no ceph-fuse figure\n'
 	fi
 	fuse_epoch() {	# fuse_epoch SEED: a cold shuffled epoch through ceph-fuse, in files/s
-		local x
 		[ -z "$CLUSTER_DIR" ] || timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
 		drop_caches
-		"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1 || return 1
-		ls -R "$d/cephfs/pk" >/dev/null
-		drop_caches
-		x=$(epoch_fps "$d/cephfs/pk" "$1" "$n")
-		"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1
-		[ -n "$x" ] && echo "$x"
+		fuse_epoch_fps "$d/cephfs" pk "$1" "$n" "$WORK/log/packs.log"
 	}
 	row "publish" "packed" "a file an object" "4M objects"
 	row "" "$(mbs "$pp")" "$(mbs "$pu")" "$(mbs "$w4")"

@@ -172,6 +172,20 @@ for i in range(n):
 PY
 }
 
+# fuse_epoch_fps MNT DIR SEED N LOG: epoch_fps of MNT/DIR through a fresh
+# ceph-fuse mount of the lab cluster's CephFS at MNT (listed first, then the
+# page cache dropped), unmounted after; its messages go to LOG.  The caller
+# has emptied the caches it wants cold.
+fuse_epoch_fps() {
+	local x
+	"$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$1" >>"$5" 2>&1 || return 1
+	ls -R "$1/$2" >/dev/null
+	drop_caches
+	x=$(epoch_fps "$1/$2" "$3" "$4")
+	"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$1" >>"$5" 2>&1
+	[ -n "$x" ] && echo "$x"
+}
+
 # epoch_fps ROOT SEED N: files/s of one shuffled epoch over the N files
 # under ROOT (tools/bench/epoch_reader.py, BENCH_EPOCH_WORKERS readers, 8 by
 # default); fails unless all N were read (errors in $WORK/log/epoch.err)
