@@ -813,32 +813,22 @@ static int parse_uri(const char *uri, char **copy, char **fs, char **path, char 
 		return -ENOMEM;
 	q = strchr(s, '?');
 	if (q) {
+		struct sfs_rados_uri cu = { 0 };
+		char *save;
+
 		*q++ = '\0';
-		for (char *opt = strtok(q, "&"); opt; opt = strtok(NULL, "&")) {
+		for (char *opt = strtok_r(q, "&", &save); opt; opt = strtok_r(NULL, "&", &save)) {
 			char *v = strchr(opt, '=');
 
-			if (!v)
-				goto bad_opt;
-			*v++ = '\0';
-			if (!strcmp(opt, "conf"))
-				o->conf = v;
-			else if (!strcmp(opt, "id"))
-				o->client_id = v;
-			else if (!strcmp(opt, "keyring"))
-				o->keyring = v;
-			else if (!strcmp(opt, "timeout")) {
-				uint64_t ms;
-
-				if (parse_duration_ms(v, &ms) || !ms)
-					goto bad_opt;
-				o->timeout_ms = ms;
-			} else {
-bad_opt:
+			if (v)
+				*v++ = '\0';
+			if (sfs_rados_uri_conn_opt(&cu, opt, v) <= 0) {
 				snprintf(err, errlen, "%s: unknown or bad option '%s' (expected conf=, id=, keyring=, timeout=)",
 					 uri, opt);
 				return -EINVAL;
 			}
 		}
+		sfs_rados_uri_opts(&cu, o);
 	}
 	slash = strchr(s, '/');
 	if (slash)

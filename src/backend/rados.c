@@ -714,9 +714,27 @@ void sfs_rados_uri_opts(const struct sfs_rados_uri *u, struct sfs_rados_opts *o)
 		o->timeout_ms = u->timeout_ms;
 }
 
+int sfs_rados_uri_conn_opt(struct sfs_rados_uri *u, const char *key, const char *v)
+{
+	if (!v)
+		return 0;
+	if (!strcmp(key, "conf"))
+		u->conf = v;
+	else if (!strcmp(key, "id"))
+		u->id = v;
+	else if (!strcmp(key, "keyring"))
+		u->keyring = v;
+	else if (!strcmp(key, "timeout"))
+		return parse_duration_ms(v, &u->timeout_ms) || u->timeout_ms == 0 ? -EINVAL : 1;
+	else
+		return 0;
+	return 1;
+}
+
 int sfs_rados_uri_parse(const char *uri, struct sfs_rados_uri *u, char *err, size_t errlen)
 {
 	char *p, *q, *slash, *tok, *save;
+	int rc;
 
 	memset(u, 0, sizeof(*u));
 	if (strncmp(uri, "rados://", 8))
@@ -747,14 +765,8 @@ int sfs_rados_uri_parse(const char *uri, struct sfs_rados_uri *u, char *err, siz
 			u->plain = true;
 		} else if (v && !strcmp(tok, "ns")) {
 			u->ns = v;
-		} else if (v && !strcmp(tok, "conf")) {
-			u->conf = v;
-		} else if (v && !strcmp(tok, "id")) {
-			u->id = v;
-		} else if (v && !strcmp(tok, "keyring")) {
-			u->keyring = v;
-		} else if (v && !strcmp(tok, "timeout")) {
-			if (parse_duration_ms(v, &u->timeout_ms) || u->timeout_ms == 0)
+		} else if ((rc = sfs_rados_uri_conn_opt(u, tok, v)) != 0) {
+			if (rc < 0)
 				return errf(err, errlen, -EINVAL, "%s: bad timeout '%s'", uri, v);
 		} else if (v && !strcmp(tok, "chunk_size")) {
 			if (parse_size(v, &u->chunk_size) || u->chunk_size < 4096 ||

@@ -132,6 +132,13 @@ struct sfs_rados_uri {
 /* Parse @uri into @u.  0, or -EINVAL/-ENOMEM with a message in @err. */
 int sfs_rados_uri_parse(const char *uri, struct sfs_rados_uri *u, char *err, size_t errlen);
 void sfs_rados_uri_release(struct sfs_rados_uri *u);
+/*
+ * One connection option of a URI (conf=, id=, keyring=, timeout=), @key
+ * with value @v (NULL: none given), into @u; the grammar every Ceph source
+ * URI shares (rados://, cephfs://).  1 taken, 0 not one of them, -EINVAL
+ * for a bad timeout.  @v must outlive @u.
+ */
+int sfs_rados_uri_conn_opt(struct sfs_rados_uri *u, const char *key, const char *v);
 /* The connection options @u gives (conf, id, keyring, timeout) over @o's. */
 void sfs_rados_uri_opts(const struct sfs_rados_uri *u, struct sfs_rados_opts *o);
 
