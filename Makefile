@@ -21,7 +21,7 @@ endif
 WARN    = -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -Wformat=2 -Wno-format-nonliteral
 CPPFLAGS_ALL = -Isrc -I. -include ./config.h -D_GNU_SOURCE -D_FILE_OFFSET_BITS=64 \
-          $(FUSE_CFLAGS) $(CUDA_CFLAGS) $(CPPFLAGS)
+          $(FUSE_CFLAGS) $(S3_CFLAGS) $(CUDA_CFLAGS) $(CPPFLAGS)
 CFLAGS_ALL = -std=gnu11 $(OPTFLAGS) $(WARN) $(SANFLAGS) -fPIC -pthread $(CFLAGS)
 LDFLAGS_ALL = $(SANFLAGS) -pthread $(LDFLAGS)
 
@@ -37,7 +37,7 @@ UNIT_SRCS     = $(wildcard tests/unit/test_*.c)
 UNIT_TESTS    = $(patsubst %.c,%,$(UNIT_SRCS))
 TEST_HELPERS  = $(patsubst %.c,%,$(wildcard tests/helpers/*.c))
 
-LIBS_CORE = $(CEPHFS_LIBS) $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(CRYPTO_LIBS) $(URING_LIBS) -lm
+LIBS_CORE = $(CEPHFS_LIBS) $(S3_LIBS) $(RADOS_LIBS) $(XXHASH_LIBS) $(INIH_LIBS) $(CRYPTO_LIBS) $(URING_LIBS) -lm
 LIBS_ALL  = $(FUSE_LIBS) $(LIBS_CORE) $(CUDA_LIBS)
 
 # the GPU benchmark (tools/bench.sh gpu) needs the CUDA runtime

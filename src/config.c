@@ -452,6 +452,42 @@ static const struct opt opts[] = {
 		"`cephfs://` sources: how many chunk reads run at once, each on "
 		"a thread of its own (libcephfs's reads block). Every read is "
 		"bounded by `rados_timeout` all the same (docs/cephfs.md)." },
+	{ "s3_endpoint", OPT_STR, O(s3_endpoint), "", 0, 0,
+	  "s3://: endpoint URL (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)",
+	  .doc =
+		"`s3://` sources: the S3 endpoint, `http://HOST:PORT` or "
+		"`https://HOST` (a RADOS Gateway, MinIO); buckets are then named "
+		"in the path. Empty: `$AWS_ENDPOINT_URL_S3`, `$AWS_ENDPOINT_URL`, "
+		"the profile's `endpoint_url`, else AWS in the region. The URI's "
+		"`endpoint=` wins over all (docs/s3.md)." },
+	{ "s3_region", OPT_STR, O(s3_region), "", 0, 0,
+	  "s3://: region signed for (default $AWS_REGION, $AWS_DEFAULT_REGION, the profile's region, else us-east-1)",
+	  .doc =
+		"`s3://` sources: the region requests are signed for. Empty: "
+		"`$AWS_REGION`, `$AWS_DEFAULT_REGION`, the profile's `region`, "
+		"else `us-east-1`." },
+	{ "s3_profile", OPT_STR, O(s3_profile), "", 0, 0,
+	  "s3://: profile of the credentials and config files (default $AWS_PROFILE, else default)",
+	  .doc =
+		"`s3://` sources: the profile to take keys, region and endpoint "
+		"from in the credentials and config files. Named here (or by the "
+		"URI's `profile=`), it wins over `$AWS_ACCESS_KEY_ID`. Empty: "
+		"`$AWS_PROFILE`, else `default`." },
+	{ "s3_credentials_file", OPT_STR, O(s3_credentials_file), "", 0, 0,
+	  "s3://: AWS-style credentials file, root's and mode 0600 (default $AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials)",
+	  .doc =
+		"`s3://` sources: the credentials file (`[PROFILE]` sections with "
+		"`aws_access_key_id`, `aws_secret_access_key`, "
+		"`aws_session_token`). A file holding keys must be owned by root "
+		"and closed to group and others, or the mount is refused. Empty: "
+		"`$AWS_SHARED_CREDENTIALS_FILE`, else `~/.aws/credentials`." },
+	{ "s3_connections", OPT_UINT, O(s3_connections), "32", 1, 256,
+	  "s3://: ranged GETs in flight (kept-alive connections) per source",
+	  .doc =
+		"`s3://` sources: how many requests are in flight at once, each "
+		"on a kept-alive connection of its own; more wait for one. Every "
+		"request, retries included, is bounded by `rados_timeout` (or "
+		"the URI's `timeout=`)." },
 	{ "manifest_fill", OPT_BOOL, O(manifest_fill), "yes", 0, 0,
 	  "rados://: fetch the rest of a large manifest in the background after the mount answers; no = only the parts touched",
 	  .doc =

@@ -79,6 +79,11 @@ struct sfs_config {
 	char *keyring;
 	uint64_t rados_timeout_ms;	/* osd/mon op timeout: bound on a reader's EIO */
 	uint32_t cephfs_threads;	/* cephfs://: chunk reads in flight */
+	char *s3_endpoint;		/* s3://: the endpoint URL ("": $AWS_ENDPOINT_URL..., AWS) */
+	char *s3_region;
+	char *s3_profile;
+	char *s3_credentials_file;
+	uint32_t s3_connections;	/* s3://: requests in flight */
 	bool manifest_fill;		/* rados://: fetch a large manifest's untouched parts in the background */
 	/* misc */
 	int log_level;

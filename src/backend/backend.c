@@ -20,6 +20,9 @@ static const struct backend_ops *const backends[] = {
 #ifdef CONFIG_HAVE_CEPHFS
 	&backend_cephfs_ops,
 #endif
+#ifdef CONFIG_HAVE_S3
+	&backend_s3_ops,
+#endif
 };
 
 int backend_open(const char *uri, const struct sfs_config *cfg,
@@ -45,7 +48,14 @@ int backend_open(const char *uri, const struct sfs_config *cfg,
 		return -ENOTSUP;
 	}
 #endif
-	snprintf(err, errlen, "%s: unknown source scheme (expected dir:///PATH, rados://POOL/DATASET or cephfs://FSNAME/PATH)",
+#ifndef CONFIG_HAVE_S3
+	if (!strncmp(uri, "s3://", 5)) {
+		snprintf(err, errlen, "%s: this stagefs was built without libcurl and expat (install libcurl4-openssl-dev and libexpat1-dev, then ./configure && make)",
+			 uri);
+		return -ENOTSUP;
+	}
+#endif
+	snprintf(err, errlen, "%s: unknown source scheme (expected dir:///PATH, rados://POOL/DATASET, cephfs://FSNAME/PATH or s3://BUCKET/PREFIX)",
 		 uri);
 	return -EINVAL;
 }

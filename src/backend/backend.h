@@ -210,5 +210,8 @@ extern const struct backend_ops backend_rados_ops;
 #ifdef CONFIG_HAVE_CEPHFS
 extern const struct backend_ops backend_cephfs_ops;
 #endif
+#ifdef CONFIG_HAVE_S3
+extern const struct backend_ops backend_s3_ops;
+#endif
 
 #endif

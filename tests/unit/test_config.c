@@ -758,7 +758,7 @@ static void test_example_reparses(void **state)
 		size_t n = nl ? (size_t)(nl - line + 1) : strlen(line);
 		char name[64];
 
-		if (line[0] == '#' && sscanf(line + 1, "%63[a-z_] =", name) == 1 &&
+		if (line[0] == '#' && sscanf(line + 1, "%63[a-z0-9_] =", name) == 1 &&
 		    config_has(name)) {
 			memcpy(o, line + 1, n - 1);
 			o += n - 1;

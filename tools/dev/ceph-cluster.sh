@@ -15,11 +15,15 @@
 #   tools/dev/ceph-cluster.sh mount-fs DIR MNT     mount the CephFS on MNT with ceph-fuse
 #   tools/dev/ceph-cluster.sh umount-fs DIR MNT    unmount it, wait for ceph-fuse to exit
 #   tools/dev/ceph-cluster.sh rm-fs DIR      unmount, remove the CephFS and its pools, stop the MDS
+#   tools/dev/ceph-cluster.sh rgw DIR        start a RADOS Gateway (S3) on 127.0.0.1:BASE+30 with
+#                                            a user "stagefs" (idempotent); prints its URL; its
+#                                            keys are in DIR/rgw/credentials (AWS format, 0600)
+#   tools/dev/ceph-cluster.sh stop-rgw DIR   stop the gateway (its buckets stay)
 #
 # Environment:
 #   CEPH_PORT_BASE     first port (default 46789); the cluster uses
 #                      BASE..BASE+31 (mon v2 = BASE, mon v1 = BASE+1, daemons
-#                      BASE+2..BASE+31).  Bases of parallel clusters must be
+#                      BASE+2..BASE+29, the gateway's HTTP BASE+30).  Bases of parallel clusters must be
 #                      at least 32 apart.
 #   CEPH_OSD_SIZE      apparent size of the sparse OSD file (default 8G)
 #   CEPH_POOL          pool created by start (default stagefs; pg_num 8, size 1)
@@ -32,7 +36,7 @@
 # Progress and errors go to stderr; stdout carries only the result.
 # Requires: ceph-mon ceph-mgr ceph-osd ceph-common (Ceph 16), ss, python3
 # with the rados module (a dependency of ceph-common); the fs commands also
-# ceph-mds and ceph-fuse.
+# ceph-mds and ceph-fuse; the rgw commands radosgw and curl.
 
 set -euo pipefail
 
@@ -84,6 +88,7 @@ daemon_bin() {
         mgr.*) echo ceph-mgr ;;
         osd.*) echo ceph-osd ;;
         mds.*) echo ceph-mds ;;
+        rgw.*) echo radosgw ;;
     esac
 }
 
@@ -463,7 +468,7 @@ cluster_addr = 127.0.0.1
 ms_bind_ipv4 = true
 ms_bind_ipv6 = false
 ms_bind_port_min = $((base + 2))
-ms_bind_port_max = $((base + PORT_SPAN - 1))
+ms_bind_port_max = $((base + PORT_SPAN - 3))
 auth_cluster_required = cephx
 auth_service_required = cephx
 auth_client_required = cephx
@@ -679,7 +684,7 @@ do_stop() {
             [ -n "$m" ] && { fuse_umount "$m" || rc=1; }
         done < "$RUN/fuse-mounts"
     fi
-    for d in mds.a osd.0 mgr.x mon.a; do
+    for d in rgw.gw mds.a osd.0 mgr.x mon.a; do
         stop_daemon "$d" || rc=1
     done
     # An MDS that respawned while it was being stopped (it execs itself
@@ -688,7 +693,7 @@ do_stop() {
     [ ! -d "$DIR/mds" ] || sleep 1	# a respawning MDS forks a moment after its exec
     for _ in 1 2 3; do
         local left=
-        for d in mds.a osd.0 mgr.x mon.a; do
+        for d in rgw.gw mds.a osd.0 mgr.x mon.a; do
             [ -z "$(daemon_pids "$d")" ] || left="$left $d"
         done
         [ -n "$left" ] || break
@@ -754,6 +759,7 @@ do_status() {
     local d rc=0
     local ds="mon.a mgr.x osd.0"
     [ ! -d "$DIR/mds" ] || ds="$ds mds.a"
+    [ ! -d "$DIR/rgw" ] || ds="$ds rgw.gw"
     for d in $ds; do
         if daemon_running "$d"; then
             echo "$d: running (pid $(daemon_pids "$d" | tr '\n' ' ' | sed 's/ $//'))" >&2
@@ -813,6 +819,81 @@ do_rm_fs() {
     stop_daemon mds.a || die "cannot stop mds.a"
     rm -rf -- "$DIR/mds"
     log "CephFS removed, mds.a stopped"
+}
+
+# ---------------------------------------------------------------------------
+# RADOS Gateway: S3 on 127.0.0.1:BASE+30 (only when asked, as the MDS is)
+
+rgw_port() {
+    local v2
+    v2=$(sed -n 's/^mon_host = \[v2:127.0.0.1:\([0-9]*\),.*/\1/p' "$CONF")
+    [ -n "$v2" ] || die "cannot read the port base from $CONF"
+    echo $((v2 + 30))
+}
+
+# a random string of $2 characters from the set $1
+# (no pipe that closes early: SIGPIPE would fail it under pipefail)
+rand_str() {
+    local s
+    s=$(head -c 8192 /dev/urandom | LC_ALL=C tr -dc "$1")
+    [ "${#s}" -ge "$2" ] || die "cannot make a random string"
+    echo "${s:0:$2}"
+}
+
+do_rgw() {
+    need_cluster
+    local t0 port url code ak sk
+    t0=$(now)
+    for b in radosgw radosgw-admin curl; do
+        command -v "$b" >/dev/null || die "$b not found (apt-get install radosgw curl)"
+    done
+    daemon_running mon.a || die "the monitor of $DIR is not running"
+    port=$(rgw_port)
+    url=http://127.0.0.1:$port
+    mkdir -p "$DIR/rgw/data"
+    chmod 700 "$DIR/rgw"
+    if [ ! -s "$DIR/rgw/keyring" ]; then
+        ( umask 077; cephcli auth get-or-create client.rgw.gw mon 'allow rw' osd 'allow rwx' \
+            > "$DIR/rgw/keyring.new" 2>>"$LOGD/setup.log" ) || die "cannot make the gateway's key (see $LOGD/setup.log)"
+        mv "$DIR/rgw/keyring.new" "$DIR/rgw/keyring"
+    fi
+    if ! daemon_running rgw.gw; then
+        rm -f "$(pidfile rgw.gw)"
+        if ! radosgw -c "$CONF" -n client.rgw.gw --keyring "$DIR/rgw/keyring" \
+            --rgw_frontends "beast endpoint=127.0.0.1:$port" --rgw_data "$DIR/rgw/data" \
+            --pid_file "$(pidfile rgw.gw)" --log_file "$(logfile rgw.gw)" \
+            --rgw_enable_usage_log=false >>"$LOGD/setup.log" 2>&1; then
+            tail_logs setup.log rgw.gw.log
+            die "radosgw failed to start"
+        fi
+    fi
+    # the first start creates the gateway's pools before it answers
+    until code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$url/") && [ "$code" = 200 ]; do
+        if awk -v r="$(remaining "$t0")" 'BEGIN { exit !(r <= 0) }'; then
+            tail_logs rgw.gw.log
+            die "the gateway does not answer on $url"
+        fi
+        sleep 0.2
+    done
+    if [ ! -s "$DIR/rgw/credentials" ]; then
+        ak=$(rand_str A-Z0-9 20)
+        sk=$(rand_str A-Za-z0-9 40)
+        timeout "${CEPH_CLI_TIMEOUT:-30}" radosgw-admin -c "$CONF" -n client.admin user create \
+            --uid=stagefs --display-name=stagefs --access-key="$ak" --secret-key="$sk" \
+            >>"$LOGD/setup.log" 2>&1 || die "cannot create the gateway's user (see $LOGD/setup.log)"
+        ( umask 077
+          printf '[default]\naws_access_key_id = %s\naws_secret_access_key = %s\n' "$ak" "$sk" \
+              > "$DIR/rgw/credentials.new" )
+        mv "$DIR/rgw/credentials.new" "$DIR/rgw/credentials"
+    fi
+    log "RADOS Gateway on $url (keys in $DIR/rgw/credentials) after $(elapsed "$t0")s"
+    echo "$url"
+}
+
+do_stop_rgw() {
+    need_cluster
+    stop_daemon rgw.gw || die "cannot stop rgw.gw"
+    log "rgw.gw stopped"
 }
 
 # mount-fs MNT: ceph-fuse, as client.admin, the whole file system; returns
@@ -880,6 +961,8 @@ case $cmd in
         fi ;;
     fs)        set_dir "${1:-}"; do_fs ;;
     rm-fs)     set_dir "${1:-}"; do_rm_fs ;;
+    rgw)       set_dir "${1:-}"; do_rgw ;;
+    stop-rgw)  set_dir "${1:-}"; do_stop_rgw ;;
     mount-fs)  set_dir "${1:-}"; do_mount_fs "${2:-}" ;;
     umount-fs) set_dir "${1:-}"; [ -n "${2:-}" ] || usage; fuse_umount "$2" ;;
     stop)      set_dir "${1:-}"; do_stop ;;

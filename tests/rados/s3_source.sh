@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within twice the timeout.
+# needs: ceph
+# timeout: 180
+# SPDX-License-Identifier: Apache-2.0
+# shellcheck source=tests/lib.sh
+. "$(dirname "$0")/../lib.sh"
+need_mount
+[[ -n ${CEPH_CONF:-} && -n ${STAGEFS_CEPH_DIR:-} ]] || skip "no Ceph cluster (tests/run.sh starts one with tools/dev/ceph-cluster.sh)"
+command -v radosgw >/dev/null || skip "radosgw is not installed (./install-deps installs it): no S3 gateway to read"
+"$STAGEFS" --version >/dev/null 2>&1 || die "stagefs does not run"
+"$STAGEFS" -h 2>&1 | contains s3_endpoint || skip "this stagefs was built without libcurl and expat (no s3://)"
+TOOL=$REPO/tools/dev/ceph-cluster.sh
+PUT=$REPO/tools/dev/s3-put.sh
+T=$TEST_TMPDIR B=b$$
+cleanup() { "$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+URL=$("$TOOL" rgw "$STAGEFS_CEPH_DIR" 2>"$T/rgw.log") || die "no gateway: $(tail -3 "$T/rgw.log")"
+CRED=$STAGEFS_CEPH_DIR/rgw/credentials
+log "gateway on $URL"
+
+# the tree: 3 MiB + a bit (4 chunks of 1 MiB), 40 small files, an empty one,
+# names that need encoding; then a directory marker and an object "shadow"
+# beside "shadow/inner.txt" (the directory wins, as in Mountpoint for S3)
+S=$T/src
+mkdir -p "$S/a/b" "$S/names" "$S/shadow"
+head -c $((3 * 1048576 + 4097)) /dev/urandom >"$S/big.bin"
+for i in $(seq 1 40); do head -c $((i * 997)) /dev/urandom >"$S/a/f$i"; done
+: >"$S/empty"
+echo "as it was" >"$S/a/b/note.txt"
+echo "spaces and plus" >"$S/names/with space+plus.txt"
+echo "utf-8" >"$S/names/grüße-日本.txt"
+echo "inner" >"$S/shadow/inner.txt"
+"$PUT" "$URL" "$CRED" "$B/data" "$S" 2>"$T/put.log" || die "cannot put the tree: $(cat "$T/put.log")"
+: >"$T/zero"
+"$PUT" "$URL" "$CRED" "$B/data/emptydir/" "$T/zero" || die "cannot put a directory marker"
+echo "shadowed" >"$T/shadowed"
+"$PUT" "$URL" "$CRED" "$B/data/shadow" "$T/shadowed" || die "cannot put an object named as a directory"
+mkdir -p "$S/emptydir"
+
+opts=("s3_endpoint=$URL" "s3_credentials_file=$CRED" chunk_size=1M)
+
+# --- keys from a credentials file: every byte, the names, the modes
+M=$T/m
+sfs_mount "s3://$B/data" "$M" "${opts[@]}" "cache_dir=$T/c1"
+diff -r "$S" "$M" >"$T/diff" 2>&1 || die "the mount differs from the tree put: $(head -5 "$T/diff")"
+[[ -d $M/emptydir && -d $M/shadow ]] || die "a directory marker or a directory named as an object is missing"
+assert_eq "$(stat -c %a "$M/a/f3")" 444 "a file's mode"
+assert_eq "$(stat -c %a "$M/a")" 555 "a directory's mode"
+assert_eq "$(stat -c %s "$M/big.bin")" $((3 * 1048576 + 4097)) "big.bin's size"
+contains "objects named as a directory is" "$(sfs_log "$M")" || die "the shadowed object was not logged"
+contains "keys from profile 'default' of $CRED" "$(sfs_log "$M")" || die "where the keys came from is not logged"
+"$STAGEFS" warmup --json "$M" >"$T/w.json" || die "warmup failed: $(cat "$T/w.json")"
+r0=$(stat_get "$M" backend_reads)
+drop_caches
+diff -r "$S" "$M" >/dev/null || die "the mount differs after a warmup"
+assert_eq "$(stat_get "$M" backend_reads)" "$r0" "GETs after a warmup"
+sfs_umount "$M"
+log "credentials file: byte-exact, names encoded, warmed, served from the cache"
+
+# --- keys from the environment; an object replaced under the mount
+AWS_ACCESS_KEY_ID=$(sed -n 's/^aws_access_key_id = //p' "$CRED") \
+AWS_SECRET_ACCESS_KEY=$(sed -n 's/^aws_secret_access_key = //p' "$CRED") \
+AWS_SHARED_CREDENTIALS_FILE=$T/none AWS_CONFIG_FILE=$T/none \
+	sfs_mount "s3://$B/data/a" "$M" "s3_endpoint=$URL" chunk_size=1M "cache_dir=$T/c2"
+contains "keys from the AWS_ACCESS_KEY_ID environment" "$(sfs_log "$M")" || die "the environment's keys were not used"
+cmp "$M/f1" "$S/a/f1" || die "f1 with the environment's keys"
+head -c 5000 /dev/urandom >"$T/new"
+"$PUT" "$URL" "$CRED" "$B/data/a/f7" "$T/new" || die "cannot replace f7"
+if cat "$M/f7" >"$T/out" 2>"$T/err"; then
+	die "an object replaced under the mount was served ($(cmp -s "$T/out" "$T/new" && echo new || echo old) bytes)"
+fi
+contains "Input/output error" "$T/err" || die "f7: $(cat "$T/err")"
+contains "replaced since it was listed" "$(sfs_log "$M")" || die "the replacement was not logged"
+cmp "$M/f8" "$S/a/f8" || die "a neighbour of the replaced object reads wrong"
+sfs_umount "$M"
+sfs_mount "s3://$B/data/a" "$M" "${opts[@]}" "cache_dir=$T/c2"
+cmp "$M/f7" "$T/new" || die "a new mount does not serve the new f7"
+sfs_umount "$M"
+log "environment keys; a replaced object gives EIO, a remount serves it"
+
+# --- what the mount refuses, and why
+mkdir -p "$T/bad"
+cp "$CRED" "$T/wrong"
+sed -i 's/^aws_secret_access_key = .*/aws_secret_access_key = wrongwrongwrongwrong/' "$T/wrong"
+cp "$CRED" "$T/open"
+chmod 644 "$T/open"
+for bad in "s3://$B/data|$T/wrong|access denied" "s3://nosuch$$/x|$CRED|no such bucket" \
+	"s3://$B/nodir$$|$CRED|nothing under the prefix" "s3://$B/data|$T/open|chmod 600" \
+	"s3://$B/../x|$CRED|may not hold" "s3://$B/data?endpoint=ftp://x|$CRED|not an http" \
+	"s3://$B/data|$T/missing|No such file"; do
+	IFS='|' read -r uri cf want <<<"$bad"
+	if AWS_ACCESS_KEY_ID= timeout 60 "$STAGEFS" -f -o "s3_endpoint=$URL,s3_credentials_file=$cf,cache_dir=$T/cb,runtime_dir=$T/rb" \
+		"$uri" "$T/bad" >"$T/bad.out" 2>&1; then
+		die "$uri mounted"
+	fi
+	contains "$want" "$T/bad.out" || die "$uri: expected '$want', got: $(tail -2 "$T/bad.out")"
+done
+if HOME=$T AWS_ACCESS_KEY_ID= AWS_SHARED_CREDENTIALS_FILE= AWS_CONFIG_FILE= timeout 60 \
+	"$STAGEFS" -f -o "s3_endpoint=$URL,cache_dir=$T/cb,runtime_dir=$T/rb" "s3://$B/data" "$T/bad" \
+	>"$T/bad.out" 2>&1; then
+	die "a mount with no keys anywhere succeeded"
+fi
+contains "no S3 credentials" "$T/bad.out" || die "no keys: $(tail -2 "$T/bad.out")"
+log "bad sources refused with a reason"
+
+# --- a dead gateway: an uncached read fails within twice the timeout (a
+# read through the page cache is the kernel's readahead, then its retry)
+sfs_mount "s3://$B/data?timeout=3s" "$M" "${opts[@]}" "cache_dir=$T/c3"
+cmp "$M/a/f2" "$S/a/f2" || die "f2 reads wrong before the gateway stops"
+"$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || die "cannot stop the gateway"
+t0=$(date +%s%3N)
+if timeout 60 cat "$M/a/f3" >/dev/null 2>"$T/err"; then
+	die "f3 read with the gateway down"
+fi
+took=$(($(date +%s%3N) - t0))
+contains "Input/output error" "$T/err" || die "f3 with the gateway down: $(cat "$T/err")"
+((took <= 8000)) || die "f3: EIO after $took ms; timeout=3s promises <= 8000 ms"
+ls "$M/a" >/dev/null || die "the mount stopped answering"
+cmp "$M/a/f2" "$S/a/f2" || die "a cached file does not read with the gateway down"
+log "gateway down: EIO after $took ms, cached files still read"
+sfs_umount "$M"
