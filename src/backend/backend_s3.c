@@ -17,9 +17,12 @@
  *
  * Identity.  An object's ETag, as listed, is its version: a file's
  * content id (the cache's name for its bytes) is the XXH3-128 of the
- * endpoint, bucket, key, ETag and size, and every ranged GET carries
- * If-Match with that ETag, so an object replaced under the mount gives
- * EIO (logged), never bytes of two versions; a remount serves the new one.
+ * endpoint, bucket, key, ETag, version id and size, and every ranged GET
+ * carries If-Match with that ETag, so an object replaced under the mount
+ * gives EIO (logged), never bytes of two versions; a remount serves the
+ * new one.  On a versioned bucket the listing is of versions and each
+ * GET names the version listed (versionId=): the mount is immutable, an
+ * object replaced under it still reads as it was listed.
  *
  * Reads.  Each chunk is one ranged GET, many in flight on the client's
  * thread (s3http.c), retried within the deadline (rados_timeout, or the
@@ -45,6 +48,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
+/* What a file's reads name: the ETag listed, and the version (or NULL). */
+struct objver {
+	char *etag, *version;
+};
+
 struct backend_aio {
 	struct s3_get g;
 	void (*done)(void *arg);
@@ -57,8 +65,9 @@ struct backend_s3 {
 	struct s3_target t;
 	struct s3_client *client;
 	struct idmap etag_of;	/* content id -> index in etags */
-	char **etags;
+	struct objver *etags;
 	size_t netags;
+	bool versioned;
 };
 
 static struct backend_s3 *to_s3(struct backend *be)
@@ -73,7 +82,10 @@ struct obj {
 	uint64_t size;
 	struct timespec mtime;
 	char *etag;
+	char *version;		/* or NULL */
 };
+
+
 
 struct listing {
 	struct backend_s3 *s;
@@ -178,11 +190,13 @@ static int on_object(void *arg, const struct s3_object *o)
 	ob = &l->objs[l->nobjs];
 	ob->rel = strdup(rel);
 	ob->etag = strdup(o->etag);
+	ob->version = o->version ? strdup(o->version) : NULL;
 	ob->size = o->size;
 	ob->mtime = o->mtime;
-	if (!ob->rel || !ob->etag) {
+	if (!ob->rel || !ob->etag || (o->version && !ob->version)) {
 		free(ob->rel);
 		free(ob->etag);
+		free(ob->version);
 		return -ENOMEM;
 	}
 	l->nobjs++;
@@ -193,8 +207,9 @@ static int on_object(void *arg, const struct s3_object *o)
 static void content_id(const struct backend_s3 *s, const struct obj *o, struct sfs_id *out)
 {
 	char buf[8192];
-	int n = snprintf(buf, sizeof(buf), "s3%c%s%c%s%c%s%s%c%s%c%" PRIu64, 0, s->t.endpoint, 0,
-			 s->t.bucket, 0, s->t.prefix, o->rel, 0, o->etag, 0, o->size);
+	int n = snprintf(buf, sizeof(buf), "s3%c%s%c%s%c%s%s%c%s%c%s%c%" PRIu64, 0, s->t.endpoint,
+			 0, s->t.bucket, 0, s->t.prefix, o->rel, 0, o->etag, 0,
+			 o->version ? o->version : "", 0, o->size);
 
 	sfs_id_of(buf, (size_t)MIN(n, (int)sizeof(buf)), out);
 }
@@ -204,6 +219,7 @@ static void listing_release(struct listing *l)
 	for (size_t i = 0; i < l->nobjs; i++) {
 		free(l->objs[i].rel);
 		free(l->objs[i].etag);
+		free(l->objs[i].version);
 	}
 	free(l->objs);
 	for (size_t i = 0; i < l->ndirs; i++)
@@ -223,7 +239,9 @@ static int s3_index(struct backend_s3 *s, char *err, size_t errlen)
 	size_t len = 0;
 	int ret;
 
-	ret = s3_list(&s->t, on_object, &l, err, errlen);
+	ret = s3_versioning(&s->t, &s->versioned, err, errlen);
+	if (!ret)
+		ret = s3_list(&s->t, s->versioned, on_object, &l, err, errlen);
 	if (ret)
 		goto out;
 	if (s->t.prefix[0] && !l.nobjs && !l.ndirs) {
@@ -264,8 +282,9 @@ static int s3_index(struct backend_s3 *s, char *err, size_t errlen)
 		if (!ret && !idmap_get(&s->etag_of, &a.content, &v)) {
 			ret = idmap_put(&s->etag_of, &a.content, s->netags) < 0 ? -ENOMEM : 0;
 			if (!ret) {
-				s->etags[s->netags++] = o->etag;
-				o->etag = NULL;
+				s->etags[s->netags].etag = o->etag;
+				s->etags[s->netags++].version = o->version;
+				o->etag = o->version = NULL;
 			}
 		}
 	}
@@ -283,9 +302,10 @@ static int s3_index(struct backend_s3 *s, char *err, size_t errlen)
 		goto out;
 	}
 	manifest_set_name(s->be.m, s->be.uri);
-	log_notice("%s: %zu objects, %" PRIu64 " bytes, listed in %" PRIu64 " ms (%s, region %s, keys from %s)",
+	log_notice("%s: %zu objects, %" PRIu64 " bytes, listed in %" PRIu64 " ms (%s, region %s, keys from %s%s)",
 		   s->be.uri, l.nobjs - (size_t)shadowed, l.bytes, now_ms() - t0, s->t.endpoint,
-		   s->t.region, s->t.cred_source);
+		   s->t.region, s->t.cred_source,
+		   s->versioned ? "; a versioned bucket: the versions listed are read" : "");
 	if (l.bad_names || shadowed)
 		log_warn("%s: skipped %" PRIu64 " keys that are no path (an empty part, '.', '..', a part over 255 bytes) and %" PRIu64 " objects named as a directory is",
 			 s->be.uri, l.bad_names, shadowed);
@@ -329,7 +349,8 @@ static int s3b_aio_start(struct backend *be, const struct sfs_attr *file, uint32
 	h->done = done;
 	h->arg = arg;
 	h->g.key = h->key;
-	h->g.etag = s->etags[e];
+	h->g.etag = s->etags[e].etag;
+	h->g.version = s->etags[e].version;
 	h->g.off = (uint64_t)idx * be->chunk_size;
 	h->g.len = len;
 	h->g.buf = buf;
@@ -433,8 +454,10 @@ static void s3b_destroy(struct backend *be)
 	s3_client_stop(s->client);	/* every read ends first */
 	if (be->m)
 		manifest_close(be->m);
-	for (size_t i = 0; i < s->netags; i++)
-		free(s->etags[i]);
+	for (size_t i = 0; i < s->netags; i++) {
+		free(s->etags[i].etag);
+		free(s->etags[i].version);
+	}
 	free(s->etags);
 	idmap_release(&s->etag_of);
 	s3_target_release(&s->t);

@@ -66,6 +66,7 @@ void s3_target_release(struct s3_target *t);
 struct s3_get {
 	const char *key;	/* the whole key, prefix included */
 	const char *etag;	/* as listed, quotes included; NULL: not checked */
+	const char *version;	/* the object version to read (versionId), or NULL */
 	uint64_t off;
 	size_t len;
 	void *buf;
@@ -120,14 +121,24 @@ struct s3_object {
 	uint64_t size;
 	struct timespec mtime;	/* LastModified */
 	const char *etag;
+	const char *version;	/* its VersionId on a versioned bucket, else NULL */
 };
 
 /*
  * Every object under @t->prefix, in the listing's (key) order, to @fn,
- * which returns 0 to go on or -errno to stop with it.  Returns 0, or
- * -errno with a message in @err (a missing bucket, denied, unreachable).
+ * which returns 0 to go on or -errno to stop with it; with @versions
+ * (a versioned bucket) the latest version of each key, with its id.
+ * Returns 0, or -errno with a message in @err (a missing bucket, denied,
+ * unreachable).
  */
-int s3_list(const struct s3_target *t, int (*fn)(void *arg, const struct s3_object *o),
-	    void *arg, char *err, size_t errlen);
+int s3_list(const struct s3_target *t, bool versions,
+	    int (*fn)(void *arg, const struct s3_object *o), void *arg, char *err, size_t errlen);
+
+/*
+ * Does the bucket keep versions (versioning Enabled or Suspended)?  *@on;
+ * a gateway that does not let these keys ask (403) or has no versioning
+ * says no.  0, or -errno with a message in @err.
+ */
+int s3_versioning(const struct s3_target *t, bool *on, char *err, size_t errlen);
 
 #endif

@@ -350,7 +350,7 @@ static void get_release(struct s3_get *g)
 /* Begin a try of @g in the multi: 0, or -errno (g->res not yet set). */
 static int try_start(struct s3_client *c, struct s3_get *g)
 {
-	char url[8192], range[64];
+	char url[8192], range[64], query[1100];
 	CURL *e;
 	int ret;
 
@@ -358,7 +358,12 @@ static int try_start(struct s3_client *c, struct s3_get *g)
 	g->status = 0;
 	g->errlen = 0;
 	g->errbody[0] = '\0';
-	ret = s3_url(c->t, g->key, NULL, url, sizeof(url));
+	if (g->version) {
+		memcpy(query, "versionId=", 10);
+		if (s3_encode(g->version, false, query + 10, sizeof(query) - 10))
+			return -ENAMETOOLONG;
+	}
+	ret = s3_url(c->t, g->key, g->version ? query : NULL, url, sizeof(url));
 	if (ret)
 		return ret;
 	e = g->easy = curl_easy_init();
@@ -436,7 +441,8 @@ static void try_done(struct s3_client *c, struct s3_get *g, CURLcode rc)
 		snprintf(why, sizeof(why), "replaced since it was listed (its ETag is no longer %s): remount to see the new version",
 			 g->etag ? g->etag : "");
 	else if (status == 404)
-		snprintf(why, sizeof(why), "deleted since it was listed");
+		snprintf(why, sizeof(why), "deleted since it was listed%s",
+			 g->version ? " (this version too)" : "");
 	else
 		s3_error_text(status, g->errbody, why, sizeof(why));
 	log_limited(&rl_get, LOG_ERR, "s3://%s/%s: bytes %" PRIu64 "+%zu: %s", c->t->bucket, g->key,

@@ -2,7 +2,10 @@
 /*
  * s3list: every key under a prefix (s3.h), with ListObjectsV2: up to 1,000
  * keys a request, the next page asked for with the continuation token the
- * last one gave.  The XML is parsed with expat as it comes off the page
+ * last one gave.  On a versioned bucket, ListObjectVersions instead (the
+ * next page from the key and version-id markers), keeping each key's
+ * latest version with its id; a key whose latest is a delete marker is
+ * gone.  The XML is parsed with expat as it comes off the page
  * (a page is at most a few hundred KB); an element's text longer than S3
  * allows (keys are at most 1,024 bytes) or a page larger than 16 MiB is
  * refused, not truncated.
@@ -24,7 +27,10 @@
 #define PAGE_MAX	(16u << 20)
 #define TEXT_MAX	4096
 
-enum field { F_NONE, F_KEY, F_SIZE, F_ETAG, F_MTIME, F_TRUNCATED, F_TOKEN };
+enum field {
+	F_NONE, F_KEY, F_SIZE, F_ETAG, F_MTIME, F_VERSION, F_LATEST,
+	F_TRUNCATED, F_TOKEN, F_NEXT_KEY, F_NEXT_VERSION,
+};
 
 struct page {
 	int depth;
@@ -34,11 +40,14 @@ struct page {
 	size_t tlen;
 	bool overflow;
 	/* the current object */
-	char key[TEXT_MAX + 1], etag[TEXT_MAX + 1], size[32], mtime[64];
+	char key[TEXT_MAX + 1], etag[TEXT_MAX + 1], size[32], mtime[64], version[TEXT_MAX + 1];
 	unsigned have;
+	bool latest;
 	/* the page */
+	bool versions;		/* ListObjectVersions */
 	bool truncated;
-	char token[TEXT_MAX + 1];
+	char token[TEXT_MAX + 1];	/* ListObjectsV2's continuation */
+	char next_key[TEXT_MAX + 1], next_version[TEXT_MAX + 1];	/* ListObjectVersions' */
 	uint64_t objects;
 	int (*fn)(void *arg, const struct s3_object *o);
 	void *arg;
@@ -59,12 +68,20 @@ static enum field field_of(const char *name, bool in_contents, int depth)
 			return F_ETAG;
 		if (!strcmp(name, "LastModified"))
 			return F_MTIME;
+		if (!strcmp(name, "VersionId"))
+			return F_VERSION;
+		if (!strcmp(name, "IsLatest"))
+			return F_LATEST;
 	}
 	if (!in_contents && depth == 2) {
 		if (!strcmp(name, "IsTruncated"))
 			return F_TRUNCATED;
 		if (!strcmp(name, "NextContinuationToken"))
 			return F_TOKEN;
+		if (!strcmp(name, "NextKeyMarker"))
+			return F_NEXT_KEY;
+		if (!strcmp(name, "NextVersionIdMarker"))
+			return F_NEXT_VERSION;
 	}
 	return F_NONE;
 }
@@ -75,9 +92,11 @@ static void XMLCALL on_start(void *arg, const XML_Char *name, const XML_Char **a
 
 	(void)attrs;
 	pg->depth++;
-	if (pg->depth == 2 && !strcmp(name, "Contents")) {
+	if (pg->depth == 2 && !strcmp(name, pg->versions ? "Version" : "Contents")) {
 		pg->in_contents = true;
 		pg->have = 0;
+		pg->latest = !pg->versions;
+		pg->version[0] = '\0';
 	}
 	pg->f = field_of(name, pg->in_contents, pg->depth);
 	pg->tlen = 0;
@@ -128,6 +147,8 @@ static void object_end(struct page *pg)
 	struct s3_object o = { .key = pg->key, .etag = pg->etag };
 	char *end;
 
+	if (!pg->latest)
+		return;		/* an older version */
 	if ((pg->have & 0xf) != 0xf) {
 		fail(pg, -EPROTO, "the listing has an object without a %s", "key, size, ETag or time");
 		return;
@@ -147,6 +168,8 @@ static void object_end(struct page *pg)
 			fail(pg, -EPROTO, "the listing has a bad ETag for %s", pg->key);
 			return;
 		}
+	if (pg->versions && pg->version[0] && strcmp(pg->version, "null"))
+		o.version = pg->version;	/* "null": put while versioning was off */
 	pg->objects++;
 	pg->ret = pg->fn(pg->arg, &o);
 	if (pg->ret) {
@@ -174,6 +197,10 @@ static void XMLCALL on_end(void *arg, const XML_Char *name)
 	case F_MTIME: dst = pg->mtime; cap = sizeof(pg->mtime); pg->have |= 8; break;
 	case F_TRUNCATED: pg->truncated = !strcmp(pg->text, "true"); break;
 	case F_TOKEN: dst = pg->token; cap = sizeof(pg->token); break;
+	case F_VERSION: dst = pg->version; cap = sizeof(pg->version); break;
+	case F_LATEST: pg->latest = !strcmp(pg->text, "true"); break;
+	case F_NEXT_KEY: dst = pg->next_key; cap = sizeof(pg->next_key); break;
+	case F_NEXT_VERSION: dst = pg->next_version; cap = sizeof(pg->next_version); break;
 	case F_NONE: break;
 	}
 	if (dst && pg->tlen >= cap) {
@@ -184,25 +211,37 @@ static void XMLCALL on_end(void *arg, const XML_Char *name)
 		memcpy(dst, pg->text, pg->tlen + 1);
 	pg->f = F_NONE;
 	pg->tlen = 0;
-	if (pg->depth == 2 && pg->in_contents && !strcmp(name, "Contents")) {
+	if (pg->depth == 2 && pg->in_contents && !strcmp(name, pg->versions ? "Version" : "Contents")) {
 		pg->in_contents = false;
 		object_end(pg);
 	}
 	pg->depth--;
 }
 
-/* The query of the page after @token ("": the first), canonical for SigV4. */
-static int page_query(const struct s3_target *t, const char *token, char *q, size_t n)
+/* The query of the next page (the first if no marker is set), canonical for SigV4. */
+static int page_query(const struct s3_target *t, const struct page *pg, char *q, size_t n)
 {
-	char etok[3 * TEXT_MAX + 1], epfx[3 * 1024 + 1];
+	char etok[3 * TEXT_MAX + 1], ever[3 * TEXT_MAX + 1], epfx[3 * 1024 + 1];
 	int r;
 
-	if (s3_encode(token, false, etok, sizeof(etok)) ||
-	    s3_encode(t->prefix, false, epfx, sizeof(epfx)))
+	if (s3_encode(t->prefix, false, epfx, sizeof(epfx)))
 		return -ENAMETOOLONG;
-	/* sorted: continuation-token, list-type, max-keys, prefix */
-	r = snprintf(q, n, "%s%s%slist-type=2&max-keys=1000&prefix=%s",
-		     token[0] ? "continuation-token=" : "", etok, token[0] ? "&" : "", epfx);
+	if (pg->versions) {
+		/* sorted: key-marker, max-keys, prefix, version-id-marker, versions */
+		if (s3_encode(pg->next_key, false, etok, sizeof(etok)) ||
+		    s3_encode(pg->next_version, false, ever, sizeof(ever)))
+			return -ENAMETOOLONG;
+		r = snprintf(q, n, "%s%s%smax-keys=1000&prefix=%s%s%s&versions=",
+			     pg->next_key[0] ? "key-marker=" : "", etok, pg->next_key[0] ? "&" : "",
+			     epfx, pg->next_version[0] ? "&version-id-marker=" : "", ever);
+	} else {
+		/* sorted: continuation-token, list-type, max-keys, prefix */
+		if (s3_encode(pg->token, false, etok, sizeof(etok)))
+			return -ENAMETOOLONG;
+		r = snprintf(q, n, "%s%s%slist-type=2&max-keys=1000&prefix=%s",
+			     pg->token[0] ? "continuation-token=" : "", etok, pg->token[0] ? "&" : "",
+			     epfx);
+	}
 	return r >= 0 && (size_t)r < n ? 0 : -ENAMETOOLONG;
 }
 
@@ -224,8 +263,30 @@ static void list_error(const struct s3_target *t, long status, const char *body,
 		snprintf(err, errlen, "s3://%s: cannot list it at %s (%s)", t->bucket, t->endpoint, why);
 }
 
-int s3_list(const struct s3_target *t, int (*fn)(void *arg, const struct s3_object *o),
-	    void *arg, char *err, size_t errlen)
+int s3_versioning(const struct s3_target *t, bool *on, char *err, size_t errlen)
+{
+	char *body = NULL;
+	size_t len = 0;
+	long status = 0;
+	int ret;
+
+	*on = false;
+	ret = s3_fetch(t, NULL, "versioning=", &body, &len, 65536, &status, err, errlen);
+	if (ret)
+		return ret;
+	if (status == 200)
+		*on = strstr(body, "<Status>Enabled</Status>") ||
+		      strstr(body, "<Status>Suspended</Status>");
+	else if (status != 403 && status != 405 && status != 501)
+		list_error(t, status, body, err, errlen);
+	free(body);
+	/* not allowed to ask, or no versioning there: an unversioned bucket */
+	return status == 200 || status == 403 || status == 405 || status == 501 ? 0
+		: status == 404 ? -ENOENT : -EIO;
+}
+
+int s3_list(const struct s3_target *t, bool versions,
+	    int (*fn)(void *arg, const struct s3_object *o), void *arg, char *err, size_t errlen)
 {
 	struct page *pg = calloc(1, sizeof(*pg));
 	char query[4 * TEXT_MAX + 3 * 1024 + 128];
@@ -233,6 +294,7 @@ int s3_list(const struct s3_target *t, int (*fn)(void *arg, const struct s3_obje
 
 	if (!pg)
 		return -ENOMEM;
+	pg->versions = versions;
 	pg->fn = fn;
 	pg->arg = arg;
 	pg->err = err;
@@ -243,7 +305,7 @@ int s3_list(const struct s3_target *t, int (*fn)(void *arg, const struct s3_obje
 		size_t len = 0;
 		long status = 0;
 
-		ret = page_query(t, pg->token, query, sizeof(query));
+		ret = page_query(t, pg, query, sizeof(query));
 		if (ret) {
 			snprintf(err, errlen, "s3://%s: the prefix or a continuation token is too long", t->bucket);
 			break;
@@ -268,7 +330,7 @@ int s3_list(const struct s3_target *t, int (*fn)(void *arg, const struct s3_obje
 		XML_SetCharacterDataHandler(pg->p, on_text);
 		pg->depth = 0;
 		pg->truncated = false;
-		pg->token[0] = '\0';
+		pg->token[0] = pg->next_key[0] = pg->next_version[0] = '\0';
 		if (XML_Parse(pg->p, body, (int)len, XML_TRUE) == XML_STATUS_ERROR && !pg->ret) {
 			snprintf(err, errlen, "s3://%s: the listing is not XML S3 would send (line %lu: %s)",
 				 t->bucket, (unsigned long)XML_GetCurrentLineNumber(pg->p),
@@ -278,7 +340,7 @@ int s3_list(const struct s3_target *t, int (*fn)(void *arg, const struct s3_obje
 		XML_ParserFree(pg->p);
 		free(body);
 		ret = pg->ret;
-		if (!ret && pg->truncated && !pg->token[0]) {
+		if (!ret && pg->truncated && !(versions ? pg->next_key[0] : pg->token[0])) {
 			snprintf(err, errlen, "s3://%s: a listing page is truncated but has no continuation token",
 				 t->bucket);
 			ret = -EPROTO;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within twice the timeout.
+# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within twice the timeout.
 # needs: ceph
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
@@ -79,6 +79,24 @@ sfs_mount "s3://$B/data/a" "$M" "${opts[@]}" "cache_dir=$T/c2"
 cmp "$M/f7" "$T/new" || die "a new mount does not serve the new f7"
 sfs_umount "$M"
 log "environment keys; a replaced object gives EIO, a remount serves it"
+
+# --- a versioned bucket: the versions listed are read, whatever comes after
+V=v$$
+"$PUT" --versioned "$URL" "$CRED" "$V" || die "cannot make a versioned bucket"
+"$PUT" "$URL" "$CRED" "$V" "$S/a" 2>/dev/null || die "cannot put into the versioned bucket"
+sfs_mount "s3://$V" "$M" "${opts[@]}" "cache_dir=$T/c4"
+contains "a versioned bucket" "$(sfs_log "$M")" || die "the bucket's versioning was not seen"
+"$PUT" "$URL" "$CRED" "$V/f9" "$T/new" || die "cannot replace f9"
+"$PUT" --rm "$URL" "$CRED" "$V/f10" || die "cannot delete f10"
+cmp "$M/f9" "$S/a/f9" || die "a versioned object replaced under the mount does not read as listed"
+cmp "$M/f10" "$S/a/f10" || die "a versioned object deleted under the mount does not read as listed"
+diff -r "$S/a" "$M" >/dev/null || die "the versioned bucket's mount differs from the tree put"
+sfs_umount "$M"
+sfs_mount "s3://$V" "$M" "${opts[@]}" "cache_dir=$T/c4"
+cmp "$M/f9" "$T/new" || die "a new mount does not serve f9's new version"
+[[ ! -e $M/f10 ]] || die "a new mount still shows a deleted object"
+sfs_umount "$M"
+log "versioned bucket: replaced and deleted objects read as listed until a remount"
 
 # --- what the mount refuses, and why
 mkdir -p "$T/bad"

@@ -9,6 +9,8 @@
 #       if needed, then put every regular file under DIR as PREFIX/RELPATH
 #   tools/dev/s3-put.sh URL CREDENTIALS BUCKET/KEY FILE     put one object
 #   tools/dev/s3-put.sh --rm URL CREDENTIALS BUCKET/KEY     delete one object
+#   tools/dev/s3-put.sh --versioned URL CREDENTIALS BUCKET   create the bucket
+#       (if needed) with versioning on
 #   tools/dev/s3-put.sh --get N URL CREDENTIALS BUCKET/PREFIX DIR   GET the
 #       objects put from DIR, in a shuffled order, N at once (curl --parallel),
 #       to nowhere; prints the seconds it took (the gateway's own rate)
@@ -22,12 +24,14 @@ set -euo pipefail
 
 PROG=${0##*/}
 die() { printf '%s: error: %s\n' "$PROG" "$*" >&2; exit 1; }
-usage() { sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { awk 'NR > 2 && /^#/ { sub(/^# ?/, ""); print; next } NR > 2 { exit }' "$0" >&2; exit 2; }
 
-rm_mode=0 get=0
-if [ "${1:-}" = --rm ]; then rm_mode=1; shift; fi
-if [ "${1:-}" = --get ]; then get=${2:-}; shift 2 || usage; fi
-[ $# -eq $((4 - rm_mode)) ] || usage
+rm_mode=0 get=0 nargs=4
+case ${1:-} in
+--rm | --versioned) rm_mode=${1#--}; nargs=3; shift ;;
+--get) get=${2:-}; shift 2 || usage ;;
+esac
+[ $# -eq "$nargs" ] || usage
 case $get in ''|*[!0-9]*) usage ;; esac
 url=${1%/} cred=$2 target=$3 src=${4:-}
 bucket=${target%%/*}
@@ -48,7 +52,16 @@ printf 'header = "x-amz-content-sha256: UNSIGNED-PAYLOAD"\n' >>"$cfg"
 
 enc() { python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1], safe="/~"))' "$1"; }
 
-if [ "$rm_mode" = 1 ]; then
+if [ "$rm_mode" = versioned ]; then
+    code=$(curl -K "$cfg" -X PUT -o /dev/null -w '%{http_code}' "$url/$bucket")
+    [ "$code" = 200 ] || [ "$code" = 409 ] || die "cannot create bucket $bucket: HTTP $code"
+    code=$(curl -K "$cfg" -X PUT -o /dev/null -w '%{http_code}' --data-binary \
+        '<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Status>Enabled</Status></VersioningConfiguration>' \
+        "$url/$bucket?versioning=")
+    [ "$code" = 200 ] || die "cannot turn versioning on for $bucket: HTTP $code"
+    exit 0
+fi
+if [ "$rm_mode" = rm ]; then
     code=$(curl -K "$cfg" -X DELETE -o /dev/null -w '%{http_code}' "$url/$bucket/$(enc "$prefix")")
     [ "$code" = 204 ] || [ "$code" = 200 ] || die "DELETE $bucket/$prefix: HTTP $code"
     exit 0
