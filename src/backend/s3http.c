@@ -510,6 +510,8 @@ static void *client_thread(void *arg)
 			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&g);
 			try_done(c, g, msg->data.result);
 		}
+		for (g = c->waiting; g; g = g->next)	/* those just put back too */
+			wake = MIN(wake, g->retry_at_ms);
 		now = now_ms();
 		ms = wake > now ? (int)MIN(wake - now, 1000) : 0;
 		if (c->waiting && !ms)

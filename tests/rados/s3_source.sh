@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within twice the timeout.
+# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within twice the timeout; through an endpoint that fails every other read (503 SlowDown, 500, 429, a reset, a cut body) every byte is still right.
 # needs: ceph
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
@@ -13,7 +13,11 @@ command -v radosgw >/dev/null || skip "radosgw is not installed (./install-deps 
 TOOL=$REPO/tools/dev/ceph-cluster.sh
 PUT=$REPO/tools/dev/s3-put.sh
 T=$TEST_TMPDIR B=b$$
-cleanup() { "$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || true; }
+FPID=
+cleanup() {
+	[[ -z $FPID ]] || kill "$FPID" 2>/dev/null || true
+	"$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
 
 URL=$("$TOOL" rgw "$STAGEFS_CEPH_DIR" 2>"$T/rgw.log") || die "no gateway: $(tail -3 "$T/rgw.log")"
@@ -78,6 +82,7 @@ sfs_umount "$M"
 sfs_mount "s3://$B/data/a" "$M" "${opts[@]}" "cache_dir=$T/c2"
 cmp "$M/f7" "$T/new" || die "a new mount does not serve the new f7"
 sfs_umount "$M"
+cp "$T/new" "$S/a/f7"	# the tree as the bucket has it now
 log "environment keys; a replaced object gives EIO, a remount serves it"
 
 # --- a versioned bucket: the versions listed are read, whatever comes after
@@ -97,6 +102,22 @@ cmp "$M/f9" "$T/new" || die "a new mount does not serve f9's new version"
 [[ ! -e $M/f10 ]] || die "a new mount still shows a deleted object"
 sfs_umount "$M"
 log "versioned bucket: replaced and deleted objects read as listed until a remount"
+
+# --- a flaky endpoint: every 2nd ranged GET fails (503 SlowDown, 500, 429,
+# a reset connection, a body cut off): every byte still right, by retrying
+FP=$((${URL##*:} + 1))	# the cluster's spare port (ceph-cluster.sh: BASE+31)
+"$PYTHON" "$REPO/tests/s3_faults.py" --listen "$FP" --upstream "$URL" --count "$T/faults" \
+	>"$T/faults.log" 2>&1 &
+FPID=$!
+wait_for -t 10 contains listening "$T/faults.log" || die "the faulty endpoint did not start: $(cat "$T/faults.log")"
+sfs_mount "s3://$B/data" "$M" "s3_endpoint=http://127.0.0.1:$FP" "s3_credentials_file=$CRED" \
+	chunk_size=1M "cache_dir=$T/c5"
+diff -r "$S" "$M" >"$T/diff" 2>&1 || die "through a flaky endpoint the mount differs: $(head -3 "$T/diff")"
+assert_ge "$(cat "$T/faults")" 20 "faults injected"
+sfs_umount "$M"
+kill "$FPID"
+FPID=
+log "flaky endpoint: $(cat "$T/faults") faults injected, every byte right"
 
 # --- what the mount refuses, and why
 mkdir -p "$T/bad"

@@ -31,7 +31,7 @@ bench_s3() {
 	command -v s3fs >/dev/null || { skipped "s3fs is not installed (the baseline)"; return; }
 	mkdir -p "$d/mnt" "$d/s3fs"
 	image_tree "$d/src" "$n" "${S3_KB%-*}" "${S3_KB#*-}" 37 || { skipped "could not write the files"; return; }
-	url=$("$CLUSTER_SH" rgw "$CLUSTER_DIR" 2>>"$WORK/log/s3.log") || { skipped "no gateway (radosgw installed?)"; return; }
+	url=$("$CLUSTER_SH" rgw "$CLUSTER_DIR" 2>>"$WORK/log/s3.log") || { skipped "no gateway: $(tail -1 "$WORK/log/s3.log")"; return; }
 	cred=$CLUSTER_DIR/rgw/credentials
 	log "s3: putting the files into bucket bs3"
 	"$REPO/tools/dev/s3-put.sh" "$url" "$cred" bs3/train "$d/src" >>"$WORK/log/s3.log" 2>&1 ||
