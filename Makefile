@@ -51,7 +51,16 @@ ifeq ($(HAVE_SLURM),y)
 SPANK_PLUGIN  = slurm/spank_stagefs.so
 endif
 
-all: stagefs $(TOOLS) $(BENCH_PROGS) gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN)
+# the CSI node plugin's message classes (csi/README.md), where configure
+# found protoc and Python's grpc
+ifneq ($(PROTOC),)
+CSI_PB        = csi/csi_pb2.py
+endif
+
+all: stagefs $(TOOLS) $(BENCH_PROGS) gpudirect/libstagefs.so $(GPU_BENCH) $(SPANK_PLUGIN) $(CSI_PB)
+
+csi/csi_pb2.py: csi/proto/csi.proto
+	$(call quiet,PROTOC,$@)$(PROTOC) -Icsi/proto --python_out=csi csi/proto/csi.proto
 
 # Header dependencies come from the compiler (-MMD -MP: each object's .d
 # lists the headers it included); an object without its .d yet (built
@@ -235,6 +244,12 @@ install: all man
 	sed -e 's|@bindir@|$(PREFIX)/bin|g' -e 's|@sysconfdir@|$(sysconfdir)|g' -e 's|@unitdir@|$(SYSTEMDUNITDIR)|g' \
 		conf/stagefs.service.in >$(DESTDIR)$(SYSTEMDUNITDIR)/stagefs.service
 	for m in $(MAN_PAGES); do install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/; done
+ifneq ($(PROTOC),)
+	install -d $(DESTDIR)$(PREFIX)/lib/stagefs/csi
+	install -m 0644 csi/csi_pb2.py $(DESTDIR)$(PREFIX)/lib/stagefs/csi/csi_pb2.py
+	install -m 0755 csi/stagefs_csi.py $(DESTDIR)$(PREFIX)/lib/stagefs/csi/stagefs_csi.py
+	ln -sf ../lib/stagefs/csi/stagefs_csi.py $(DESTDIR)$(PREFIX)/bin/stagefs-csi
+endif
 ifeq ($(HAVE_SLURM),y)
 	install -d $(DESTDIR)$(SLURM_PLUGINDIR)
 	install -m 0644 slurm/spank_stagefs.so $(DESTDIR)$(SLURM_PLUGINDIR)/spank_stagefs.so
@@ -274,7 +289,7 @@ tests/fuzz/mkseed_manifest: tests/fuzz/mkseed_manifest.o src/libsfs.a
 fuzz: $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 clean:
-	rm -f */*.o */*/*.o */*.d */*/*.d src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) $(BENCH_PROGS) tools/bench/gpubench slurm/spank_stagefs.so
+	rm -f */*.o */*/*.o */*.d */*/*.d src/libsfs.a gpudirect/libstagefs.so prefetch/libprefetch.a stagefs $(TOOLS) $(UNIT_TESTS) $(TEST_HELPERS) $(BENCH_PROGS) tools/bench/gpubench slurm/spank_stagefs.so csi/csi_pb2.py
 	rm -f $(MAN_PAGES)
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 

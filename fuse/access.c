@@ -107,6 +107,41 @@ bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *
 	return false;
 }
 
+int access_ns_check(struct sfs *fs, const char *name, const char *ns, char *why,
+		    size_t len)
+{
+	static struct log_ratelimit rl = LOG_RATELIMIT_INIT(60000, 20);
+	const struct policy_dataset *pd;
+	struct sfs_dataset *ds;
+	bool gone;
+
+	if (!fs->multi) {
+		snprintf(why, len, "this daemon serves one dataset, not a root of named ones (stagefs -c CONF ROOT)");
+		return -ENOENT;
+	}
+	if (ns[0] && !policy_ns_valid(ns)) {
+		snprintf(why, len, "'%s' is not a Kubernetes namespace name", ns);
+		return -EINVAL;
+	}
+	ds = datasets_lookup(fs, name);
+	if (!ds) {
+		snprintf(why, len, "no dataset '%s' on this node (stagefs.conf has no [dataset %s], or no such version)",
+			 name, name);
+		return -ENOENT;
+	}
+	pd = rules_of(fs, atomic_load(&fs->policy), ds, &gone);
+	if (!gone && policy_ns_may_read(pd, ns))
+		return 0;
+	if (!ns[0])
+		snprintf(why, len, "dataset '%s' is not open to all, and the pod's namespace is not known (the CSIDriver needs podInfoOnMount: true)",
+			 ds->rule_name);
+	else
+		snprintf(why, len, "namespace '%s' may not read dataset '%s' (stagefs.conf: [dataset %s] allow)",
+			 ns, ds->rule_name, ds->rule_name);
+	log_limited(&rl, LOG_NOTICE, "access: %s", why);
+	return -EACCES;
+}
+
 bool access_open_to_all(struct sfs *fs, const struct sfs_dataset *ds)
 {
 	bool gone;

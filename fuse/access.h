@@ -25,6 +25,16 @@ uint64_t access_quota_of(void *fs, uint32_t uid);
 bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds);
 
 /*
+ * May the pods of Kubernetes namespace @ns (src/policy.h; "" not known)
+ * read dataset @name (NAME or NAME@VERSION) of this multi-dataset root?
+ * 0 yes; -EACCES no, -ENOENT no such dataset, with the reason in @why.
+ * Asked by the CSI plugin before it publishes a volume (ACCESS,
+ * docs/control.md); refusals are logged.
+ */
+int access_ns_check(struct sfs *fs, const char *name, const char *ns, char *why,
+		    size_t len);
+
+/*
  * True if everyone may read dataset @ds under the current policy: a
  * single-dataset mount, or a [dataset] section without an allow list.
  * (What the kernel may cache for all users alike.)

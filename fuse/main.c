@@ -117,6 +117,8 @@ static void usage(FILE *f)
 		"    dir:///PATH                 a local, NFS or Lustre directory (or just /PATH)\n"
 		"    rados://POOL/NAME[@VERSION] a dataset published with `stagefs publish`\n"
 		"    rados://POOL/NAMESPACE?plain  every object in a namespace as a file\n"
+		"    cephfs://FS/PATH[@SNAPSHOT] a CephFS directory or snapshot, through libcephfs\n"
+		"    s3://BUCKET[/PREFIX]        the objects under a prefix of an S3 bucket\n"
 		"\n"
 		"options:\n"
 		"    -f, --foreground            stay in the foreground\n"
@@ -125,6 +127,7 @@ static void usage(FILE *f)
 		"    -o OPT[,OPT...]             settings as name=value (override the file)\n"
 		"    -h, --help                  this text\n"
 		"    -V, --version               print the version\n"
+		"        --check                 with -c CONFIG: read it, say what is wrong (FILE:LINE), exit\n"
 		"        --print-config[=ini|markdown|scdoc]  print a complete example config,\n"
 		"                                or the settings reference of docs/configuration.md\n"
 		"                                or of the man pages\n"
@@ -293,6 +296,7 @@ static void __attribute__((format(printf, 1, 2), noreturn)) fail(const char *fmt
 struct cli {
 	bool foreground;
 	bool debug;
+	bool check;		/* --check: read the settings, say what is wrong, exit */
 	const char *config;
 	char *fuse_opts;	/* comma list passed to libfuse */
 	char **sets;		/* "name=value" from -o, in order */
@@ -362,6 +366,7 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "print-config", optional_argument, NULL, 'P' },
+		{ "check", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -382,6 +387,9 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 			break;
 		case 's':
 			/* libfuse's single-threaded flag: accepted, ignored */
+			break;
+		case 'C':
+			cli->check = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -404,6 +412,13 @@ static void parse_cli(int argc, char **argv, struct cli *cli)
 			fprintf(stderr, "Try 'stagefs --help'.\n");
 			exit(2);
 		}
+	}
+	if (cli->check && argc == optind) {
+		if (!cli->config) {
+			fprintf(stderr, "stagefs: --check needs -c CONFIG\n");
+			exit(2);
+		}
+		return;
 	}
 	if (argc - optind == 1) {
 		/* a mount root of the datasets listed in the config */
@@ -643,6 +658,12 @@ int main(int argc, char **argv)
 
 	parse_cli(argc, argv, &cli);
 	apply_settings(&fs, &cli);
+	if (cli.check) {
+		/* apply_settings exited with FILE:LINE on anything wrong */
+		printf("%s: ok: %zu dataset%s\n", cli.config, fs.policy->nds,
+		       fs.policy->nds == 1 ? "" : "s");
+		exit(0);
+	}
 	if (!fs.cfg.threads)
 		fs.cfg.threads = default_threads();
 

@@ -38,7 +38,19 @@ void policy_destroy(struct policy *p)
 	free(p);
 }
 
-/* Parse "user:NAME", "group:NAME", "uid:N", "gid:N". */
+bool policy_ns_valid(const char *ns)
+{
+	size_t n = strlen(ns);
+
+	if (n < 1 || n > 63 || ns[0] == '-' || ns[n - 1] == '-')
+		return false;
+	for (const char *c = ns; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-'))
+			return false;
+	return true;
+}
+
+/* Parse "user:NAME", "group:NAME", "uid:N", "gid:N", "namespace:NAME". */
 static int parse_principal(const char *s, struct policy_rule *r, char *err, size_t len)
 {
 	const char *colon = strchr(s, ':');
@@ -47,7 +59,7 @@ static int parse_principal(const char *s, struct policy_rule *r, char *err, size
 	char *end;
 
 	if (!colon || (size_t)(colon - s) >= sizeof(kind)) {
-		snprintf(err, len, "'%s': expected user:NAME, group:NAME, uid:N or gid:N", s);
+		snprintf(err, len, "'%s': expected user:NAME, group:NAME, uid:N, gid:N or namespace:NAME", s);
 		return -1;
 	}
 	memcpy(kind, s, (size_t)(colon - s));
@@ -79,6 +91,14 @@ static int parse_principal(const char *s, struct policy_rule *r, char *err, size
 		r->id = pw->pw_uid;
 		return 0;
 	}
+	if (!strcmp(kind, "namespace")) {
+		if (!policy_ns_valid(name)) {
+			snprintf(err, len, "'%s': not a Kubernetes namespace name (a-z, 0-9, '-', at most 63)", s);
+			return -1;
+		}
+		snprintf(r->ns, sizeof(r->ns), "%s", name);
+		return 0;
+	}
 	if (!strcmp(kind, "group")) {
 		struct group *gr = getgrnam(name);
 
@@ -90,7 +110,7 @@ static int parse_principal(const char *s, struct policy_rule *r, char *err, size
 		r->id = gr->gr_gid;
 		return 0;
 	}
-	snprintf(err, len, "'%s': expected user:NAME, group:NAME, uid:N or gid:N", s);
+	snprintf(err, len, "'%s': expected user:NAME, group:NAME, uid:N, gid:N or namespace:NAME", s);
 	return -1;
 }
 
@@ -110,6 +130,10 @@ static int quota_section(void *arg, const char *section, const char *name,
 	 * inih splits "name: value" as well as "name = value", so the line
 	 * "user:alice = 2T" arrives as name "user", value "alice = 2T".
 	 */
+	if (!strcmp(name, "namespace")) {
+		snprintf(err, len, "namespace quotas are not supported yet: a namespace's pods are charged to their uids (docs/kubernetes.md)");
+		return -1;
+	}
 	if (!strcmp(name, "user") || !strcmp(name, "group") ||
 	    !strcmp(name, "uid") || !strcmp(name, "gid")) {
 		const char *eq = strchr(value, '=');
@@ -331,10 +355,24 @@ bool policy_may_read(const struct policy_dataset *ds, const struct cred *cr)
 	for (size_t i = 0; i < ds->nallow; i++) {
 		const struct policy_rule *r = &ds->allow[i];
 
+		if (r->ns[0])
+			continue;	/* a pod's namespace: checked at publish */
 		if (!r->group && r->id == cr->uid)
 			return true;
 		if (r->group && cred_in_group(cr, r->id))
 			return true;
 	}
+	return false;
+}
+
+bool policy_ns_may_read(const struct policy_dataset *ds, const char *ns)
+{
+	if (!ds || ds->allow_all)
+		return true;
+	if (!ns[0])
+		return false;
+	for (size_t i = 0; i < ds->nallow; i++)
+		if (ds->allow[i].ns[0] && !strcmp(ds->allow[i].ns, ns))
+			return true;
 	return false;
 }

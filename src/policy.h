@@ -11,7 +11,7 @@
  *
  *   [dataset imagenet]
  *   source = rados://datasets/imagenet
- *   allow = user:alice, group:vision   ; absent = everyone
+ *   allow = user:alice, group:vision, namespace:vision   ; absent = everyone
  *   policy = lru | nothrash
  *   epoch_staging = auto | on | off   ; absent = the epoch_staging setting
  *
@@ -38,9 +38,10 @@ enum evict_policy {
 };
 
 struct policy_rule {
-	bool group;		/* gid rule, else uid rule */
+	bool group;		/* gid rule, else uid rule (unless ns is set) */
 	uint32_t id;
 	uint64_t bytes;		/* quota rules only */
+	char ns[64];		/* a Kubernetes namespace rule: its name; "" otherwise */
 };
 
 struct policy_dataset {
@@ -87,6 +88,17 @@ uint64_t policy_quota(const struct policy *p, uint32_t uid);
  * where known, its supplementary groups.
  */
 bool policy_may_read(const struct policy_dataset *ds, const struct cred *cr);
+
+/*
+ * May the pods of Kubernetes namespace @ns read dataset @ds (a
+ * namespace:NAME rule, or no rules, or allow = *)?  @ns "" (not known)
+ * matches no namespace rule.  The CSI plugin asks before it publishes a
+ * volume (docs/kubernetes.md).
+ */
+bool policy_ns_may_read(const struct policy_dataset *ds, const char *ns);
+
+/* A Kubernetes namespace name (an RFC 1123 label: a-z, 0-9, '-', <= 63)? */
+bool policy_ns_valid(const char *ns);
 
 /* True if @ds's allow list needs the caller's supplementary groups. */
 bool policy_needs_groups(const struct policy_dataset *ds);

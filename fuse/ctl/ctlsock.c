@@ -64,6 +64,8 @@ static int dispatch(struct ctlsock_client *cl, struct ctl_msg *m)
 		return ctljobs_status(cl);
 	if (!strcmp(verb, "PEERS"))
 		return ctlpeers_peers(cl, m);
+	if (!strcmp(verb, "ACCESS"))
+		return ctlaccess_access(cl, m);
 	if (!strcmp(verb, "GPU_BYTES"))
 		return handover_gpu_bytes(cl, m);
 	if (!strcmp(verb, "CACHE_FD"))

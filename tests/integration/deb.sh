@@ -10,7 +10,7 @@ for c in dpkg-buildpackage dh apt-get; do
 	command -v $c >/dev/null || skip "no $c (packages dpkg-dev, debhelper: ./configure --install-deps)"
 done
 command -v mount.fuse3 >/dev/null || skip "no mount.fuse3 (package fuse3)"
-PKGS=(stagefs libstagefs0 libstagefs-dev python3-stagefs)
+PKGS=(stagefs libstagefs0 libstagefs-dev python3-stagefs stagefs-csi)
 for p in "${PKGS[@]}"; do
 	# a package this test did not install is not this test's to purge
 	if dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | contains -v '^not-installed$'; then
@@ -61,7 +61,7 @@ STAGEFS_DEB_DIR=$out-upgrade STAGEFS_DEB_VERSION=$v2 make -s -C "$REPO" deb >"$T
 debs2=()
 for p in "${PKGS[@]}"; do
 	f=$out-upgrade/${p}_${v2}_$(dpkg --print-architecture).deb
-	[[ $p == python3-stagefs ]] && f=$out-upgrade/${p}_${v2}_all.deb
+	[[ $p == python3-stagefs || $p == stagefs-csi ]] && f=$out-upgrade/${p}_${v2}_all.deb
 	[[ -f $f ]] || die "make deb of $v2 made no $f"
 	debs2+=("$f")
 done
@@ -76,6 +76,8 @@ log "installed in $((SECONDS - t0)) s"
 dpkg -L "${PKGS[@]}" | sort -u >"$T/files"
 [[ -x /usr/bin/stagefs && -f /etc/stagefs/stagefs.conf && -f /lib/systemd/system/stagefs.service ]] ||
 	die "the package lacks the daemon, its config or its unit"
+# stagefs-csi: the plugin and its message classes from the package
+PATH=$SYSPATH stagefs-csi --help | contains -- --endpoint || die "stagefs-csi --help"
 help=$(PATH=$SYSPATH stagefs --help)
 for t in publish gc warmup top quota restart; do
 	[[ -x /usr/libexec/stagefs/stagefs-$t ]] || die "no /usr/libexec/stagefs/stagefs-$t"

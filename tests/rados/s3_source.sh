@@ -15,8 +15,11 @@ PUT=$REPO/tools/dev/s3-put.sh
 T=$TEST_TMPDIR B=b$$
 FPID=
 cleanup() {
-	[[ -z $FPID ]] || kill "$FPID" 2>/dev/null || true
-	"$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1 || true
+	local rc=$?
+	[[ -z $FPID ]] || kill "$FPID" 2>/dev/null
+	"$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
+	(exit "$rc")
+	_lib_on_exit
 }
 trap cleanup EXIT
 

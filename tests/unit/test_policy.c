@@ -254,6 +254,53 @@ static void test_dataset_allow(void **state)
 	policy_destroy(p);
 }
 
+/*
+ * namespace:NAME rules: the CSI plugin's question (policy_ns_may_read); a
+ * host process never matches one (only root reads a dataset whose list
+ * names namespaces alone).
+ */
+static void test_namespaces(void **state)
+{
+	struct tctx *t = *state;
+	const struct policy_dataset *d;
+	struct policy *p = load_ok(t,
+		"[dataset vision]\nsource = /x\nallow = namespace:vision, namespace:team-2\n"
+		"[dataset open]\nsource = /y\n"
+		"[dataset star]\nsource = /z\nallow = namespace:vision, *\n"
+		"[dataset users]\nsource = /w\nallow = uid:7\n");
+
+	d = policy_dataset(p, "vision");
+	assert_non_null(d);
+	assert_int_equal(d->nallow, 2);
+	assert_true(policy_ns_may_read(d, "vision"));
+	assert_true(policy_ns_may_read(d, "team-2"));
+	assert_false(policy_ns_may_read(d, "ml"));
+	assert_false(policy_ns_may_read(d, ""));		/* not known: never */
+	assert_false(policy_ns_may_read(d, "visio"));
+	assert_false(policy_needs_groups(d));
+	assert_false(may_read(d, 7, 7, NULL, 0));		/* a host user */
+	assert_true(may_read(d, 0, 0, NULL, 0));		/* root */
+
+	d = policy_dataset(p, "open");
+	assert_true(d->allow_all);
+	assert_true(policy_ns_may_read(d, "ml"));
+	assert_true(policy_ns_may_read(d, ""));
+	assert_true(policy_ns_may_read(policy_dataset(p, "star"), "anyone"));
+	assert_false(policy_ns_may_read(policy_dataset(p, "users"), "vision"));
+	assert_true(policy_ns_may_read(NULL, ""));		/* no rules at all */
+
+	assert_true(policy_ns_valid("a"));
+	assert_true(policy_ns_valid("kube-system"));
+	assert_false(policy_ns_valid(""));
+	assert_false(policy_ns_valid("-a"));
+	assert_false(policy_ns_valid("a-"));
+	assert_false(policy_ns_valid("Vision"));
+	assert_false(policy_ns_valid("a_b"));
+	assert_false(policy_ns_valid("a/b"));
+	assert_false(policy_ns_valid("0123456789012345678901234567890123456789012345678901234567890123"));
+	policy_destroy(p);
+}
+
 /* Every bad rule stops the load with FILE:LINE and what is wrong. */
 static void test_errors(void **state)
 {
@@ -275,6 +322,8 @@ static void test_errors(void **state)
 		{ "[dataset d]\nepoch_staging = maybe\n", ":2: epoch_staging: 'maybe' is not auto, on or off" },
 		{ "[dataset d]\nowner = me\n", ":2: [dataset d]: unknown key 'owner'" },
 		{ "[dataset d]\nallow = user:no_such_user_x\n", ":2: unknown user 'no_such_user_x'" },
+		{ "[dataset d]\nallow = namespace:Vision\n", ":2: 'namespace:Vision': not a Kubernetes namespace name" },
+		{ "[quota]\nnamespace:vision = 5T\n", ":2: namespace quotas are not supported yet" },
 		/* a second [dataset d] used to be merged into the first: here it
 		 * would have widened uid:5's dataset to everyone */
 		{ "[dataset d]\nsource = /x\nallow = uid:5\n\n[dataset d]\nallow = *\n",
@@ -371,6 +420,7 @@ int main(void)
 		T(test_quota_precedence),
 		T(test_quota_largest_group),
 		T(test_dataset_allow),
+		T(test_namespaces),
 		T(test_errors),
 		T(test_reload),
 #undef T

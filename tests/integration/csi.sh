@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; a version; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
+# timeout: 120
+# SPDX-License-Identifier: Apache-2.0
+# A mount namespace of our own: the binds, the daemon's root and the pods'
+# "volumes" vanish with it, whatever happens.
+if [[ -z ${SFS_CSI_NS:-} ]]; then
+	command -v unshare >/dev/null || { echo "SKIP: no unshare (util-linux)"; exit 77; }
+	exec unshare -m --propagation private env SFS_CSI_NS=1 bash "$0" "$@"
+fi
+. "$(dirname "$0")/../lib.sh"
+need_mount
+/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || skip "python3-grpcio or python3-protobuf is not installed (./install-deps installs them)"
+[[ -f $REPO/csi/csi_pb2.py ]] || skip "csi/csi_pb2.py is not built (./configure found no protoc: install protobuf-compiler)"
+
+T=$TEST_TMPDIR
+ROOT=$T/datasets
+SOCK=$T/csi/csi.sock
+PODS=$T/kubelet/pods
+rand_files $((300 * 1024)) 6 "$T/imagenet" "$T/vision"
+CONF=$T/stagefs.conf
+cat >"$CONF" <<EOC
+[stagefs]
+chunk_size = 1M
+
+[dataset imagenet]
+source = dir://$T/imagenet
+
+[dataset vision]
+source = dir://$T/vision
+allow = namespace:vision, user:root
+EOC
+sfs_mount "" "$ROOT" -c "$CONF"
+
+CSI_PID=
+stop_plugin() {
+	local rc=$?
+	[[ -z $CSI_PID ]] || { kill "$CSI_PID" 2>/dev/null; wait "$CSI_PID" 2>/dev/null; }
+	# the pods' volumes, so that the daemon's mount can go
+	awk -v p="$PODS/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo |
+		while read -r m; do umount -l "$m" 2>/dev/null; done
+	(exit "$rc")
+	_lib_on_exit
+}
+trap stop_plugin EXIT
+/usr/bin/python3 "$REPO/csi/stagefs_csi.py" --endpoint "unix://$SOCK" --root "$ROOT" --node-id node-a \
+	>"$T/csi.log" 2>&1 &
+CSI_PID=$!
+wait_for -t 20 test -S "$SOCK" || die "the plugin did not listen: $(cat "$T/csi.log")"
+csi() { /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" "$@"; }
+# kubelet's pod volume directory: .../pods/UID/volumes/kubernetes.io~csi/NAME/mount
+tgt() { echo "$PODS/$1/volumes/kubernetes.io~csi/data/mount"; }
+pod() { echo "csi.storage.k8s.io/pod.name=p-$1" "csi.storage.k8s.io/pod.namespace=$2" \
+	"csi.storage.k8s.io/pod.uid=$1" "csi.storage.k8s.io/ephemeral=true"; }
+is_mnt() { mountpoint -q "$1"; }
+
+contains stagefs.io <<<"$(csi info)" || die "GetPluginInfo: $(csi info)"
+contains 'value: true' <<<"$(csi probe)" || die "Probe with the daemon up: $(csi probe)"
+contains node-a <<<"$(csi nodeinfo)" || die "NodeGetInfo: $(csi nodeinfo)"
+
+# --- a pod-inline volume, published twice (kubelet retries), unpublished twice
+A=$(tgt uid-a)
+mkdir -p "$(dirname "$A")"
+# shellcheck disable=SC2046
+out=$(csi publish vol-a "$A" dataset=imagenet $(pod uid-a ml)) || die "publish: $out"
+is_mnt "$A" || die "the volume is not mounted at $A"
+diff -r "$T/imagenet" "$A" >/dev/null || die "the pod's volume differs from the dataset"
+if touch "$A/x" 2>/dev/null; then die "the pod's volume is writable"; fi
+# shellcheck disable=SC2046
+out=$(csi publish vol-a "$A" dataset=imagenet $(pod uid-a ml)) || die "publish again: $out"
+assert_eq "$(grep -c " $A " /proc/self/mountinfo)" 1 "mounts at the target after two publishes"
+out=$(csi unpublish vol-a "$A") || die "unpublish: $out"
+is_mnt "$A" && die "still mounted after unpublish"
+[[ -e $A ]] && die "unpublish left the target directory"
+out=$(csi unpublish vol-a "$A") || die "unpublish again: $out"
+log "inline volume: published read-only and byte-exact, twice; unpublished twice"
+
+# --- a version; namespaces the rules allow and do not
+V=$(tgt uid-v)
+# shellcheck disable=SC2046
+out=$(csi publish vol-v "$V" dataset=vision $(pod uid-v vision)) || die "vision's own dataset: $out"
+cmp "$V/f1" "$T/vision/f1" || die "vision/f1 through the volume"
+csi unpublish vol-v "$V" >/dev/null
+D=$(tgt uid-d)
+# shellcheck disable=SC2046
+out=$(csi publish vol-d "$D" dataset=vision $(pod uid-d ml)) && die "namespace ml was given vision: $out"
+contains "PERMISSION_DENIED" <<<"$out" || die "a denied namespace: $out"
+contains "namespace 'ml' may not read dataset 'vision'" <<<"$out" || die "no reason given: $out"
+is_mnt "$D" && die "a denied volume was mounted"
+out=$(csi publish vol-d "$D" dataset=vision) && die "a pod of no known namespace was given vision: $out"
+contains "PERMISSION_DENIED" <<<"$out" || die "an unknown namespace: $out"
+contains "podInfoOnMount" <<<"$out" || die "no hint at podInfoOnMount: $out"
+# shellcheck disable=SC2046
+out=$(csi publish vol-n "$D" dataset=nosuch $(pod uid-d ml)) && die "a missing dataset was published"
+contains "NOT_FOUND" <<<"$out" || die "a missing dataset: $out"
+# shellcheck disable=SC2046
+out=$(csi publish vol-n "$D" dataset=../etc $(pod uid-d ml)) && die "a bad name was published"
+contains "INVALID_ARGUMENT" <<<"$out" || die "a bad name: $out"
+out=$(csi publish vol-b "$D" dataset=imagenet --block) && die "a block volume was published"
+contains "INVALID_ARGUMENT" <<<"$out" || die "a block volume: $out"
+out=$(csi stage vol-s "$T/stage") && die "NodeStageVolume succeeded"
+contains "UNIMPLEMENTED" <<<"$out" || die "NodeStageVolume: $out"
+log "namespaces: allowed, denied with a reason, unknown denied; bad requests refused"
+
+# --- the daemon crashed and a new one mounted the root (a new FUSE
+# connection): the old bind is stale, publishing again replaces it
+B=$(tgt uid-b)
+# shellcheck disable=SC2046
+csi publish vol-b "$B" dataset=imagenet $(pod uid-b ml) >/dev/null || die "publish before the restart"
+kill -KILL "$(sfs_pid "$ROOT")"
+unset "SFS_PID[$(_canon "$ROOT")]"
+wait_for -t 10 bash -c "! stat '$B/f1' >/dev/null 2>&1" || die "the bind did not go stale"
+fusermount3 -u -z "$ROOT" 2>/dev/null || umount -l "$ROOT"
+sfs_mount "" "$ROOT" -c "$CONF"
+# shellcheck disable=SC2046
+out=$(csi publish vol-b "$B" dataset=imagenet $(pod uid-b ml)) || die "publish after a restart: $out"
+cmp "$B/f2" "$T/imagenet/f2" || die "the volume after the daemon's restart"
+assert_eq "$(grep -c " $B " /proc/self/mountinfo)" 1 "mounts at the target after the republish"
+log "daemon crashed and remounted: publishing again replaced the stale bind"
+
+# --- the daemon dead (SIGKILL: its FUSE mount and the pod's bind go stale):
+# unpublish still works, without touching the dead mount
+C=$(tgt uid-c)
+# shellcheck disable=SC2046
+csi publish vol-c "$C" dataset=imagenet $(pod uid-c ml) >/dev/null || die "publish before the kill"
+kill -KILL "$(sfs_pid "$ROOT")"
+unset "SFS_PID[$(_canon "$ROOT")]"
+wait_for -t 10 bash -c "! stat '$C/f1' >/dev/null 2>&1" || die "the bind did not go stale"
+out=$(csi probe) || die "Probe with the daemon dead failed: $out"
+contains 'value: true' <<<"$out" && die "Probe says ready with the daemon dead: $out"
+out=$(timeout 20 /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" unpublish vol-c "$C") ||
+	die "unpublish of a stale mount: $out"
+is_mnt "$C" && die "the stale mount is still there"
+out=$(timeout 20 /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" unpublish vol-b "$B") ||
+	die "unpublish of the other stale mount: $out"
+is_mnt "$B" && die "the other stale mount is still there"
+# shellcheck disable=SC2046
+out=$(csi publish vol-e "$(tgt uid-e)" dataset=imagenet $(pod uid-e ml)) && die "published with the daemon dead"
+contains "UNAVAILABLE" <<<"$out" || die "publish with the daemon dead: $out"
+fusermount3 -u -z "$ROOT" 2>/dev/null || umount -l "$ROOT"
+log "daemon dead: stale volumes unpublished, publish UNAVAILABLE"
