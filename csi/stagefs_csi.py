@@ -43,6 +43,8 @@ POD_UID = "csi.storage.k8s.io/pod.uid"
 POD_SA = "csi.storage.k8s.io/serviceAccount.name"
 EPHEMERAL = "csi.storage.k8s.io/ephemeral"
 
+UID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+TARGET_UID_RE = re.compile(r"/pods/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/volumes/")
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$")
 VERSION_RE = re.compile(r"^[0-9]{1,19}$")
 
@@ -218,6 +220,15 @@ class Plugin:
             raise Fail(grpc.StatusCode.NOT_FOUND, kv.get("msg", "no such dataset"))
         raise Fail(grpc.StatusCode.INTERNAL, "ACCESS: %s %s" % (status, kv))
 
+    def _tell_pod(self, line):
+        """POD: the daemon names the pod's readers' job (k8s:NS/NAME).  Best effort."""
+        try:
+            status, kv = self.daemon.ask(line)
+            if status != "OK":
+                log.warning("%s: the daemon said %s %s", line, status, kv)
+        except OSError as e:
+            log.warning("%s: the daemon does not answer: %s", line, e)
+
     def NodePublishVolume(self, req, ctx):
         target = req.target_path
         if not req.volume_id:
@@ -265,6 +276,10 @@ class Plugin:
             except OSError as e:
                 raise Fail(grpc.StatusCode.INTERNAL, "bind mount %s on %s: %s" % (src, target, e.strerror))
         log.info("published %s on %s for pod %s (read-only)", dataset, target, pod)
+        uid = req.volume_context.get(POD_UID, "")
+        if ns and UID_RE.match(uid) and req.volume_context.get(POD_NAME):
+            self._tell_pod("POD uid=%s namespace=%s name=%s" % (
+                uid, quote(ns), quote(req.volume_context[POD_NAME])))
         return pb.NodePublishVolumeResponse()
 
     def _umount_all(self, target):
@@ -299,6 +314,9 @@ class Plugin:
             except OSError as e:
                 raise Fail(grpc.StatusCode.INTERNAL, "rmdir %s: %s" % (target, e.strerror))
         log.info("unpublished %s (volume %s)", target, req.volume_id)
+        m = TARGET_UID_RE.search(target)
+        if m:
+            self._tell_pod("POD uid=%s gone=1" % m.group(1))
         return pb.NodeUnpublishVolumeResponse()
 
 

@@ -65,7 +65,9 @@ static int dispatch(struct ctlsock_client *cl, struct ctl_msg *m)
 	if (!strcmp(verb, "PEERS"))
 		return ctlpeers_peers(cl, m);
 	if (!strcmp(verb, "ACCESS"))
-		return ctlaccess_access(cl, m);
+		return ctlk8s_access(cl, m);
+	if (!strcmp(verb, "POD"))
+		return ctlk8s_pod(cl, m);
 	if (!strcmp(verb, "GPU_BYTES"))
 		return handover_gpu_bytes(cl, m);
 	if (!strcmp(verb, "CACHE_FD"))

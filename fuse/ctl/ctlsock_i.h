@@ -9,7 +9,7 @@
  *   ctluser.c   the record per uid: connection count, report ledger
  *   ctljobs.c   the job requests: WARMUP, HINT, HINT_END, STATUS
  *   ctlpeers.c  PEERS: the peer group, and its reread (root only)
- *   ctlaccess.c ACCESS: may a Kubernetes namespace read a dataset (root only)
+ *   ctlk8s.c    ACCESS and POD, the CSI plugin's (root only)
  *   handover.c  the client library's requests: CACHE_FD, CACHE_FD_CLOSE
  *               (descriptor hand-over), CLIENT_READ, GPU_BYTES
  *
@@ -154,9 +154,10 @@ int ctljobs_hint(struct ctlsock_client *cl, const struct ctl_msg *m);
 int ctljobs_hint_end(struct ctlsock_client *cl, const struct ctl_msg *m);
 int ctljobs_status(struct ctlsock_client *cl);
 
-/* ---- ctlaccess.c ---- */
+/* ---- ctlk8s.c ---- */
 
-int ctlaccess_access(struct ctlsock_client *cl, const struct ctl_msg *m);
+int ctlk8s_access(struct ctlsock_client *cl, const struct ctl_msg *m);
+int ctlk8s_pod(struct ctlsock_client *cl, const struct ctl_msg *m);
 
 /* ---- ctlpeers.c ---- */
 

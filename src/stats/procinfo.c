@@ -6,6 +6,8 @@
  */
 #include "procinfo.h"
 
+#include "pods.h"
+
 #include "util.h"
 
 #include <errno.h>
@@ -175,9 +177,32 @@ static bool generic_unit(const char *s, size_t n)
 	       (has_prefix(s, n, "user@") && has_suffix(s, n, ".service"));
 }
 
+/*
+ * The pod uid in cgroup path component @c (@n bytes) into @uid (37 bytes):
+ * kubelet's systemd driver names a pod's slice kubepods[-QOS]-pod<UID>.slice
+ * with the uid's '-' written '_'; its cgroupfs driver names it pod<UID>.
+ */
+static bool pod_component(const char *c, size_t n, char *uid)
+{
+	const char *u = NULL;
+
+	if (n == 3 + PODS_UID_LEN && !memcmp(c, "pod", 3))
+		u = c + 3;
+	else if (n > 4 + PODS_UID_LEN + 6 && has_prefix(c, n, "kubepods") &&
+		 has_suffix(c, n, ".slice") && !memcmp(c + n - 6 - PODS_UID_LEN - 4, "-pod", 4))
+		u = c + n - 6 - PODS_UID_LEN;
+	if (!u)
+		return false;
+	for (int i = 0; i < PODS_UID_LEN; i++)
+		uid[i] = u[i] == '_' ? '-' : u[i];
+	uid[PODS_UID_LEN] = '\0';
+	return pods_uid_valid(uid);
+}
+
 void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 		       char *out, size_t len)
 {
+	char uid[PODS_UID_LEN + 1];
 	const char *last = NULL, *c;
 	size_t lastn = 0;
 
@@ -195,6 +220,10 @@ void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 			break;
 		if (n > 4 && !memcmp(c, "job_", 4) && strspn(c + 4, "0123456789") == n - 4) {
 			snprintf(out, len, "slurm:%.*s", (int)n, c);
+			return;
+		}
+		if (pod_component(c, n, uid)) {
+			snprintf(out, len, "k8s:pod/%s", uid);
 			return;
 		}
 		last = c;
@@ -224,6 +253,13 @@ int procinfo_read(pid_t tid, struct procinfo *pi)
 	have_cg = read_cgroup(tid, cg, sizeof(cg));
 	procinfo_job_rule(have_env ? env : NULL, have_cg ? cg : NULL, pi->pgid,
 			  pi->job, sizeof(pi->job));
+	/* a pod the CSI plugin told us about: by its namespace and name */
+	if (!strncmp(pi->job, "k8s:pod/", 8)) {
+		char named[PROCINFO_JOB_MAX];
+
+		if (pods_job(pi->job + 8, named, sizeof(named)))
+			memcpy(pi->job, named, sizeof(named));
+	}
 	return 0;
 }
 

@@ -9,7 +9,9 @@
  *      process started (/proc/PID/environ: a later setenv() is not seen,
  *      but children started after it inherit it);
  *   2. "slurm:job_N" if a component of its cgroup v2 path is job_N (Slurm's
- *      cgroup layout);
+ *      cgroup layout); "k8s:NAMESPACE/POD" (or "k8s:pod/UID" for a pod the
+ *      CSI plugin has not named: pods.h) if one is a Kubernetes pod's
+ *      (kubepods-...-pod<UID>.slice, or pod<UID>);
  *   3. "cgroup:NAME", NAME being the last component of its cgroup v2 path,
  *      unless that is the root or a generic systemd unit (*.slice,
  *      init.scope, session-N.scope, user@N.service): containers

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; a version; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
+# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
 # A mount namespace of our own: the binds, the daemon's root and the pods'
@@ -50,7 +50,7 @@ wait_for -t 20 test -S "$SOCK" || die "the plugin did not listen: $(cat "$T/csi.
 csi() { /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" "$@"; }
 # kubelet's pod volume directory: .../pods/UID/volumes/kubernetes.io~csi/NAME/mount
 tgt() { echo "$PODS/$1/volumes/kubernetes.io~csi/data/mount"; }
-pod() { echo "csi.storage.k8s.io/pod.name=p-$1" "csi.storage.k8s.io/pod.namespace=$2" \
+pod() { echo "csi.storage.k8s.io/pod.name=p-${1: -1}" "csi.storage.k8s.io/pod.namespace=$2" \
 	"csi.storage.k8s.io/pod.uid=$1" "csi.storage.k8s.io/ephemeral=true"; }
 is_mnt() { mountpoint -q "$1"; }
 
@@ -59,15 +59,15 @@ contains 'value: true' <<<"$(csi probe)" || die "Probe with the daemon up: $(csi
 contains node-a <<<"$(csi nodeinfo)" || die "NodeGetInfo: $(csi nodeinfo)"
 
 # --- a pod-inline volume, published twice (kubelet retries), unpublished twice
-A=$(tgt uid-a)
+A=$(tgt 00000000-0000-4000-8000-00000000000a)
 mkdir -p "$(dirname "$A")"
 # shellcheck disable=SC2046
-out=$(csi publish vol-a "$A" dataset=imagenet $(pod uid-a ml)) || die "publish: $out"
+out=$(csi publish vol-a "$A" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000a ml)) || die "publish: $out"
 is_mnt "$A" || die "the volume is not mounted at $A"
 diff -r "$T/imagenet" "$A" >/dev/null || die "the pod's volume differs from the dataset"
 if touch "$A/x" 2>/dev/null; then die "the pod's volume is writable"; fi
 # shellcheck disable=SC2046
-out=$(csi publish vol-a "$A" dataset=imagenet $(pod uid-a ml)) || die "publish again: $out"
+out=$(csi publish vol-a "$A" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000a ml)) || die "publish again: $out"
 assert_eq "$(grep -c " $A " /proc/self/mountinfo)" 1 "mounts at the target after two publishes"
 out=$(csi unpublish vol-a "$A") || die "unpublish: $out"
 is_mnt "$A" && die "still mounted after unpublish"
@@ -76,14 +76,34 @@ out=$(csi unpublish vol-a "$A") || die "unpublish again: $out"
 log "inline volume: published read-only and byte-exact, twice; unpublished twice"
 
 # --- a version; namespaces the rules allow and do not
-V=$(tgt uid-v)
+VUID=00000000-0000-4000-8000-00000000000b
+V=$(tgt $VUID)
 # shellcheck disable=SC2046
-out=$(csi publish vol-v "$V" dataset=vision $(pod uid-v vision)) || die "vision's own dataset: $out"
+out=$(csi publish vol-v "$V" dataset=vision $(pod 00000000-0000-4000-8000-00000000000b vision)) || die "vision's own dataset: $out"
 cmp "$V/f1" "$T/vision/f1" || die "vision/f1 through the volume"
+# a reader in that pod's cgroup (kubelet's systemd layout) is counted under
+# the pod's namespace and name, which the plugin told the daemon
+CG=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
+if [[ -n $CG && -w $CG ]]; then
+	PODCG=$CG/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod${VUID//-/_}.slice/cri-containerd-sfs$$.scope
+	mkdir -p "$PODCG"
+	bash -c 'echo $$ >"$1/cgroup.procs" && exec cat "$2/f2" "$2/f3"' _ "$PODCG" "$V" >/dev/null ||
+		die "a reader in the pod's cgroup failed"
+	for d in "$PODCG" "${PODCG%/*}" "${PODCG%/*/*}" "${PODCG%/*/*/*}"; do rmdir "$d" 2>/dev/null || true; done
+	stats_dump "$ROOT" | "$PYTHON" -c '
+import json, sys
+jobs = {j["job"]: j for j in json.load(sys.stdin)["jobs"]}
+j = jobs.get("k8s:vision/p-b")
+assert j and j["read_bytes"] >= 2 * 300 * 1024, "no job k8s:vision/p-b with its bytes: %s" % sorted(jobs)
+' || die "the pod's reads are not counted under its name"
+	log "a reader in the pod's cgroup is counted as k8s:vision/p-b"
+else
+	log "no writable cgroup v2 hierarchy: the pod's job label is not checked"
+fi
 csi unpublish vol-v "$V" >/dev/null
-D=$(tgt uid-d)
+D=$(tgt 00000000-0000-4000-8000-00000000000d)
 # shellcheck disable=SC2046
-out=$(csi publish vol-d "$D" dataset=vision $(pod uid-d ml)) && die "namespace ml was given vision: $out"
+out=$(csi publish vol-d "$D" dataset=vision $(pod 00000000-0000-4000-8000-00000000000d ml)) && die "namespace ml was given vision: $out"
 contains "PERMISSION_DENIED" <<<"$out" || die "a denied namespace: $out"
 contains "namespace 'ml' may not read dataset 'vision'" <<<"$out" || die "no reason given: $out"
 is_mnt "$D" && die "a denied volume was mounted"
@@ -91,10 +111,10 @@ out=$(csi publish vol-d "$D" dataset=vision) && die "a pod of no known namespace
 contains "PERMISSION_DENIED" <<<"$out" || die "an unknown namespace: $out"
 contains "podInfoOnMount" <<<"$out" || die "no hint at podInfoOnMount: $out"
 # shellcheck disable=SC2046
-out=$(csi publish vol-n "$D" dataset=nosuch $(pod uid-d ml)) && die "a missing dataset was published"
+out=$(csi publish vol-n "$D" dataset=nosuch $(pod 00000000-0000-4000-8000-00000000000d ml)) && die "a missing dataset was published"
 contains "NOT_FOUND" <<<"$out" || die "a missing dataset: $out"
 # shellcheck disable=SC2046
-out=$(csi publish vol-n "$D" dataset=../etc $(pod uid-d ml)) && die "a bad name was published"
+out=$(csi publish vol-n "$D" dataset=../etc $(pod 00000000-0000-4000-8000-00000000000d ml)) && die "a bad name was published"
 contains "INVALID_ARGUMENT" <<<"$out" || die "a bad name: $out"
 out=$(csi publish vol-b "$D" dataset=imagenet --block) && die "a block volume was published"
 contains "INVALID_ARGUMENT" <<<"$out" || die "a block volume: $out"
@@ -104,25 +124,25 @@ log "namespaces: allowed, denied with a reason, unknown denied; bad requests ref
 
 # --- the daemon crashed and a new one mounted the root (a new FUSE
 # connection): the old bind is stale, publishing again replaces it
-B=$(tgt uid-b)
+B=$(tgt 00000000-0000-4000-8000-00000000000e)
 # shellcheck disable=SC2046
-csi publish vol-b "$B" dataset=imagenet $(pod uid-b ml) >/dev/null || die "publish before the restart"
+csi publish vol-b "$B" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000e ml) >/dev/null || die "publish before the restart"
 kill -KILL "$(sfs_pid "$ROOT")"
 unset "SFS_PID[$(_canon "$ROOT")]"
 wait_for -t 10 bash -c "! stat '$B/f1' >/dev/null 2>&1" || die "the bind did not go stale"
 fusermount3 -u -z "$ROOT" 2>/dev/null || umount -l "$ROOT"
 sfs_mount "" "$ROOT" -c "$CONF"
 # shellcheck disable=SC2046
-out=$(csi publish vol-b "$B" dataset=imagenet $(pod uid-b ml)) || die "publish after a restart: $out"
+out=$(csi publish vol-b "$B" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000e ml)) || die "publish after a restart: $out"
 cmp "$B/f2" "$T/imagenet/f2" || die "the volume after the daemon's restart"
 assert_eq "$(grep -c " $B " /proc/self/mountinfo)" 1 "mounts at the target after the republish"
 log "daemon crashed and remounted: publishing again replaced the stale bind"
 
 # --- the daemon dead (SIGKILL: its FUSE mount and the pod's bind go stale):
 # unpublish still works, without touching the dead mount
-C=$(tgt uid-c)
+C=$(tgt 00000000-0000-4000-8000-00000000000c)
 # shellcheck disable=SC2046
-csi publish vol-c "$C" dataset=imagenet $(pod uid-c ml) >/dev/null || die "publish before the kill"
+csi publish vol-c "$C" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000c ml) >/dev/null || die "publish before the kill"
 kill -KILL "$(sfs_pid "$ROOT")"
 unset "SFS_PID[$(_canon "$ROOT")]"
 wait_for -t 10 bash -c "! stat '$C/f1' >/dev/null 2>&1" || die "the bind did not go stale"
@@ -135,7 +155,7 @@ out=$(timeout 20 /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" unpublish 
 	die "unpublish of the other stale mount: $out"
 is_mnt "$B" && die "the other stale mount is still there"
 # shellcheck disable=SC2046
-out=$(csi publish vol-e "$(tgt uid-e)" dataset=imagenet $(pod uid-e ml)) && die "published with the daemon dead"
+out=$(csi publish vol-e "$(tgt 00000000-0000-4000-8000-00000000000f)" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000f ml)) && die "published with the daemon dead"
 contains "UNAVAILABLE" <<<"$out" || die "publish with the daemon dead: $out"
 fusermount3 -u -z "$ROOT" 2>/dev/null || umount -l "$ROOT"
 log "daemon dead: stale volumes unpublished, publish UNAVAILABLE"

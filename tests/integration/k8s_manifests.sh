@@ -81,6 +81,7 @@ assert vols["dev-fuse"]["hostPath"]["path"] == "/dev/fuse"
 assert "hostPath" in vols["cache"], "the cache is the node's disk, kept across restarts"
 assert cs["stagefs"]["securityContext"].get("privileged") and cs["csi-plugin"]["securityContext"].get("privileged")
 assert pod["serviceAccountName"] == by["ServiceAccount"][0]["metadata"]["name"]
+assert pod.get("hostPID") is True, "without the host's pids the daemon sees readers in pods as pid 0"
 
 # the examples: what a tenant writes; no hostPath, no privilege
 datasets = [l.split()[1].rstrip("]") for l in cm["data"]["stagefs.conf"].splitlines()

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "stats/pods.h"
 #include "stats/procinfo.h"
 #include "stats/stats.h"
 #include "stats/stats_render.h"
@@ -43,7 +44,21 @@ static void test_job_rule(void **state)
 		{ "", "/system.slice/docker-1.scope", "cgroup:docker-1.scope" },
 		{ NULL, "/system.slice/slurmstepd.scope/job_123/step_0/user/task_0", "slurm:job_123" },
 		{ NULL, "/kubepods.slice/kubepods-pod1.slice/cri-containerd-ab.scope",
-		  "cgroup:cri-containerd-ab.scope" },
+		  "cgroup:cri-containerd-ab.scope" },	/* "1" is no pod uid */
+		/* kubelet's systemd driver: the uid's '-' as '_' */
+		{ NULL, "/kubepods.slice/kubepods-besteffort.slice/"
+			"kubepods-besteffort-pod1f0e2d3c_aaaa_bbbb_cccc_0123456789ab.slice/cri-containerd-ab.scope",
+		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
+		{ NULL, "/kubepods.slice/kubepods-pod1f0e2d3c_aaaa_bbbb_cccc_0123456789ab.slice/x.scope",
+		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
+		/* its cgroupfs driver; and as seen from a container's cgroup namespace */
+		{ NULL, "/kubepods/burstable/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a1b2c",
+		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
+		{ NULL, "/../../kubepods/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a1b2c",
+		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
+		{ "mine", "/kubepods/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a", "mine" },
+		{ NULL, "/kubepods/podXf0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a1b2c", "cgroup:0a1b2c" },
+		{ NULL, "/kubepods/pod1F0E2D3C-AAAA-BBBB-CCCC-0123456789AB/0a1b2c", "cgroup:0a1b2c" },
 		{ NULL, "/user.slice/user-1000.slice/session-3.scope", "pgid:77" },
 		{ NULL, "/user.slice/user-1000.slice/user@1000.service", "pgid:77" },
 		{ NULL, "/user.slice/user-1000.slice/user@1000.service/app.slice/trainer.service",
@@ -64,6 +79,42 @@ static void test_job_rule(void **state)
 	}
 	procinfo_job_rule("abcdefghij", NULL, 1, out, 5);
 	assert_string_equal(out, "abcd");
+}
+
+/* The pods the CSI plugin names: checked names, replaced, forgotten, bounded. */
+static void test_pods(void **state)
+{
+	const char *u = "1f0e2d3c-aaaa-bbbb-cccc-0123456789ab";
+	char out[PROCINFO_JOB_MAX], uid[PODS_UID_LEN + 1];
+
+	(void)state;
+	assert_false(pods_job(u, out, sizeof(out)));
+	assert_int_equal(pods_set(u, "vision", "train-0"), 0);
+	assert_true(pods_job(u, out, sizeof(out)));
+	assert_string_equal(out, "k8s:vision/train-0");
+	assert_int_equal(pods_set(u, "vision", "train-1.a"), 0);	/* replaced */
+	assert_true(pods_job(u, out, sizeof(out)));
+	assert_string_equal(out, "k8s:vision/train-1.a");
+	assert_int_equal(pods_set("1F0E2D3C-aaaa-bbbb-cccc-0123456789ab", "v", "p"), -EINVAL);
+	assert_int_equal(pods_set("1f0e2d3c-aaaa-bbbb-cccc-0123456789a", "v", "p"), -EINVAL);
+	assert_int_equal(pods_set(u, "Vision", "p"), -EINVAL);
+	assert_int_equal(pods_set(u, "v", "p/../x"), -EINVAL);
+	assert_int_equal(pods_set(u, "v", "p q"), -EINVAL);
+	assert_int_equal(pods_set(u, "v", ""), -EINVAL);
+	assert_int_equal(pods_forget(u), 0);
+	assert_int_equal(pods_forget(u), -ENOENT);
+	assert_false(pods_job(u, out, sizeof(out)));
+	for (int i = 0; i < PODS_MAX; i++) {
+		snprintf(uid, sizeof(uid), "%08x-0000-0000-0000-000000000000", i);
+		assert_int_equal(pods_set(uid, "n", "p"), 0);
+	}
+	assert_int_equal(pods_set(u, "n", "p"), -ENOSPC);
+	for (int i = 0; i < PODS_MAX; i++) {
+		snprintf(uid, sizeof(uid), "%08x-0000-0000-0000-000000000000", i);
+		assert_int_equal(pods_forget(uid), 0);
+	}
+	assert_int_equal(pods_set(u, "n", "p"), 0);
+	assert_int_equal(pods_forget(u), 0);
 }
 
 static pid_t spawn_with_job(const char *job)
@@ -1031,6 +1082,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_job_rule),
+		cmocka_unit_test(test_pods),
 		cmocka_unit_test(test_procinfo),
 		cmocka_unit_test(test_accounting),
 		cmocka_unit_test(test_stall_on_others),
