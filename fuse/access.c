@@ -43,6 +43,8 @@
 #include "log.h"
 #include "peerd.h"
 #include "policy.h"
+#include "stats/pods.h"
+#include "stats/procinfo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -96,12 +98,28 @@ static const struct policy_dataset *rules_of(struct sfs *fs, const struct policy
 	return pd;
 }
 
+/*
+ * A namespace:NAME rule and a reader in a pod: the pod's cgroup (which
+ * only root moves a process into, under kubelet's root) names its uid, and
+ * the CSI plugin named its namespace (POD).  The reader's thread is
+ * blocked in the request while its cgroup is read, so its pid is its own.
+ */
+static bool reader_ns_may_read(const struct policy_dataset *pd, const struct cred *cr)
+{
+	char uid[PODS_UID_LEN + 1], ns[64];
+
+	return pd && policy_has_ns_rules(pd) && cr->pid > 0 && procinfo_pod_of(cr->pid, uid) &&
+	       pods_namespace(uid, ns) && policy_ns_may_read(pd, ns);
+}
+
 bool access_may_read(struct sfs *fs, const struct cred *cr, struct sfs_dataset *ds)
 {
 	bool gone;
 	const struct policy_dataset *pd = rules_of(fs, atomic_load(&fs->policy), ds, &gone);
 
 	if (cr->uid == 0 || (!gone && policy_may_read(pd, cr)))
+		return true;
+	if (!gone && reader_ns_may_read(pd, cr))
 		return true;
 	log_refusal(cr->uid, ds, gone);
 	return false;

@@ -9,8 +9,10 @@
  *     and SO_PEERGROUPS (its supplementary groups), cred_from_socket();
  *   - a FUSE request: fuse_req_ctx() and fuse_req_getgroups(), read by
  *     fuse/ (src/ includes no FUSE header) and handed to cred_init().
- * The pid is kept for accounting and hint scopes only; no permission
- * decision reads it.
+ * The pid is kept for accounting and hint scopes, and for one permission
+ * decision: a namespace:NAME rule asks which Kubernetes pod a FUSE
+ * request's reader is in (its cgroup, fuse/access.c), read while the
+ * reader's thread is blocked in that request.
  *
  * Groups may be unknown (ngroups < 0: a FUSE request whose groups were not
  * asked for because no rule needed them): then only uid and gid match.

@@ -365,6 +365,14 @@ bool policy_may_read(const struct policy_dataset *ds, const struct cred *cr)
 	return false;
 }
 
+bool policy_has_ns_rules(const struct policy_dataset *ds)
+{
+	for (size_t i = 0; ds && i < ds->nallow; i++)
+		if (ds->allow[i].ns[0])
+			return true;
+	return false;
+}
+
 bool policy_ns_may_read(const struct policy_dataset *ds, const char *ns)
 {
 	if (!ds || ds->allow_all)

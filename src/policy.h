@@ -97,6 +97,9 @@ bool policy_may_read(const struct policy_dataset *ds, const struct cred *cr);
  */
 bool policy_ns_may_read(const struct policy_dataset *ds, const char *ns);
 
+/* Does @ds's allow list name a namespace? */
+bool policy_has_ns_rules(const struct policy_dataset *ds);
+
 /* A Kubernetes namespace name (an RFC 1123 label: a-z, 0-9, '-', <= 63)? */
 bool policy_ns_valid(const char *ns);
 

@@ -92,6 +92,18 @@ int pods_forget(const char *uid)
 	return p ? 0 : -ENOENT;
 }
 
+bool pods_namespace(const char *uid, char *ns)
+{
+	struct pod *p;
+
+	pthread_mutex_lock(&lock);
+	p = find(uid);
+	if (p)
+		memcpy(ns, p->ns, sizeof(p->ns));
+	pthread_mutex_unlock(&lock);
+	return p != NULL;
+}
+
 bool pods_job(const char *uid, char *out, size_t len)
 {
 	struct pod *p;

@@ -26,6 +26,8 @@ bool pods_uid_valid(const char *uid);
 int pods_set(const char *uid, const char *ns, const char *name);
 /* Forget pod @uid (its volumes are gone).  0 or -ENOENT. */
 int pods_forget(const char *uid);
+/* The namespace of pod @uid into @ns (64 bytes); false if not known. */
+bool pods_namespace(const char *uid, char *ns);
 /* "k8s:NS/NAME" of pod @uid into @out; false if not known. */
 bool pods_job(const char *uid, char *out, size_t len);
 

@@ -199,6 +199,49 @@ static bool pod_component(const char *c, size_t n, char *uid)
 	return pods_uid_valid(uid);
 }
 
+bool procinfo_pod_uid(const char *cgroup, char *uid)
+{
+	const char *c = cgroup;
+	bool root_seen = false;
+
+	while (c && *c) {
+		size_t n;
+
+		while (*c == '/')
+			c++;
+		n = strcspn(c, "/");
+		if (!n)
+			break;
+		if (!root_seen) {
+			/*
+			 * Only under kubelet's own root (as seen from a cgroup
+			 * namespace: after "..") is a component a pod's: a user
+			 * may name a cgroup of a subtree delegated to it as it
+			 * likes.
+			 */
+			if (n == 2 && !memcmp(c, "..", 2)) {
+				c += n;
+				continue;
+			}
+			if (!((n == 8 && !memcmp(c, "kubepods", 8)) ||
+			      (n == 14 && !memcmp(c, "kubepods.slice", 14))))
+				return false;
+			root_seen = true;
+		} else if (pod_component(c, n, uid)) {
+			return true;
+		}
+		c += n;
+	}
+	return false;
+}
+
+bool procinfo_pod_of(pid_t tid, char *uid)
+{
+	char cg[PATH_MAX];
+
+	return tid > 0 && read_cgroup(tid, cg, sizeof(cg)) && procinfo_pod_uid(cg, uid);
+}
+
 void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 		       char *out, size_t len)
 {
@@ -208,6 +251,10 @@ void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 
 	if (env_job && env_job[0]) {
 		snprintf(out, len, "%s", env_job);
+		return;
+	}
+	if (procinfo_pod_uid(cgroup, uid)) {
+		snprintf(out, len, "k8s:pod/%s", uid);
 		return;
 	}
 	for (c = cgroup; c && *c;) {
@@ -220,10 +267,6 @@ void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 			break;
 		if (n > 4 && !memcmp(c, "job_", 4) && strspn(c + 4, "0123456789") == n - 4) {
 			snprintf(out, len, "slurm:%.*s", (int)n, c);
-			return;
-		}
-		if (pod_component(c, n, uid)) {
-			snprintf(out, len, "k8s:pod/%s", uid);
 			return;
 		}
 		last = c;

@@ -56,6 +56,15 @@ bool procinfo_running(pid_t tgid, pid_t tid);
 bool procinfo_alive(pid_t tgid, pid_t tid, uint64_t start);
 
 /*
+ * The uid of the Kubernetes pod whose cgroup is @cgroup (a cgroup v2 path:
+ * kubepods[.slice]/.../kubepods-QOS-pod<UID>.slice or .../pod<UID>, under
+ * kubelet's root only) into @uid (PODS_UID_LEN + 1 bytes); false if none.
+ */
+bool procinfo_pod_uid(const char *cgroup, char *uid);
+/* The same for thread @tid, from /proc/TID/cgroup. */
+bool procinfo_pod_of(pid_t tid, char *uid);
+
+/*
  * The job rule above as a pure function: @env_job is STAGEFS_JOB's value
  * or NULL, @cgroup the cgroup v2 path or NULL.  Writes a NUL-terminated
  * name (cut to @len - 1 bytes) to @out.

@@ -35,6 +35,8 @@ sfs_mount "" "$ROOT" -c "$CONF"
 CSI_PID=
 stop_plugin() {
 	local rc=$?
+	trap - ERR
+	set +e
 	[[ -z $CSI_PID ]] || { kill "$CSI_PID" 2>/dev/null; wait "$CSI_PID" 2>/dev/null; }
 	# the pods' volumes, so that the daemon's mount can go
 	awk -v p="$PODS/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo |

@@ -16,6 +16,8 @@ T=$TEST_TMPDIR B=b$$
 FPID=
 cleanup() {
 	local rc=$?
+	trap - ERR
+	set +e
 	[[ -z $FPID ]] || kill "$FPID" 2>/dev/null
 	"$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
 	(exit "$rc")

@@ -58,6 +58,10 @@ static void test_job_rule(void **state)
 		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
 		{ "mine", "/kubepods/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a", "mine" },
 		{ NULL, "/kubepods/podXf0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a1b2c", "cgroup:0a1b2c" },
+		/* a pod's name where a user may name cgroups (a delegated subtree) is none */
+		{ NULL, "/user.slice/user-1000.slice/user@1000.service/"
+			"kubepods-pod1f0e2d3c_aaaa_bbbb_cccc_0123456789ab.slice/x.scope", "cgroup:x.scope" },
+		{ NULL, "/system.slice/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a1b2c", "cgroup:0a1b2c" },
 		{ NULL, "/kubepods/pod1F0E2D3C-AAAA-BBBB-CCCC-0123456789AB/0a1b2c", "cgroup:0a1b2c" },
 		{ NULL, "/user.slice/user-1000.slice/session-3.scope", "pgid:77" },
 		{ NULL, "/user.slice/user-1000.slice/user@1000.service", "pgid:77" },

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Containers read datasets through published CSI volumes: podman (runc) runs unprivileged containers (uid 1000, no capabilities, no network, a busybox root file system from Debian's package) in pods' cgroups as kubelet lays them out; a pod of namespace vision reads its namespace-only dataset byte-exact and is counted as k8s:vision/POD, a pod of namespace ml reads another dataset and is counted under its own row; the ml pod given vision's directory anyway, and a host user, are refused by the daemon itself.
+# timeout: 180
+# SPDX-License-Identifier: Apache-2.0
+if [[ -z ${SFS_CSI_NS:-} ]]; then
+	command -v unshare >/dev/null || { echo "SKIP: no unshare (util-linux)"; exit 77; }
+	exec unshare -m --propagation private env SFS_CSI_NS=1 bash "$0" "$@"
+fi
+. "$(dirname "$0")/../lib.sh"
+need_mount
+need_users sfs_alice
+for c in podman runc; do
+	command -v $c >/dev/null || skip "no $c (./install-deps installs podman and runc)"
+done
+/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || skip "python3-grpcio or python3-protobuf is not installed"
+[[ -f $REPO/csi/csi_pb2.py ]] || skip "csi/csi_pb2.py is not built (./configure found no protoc)"
+CG=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
+[[ -n $CG && -w $CG ]] || skip "no writable cgroup v2 hierarchy for the pods' cgroups"
+
+T=$TEST_TMPDIR
+# the containers' root file system: Debian's static busybox, unpacked
+(cd "$T" && apt-get download busybox-static >"$T/apt.log" 2>&1) ||
+	skip "cannot fetch the Debian package busybox-static: $(tail -1 "$T/apt.log")"
+mkdir -p "$T/rootfs"
+dpkg-deb -x "$T"/busybox-static_*.deb "$T/rootfs"
+mkdir -p "$T/rootfs/"{data,proc,sys,dev,tmp,etc}
+[[ -x $T/rootfs/bin/busybox ]] || die "busybox-static has no /bin/busybox"
+
+ROOT=$T/datasets
+SOCK=$T/csi/csi.sock
+PODS=$T/kubelet/pods
+rand_files $((200 * 1024)) 4 "$T/vision" "$T/imagenet"
+chmod -R a+rX "$T/vision" "$T/imagenet"
+CONF=$T/stagefs.conf
+cat >"$CONF" <<EOC
+[stagefs]
+chunk_size = 1M
+allow_other = yes
+
+[dataset vision]
+source = dir://$T/vision
+allow = namespace:vision
+
+[dataset imagenet]
+source = dir://$T/imagenet
+EOC
+sfs_mount "" "$ROOT" -c "$CONF"
+
+PARENT=kubepods/sfstest$$
+CSI_PID=
+cleanup() {
+	local rc=$?
+	trap - ERR
+	set +e
+	[[ -z $CSI_PID ]] || { kill "$CSI_PID" 2>/dev/null; wait "$CSI_PID" 2>/dev/null; }
+	awk -v p="$PODS/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo |
+		while read -r m; do umount -l "$m" 2>/dev/null; done
+	# the pods' cgroups podman made in every hierarchy, deepest first
+	find /sys/fs/cgroup -depth -type d -path "*/$PARENT*" -exec rmdir {} \; 2>/dev/null
+	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do rmdir "$d" 2>/dev/null; done
+	(exit "$rc")
+	_lib_on_exit
+}
+trap cleanup EXIT
+/usr/bin/python3 "$REPO/csi/stagefs_csi.py" --endpoint "unix://$SOCK" --root "$ROOT" >"$T/csi.log" 2>&1 &
+CSI_PID=$!
+wait_for -t 20 test -S "$SOCK" || die "the plugin did not listen: $(cat "$T/csi.log")"
+csi() { /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" "$@"; }
+UA=00000000-0000-4000-8000-0000000000a1 UB=00000000-0000-4000-8000-0000000000b2
+TA=$PODS/$UA/volumes/kubernetes.io~csi/data/mount TB=$PODS/$UB/volumes/kubernetes.io~csi/data/mount
+mkdir -p "$(dirname "$TA")" "$(dirname "$TB")"
+csi publish vol-a "$TA" dataset=vision csi.storage.k8s.io/pod.namespace=vision \
+	csi.storage.k8s.io/pod.name=train-a csi.storage.k8s.io/pod.uid=$UA >/dev/null || die "publish for pod a"
+csi publish vol-b "$TB" dataset=imagenet csi.storage.k8s.io/pod.namespace=ml \
+	csi.storage.k8s.io/pod.name=train-b csi.storage.k8s.io/pod.uid=$UB >/dev/null || die "publish for pod b"
+
+# run_pod UID VOLUME CMD...: an unprivileged container in pod UID's cgroup
+run_pod() {
+	local uid=$1 vol=$2
+	shift 2
+	podman --runtime runc --cgroup-manager cgroupfs run --rm --network none \
+		--cgroup-parent "/$PARENT/pod$uid" --user 1000:1000 --cap-drop all \
+		--security-opt no-new-privileges --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
+		-v "$vol:/data:ro" --rootfs "$T/rootfs" /bin/busybox "$@"
+}
+sums() { (cd "$1" && sha256sum f1 f2 f3 f4); }
+
+out=$(run_pod "$UA" "$TA" sh -c 'cd /data && sha256sum f1 f2 f3 f4' 2>"$T/pa.err") ||
+	die "pod a could not read its volume: $(cat "$T/pa.err")"
+[[ $out == "$(sums "$T/vision")" ]] || die "pod a read wrong bytes: $out"
+out=$(run_pod "$UB" "$TB" sh -c 'cd /data && sha256sum f1 f2 f3 f4' 2>"$T/pb.err") ||
+	die "pod b could not read its volume: $(cat "$T/pb.err")"
+[[ $out == "$(sums "$T/imagenet")" ]] || die "pod b read wrong bytes: $out"
+stats_dump "$ROOT" | "$PYTHON" -c '
+import json, sys
+jobs = {j["job"]: j["read_bytes"] for j in json.load(sys.stdin)["jobs"]}
+a, b = jobs.get("k8s:vision/train-a", 0), jobs.get("k8s:ml/train-b", 0)
+want = 4 * 200 * 1024
+assert want <= a < 2 * want and want <= b < 2 * want, "rows per pod: %s" % jobs
+' || die "the pods' reads are not counted each under its own pod"
+log "two pods: byte-exact, each counted under k8s:NAMESPACE/POD"
+
+# the ml pod given vision's directory by other means: the daemon refuses
+# its reads (namespace:vision names no process of namespace ml)
+if out=$(run_pod "$UB" "$ROOT/vision" cat /data/f1 2>&1 >/dev/null); then
+	die "a pod of namespace ml read the vision dataset"
+fi
+contains -e "Permission denied" -e "No such file" <<<"$out" || die "pod b reading vision: $out"
+# and so is a host user
+if as sfs_alice cat "$ROOT/vision/f1" >/dev/null 2>&1; then die "a host user read a namespace-only dataset"; fi
+as sfs_alice cat "$ROOT/imagenet/f1" >/dev/null || die "a host user cannot read an open dataset"
+log "a namespace the rules do not name is refused by the daemon, in a pod and on the host"
+out=$(csi unpublish vol-a "$TA") || die "unpublish a: $out"
+out=$(csi unpublish vol-b "$TB" 2>&1) || die "unpublish b: $out"
