@@ -27,6 +27,7 @@ import socket
 import stat
 import sys
 import threading
+import time
 
 import grpc
 
@@ -139,6 +140,37 @@ class Daemon:
             kv[k] = unquote(v)
         return words[0], kv
 
+    def warmup(self, dataset, deadline):
+        """WARMUP of a whole dataset: the final DONE's keys, or None at @deadline (it goes on)."""
+        path = self._socket_path()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        try:
+            s.connect(path)
+            f = s.makefile("rwb")
+            f.write(b"HELLO version=1\n")
+            f.flush()
+            if not f.readline().startswith(b"OK"):
+                raise OSError(errno.EPROTO, "the daemon refused HELLO")
+            f.write(("WARMUP mode=fetch progress_ms=1000\nPATH %s\nEND\n" % quote(dataset)).encode())
+            f.flush()
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                s.settimeout(min(left, 5.0))
+                try:
+                    line = f.readline().decode().rstrip("\n")
+                except socket.timeout:
+                    continue
+                if not line:
+                    raise OSError(errno.ECONNRESET, "the daemon closed the connection")
+                words = line.split(" ")
+                if words[0] in ("DONE", "ERR"):
+                    return dict(w.partition("=")[::2] for w in words[1:]) | {"status": words[0]}
+        finally:
+            s.close()
+
     def root_dev(self):
         """major:minor of the daemon's mount at its root, or None."""
         m = mounted_at(self.root)
@@ -163,6 +195,7 @@ class Plugin:
         self.daemon = Daemon(args.root)
         self.locks = {}
         self.locks_lock = threading.Lock()
+        self.warming = {}
 
     def lock_of(self, target):
         with self.locks_lock:
@@ -280,7 +313,41 @@ class Plugin:
         if ns and UID_RE.match(uid) and req.volume_context.get(POD_NAME):
             self._tell_pod("POD uid=%s namespace=%s name=%s" % (
                 uid, quote(ns), quote(req.volume_context[POD_NAME])))
+        self._warmup(req.volume_context.get("warmup", ""), dataset, pod)
         return pb.NodePublishVolumeResponse()
+
+    def _warmup(self, how, dataset, pod):
+        """volumeAttributes warmup: "wait" (before the pod's containers start,
+        for at most --warmup-wait seconds), "background", or nothing."""
+        if how not in ("wait", "background"):
+            return
+        if not self.args.allow_warmup:
+            # a tenant's warmup is fetched as root, charged to no quota
+            log.info("warmup of %s for %s: not allowed on this node (--allow-warmup)", dataset, pod)
+            return
+        key = dataset
+        with self.locks_lock:
+            t = self.warming.get(key)
+            if t is None or not t.is_alive():
+                t = threading.Thread(target=self._warm, args=(dataset, pod), daemon=True)
+                self.warming[key] = t
+                t.start()
+        if how == "wait":
+            t.join(self.args.warmup_wait)
+            if t.is_alive():
+                log.info("warmup of %s for %s: still running after %ds; the pod starts",
+                         dataset, pod, self.args.warmup_wait)
+
+    def _warm(self, dataset, pod):
+        t0 = time.monotonic()
+        try:
+            done = self.daemon.warmup(dataset, t0 + 24 * 3600)
+        except OSError as e:
+            log.warning("warmup of %s for %s: %s", dataset, pod, e)
+            return
+        log.info("warmup of %s for %s: %s in %.1f s", dataset, pod,
+                 " ".join("%s=%s" % kv for kv in sorted(done.items())) if done else "cut off",
+                 time.monotonic() - t0)
 
     def _umount_all(self, target):
         """Unmount every mount stacked at @target; a busy or stale one lazily."""
@@ -359,6 +426,10 @@ def main():
     ap.add_argument("--root", default="/datasets", help="the node daemon's root (stagefs -c CONF ROOT)")
     ap.add_argument("--node-id", default=os.environ.get("NODE_NAME") or socket.gethostname())
     ap.add_argument("--driver-name", default="stagefs.io")
+    ap.add_argument("--allow-warmup", action="store_true",
+                    help="honour volumeAttributes warmup (fetched as root: no quota applies)")
+    ap.add_argument("--warmup-wait", type=int, default=90,
+                    help="seconds a publish with warmup=wait waits for the warmup (kubelet's own limit is about 2 min)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
+# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; warmup=wait caches every chunk before the publish returns; a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
 # A mount namespace of our own: the binds, the daemon's root and the pods'
@@ -17,7 +17,7 @@ T=$TEST_TMPDIR
 ROOT=$T/datasets
 SOCK=$T/csi/csi.sock
 PODS=$T/kubelet/pods
-rand_files $((300 * 1024)) 6 "$T/imagenet" "$T/vision"
+rand_files $((300 * 1024)) 6 "$T/imagenet" "$T/vision" "$T/coco"
 CONF=$T/stagefs.conf
 cat >"$CONF" <<EOC
 [stagefs]
@@ -25,6 +25,9 @@ chunk_size = 1M
 
 [dataset imagenet]
 source = dir://$T/imagenet
+
+[dataset coco]
+source = dir://$T/coco
 
 [dataset vision]
 source = dir://$T/vision
@@ -45,7 +48,7 @@ stop_plugin() {
 	_lib_on_exit
 }
 trap stop_plugin EXIT
-/usr/bin/python3 "$REPO/csi/stagefs_csi.py" --endpoint "unix://$SOCK" --root "$ROOT" --node-id node-a \
+/usr/bin/python3 "$REPO/csi/stagefs_csi.py" --endpoint "unix://$SOCK" --root "$ROOT" --node-id node-a --allow-warmup \
 	>"$T/csi.log" 2>&1 &
 CSI_PID=$!
 wait_for -t 20 test -S "$SOCK" || die "the plugin did not listen: $(cat "$T/csi.log")"
@@ -77,7 +80,22 @@ is_mnt "$A" && die "still mounted after unpublish"
 out=$(csi unpublish vol-a "$A") || die "unpublish again: $out"
 log "inline volume: published read-only and byte-exact, twice; unpublished twice"
 
-# --- a version; namespaces the rules allow and do not
+# --- warmup=wait: the dataset is in the cache before the pod's containers start
+W=$(tgt 00000000-0000-4000-8000-0000000000aa)
+r0=$(stat_get "$ROOT" backend_reads)
+# shellcheck disable=SC2046
+out=$(csi publish vol-w "$W" dataset=coco warmup=wait $(pod 00000000-0000-4000-8000-0000000000aa ml)) ||
+	die "publish with warmup: $out"
+r1=$(stat_get "$ROOT" backend_reads)
+assert_gt "$r1" "$r0" "backend reads of the warmup"
+drop_caches
+diff -r "$T/coco" "$W" >/dev/null || die "the warmed volume differs"
+assert_eq "$(stat_get "$ROOT" backend_reads)" "$r1" "backend reads after a warmup=wait publish"
+contains "warmup of coco for ml/p-a: " "$T/csi.log" || die "the warmup was not logged: $(tail -3 "$T/csi.log")"
+csi unpublish vol-w "$W" >/dev/null
+log "warmup=wait: every chunk cached before the publish returned"
+
+# --- namespaces the rules allow and do not
 VUID=00000000-0000-4000-8000-00000000000b
 V=$(tgt $VUID)
 # shellcheck disable=SC2046
