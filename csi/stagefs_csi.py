@@ -115,19 +115,27 @@ class Daemon:
         with open(os.path.join(self.root, ".stagefs", "socket")) as f:
             return f.read().strip()
 
-    def ask(self, line):
-        """Send one request; the reply line's words as (status, {key: value})."""
-        path = self._socket_path()
+    def _connect(self):
+        """A connection past HELLO: (socket, its file).  The caller closes the socket."""
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(self.timeout)
         try:
-            s.connect(path)
+            s.connect(self._socket_path())
             f = s.makefile("rwb")
             f.write(b"HELLO version=1\n")
             f.flush()
             hello = f.readline().decode()
             if not hello.startswith("OK"):
                 raise OSError(errno.EPROTO, "the daemon refused HELLO: " + hello.strip())
+        except BaseException:
+            s.close()
+            raise
+        return s, f
+
+    def ask(self, line):
+        """Send one request; the reply line's words as (status, {key: value})."""
+        s, f = self._connect()
+        try:
             f.write(line.encode() + b"\n")
             f.flush()
             reply = f.readline().decode().rstrip("\n")
@@ -140,29 +148,16 @@ class Daemon:
             kv[k] = unquote(v)
         return words[0], kv
 
-    def warmup(self, dataset, deadline):
-        """WARMUP of a whole dataset: the final DONE's keys, or None at @deadline (it goes on)."""
-        path = self._socket_path()
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
+    def warmup(self, dataset):
+        """WARMUP of a whole dataset, to its end: the final DONE's (or ERR's) keys."""
+        s, f = self._connect()
         try:
-            s.connect(path)
-            f = s.makefile("rwb")
-            f.write(b"HELLO version=1\n")
-            f.flush()
-            if not f.readline().startswith(b"OK"):
-                raise OSError(errno.EPROTO, "the daemon refused HELLO")
             f.write(("WARMUP mode=fetch progress_ms=1000\nPATH %s\nEND\n" % quote(dataset)).encode())
             f.flush()
+            # PROGRESS every second while it runs; a dead daemon closes the socket
+            s.settimeout(None)
             while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return None
-                s.settimeout(min(left, 5.0))
-                try:
-                    line = f.readline().decode().rstrip("\n")
-                except socket.timeout:
-                    continue
+                line = f.readline().decode().rstrip("\n")
                 if not line:
                     raise OSError(errno.ECONNRESET, "the daemon closed the connection")
                 words = line.split(" ")
@@ -341,13 +336,12 @@ class Plugin:
     def _warm(self, dataset, pod):
         t0 = time.monotonic()
         try:
-            done = self.daemon.warmup(dataset, t0 + 24 * 3600)
+            done = self.daemon.warmup(dataset)
         except OSError as e:
             log.warning("warmup of %s for %s: %s", dataset, pod, e)
             return
         log.info("warmup of %s for %s: %s in %.1f s", dataset, pod,
-                 " ".join("%s=%s" % kv for kv in sorted(done.items())) if done else "cut off",
-                 time.monotonic() - t0)
+                 " ".join("%s=%s" % kv for kv in sorted(done.items())), time.monotonic() - t0)
 
     def _umount_all(self, target):
         """Unmount every mount stacked at @target; a busy or stale one lazily."""

@@ -8,6 +8,7 @@
 #include "manifest/manifest.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,39 @@ int backend_open(const char *uri, const struct sfs_config *cfg,
 	snprintf(err, errlen, "%s: unknown source scheme (expected dir:///PATH, rados://POOL/DATASET, cephfs://FSNAME/PATH or s3://BUCKET/PREFIX)",
 		 uri);
 	return -EINVAL;
+}
+
+struct sync_wait {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done;
+};
+
+static void sync_done(void *arg)
+{
+	struct sync_wait *w = arg;
+
+	pthread_mutex_lock(&w->lock);
+	w->done = true;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+}
+
+int backend_read_chunk_aio(struct backend *be, const struct sfs_attr *file, uint32_t idx,
+			   void *buf, size_t len)
+{
+	struct sync_wait w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
+	struct backend_aio *h;
+	bool hashed;
+	int r = be->ops->aio_start(be, file, idx, buf, len, sync_done, &w, &h);
+
+	if (r)
+		return r;
+	pthread_mutex_lock(&w.lock);
+	while (!w.done)
+		pthread_cond_wait(&w.cond, &w.lock);
+	pthread_mutex_unlock(&w.lock);
+	return be->ops->aio_finish(be, h, NULL, &hashed, NULL);
 }
 
 void backend_close(struct backend *be)

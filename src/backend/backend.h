@@ -184,6 +184,14 @@ int backend_manifest_readlink(struct backend *be, uint64_t ino, char *buf, size_
 int backend_manifest_statfs(struct backend *be, uint64_t *bytes, uint64_t *files);
 
 /*
+ * ->read_chunk of a backend whose reads are asynchronous (->aio_start,
+ * ->aio_finish): one started and waited for, so that whatever bounds an
+ * asynchronous read (the backend's timeout) bounds this one too.
+ */
+int backend_read_chunk_aio(struct backend *be, const struct sfs_attr *file, uint32_t idx,
+			   void *buf, size_t len);
+
+/*
  * Open the backend whose scheme prefixes @uri ("dir:///data",
  * "rados://pool/name").  A bare absolute path means dir://.
  * Returns 0 or -errno with a message in @err.

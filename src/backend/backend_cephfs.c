@@ -762,40 +762,6 @@ static int cfs_aio_finish(struct backend *be, struct backend_aio *h, struct sfs_
 	return res == -ETIMEDOUT ? -EIO : res;
 }
 
-struct sync_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-};
-
-static void sync_done(void *arg)
-{
-	struct sync_wait *s = arg;
-
-	pthread_mutex_lock(&s->lock);
-	s->done = true;
-	pthread_cond_signal(&s->cond);
-	pthread_mutex_unlock(&s->lock);
-}
-
-/* read_chunk: aio_start waited for, so that rados_timeout bounds it too. */
-static int cfs_read_chunk(struct backend *be, const struct sfs_attr *file, uint32_t idx,
-			  void *buf, size_t len)
-{
-	struct sync_wait s = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
-	struct backend_aio *h;
-	bool hashed;
-	int r = cfs_aio_start(be, file, idx, buf, len, sync_done, &s, &h);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&s.lock);
-	while (!s.done)
-		pthread_cond_wait(&s.cond, &s.lock);
-	pthread_mutex_unlock(&s.lock);
-	return cfs_aio_finish(be, h, NULL, &hashed, NULL);
-}
-
 /* ---- setup ---- */
 
 /*
@@ -998,7 +964,7 @@ const struct backend_ops backend_cephfs_ops = {
 	.lookup = backend_manifest_lookup,
 	.readdir = backend_manifest_readdir,
 	.readlink = backend_manifest_readlink,
-	.read_chunk = cfs_read_chunk,
+	.read_chunk = backend_read_chunk_aio,
 	.aio_start = cfs_aio_start,
 	.aio_finish = cfs_aio_finish,
 	.statfs = backend_manifest_statfs,

@@ -378,39 +378,6 @@ static int s3b_aio_finish(struct backend *be, struct backend_aio *h, struct sfs_
 	return res < 0 ? -EIO : res;
 }
 
-struct sync_wait {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool done;
-};
-
-static void sync_done(void *arg)
-{
-	struct sync_wait *w = arg;
-
-	pthread_mutex_lock(&w->lock);
-	w->done = true;
-	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
-}
-
-static int s3b_read_chunk(struct backend *be, const struct sfs_attr *file, uint32_t idx,
-			  void *buf, size_t len)
-{
-	struct sync_wait w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
-	struct backend_aio *h;
-	bool hashed;
-	int r = s3b_aio_start(be, file, idx, buf, len, sync_done, &w, &h);
-
-	if (r)
-		return r;
-	pthread_mutex_lock(&w.lock);
-	while (!w.done)
-		pthread_cond_wait(&w.cond, &w.lock);
-	pthread_mutex_unlock(&w.lock);
-	return s3b_aio_finish(be, h, NULL, &hashed, NULL);
-}
-
 /* ---- setup ---- */
 
 static void s3b_destroy(struct backend *be);
@@ -473,7 +440,7 @@ const struct backend_ops backend_s3_ops = {
 	.lookup = backend_manifest_lookup,
 	.readdir = backend_manifest_readdir,
 	.readlink = backend_manifest_readlink,
-	.read_chunk = s3b_read_chunk,
+	.read_chunk = backend_read_chunk_aio,
 	.aio_start = s3b_aio_start,
 	.aio_finish = s3b_aio_finish,
 	.statfs = backend_manifest_statfs,

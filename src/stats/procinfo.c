@@ -199,19 +199,23 @@ static bool pod_component(const char *c, size_t n, char *uid)
 	return pods_uid_valid(uid);
 }
 
+/* The next component of cgroup path @c: its start, its length in *@n; NULL at the end. */
+static const char *next_part(const char *c, size_t *n)
+{
+	while (c && *c == '/')
+		c++;
+	if (!c || !*c)
+		return NULL;
+	*n = strcspn(c, "/");
+	return c;
+}
+
 bool procinfo_pod_uid(const char *cgroup, char *uid)
 {
-	const char *c = cgroup;
 	bool root_seen = false;
+	size_t n = 0;
 
-	while (c && *c) {
-		size_t n;
-
-		while (*c == '/')
-			c++;
-		n = strcspn(c, "/");
-		if (!n)
-			break;
+	for (const char *c = next_part(cgroup, &n); c; c = next_part(c + n, &n)) {
 		if (!root_seen) {
 			/*
 			 * Only under kubelet's own root (as seen from a cgroup
@@ -219,10 +223,8 @@ bool procinfo_pod_uid(const char *cgroup, char *uid)
 			 * may name a cgroup of a subtree delegated to it as it
 			 * likes.
 			 */
-			if (n == 2 && !memcmp(c, "..", 2)) {
-				c += n;
+			if (n == 2 && !memcmp(c, "..", 2))
 				continue;
-			}
 			if (!((n == 8 && !memcmp(c, "kubepods", 8)) ||
 			      (n == 14 && !memcmp(c, "kubepods.slice", 14))))
 				return false;
@@ -230,7 +232,6 @@ bool procinfo_pod_uid(const char *cgroup, char *uid)
 		} else if (pod_component(c, n, uid)) {
 			return true;
 		}
-		c += n;
 	}
 	return false;
 }
@@ -247,7 +248,7 @@ void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 {
 	char uid[PODS_UID_LEN + 1];
 	const char *last = NULL, *c;
-	size_t lastn = 0;
+	size_t lastn = 0, n = 0;
 
 	if (env_job && env_job[0]) {
 		snprintf(out, len, "%s", env_job);
@@ -257,21 +258,13 @@ void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 		snprintf(out, len, "k8s:pod/%s", uid);
 		return;
 	}
-	for (c = cgroup; c && *c;) {
-		size_t n;
-
-		while (*c == '/')
-			c++;
-		n = strcspn(c, "/");
-		if (!n)
-			break;
+	for (c = next_part(cgroup, &n); c; c = next_part(c + n, &n)) {
 		if (n > 4 && !memcmp(c, "job_", 4) && strspn(c + 4, "0123456789") == n - 4) {
 			snprintf(out, len, "slurm:%.*s", (int)n, c);
 			return;
 		}
 		last = c;
 		lastn = n;
-		c += n;
 	}
 	if (last && !generic_unit(last, lastn)) {
 		snprintf(out, len, "cgroup:%.*s", (int)lastn, last);

@@ -42,22 +42,12 @@ bench_cephfs() {
 	"$STAGEFS" publish -q -j "$T" "$d/src" "rados://$POOL/bcfs" >>"$WORK/log/publish.log" 2>&1 ||
 		{ skipped "publish failed: $(tail -1 "$WORK/log/publish.log")"; return; }
 
-	cold() {	# an empty cache on a new filesystem, a cold OSD, no page cache
-		cachefs_new "$d/cache" $(((n * 280 >> 10) + 1024))
-		timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
-		drop_caches
-	}
+	local mb=$(((n * 280 >> 10) + 1024))
 	sfs_epoch() {	# sfs_epoch SRC SEED: a cold epoch through a fresh stagefs mount
-		cold
-		sfs_mount "$1" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF" || return 1
-		ls -R "$d/mnt" >/dev/null
-		drop_caches
-		x=$(epoch_fps "$d/mnt" "$2" "$n")
-		sfs_umount "$d/mnt"
-		[ -n "$x" ] && echo "$x"
+		sfs_cold_epoch "$1" "$d/mnt" "$d/cache" "$mb" "$2" "$n"
 	}
 	fuse_epoch() {	# fuse_epoch SEED: the same through ceph-fuse
-		cold
+		cold_start "$d/cache" "$mb"
 		fuse_epoch_fps "$d/fuse" bcfs "$1" "$n" "$WORK/log/cephfs.log"
 	}
 	row "" "cephfs://" "ceph-fuse" "rados://" "cephfs://...@snap"

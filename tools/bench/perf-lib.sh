@@ -186,6 +186,28 @@ fuse_epoch_fps() {
 	[ -n "$x" ] && echo "$x"
 }
 
+# cold_start DIR MB: an empty cache on a new filesystem of MB MiB at DIR
+# (cachefs_new), a cold OSD, no page cache
+cold_start() {
+	cachefs_new "$1" "$2"
+	timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
+	drop_caches
+}
+
+# sfs_cold_epoch SRC MNT CACHE MB SEED N [OPTS]: files/s of one cold
+# shuffled epoch of the N files of SRC through a fresh stagefs mount on MNT
+# (cold_start CACHE MB; OPTS: more -o settings; the listing not timed)
+sfs_cold_epoch() {
+	local x
+	cold_start "$3" "$4"
+	sfs_mount "$1" "$2" "cache_dir=$3,ceph_conf=$CEPH_CONF${7:+,$7}" || return 1
+	ls -R "$2" >/dev/null
+	drop_caches
+	x=$(epoch_fps "$2" "$5" "$6")
+	sfs_umount "$2"
+	[ -n "$x" ] && echo "$x"
+}
+
 # epoch_fps ROOT SEED N: files/s of one shuffled epoch over the N files
 # under ROOT (tools/bench/epoch_reader.py, BENCH_EPOCH_WORKERS readers, 8 by
 # default); fails unless all N were read (errors in $WORK/log/epoch.err)

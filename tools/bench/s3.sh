@@ -41,22 +41,12 @@ bench_s3() {
 	(umask 077; printf '%s:%s\n' "$(sed -n 's/^aws_access_key_id = //p' "$cred")" \
 		"$(sed -n 's/^aws_secret_access_key = //p' "$cred")" >"$d/s3fs.passwd")
 
-	cold() {	# an empty cache on a new filesystem, a cold OSD, no page cache
-		cachefs_new "$d/cache" $(((n * 280 >> 10) + 1024))
-		timeout 30 ceph tell osd.0 cache drop >/dev/null 2>&1 || osd_restart
-		drop_caches
-	}
+	local mb=$(((n * 280 >> 10) + 1024))
 	sfs_epoch() {	# sfs_epoch SRC SEED: a cold epoch through a fresh stagefs mount
-		cold
-		sfs_mount "$1" "$d/mnt" "cache_dir=$d/cache,ceph_conf=$CEPH_CONF,s3_endpoint=$url,s3_credentials_file=$cred" || return 1
-		ls -R "$d/mnt" >/dev/null
-		drop_caches
-		x=$(epoch_fps "$d/mnt" "$2" "$n")
-		sfs_umount "$d/mnt"
-		[ -n "$x" ] && echo "$x"
+		sfs_cold_epoch "$1" "$d/mnt" "$d/cache" "$mb" "$2" "$n" "s3_endpoint=$url,s3_credentials_file=$cred"
 	}
 	s3fs_epoch() {	# s3fs_epoch SEED: the same through s3fs (no disk cache: its default)
-		cold
+		cold_start "$d/cache" "$mb"
 		s3fs bs3 "$d/s3fs" -o "url=$url,use_path_request_style,passwd_file=$d/s3fs.passwd,ro,parallel_count=8" \
 			>>"$WORK/log/s3.log" 2>&1 || return 1
 		ls -R "$d/s3fs/train" >/dev/null
@@ -67,7 +57,7 @@ bench_s3() {
 	}
 	gw_rate() {	# gw_rate: files/s of curl's GETs of every object, 16 at once
 		local sec
-		cold
+		cold_start "$d/cache" "$mb"
 		sec=$("$REPO/tools/dev/s3-put.sh" --get 16 "$url" "$cred" bs3/train "$d/src" 2>>"$WORK/log/s3.log") || return 1
 		awk -v n="$n" -v s="$sec" 'BEGIN { printf "%.0f\n", n / s }'
 	}
