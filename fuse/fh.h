@@ -35,6 +35,13 @@ struct fh {
 	uint32_t poff;
 	_Atomic bool pcf_gone;	/* ... not since a READ found the pack gone */
 	bool passthrough;	/* the kernel reads the cache file: no READs */
+	/*
+	 * The last READ of this handle that failed with EIO (fuse/read.c):
+	 * its range and when that stops being answered at once.  The kernel
+	 * follows a failed readahead with a READ of the same page; without
+	 * this a dead backend would cost a reader twice its timeout.
+	 */
+	_Atomic uint64_t fail_off, fail_end, fail_until_ms;
 	struct stats_open so;	/* feed-rate accounting of this open */
 	struct pf_ra *ra;	/* readahead state; NULL where none */
 	/* passthrough opens counted by fuse/ptacct.c: protected by its lock */

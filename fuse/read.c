@@ -52,6 +52,29 @@ static int fetch_chunk(void *arg, uint32_t idx, void *buf, size_t len)
 }
 
 
+/* How long a range whose READ failed with EIO fails again at once. */
+#define READ_FAIL_FAST_MS	2000
+
+/* A READ of [@off, @off + @size) of @fh failed with @err: remember EIO's range. */
+static void read_failed(struct fh *fh, uint64_t off, size_t size, int err)
+{
+	if (err != -EIO)
+		return;
+	atomic_store(&fh->fail_until_ms, 0);
+	atomic_store(&fh->fail_off, off);
+	atomic_store(&fh->fail_end, off + size);
+	atomic_store(&fh->fail_until_ms, now_ms() + READ_FAIL_FAST_MS);
+}
+
+/* Does [@off, @off + @size) meet the range that failed just now? */
+static bool read_fails_fast(struct fh *fh, uint64_t off, size_t size)
+{
+	uint64_t until = atomic_load(&fh->fail_until_ms);
+
+	return until && now_ms() < until && off < atomic_load(&fh->fail_end) &&
+	       atomic_load(&fh->fail_off) < off + size;
+}
+
 static pthread_key_t rbuf_key;
 static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
 
@@ -97,10 +120,12 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct fh *fh,
 	if (buf)
 		n = cache_read(fs->cache, fh->cf, (uint64_t)off, buf, size, &src);
 	stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, n);
-	if (n < 0)
+	if (n < 0) {
+		read_failed(fh, (uint64_t)off, size, (int)n);
 		fuse_reply_err(req, (int)-n);
-	else
+	} else {
 		fuse_reply_buf(req, buf, (size_t)n);
+	}
 	if (size > (1u << 20))
 		free(buf);
 }
@@ -224,6 +249,7 @@ struct aread {
 	struct fh *fh;	/* the kernel sends no RELEASE while a READ is out */
 	pid_t pid;
 	uint32_t uid;
+	uint64_t off;
 	size_t size;		/* bytes asked, clipped at end of file */
 	unsigned n;
 	_Atomic unsigned left;	/* wants not done yet */
@@ -267,9 +293,10 @@ static void aread_reply(struct aread *ar, const char *dbuf)
 	if (err)
 		n = err;
 	stats_read_end(&ar->rd, ar->so, ar->pid, ar->uid, n);
-	if (n < 0)
+	if (n < 0) {
+		read_failed(ar->fh, ar->off, ar->size, (int)n);
 		fuse_reply_err(ar->req, (int)-n);
-	else
+	} else
 		fuse_reply_iov(ar->req, iov, (int)k);
 	for (k = 0; k < ar->n; k++)
 		pf_want_release(fs->pf, &ar->p[k].w);
@@ -328,6 +355,7 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
 	ar->fs = fs;
 	ar->fh = fh;
 	ar->so = so;
+	ar->off = (uint64_t)off;
 	if (so && so != &fh->so) {
 		/* the caller's is on its stack: the READ may outlive it */
 		ar->so_own = *so;
@@ -497,6 +525,16 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			noopen_put(fs->no, noe);
 			return;
 		}
+	}
+	if (read_fails_fast(fh, (uint64_t)off, size)) {
+		/* the kernel's READ of a page its readahead just failed on */
+		struct stats_read rd;
+
+		stats_read_begin(fs->stats, &rd, fh->cf, (uint64_t)off, size, fh->ds->be->chunk_size);
+		stats_read_end(&rd, so, fuse_req_ctx(req)->pid, uid, -EIO);
+		fuse_reply_err(req, EIO);
+		noopen_put(fs->no, noe);
+		return;
 	}
 	pf_ra_read(fh->ra, (uint64_t)off, size, uid);
 	/*
