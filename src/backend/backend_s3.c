@@ -85,8 +85,6 @@ struct obj {
 	char *version;		/* or NULL */
 };
 
-
-
 struct listing {
 	struct backend_s3 *s;
 	struct obj *objs;
@@ -97,11 +95,6 @@ struct listing {
 	uint64_t bad_names, bytes;
 };
 
-static void path_id(const char *p, size_t n, struct sfs_id *id)
-{
-	sfs_id_of(p, n, id);
-}
-
 /* Record directory @p (@n bytes) and its parents: 0 or -ENOMEM. */
 static int dir_add(struct listing *l, const char *p, size_t n)
 {
@@ -110,7 +103,7 @@ static int dir_add(struct listing *l, const char *p, size_t n)
 		uint64_t v;
 		const char *slash;
 
-		path_id(p, n, &id);
+		sfs_id_of(p, n, &id);
 		if (idmap_get(&l->dirset, &id, &v))
 			return 0;	/* so are its parents */
 		if (l->ndirs == l->dcap) {
@@ -267,7 +260,7 @@ static int s3_index(struct backend_s3 *s, char *err, size_t errlen)
 		struct sfs_id pid;
 		uint64_t v;
 
-		path_id(o->rel, strlen(o->rel), &pid);
+		sfs_id_of(o->rel, strlen(o->rel), &pid);
 		if (idmap_get(&l.dirset, &pid, &v)) {
 			shadowed++;
 			continue;

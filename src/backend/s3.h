@@ -82,7 +82,6 @@ struct s3_get {
 	size_t errlen;
 	uint64_t deadline_ms, retry_at_ms;
 	unsigned tries;
-	bool added;
 };
 
 struct s3_client;

@@ -107,6 +107,16 @@ static int s3_url(const struct s3_target *t, const char *key, const char *query,
 	return r >= 0 && (size_t)r < n ? 0 : -ENAMETOOLONG;
 }
 
+/* @line appended to list @h; NULL (and @h freed) when out of memory. */
+static struct curl_slist *header_add(struct curl_slist *h, const char *line)
+{
+	struct curl_slist *n = curl_slist_append(h, line);
+
+	if (!n)
+		curl_slist_free_all(h);
+	return n;
+}
+
 /* A signed GET of @url, ending at @deadline_ms, on @e (reset). */
 static int setup_get(const struct s3_target *t, CURL *e, const char *url, const char *etag,
 		     uint64_t deadline_ms, struct curl_slist **hdrs)
@@ -118,26 +128,21 @@ static int setup_get(const struct s3_target *t, CURL *e, const char *url, const 
 	 * stuck on a dead connection is tried again on another.
 	 */
 	uint64_t try_ms = MIN(left, MAX(left / 2, 2000));
-	struct curl_slist *h = NULL, *n;
+	struct curl_slist *h = NULL;
 
 	snprintf(sig, sizeof(sig), "aws:amz:%s:s3", t->region);
-	n = curl_slist_append(h, "x-amz-content-sha256: " S3_EMPTY_SHA256);
-	if (n && t->session_token) {
-		h = n;
+	h = header_add(h, "x-amz-content-sha256: " S3_EMPTY_SHA256);
+	if (h && t->session_token) {
 		snprintf(line, sizeof(line), "x-amz-security-token: %s", t->session_token);
-		n = curl_slist_append(h, line);
+		h = header_add(h, line);
 		explicit_bzero(line, sizeof(line));
 	}
-	if (n && etag) {
-		h = n;
+	if (h && etag) {
 		snprintf(line, sizeof(line), "If-Match: %s", etag);
-		n = curl_slist_append(h, line);
+		h = header_add(h, line);
 	}
-	if (!n) {
-		curl_slist_free_all(h);
+	if (!h)
 		return -ENOMEM;
-	}
-	h = n;
 	*hdrs = h;
 	if (curl_easy_setopt(e, CURLOPT_URL, url) ||
 	    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) ||
@@ -383,7 +388,6 @@ static int try_start(struct s3_client *c, struct s3_get *g)
 		return ret;
 	}
 	g->tries++;
-	g->added = true;
 	g->next = c->active;
 	c->active = g;
 	return 0;
@@ -416,7 +420,6 @@ static void try_done(struct s3_client *c, struct s3_get *g, CURLcode rc)
 	curl_easy_getinfo(g->easy, CURLINFO_RESPONSE_CODE, &status);
 	curl_multi_remove_handle(c->multi, g->easy);
 	list_remove(&c->active, g);
-	g->added = false;
 	if (rc == CURLE_OK && (status == 206 || status == 200) && g->got == g->len) {
 		get_end(g, (int)g->len);
 		return;
@@ -579,7 +582,6 @@ int s3_client_get(struct s3_client *c, struct s3_get *g)
 	g->next = NULL;
 	g->easy = g->headers = NULL;
 	g->tries = 0;
-	g->added = false;
 	g->deadline_ms = now_ms() + c->t->timeout_ms;
 	pthread_mutex_lock(&c->lock);
 	if (c->stopping) {

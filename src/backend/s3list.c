@@ -48,7 +48,6 @@ struct page {
 	bool truncated;
 	char token[TEXT_MAX + 1];	/* ListObjectsV2's continuation */
 	char next_key[TEXT_MAX + 1], next_version[TEXT_MAX + 1];	/* ListObjectVersions' */
-	uint64_t objects;
 	int (*fn)(void *arg, const struct s3_object *o);
 	void *arg;
 	int ret;
@@ -170,7 +169,6 @@ static void object_end(struct page *pg)
 		}
 	if (pg->versions && pg->version[0] && strcmp(pg->version, "null"))
 		o.version = pg->version;	/* "null": put while versioning was off */
-	pg->objects++;
 	pg->ret = pg->fn(pg->arg, &o);
 	if (pg->ret) {
 		if (!pg->err[0])
