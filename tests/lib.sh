@@ -28,6 +28,7 @@
 #   cache_served MNT                            cache hits + passthrough opens
 #   drop_caches                                 sync and drop the page cache
 #   rados_age POOL NS PREFIX                    objects named PREFIX* look two hours old
+#   expect_eio LIMIT_MS WHAT CMD...             CMD fails with EIO within LIMIT_MS (time in EIO_MS)
 #   contains [GREP-OPTIONS] PATTERN             grep -q that reads all its input
 #   wait_for [-t SECS] CMD...                   poll CMD until it succeeds
 #   wait_pid_exit PID [SECS]                    wait for a child; its status in WAIT_RC
@@ -176,6 +177,22 @@ _pid_gone() {
 assert_eq() { [[ $1 -eq $2 ]] || die "${3:-assert_eq}: expected $2, got $1"; }
 assert_ge() { [[ $1 -ge $2 ]] || die "${3:-assert_ge}: expected >= $2, got $1"; }
 assert_gt() { [[ $1 -gt $2 ]] || die "${3:-assert_gt}: expected > $2, got $1"; }
+
+# expect_eio LIMIT_MS WHAT CMD...: CMD (a read of a dead backend's data)
+# must fail with EIO within LIMIT_MS ms; the time it took is left in EIO_MS
+expect_eio() {
+	local limit=$1 what=$2 t0
+	shift 2
+	t0=$(date +%s%3N)
+	if timeout 60 "$@" >/dev/null 2>"$TEST_TMPDIR/eio.err"; then
+		die "$what: read with the backend down"
+	fi
+	EIO_MS=$(($(date +%s%3N) - t0))
+	contains "Input/output error" "$TEST_TMPDIR/eio.err" ||
+		die "$what: expected EIO, got: $(cat "$TEST_TMPDIR/eio.err")"
+	log "$what: EIO after ${EIO_MS} ms"
+	((EIO_MS <= limit)) || die "$what: EIO after ${EIO_MS} ms; the timeout promises <= ${limit} ms"
+}
 
 # rand_files SIZE N DIR...: DIR/f1..fN of SIZE random bytes each, readable by
 # every user, with TEST_TMPDIR and its parent open to them (the multi-user

@@ -10,13 +10,12 @@ if [[ -z ${SFS_CSI_NS:-} ]]; then
 fi
 . "$(dirname "$0")/../lib.sh"
 need_mount
-/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || skip "python3-grpcio or python3-protobuf is not installed (./install-deps installs them)"
-[[ -f $REPO/csi/csi_pb2.py ]] || skip "csi/csi_pb2.py is not built (./configure found no protoc: install protobuf-compiler)"
-
 T=$TEST_TMPDIR
+# shellcheck source=tests/lib_csi.sh
+. "$REPO/tests/lib_csi.sh"
+csi_need
+
 ROOT=$T/datasets
-SOCK=$T/csi/csi.sock
-PODS=$T/kubelet/pods
 rand_files $((300 * 1024)) 6 "$T/imagenet" "$T/vision" "$T/coco"
 CONF=$T/stagefs.conf
 cat >"$CONF" <<EOC
@@ -35,29 +34,15 @@ allow = namespace:vision, user:root
 EOC
 sfs_mount "" "$ROOT" -c "$CONF"
 
-CSI_PID=
-stop_plugin() {
-	local rc=$?
-	trap - ERR
-	set +e
-	[[ -z $CSI_PID ]] || { kill "$CSI_PID" 2>/dev/null; wait "$CSI_PID" 2>/dev/null; }
-	# the pods' volumes, so that the daemon's mount can go
-	awk -v p="$PODS/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo |
-		while read -r m; do umount -l "$m" 2>/dev/null; done
-	(exit "$rc")
-	_lib_on_exit
-}
-trap stop_plugin EXIT
-/usr/bin/python3 "$REPO/csi/stagefs_csi.py" --endpoint "unix://$SOCK" --root "$ROOT" --node-id node-a --allow-warmup \
-	>"$T/csi.log" 2>&1 &
-CSI_PID=$!
-wait_for -t 20 test -S "$SOCK" || die "the plugin did not listen: $(cat "$T/csi.log")"
-csi() { /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" "$@"; }
-# kubelet's pod volume directory: .../pods/UID/volumes/kubernetes.io~csi/NAME/mount
-tgt() { echo "$PODS/$1/volumes/kubernetes.io~csi/data/mount"; }
-pod() { echo "csi.storage.k8s.io/pod.name=p-${1: -1}" "csi.storage.k8s.io/pod.namespace=$2" \
-	"csi.storage.k8s.io/pod.uid=$1" "csi.storage.k8s.io/ephemeral=true"; }
+csi_start "$ROOT" --node-id node-a --allow-warmup
 is_mnt() { mountpoint -q "$1"; }
+# kill_daemon PATH: SIGKILL the root's daemon, wait until PATH (through a
+# pod's bind) no longer answers
+kill_daemon() {
+	kill -KILL "$(sfs_pid "$ROOT")"
+	unset "SFS_PID[$(_canon "$ROOT")]"
+	wait_for -t 10 bash -c "! stat '$1' >/dev/null 2>&1" || die "the bind did not go stale"
+}
 
 contains stagefs.io <<<"$(csi info)" || die "GetPluginInfo: $(csi info)"
 contains 'value: true' <<<"$(csi probe)" || die "Probe with the daemon up: $(csi probe)"
@@ -147,9 +132,7 @@ log "namespaces: allowed, denied with a reason, unknown denied; bad requests ref
 B=$(tgt 00000000-0000-4000-8000-00000000000e)
 # shellcheck disable=SC2046
 csi publish vol-b "$B" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000e ml) >/dev/null || die "publish before the restart"
-kill -KILL "$(sfs_pid "$ROOT")"
-unset "SFS_PID[$(_canon "$ROOT")]"
-wait_for -t 10 bash -c "! stat '$B/f1' >/dev/null 2>&1" || die "the bind did not go stale"
+kill_daemon "$B/f1"
 fusermount3 -u -z "$ROOT" 2>/dev/null || umount -l "$ROOT"
 sfs_mount "" "$ROOT" -c "$CONF"
 # shellcheck disable=SC2046
@@ -163,9 +146,7 @@ log "daemon crashed and remounted: publishing again replaced the stale bind"
 C=$(tgt 00000000-0000-4000-8000-00000000000c)
 # shellcheck disable=SC2046
 csi publish vol-c "$C" dataset=imagenet $(pod 00000000-0000-4000-8000-00000000000c ml) >/dev/null || die "publish before the kill"
-kill -KILL "$(sfs_pid "$ROOT")"
-unset "SFS_PID[$(_canon "$ROOT")]"
-wait_for -t 10 bash -c "! stat '$C/f1' >/dev/null 2>&1" || die "the bind did not go stale"
+kill_daemon "$C/f1"
 out=$(csi probe) || die "Probe with the daemon dead failed: $out"
 contains 'value: true' <<<"$out" && die "Probe says ready with the daemon dead: $out"
 out=$(timeout 20 /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" unpublish vol-c "$C") ||

@@ -12,12 +12,13 @@ need_users sfs_alice
 for c in podman runc; do
 	command -v $c >/dev/null || skip "no $c (./install-deps installs podman and runc)"
 done
-/usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null || skip "python3-grpcio or python3-protobuf is not installed"
-[[ -f $REPO/csi/csi_pb2.py ]] || skip "csi/csi_pb2.py is not built (./configure found no protoc)"
+T=$TEST_TMPDIR
+# shellcheck source=tests/lib_csi.sh
+. "$REPO/tests/lib_csi.sh"
+csi_need
 CG=$(awk '$9 == "cgroup2" { print $5; exit }' /proc/self/mountinfo)
 [[ -n $CG && -w $CG ]] || skip "no writable cgroup v2 hierarchy for the pods' cgroups"
 
-T=$TEST_TMPDIR
 # the containers' root file system: Debian's static busybox, unpacked
 (cd "$T" && apt-get download busybox-static >"$T/apt.log" 2>&1) ||
 	skip "cannot fetch the Debian package busybox-static: $(tail -1 "$T/apt.log")"
@@ -27,8 +28,6 @@ mkdir -p "$T/rootfs/"{data,proc,sys,dev,tmp,etc}
 [[ -x $T/rootfs/bin/busybox ]] || die "busybox-static has no /bin/busybox"
 
 ROOT=$T/datasets
-SOCK=$T/csi/csi.sock
-PODS=$T/kubelet/pods
 rand_files $((200 * 1024)) 4 "$T/vision" "$T/imagenet"
 chmod -R a+rX "$T/vision" "$T/imagenet"
 CONF=$T/stagefs.conf
@@ -47,27 +46,14 @@ EOC
 sfs_mount "" "$ROOT" -c "$CONF"
 
 PARENT=kubepods/sfstest$$
-CSI_PID=
-cleanup() {
-	local rc=$?
-	trap - ERR
-	set +e
-	[[ -z $CSI_PID ]] || { kill "$CSI_PID" 2>/dev/null; wait "$CSI_PID" 2>/dev/null; }
-	awk -v p="$PODS/" 'index($5, p) == 1 { print $5 }' /proc/self/mountinfo |
-		while read -r m; do umount -l "$m" 2>/dev/null; done
-	# the pods' cgroups podman made in every hierarchy, deepest first
+# the pods' cgroups podman made in every hierarchy, deepest first
+csi_cleanup_more() {
 	find /sys/fs/cgroup -depth -type d -path "*/$PARENT*" -exec rmdir {} \; 2>/dev/null
 	for d in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do rmdir "$d" 2>/dev/null; done
-	(exit "$rc")
-	_lib_on_exit
 }
-trap cleanup EXIT
-/usr/bin/python3 "$REPO/csi/stagefs_csi.py" --endpoint "unix://$SOCK" --root "$ROOT" >"$T/csi.log" 2>&1 &
-CSI_PID=$!
-wait_for -t 20 test -S "$SOCK" || die "the plugin did not listen: $(cat "$T/csi.log")"
-csi() { /usr/bin/python3 "$REPO/tests/csi_client.py" "$SOCK" "$@"; }
+csi_start "$ROOT"
 UA=00000000-0000-4000-8000-0000000000a1 UB=00000000-0000-4000-8000-0000000000b2
-TA=$PODS/$UA/volumes/kubernetes.io~csi/data/mount TB=$PODS/$UB/volumes/kubernetes.io~csi/data/mount
+TA=$(tgt "$UA") TB=$(tgt "$UB")
 mkdir -p "$(dirname "$TA")" "$(dirname "$TB")"
 csi publish vol-a "$TA" dataset=vision csi.storage.k8s.io/pod.namespace=vision \
 	csi.storage.k8s.io/pod.name=train-a csi.storage.k8s.io/pod.uid=$UA >/dev/null || die "publish for pod a"
