@@ -41,8 +41,6 @@ log = logging.getLogger("stagefs-csi")
 POD_NS = "csi.storage.k8s.io/pod.namespace"
 POD_NAME = "csi.storage.k8s.io/pod.name"
 POD_UID = "csi.storage.k8s.io/pod.uid"
-POD_SA = "csi.storage.k8s.io/serviceAccount.name"
-EPHEMERAL = "csi.storage.k8s.io/ephemeral"
 
 UID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 TARGET_UID_RE = re.compile(r"/pods/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/volumes/")
@@ -141,15 +139,10 @@ class Daemon:
             reply = f.readline().decode().rstrip("\n")
         finally:
             s.close()
-        words = reply.split(" ")
-        kv = {}
-        for w in words[1:]:
-            k, _, v = w.partition("=")
-            kv[k] = unquote(v)
-        return words[0], kv
+        return parse_reply(reply)
 
     def warmup(self, dataset):
-        """WARMUP of a whole dataset, to its end: the final DONE's (or ERR's) keys."""
+        """WARMUP of a whole dataset, to its end: the final line, as ask() gives it."""
         s, f = self._connect()
         try:
             f.write(("WARMUP mode=fetch progress_ms=1000\nPATH %s\nEND\n" % quote(dataset)).encode())
@@ -160,9 +153,9 @@ class Daemon:
                 line = f.readline().decode().rstrip("\n")
                 if not line:
                     raise OSError(errno.ECONNRESET, "the daemon closed the connection")
-                words = line.split(" ")
-                if words[0] in ("DONE", "ERR"):
-                    return dict(w.partition("=")[::2] for w in words[1:]) | {"status": words[0]}
+                status, kv = parse_reply(line)
+                if status in ("DONE", "ERR"):
+                    return status, kv
         finally:
             s.close()
 
@@ -178,6 +171,12 @@ def quote(s):
     for b in s.encode():
         out.append("%%%02X" % b if b <= 0x20 or b == 0x7F or b == 0x25 else chr(b))
     return "".join(out)
+
+
+def parse_reply(line):
+    """A reply line's words: (status, {key: value}), values unescaped."""
+    words = line.split(" ")
+    return words[0], {k: unquote(v) for k, _, v in (w.partition("=") for w in words[1:])}
 
 
 def unquote(s):
@@ -320,12 +319,11 @@ class Plugin:
             # a tenant's warmup is fetched as root, charged to no quota
             log.info("warmup of %s for %s: not allowed on this node (--allow-warmup)", dataset, pod)
             return
-        key = dataset
         with self.locks_lock:
-            t = self.warming.get(key)
+            t = self.warming.get(dataset)
             if t is None or not t.is_alive():
                 t = threading.Thread(target=self._warm, args=(dataset, pod), daemon=True)
-                self.warming[key] = t
+                self.warming[dataset] = t
                 t.start()
         if how == "wait":
             t.join(self.args.warmup_wait)
@@ -336,12 +334,12 @@ class Plugin:
     def _warm(self, dataset, pod):
         t0 = time.monotonic()
         try:
-            done = self.daemon.warmup(dataset)
+            status, kv = self.daemon.warmup(dataset)
         except OSError as e:
             log.warning("warmup of %s for %s: %s", dataset, pod, e)
             return
-        log.info("warmup of %s for %s: %s in %.1f s", dataset, pod,
-                 " ".join("%s=%s" % kv for kv in sorted(done.items())), time.monotonic() - t0)
+        log.info("warmup of %s for %s: %s %s in %.1f s", dataset, pod, status,
+                 " ".join("%s=%s" % i for i in sorted(kv.items())), time.monotonic() - t0)
 
     def _umount_all(self, target):
         """Unmount every mount stacked at @target; a busy or stale one lazily."""

@@ -296,8 +296,9 @@ static void aread_reply(struct aread *ar, const char *dbuf)
 	if (n < 0) {
 		read_failed(ar->fh, ar->off, ar->size, (int)n);
 		fuse_reply_err(ar->req, (int)-n);
-	} else
+	} else {
 		fuse_reply_iov(ar->req, iov, (int)k);
+	}
 	for (k = 0; k < ar->n; k++)
 		pf_want_release(fs->pf, &ar->p[k].w);
 }
