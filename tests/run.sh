@@ -196,12 +196,32 @@ san_check() {
 	return $found
 }
 
+# The cluster's ports lie inside the kernel's ephemeral range (32768-60999
+# by default): a client's outgoing connection could take one between the
+# check below and the daemon (or the gateway, started by a test much later)
+# binding it.  Reserve the range while the cluster runs (as root), and put
+# back what was there.
+PORTS_RESERVED=/proc/sys/net/ipv4/ip_local_reserved_ports
+PORTS_SAVED= PORTS_HELD=0
+ports_reserve() {
+	[[ -w $PORTS_RESERVED ]] || return 0
+	PORTS_SAVED=$(cat "$PORTS_RESERVED") || return 0
+	printf '%s\n' "${PORTS_SAVED:+$PORTS_SAVED,}$1-$2" >"$PORTS_RESERVED" 2>/dev/null &&
+		PORTS_HELD=1
+}
+ports_release() {
+	[[ $PORTS_HELD == 1 ]] || return 0
+	PORTS_HELD=0
+	printf '%s\n' "${PORTS_SAVED:-}" >"$PORTS_RESERVED" 2>/dev/null
+}
+
 ceph_stop() {
 	[[ $CEPH_STATE == up ]] || return 0
 	CEPH_STATE=none
 	say "runner: stopping the Ceph cluster"
 	"$REPO/tools/dev/ceph-cluster.sh" stop "$CEPH_DIR" >>"$OUT/ceph-cluster.log" 2>&1 ||
 		say "runner: ceph-cluster.sh stop failed (see ${OUT#"$REPO"/}/ceph-cluster.log)"
+	ports_release
 }
 
 on_exit() {
@@ -248,6 +268,7 @@ ceph_start() {
 		export CEPH_PORT_BASE=$base
 	fi
 	say "runner: starting a Ceph cluster in $CEPH_DIR (ports from $CEPH_PORT_BASE)"
+	ports_reserve "$CEPH_PORT_BASE" $((CEPH_PORT_BASE + 31))
 	# Mark it up first so that the EXIT trap stops a half-started cluster too.
 	CEPH_STATE=up
 	conf=$(timeout -k 10 300 "$script" start "$CEPH_DIR" 2>>"$OUT/ceph-cluster.log" </dev/null)

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """s3_faults.py: an S3 endpoint that fails on purpose, in front of a real one.
 
-    s3_faults.py --listen PORT --upstream http://127.0.0.1:UPORT --count FILE
+    s3_faults.py [--listen PORT] --upstream http://127.0.0.1:UPORT --count FILE
                  [--every N] [--faults 503,500,429,reset,short]
 
 Forwards every request to the upstream gateway unchanged (the Host header
@@ -33,7 +33,8 @@ import urllib.parse
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--listen", type=int, required=True)
+    ap.add_argument("--listen", type=int, default=0,
+                    help="port; 0 (default) lets the kernel choose one")
     ap.add_argument("--upstream", required=True)
     ap.add_argument("--count", required=True)
     ap.add_argument("--every", type=int, default=2)
@@ -122,7 +123,8 @@ def main():
         allow_reuse_address = True
 
     srv = Server(("127.0.0.1", a.listen), Handler)
-    print("listening", flush=True)
+    # the port is printed: a fixed one can be any client's ephemeral port
+    print("listening %d" % srv.server_address[1], flush=True)
     srv.serve_forever()
 
 

@@ -110,11 +110,12 @@ log "versioned bucket: replaced and deleted objects read as listed until a remou
 
 # --- a flaky endpoint: every 2nd ranged GET fails (503 SlowDown, 500, 429,
 # a reset connection, a body cut off): every byte still right, by retrying
-FP=$((${URL##*:} + 1))	# the cluster's spare port (ceph-cluster.sh: BASE+31)
-"$PYTHON" "$REPO/tests/s3_faults.py" --listen "$FP" --upstream "$URL" --count "$T/faults" \
+"$PYTHON" "$REPO/tests/s3_faults.py" --upstream "$URL" --count "$T/faults" \
 	>"$T/faults.log" 2>&1 &
 FPID=$!
 wait_for -t 10 contains listening "$T/faults.log" || die "the faulty endpoint did not start: $(cat "$T/faults.log")"
+FP=$(awk '$1 == "listening" { print $2; exit }' "$T/faults.log")
+[[ $FP =~ ^[0-9]+$ ]] || die "the faulty endpoint printed no port: $(cat "$T/faults.log")"
 sfs_mount "s3://$B/data" "$M" "s3_endpoint=http://127.0.0.1:$FP" "s3_credentials_file=$CRED" \
 	chunk_size=1M "cache_dir=$T/c5"
 diff -r "$S" "$M" >"$T/diff" 2>&1 || die "through a flaky endpoint the mount differs: $(head -3 "$T/diff")"
