@@ -59,11 +59,43 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-uint64_t access_quota_of(void *arg, uint32_t uid)
+uint64_t access_quota_of(void *arg, uint32_t uid, const char *tenant)
 {
 	struct sfs *fs = arg;
+	const struct policy *p = atomic_load(&fs->policy);
 
-	return policy_quota(atomic_load(&fs->policy), uid);
+	if (tenant)	/* a tenant the policy no longer names: no quota */
+		return strncmp(tenant, "namespace:", 10) ? POLICY_UNLIMITED :
+		       policy_quota_ns(p, tenant + 10);
+	return policy_quota(p, uid);
+}
+
+/*
+ * A pod's namespace with a [quota] rule is the tenant its reads are charged
+ * to.  The pod is known by the reader's cgroup (as for namespace: allow
+ * rules, which only root moves a process into), its namespace by what the
+ * CSI plugin said (POD); a pod whose namespace is not known yet is charged
+ * to its uid.
+ */
+uint32_t access_owner(struct sfs *fs, uint32_t uid, pid_t pid)
+{
+	static struct log_ratelimit rl = LOG_RATELIMIT_INIT(60000, 5);
+	const struct policy *p = atomic_load(&fs->policy);
+	char pod[PODS_UID_LEN + 1], ns[64], name[CACHE_TENANT_NAME_MAX];
+	uint32_t id;
+	int ret;
+
+	if (!fs->cache || !policy_has_ns_quotas(p) || pid <= 0 || !procinfo_pod_of(pid, pod) ||
+	    !pods_namespace(pod, ns) || !policy_ns_has_quota(p, ns))
+		return cache_owner_of_uid(uid);
+	snprintf(name, sizeof(name), "namespace:%s", ns);
+	ret = cache_tenant_id(fs->cache, name, &id);
+	if (ret) {
+		log_limited(&rl, LOG_WARNING, "cache: cannot record tenant %s (%s): its pod's reads are charged to uid %u",
+			    name, strerror(-ret), uid);
+		return cache_owner_of_uid(uid);
+	}
+	return id;
 }
 
 /*
@@ -249,6 +281,8 @@ int access_resolve(struct sfs *fs, const struct cred *cr, const char *rel,
 int access_quota_text(struct sfs *fs, const struct cred *cr, char **out)
 {
 	bool all = !cr || cr->uid == 0;
+	/* a pod's reader sees its namespace's line too */
+	uint32_t mine = all ? 0 : access_owner(fs, cr->uid, cr->pid);
 	struct cache_usage *u;
 	size_t n;
 	char *buf = NULL;
@@ -268,16 +302,20 @@ int access_quota_text(struct sfs *fs, const struct cred *cr, char **out)
 		struct passwd pw, *pwp = NULL;
 		char pbuf[4096];
 
-		if (!all && u[i].uid != cr->uid)
+		const char *name = "-";
+
+		if (!all && u[i].uid != cr->uid && u[i].uid != mine)
 			continue;	/* another user's usage is theirs to see */
-		if (getpwuid_r(u[i].uid, &pw, pbuf, sizeof(pbuf), &pwp) || !pwp)
-			pwp = NULL;
+		if (u[i].tenant[0])
+			name = u[i].tenant;	/* "namespace:NAME" */
+		else if (!getpwuid_r(u[i].uid, &pw, pbuf, sizeof(pbuf), &pwp) && pwp)
+			name = pw.pw_name;
 		if (u[i].limit_bytes == UINT64_MAX)
 			fprintf(f, "%u\t%s\t%" PRIu64 "\tnone\t%" PRIu64 "\n", u[i].uid,
-				pwp ? pw.pw_name : "-", u[i].used_bytes, u[i].chunks);
+				name, u[i].used_bytes, u[i].chunks);
 		else
 			fprintf(f, "%u\t%s\t%" PRIu64 "\t%" PRIu64 "\t%" PRIu64 "\n",
-				u[i].uid, pwp ? pw.pw_name : "-", u[i].used_bytes,
+				u[i].uid, name, u[i].used_bytes,
 				u[i].limit_bytes, u[i].chunks);
 	}
 	free(u);

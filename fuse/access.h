@@ -16,8 +16,18 @@
 
 struct cred;
 
-/* The cache quota of @uid under the current policy (cache quota callback). */
-uint64_t access_quota_of(void *fs, uint32_t uid);
+/*
+ * The cache quota of owner @uid (a user, or the tenant named @tenant) under
+ * the current policy (the cache's quota callback).
+ */
+uint64_t access_quota_of(void *fs, uint32_t uid, const char *tenant);
+
+/*
+ * The owner the cache charges for what thread @pid of user @uid brings in:
+ * its pod's namespace where that has a [quota] rule (a tenant,
+ * src/cache/cache.h), else @uid.
+ */
+uint32_t access_owner(struct sfs *fs, uint32_t uid, pid_t pid);
 
 /*
  * May caller @cr (src/cred.h) read dataset @ds?  Refusals are logged.

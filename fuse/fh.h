@@ -42,6 +42,12 @@ struct fh {
 	 * this a dead backend would cost a reader twice its timeout.
 	 */
 	_Atomic uint64_t fail_off, fail_end, fail_until_ms;
+	/*
+	 * Who the cache charges for what this open's READs bring in: the
+	 * opener's tenant or uid (fuse/access.h, access_owner); 0: each
+	 * READ's uid (no-open mode, root).
+	 */
+	uint32_t owner;
 	struct stats_open so;	/* feed-rate accounting of this open */
 	struct pf_ra *ra;	/* readahead state; NULL where none */
 	/* passthrough opens counted by fuse/ptacct.c: protected by its lock */

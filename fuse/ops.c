@@ -765,6 +765,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fh->passthrough = ret > 0;
 	if (fh->passthrough)	/* the kernel drops the pages of a push at this open */
 		pushmap_forget(fs->pushed, ino);
+	fh->owner = access_owner(fs, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
 	stats_open_init(fs->stats, &fh->so, fuse_req_ctx(req)->pid,
 			fuse_req_ctx(req)->uid);
 	if (fh->passthrough) {
@@ -778,7 +779,7 @@ static void sfs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fh->ra = pf_ra_create(fs->pf, ds->be, &fh->attr, atomic_load(&ds->nothrash));
 	pf_hint_open(fs->pf, ino, fuse_req_ctx(req)->uid, fuse_req_ctx(req)->pid);
 	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
-		      fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, bino);
+		      fuse_req_ctx(req)->uid, fuse_req_ctx(req)->gid, fh->owner, bino);
 	/* before the reply: a next daemon must know how the kernel reads it */
 	handles_record(fs->handles, fh->id, ino,
 		       fh->passthrough ? passthrough_backing_id(fs->pt, ino) : 0);

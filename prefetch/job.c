@@ -76,6 +76,12 @@ struct pf_job {
 
 /* ---- the job as owner of requests ---- */
 
+/* Who the cache charges for what @j brings in (struct pf_job_opts). */
+static uint32_t job_owner(const struct pf_job *j)
+{
+	return j->opts.owner ? j->opts.owner : cache_owner_of_uid(j->opts.cred.uid);
+}
+
 static void record_failure_locked(struct pf_job *j, const char *path, int err)
 {
 	j->p.failed_files++;
@@ -349,14 +355,14 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	if (j->opts.mode == PF_JOB_EVICT) {
 		/* the caller's own chunks only (root: every one) */
 		uint32_t skipped = 0, n = j->opts.cred.uid == 0 ? cache_file_evict(c, f->cf) :
-			cache_file_evict_owned(c, f->cf, j->opts.cred.uid, &skipped);
+			cache_file_evict_owned(c, f->cf, job_owner(j), &skipped);
 		struct cfile *pcf;
 		uint32_t poff;
 
 		/* a small file's pack goes with it, and so do the pack's other files */
 		if (!packentry_get(c, be, a, &pcf, &poff)) {
 			n += j->opts.cred.uid == 0 ? cache_file_evict(c, pcf) :
-				cache_file_evict_owned(c, pcf, j->opts.cred.uid, &skipped);
+				cache_file_evict_owned(c, pcf, job_owner(j), &skipped);
 			cache_file_put(c, pcf);
 		}
 
@@ -385,7 +391,7 @@ queue:
 		err = wait_room(j);
 		if (err)
 			break;
-		err = pf_submit(j->s, &j->o, f, idx, j->opts.cred.uid,
+		err = pf_submit(j->s, &j->o, f, idx, job_owner(j),
 				j->opts.stage ? PF_CLASS_STAGE : PF_CLASS_WARMUP,
 				j->opts.stage ? PF_KIND_STAGE : PF_KIND_WARMUP);
 		if (err) {

@@ -237,7 +237,12 @@ struct pf_job_opts {
 	 * staging, admit chunks only where they fit with no eviction.
 	 */
 	bool stage;
-	struct cred cred;		/* charged (uid) and checked (src/cred.h) */
+	struct cred cred;		/* checked (src/cred.h), and charged (its uid) */
+	/*
+	 * Charged instead of cred.uid when not 0: a tenant (a namespace's
+	 * owner id, src/cache/cache.h) or a uid.
+	 */
+	uint32_t owner;
 	/*
 	 * Called every ~@tick_ms while the job walks or waits, on the thread
 	 * that called pf_job_run/pf_job_wait.  Returning false cancels the
@@ -352,11 +357,12 @@ void pf_hint_open(struct pf_sched *s, uint64_t key, uint32_t uid, pid_t pid);
  * Regular file @bino of dataset @be (called @name in log lines; both live
  * as long as the scheduler) was opened by @uid (primary group @gid), with
  * the dataset's epoch_staging @mode (CFG_OFF, CFG_ON, CFG_AUTO).  Feeds
- * the per (dataset, uid) epoch detector; when it fires, a thread stages
- * the rest of the dataset for @uid at the lowest priority.  Never blocks
+ * the per (dataset, uid, owner) epoch detector; when it fires, a thread
+ * stages the rest of the dataset for @uid at the lowest priority, charged
+ * to @owner (a tenant, or 0: @uid).  Never blocks
  * on I/O: a lock, a short search and a hash probe.
  */
 void pf_stage_open(struct pf_sched *s, struct backend *be, const char *name,
-		   int mode, uint32_t uid, uint32_t gid, uint64_t bino);
+		   int mode, uint32_t uid, uint32_t gid, uint32_t owner, uint64_t bino);
 
 #endif

@@ -91,6 +91,7 @@ struct track {
 	struct backend *be;
 	const char *name;		/* the dataset's, for log lines */
 	uint32_t uid, gid;
+	uint32_t owner;			/* charged: a tenant, or 0 for uid */
 	/* protected by g->lock */
 	enum track_state state;
 	uint64_t last_open_ms;
@@ -175,7 +176,8 @@ static bool window_add(struct track *t, uint64_t bino)
 }
 
 static struct track *track_get_locked(struct pf_stager *g, struct backend *be,
-				      const char *name, uint32_t uid, uint32_t gid)
+				      const char *name, uint32_t uid, uint32_t gid,
+				      uint32_t owner)
 {
 	struct track *t;
 	uint32_t mine = 0;
@@ -185,7 +187,7 @@ static struct track *track_get_locked(struct pf_stager *g, struct backend *be,
 	for (size_t i = 0; i < g->n; i++) {
 		if (g->t[i]->uid != uid)
 			continue;
-		if (g->t[i]->be == be)
+		if (g->t[i]->be == be && g->t[i]->owner == owner)
 			return g->t[i];
 		mine++;
 	}
@@ -208,6 +210,7 @@ static struct track *track_get_locked(struct pf_stager *g, struct backend *be,
 	t->name = name;
 	t->uid = uid;
 	t->gid = gid;
+	t->owner = owner;
 	g->t[g->n++] = t;
 	return t;
 }
@@ -266,6 +269,7 @@ static void *stage_main(void *arg)
 	int ret;
 
 	cred_init(&o.cred, t->uid, t->gid, 0, NULL, 0);
+	o.owner = t->owner;
 	ret = pf_job_create(g->s, &o, &j);
 	if (ret) {
 		log_warn("epoch staging: dataset %s, uid %u: cannot start: %s", t->name,
@@ -357,7 +361,7 @@ static void fire_locked(struct pf_stager *g, struct track *t, int mode)
 			  t->name, t->uid);
 		return;
 	}
-	quota = cache_user_limit(pf_cache(g->s), t->uid);
+	quota = cache_user_limit(pf_cache(g->s), t->owner ? t->owner : t->uid);
 	cache_get_stats(pf_cache(g->s), &cs);
 	share = MIN(quota, cs.limit_bytes);
 	if (mode == CFG_AUTO && (sret || bytes > share)) {
@@ -394,7 +398,7 @@ static void fire_locked(struct pf_stager *g, struct track *t, int mode)
 }
 
 void pf_stage_open(struct pf_sched *s, struct backend *be, const char *name,
-		   int mode, uint32_t uid, uint32_t gid, uint64_t bino)
+		   int mode, uint32_t uid, uint32_t gid, uint32_t owner, uint64_t bino)
 {
 	struct pf_stager *g = s ? s->stager : NULL;
 	uint32_t want;
@@ -412,7 +416,8 @@ void pf_stage_open(struct pf_sched *s, struct backend *be, const char *name,
 	 * and now - last_open_ms would wrap into "idle", ending a rest.
 	 */
 	now = now_ms();
-	if (g->stop || !(t = track_get_locked(g, be, name, uid, gid)))
+	if (g->stop || !(t = track_get_locked(g, be, name, uid, gid,
+							 owner == cache_owner_of_uid(uid) ? 0 : owner)))
 		goto out;
 	if (t->state == T_STAGING) {
 		t->last_open_ms = now;

@@ -1249,7 +1249,8 @@ void config_print_example(FILE *f)
 		   "#[quota]\n"
 		   "#default = 100G\n"
 		   "#user:alice = 2T\n"
-		   "#group:vision = 5T\n");
+		   "#group:vision = 5T\n"
+		   "#namespace:vision = 5T                ; a Kubernetes namespace's pods, together\n");
 }
 
 /* @v (a limit of @o) as a user would write it: 4K, 64M, 1s, 1h. */

@@ -130,11 +130,7 @@ static int quota_section(void *arg, const char *section, const char *name,
 	 * inih splits "name: value" as well as "name = value", so the line
 	 * "user:alice = 2T" arrives as name "user", value "alice = 2T".
 	 */
-	if (!strcmp(name, "namespace")) {
-		snprintf(err, len, "namespace quotas are not supported yet: a namespace's pods are charged to their uids (docs/kubernetes.md)");
-		return -1;
-	}
-	if (!strcmp(name, "user") || !strcmp(name, "group") ||
+	if (!strcmp(name, "user") || !strcmp(name, "group") || !strcmp(name, "namespace") ||
 	    !strcmp(name, "uid") || !strcmp(name, "gid")) {
 		const char *eq = strchr(value, '=');
 		size_t n;
@@ -168,7 +164,8 @@ static int quota_section(void *arg, const char *section, const char *name,
 		return -1;
 	r.bytes = bytes;
 	for (size_t i = 0; i < p->nquota; i++) {
-		if (p->quota[i].group == r.group && p->quota[i].id == r.id) {
+		if (p->quota[i].group == r.group && p->quota[i].id == r.id &&
+		    !strcmp(p->quota[i].ns, r.ns)) {
 			p->quota[i].bytes = bytes;
 			return 0;
 		}
@@ -320,7 +317,7 @@ uint64_t policy_quota(const struct policy *p, uint32_t uid)
 	if (!p)
 		return POLICY_UNLIMITED;
 	for (size_t i = 0; i < p->nquota; i++)
-		if (!p->quota[i].group && p->quota[i].id == uid)
+		if (!p->quota[i].group && !p->quota[i].ns[0] && p->quota[i].id == uid)
 			return p->quota[i].bytes;
 	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &pwp) == 0 && pwp &&
 	    getgrouplist(pw.pw_name, pw.pw_gid, groups, &ngroups) >= 0) {
@@ -336,6 +333,30 @@ uint64_t policy_quota(const struct policy *p, uint32_t uid)
 		}
 	}
 	return have_group ? best : p->quota_default;
+}
+
+uint64_t policy_quota_ns(const struct policy *p, const char *ns)
+{
+	for (size_t i = 0; p && ns && i < p->nquota; i++)
+		if (p->quota[i].ns[0] && !strcmp(p->quota[i].ns, ns))
+			return p->quota[i].bytes;
+	return POLICY_UNLIMITED;
+}
+
+bool policy_ns_has_quota(const struct policy *p, const char *ns)
+{
+	for (size_t i = 0; p && ns && i < p->nquota; i++)
+		if (p->quota[i].ns[0] && !strcmp(p->quota[i].ns, ns))
+			return true;
+	return false;
+}
+
+bool policy_has_ns_quotas(const struct policy *p)
+{
+	for (size_t i = 0; p && i < p->nquota; i++)
+		if (p->quota[i].ns[0])
+			return true;
+	return false;
 }
 
 bool policy_needs_groups(const struct policy_dataset *ds)

@@ -8,6 +8,7 @@
  *   default = 100G            ; every user without a rule (none = unlimited)
  *   user:alice = 2T
  *   group:vision = 5T         ; each member without a user: rule
+ *   namespace:vision = 5T     ; the pods of a Kubernetes namespace, together
  *
  *   [dataset imagenet]
  *   source = rados://datasets/imagenet
@@ -56,7 +57,7 @@ struct policy_dataset {
 
 struct policy {
 	uint64_t quota_default;
-	struct policy_rule *quota;	/* user: and group: rules */
+	struct policy_rule *quota;	/* user:, group: and namespace: rules */
 	size_t nquota;
 	struct policy_dataset *ds;
 	size_t nds;
@@ -81,6 +82,17 @@ const struct policy_dataset *policy_dataset(const struct policy *p, const char *
  * rule, else the largest group: rule among its groups, else the default.
  */
 uint64_t policy_quota(const struct policy *p, uint32_t uid);
+
+/*
+ * Kubernetes namespaces as tenants ([quota] namespace:NAME = SIZE): the
+ * cache a namespace's pods may hold together, whatever uids they run as
+ * (POLICY_UNLIMITED without a rule); whether @ns has such a rule; whether
+ * any namespace has one.  A pod of a namespace with a rule is charged to
+ * the namespace's account, not to its uid (docs/kubernetes.md).
+ */
+uint64_t policy_quota_ns(const struct policy *p, const char *ns);
+bool policy_ns_has_quota(const struct policy *p, const char *ns);
+bool policy_has_ns_quotas(const struct policy *p);
 
 /*
  * May caller @cr (src/cred.h) read dataset @ds?  Root always may.  @ds NULL

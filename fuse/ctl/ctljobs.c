@@ -14,6 +14,7 @@
 #include "ctlsock_i.h"
 
 #include "log.h"
+#include "policy.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -140,6 +141,7 @@ int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m)
 		.tick_ms = 100,
 	};
 	const char *mode = ctl_get(m, "mode"), *shard = ctl_get(m, "shard");
+	const char *ns = ctl_get(m, "namespace");
 	struct pf_job_root *roots;
 	size_t nroots;
 	uint64_t v;
@@ -158,6 +160,31 @@ int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m)
 	if (shard && (sscanf(shard, "%u/%u", &o.shard_i, &o.shard_n) != 2 ||
 		      !o.shard_n || o.shard_i >= o.shard_n))
 		return ctlconn_send_err(cl, EINVAL, "shard must be I/N with 0 <= I < N");
+	o.owner = access_owner(fs, cl->cred.uid, cl->cred.pid);	/* a pod's: its namespace */
+	if (ns) {
+		/*
+		 * Charged to a namespace (the CSI plugin's warmup for a pod):
+		 * root's to ask, as POD is; with no quota there, to root.
+		 */
+		char name[CACHE_TENANT_NAME_MAX];
+		int r;
+
+		if (cl->cred.uid != 0)
+			return ctlconn_send_err(cl, EPERM, "only root may charge a warmup to a namespace");
+		if (!policy_ns_valid(ns))
+			return ctlconn_send_err(cl, EINVAL, "namespace: not a Kubernetes namespace name");
+		o.owner = 0;
+		if (!policy_ns_has_quota(atomic_load(&fs->policy), ns)) {
+			if (ctl_get(m, "quota_only"))	/* the plugin's default */
+				return ctlconn_send_err(cl, EPERM,
+							"namespace has no cache quota ([quota] namespace:NAME): its warmup would be charged to no one");
+		} else {
+			snprintf(name, sizeof(name), "namespace:%s", ns);
+			r = cache_tenant_id(fs->cache, name, &o.owner);
+			if (r)
+				return ctlconn_send_err(cl, -r, "cannot record the namespace's cache account");
+		}
+	}
 	if (!ctl_get_u64(m, "threads", &v))
 		o.max_inflight = (uint32_t)MIN(v, 4096);
 	cl->progress_ms = 500;
@@ -183,9 +210,10 @@ int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m)
 	}
 	cl->job_streaming = true;
 	cl->last_progress_ms = 0;
-	log_limited(&rl_warmup, LOG_INFO, "control: uid %u pid %d: %s of %zd path(s)%s%s",
+	log_limited(&rl_warmup, LOG_INFO, "control: uid %u pid %d: %s of %zd path(s)%s%s%s%s",
 		    cl->cred.uid, (int)cl->cred.pid, mode ? mode : "fetch", n,
-		    shard ? ", shard " : "", shard ? shard : "");
+		    shard ? ", shard " : "", shard ? shard : "",
+		    ns ? ", for namespace " : "", ns ? ns : "");
 	pf_job_run(cl->job, roots, nroots);
 	free(roots);
 	ctlconn_free_paths(paths, (size_t)n);

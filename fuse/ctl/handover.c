@@ -397,6 +397,7 @@ static int stage_file(struct ctlsock_client *cl, struct sfs_dataset *ds, uint64_
 	struct pf_job_opts o = {
 		.mode = PF_JOB_FETCH,
 		.cred = cl->cred,
+		.owner = access_owner(cl->cs->fs, cl->cred.uid, cl->cred.pid),
 		.tick = tick,
 		.tick_arg = cl,
 		.tick_ms = 100,
@@ -538,7 +539,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	 */
 	pf_hint_open(fs->pf, sfs_ino(fs, ds, ino), cl->cred.uid, cl->cred.pid);
 	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
-		      cl->cred.uid, cl->cred.gid, ino);
+		      cl->cred.uid, cl->cred.gid, access_owner(fs, cl->cred.uid, cl->cred.pid), ino);
 	if (!a.size) {	/* nothing to read, and maybe no cache file at all */
 		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
 		return ctl_sendf(cl->fd, "OK handle=0 size=0 ino=%" PRIu64 " chunk_size=%u"
@@ -562,7 +563,8 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	 */
 	if (!ret && cache_file_present(fs->cache, cf) < cache_file_nchunks(cf)) {
 		/* a small file cached in its pack's entry: a file of its own */
-		int r = packentry_fill_file(fs->cache, ds->be, &a, cf, cl->cred.uid);
+		int r = packentry_fill_file(fs->cache, ds->be, &a, cf,
+					    access_owner(fs, cl->cred.uid, cl->cred.pid));
 
 		if (r && r != -ENOENT)
 			ret = r;

@@ -306,7 +306,8 @@ uint32_t cache_file_evict_owned(struct cache *c, struct cfile *cf, uint32_t uid,
 	return n;
 }
 
-void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid),
+void cache_set_quota_fn(struct cache *c,
+			uint64_t (*fn)(void *arg, uint32_t uid, const char *tenant),
 			void *arg)
 {
 	pthread_mutex_lock(&c->lock);
@@ -359,6 +360,8 @@ int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n)
 	}
 	for (size_t i = 0; i < c->nowners; i++) {
 		u[i].uid = c->owners[i]->uid;
+		if (cache_owner_is_tenant(u[i].uid))
+			cache_tenant_name(c, u[i].uid, u[i].tenant, sizeof(u[i].tenant));
 		u[i].used_bytes = c->owners[i]->used;
 		u[i].chunks = c->owners[i]->chunks;
 		u[i].limit_bytes = cache_owner_limit(c, c->owners[i]);
@@ -476,6 +479,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	atomic_init(&c->direct_ok, true);
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->bp_lock, NULL);
+	pthread_mutex_init(&c->tenant_lock, NULL);
 	pthread_cond_init(&c->cond, NULL);
 	list_init(&c->waiters);
 
@@ -518,6 +522,11 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 	if (ret)
 		goto out_unlock;
 	note_filesystem(c->dir);
+	ret = cache_tenants_load(c);
+	if (ret) {
+		snprintf(err, errlen, "cache tenants in %s: %s", c->dir, strerror(-ret));
+		goto out_unlock;
+	}
 	ret = cache_journal_load(c);
 	if (ret) {
 		snprintf(err, errlen, "cache index in %s: %s", c->dir, strerror(-ret));
@@ -547,6 +556,7 @@ int cache_create(const struct cache_opts *opts, struct cache **out,
 out_unlock:
 	close(c->lock_fd);
 out_free:
+	cache_tenants_release(c);
 	cache_table_release(c);
 	free(c->data_dir);
 	free(c->dir);
@@ -571,6 +581,7 @@ void cache_destroy(struct cache *c)
 	for (size_t i = 0; i < c->nowners; i++)
 		free(c->owners[i]);
 	free(c->owners);
+	cache_tenants_release(c);
 	for (int i = 0; i < BYPASS_SLOTS; i++)
 		free(c->bp[i].buf);
 	close(c->lock_fd);

@@ -70,19 +70,54 @@ struct cache_source {
 };
 
 /*
- * Quotas.  Every chunk is charged to the uid whose read or warmup brought it
- * in (a chunk later read by others stays charged to its first reader).  A
+ * Quotas.  Every chunk is charged to the owner whose read or warmup brought
+ * it in (a chunk later read by others stays charged to its first reader):
+ * a uid, or a tenant (below).  A
  * fill by user U first keeps U within U's quota by evicting U's own least
  * recently used chunks; then, if the cache is full, it evicts in global LRU
  * order only chunks of U, of users without a quota, or of users over their
  * quota: another user's chunks within that user's quota are never pushed
  * out.  If no room can be made the read is served without caching.
  *
- * @fn(@arg, uid) returns the quota in bytes (UINT64_MAX: none).  It is
- * called under the cache lock, once per user until cache_quota_changed().
+ * @fn(@arg, uid, tenant) returns the quota in bytes (UINT64_MAX: none) of
+ * owner @uid: a user (@tenant NULL) or a tenant (@tenant its name, "" if
+ * the tenants file lost it).  It is called under the cache lock, once per
+ * owner until cache_quota_changed().
  */
-void cache_set_quota_fn(struct cache *c, uint64_t (*fn)(void *arg, uint32_t uid),
+void cache_set_quota_fn(struct cache *c,
+			uint64_t (*fn)(void *arg, uint32_t uid, const char *tenant),
 			void *arg);
+
+/*
+ * Tenants: owners that are not uids (cache_tenants.c).  A Kubernetes
+ * namespace with a quota, "namespace:NAME", is charged as one owner
+ * whatever uids its pods run as.  cache_tenant_id() gives @name's owner id
+ * (CACHE_TENANT_FIRST..LAST; made and recorded durably in
+ * CACHE_DIR/index/tenants on first use, the same across restarts): 0, or
+ * -EINVAL (a name with spaces or too long), -ENOSPC (all ids used) or the
+ * write's -errno.  No real uid is taken from that range: a reader whose uid
+ * falls in it is charged as CACHE_UID_OVERFLOW (cache_owner_of_uid()).
+ * cache_tenant_name() names a tenant id ("tenant#ID" and false if the file
+ * lost it; false for a uid).
+ */
+#define CACHE_TENANT_FIRST	0xfffe0000u
+#define CACHE_TENANT_LAST	0xfffefffeu
+#define CACHE_TENANT_NAME_MAX	80
+#define CACHE_UID_OVERFLOW	65534u	/* the kernel's overflowuid, "nobody" */
+
+static inline bool cache_owner_is_tenant(uint32_t id)
+{
+	return id >= CACHE_TENANT_FIRST && id <= CACHE_TENANT_LAST;
+}
+
+/* The owner a read by @uid is charged to, when no tenant is. */
+static inline uint32_t cache_owner_of_uid(uint32_t uid)
+{
+	return cache_owner_is_tenant(uid) ? CACHE_UID_OVERFLOW : uid;
+}
+
+int cache_tenant_id(struct cache *c, const char *name, uint32_t *id);
+bool cache_tenant_name(struct cache *c, uint32_t id, char *buf, size_t len);
 /* The quotas changed (config reload): ask @fn again. */
 void cache_quota_changed(struct cache *c);
 /*
@@ -95,7 +130,8 @@ void cache_quota_changed(struct cache *c);
 uint64_t cache_enforce_quotas(struct cache *c, uint64_t *bytes);
 
 struct cache_usage {
-	uint32_t uid;
+	uint32_t uid;			/* the owner: a uid or a tenant id */
+	char tenant[CACHE_TENANT_NAME_MAX];	/* a tenant's name; "" for a uid */
 	uint64_t used_bytes;
 	uint64_t chunks;
 	uint64_t limit_bytes;	/* UINT64_MAX: no quota */
@@ -104,7 +140,7 @@ struct cache_usage {
 /* The quota of @uid in bytes (UINT64_MAX: none), as fills see it. */
 uint64_t cache_user_limit(struct cache *c, uint32_t uid);
 
-/* A malloc'ed snapshot of per-user usage in *@out (*@n entries). */
+/* A malloc'ed snapshot of per-owner usage in *@out (*@n entries). */
 int cache_get_usage(struct cache *c, struct cache_usage **out, size_t *n);
 
 struct cache_stats {

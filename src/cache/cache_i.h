@@ -15,6 +15,7 @@
  *   cache_fill.c     the fill in steps (claim, commit, written, check, abort)
  *                    and the waiters
  *   cache_read.c     the synchronous read path, the bypass slots
+ *   cache_tenants.c  owners that are not uids (namespaces), their names on disk
  *
  * THE ONE CIRCLE (by design; tests/integration/arrows.sh allows no other
  * in the tree): cache_lru.c, cache_fds.c, cache_journal.c and
@@ -35,9 +36,11 @@
  *               and those whose comment says "c->lock held", are called
  *               with it; the others take it themselves.
  *   c->bp_lock  guards the bypass slots only; a leaf.
+ *   c->tenant_lock  guards the tenant table only; a leaf.
  *
  *   Lock order: c->lock, then c->bp_lock (cache_chunk_read() looks in the
- *   bypass slots under c->lock).  No other lock is taken under either;
+ *   bypass slots under c->lock) or c->tenant_lock (an owner's quota asks
+ *   for its tenant's name).  No other lock is taken under either;
  *   the quota function (cache_set_quota_fn) and an async waiter's fn run
  *   under c->lock and must take none of the cache's locks.
  *
@@ -117,9 +120,9 @@ struct cfile {
 	struct cchunk *chunks;
 };
 
-/* A user the cache charges chunks to.  Every field: protected by c->lock. */
+/* A user or tenant the cache charges chunks to.  Every field: protected by c->lock. */
 struct owner {
-	uint32_t uid;
+	uint32_t uid;		/* or a tenant id (cache_owner_is_tenant) */
 	uint32_t gen;		/* quota_gen when limit was asked */
 	uint64_t used;		/* bytes of present (or reserved) chunks */
 	uint64_t chunks;
@@ -162,9 +165,13 @@ struct cache {
 
 	struct owner **owners;		/* protected by lock */
 	size_t nowners;			/* protected by lock */
-	uint64_t (*quota_fn)(void *arg, uint32_t uid);	/* protected by lock */
+	uint64_t (*quota_fn)(void *arg, uint32_t uid, const char *tenant);	/* protected by lock */
 	void *quota_arg;		/* protected by lock */
 	uint32_t quota_gen;		/* protected by lock */
+
+	pthread_mutex_t tenant_lock;	/* a leaf: guards tenants, ntenants */
+	char **tenants;			/* names of owner ids CACHE_TENANT_FIRST.. */
+	size_t ntenants;
 
 	pthread_mutex_t bp_lock;	/* a leaf: guards bp[] and bp_clock */
 	struct bypass_slot bp[BYPASS_SLOTS];
@@ -201,6 +208,10 @@ struct cfile *cache_cfile_find(struct cache *c, const struct sfs_id *id);
 struct cfile *cache_cfile_new(struct cache *c, const struct sfs_id *id,
 			      uint64_t size, uint32_t chunk_size);
 void cache_cfile_maybe_free(struct cache *c, struct cfile *cf);
+
+/* cache_tenants.c: at create and destroy */
+int cache_tenants_load(struct cache *c);
+void cache_tenants_release(struct cache *c);
 
 /* cache_lru.c: owners, LRUs, capacity and eviction (c->lock held) */
 struct owner *cache_owner_get(struct cache *c, uint32_t uid);

@@ -63,7 +63,13 @@ struct owner *cache_owner_get(struct cache *c, uint32_t uid)
 uint64_t cache_owner_limit(struct cache *c, struct owner *o)
 {
 	if (o->gen != c->quota_gen) {
-		o->limit = c->quota_fn ? c->quota_fn(c->quota_arg, o->uid) : UINT64_MAX;
+		char name[CACHE_TENANT_NAME_MAX];
+		bool tenant = cache_owner_is_tenant(o->uid);
+
+		if (tenant && !cache_tenant_name(c, o->uid, name, sizeof(name)))
+			name[0] = '\0';
+		o->limit = c->quota_fn ? c->quota_fn(c->quota_arg, o->uid, tenant ? name : NULL) :
+			   UINT64_MAX;
 		o->gen = c->quota_gen;
 	}
 	return o->limit;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Containers read datasets through published CSI volumes: podman (runc) runs unprivileged containers (uid 1000, no capabilities, no network, a busybox root file system from Debian's package) in pods' cgroups as kubelet lays them out; a pod of namespace vision reads its namespace-only dataset byte-exact and is counted as k8s:vision/POD, a pod of namespace ml reads another dataset and is counted under its own row; the ml pod given vision's directory anyway, and a host user, are refused by the daemon itself.
+# Containers read datasets through published CSI volumes: podman (runc) runs unprivileged containers (uid 1000, no capabilities, no network, a busybox root file system from Debian's package) in pods' cgroups as kubelet lays them out; a pod of namespace vision reads its namespace-only dataset byte-exact and is counted as k8s:vision/POD, a pod of namespace ml reads another dataset and is counted under its own row; vision's cache is charged to the namespace and held to its [quota] rule, ml's to the container's uid; the ml pod given vision's directory anyway, and a host user, are refused by the daemon itself.
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
 if [[ -z ${SFS_CSI_NS:-} ]]; then
@@ -42,6 +42,9 @@ allow = namespace:vision
 
 [dataset imagenet]
 source = dir://$T/imagenet
+
+[quota]
+namespace:vision = 400K
 EOC
 sfs_mount "" "$ROOT" -c "$CONF"
 
@@ -85,6 +88,22 @@ want = 4 * 200 * 1024
 assert want <= a < 2 * want and want <= b < 2 * want, "rows per pod: %s" % jobs
 ' || die "the pods' reads are not counted each under its own pod"
 log "two pods: byte-exact, each counted under k8s:NAMESPACE/POD"
+# vision's pod is charged to its namespace (a [quota] rule), held to 400K
+# (two of its four files), whatever uid it runs as; ml's (no rule) to its
+# uid, 1000
+"$PYTHON" - "$(cat "$ROOT/.stagefs/quota")" <<'PY' || die "the namespace's quota: $(cat "$ROOT/.stagefs/quota")"
+import sys
+rows = {l.split("\t")[1]: l.split("\t") for l in sys.argv[1].splitlines() if not l.startswith("#")}
+v = rows["namespace:vision"]
+assert 200 * 1024 <= int(v[2]) <= 400 * 1024 and v[3] == str(400 * 1024), v
+u = [r for r in rows.values() if r[0] == "1000"][0]
+assert int(u[2]) == 4 * 200 * 1024, u
+PY
+# and reads on, byte-exact, past its quota (what does not fit is not cached)
+out=$(run_pod "$UA" "$TA" sh -c 'cd /data && sha256sum f1 f2 f3 f4' 2>"$T/pa.err") ||
+	die "pod a could not read its volume again: $(cat "$T/pa.err")"
+[[ $out == "$(sums "$T/vision")" ]] || die "pod a read wrong bytes over its quota: $out"
+log "namespace vision: charged as one tenant, held to its quota; namespace ml: to its uid"
 
 # the ml pod given vision's directory by other means: the daemon refuses
 # its reads (namespace:vision names no process of namespace ml)

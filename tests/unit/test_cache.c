@@ -1090,9 +1090,11 @@ static void test_size_limit(void **state)
 
 static uint64_t quota_1000 = UINT64_MAX;	/* uid 1000's quota; others: none */
 
-static uint64_t test_quota_of(void *arg, uint32_t uid)
+static uint64_t test_quota_of(void *arg, uint32_t uid, const char *tenant)
 {
 	(void)arg;
+	if (tenant)
+		return !strcmp(tenant, "namespace:vision") ? quota_1000 : UINT64_MAX;
 	return uid == 1000 ? quota_1000 : UINT64_MAX;
 }
 
@@ -1135,6 +1137,101 @@ static void test_enforce_quotas(void **state)
 	cache_file_put(c, a);
 	cache_file_put(c, b);
 	cache_destroy(c);
+}
+
+/* The usage line of owner @uid, or NULL (freed with *@u). */
+static const struct cache_usage *usage_of(struct cache *c, uint32_t uid, struct cache_usage **u)
+{
+	size_t n;
+
+	assert_int_equal(cache_get_usage(c, u, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if ((*u)[i].uid == uid)
+			return &(*u)[i];
+	return NULL;
+}
+
+/*
+ * Tenants (a Kubernetes namespace's pods, whatever their uids): an owner id
+ * of their own, the same after a restart, held to the tenant's quota; a
+ * damaged tenants file is cut at the damage, never read past it.
+ */
+static void test_tenants(void **state)
+{
+	struct tctx *t = *state;
+	struct cache *c = open_cache(t->cdir, 0, 64);
+	struct cfile *a = get_file(c, 1, 6ull * CS, CS);
+	const struct cache_usage *row;
+	struct cache_usage *u;
+	char path[PATH_MAX], name[CACHE_TENANT_NAME_MAX];
+	uint32_t vision, nlp, id;
+	struct fsrc sa;
+	FILE *f;
+
+	assert_int_equal(cache_tenant_id(c, "namespace:vision", &vision), 0);
+	assert_int_equal(vision, CACHE_TENANT_FIRST);
+	assert_int_equal(cache_tenant_id(c, "namespace:nlp", &nlp), 0);
+	assert_int_equal(nlp, CACHE_TENANT_FIRST + 1);
+	assert_int_equal(cache_tenant_id(c, "namespace:vision", &id), 0);
+	assert_int_equal(id, vision);
+	assert_int_equal(cache_tenant_id(c, "name space", &id), -EINVAL);
+	assert_int_equal(cache_tenant_id(c, "", &id), -EINVAL);
+	assert_true(cache_tenant_name(c, nlp, name, sizeof(name)));
+	assert_string_equal(name, "namespace:nlp");
+	assert_false(cache_tenant_name(c, CACHE_TENANT_FIRST + 7, name, sizeof(name)));
+	assert_string_equal(name, "tenant#4294836231");
+	assert_false(cache_tenant_name(c, 1000, name, sizeof(name)));
+	/* no reader's uid is taken for a tenant */
+	assert_int_equal(cache_owner_of_uid(1000), 1000);
+	assert_int_equal(cache_owner_of_uid(CACHE_TENANT_FIRST + 1), CACHE_UID_OVERFLOW);
+
+	/* a tenant's fills are held to its quota, by evicting its own */
+	quota_1000 = 2ull * CS;
+	cache_set_quota_fn(c, test_quota_of, NULL);
+	fsrc_init(&sa, 1, CS);
+	sa.cs.uid = vision;
+	for (uint32_t i = 0; i < 6; i++)
+		check_read(c, a, &sa, 6ull * CS, (uint64_t)i * CS, CS);
+	assert_int_equal(cache_file_present(c, a), 2);
+	row = usage_of(c, vision, &u);
+	assert_non_null(row);
+	assert_string_equal(row->tenant, "namespace:vision");
+	assert_int_equal(row->chunks, 2);
+	assert_int_equal(row->limit_bytes, 2ull * CS);
+	free(u);
+	cache_file_put(c, a);
+	cache_destroy(c);
+
+	/* after a restart: the same ids, the charges found again */
+	c = open_cache(t->cdir, 0, 64);
+	cache_set_quota_fn(c, test_quota_of, NULL);
+	row = usage_of(c, vision, &u);
+	assert_non_null(row);
+	assert_string_equal(row->tenant, "namespace:vision");
+	assert_int_equal(row->chunks, 2);
+	assert_int_equal(row->limit_bytes, 2ull * CS);
+	free(u);
+	assert_int_equal(cache_tenant_id(c, "namespace:nlp", &id), 0);
+	assert_int_equal(id, nlp);
+	cache_destroy(c);
+
+	/* a damaged line: it and the rest are cut off; new names go after the good part */
+	snprintf(path, sizeof(path), "%s/index/tenants", t->cdir);
+	f = fopen(path, "a");
+	assert_non_null(f);
+	fprintf(f, "4294836226 namespace:x y\n4294836227 namespace:z\n");
+	fclose(f);
+	c = open_cache(t->cdir, 0, 64);
+	assert_true(cache_tenant_name(c, nlp, name, sizeof(name)));
+	assert_false(cache_tenant_name(c, nlp + 1, name, sizeof(name)));
+	assert_int_equal(cache_tenant_id(c, "namespace:z", &id), 0);
+	assert_int_equal(id, nlp + 1);
+	cache_destroy(c);
+	c = open_cache(t->cdir, 0, 64);
+	assert_true(cache_tenant_name(c, nlp + 1, name, sizeof(name)));
+	assert_string_equal(name, "namespace:z");
+	cache_destroy(c);
+	quota_1000 = UINT64_MAX;
 }
 
 /* ---- fetch errors ---- */
@@ -2197,6 +2294,7 @@ int main(void)
 		T(test_journal_compaction),
 		T(test_size_limit),
 		T(test_enforce_quotas),
+		T(test_tenants),
 		T(test_fetch_error),
 		T(test_verify_pin_evict),
 		T(test_evict_owned),

@@ -289,6 +289,28 @@ static void test_namespaces(void **state)
 	assert_false(policy_ns_may_read(policy_dataset(p, "users"), "vision"));
 	assert_true(policy_ns_may_read(NULL, ""));		/* no rules at all */
 
+	/* no [quota] namespace: rule: none has a quota, none is a tenant */
+	assert_false(policy_has_ns_quotas(p));
+	assert_false(policy_ns_has_quota(p, "vision"));
+	assert_int_equal(policy_quota_ns(p, "vision"), POLICY_UNLIMITED);
+	policy_destroy(p);
+
+	/*
+	 * [quota] namespace:NAME: the namespace's pods together, apart from
+	 * the uid rules (a namespace rule never matches uid 0, say)
+	 */
+	p = load_ok(t, "[quota]\ndefault = 1G\nnamespace:vision = 5T\nnamespace:nlp = none\n"
+		       "uid:0 = 7G\nnamespace:vision = 6T\n");
+	assert_true(policy_has_ns_quotas(p));
+	assert_true(policy_ns_has_quota(p, "vision"));
+	assert_true(policy_ns_has_quota(p, "nlp"));
+	assert_false(policy_ns_has_quota(p, "ml"));
+	assert_int_equal(policy_quota_ns(p, "vision"), 6ull << 40);	/* the later line wins */
+	assert_int_equal(policy_quota_ns(p, "nlp"), POLICY_UNLIMITED);
+	assert_int_equal(policy_quota_ns(p, "ml"), POLICY_UNLIMITED);
+	assert_int_equal(policy_quota(p, 0), 7ull << 30);
+	assert_int_equal(policy_quota(p, 4242), 1ull << 30);
+
 	assert_true(policy_ns_valid("a"));
 	assert_true(policy_ns_valid("kube-system"));
 	assert_false(policy_ns_valid(""));
@@ -323,7 +345,8 @@ static void test_errors(void **state)
 		{ "[dataset d]\nowner = me\n", ":2: [dataset d]: unknown key 'owner'" },
 		{ "[dataset d]\nallow = user:no_such_user_x\n", ":2: unknown user 'no_such_user_x'" },
 		{ "[dataset d]\nallow = namespace:Vision\n", ":2: 'namespace:Vision': not a Kubernetes namespace name" },
-		{ "[quota]\nnamespace:vision = 5T\n", ":2: namespace quotas are not supported yet" },
+		{ "[quota]\nnamespace:Vision = 5T\n", ":2: 'namespace:Vision': not a Kubernetes namespace name" },
+		{ "[quota]\nnamespace:vision = lots\n", ":2: namespace:vision: 'lots' is not a size" },
 		/* a second [dataset d] used to be merged into the first: here it
 		 * would have widened uid:5's dataset to everyone */
 		{ "[dataset d]\nsource = /x\nallow = uid:5\n\n[dataset d]\nallow = *\n",

@@ -531,8 +531,8 @@ static void test_stage_after_warmup(void **state)
 	hold(t, true);
 	ja = warm(t, "a", 1001);
 	wait_fetches(t, 1);
-	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1001, 1001, b.ino);
-	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1001, 1001, big.ino);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1001, 1001, 0, b.ino);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1001, 1001, 0, big.ino);
 	WAIT_STAT(t, stage_started, 1);
 	hold(t, false);
 	job_finish(ja, NCHUNKS);
@@ -554,9 +554,10 @@ static void test_stage_after_warmup(void **state)
 	cache_file_put(t->c, ca);
 }
 
-static uint64_t quota_fn(void *arg, uint32_t uid)
+static uint64_t quota_fn(void *arg, uint32_t uid, const char *tenant)
 {
 	(void)arg;
+	(void)tenant;
 	return uid == 1002 ? MiB : UINT64_MAX;
 }
 
@@ -573,32 +574,32 @@ static void test_stage_detector(void **state)
 	cache_set_quota_fn(t->c, quota_fn, NULL);
 	start_staging(t, NULL, 0, 4);
 	for (int i = 0; i < 40; i++)	/* two files, over and over */
-		pf_stage_open(t->s, t->be, "t", CFG_ON, 1001, 1001, 100 + i % 2);
+		pf_stage_open(t->s, t->be, "t", CFG_ON, 1001, 1001, 0, 100 + i % 2);
 	for (int i = 0; i < 40; i++)	/* an epoch, but off */
-		pf_stage_open(t->s, t->be, "t", CFG_OFF, 1003, 1003, 100 + i);
+		pf_stage_open(t->s, t->be, "t", CFG_OFF, 1003, 1003, 0, 100 + i);
 	pf_get_stats(t->s, &st);
 	assert_int_equal(st.stage_started, 0);
 	assert_int_equal(st.stage_declined, 0);
 
 	for (int i = 0; i < 4; i++)
-		pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1002, 1002, 100 + i);
+		pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1002, 1002, 0, 100 + i);
 	pf_get_stats(t->s, &st);
 	assert_int_equal(st.stage_declined, 1);
 	assert_int_equal(st.stage_started, 0);
 	/* declined: no look again while the readers go on */
 	for (int i = 0; i < 8; i++)
-		pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1002, 1002, 200 + i);
+		pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1002, 1002, 0, 200 + i);
 	pf_get_stats(t->s, &st);
 	assert_int_equal(st.stage_declined, 1);
 
 	/* three distinct and one re-open: not yet; the fourth distinct: now */
-	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 100);
-	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 101);
-	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 101);
-	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 102);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 0, 100);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 0, 101);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 0, 101);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 0, 102);
 	pf_get_stats(t->s, &st);
 	assert_int_equal(st.stage_started, 0);
-	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 103);
+	pf_stage_open(t->s, t->be, "t", CFG_AUTO, 1003, 1003, 0, 103);
 	WAIT_STAT(t, stage_complete, 1);
 	pf_get_stats(t->s, &st);
 	assert_int_equal(st.stage_started, 1);
