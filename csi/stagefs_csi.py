@@ -141,11 +141,16 @@ class Daemon:
             s.close()
         return parse_reply(reply)
 
-    def warmup(self, dataset):
-        """WARMUP of a whole dataset, to its end: the final line, as ask() gives it."""
+    def warmup(self, dataset, ns="", quota_only=True):
+        """WARMUP of a whole dataset, to its end, charged to namespace ns
+        (refused where ns has no quota, with quota_only): the final line,
+        as ask() gives it."""
         s, f = self._connect()
         try:
-            f.write(("WARMUP mode=fetch progress_ms=1000\nPATH %s\nEND\n" % quote(dataset)).encode())
+            who = ""
+            if ns:
+                who = " namespace=%s%s" % (quote(ns), " quota_only=1" if quota_only else "")
+            f.write(("WARMUP mode=fetch progress_ms=1000%s\nPATH %s\nEND\n" % (who, quote(dataset))).encode())
             f.flush()
             # PROGRESS every second while it runs; a dead daemon closes the socket
             s.settimeout(None)
@@ -307,23 +312,25 @@ class Plugin:
         if ns and UID_RE.match(uid) and req.volume_context.get(POD_NAME):
             self._tell_pod("POD uid=%s namespace=%s name=%s" % (
                 uid, quote(ns), quote(req.volume_context[POD_NAME])))
-        self._warmup(req.volume_context.get("warmup", ""), dataset, pod)
+        self._warmup(req.volume_context.get("warmup", ""), dataset, pod, ns)
         return pb.NodePublishVolumeResponse()
 
-    def _warmup(self, how, dataset, pod):
+    def _warmup(self, how, dataset, pod, ns):
         """volumeAttributes warmup: "wait" (before the pod's containers start,
-        for at most --warmup-wait seconds), "background", or nothing."""
+        for at most --warmup-wait seconds), "background", or nothing.  Charged
+        to the pod's namespace; one with no quota is refused by the daemon
+        unless --allow-warmup (then charged to root)."""
         if how not in ("wait", "background"):
             return
-        if not self.args.allow_warmup:
-            # a tenant's warmup is fetched as root, charged to no quota
-            log.info("warmup of %s for %s: not allowed on this node (--allow-warmup)", dataset, pod)
+        if not ns and not self.args.allow_warmup:
+            log.info("warmup of %s for %s: the pod's namespace is not known (podInfoOnMount)", dataset, pod)
             return
         with self.locks_lock:
-            t = self.warming.get(dataset)
+            # one warmup per dataset and namespace: each is charged its own
+            t = self.warming.get((dataset, ns))
             if t is None or not t.is_alive():
-                t = threading.Thread(target=self._warm, args=(dataset, pod), daemon=True)
-                self.warming[dataset] = t
+                t = threading.Thread(target=self._warm, args=(dataset, pod, ns), daemon=True)
+                self.warming[(dataset, ns)] = t
                 t.start()
         if how == "wait":
             t.join(self.args.warmup_wait)
@@ -331,10 +338,10 @@ class Plugin:
                 log.info("warmup of %s for %s: still running after %ds; the pod starts",
                          dataset, pod, self.args.warmup_wait)
 
-    def _warm(self, dataset, pod):
+    def _warm(self, dataset, pod, ns):
         t0 = time.monotonic()
         try:
-            status, kv = self.daemon.warmup(dataset)
+            status, kv = self.daemon.warmup(dataset, ns, quota_only=not self.args.allow_warmup)
         except OSError as e:
             log.warning("warmup of %s for %s: %s", dataset, pod, e)
             return
@@ -419,7 +426,7 @@ def main():
     ap.add_argument("--node-id", default=os.environ.get("NODE_NAME") or socket.gethostname())
     ap.add_argument("--driver-name", default="stagefs.io")
     ap.add_argument("--allow-warmup", action="store_true",
-                    help="honour volumeAttributes warmup (fetched as root: no quota applies)")
+                    help="honour volumeAttributes warmup for namespaces without a cache quota too (charged to root)")
     ap.add_argument("--warmup-wait", type=int, default=90,
                     help="seconds a publish with warmup=wait waits for the warmup (kubelet's own limit is about 2 min)")
     ap.add_argument("-v", "--verbose", action="store_true")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; warmup=wait caches every chunk before the publish returns; a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
+# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; warmup=wait caches every chunk before the publish returns, charged to the pod's namespace (refused for one without a quota); a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
 # A mount namespace of our own: the binds, the daemon's root and the pods'
@@ -31,10 +31,13 @@ source = dir://$T/coco
 [dataset vision]
 source = dir://$T/vision
 allow = namespace:vision, user:root
+
+[quota]
+namespace:ml = 1G
 EOC
 sfs_mount "" "$ROOT" -c "$CONF"
 
-csi_start "$ROOT" --node-id node-a --allow-warmup
+csi_start "$ROOT" --node-id node-a
 is_mnt() { mountpoint -q "$1"; }
 # kill_daemon PATH: SIGKILL the root's daemon, wait until PATH (through a
 # pod's bind) no longer answers
@@ -68,6 +71,7 @@ log "inline volume: published read-only and byte-exact, twice; unpublished twice
 # --- warmup=wait: the dataset is in the cache before the pod's containers start
 W=$(tgt 00000000-0000-4000-8000-0000000000aa)
 r0=$(stat_get "$ROOT" backend_reads)
+root0=$(awk -F'\t' '$1 == "0" { print $3 }' "$ROOT/.stagefs/quota")
 # shellcheck disable=SC2046
 out=$(csi publish vol-w "$W" dataset=coco warmup=wait $(pod 00000000-0000-4000-8000-0000000000aa ml)) ||
 	die "publish with warmup: $out"
@@ -76,9 +80,27 @@ assert_gt "$r1" "$r0" "backend reads of the warmup"
 drop_caches
 diff -r "$T/coco" "$W" >/dev/null || die "the warmed volume differs"
 assert_eq "$(stat_get "$ROOT" backend_reads)" "$r1" "backend reads after a warmup=wait publish"
-contains "warmup of coco for ml/p-a: " "$T/csi.log" || die "the warmup was not logged: $(tail -3 "$T/csi.log")"
+contains "warmup of coco for ml/p-a: DONE" "$T/csi.log" || die "the warmup was not logged: $(tail -3 "$T/csi.log")"
+# charged to namespace ml (a [quota] rule): its own line, holding the bytes
+"$PYTHON" - "$(cat "$ROOT/.stagefs/quota")" "${root0:-0}" <<'PY' || die "the warmup is not charged to namespace ml: $(cat "$ROOT/.stagefs/quota")"
+import sys
+rows = {l.split("\t")[1]: l.split("\t") for l in sys.argv[1].splitlines() if not l.startswith("#")}
+ml = rows["namespace:ml"]
+assert int(ml[2]) == 6 * 300 * 1024 and ml[3] == str(1 << 30), ml
+assert int(rows.get("root", ["", "", "0"])[2]) == int(sys.argv[2]), rows
+PY
 csi unpublish vol-w "$W" >/dev/null
-log "warmup=wait: every chunk cached before the publish returned"
+# a namespace without a quota: its warmup would be charged to no one, refused
+W2=$(tgt 00000000-0000-4000-8000-0000000000ab)
+r1=$(stat_get "$ROOT" backend_reads)
+# shellcheck disable=SC2046
+out=$(csi publish vol-w2 "$W2" dataset=imagenet warmup=wait $(pod 00000000-0000-4000-8000-0000000000ab nlp)) ||
+	die "publish with a refused warmup: $out"
+contains "warmup of imagenet for nlp/p-b: ERR" "$T/csi.log" || die "the refused warmup was not logged: $(tail -3 "$T/csi.log")"
+contains "no cache quota" "$T/csi.log" || die "no reason for the refused warmup: $(tail -3 "$T/csi.log")"
+assert_eq "$(stat_get "$ROOT" backend_reads)" "$r1" "backend reads of a refused warmup"
+csi unpublish vol-w2 "$W2" >/dev/null
+log "warmup=wait: every chunk cached before the publish returned, charged to the pod's namespace; refused for a namespace without a quota"
 
 # --- namespaces the rules allow and do not
 VUID=00000000-0000-4000-8000-00000000000b
