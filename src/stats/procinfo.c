@@ -250,12 +250,19 @@ void procinfo_job_rule(const char *env_job, const char *cgroup, pid_t pgid,
 	const char *last = NULL, *c;
 	size_t lastn = 0, n = 0;
 
-	if (env_job && env_job[0]) {
-		snprintf(out, len, "%s", env_job);
+	/* "k8s:" names are the daemon's: a process cannot pose as a pod */
+	if (env_job && !strncmp(env_job, "k8s:", 4))
+		env_job = NULL;
+	if (procinfo_pod_uid(cgroup, uid)) {
+		/* a pod's own name for its job stays inside its namespace */
+		if (env_job && env_job[0])
+			snprintf(out, len, "k8s:pod/%s/%s", uid, env_job);
+		else
+			snprintf(out, len, "k8s:pod/%s", uid);
 		return;
 	}
-	if (procinfo_pod_uid(cgroup, uid)) {
-		snprintf(out, len, "k8s:pod/%s", uid);
+	if (env_job && env_job[0]) {
+		snprintf(out, len, "%s", env_job);
 		return;
 	}
 	for (c = next_part(cgroup, &n); c; c = next_part(c + n, &n)) {
@@ -289,12 +296,21 @@ int procinfo_read(pid_t tid, struct procinfo *pi)
 	have_cg = read_cgroup(tid, cg, sizeof(cg));
 	procinfo_job_rule(have_env ? env : NULL, have_cg ? cg : NULL, pi->pgid,
 			  pi->job, sizeof(pi->job));
-	/* a pod the CSI plugin told us about: by its namespace and name */
+	/*
+	 * A pod the CSI plugin told us about: by its namespace and name, or
+	 * its namespace and STAGEFS_JOB; else by its uid alone.
+	 */
 	if (!strncmp(pi->job, "k8s:pod/", 8)) {
-		char named[PROCINFO_JOB_MAX];
+		char named[PROCINFO_JOB_MAX], ns[64], uid[PODS_UID_LEN + 1];
+		const char *own = pi->job + 8 + PODS_UID_LEN;
 
-		if (pods_job(pi->job + 8, named, sizeof(named)))
-			memcpy(pi->job, named, sizeof(named));
+		memcpy(uid, pi->job + 8, PODS_UID_LEN);
+		uid[PODS_UID_LEN] = '\0';
+		if (*own == '/' && pods_namespace(uid, ns))
+			snprintf(named, sizeof(named), "k8s:%s/%s", ns, own + 1);
+		else if (*own == '/' || !pods_job(uid, named, sizeof(named)))
+			snprintf(named, sizeof(named), "k8s:pod/%s", uid);
+		memcpy(pi->job, named, sizeof(named));
 	}
 	return 0;
 }

@@ -5,13 +5,17 @@
  * stats module (results are cached there), never per READ.
  *
  * The job of a reader is, in this order (docs/feedrate.md):
+ *   0. in a Kubernetes pod (a component of its cgroup v2 path is
+ *      kubepods-...-pod<UID>.slice or pod<UID>, under kubelet's root):
+ *      "k8s:NAMESPACE/POD", or "k8s:NAMESPACE/JOB" with STAGEFS_JOB=JOB
+ *      (or "k8s:pod/UID" for a pod the CSI plugin has not named: pods.h);
+ *      a pod names jobs in its own namespace only;
  *   1. the value of STAGEFS_JOB in its environment, as it was when the
  *      process started (/proc/PID/environ: a later setenv() is not seen,
- *      but children started after it inherit it);
+ *      but children started after it inherit it), unless it starts with
+ *      "k8s:" (the daemon's names for pods: ignored);
  *   2. "slurm:job_N" if a component of its cgroup v2 path is job_N (Slurm's
- *      cgroup layout); "k8s:NAMESPACE/POD" (or "k8s:pod/UID" for a pod the
- *      CSI plugin has not named: pods.h) if one is a Kubernetes pod's
- *      (kubepods-...-pod<UID>.slice, or pod<UID>);
+ *      cgroup layout);
  *   3. "cgroup:NAME", NAME being the last component of its cgroup v2 path,
  *      unless that is the root or a generic systemd unit (*.slice,
  *      init.scope, session-N.scope, user@N.service): containers

@@ -446,6 +446,10 @@ static int charge_peer(struct stats *st, pid_t pid, uint32_t uid, const char *jo
 
 	if (job)
 		stats_clean_name(clean, sizeof(clean), job[0] ? job : "unknown");
+	/* "k8s:" names are the daemon's for pods: a client names only its own */
+	if (job && !strncmp(clean, "k8s:", 4) && !(p && !strcmp(p->job->name, clean))) {
+		job = p ? NULL : "unknown";
+	}
 	if (p && (!job || !strcmp(p->job->name, clean))) {
 		uint64_t t = now_ns();
 

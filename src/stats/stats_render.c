@@ -34,6 +34,24 @@ static double stall_share(double stall, double active)
 
 /* ---- JSON ---- */
 
+/*
+ * The Kubernetes namespace of job @job, "k8s:NAMESPACE/...": the daemon's
+ * own names for pods (procinfo.h), which no reader can take, so the
+ * namespace is the one the reader's cgroup says.  NULL where none (a pod
+ * not named yet, "k8s:pod/UID", has none).
+ */
+static const char *job_namespace(const char *job, char *ns, size_t len)
+{
+	const char *slash;
+
+	if (strncmp(job, "k8s:", 4) || !strncmp(job, "k8s:pod/", 8) ||
+	    !(slash = strchr(job + 4, '/')) || (size_t)(slash - job - 4) >= len)
+		return NULL;
+	memcpy(ns, job + 4, (size_t)(slash - job - 4));
+	ns[slash - job - 4] = '\0';
+	return ns;
+}
+
 /* JSON names of the fields; NULL rate name: no per-second rate shown. */
 static const struct {
 	const char *name, *rate;
@@ -99,6 +117,7 @@ static void json_rows(FILE *f, const struct stats_snap *s, const struct stats_vi
 	fprintf(f, ",\n%s\"%s\": [", indent, key);
 	for (size_t i = 0; i < s->nrows; i++) {
 		const struct stats_row *r = &s->rows[i];
+		char ns[64];
 
 		if (r->kind != k || !view_shows(v, r))
 			continue;
@@ -118,6 +137,11 @@ static void json_rows(FILE *f, const struct stats_snap *s, const struct stats_vi
 			fputs("\"job\": ", f);
 			json_write_str(f, r->job);
 			fputs(", ", f);
+			if (job_namespace(r->job, ns, sizeof(ns))) {
+				fputs("\"namespace\": ", f);
+				json_write_str(f, ns);
+				fputs(", ", f);
+			}
 			/* fall through */
 		case STATS_USER:
 			fputs("\"user\": ", f);
@@ -273,6 +297,7 @@ static void prom_feed(FILE *f, const struct stats_snap *s, const struct stats_vi
 		prom_family(f, prom_job[m].name, "counter", prom_job[m].help);
 		for (size_t i = 0; i < s->nrows; i++) {
 			const struct stats_row *r = &s->rows[i];
+			char ns[64];
 
 			if (r->kind != STATS_JOB || !view_shows(v, r))
 				continue;
@@ -280,6 +305,10 @@ static void prom_feed(FILE *f, const struct stats_snap *s, const struct stats_vi
 			prom_label(f, r->user);
 			fputs(",job=", f);
 			prom_label(f, r->job);
+			if (job_namespace(r->job, ns, sizeof(ns))) {
+				fputs(",namespace=", f);
+				prom_label(f, ns);
+			}
 			fputc('}', f);
 			prom_value(f, r->total[prom_job[m].field], prom_job[m].scale);
 		}

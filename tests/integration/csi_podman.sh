@@ -64,10 +64,12 @@ csi publish vol-b "$TB" dataset=imagenet csi.storage.k8s.io/pod.namespace=ml \
 	csi.storage.k8s.io/pod.name=train-b csi.storage.k8s.io/pod.uid=$UB >/dev/null || die "publish for pod b"
 
 # run_pod UID VOLUME CMD...: an unprivileged container in pod UID's cgroup
+# (POD_JOB: its STAGEFS_JOB)
 run_pod() {
 	local uid=$1 vol=$2
 	shift 2
 	podman --runtime runc --cgroup-manager cgroupfs run --rm --network none \
+		${POD_JOB:+-e "STAGEFS_JOB=$POD_JOB"} \
 		--cgroup-parent "/$PARENT/pod$uid" --user 1000:1000 --cap-drop all \
 		--security-opt no-new-privileges --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
 		-v "$vol:/data:ro" --rootfs "$T/rootfs" /bin/busybox "$@"
@@ -104,6 +106,25 @@ out=$(run_pod "$UA" "$TA" sh -c 'cd /data && sha256sum f1 f2 f3 f4' 2>"$T/pa.err
 	die "pod a could not read its volume again: $(cat "$T/pa.err")"
 [[ $out == "$(sums "$T/vision")" ]] || die "pod a read wrong bytes over its quota: $out"
 log "namespace vision: charged as one tenant, held to its quota; namespace ml: to its uid"
+
+# a pod names its own job (STAGEFS_JOB) inside its namespace only: ml's
+# pod, running as the same uid, cannot pose as vision's
+stats_dump "$ROOT" >"$T/stats0.json"
+POD_JOB=resnet run_pod "$UA" "$TA" cat /data/f1 >/dev/null || die "pod a with STAGEFS_JOB"
+POD_JOB=k8s:vision/train-a run_pod "$UB" "$TB" cat /data/f2 >/dev/null || die "pod b posing as vision"
+stats_dump "$ROOT" | "$PYTHON" -c '
+import json, sys
+def jobs(d):
+    return {j["job"]: j for j in d["jobs"]}
+before, after = jobs(json.load(open(sys.argv[1]))), jobs(json.load(sys.stdin))
+# opens: counted whether or not the page cache had the bytes
+r = after.get("k8s:vision/resnet")
+assert r and r["opens"] == 1 and r["namespace"] == "vision", "k8s:vision/resnet: %s" % r
+assert after["k8s:vision/train-a"]["opens"] == before["k8s:vision/train-a"]["opens"], "vision row moved"
+assert after["k8s:ml/train-b"]["opens"] == before["k8s:ml/train-b"]["opens"] + 1, "ml row"
+assert after["k8s:ml/train-b"]["namespace"] == "ml"
+' "$T/stats0.json" || die "jobs named by pods: $(stats_dump "$ROOT" | head -c 2000)"
+log "a pod's STAGEFS_JOB stays in its namespace; posing as another's is not taken"
 
 # the ml pod given vision's directory by other means: the daemon refuses
 # its reads (namespace:vision names no process of namespace ml)

@@ -56,7 +56,13 @@ static void test_job_rule(void **state)
 		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
 		{ NULL, "/../../kubepods/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a1b2c",
 		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
-		{ "mine", "/kubepods/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a", "mine" },
+		/* a pod's STAGEFS_JOB stays under its pod (its namespace, once named) */
+		{ "mine", "/kubepods/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a",
+		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/mine" },
+		/* nobody poses as a pod */
+		{ "k8s:vision/train-a", "/system.slice/docker-1.scope", "cgroup:docker-1.scope" },
+		{ "k8s:vision/train-a", "/kubepods/pod1f0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a",
+		  "k8s:pod/1f0e2d3c-aaaa-bbbb-cccc-0123456789ab" },
 		{ NULL, "/kubepods/podXf0e2d3c-aaaa-bbbb-cccc-0123456789ab/0a1b2c", "cgroup:0a1b2c" },
 		/* a pod's name where a user may name cgroups (a delegated subtree) is none */
 		{ NULL, "/user.slice/user-1000.slice/user@1000.service/"
@@ -488,31 +494,38 @@ static void test_client_reports(void **state)
 	assert_int_equal(stats_client_account(st, child, UID, "late", 50, 1), 0);
 	assert_int_equal(stats_gpu_account(st, child, UID, "late", 2, 10), 0);
 	assert_int_equal(stats_gpu_account(st, child, UID, NULL, 70000, 1), -EINVAL);
+	/* a pod's job name is the daemon's to give: charged as the peer's own */
+	assert_int_equal(stats_client_account(st, child, UID, "k8s:vision/train-a", 7, 0), 0);
+	assert_int_equal(stats_client_account(st, 0, UID, "k8s:vision/train-a", 3, 0), 0);
+	s = snap(st);
+	assert_null(row(s, STATS_JOB, UID, "k8s:vision/train-a"));
+	assert_int_equal(row(s, STATS_JOB, UID, "unknown")->total[STATS_CLIENT_BYTES], 3);
+	stats_snap_free(s);
 	s = snap(st);
 	p = row(s, STATS_PROC, UID, NULL);
 	assert_non_null(p);
 	assert_int_equal(p->pid, child);
-	assert_int_equal(p->total[STATS_READ_BYTES], 1024);
-	assert_int_equal(p->total[STATS_CLIENT_BYTES], 1024);
+	assert_int_equal(p->total[STATS_READ_BYTES], 1031);
+	assert_int_equal(p->total[STATS_CLIENT_BYTES], 1031);
 	assert_int_equal(p->total[STATS_FILES], 1);
 	assert_int_equal(p->total[STATS_GPU_BYTES], 4096);
 	assert_int_equal(p->total[STATS_READS], 0);
 	assert_int_equal(p->total[STATS_OPENS], 1);
 	assert_int_equal(s->node.total[STATS_OPENS], 1);
 	assert_int_equal(s->node_only[STATS_NODE_CLIENT_OPENS], 1);
-	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_CLIENT_BYTES], 1024);
+	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_CLIENT_BYTES], 1031);
 	assert_int_equal(row(s, STATS_JOB, UID, "jobA")->total[STATS_GPU_BYTES], 4096);
 	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_READ_BYTES], 50);
 	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_FILES], 1);
 	assert_int_equal(row(s, STATS_JOB, UID, "late")->total[STATS_GPU_BYTES], 10);
-	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_CLIENT_BYTES], 1074);
+	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_CLIENT_BYTES], 1084);
 	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_FILES], 2);
 	assert_int_equal(row(s, STATS_USER, UID, NULL)->total[STATS_GPU_BYTES], 4106);
 	assert_int_equal(row(s, STATS_GPU, 0, NULL)->gpu, 2);
 	assert_int_equal(row(s, STATS_GPU, 0, NULL)->total[STATS_GPU_BYTES], 4106);
 	assert_int_equal(s->nkind[STATS_GPU], 1);
-	assert_int_equal(s->node.total[STATS_READ_BYTES], 1074);
-	assert_int_equal(s->node.total[STATS_CLIENT_BYTES], 1074);
+	assert_int_equal(s->node.total[STATS_READ_BYTES], 1084);
+	assert_int_equal(s->node.total[STATS_CLIENT_BYTES], 1084);
 	assert_int_equal(s->node.total[STATS_GPU_BYTES], 4106);
 	stats_snap_free(s);
 	reap(child);
