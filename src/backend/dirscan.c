@@ -508,6 +508,19 @@ out:
 	return ret;
 }
 
+/* What ends reading directory @rel (@ret so far): the last batch, the sorted listing. */
+static int scan_done(struct dirscan *sc, const char *rel, struct batch *bt,
+		     struct listing *ls, int ret)
+{
+	if (!ret)
+		ret = batch_flush(sc, bt);
+	if (!ret && (ret = listing_sort(ls)))
+		fail(sc, ret, "%s/%s: %s", sc->root, rel, strerror(-ret));
+	if (!ret && sc->delay_us)
+		usleep(sc->delay_us);
+	return ret;
+}
+
 /* Read directory @l: stamp it, batch its entries, list them for the live index. */
 static int scan_one(struct dirscan *sc, struct ldir *l, struct batch *bt,
 		    struct listing *ls)
@@ -607,13 +620,76 @@ static int scan_one(struct dirscan *sc, struct ldir *l, struct batch *bt,
 		fail(sc, ret, "%s/%s: readdir: %s", sc->root, rel, strerror(-ret));
 	}
 	closedir(d);
-	if (!ret)
-		ret = batch_flush(sc, bt);
-	if (!ret && (ret = listing_sort(ls)))
-		fail(sc, ret, "%s/%s: %s", sc->root, rel, strerror(-ret));
-	if (!ret && sc->delay_us)
-		usleep(sc->delay_us);
-	return ret;
+	return scan_done(sc, rel, bt, ls, ret);
+}
+
+/*
+ * Read directory @l of a source (dirscan_start_source()): as scan_one(),
+ * through the source's calls, with no stamp.
+ */
+static int scan_one_source(struct dirscan *sc, struct ldir *l, struct batch *bt,
+			   struct listing *ls)
+{
+	const struct dirscan_source *src = &sc->src;
+	const char *rel = l->path;
+	struct dirscan_entry e;
+	char path[PATH_MAX], target[PATH_MAX];
+	void *d;
+	int r, ret = 0;
+
+	r = src->opendir(src->arg, rel, &d);
+	if (r < 0) {
+		fail(sc, r, "%s/%s: %s", sc->root, rel, strerror(-r));
+		return r;
+	}
+	pthread_mutex_lock(&sc->block);
+	sc->dirs++;
+	pthread_mutex_unlock(&sc->block);
+	while ((r = src->readdir(src->arg, d, rel, &e, target, sizeof(target))) > 0) {
+		struct rec *rc;
+
+		if (e.skip) {
+			pthread_mutex_lock(&sc->block);
+			sc->skipped++;
+			pthread_mutex_unlock(&sc->block);
+			continue;
+		}
+		if (snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "",
+			     e.name) >= (int)sizeof(path)) {
+			ret = -ENAMETOOLONG;
+			fail(sc, ret, "%s/%s/%s: %s", sc->root, rel, e.name, strerror(-ret));
+			break;
+		}
+		rc = &bt->r[bt->n];
+		memset(rc, 0, sizeof(*rc));
+		rc->a = e.a;
+		rc->path = strdup(path);
+		rc->target = S_ISLNK(e.a.mode) ? strdup(target) : NULL;
+		if (!rc->path || (S_ISLNK(e.a.mode) && !rc->target)) {
+			free(rc->path);
+			free(rc->target);
+			ret = -ENOMEM;
+			fail(sc, ret, "%s/%s: %s", sc->root, path, strerror(-ret));
+			break;
+		}
+		rc->multi = S_ISREG(e.a.mode) && e.multi;
+		rc->dev = (dev_t)e.dev;
+		rc->ino = (ino_t)e.ino;
+		bt->n++;
+		ret = listing_add(ls, e.name, e.a.mode, rc->multi);
+		if (ret) {
+			fail(sc, ret, "%s/%s: %s", sc->root, path, strerror(-ret));
+			break;
+		}
+		if (bt->n == BATCH && (ret = batch_flush(sc, bt)))
+			break;
+	}
+	if (r < 0 && !ret) {
+		ret = r;
+		fail(sc, ret, "%s/%s: readdir: %s", sc->root, rel, strerror(-ret));
+	}
+	src->closedir(src->arg, d);
+	return scan_done(sc, rel, bt, ls, ret);
 }
 
 /* The next directory to read, or NULL when the scan is over or failed. */
@@ -677,7 +753,8 @@ static void *worker(void *arg)
 		return NULL;
 	}
 	while ((l = pop(sc))) {
-		int ret = scan_one(sc, l, bt, &ls);
+		int ret = sc->src.opendir ? scan_one_source(sc, l, bt, &ls) :
+			  scan_one(sc, l, bt, &ls);
 
 		batch_clear(bt);
 		done_one(sc, l, &ls, ret);
@@ -721,39 +798,26 @@ void dirscan_destroy(struct dirscan *sc)
 	pthread_cond_destroy(&sc->qcond);
 	pthread_cond_destroy(&sc->lcond);
 	pthread_mutex_destroy(&sc->block);
-	close(sc->rootfd);
+	if (sc->rootfd >= 0)
+		close(sc->rootfd);
 	free(sc->root);
 	free(sc);
 }
 
 
-int dirscan_start(int rootfd, const char *root, unsigned threads,
-		  uint32_t chunk_size, unsigned delay_us, struct dirscan **out,
-		  char *err, size_t errlen)
+/*
+ * Start @sc (its rootfd or src set) on the root of attributes @a: workers
+ * up, back once the root is read.  Frees @sc on failure.
+ */
+static int start(struct dirscan *sc, const char *root, const struct sfs_attr *a,
+		 unsigned threads, uint32_t chunk_size, unsigned delay_us,
+		 struct dirscan **out, char *err, size_t errlen)
 {
-	struct dirscan *sc;
-	struct stat st;
-	struct sfs_attr a;
 	struct ldir *top;
 	int ret;
 
 	if (!threads)
 		threads = 1;
-	if (fstat(rootfd, &st) < 0) {
-		ret = -errno;
-		snprintf(err, errlen, "%s: %s", root, strerror(-ret));
-		return ret;
-	}
-	sc = calloc(1, sizeof(*sc));
-	if (!sc)
-		goto nomem;
-	sc->rootfd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
-	if (sc->rootfd < 0) {
-		ret = -errno;
-		free(sc);
-		snprintf(err, errlen, "%s: %s", root, strerror(-ret));
-		return ret;
-	}
 	sc->delay_us = delay_us;
 	pthread_mutex_init(&sc->qlock, NULL);
 	pthread_cond_init(&sc->qcond, NULL);
@@ -765,8 +829,7 @@ int dirscan_start(int rootfd, const char *root, unsigned threads,
 	if (!sc->root || !sc->b || !sc->tids)
 		goto nomem_destroy;
 	/* the root: entry 0, its children from index 1 */
-	dirscan_attr_of("", &st, &a);
-	ret = manifest_builder_add(sc->b, "", &a, NULL, NULL, 0);
+	ret = manifest_builder_add(sc->b, "", a, NULL, NULL, 0);
 	if (ret) {
 		dirscan_destroy(sc);
 		snprintf(err, errlen, "%s: %s", root, strerror(-ret));
@@ -807,9 +870,53 @@ int dirscan_start(int rootfd, const char *root, unsigned threads,
 
 nomem_destroy:
 	dirscan_destroy(sc);
-nomem:
 	snprintf(err, errlen, "%s: %s", root, strerror(ENOMEM));
 	return -ENOMEM;
+}
+
+int dirscan_start(int rootfd, const char *root, unsigned threads,
+		  uint32_t chunk_size, unsigned delay_us, struct dirscan **out,
+		  char *err, size_t errlen)
+{
+	struct dirscan *sc;
+	struct stat st;
+	struct sfs_attr a;
+	int ret;
+
+	if (fstat(rootfd, &st) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "%s: %s", root, strerror(-ret));
+		return ret;
+	}
+	sc = calloc(1, sizeof(*sc));
+	if (!sc) {
+		snprintf(err, errlen, "%s: %s", root, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	sc->rootfd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0);
+	if (sc->rootfd < 0) {
+		ret = -errno;
+		free(sc);
+		snprintf(err, errlen, "%s: %s", root, strerror(-ret));
+		return ret;
+	}
+	dirscan_attr_of("", &st, &a);
+	return start(sc, root, &a, threads, chunk_size, delay_us, out, err, errlen);
+}
+
+int dirscan_start_source(const struct dirscan_source *src, const struct sfs_attr *root_attr,
+			 unsigned threads, uint32_t chunk_size, unsigned delay_us,
+			 struct dirscan **out, char *err, size_t errlen)
+{
+	struct dirscan *sc = calloc(1, sizeof(*sc));
+
+	if (!sc) {
+		snprintf(err, errlen, "%s: %s", src->root, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	sc->rootfd = -1;
+	sc->src = *src;
+	return start(sc, src->root, root_attr, threads, chunk_size, delay_us, out, err, errlen);
 }
 
 int dirscan_finish(struct dirscan *sc, struct dirscan_result *out,
@@ -829,7 +936,7 @@ int dirscan_finish(struct dirscan *sc, struct dirscan_result *out,
 	if (ret)
 		return ret;
 	/* the workers are gone: block's fields are ours */
-	{
+	if (sc->stamps.p) {
 		uint64_t ndirs = sc->dirs;
 
 		memcpy(sc->stamps.p + 8, &ndirs, 8);

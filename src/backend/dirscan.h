@@ -87,8 +87,50 @@ int dirscan_start(int rootfd, const char *root, unsigned threads,
 		  char *err, size_t errlen);
 
 /*
+ * Another source than a local directory (CephFS through libcephfs, say):
+ * the same scan, threads, manifest and live index over calls of the
+ * source's own, with no stamps (the source says cheaply whether its tree
+ * changed, or not at all).  Each call may come from any worker thread,
+ * several at once; @rel is relative to the root ("" is the root).
+ */
+struct dirscan_entry {
+	const char *name;	/* valid until the next readdir call on the directory */
+	struct sfs_attr a;	/* as the manifest records it (content id set for files) */
+	bool skip;		/* not a file, directory or symlink: not listed */
+	bool multi;		/* a regular file with several names ... */
+	uint64_t dev, ino;	/* ... known by these across the tree */
+};
+
+struct dirscan_source {
+	const char *root;	/* for messages */
+	void *arg;
+	/* open directory @rel: 0 with *@dir set, or -errno */
+	int (*opendir)(void *arg, const char *rel, void **dir);
+	/*
+	 * The next entry of @dir (never "." or ".."): 1 with *@e filled (a
+	 * symlink's target in @target, @tlen bytes), 0 at the end, or -errno.
+	 */
+	int (*readdir)(void *arg, void *dir, const char *rel, struct dirscan_entry *e,
+		       char *target, size_t tlen);
+	void (*closedir)(void *arg, void *dir);
+	/* @rel's attributes now, as readdir gives them: 0 or -errno (live index) */
+	int (*getattr)(void *arg, const char *rel, struct sfs_attr *a);
+	/* @rel's target: its length, or -errno (live index) */
+	int (*readlink)(void *arg, const char *rel, char *buf, size_t size);
+};
+
+/*
+ * dirscan_start() over @src (copied; its arg must live until
+ * dirscan_destroy()), whose root has attributes @root_attr.
+ */
+int dirscan_start_source(const struct dirscan_source *src, const struct sfs_attr *root_attr,
+			 unsigned threads, uint32_t chunk_size, unsigned delay_us,
+			 struct dirscan **out, char *err, size_t errlen);
+
+/*
  * Wait for the scan to end and build its manifest.  Returns 0 with @out
- * filled (the caller frees its two buffers), or -errno with a message in
+ * filled (the caller frees its two buffers; no stamps from a
+ * dirscan_start_source() scan), or -errno with a message in
  * @err naming the entry that failed.  Call once.  The dirscan_live_*()
  * calls keep working, during and after, until dirscan_destroy().
  */

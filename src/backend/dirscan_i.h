@@ -49,7 +49,8 @@ struct ldir {
 };
 
 struct dirscan {
-	int rootfd;		/* ours (dup) */
+	int rootfd;		/* ours (dup); -1 with a source */
+	struct dirscan_source src;	/* dirscan_start_source(); src.opendir NULL otherwise */
 	char *root;
 	unsigned delay_us;
 	unsigned nthreads;

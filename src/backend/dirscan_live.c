@@ -145,6 +145,20 @@ static int live_attr(struct dirscan *sc, const char *rel, uint64_t ino,
 	struct stat st;
 	int fd, ret = 0;
 
+	if (sc->src.opendir) {
+		ret = sc->src.getattr(sc->src.arg, rel, out);
+		if (ret)
+			return ret;
+		if ((out->mode & S_IFMT) != type) {
+			log_err("source %s/%s changed type during the scan: remount to see the new version",
+				sc->root, rel);
+			return -EIO;
+		}
+		if (S_ISREG(out->mode) && out->nlink > 1)
+			return -EAGAIN;
+		out->ino = ino;
+		return 0;
+	}
 	fd = dirscan_open_beneath(sc, rel, O_PATH | O_NOFOLLOW);
 	if (fd < 0)
 		return fd;
@@ -263,6 +277,8 @@ int dirscan_live_readlink(struct dirscan *sc, uint64_t ino, char *buf, size_t si
 		return ret;
 	if (type != S_IFLNK)
 		return -EINVAL;
+	if (sc->src.opendir)
+		return sc->src.readlink(sc->src.arg, rel, buf, size);
 	fd = dirscan_open_beneath(sc, rel, O_PATH | O_NOFOLLOW);
 	if (fd < 0)
 		return fd;
