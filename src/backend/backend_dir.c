@@ -6,13 +6,8 @@
  * several threads (dirscan.h), into a manifest (manifest.h), the same
  * indexed format a published RADOS dataset uses, so all metadata operations
  * are served by the same code.  With dir_scan_background the mount answers
- * once the top directory is read: until the manifest is ready, metadata
- * calls go to the scan's live index (dirscan_live_*(), which gives the
- * manifest's own inode numbers), under d->live held shared; a thread of
- * ours waits for the scan, saves and maps the manifest, then, holding
- * d->live exclusively, installs it in be->m and drops the scan.  Calls the
- * live index leaves to the manifest (-EAGAIN) wait for it (d->cond); after
- * a failed scan they get -EIO.  A copy of that manifest is
+ * once the top directory is read, from the scan's live index until the
+ * manifest is ready (scanserve.h).  A copy of that manifest is
  * saved as CACHE_DIR/snapshots/<id>.manifest and served from there,
  * mapped (the daemon holds none of it), and a stamp of every
  * directory (inode number, mtime, ctime) as <id>.dirs.  At the next mount,
@@ -37,6 +32,7 @@
 #include "dirscan.h"
 #include "log.h"
 #include "manifest/manifest.h"
+#include "scanserve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -53,8 +49,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { D_READY, D_SCANNING, D_FAILED };
-
 struct backend_dir {
 	struct backend be;
 	char *root;		/* absolute source path */
@@ -63,14 +57,7 @@ struct backend_dir {
 	char *stamps;		/* the saved scan's stamp file */
 	atomic_bool stale;	/* stamps removed: a file changed in place */
 
-	/* a first scan in the background (dir_scan_background) */
-	atomic_int state;	/* D_*; changes under lock */
-	pthread_rwlock_t live;	/* shared: a live call; exclusive: the switch */
-	struct dirscan *scan;	/* while it is the index; protected by live */
-	pthread_mutex_t lock;
-	pthread_cond_t cond;	/* state left D_SCANNING */
-	pthread_t scanner;
-	bool scanner_started;
+	struct scanserve ss;	/* a first scan in the background (dir_scan_background) */
 	uint64_t scan_t0;
 	unsigned scan_threads;
 };
@@ -335,50 +322,21 @@ static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 	return dir_scanned(d, &r, t0, threads, &d->be.m, err, errlen);
 }
 
-/* The thread that waits for a background scan and switches to its manifest. */
-static void *dir_scanner(void *arg)
+/* scanserve's callback: the background scan is over. */
+static int dir_scan_done(void *arg, struct dirscan_result *r, struct manifest **m,
+			 char *err, size_t errlen)
 {
 	struct backend_dir *d = arg;
-	struct dirscan_result r;
-	struct dirscan *done;
-	struct manifest *m = NULL;
-	char err[1024] = "";
-	int ret;
+	int ret = dir_scanned(d, r, d->scan_t0, d->scan_threads, m, err, errlen);
 
-	ret = dirscan_finish(d->scan, &r, err, sizeof(err));
-	if (!ret)
-		ret = dir_scanned(d, &r, d->scan_t0, d->scan_threads, &m, err, sizeof(err));
-	if (ret) {
-		if (ret != -ECANCELED)
-			log_err("scan of %s failed: %s; what was scanned before is still served, the rest gives EIO; remount to scan again",
-				d->root, err);
-		/* d->scan stays: it still serves the part it read */
-		pthread_mutex_lock(&d->lock);
-		atomic_store(&d->state, D_FAILED);
-		pthread_cond_broadcast(&d->cond);
-		pthread_mutex_unlock(&d->lock);
-		return NULL;
-	}
 	/*
 	 * A read that found a file changed in place meanwhile dropped the
 	 * stamps before they were saved: drop the new ones too.
 	 */
-	if (atomic_load(&d->stale) && unlink(d->stamps) < 0 && errno != ENOENT)
+	if (!ret && atomic_load(&d->stale) && unlink(d->stamps) < 0 && errno != ENOENT)
 		log_warn("%s: %s (the next mount may reuse a stale scan)",
 			 d->stamps, strerror(errno));
-	manifest_set_name(m, d->be.uri);
-	pthread_rwlock_wrlock(&d->live);
-	__atomic_store_n(&d->be.m, m, __ATOMIC_RELEASE);
-	done = d->scan;
-	d->scan = NULL;
-	pthread_rwlock_unlock(&d->live);
-	pthread_mutex_lock(&d->lock);
-	atomic_store(&d->state, D_READY);
-	pthread_cond_broadcast(&d->cond);
-	pthread_mutex_unlock(&d->lock);
-	dirscan_destroy(done);
-	malloc_trim(0);
-	return NULL;
+	return ret;
 }
 
 /* Start scanning d->root in the background; 0 once its top directory is read. */
@@ -387,30 +345,20 @@ static int dir_scan_start(struct backend_dir *d, const struct sfs_config *cfg,
 {
 	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");
 	unsigned delay = env ? (unsigned)strtoul(env, NULL, 10) : 0;
+	struct dirscan *scan;
 	int ret;
 
 	d->scan_threads = scan_threads(cfg);
 	d->scan_t0 = now_ms();
 	ret = dirscan_start(rootfd, d->root, d->scan_threads, d->be.chunk_size,
-			    delay, &d->scan, err, errlen);
+			    delay, &scan, err, errlen);
 	if (ret)
 		return ret;
-	atomic_store(&d->state, D_SCANNING);
-	if (pthread_create(&d->scanner, NULL, dir_scanner, d)) {
-		/* no thread: wait for the scan here */
-		dir_scanner(d);
-		if (atomic_load(&d->state) != D_READY) {
-			snprintf(err, errlen, "%s: the scan failed (see the log)", d->root);
-			dirscan_destroy(d->scan);
-			d->scan = NULL;
-			return -EIO;
-		}
-		return 0;
-	}
-	d->scanner_started = true;
-	log_info("%s: scanning in the background (%u threads); answering meanwhile",
-		 d->root, d->scan_threads);
-	return 0;
+	ret = scanserve_start(&d->ss, scan, err, errlen);
+	if (!ret && d->ss.started)
+		log_info("%s: scanning in the background (%u threads); answering meanwhile",
+			 d->root, d->scan_threads);
+	return ret;
 }
 
 static void dir_destroy(struct backend *be);
@@ -435,18 +383,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 	d->root = strdup(path);
 	d->cache_dir = strdup(cfg->cache_dir);
 	d->stamps = malloc(PATH_MAX);
-	atomic_init(&d->state, D_READY);
-	pthread_mutex_init(&d->lock, NULL);
-	pthread_cond_init(&d->cond, NULL);
-	{
-		pthread_rwlockattr_t ra;
-
-		/* the switch must not wait behind a stream of live calls */
-		pthread_rwlockattr_init(&ra);
-		pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-		pthread_rwlock_init(&d->live, &ra);
-		pthread_rwlockattr_destroy(&ra);
-	}
+	scanserve_init(&d->ss, &d->be, d->root, dir_scan_done, d);
 	if (!d->be.uri || !d->root || !d->cache_dir || !d->stamps) {
 		ret = -ENOMEM;
 		goto out_free;
@@ -486,7 +423,7 @@ static int dir_create(const char *uri, const struct sfs_config *cfg,
 		log_notice("source %s is unavailable (%s): serving its snapshot from the cache; uncached data reads fail with EIO",
 			   d->root, strerror(e));
 	}
-	if (!d->scanner_started)	/* else the scanner names it */
+	if (!d->ss.started)	/* else the scanner names it */
 		manifest_set_name(d->be.m, d->be.uri);
 	*out = &d->be;
 	return 0;
@@ -500,21 +437,8 @@ static void dir_destroy(struct backend *be)
 {
 	struct backend_dir *d = to_dir(be);
 
-	if (d->scanner_started) {
-		/*
-		 * Finished, not cancelled: the saved scan is what makes the next
-		 * mount quick (the mount itself used to wait this long).
-		 */
-		if (atomic_load(&d->state) == D_SCANNING)
-			log_notice("%s: waiting for the scan to end, so that the next mount can reuse it",
-				   d->root);
-		pthread_join(d->scanner, NULL);
-	}
-	dirscan_destroy(d->scan);	/* a failed scan's */
+	scanserve_destroy(&d->ss);
 	manifest_close(d->be.m);
-	pthread_rwlock_destroy(&d->live);
-	pthread_mutex_destroy(&d->lock);
-	pthread_cond_destroy(&d->cond);
 	free(d->cache_dir);
 	free(d->stamps);
 	free(d->root);
@@ -524,87 +448,36 @@ static void dir_destroy(struct backend *be)
 
 /* ---- metadata: the live index while a background scan runs, then the manifest ---- */
 
-/* Wait until the manifest is in be->m.  Returns 0, or -EIO if the scan failed. */
-static int dir_wait_manifest(struct backend_dir *d)
-{
-	int st;
-
-	pthread_mutex_lock(&d->lock);
-	while ((st = atomic_load(&d->state)) == D_SCANNING)
-		pthread_cond_wait(&d->cond, &d->lock);
-	pthread_mutex_unlock(&d->lock);
-	return st == D_READY ? 0 : -EIO;
-}
-
-/*
- * Run @live_call on the scan while it is the index; where it cannot answer
- * (-EAGAIN), wait for the manifest and fall through to the manifest's op.
- */
-#define DIR_LIVE(d, live_call)						\
-	do {								\
-		if (atomic_load(&(d)->state) != D_READY) {		\
-			int r_ = -EAGAIN;				\
-									\
-			pthread_rwlock_rdlock(&(d)->live);		\
-			if ((d)->scan)					\
-				r_ = live_call;				\
-			pthread_rwlock_unlock(&(d)->live);		\
-			if (r_ != -EAGAIN)				\
-				return r_;				\
-			r_ = dir_wait_manifest(d);			\
-			if (r_)						\
-				return r_;				\
-		}							\
-	} while (0)
-
 static int dir_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
 {
-	struct backend_dir *d = to_dir(be);
-
-	DIR_LIVE(d, dirscan_live_getattr(d->scan, ino, out));
-	return backend_manifest_getattr(be, ino, out);
+	return scanserve_getattr(&to_dir(be)->ss, ino, out);
 }
 
 static int dir_lookup(struct backend *be, uint64_t parent, const char *name,
 		      struct sfs_attr *out)
 {
-	struct backend_dir *d = to_dir(be);
-
-	DIR_LIVE(d, dirscan_live_lookup(d->scan, parent, name, out));
-	return backend_manifest_lookup(be, parent, name, out);
+	return scanserve_lookup(&to_dir(be)->ss, parent, name, out);
 }
 
 static int dir_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
 {
-	struct backend_dir *d = to_dir(be);
-
-	DIR_LIVE(d, dirscan_live_readdir(d->scan, ino, out));
-	return backend_manifest_readdir(be, ino, out);
+	return scanserve_readdir(&to_dir(be)->ss, ino, out);
 }
 
 static int dir_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
 {
-	struct backend_dir *d = to_dir(be);
-
-	DIR_LIVE(d, dirscan_live_readlink(d->scan, ino, buf, size));
-	return backend_manifest_readlink(be, ino, buf, size);
+	return scanserve_readlink(&to_dir(be)->ss, ino, buf, size);
 }
 
 static int dir_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
 {
-	int st = atomic_load(&to_dir(be)->state);
-
-	/* the totals are the finished scan's: unknown until then */
-	if (st != D_READY)
-		return st == D_SCANNING ? -EAGAIN : -EIO;
-	return backend_manifest_statfs(be, bytes, files);
+	return scanserve_statfs(&to_dir(be)->ss, bytes, files);
 }
 
 /* @ino's path relative to the root, as manifest_path(). */
 static int dir_relpath(struct backend_dir *d, uint64_t ino, char *buf, size_t len)
 {
-	DIR_LIVE(d, dirscan_live_path(d->scan, ino, buf, len));
-	return manifest_path(d->be.m, ino, buf, len);
+	return scanserve_path(&d->ss, ino, buf, len);
 }
 
 /* The source path of @file, for logs.  Returns 0 or -errno. */
