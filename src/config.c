@@ -329,18 +329,20 @@ static const struct opt opts[] = {
 		"mount with `-o xattrs=yes`, as the benchmarks mount. Fixed for the "
 		"mount's lifetime: the kernel remembers `ENOSYS` until unmount." },
 	{ "dir_scan_threads", OPT_UINT, O(dir_scan_threads), "0", 0, 256,
-	  "threads scanning a dir:// source at mount (and checking a saved scan); 0 = 4 per CPU, 8 to 64",
+	  "threads scanning a dir:// or cephfs:// source at mount (and checking a saved dir:// scan); 0 = 4 per CPU, 8 to 64",
 	  .doc =
 		"Threads that scan a `dir://` source at mount, each reading whole "
 		"directories and `lstat`ing their entries, and that check a saved "
-		"scan's directories (`dir_reuse_scan`). A scan waits on the disk "
-		"or, on NFS and Lustre, on the server for each entry, so more "
+		"scan's directories (`dir_reuse_scan`); and that walk a "
+		"`cephfs://` tree (a directory each, one readdirplus from the MDS)."
+		" A scan waits on the disk "
+		"or, on NFS, Lustre and CephFS, on the server for each directory, so more "
 		"threads than CPUs pay off there. `0`: 4 per CPU the daemon may run"
 		" on, at least 8, at most 64." },
 	{ "dir_scan_background", OPT_BOOL, O(dir_scan_background), "yes", 0, 0,
-	  "dir://: the mount answers once the source's top directory is read, while the rest is scanned; no = wait for the whole scan",
+	  "dir://, cephfs://: the mount answers once the source's top directory is read, while the rest is scanned; no = wait for the whole scan",
 	  .doc =
-		"With `yes` a `dir://` mount that has to scan (no saved scan, or a "
+		"With `yes` a `dir://` or `cephfs://` mount that has to scan (no saved scan, or a "
 		"changed source) answers as soon as the top directory is read; "
 		"the rest is scanned in the background, breadth first. A lookup "
 		"or listing of a directory already read is answered at once, with "

@@ -13,7 +13,11 @@
  * walked once with readdirplus (one MDS reply carries a directory's names
  * and attributes) into a manifest (manifest.h), the format every other
  * source is served from, so lookups, getattrs and listings never reach
- * the MDS again.  Regular files, directories and symlinks are kept; a
+ * the MDS again.  The walk is dirscan's (dirscan.h, over this file's
+ * source calls): dir_scan_threads directories at once, breadth first, and
+ * with dir_scan_background the mount answers once the top directory is
+ * read, from the walk's live index until the manifest is in
+ * (scanserve.h).  Regular files, directories and symlinks are kept; a
  * file with several names is one inode with hard links; other types are
  * skipped (counted in the log).
  *
@@ -40,10 +44,11 @@
 #ifdef CONFIG_HAVE_CEPHFS
 
 #include "config.h"
-#include "idmap.h"
+#include "dirscan.h"
 #include "log.h"
 #include "manifest/manifest.h"
 #include "rados.h"
+#include "scanserve.h"
 
 #include <cephfs/libcephfs.h>
 #include <dirent.h>
@@ -88,6 +93,14 @@ struct backend_cephfs {
 	bool snapshot;
 	char fsid[64];
 	uint64_t timeout_ms;
+
+	/* the walk (see the top) */
+	struct scanserve ss;
+	char *cache_dir;
+	char stamp[400];	/* the tree's when the walk began ... */
+	bool stamped;		/* ... if it could be taken */
+	uint64_t walk_t0;
+	unsigned walk_threads;
 
 	pthread_mutex_t lock;
 	pthread_cond_t work;	/* queue not empty, or stopping */
@@ -149,175 +162,142 @@ static void attr_from_statx(const struct backend_cephfs *c, const struct ceph_st
 		content_id(c, st, &a->content);
 }
 
-/* ---- the walk ---- */
+/* ---- the walk: dirscan's, over these calls (struct dirscan_source) ---- */
 
-struct walk {
-	struct backend_cephfs *c;
-	struct manifest_builder *b;
-	struct idmap links;		/* (ino, snap) of a file with several names -> its first name */
-	char **names;			/* those first names */
-	size_t nnames, names_cap;
-	uint64_t entries, bytes, skipped;
-	char *err;
-	size_t errlen;
+struct cfs_dir {
+	struct ceph_dir_result *d;
+	struct dirent de;	/* the entry handed out last: its name lives here */
 };
 
-/* A file with several names: its first name's index, or -1 (remembered now). */
-static int first_name(struct walk *w, const struct ceph_statx *st, const char *rel,
-		      size_t *index)
+/* @rel (relative to the root, "" the root) as a path in the file system. */
+static int cfs_path(const struct backend_cephfs *c, const char *rel, char *buf, size_t size)
 {
-	struct sfs_id key = { .lo = st->stx_ino, .hi = (uint64_t)st->stx_dev };
-	uint64_t v;
-
-	if (idmap_get(&w->links, &key, &v)) {
-		*index = (size_t)v;
-		return 1;
-	}
-	if (w->nnames == w->names_cap) {
-		size_t cap = w->names_cap ? w->names_cap * 2 : 64;
-		char **n = realloc(w->names, cap * sizeof(*n));
-
-		if (!n)
-			return -ENOMEM;
-		w->names = n;
-		w->names_cap = cap;
-	}
-	if (!(w->names[w->nnames] = strdup(rel)) ||
-	    idmap_put(&w->links, &key, w->nnames) < 0)
-		return -ENOMEM;
-	w->nnames++;
-	return 0;
-}
-
-/* @rel under the root into @buf: 0, or -ENAMETOOLONG with the walk's error set. */
-static int join(struct walk *w, char *buf, size_t size, const char *rel)
-{
-	const char *root = w->c->root;
-
-	if ((size_t)snprintf(buf, size, "%s%s%s", root, rel[0] ? "/" : "", rel) < size)
+	if ((size_t)snprintf(buf, size, "%s%s%s", c->root, rel[0] ? "/" : "", rel) < size)
 		return 0;
-	snprintf(w->err, w->errlen, "%s/%s: path too long", root, rel);
 	return -ENAMETOOLONG;
 }
 
-/* Walk directory @rel (relative to the root; "" is the root) into the builder. */
-static int walk_dir(struct walk *w, const char *rel, unsigned depth)
+static int src_opendir(void *arg, const char *rel, void **out)
 {
-	struct backend_cephfs *c = w->c;
-	struct ceph_dir_result *dirp;
-	struct ceph_statx st;
-	struct dirent de;
-	char path[PATH_MAX * 2], crel[PATH_MAX], target[PATH_MAX];
-	int r, ret = 0;
+	struct backend_cephfs *c = arg;
+	char path[PATH_MAX];
+	struct cfs_dir *d;
+	int r = cfs_path(c, rel, path, sizeof(path));
 
-	if (depth > 256) {
-		snprintf(w->err, w->errlen, "%s/%s: directories nested too deep", c->root, rel);
-		return -ELOOP;
-	}
-	r = join(w, path, sizeof(path), rel);
 	if (r)
 		return r;
-	r = ceph_opendir(c->cm, path, &dirp);
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	r = ceph_opendir(c->cm, path, &d->d);
 	if (r < 0) {
-		snprintf(w->err, w->errlen, "cephfs://%s%s: %s", c->fs_name, path, strerror(-r));
+		free(d);
 		return r;
 	}
-	while ((r = ceph_readdirplus_r(c->cm, dirp, &de, &st, CFS_WANT,
-				       AT_SYMLINK_NOFOLLOW, NULL)) > 0) {
-		struct sfs_attr a;
-		size_t first;
-
-		if (!strcmp(de.d_name, ".") || !strcmp(de.d_name, ".."))
-			continue;
-		if ((size_t)snprintf(crel, sizeof(crel), "%s%s%s", rel, rel[0] ? "/" : "",
-				     de.d_name) >= sizeof(crel)) {
-			snprintf(w->err, w->errlen, "%s/%s/%s: path too long", c->root, rel, de.d_name);
-			ret = -ENAMETOOLONG;
-			break;
-		}
-		if (!S_ISREG(st.stx_mode) && !S_ISDIR(st.stx_mode) && !S_ISLNK(st.stx_mode)) {
-			w->skipped++;
-			continue;
-		}
-		ret = join(w, path, sizeof(path), crel);
-		if (ret)
-			break;
-		if (S_ISREG(st.stx_mode)) {
-			/*
-			 * readdirplus gives what the MDS has; a file another
-			 * client is writing has its size and times in that
-			 * client's caps.  A statx of our own asks for them
-			 * (the MDS recalls the writer's): local where we hold
-			 * the caps already, the common case.
-			 */
-			r = ceph_statx(c->cm, path, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
-			if (r < 0) {
-				snprintf(w->err, w->errlen, "cephfs://%s%s: %s (changed during the walk?)",
-					 c->fs_name, path, strerror(-r));
-				ret = r;
-				break;
-			}
-			if (!S_ISREG(st.stx_mode)) {
-				snprintf(w->err, w->errlen, "cephfs://%s%s: changed during the walk",
-					 c->fs_name, path);
-				ret = -EAGAIN;
-				break;
-			}
-		}
-		attr_from_statx(c, &st, &a);
-		if (S_ISREG(st.stx_mode) && st.stx_nlink > 1) {
-			ret = first_name(w, &st, crel, &first);
-			if (ret < 0)
-				break;
-			if (ret == 1) {
-				ret = manifest_builder_link(w->b, crel, w->names[first]);
-				if (ret < 0)
-					break;
-				w->entries++;
-				continue;
-			}
-		}
-		if (S_ISLNK(st.stx_mode)) {
-			r = ceph_readlink(c->cm, path, target, sizeof(target) - 1);
-			if (r < 0) {
-				snprintf(w->err, w->errlen, "cephfs://%s%s: readlink: %s", c->fs_name,
-					 path, strerror(-r));
-				ret = r;
-				break;
-			}
-			target[r] = '\0';
-		}
-		ret = manifest_builder_add(w->b, crel, &a, S_ISLNK(st.stx_mode) ? target : NULL,
-					   NULL, 0);
-		if (ret < 0) {
-			snprintf(w->err, w->errlen, "%s/%s: %s", c->root, crel, strerror(-ret));
-			break;
-		}
-		w->entries++;
-		if (S_ISREG(st.stx_mode))
-			w->bytes += st.stx_size;
-		if (S_ISDIR(st.stx_mode)) {
-			ret = walk_dir(w, crel, depth + 1);
-			if (ret < 0)
-				break;
-		}
-	}
-	if (r < 0 && !ret) {
-		snprintf(w->err, w->errlen, "cephfs://%s%s/%s: readdir: %s", c->fs_name, c->root,
-			 rel, strerror(-r));
-		ret = r;
-	}
-	ceph_closedir(c->cm, dirp);
-	return ret;
+	*out = d;
+	return 0;
 }
 
-/* Walk the tree into a serialized manifest, *@buf (malloc'ed) of *@len bytes. */
-static int cfs_scan(struct backend_cephfs *c, void **buf, size_t *len, char *err, size_t errlen)
+static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_entry *e,
+		       char *target, size_t tlen)
 {
-	struct walk w = { .c = c, .links = IDMAP_INIT, .err = err, .errlen = errlen };
+	struct backend_cephfs *c = arg;
+	struct cfs_dir *d = dir;
+	struct ceph_statx st;
+	char path[PATH_MAX];
+	int r;
+
+	do {
+		r = ceph_readdirplus_r(c->cm, d->d, &d->de, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW, NULL);
+		if (r <= 0)
+			return r;
+	} while (!strcmp(d->de.d_name, ".") || !strcmp(d->de.d_name, ".."));
+	memset(e, 0, sizeof(*e));
+	e->name = d->de.d_name;
+	if (!S_ISREG(st.stx_mode) && !S_ISDIR(st.stx_mode) && !S_ISLNK(st.stx_mode)) {
+		e->skip = true;
+		return 1;
+	}
+	if (snprintf(path, sizeof(path), "%s%s%s%s%s", c->root, rel[0] ? "/" : "", rel, "/",
+		     d->de.d_name) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	if (S_ISREG(st.stx_mode)) {
+		/*
+		 * readdirplus gives what the MDS has; a file another client
+		 * is writing has its size and times in that client's caps.
+		 * A statx of our own asks for them (the MDS recalls the
+		 * writer's): local where we hold the caps already, the
+		 * common case.
+		 */
+		r = ceph_statx(c->cm, path, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
+		if (r < 0)
+			return r;
+		if (!S_ISREG(st.stx_mode))
+			return -EAGAIN;	/* replaced during the walk */
+		e->multi = st.stx_nlink > 1;
+		e->dev = (uint64_t)st.stx_dev;
+		e->ino = st.stx_ino;
+	} else if (S_ISLNK(st.stx_mode)) {
+		r = ceph_readlink(c->cm, path, target, tlen - 1);
+		if (r < 0)
+			return r;
+		target[r] = '\0';
+	}
+	attr_from_statx(c, &st, &e->a);
+	return 1;
+}
+
+static void src_closedir(void *arg, void *dir)
+{
+	struct backend_cephfs *c = arg;
+	struct cfs_dir *d = dir;
+
+	ceph_closedir(c->cm, d->d);
+	free(d);
+}
+
+static int src_getattr(void *arg, const char *rel, struct sfs_attr *a)
+{
+	struct backend_cephfs *c = arg;
+	struct ceph_statx st;
+	char path[PATH_MAX];
+	int r = cfs_path(c, rel, path, sizeof(path));
+
+	if (!r)
+		r = ceph_statx(c->cm, path, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
+	if (r < 0)
+		return r;
+	attr_from_statx(c, &st, a);
+	/* the manifest counts a directory's links itself: the MDS's count, as it will */
+	if (S_ISDIR(st.stx_mode))
+		a->nlink = st.stx_nlink;
+	return 0;
+}
+
+static int src_readlink(void *arg, const char *rel, char *buf, size_t size)
+{
+	struct backend_cephfs *c = arg;
+	char path[PATH_MAX];
+	int r = cfs_path(c, rel, path, sizeof(path));
+
+	return r ? r : ceph_readlink(c->cm, path, buf, size);
+}
+
+/* Start walking the tree: 0 once its top directory is read, with *@out set. */
+static int cfs_walk_start(struct backend_cephfs *c, struct dirscan **out, char *err,
+			  size_t errlen)
+{
+	const struct dirscan_source src = {
+		.root = c->be.uri,
+		.arg = c,
+		.opendir = src_opendir,
+		.readdir = src_readdir,
+		.closedir = src_closedir,
+		.getattr = src_getattr,
+		.readlink = src_readlink,
+	};
 	struct ceph_statx st;
 	struct sfs_attr a;
-	uint64_t t0 = now_ms();
 	int ret;
 
 	ret = ceph_statx(c->cm, c->root, &st, CFS_WANT, 0);
@@ -330,29 +310,12 @@ static int cfs_scan(struct backend_cephfs *c, void **buf, size_t *len, char *err
 		snprintf(err, errlen, "cephfs://%s%s: not a directory", c->fs_name, c->root);
 		return -ENOTDIR;
 	}
-	w.b = manifest_builder_create(c->be.chunk_size);
-	if (!w.b)
-		return -ENOMEM;
+	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");	/* tests: a slow walk */
+
 	attr_from_statx(c, &st, &a);
-	ret = manifest_builder_add(w.b, "", &a, NULL, NULL, 0);
-	if (!ret)
-		ret = walk_dir(&w, "", 0);
-	if (!ret) {
-		ret = manifest_builder_finish(w.b, 1, buf, len);
-		if (ret)
-			snprintf(err, errlen, "cephfs://%s%s: cannot build the index: %s",
-				 c->fs_name, c->root, strerror(-ret));
-	}
-	if (!ret)
-		log_notice("%s: %" PRIu64 " entries, %" PRIu64 " bytes%s, walked in %" PRIu64 " ms",
-			   c->be.uri, w.entries, w.bytes,
-			   w.skipped ? " (devices, fifos and sockets skipped)" : "", now_ms() - t0);
-	manifest_builder_destroy(w.b);
-	for (size_t i = 0; i < w.nnames; i++)
-		free(w.names[i]);
-	free(w.names);
-	idmap_release(&w.links);
-	return ret;
+	c->walk_t0 = now_ms();
+	return dirscan_start_source(&src, &a, c->walk_threads, c->be.chunk_size,
+				    env ? (unsigned)strtoul(env, NULL, 10) : 0, out, err, errlen);
 }
 
 /* ---- the saved walk ---- */
@@ -424,8 +387,9 @@ static int stamp_line(const char *manifest, const char *stamp, char *buf, size_t
 	return 0;
 }
 
-/* Open the saved walk if its stamp is @stamp: 0, or -errno (walk then). */
-static int saved_load(struct backend_cephfs *c, const char *cache_dir, const char *stamp)
+/* Open the saved walk in *@m if its stamp is @stamp: 0, or -errno (walk then). */
+static int saved_load(struct backend_cephfs *c, const char *cache_dir, const char *stamp,
+		      struct manifest **m)
 {
 	char mpath[PATH_MAX], spath[PATH_MAX], want[512], have[512] = "", err[256];
 	FILE *f;
@@ -444,7 +408,7 @@ static int saved_load(struct backend_cephfs *c, const char *cache_dir, const cha
 		return ret;
 	if (strcmp(have, want))
 		return -ESTALE;
-	ret = manifest_open_file(mpath, &c->be.m, err, sizeof(err));
+	ret = manifest_open_file(mpath, m, err, sizeof(err));
 	if (ret)
 		log_warn("%s: the saved walk %s: %s (walking again)", c->be.uri, mpath, err);
 	return ret;
@@ -471,56 +435,78 @@ static int saved_store(struct backend_cephfs *c, const char *cache_dir, const ch
 }
 
 /*
+ * The walk is over (scanserve's callback, or cfs_index() itself): saved
+ * (unless the tree changed during it: then the next mount walks again)
+ * and served from the file, mapped, as dir:// serves its scan, so that
+ * the daemon holds none of it; else from @r's buffer.
+ */
+static int cfs_walked(void *arg, struct dirscan_result *r, struct manifest **m, char *err,
+		      size_t errlen)
+{
+	struct backend_cephfs *c = arg;
+	char again[sizeof(c->stamp)];
+	int ret;
+
+	log_notice("%s: %" PRIu64 " entries in %" PRIu64 " directories, %" PRIu64 " bytes%s, walked in %" PRIu64 " ms (%u threads)",
+		   c->be.uri, r->entries, r->dirs, r->bytes,
+		   r->skipped ? " (devices, fifos and sockets skipped)" : "",
+		   now_ms() - c->walk_t0, c->walk_threads);
+	free(r->stamps);
+	if (c->stamped && !tree_stamp(c, again, sizeof(again)) && !strcmp(again, c->stamp)) {
+		ret = saved_store(c, c->cache_dir, c->stamp, r->manifest, r->manifest_len);
+		if (ret)
+			log_warn("%s: cannot save the walk: %s", c->be.uri, strerror(-ret));
+		else if (!saved_load(c, c->cache_dir, c->stamp, m)) {
+			free(r->manifest);
+			return 0;
+		}
+	}
+	ret = manifest_open(r->manifest, r->manifest_len, m, err, errlen);
+	if (ret)
+		free(r->manifest);
+	return ret;
+}
+
+/*
  * The tree's index: the saved walk where its stamp still holds (and
- * dir_reuse_scan), else a walk, saved for the next mount.
+ * dir_reuse_scan), else a walk, saved for the next mount; with
+ * dir_scan_background the mount answers while it runs.
  */
 static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, char *err,
 		     size_t errlen)
 {
-	char stamp[400];
-	void *buf = NULL;
-	size_t len = 0;
+	struct dirscan_result r;
+	struct dirscan *scan;
 	uint64_t t0 = now_ms();
-	int ret, sret;
+	int ret;
 
-	sret = tree_stamp(c, stamp, sizeof(stamp));
-	if (!sret && cfg->dir_reuse_scan && !saved_load(c, cfg->cache_dir, stamp)) {
+	c->stamped = !tree_stamp(c, c->stamp, sizeof(c->stamp));
+	if (c->stamped && cfg->dir_reuse_scan &&
+	    !saved_load(c, cfg->cache_dir, c->stamp, &c->be.m)) {
 		log_notice("%s: the tree is as walked before (%s): index reused in %" PRIu64 " ms",
 			   c->be.uri, c->snapshot ? "a snapshot" : "ceph.dir.rctime, rbytes, rentries",
 			   now_ms() - t0);
 		manifest_set_name(c->be.m, c->be.uri);
 		return 0;
 	}
-	ret = cfs_scan(c, &buf, &len, err, errlen);
+	c->walk_threads = scanserve_threads(cfg);
+	ret = cfs_walk_start(c, &scan, err, errlen);
 	if (ret)
 		return ret;
-	if (!sret) {
-		char again[400];
-
-		/*
-		 * Changed during the walk: not saved, the next mount walks
-		 * again.  Saved: served from the file, mapped (as dir://
-		 * serves its scan), so that the daemon holds none of it.
-		 */
-		if (!tree_stamp(c, again, sizeof(again)) && !strcmp(again, stamp)) {
-			ret = saved_store(c, cfg->cache_dir, stamp, buf, len);
-			if (ret)
-				log_warn("%s: cannot save the walk: %s", c->be.uri, strerror(-ret));
-			else if (!saved_load(c, cfg->cache_dir, stamp)) {
-				free(buf);
-				buf = NULL;
-			}
-		}
+	if (cfg->dir_scan_background) {
+		ret = scanserve_start(&c->ss, scan, err, errlen);
+		if (!ret && c->ss.started)
+			log_info("%s: walking in the background (%u threads); answering meanwhile",
+				 c->be.uri, c->walk_threads);
+		return ret;
 	}
-	if (buf) {
-		ret = manifest_open(buf, len, &c->be.m, err, errlen);
-		if (ret) {
-			free(buf);
-			return ret;
-		}
-	}
-	manifest_set_name(c->be.m, c->be.uri);
-	return 0;
+	ret = dirscan_finish(scan, &r, err, errlen);
+	dirscan_destroy(scan);
+	if (!ret)
+		ret = cfs_walked(c, &r, &c->be.m, err, errlen);
+	if (!ret)
+		manifest_set_name(c->be.m, c->be.uri);
+	return ret;
 }
 
 /* ---- reads ---- */
@@ -560,7 +546,7 @@ static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint3
 	size_t done = 0;
 	int fd, r;
 
-	r = manifest_path(c->be.m, file->ino, rel, sizeof(rel));
+	r = scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
 	if (r < 0)
 		return r;
 	snprintf(path, sizeof(path), "%s/%s", c->root, rel);
@@ -844,15 +830,18 @@ static int cfs_create(const char *uri, const struct sfs_config *cfg, struct back
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->work, NULL);
 	cond_init_monotonic(&c->tick);
+	scanserve_init(&c->ss, &c->be, uri, cfs_walked, c);
 	sfs_rados_opts_from_config(&o, cfg);
 	ret = parse_uri(uri, &copy, &fs, &path, &snap, &o, err, errlen);
 	if (ret)
 		goto out;
 	c->be.uri = strdup(uri);
+	c->ss.what = c->be.uri;
+	c->cache_dir = strdup(cfg->cache_dir);
 	c->fs_name = strdup(fs);
 	n = strlen(path) + (snap ? strlen(snap) + 8 : 0) + 3;
 	c->root = malloc(n);
-	if (!c->be.uri || !c->fs_name || !c->root) {
+	if (!c->be.uri || !c->cache_dir || !c->fs_name || !c->root) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -915,6 +904,7 @@ static void cfs_destroy(struct backend *be)
 {
 	struct backend_cephfs *c = to_cfs(be);
 
+	scanserve_destroy(&c->ss);	/* a walk still running: waited for, it uses the client */
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;
 	pthread_cond_broadcast(&c->work);
@@ -952,22 +942,49 @@ static void cfs_destroy(struct backend *be)
 		manifest_close(be->m);
 	free(c->fs_name);
 	free(c->root);
+	free(c->cache_dir);
 	free(be->uri);
 	free(c);
+}
+
+static int cfs_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
+{
+	return scanserve_getattr(&to_cfs(be)->ss, ino, out);
+}
+
+static int cfs_lookup(struct backend *be, uint64_t parent, const char *name,
+		      struct sfs_attr *out)
+{
+	return scanserve_lookup(&to_cfs(be)->ss, parent, name, out);
+}
+
+static int cfs_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
+{
+	return scanserve_readdir(&to_cfs(be)->ss, ino, out);
+}
+
+static int cfs_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
+{
+	return scanserve_readlink(&to_cfs(be)->ss, ino, buf, size);
+}
+
+static int cfs_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
+{
+	return scanserve_statfs(&to_cfs(be)->ss, bytes, files);
 }
 
 const struct backend_ops backend_cephfs_ops = {
 	.scheme = "cephfs",
 	.create = cfs_create,
 	.destroy = cfs_destroy,
-	.getattr = backend_manifest_getattr,
-	.lookup = backend_manifest_lookup,
-	.readdir = backend_manifest_readdir,
-	.readlink = backend_manifest_readlink,
+	.getattr = cfs_getattr,
+	.lookup = cfs_lookup,
+	.readdir = cfs_readdir,
+	.readlink = cfs_readlink,
 	.read_chunk = backend_read_chunk_aio,
 	.aio_start = cfs_aio_start,
 	.aio_finish = cfs_aio_finish,
-	.statfs = backend_manifest_statfs,
+	.statfs = cfs_statfs,
 };
 
 #endif /* CONFIG_HAVE_CEPHFS */

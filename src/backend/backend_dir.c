@@ -40,7 +40,6 @@
 #include <limits.h>
 #include <malloc.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -198,19 +197,6 @@ static int snapshot_load(const char *cache_dir, const char *root,
 	return ret;
 }
 
-/* Scan threads: the setting, or 4 per CPU we may run on, 8 to 64. */
-static unsigned scan_threads(const struct sfs_config *cfg)
-{
-	cpu_set_t set;
-	int n = 0;
-
-	if (cfg->dir_scan_threads)
-		return cfg->dir_scan_threads;
-	if (!sched_getaffinity(0, sizeof(set), &set))
-		n = CPU_COUNT(&set);
-	return (unsigned)MIN(MAX(4 * n, 8), 64);
-}
-
 /*
  * Reuse the saved scan of @d->root if its stamps match (same chunk size,
  * same manifest bytes, every directory's inode number, mtime and ctime
@@ -248,7 +234,7 @@ static int dir_reuse(struct backend_dir *d, const struct sfs_config *cfg, int ro
 		goto rescan;
 	}
 	ret = dirscan_unchanged(rootfd, (char *)st + sizeof(h), stlen - sizeof(h),
-				scan_threads(cfg), why, sizeof(why));
+				scanserve_threads(cfg), why, sizeof(why));
 	if (ret < 0)
 		snprintf(why, sizeof(why), "%s: bad stamps", path);
 	if (ret)
@@ -312,7 +298,7 @@ static int dir_scan(struct backend_dir *d, const struct sfs_config *cfg,
 		    int rootfd, char *err, size_t errlen)
 {
 	struct dirscan_result r;
-	unsigned threads = scan_threads(cfg);
+	unsigned threads = scanserve_threads(cfg);
 	uint64_t t0 = now_ms();
 	int ret;
 
@@ -348,7 +334,7 @@ static int dir_scan_start(struct backend_dir *d, const struct sfs_config *cfg,
 	struct dirscan *scan;
 	int ret;
 
-	d->scan_threads = scan_threads(cfg);
+	d->scan_threads = scanserve_threads(cfg);
 	d->scan_t0 = now_ms();
 	ret = dirscan_start(rootfd, d->root, d->scan_threads, d->be.chunk_size,
 			    delay, &scan, err, errlen);

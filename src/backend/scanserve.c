@@ -10,12 +10,26 @@
  */
 #include "scanserve.h"
 
+#include "config.h"
 #include "log.h"
 #include "manifest/manifest.h"
 
 #include <errno.h>
 #include <malloc.h>
+#include <sched.h>
 #include <string.h>
+
+unsigned scanserve_threads(const struct sfs_config *cfg)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (cfg->dir_scan_threads)
+		return cfg->dir_scan_threads;
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		n = CPU_COUNT(&set);
+	return (unsigned)MIN(MAX(4 * n, 8), 64);
+}
 
 void scanserve_init(struct scanserve *ss, struct backend *be, const char *what,
 		    int (*done)(void *, struct dirscan_result *, struct manifest **,

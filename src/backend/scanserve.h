@@ -52,6 +52,11 @@ struct scanserve {
 	bool started;
 };
 
+struct sfs_config;
+
+/* Scan threads: dir_scan_threads, or 4 per CPU we may run on, 8 to 64. */
+unsigned scanserve_threads(const struct sfs_config *cfg);
+
 /* Ready to serve be->m alone (no scan yet). */
 void scanserve_init(struct scanserve *ss, struct backend *be, const char *what,
 		    int (*done)(void *, struct dirscan_result *, struct manifest **,

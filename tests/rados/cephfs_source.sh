@@ -32,6 +32,7 @@ for i in $(seq 1 40); do head -c $((i * 997)) /dev/urandom >"$F/$D/a/f$i"; done
 echo "as it was" >"$F/$D/a/b/note.txt"
 ln -s a/b/note.txt "$F/$D/link"
 ln "$F/$D/a/f1" "$F/$D/hard1"
+for i in $(seq -w 1 20); do mkdir -p "$F/$D/wide/d$i" && echo "$i" >"$F/$D/wide/d$i/x"; done
 sync
 mkdir "$F/$D/.snap/s1" || die "cannot take a CephFS snapshot"
 # after the snapshot, through ceph-fuse (whose caps hold the new size until
@@ -58,6 +59,31 @@ sfs_umount "$S"
 sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs"
 contains "index reused" "$(sfs_log "$S")" || die "a snapshot mounted again was walked again"
 treecmp "$F/$D/.snap/s1" "$S"
+
+# --- the first mount answers while it walks (each directory slowed by 0.3 s,
+# one thread, 24 directories: 7 s at least), with the finished index's
+# inodes.  (A directory holding a file with several names, as the top
+# does, is listed once the walk is over: dirscan.h.)
+now_ms() { date +%s%3N; }
+W=$T/walking	# a mount point of its own: its own log
+t0=$(now_ms)
+STAGEFS_TEST_SCAN_DELAY_US=300000 sfs_mount "cephfs://cephfs/$D@s1" "$W" "${opts[@]}" \
+	"cache_dir=$T/cs3" dir_scan_threads=1
+ls -i1 "$W/wide" | LC_ALL=C sort -k2 >"$T/wide.during"
+t1=$(now_ms)
+contains "walked in" "$(sfs_log "$W")" && die "the walk ended before \`ls\` of a directory: nothing shows the mount answers early"
+contains "walking in the background" "$(sfs_log "$W")" || die "no background walk: $(grep -i walk "$(sfs_log "$W")")"
+assert_gt 4000 "$((t1 - t0))" "ms from exec to \`ls\` of wide/ during the walk"
+assert_eq "$(wc -l <"$T/wide.during")" 20 "entries of wide/ listed during the walk"
+stat -c '%i %n' "$W/wide/d20/x" "$W/a/b/note.txt" >"$T/probe.during"
+treecmp "$F/$D/.snap/s1" "$W"
+wait_for -t 30 contains "walked in" "$(sfs_log "$W")" || die "the walk did not end"
+drop_caches
+ls -i1 "$W/wide" | LC_ALL=C sort -k2 | cmp -s - "$T/wide.during" || die "inode numbers of wide/ changed when the walk ended"
+stat -c '%i %n' "$W/wide/d20/x" "$W/a/b/note.txt" | cmp -s - "$T/probe.during" ||
+	die "inode numbers changed when the walk ended"
+log "first mount: \`ls\` of wide/ $((t1 - t0)) ms after exec, the walk still running; the same inodes after it"
+sfs_umount "$W"
 
 # --- live: the tree as it is at mount, a file still being written included
 L=$T/live
