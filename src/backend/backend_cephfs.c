@@ -165,6 +165,7 @@ static void attr_from_statx(const struct backend_cephfs *c, const struct ceph_st
 /* ---- the walk: dirscan's, over these calls (struct dirscan_source) ---- */
 
 struct cfs_dir {
+	int fd;			/* the directory: entries are stat'ed relative to it */
 	struct ceph_dir_result *d;
 	struct dirent de;	/* the entry handed out last: its name lives here */
 };
@@ -189,8 +190,15 @@ static int src_opendir(void *arg, const char *rel, void **out)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	r = ceph_opendir(c->cm, path, &d->d);
+	d->fd = ceph_open(c->cm, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+	if (d->fd < 0) {
+		r = d->fd;
+		free(d);
+		return r;
+	}
+	r = ceph_fdopendir(c->cm, d->fd, &d->d);
 	if (r < 0) {
+		ceph_close(c->cm, d->fd);
 		free(d);
 		return r;
 	}
@@ -204,9 +212,9 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 	struct backend_cephfs *c = arg;
 	struct cfs_dir *d = dir;
 	struct ceph_statx st;
-	char path[PATH_MAX];
 	int r;
 
+	(void)rel;
 	do {
 		r = ceph_readdirplus_r(c->cm, d->d, &d->de, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW, NULL);
 		if (r <= 0)
@@ -218,18 +226,16 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 		e->skip = true;
 		return 1;
 	}
-	if (snprintf(path, sizeof(path), "%s%s%s%s%s", c->root, rel[0] ? "/" : "", rel, "/",
-		     d->de.d_name) >= (int)sizeof(path))
-		return -ENAMETOOLONG;
 	if (S_ISREG(st.stx_mode)) {
 		/*
 		 * readdirplus gives what the MDS has; a file another client
 		 * is writing has its size and times in that client's caps.
 		 * A statx of our own asks for them (the MDS recalls the
 		 * writer's): local where we hold the caps already, the
-		 * common case.
+		 * common case; one name under the open directory, no walk
+		 * from the root.
 		 */
-		r = ceph_statx(c->cm, path, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
+		r = ceph_statxat(c->cm, d->fd, d->de.d_name, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
 		if (r < 0)
 			return r;
 		if (!S_ISREG(st.stx_mode))
@@ -238,7 +244,7 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 		e->dev = (uint64_t)st.stx_dev;
 		e->ino = st.stx_ino;
 	} else if (S_ISLNK(st.stx_mode)) {
-		r = ceph_readlink(c->cm, path, target, tlen - 1);
+		r = ceph_readlinkat(c->cm, d->fd, d->de.d_name, target, tlen - 1);
 		if (r < 0)
 			return r;
 		target[r] = '\0';
@@ -253,6 +259,7 @@ static void src_closedir(void *arg, void *dir)
 	struct cfs_dir *d = dir;
 
 	ceph_closedir(c->cm, d->d);
+	ceph_close(c->cm, d->fd);	/* fdopendir's closedir leaves it open */
 	free(d);
 }
 
