@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # the same run.  Speed is measured here, not by timed tests.
 #
-#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|manifest|index|warmup|packs|cephfs|s3|hints|epoch|coldsmall|restart|peers|peertls|gpu|au|all]...
+#   tools/bench.sh [warm|smallfiles|passthrough|smallhot|uring|rados|publish|manifest|index|warmup|packs|cephfs|cfswalk|s3|hints|epoch|coldsmall|restart|peers|peertls|gpu|au|all]...
 #
 # (tools/bench.sh runs this script; tools/bench/NAME.sh runs one benchmark
 # alone.)  Each benchmark is a script of its own, tools/bench/NAME.sh, on
@@ -38,9 +38,9 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/perf-lib.sh" || exit 1
 
 # what `all` runs, in this order (peers runs peertls at its end)
-ALL="warm smallfiles passthrough smallhot uring rados publish manifest index warmup packs cephfs s3 hints epoch coldsmall restart peers gpu au"
+ALL="warm smallfiles passthrough smallhot uring rados publish manifest index warmup packs cephfs cfswalk s3 hints epoch coldsmall restart peers gpu au"
 # every benchmark, in the order --help lists them
-NAMES="warm smallfiles passthrough smallhot uring rados publish manifest index warmup packs cephfs s3 hints epoch coldsmall restart peers peertls gpu au"
+NAMES="warm smallfiles passthrough smallhot uring rados publish manifest index warmup packs cephfs cfswalk s3 hints epoch coldsmall restart peers peertls gpu au"
 
 # bench_doc NAME PART: from the header of tools/bench/NAME.sh, its first
 # paragraph (PART 1: what it measures) or its second (PART 2: its knobs)
