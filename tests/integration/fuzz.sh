@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The libFuzzer harnesses (tests/fuzz/: manifest reader, config loader, control messages, JSON, the peer protocol) replay their kept inputs and fuzz ~10 s each without a crash.
+# The libFuzzer harnesses (tests/fuzz/: manifest reader, config loader, control messages, JSON, the peer protocol) replay their kept inputs and fuzz ~6 s each without a crash.
 # timeout: 300
 # SPDX-License-Identifier: Apache-2.0
 # shellcheck source=tests/lib.sh
 . "$(dirname "$0")/../lib.sh"
 
-# FUZZ_SECONDS: per harness (default 10; tests/fuzz/run.sh by hand runs longer)
-secs=${FUZZ_SECONDS:-10}
+# FUZZ_SECONDS: per harness (default 6; tests/fuzz/run.sh by hand runs longer)
+secs=${FUZZ_SECONDS:-6}
 cc=${FUZZ_CC:-clang}
 command -v "$cc" >/dev/null || skip "no $cc (the Debian package clang; ./configure --install-deps installs it)"
 printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\nint LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return d && n > 99; }\n' \

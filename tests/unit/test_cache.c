@@ -1139,16 +1139,21 @@ static void test_enforce_quotas(void **state)
 	cache_destroy(c);
 }
 
-/* The usage line of owner @uid, or NULL (freed with *@u). */
-static const struct cache_usage *usage_of(struct cache *c, uint32_t uid, struct cache_usage **u)
+/* Owner @uid's usage line says @tenant, @chunks chunks, a quota of @limit. */
+static void check_usage(struct cache *c, uint32_t uid, const char *tenant, uint64_t chunks,
+			uint64_t limit)
 {
-	size_t n;
+	struct cache_usage *u;
+	size_t n, i;
 
-	assert_int_equal(cache_get_usage(c, u, &n), 0);
-	for (size_t i = 0; i < n; i++)
-		if ((*u)[i].uid == uid)
-			return &(*u)[i];
-	return NULL;
+	assert_int_equal(cache_get_usage(c, &u, &n), 0);
+	for (i = 0; i < n && u[i].uid != uid; i++)
+		;
+	assert_true(i < n);
+	assert_string_equal(u[i].tenant, tenant);
+	assert_int_equal(u[i].chunks, chunks);
+	assert_int_equal(u[i].limit_bytes, limit);
+	free(u);
 }
 
 /*
@@ -1161,8 +1166,6 @@ static void test_tenants(void **state)
 	struct tctx *t = *state;
 	struct cache *c = open_cache(t->cdir, 0, 64);
 	struct cfile *a = get_file(c, 1, 6ull * CS, CS);
-	const struct cache_usage *row;
-	struct cache_usage *u;
 	char path[PATH_MAX], name[CACHE_TENANT_NAME_MAX];
 	uint32_t vision, nlp, id;
 	struct fsrc sa;
@@ -1193,24 +1196,14 @@ static void test_tenants(void **state)
 	for (uint32_t i = 0; i < 6; i++)
 		check_read(c, a, &sa, 6ull * CS, (uint64_t)i * CS, CS);
 	assert_int_equal(cache_file_present(c, a), 2);
-	row = usage_of(c, vision, &u);
-	assert_non_null(row);
-	assert_string_equal(row->tenant, "namespace:vision");
-	assert_int_equal(row->chunks, 2);
-	assert_int_equal(row->limit_bytes, 2ull * CS);
-	free(u);
+	check_usage(c, vision, "namespace:vision", 2, 2ull * CS);
 	cache_file_put(c, a);
 	cache_destroy(c);
 
 	/* after a restart: the same ids, the charges found again */
 	c = open_cache(t->cdir, 0, 64);
 	cache_set_quota_fn(c, test_quota_of, NULL);
-	row = usage_of(c, vision, &u);
-	assert_non_null(row);
-	assert_string_equal(row->tenant, "namespace:vision");
-	assert_int_equal(row->chunks, 2);
-	assert_int_equal(row->limit_bytes, 2ull * CS);
-	free(u);
+	check_usage(c, vision, "namespace:vision", 2, 2ull * CS);
 	assert_int_equal(cache_tenant_id(c, "namespace:nlp", &id), 0);
 	assert_int_equal(id, nlp);
 	cache_destroy(c);
