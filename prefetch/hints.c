@@ -184,7 +184,9 @@ static void issue_one(struct pf_hints *h, struct pf_session *ss, uint32_t p)
 	for (uint32_t idx = 0; idx < nch; idx++) {
 		if (cache_chunk_present(c, f->cf, idx))
 			continue;
-		if (pf_submit(h->s, &ss->o, f, idx, ss->opts.uid, PF_CLASS_READAHEAD,
+		if (pf_submit(h->s, &ss->o, f, idx,
+			      ss->opts.owner ? ss->opts.owner : cache_owner_of_uid(ss->opts.uid),
+			      PF_CLASS_READAHEAD,
 			      PF_KIND_HINT))
 			break;
 	}

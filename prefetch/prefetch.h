@@ -328,7 +328,8 @@ struct pf_hint_file {
 };
 
 struct pf_hint_opts {
-	uint32_t uid;
+	uint32_t uid;		/* whose opens it follows */
+	uint32_t owner;		/* charged for its fetches: a tenant or a uid; 0: @uid */
 	enum pf_hint_scope scope;
 	pid_t scope_id;		/* the hinting process's sid or pgid */
 	uint32_t window;	/* files ahead; 0 = the daemon's hint_window */

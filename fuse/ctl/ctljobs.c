@@ -238,7 +238,11 @@ int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m)
 int ctljobs_hint(struct ctlsock_client *cl, const struct ctl_msg *m)
 {
 	struct sfs *fs = cl->cs->fs;
-	struct pf_hint_opts o = { .uid = cl->cred.uid, .scope = PF_SCOPE_SID };
+	struct pf_hint_opts o = {
+		.uid = cl->cred.uid,
+		.owner = access_owner(cl->cs->fs, cl->cred.uid, cl->cred.pid),	/* a pod's: its namespace */
+		.scope = PF_SCOPE_SID,
+	};
 	const char *scope = ctl_get(m, "scope");
 	struct pf_hint_file *files;
 	size_t nf = 0, skipped = 0;
