@@ -32,6 +32,7 @@
 #include "prefetch_i.h"
 
 #include "log.h"
+#include "policy.h"
 #include "util.h"
 
 #include <errno.h>
@@ -50,6 +51,7 @@ struct pf_user {
 
 struct pf_weight {
 	uint32_t uid, weight;
+	char ns[64];		/* namespace:NAME:WEIGHT: the tenant's; "" for a uid */
 };
 
 /* The scheduler's state (struct pf_sched's q). */
@@ -235,13 +237,20 @@ void pf_file_put(struct pf_file *f)
 
 /* ---- queues ---- */
 
+/* @uid's weight: a uid's, or a tenant's (a namespace's, by its name). */
 static uint32_t weight_of(struct pf_sched *s, uint32_t uid)
 {
 	struct pf_queues *q = s->q;
+	char name[CACHE_TENANT_NAME_MAX];
+	bool tenant = cache_owner_is_tenant(uid) && s->c &&
+		      cache_tenant_name(s->c, uid, name, sizeof(name)) &&
+		      !strncmp(name, "namespace:", 10);
 
-	for (size_t i = 0; i < q->nwt; i++)
-		if (q->wt[i].uid == uid)
+	for (size_t i = 0; i < q->nwt; i++) {
+		if (tenant ? q->wt[i].ns[0] && !strcmp(q->wt[i].ns, name + 10) :
+			     !q->wt[i].ns[0] && q->wt[i].uid == uid)
 			return q->wt[i].weight;
+	}
 	return 1;
 }
 
@@ -578,8 +587,8 @@ static int parse_weights(struct pf_queues *q, const char *spec, char *err, size_
 	const char *p = spec;
 
 	while (p && *p) {
-		unsigned long uid, w;
-		char *end;
+		unsigned long uid = 0, w;
+		char *end, ns[64] = "";
 		struct pf_weight *nw;
 
 		while (*p == ' ' || *p == ',')
@@ -587,10 +596,22 @@ static int parse_weights(struct pf_queues *q, const char *spec, char *err, size_
 		if (!*p)
 			break;
 		errno = 0;
-		uid = strtoul(p, &end, 10);
-		if (end == p || *end != ':' || errno)
-			goto bad;
-		p = end + 1;
+		if (!strncmp(p, "namespace:", 10)) {
+			size_t n = strcspn(p + 10, ":");
+
+			if (n >= sizeof(ns) || p[10 + n] != ':')
+				goto bad;
+			memcpy(ns, p + 10, n);
+			ns[n] = '\0';
+			if (!policy_ns_valid(ns))
+				goto bad;
+			p += 10 + n + 1;
+		} else {
+			uid = strtoul(p, &end, 10);
+			if (end == p || *end != ':' || errno)
+				goto bad;
+			p = end + 1;
+		}
 		w = strtoul(p, &end, 10);
 		if (end == p || errno || w < 1 || w > 1000)
 			goto bad;
@@ -599,14 +620,15 @@ static int parse_weights(struct pf_queues *q, const char *spec, char *err, size_
 		if (!nw)
 			return -ENOMEM;
 		q->wt = nw;
-		q->wt[q->nwt++] = (struct pf_weight){ (uint32_t)uid, (uint32_t)w };
+		q->wt[q->nwt] = (struct pf_weight){ (uint32_t)uid, (uint32_t)w, "" };
+		memcpy(q->wt[q->nwt++].ns, ns, sizeof(ns));
 		if (*p && *p != ',' && *p != ' ')
 			goto bad;
 	}
 	return 0;
 bad:
-	snprintf(err, errlen, "prefetch_weights: expected UID:WEIGHT[,UID:WEIGHT...] "
-		 "with weights 1-1000, got '%s'", spec);
+	snprintf(err, errlen, "prefetch_weights: expected UID:WEIGHT or namespace:NAME:WEIGHT, "
+		 "comma-separated, with weights 1-1000, got '%s'", spec);
 	return -EINVAL;
 }
 

@@ -529,10 +529,12 @@ static const struct opt opts[] = {
 		"Bytes per second of all backend fetches together; readers may "
 		"borrow ahead. `0`: no cap." },
 	{ "prefetch_weights", OPT_STR, O(prefetch_weights), "", 0, 0,
-	  "fair-share weights of users' background fetches, UID:WEIGHT,... (others 1)",
+	  "fair-share weights of background fetches, UID:WEIGHT or namespace:NAME:WEIGHT,... (others 1)",
 	  .doc =
 		"Fair-share weights of users' background fetches, `UID:WEIGHT,...`;"
-		" other users weigh 1. The value has commas, so set it in the "
+		" other users weigh 1. `namespace:NAME:WEIGHT` weighs a Kubernetes "
+		"namespace with a `[quota]` rule, whose pods the cache charges as "
+		"one owner (`kubernetes.md`). The value has commas, so set it in the "
 		"config file, not with `-o`." },
 	{ "readahead_max", OPT_UINT, O(readahead_max), "8", 0, 1024,
 	  "most chunks fetched ahead of a sequential reader; 0 = no readahead",

@@ -230,12 +230,14 @@ static struct cfile *cfile_of(struct tctx *t, const struct sfs_attr *a)
 }
 
 /* A fetch-mode warmup job of file @name for @uid: both walks done. */
-static struct pf_job *warm(struct tctx *t, const char *name, uint32_t uid)
+/* A warmup of @name by @uid, charged to @owner (0: @uid). */
+static struct pf_job *warm_as(struct tctx *t, const char *name, uint32_t uid, uint32_t owner)
 {
 	struct pf_job_opts o = {
 		.mode = PF_JOB_FETCH,
 		.max_inflight = 4 * NCHUNKS,
 		.cred = { .uid = uid, .gid = uid },
+		.owner = owner,
 	};
 	struct pf_job_root root = { .be = t->be, .path = name };
 	struct sfs_attr a;
@@ -246,6 +248,11 @@ static struct pf_job *warm(struct tctx *t, const char *name, uint32_t uid)
 	assert_int_equal(pf_job_create(t->s, &o, &j), 0);
 	assert_int_equal(pf_job_run(j, &root, 1), 0);
 	return j;
+}
+
+static struct pf_job *warm(struct tctx *t, const char *name, uint32_t uid)
+{
+	return warm_as(t, name, uid, 0);
 }
 
 static void hold(struct tctx *t, bool on)
@@ -358,6 +365,58 @@ static void test_fair_share_weighted(void **state)
 	na = count_of(t, ca, 1, 13);
 	if (na < 8 || na > 10)
 		fail_msg("%u of the first 12 fetches were uid 1001's (weight 3), want 8-10", na);
+	assert_int_equal(count_of(t, cb, 1, 13), 12 - na);
+	cache_file_put(t->c, ca);
+	cache_file_put(t->c, cb);
+}
+
+/*
+ * prefetch_weights namespace:vision:3: a namespace's tenant gets three
+ * fetches to another's one, whatever uid its pods run as (both 1001 here).
+ */
+static void test_fair_share_namespace(void **state)
+{
+	struct tctx *t = *state;
+	struct sfs_attr a, b;
+	struct cfile *ca, *cb;
+	struct pf_job *ja, *jb;
+	uint32_t vision, nlp;
+	unsigned na;
+
+	static const char *const bad[] = {
+		"namespace:Vision:3", "namespace:vision", "namespace::3", "namespace:vision:0",
+		"namespace:vision:3x",
+	};
+	struct pf_opts o = { .inflight = 1, .user_inflight = 1, .io_uring = false };
+	struct pf_sched *s;
+	char err[256];
+
+	/* a bad namespace weight is refused with the setting's name */
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		o.weights = bad[i];
+		if (!pf_sched_create(&o, t->c, &s, err, sizeof(err)))
+			fail_msg("prefetch_weights '%s' was taken", bad[i]);
+		assert_non_null(strstr(err, "prefetch_weights"));
+	}
+	assert_int_equal(cache_tenant_id(t->c, "namespace:vision", &vision), 0);
+	assert_int_equal(cache_tenant_id(t->c, "namespace:nlp", &nlp), 0);
+	lookup(t, "a", &a);
+	lookup(t, "b", &b);
+	ca = cfile_of(t, &a);
+	cb = cfile_of(t, &b);
+	start(t, "1001:7, namespace:vision:3", 0);
+	hold(t, true);
+	ja = warm_as(t, "a", 1001, vision);
+	wait_fetches(t, 1);
+	jb = warm_as(t, "b", 1001, nlp);
+	hold(t, false);
+	job_finish(ja, NCHUNKS);
+	job_finish(jb, NCHUNKS);
+
+	assert_int_equal(t->nlog, 2 * NCHUNKS);
+	na = count_of(t, ca, 1, 13);
+	if (na < 8 || na > 10)
+		fail_msg("%u of the first 12 fetches were namespace vision's (weight 3), want 8-10", na);
 	assert_int_equal(count_of(t, cb, 1, 13), 12 - na);
 	cache_file_put(t->c, ca);
 	cache_file_put(t->c, cb);
@@ -612,6 +671,7 @@ int main(void)
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 		T(test_fair_share_equal),
 		T(test_fair_share_weighted),
+		T(test_fair_share_namespace),
 		T(test_readahead_before_warmup),
 		T(test_demand_before_background),
 		T(test_rate_cap_background),
