@@ -99,15 +99,6 @@ static void *reply_buffer(size_t size)
 }
 
 /*
- * The owner charged for what a READ of @fh by @uid brings in: the tenant
- * or uid its OPEN found (fuse/access.h), else @uid.
- */
-static uint32_t owner_of(const struct fh *fh, uint32_t uid)
-{
-	return fh->owner ? fh->owner : cache_owner_of_uid(uid);
-}
-
-/*
  * A READ on the worker thread through cache_read(): the path without the
  * engine, and of no-open mode.  @so: the open file's stats (NULL: none).
  * Every READ is counted, a failed one too (stats_read_end).
@@ -119,7 +110,7 @@ static void read_sync(fuse_req_t req, struct sfs *fs, struct fh *fh,
 	struct cache_source src = {
 		.fetch = fetch_chunk,
 		.arg = fh,
-		.uid = owner_of(fh, uid),
+		.uid = cache_owner_or_uid(fh->owner, uid),
 		.nothrash = atomic_load(&fh->ds->nothrash),
 	};
 	void *buf = size <= (1u << 20) ? reply_buffer(size) : malloc(size);
@@ -386,7 +377,7 @@ static bool read_engine(fuse_req_t req, struct sfs *fs, struct fh *fh,
 		p->pos = (size_t)(pos - (uint64_t)off);
 		p->w = (struct pf_want){
 			.be = fh->ds->be, .attr = &fh->attr, .cf = fh->cf,
-			.idx = idx, .uid = owner_of(fh, uid),
+			.idx = idx, .uid = cache_owner_or_uid(fh->owner, uid),
 			.nothrash = atomic_load(&fh->ds->nothrash),
 			.done = aread_want_done, .arg = ar,
 		};
@@ -546,7 +537,7 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		noopen_put(fs->no, noe);
 		return;
 	}
-	pf_ra_read(fh->ra, (uint64_t)off, size, owner_of(fh, uid));
+	pf_ra_read(fh->ra, (uint64_t)off, size, cache_owner_or_uid(fh->owner, uid));
 	/*
 	 * A READ handed to the engine may be answered after we drop the
 	 * no-open handle reference: the kernel's open file pins the inode,

@@ -185,7 +185,7 @@ static void issue_one(struct pf_hints *h, struct pf_session *ss, uint32_t p)
 		if (cache_chunk_present(c, f->cf, idx))
 			continue;
 		if (pf_submit(h->s, &ss->o, f, idx,
-			      ss->opts.owner ? ss->opts.owner : cache_owner_of_uid(ss->opts.uid),
+			      cache_owner_or_uid(ss->opts.owner, ss->opts.uid),
 			      PF_CLASS_READAHEAD,
 			      PF_KIND_HINT))
 			break;

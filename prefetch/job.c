@@ -79,7 +79,7 @@ struct pf_job {
 /* Who the cache charges for what @j brings in (struct pf_job_opts). */
 static uint32_t job_owner(const struct pf_job *j)
 {
-	return j->opts.owner ? j->opts.owner : cache_owner_of_uid(j->opts.cred.uid);
+	return cache_owner_or_uid(j->opts.owner, j->opts.cred.uid);
 }
 
 static void record_failure_locked(struct pf_job *j, const char *path, int err)

@@ -91,7 +91,7 @@ struct track {
 	struct backend *be;
 	const char *name;		/* the dataset's, for log lines */
 	uint32_t uid, gid;
-	uint32_t owner;			/* charged: a tenant, or 0 for uid */
+	uint32_t owner;			/* charged: a tenant, or the uid */
 	/* protected by g->lock */
 	enum track_state state;
 	uint64_t last_open_ms;
@@ -361,7 +361,7 @@ static void fire_locked(struct pf_stager *g, struct track *t, int mode)
 			  t->name, t->uid);
 		return;
 	}
-	quota = cache_user_limit(pf_cache(g->s), t->owner ? t->owner : t->uid);
+	quota = cache_user_limit(pf_cache(g->s), t->owner);
 	cache_get_stats(pf_cache(g->s), &cs);
 	share = MIN(quota, cs.limit_bytes);
 	if (mode == CFG_AUTO && (sret || bytes > share)) {
@@ -417,7 +417,7 @@ void pf_stage_open(struct pf_sched *s, struct backend *be, const char *name,
 	 */
 	now = now_ms();
 	if (g->stop || !(t = track_get_locked(g, be, name, uid, gid,
-							 owner == cache_owner_of_uid(uid) ? 0 : owner)))
+							 cache_owner_or_uid(owner, uid))))
 		goto out;
 	if (t->state == T_STAGING) {
 		t->last_open_ms = now;

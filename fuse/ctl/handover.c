@@ -385,19 +385,20 @@ static bool tick(void *arg)
 
 /*
  * Bring every missing chunk of file @ino of @ds in: a warmup of that one
- * file for the peer (charged to its uid, scheduled and rate-capped like
- * `stagefs warmup`).  *@p is the job's last progress.  Returns 0,
+ * file for the peer (charged to @owner, its uid or its pod's namespace,
+ * scheduled and rate-capped like `stagefs warmup`).  *@p is the job's
+ * last progress.  Returns 0,
  * the errno of the first chunk that could not be fetched or kept
  * (-ENOSPC: the cache would not keep it), or -ECONNRESET when the peer
  * left or the daemon stops.
  */
 static int stage_file(struct ctlsock_client *cl, struct sfs_dataset *ds, uint64_t ino,
-		      const char *path, struct pf_job_progress *p)
+		      const char *path, uint32_t owner, struct pf_job_progress *p)
 {
 	struct pf_job_opts o = {
 		.mode = PF_JOB_FETCH,
 		.cred = cl->cred,
-		.owner = access_owner(cl->cs->fs, cl->cred.uid, cl->cred.pid),
+		.owner = owner,
 		.tick = tick,
 		.tick_arg = cl,
 		.tick_ms = 100,
@@ -515,6 +516,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	struct sfs_attr a;
 	struct cfile *cf;
 	bool granted = false;
+	uint32_t owner;
 	int fd = -1, ret;
 
 	if (!path)
@@ -537,9 +539,10 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	 * hinted readers advance now, so prefetching moves on while this file
 	 * is staged; the open is counted once it is handed over.
 	 */
+	owner = access_owner(fs, cl->cred.uid, cl->cred.pid);	/* a pod's: its namespace */
 	pf_hint_open(fs->pf, sfs_ino(fs, ds, ino), cl->cred.uid, cl->cred.pid);
 	pf_stage_open(fs->pf, ds->be, ds->name, atomic_load(&ds->epoch_staging),
-		      cl->cred.uid, cl->cred.gid, access_owner(fs, cl->cred.uid, cl->cred.pid), ino);
+		      cl->cred.uid, cl->cred.gid, owner, ino);
 	if (!a.size) {	/* nothing to read, and maybe no cache file at all */
 		stats_client_open(fs->stats, cl->cred.pid, cl->cred.uid);
 		return ctl_sendf(cl->fd, "OK handle=0 size=0 ino=%" PRIu64 " chunk_size=%u"
@@ -553,7 +556,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	cache_file_pin(fs->cache, cf);
 	cache_file_put(fs->cache, cf);
 	t0 = now_ns();
-	ret = stage_file(cl, ds, ino, path, &p);
+	ret = stage_file(cl, ds, ino, path, owner, &p);
 	if (ret == -ECONNRESET)
 		goto out_unpin;
 	/*
@@ -563,8 +566,7 @@ int handover_cache_fd(struct ctlsock_client *cl, const struct ctl_msg *m)
 	 */
 	if (!ret && cache_file_present(fs->cache, cf) < cache_file_nchunks(cf)) {
 		/* a small file cached in its pack's entry: a file of its own */
-		int r = packentry_fill_file(fs->cache, ds->be, &a, cf,
-					    access_owner(fs, cl->cred.uid, cl->cred.pid));
+		int r = packentry_fill_file(fs->cache, ds->be, &a, cf, owner);
 
 		if (r && r != -ENOENT)
 			ret = r;

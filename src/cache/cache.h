@@ -116,6 +116,12 @@ static inline uint32_t cache_owner_of_uid(uint32_t uid)
 	return cache_owner_is_tenant(uid) ? CACHE_UID_OVERFLOW : uid;
 }
 
+/* @owner where one was decided (not 0), else @uid's (the callers' "0: the uid"). */
+static inline uint32_t cache_owner_or_uid(uint32_t owner, uint32_t uid)
+{
+	return owner ? owner : cache_owner_of_uid(uid);
+}
+
 int cache_tenant_id(struct cache *c, const char *name, uint32_t *id);
 bool cache_tenant_name(struct cache *c, uint32_t id, char *buf, size_t len);
 /* The quotas changed (config reload): ask @fn again. */
