@@ -65,9 +65,17 @@ uint64_t access_quota_of(void *arg, uint32_t uid, const char *tenant)
 	const struct policy *p = atomic_load(&fs->policy);
 
 	if (tenant)	/* a tenant the policy no longer names: no quota */
-		return strncmp(tenant, "namespace:", 10) ? POLICY_UNLIMITED :
-		       policy_quota_ns(p, tenant + 10);
+		return policy_tenant_ns(tenant) ? policy_quota_ns(p, policy_tenant_ns(tenant)) :
+		       POLICY_UNLIMITED;
 	return policy_quota(p, uid);
+}
+
+int access_ns_tenant(struct sfs *fs, const char *ns, uint32_t *id)
+{
+	char name[CACHE_TENANT_NAME_MAX];
+
+	policy_ns_tenant(ns, name, sizeof(name));
+	return cache_tenant_id(fs->cache, name, id);
 }
 
 /*
@@ -81,18 +89,17 @@ uint32_t access_owner(struct sfs *fs, uint32_t uid, pid_t pid)
 {
 	static struct log_ratelimit rl = LOG_RATELIMIT_INIT(60000, 5);
 	const struct policy *p = atomic_load(&fs->policy);
-	char pod[PODS_UID_LEN + 1], ns[64], name[CACHE_TENANT_NAME_MAX];
+	char pod[PODS_UID_LEN + 1], ns[64];
 	uint32_t id;
 	int ret;
 
 	if (!fs->cache || !policy_has_ns_quotas(p) || pid <= 0 || !procinfo_pod_of(pid, pod) ||
 	    !pods_namespace(pod, ns) || !policy_ns_has_quota(p, ns))
 		return cache_owner_of_uid(uid);
-	snprintf(name, sizeof(name), "namespace:%s", ns);
-	ret = cache_tenant_id(fs->cache, name, &id);
+	ret = access_ns_tenant(fs, ns, &id);
 	if (ret) {
-		log_limited(&rl, LOG_WARNING, "cache: cannot record tenant %s (%s): its pod's reads are charged to uid %u",
-			    name, strerror(-ret), uid);
+		log_limited(&rl, LOG_WARNING, "cache: cannot record namespace %s's tenant (%s): its pod's reads are charged to uid %u",
+			    ns, strerror(-ret), uid);
 		return cache_owner_of_uid(uid);
 	}
 	return id;
@@ -301,7 +308,6 @@ int access_quota_text(struct sfs *fs, const struct cred *cr, char **out)
 	for (size_t i = 0; i < n; i++) {
 		struct passwd pw, *pwp = NULL;
 		char pbuf[4096];
-
 		const char *name = "-";
 
 		if (!all && u[i].uid != cr->uid && u[i].uid != mine)

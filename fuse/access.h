@@ -29,6 +29,9 @@ uint64_t access_quota_of(void *fs, uint32_t uid, const char *tenant);
  */
 uint32_t access_owner(struct sfs *fs, uint32_t uid, pid_t pid);
 
+/* The owner id of namespace @ns's tenant (src/cache/cache.h): 0 or -errno. */
+int access_ns_tenant(struct sfs *fs, const char *ns, uint32_t *id);
+
 /*
  * May caller @cr (src/cred.h) read dataset @ds?  Refusals are logged.
  */

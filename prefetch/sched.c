@@ -242,13 +242,13 @@ static uint32_t weight_of(struct pf_sched *s, uint32_t uid)
 {
 	struct pf_queues *q = s->q;
 	char name[CACHE_TENANT_NAME_MAX];
-	bool tenant = cache_owner_is_tenant(uid) && s->c &&
-		      cache_tenant_name(s->c, uid, name, sizeof(name)) &&
-		      !strncmp(name, "namespace:", 10);
+	const char *ns = cache_owner_is_tenant(uid) && s->c &&
+			 cache_tenant_name(s->c, uid, name, sizeof(name)) ?
+			 policy_tenant_ns(name) : NULL;
 
 	for (size_t i = 0; i < q->nwt; i++) {
-		if (tenant ? q->wt[i].ns[0] && !strcmp(q->wt[i].ns, name + 10) :
-			     !q->wt[i].ns[0] && q->wt[i].uid == uid)
+		if (ns ? q->wt[i].ns[0] && !strcmp(q->wt[i].ns, ns) :
+			 !q->wt[i].ns[0] && q->wt[i].uid == uid)
 			return q->wt[i].weight;
 	}
 	return 1;

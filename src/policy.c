@@ -335,20 +335,37 @@ uint64_t policy_quota(const struct policy *p, uint32_t uid)
 	return have_group ? best : p->quota_default;
 }
 
-uint64_t policy_quota_ns(const struct policy *p, const char *ns)
+#define NS_TENANT	"namespace:"
+
+void policy_ns_tenant(const char *ns, char *buf, size_t len)
+{
+	snprintf(buf, len, NS_TENANT "%s", ns);
+}
+
+const char *policy_tenant_ns(const char *tenant)
+{
+	return strncmp(tenant, NS_TENANT, strlen(NS_TENANT)) ? NULL : tenant + strlen(NS_TENANT);
+}
+
+/* Namespace @ns's [quota] rule, or NULL. */
+static const struct policy_rule *ns_quota_rule(const struct policy *p, const char *ns)
 {
 	for (size_t i = 0; p && ns && i < p->nquota; i++)
 		if (p->quota[i].ns[0] && !strcmp(p->quota[i].ns, ns))
-			return p->quota[i].bytes;
-	return POLICY_UNLIMITED;
+			return &p->quota[i];
+	return NULL;
+}
+
+uint64_t policy_quota_ns(const struct policy *p, const char *ns)
+{
+	const struct policy_rule *r = ns_quota_rule(p, ns);
+
+	return r ? r->bytes : POLICY_UNLIMITED;
 }
 
 bool policy_ns_has_quota(const struct policy *p, const char *ns)
 {
-	for (size_t i = 0; p && ns && i < p->nquota; i++)
-		if (p->quota[i].ns[0] && !strcmp(p->quota[i].ns, ns))
-			return true;
-	return false;
+	return ns_quota_rule(p, ns) != NULL;
 }
 
 bool policy_has_ns_quotas(const struct policy *p)

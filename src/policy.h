@@ -91,6 +91,12 @@ uint64_t policy_quota(const struct policy *p, uint32_t uid);
  * the namespace's account, not to its uid (docs/kubernetes.md).
  */
 uint64_t policy_quota_ns(const struct policy *p, const char *ns);
+/*
+ * The cache's name for namespace @ns's tenant, "namespace:NS", into @buf;
+ * and back: the namespace a tenant name is of, or NULL for another kind.
+ */
+void policy_ns_tenant(const char *ns, char *buf, size_t len);
+const char *policy_tenant_ns(const char *tenant);
 bool policy_ns_has_quota(const struct policy *p, const char *ns);
 bool policy_has_ns_quotas(const struct policy *p);
 

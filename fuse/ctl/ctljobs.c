@@ -160,29 +160,23 @@ int ctljobs_warmup(struct ctlsock_client *cl, const struct ctl_msg *m)
 	if (shard && (sscanf(shard, "%u/%u", &o.shard_i, &o.shard_n) != 2 ||
 		      !o.shard_n || o.shard_i >= o.shard_n))
 		return ctlconn_send_err(cl, EINVAL, "shard must be I/N with 0 <= I < N");
-	o.owner = access_owner(fs, cl->cred.uid, cl->cred.pid);	/* a pod's: its namespace */
-	if (ns) {
+	if (!ns) {
+		o.owner = access_owner(fs, cl->cred.uid, cl->cred.pid);	/* a pod's: its namespace */
+	} else {
 		/*
 		 * Charged to a namespace (the CSI plugin's warmup for a pod):
 		 * root's to ask, as POD is; with no quota there, to root.
 		 */
-		char name[CACHE_TENANT_NAME_MAX];
-		int r;
-
 		if (cl->cred.uid != 0)
 			return ctlconn_send_err(cl, EPERM, "only root may charge a warmup to a namespace");
 		if (!policy_ns_valid(ns))
 			return ctlconn_send_err(cl, EINVAL, "namespace: not a Kubernetes namespace name");
-		o.owner = 0;
 		if (!policy_ns_has_quota(atomic_load(&fs->policy), ns)) {
 			if (ctl_get(m, "quota_only"))	/* the plugin's default */
 				return ctlconn_send_err(cl, EPERM,
 							"namespace has no cache quota ([quota] namespace:NAME): its warmup would be charged to no one");
-		} else {
-			snprintf(name, sizeof(name), "namespace:%s", ns);
-			r = cache_tenant_id(fs->cache, name, &o.owner);
-			if (r)
-				return ctlconn_send_err(cl, -r, "cannot record the namespace's cache account");
+		} else if ((ret = access_ns_tenant(fs, ns, &o.owner))) {
+			return ctlconn_send_err(cl, -ret, "cannot record the namespace's cache account");
 		}
 	}
 	if (!ctl_get_u64(m, "threads", &v))
