@@ -508,6 +508,43 @@ out:
 	return ret;
 }
 
+/*
+ * Entry @name of the directory being read, at @path, with attributes @a
+ * (a symlink's @target; a regular file with several names: @multi, known
+ * by @dev and @ino): into the batch and the directory's listing, the
+ * batch handed on when full.  Returns 0 or -errno (after fail()).
+ */
+static int batch_add(struct dirscan *sc, struct batch *bt, struct listing *ls,
+		     const char *path, const char *name, const struct sfs_attr *a,
+		     const char *target, bool multi, dev_t dev, ino_t ino)
+{
+	struct rec *r = &bt->r[bt->n];
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	r->a = *a;
+	r->path = strdup(path);
+	r->target = S_ISLNK(a->mode) ? strdup(target) : NULL;
+	if (!r->path || (S_ISLNK(a->mode) && !r->target)) {
+		free(r->path);
+		free(r->target);
+		fail(sc, -ENOMEM, "%s/%s: %s", sc->root, path, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	if (S_ISREG(a->mode)) {
+		r->multi = multi;
+		r->dev = dev;
+		r->ino = ino;
+	}
+	bt->n++;
+	ret = listing_add(ls, name, a->mode, r->multi);
+	if (ret) {
+		fail(sc, ret, "%s/%s: %s", sc->root, path, strerror(-ret));
+		return ret;
+	}
+	return bt->n == BATCH ? batch_flush(sc, bt) : 0;
+}
+
 /* What ends reading directory @rel (@ret so far): the last batch, the sorted listing. */
 static int scan_done(struct dirscan *sc, const char *rel, struct batch *bt,
 		     struct listing *ls, int ret)
@@ -555,7 +592,7 @@ static int scan_one(struct dirscan *sc, struct ldir *l, struct batch *bt,
 	}
 	while ((errno = 0, de = readdir(d))) {
 		char path[PATH_MAX], target[PATH_MAX];
-		struct rec *r;
+		struct sfs_attr a;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
@@ -589,30 +626,10 @@ static int scan_one(struct dirscan *sc, struct ldir *l, struct batch *bt,
 			pthread_mutex_unlock(&sc->block);
 			continue;
 		}
-		r = &bt->r[bt->n];
-		memset(r, 0, sizeof(*r));
-		dirscan_attr_of(path, &st, &r->a);
-		r->path = strdup(path);
-		r->target = S_ISLNK(st.st_mode) ? strdup(target) : NULL;
-		if (!r->path || (S_ISLNK(st.st_mode) && !r->target)) {
-			free(r->path);
-			free(r->target);
-			ret = -ENOMEM;
-			fail(sc, ret, "%s/%s: %s", sc->root, path, strerror(-ret));
-			break;
-		}
-		if (S_ISREG(st.st_mode)) {
-			r->multi = st.st_nlink > 1;
-			r->dev = st.st_dev;
-			r->ino = st.st_ino;
-		}
-		bt->n++;
-		ret = listing_add(ls, de->d_name, st.st_mode, r->multi);
-		if (ret) {
-			fail(sc, ret, "%s/%s: %s", sc->root, path, strerror(-ret));
-			break;
-		}
-		if (bt->n == BATCH && (ret = batch_flush(sc, bt)))
+		dirscan_attr_of(path, &st, &a);
+		ret = batch_add(sc, bt, ls, path, de->d_name, &a, target, st.st_nlink > 1,
+				st.st_dev, st.st_ino);
+		if (ret)
 			break;
 	}
 	if (!ret && errno) {
@@ -646,8 +663,6 @@ static int scan_one_source(struct dirscan *sc, struct ldir *l, struct batch *bt,
 	sc->dirs++;
 	pthread_mutex_unlock(&sc->block);
 	while ((r = src->readdir(src->arg, d, rel, &e, target, sizeof(target))) > 0) {
-		struct rec *rc;
-
 		if (e.skip) {
 			pthread_mutex_lock(&sc->block);
 			sc->skipped++;
@@ -660,28 +675,9 @@ static int scan_one_source(struct dirscan *sc, struct ldir *l, struct batch *bt,
 			fail(sc, ret, "%s/%s/%s: %s", sc->root, rel, e.name, strerror(-ret));
 			break;
 		}
-		rc = &bt->r[bt->n];
-		memset(rc, 0, sizeof(*rc));
-		rc->a = e.a;
-		rc->path = strdup(path);
-		rc->target = S_ISLNK(e.a.mode) ? strdup(target) : NULL;
-		if (!rc->path || (S_ISLNK(e.a.mode) && !rc->target)) {
-			free(rc->path);
-			free(rc->target);
-			ret = -ENOMEM;
-			fail(sc, ret, "%s/%s: %s", sc->root, path, strerror(-ret));
-			break;
-		}
-		rc->multi = S_ISREG(e.a.mode) && e.multi;
-		rc->dev = (dev_t)e.dev;
-		rc->ino = (ino_t)e.ino;
-		bt->n++;
-		ret = listing_add(ls, e.name, e.a.mode, rc->multi);
-		if (ret) {
-			fail(sc, ret, "%s/%s: %s", sc->root, path, strerror(-ret));
-			break;
-		}
-		if (bt->n == BATCH && (ret = batch_flush(sc, bt)))
+		ret = batch_add(sc, bt, ls, path, e.name, &e.a, target, e.multi, (dev_t)e.dev,
+				(ino_t)e.ino);
+		if (ret)
 			break;
 	}
 	if (r < 0 && !ret) {

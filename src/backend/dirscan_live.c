@@ -147,34 +147,25 @@ static int live_attr(struct dirscan *sc, const char *rel, uint64_t ino,
 
 	if (sc->src.opendir) {
 		ret = sc->src.getattr(sc->src.arg, rel, out);
-		if (ret)
-			return ret;
-		if ((out->mode & S_IFMT) != type) {
-			log_err("source %s/%s changed type during the scan: remount to see the new version",
-				sc->root, rel);
-			return -EIO;
-		}
-		if (S_ISREG(out->mode) && out->nlink > 1)
-			return -EAGAIN;
-		out->ino = ino;
-		return 0;
+	} else {
+		fd = dirscan_open_beneath(sc, rel, O_PATH | O_NOFOLLOW);
+		if (fd < 0)
+			return fd;
+		if (fstat(fd, &st) < 0)
+			ret = -errno;
+		close(fd);
+		if (!ret)
+			dirscan_attr_of(rel, &st, out);
 	}
-	fd = dirscan_open_beneath(sc, rel, O_PATH | O_NOFOLLOW);
-	if (fd < 0)
-		return fd;
-	if (fstat(fd, &st) < 0)
-		ret = -errno;
-	close(fd);
 	if (ret)
 		return ret;
-	if ((st.st_mode & S_IFMT) != type) {
+	if ((out->mode & S_IFMT) != type) {
 		log_err("source %s/%s changed type during the scan: remount to see the new version",
 			sc->root, rel);
 		return -EIO;
 	}
-	if (S_ISREG(st.st_mode) && st.st_nlink > 1)
+	if (S_ISREG(out->mode) && out->nlink > 1)
 		return -EAGAIN;
-	dirscan_attr_of(rel, &st, out);
 	out->ino = ino;
 	return 0;
 }
