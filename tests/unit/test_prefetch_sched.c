@@ -338,10 +338,15 @@ static void test_fair_share_equal(void **state)
 	cache_file_put(t->c, cb);
 }
 
-/* prefetch_weights 1001:3: uid 1001 gets three fetches to uid 1002's one. */
-static void test_fair_share_weighted(void **state)
+/*
+ * With prefetch_weights @weights, a warmup of "a" by @ua charged to @oa and
+ * one of "b" by @ub charged to @ob (0: their uids), b's queued while a's
+ * first fetch is held: how many of the 12 fetches after it were a's (the
+ * rest, checked, b's).
+ */
+static unsigned share_of_a(struct tctx *t, const char *weights, uint32_t ua, uint32_t oa,
+			   uint32_t ub, uint32_t ob)
 {
-	struct tctx *t = *state;
 	struct sfs_attr a, b;
 	struct cfile *ca, *cb;
 	struct pf_job *ja, *jb;
@@ -351,23 +356,31 @@ static void test_fair_share_weighted(void **state)
 	lookup(t, "b", &b);
 	ca = cfile_of(t, &a);
 	cb = cfile_of(t, &b);
-	start(t, "1001:3", 0);
+	start(t, weights, 0);
 	hold(t, true);
-	ja = warm(t, "a", 1001);
+	ja = warm_as(t, "a", ua, oa);
 	wait_fetches(t, 1);
-	jb = warm(t, "b", 1002);
+	jb = warm_as(t, "b", ub, ob);
 	hold(t, false);
 	job_finish(ja, NCHUNKS);
 	job_finish(jb, NCHUNKS);
 
 	assert_int_equal(t->nlog, 2 * NCHUNKS);
-	/* the 12 fetches after the held one: 9 of 1001's, 3 of 1002's (+-1) */
 	na = count_of(t, ca, 1, 13);
-	if (na < 8 || na > 10)
-		fail_msg("%u of the first 12 fetches were uid 1001's (weight 3), want 8-10", na);
 	assert_int_equal(count_of(t, cb, 1, 13), 12 - na);
 	cache_file_put(t->c, ca);
 	cache_file_put(t->c, cb);
+	return na;
+}
+
+/* prefetch_weights 1001:3: uid 1001 gets three fetches to uid 1002's one. */
+static void test_fair_share_weighted(void **state)
+{
+	/* the 12 fetches after the held one: 9 of 1001's, 3 of 1002's (+-1) */
+	unsigned na = share_of_a(*state, "1001:3", 1001, 0, 1002, 0);
+
+	if (na < 8 || na > 10)
+		fail_msg("%u of the first 12 fetches were uid 1001's (weight 3), want 8-10", na);
 }
 
 /*
@@ -376,20 +389,16 @@ static void test_fair_share_weighted(void **state)
  */
 static void test_fair_share_namespace(void **state)
 {
-	struct tctx *t = *state;
-	struct sfs_attr a, b;
-	struct cfile *ca, *cb;
-	struct pf_job *ja, *jb;
-	uint32_t vision, nlp;
-	unsigned na;
-
 	static const char *const bad[] = {
 		"namespace:Vision:3", "namespace:vision", "namespace::3", "namespace:vision:0",
 		"namespace:vision:3x",
 	};
+	struct tctx *t = *state;
 	struct pf_opts o = { .inflight = 1, .user_inflight = 1, .io_uring = false };
 	struct pf_sched *s;
+	uint32_t vision, nlp;
 	char err[256];
+	unsigned na;
 
 	/* a bad namespace weight is refused with the setting's name */
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -400,26 +409,9 @@ static void test_fair_share_namespace(void **state)
 	}
 	assert_int_equal(cache_tenant_id(t->c, "namespace:vision", &vision), 0);
 	assert_int_equal(cache_tenant_id(t->c, "namespace:nlp", &nlp), 0);
-	lookup(t, "a", &a);
-	lookup(t, "b", &b);
-	ca = cfile_of(t, &a);
-	cb = cfile_of(t, &b);
-	start(t, "1001:7, namespace:vision:3", 0);
-	hold(t, true);
-	ja = warm_as(t, "a", 1001, vision);
-	wait_fetches(t, 1);
-	jb = warm_as(t, "b", 1001, nlp);
-	hold(t, false);
-	job_finish(ja, NCHUNKS);
-	job_finish(jb, NCHUNKS);
-
-	assert_int_equal(t->nlog, 2 * NCHUNKS);
-	na = count_of(t, ca, 1, 13);
+	na = share_of_a(t, "1001:7, namespace:vision:3", 1001, vision, 1001, nlp);
 	if (na < 8 || na > 10)
 		fail_msg("%u of the first 12 fetches were namespace vision's (weight 3), want 8-10", na);
-	assert_int_equal(count_of(t, cb, 1, 13), 12 - na);
-	cache_file_put(t->c, ca);
-	cache_file_put(t->c, cb);
 }
 
 /* Queued readahead goes before queued warmup, whoever queued first. */
