@@ -87,6 +87,7 @@
 #include "util.h"
 
 #include <dirent.h>
+#include <liburing.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -117,6 +118,9 @@ enum slot_state { SLOT_FREE, SLOT_CREATE, SLOT_STAT, SLOT_FRESHEN, SLOT_WRITE };
  * about first, so an unchanged tree of big files uploads nothing.
  */
 #define WRITE_FIRST_MAX	(128 * 1024)
+
+/* small files opened, then read at once through io_uring (batch_small()) */
+#define BATCH_MAX	64
 
 /* A small file read into the pack being filled, added to the manifest when it is flushed. */
 struct pending {
@@ -193,6 +197,8 @@ struct pub {
 	struct pending *pend;
 	size_t npend, pend_cap;
 	char *scratch;		/* pack_max bytes: a file that does not fit the pack */
+	struct io_uring ring;	/* batch_small()'s reads */
+	bool ring_ok;		/* else they are pread(2)s */
 
 	/* the previous version's packs, for reuse (none: noldmem 0) */
 	uint64_t prev_version;
@@ -820,32 +826,20 @@ static int pack_same(struct pub *p, const char *rel, const struct sfs_attr *a,
  * bytes, or append it to the pack being filled (flushing that first if it
  * does not fit).  0, or -1 when the publish failed.
  */
-static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *st)
+/*
+ * A small file's @st->st_size bytes, at @buf, into the pack being filled:
+ * hashed, and named where identical bytes lie already (pack_same(),
+ * pack_reuse()), else appended.  @buf may be the pack's free room itself,
+ * at or past its end (batch_small()), or the scratch buffer.
+ */
+static int pack_take(struct pub *p, const char *rel, const struct stat *st, const char *buf)
 {
 	size_t len = (size_t)st->st_size;
-	bool fits = p->pack_used + len <= p->chunk_size;
-	char *dst = fits ? p->pack + p->pack_used : p->scratch;
 	struct sfs_attr a;
 	struct sfs_id id;
-	struct stat st2;
-	ssize_t n;
 	int rc;
 
-	n = pread_full(fd, dst, len, 0);
-	if (n != (ssize_t)len) {
-		if (n < 0)
-			fail(p, "cannot read %s/%s: %s", p->dir, rel, strerror((int)-n));
-		else
-			fail(p, "%s/%s shrank while being published", p->dir, rel);
-		return -1;
-	}
-	if (fstat(fd, &st2) < 0 || st2.st_size != st->st_size ||
-	    st2.st_mtim.tv_sec != st->st_mtim.tv_sec ||
-	    st2.st_mtim.tv_nsec != st->st_mtim.tv_nsec) {
-		fail(p, "%s/%s changed while being published", p->dir, rel);
-		return -1;
-	}
-	sfs_id_of(dst, len, &id);
+	sfs_id_of(buf, len, &id);
 	p->bytes += len;
 	attr_from_stat(st, &a);
 	rc = pack_same(p, rel, &a, &id);
@@ -854,11 +848,10 @@ static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *
 	if (rc < 0)
 		return -1;
 	if (rc == 0) {
-		if (!fits) {
-			if (pack_flush(p))
-				return -1;
-			memcpy(p->pack, p->scratch, len);
-		}
+		if (p->pack_used + len > p->chunk_size && pack_flush(p))
+			return -1;
+		if (buf != p->pack + p->pack_used)	/* scratch, or past a copy */
+			memmove(p->pack + p->pack_used, buf, len);
 		if (pend_add(p, rel, &a, &id, (uint32_t)p->pack_used, true) ||
 		    idmap_put(&p->placed, &id, PLACE(PLACE_PENDING, p->pack_used))) {
 			fail(p, "out of memory");
@@ -872,18 +865,60 @@ static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *
 	return 0;
 }
 
+/* @fd's stat still @st after its bytes were read: else it changed meanwhile */
+static int unchanged(struct pub *p, int fd, const char *rel, const struct stat *st)
+{
+	struct stat st2;
+
+	if (fstat(fd, &st2) < 0 || st2.st_size != st->st_size ||
+	    st2.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+	    st2.st_mtim.tv_nsec != st->st_mtim.tv_nsec) {
+		fail(p, "%s/%s changed while being published", p->dir, rel);
+		return -1;
+	}
+	return 0;
+}
+
+static int pack_file(struct pub *p, int fd, const char *rel, const struct stat *st)
+{
+	size_t len = (size_t)st->st_size;
+	bool fits = p->pack_used + len <= p->chunk_size;
+	char *dst = fits ? p->pack + p->pack_used : p->scratch;
+	ssize_t n;
+
+	n = pread_full(fd, dst, len, 0);
+	if (n != (ssize_t)len) {
+		if (n < 0)
+			fail(p, "cannot read %s/%s: %s", p->dir, rel, strerror((int)-n));
+		else
+			fail(p, "%s/%s shrank while being published", p->dir, rel);
+		return -1;
+	}
+	if (unchanged(p, fd, rel, st))
+		return -1;
+	return pack_take(p, rel, st, dst);
+}
+
+/* A source file opened for reading: without touching its atime where we may */
+static int open_src(int dirfd, const char *name, int flags)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME | flags);
+
+	if (fd < 0 && errno == EPERM)	/* O_NOATIME: not the file's owner */
+		fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | flags);
+	return fd;
+}
+
 static int publish_file(struct pub *p, int dirfd, const char *name,
 			const char *rel, const struct stat *lst)
 {
-	struct stat st, st2;
+	struct stat st;
 	struct sfs_id *ids = NULL;
 	struct sfs_attr a;
 	uint64_t nchunks;
 	int fd, rc = -1;
 
-	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
-	if (fd < 0 && errno == EPERM)
-		fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	fd = open_src(dirfd, name, 0);
 	if (fd < 0) {
 		fail(p, "cannot open %s/%s: %s", p->dir, rel, strerror(errno));
 		return -1;
@@ -955,12 +990,8 @@ static int publish_file(struct pub *p, int dirfd, const char *name,
 	}
 	if (p->failed)
 		goto out_free;
-	if (fstat(fd, &st2) < 0 || st2.st_size != st.st_size ||
-	    st2.st_mtim.tv_sec != st.st_mtim.tv_sec ||
-	    st2.st_mtim.tv_nsec != st.st_mtim.tv_nsec) {
-		fail(p, "%s/%s changed while being published", p->dir, rel);
+	if (unchanged(p, fd, rel, &st))
 		goto out_free;
-	}
 	attr_from_stat(&st, &a);
 	rc = manifest_builder_add(p->mb, rel, &a, NULL, ids, (uint32_t)nchunks);
 	if (rc) {
@@ -1003,12 +1034,19 @@ static int publish_name(struct pub *p, int dirfd, const char *name,
 	return 0;
 }
 
+/* list_dir()'s entries: the d_type, then the name */
+#define ENT_TYPE(e)	((unsigned char)(e)[0])
+#define ENT_NAME(e)	((e) + 1)
+
 static int name_cmp(const void *a, const void *b)
 {
-	return strcmp(*(char *const *)a, *(char *const *)b);
+	return strcmp(ENT_NAME(*(char *const *)a), ENT_NAME(*(char *const *)b));
 }
 
-/* Names in directory @fd, sorted (so progress and errors are reproducible). */
+/*
+ * Entries of directory @fd, sorted by name (so progress and errors are
+ * reproducible): each its d_type byte, then its name.
+ */
 static int list_dir(struct pub *p, int fd, const char *rel, char ***out, size_t *nout)
 {
 	char **v = NULL;
@@ -1043,8 +1081,12 @@ static int list_dir(struct pub *p, int fd, const char *rel, char ***out, size_t 
 				goto out_oom;
 			v = nv;
 		}
-		if (!(v[n] = strdup(de->d_name)))
+		size_t len = strlen(de->d_name);
+
+		if (!(v[n] = malloc(len + 2)))
 			goto out_oom;
+		v[n][0] = (char)de->d_type;
+		memcpy(v[n] + 1, de->d_name, len + 1);
 		n++;
 	}
 	closedir(d);
@@ -1064,6 +1106,153 @@ out_fail:
 	return -1;
 }
 
+/* @rel, the path of directory @rlen bytes long, made that of @name in it */
+static int rel_set(struct pub *p, char *rel, size_t rlen, const char *name)
+{
+	size_t nlen = strlen(name);
+
+	if (rlen + (rlen ? 1 : 0) + nlen >= PATH_MAX) {
+		fail(p, "%s/%s/%s: path too long", p->dir, rel, name);
+		return -1;
+	}
+	if (rlen)
+		rel[rlen] = '/';
+	memcpy(rel + rlen + (rlen ? 1 : 0), name, nlen + 1);
+	return 0;
+}
+
+struct bfile {
+	int fd;
+	struct stat st;
+	const char *name;
+	size_t off;		/* its bytes' place past the pack's used part */
+	ssize_t res;		/* bytes read, or -errno */
+};
+
+/* batch_small()'s files read into the pack's free room: all at once */
+static void batch_read(struct pub *p, struct bfile *b, size_t nb)
+{
+	char *room = p->pack + p->pack_used;
+	size_t queued = 0;
+
+	for (size_t k = 0; p->ring_ok && k < nb; k++) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&p->ring);
+
+		if (!sqe)
+			break;
+		io_uring_prep_read(sqe, b[k].fd, room + b[k].off, (unsigned)b[k].st.st_size, 0);
+		io_uring_sqe_set_data64(sqe, k);
+		b[k].res = -EINPROGRESS;
+		queued++;
+	}
+	if (queued && io_uring_submit(&p->ring) < 0) {
+		/* nothing queued ran: all by pread(2) below */
+		io_uring_queue_exit(&p->ring);
+		p->ring_ok = false;
+		for (size_t k = 0; k < queued; k++)
+			b[k].res = 0;
+		queued = 0;
+	}
+	while (queued) {
+		struct io_uring_cqe *cqe;
+		int r = io_uring_wait_cqe(&p->ring, &cqe);
+
+		if (r == -EINTR)
+			continue;
+		if (r < 0) {	/* the ring broke: what it did not answer, by pread(2) */
+			io_uring_queue_exit(&p->ring);
+			p->ring_ok = false;
+			for (size_t k = 0; k < nb; k++)
+				if (b[k].res == -EINPROGRESS)
+					b[k].res = 0;
+			break;
+		}
+		b[io_uring_cqe_get_data64(cqe)].res = cqe->res;
+		io_uring_cqe_seen(&p->ring, cqe);
+		queued--;
+	}
+	/* the rest of a short read, a read interrupted, or one not queued */
+	for (size_t k = 0; k < nb; k++) {
+		size_t len = (size_t)b[k].st.st_size;
+		ssize_t n;
+
+		if (b[k].res == -EINTR || b[k].res == -EAGAIN || b[k].res == -EINPROGRESS)
+			b[k].res = 0;
+		if (b[k].res < 0 || (size_t)b[k].res >= len)
+			continue;
+		n = pread_full(b[k].fd, room + b[k].off + b[k].res, len - (size_t)b[k].res,
+			       (off_t)b[k].res);
+		b[k].res = n < 0 ? n : b[k].res + n;
+	}
+}
+
+/*
+ * Entries @v[@i..@n) of directory @dirfd taken as a batch of small files,
+ * as many as are in a row and fit the pack's free room (at most BATCH_MAX):
+ * each opened and stat'ed here, then all read at once (batch_read()), then
+ * packed in order.  One file at a time, a source not in the page cache was
+ * read at its disk's latency per file, and each file cost an lstat(2)
+ * besides; the d_type and the open file's fstat(2) say enough.  Returns how
+ * many entries it took: 0 when the first is not such a file (no room, a
+ * large or empty file, another hard link, not a regular file, or one that
+ * will not open), which the caller then takes the usual way.
+ */
+static size_t batch_small(struct pub *p, int dirfd, char **v, size_t i, size_t n,
+			  char *rel, size_t rlen)
+{
+	struct bfile b[BATCH_MAX];
+	size_t nb = 0, used = 0, room = p->chunk_size - p->pack_used;
+	const char *base = p->pack + p->pack_used;	/* pack_take() may not flush: all fit */
+
+	for (; i + nb < n && nb < BATCH_MAX; nb++) {
+		const char *e = v[i + nb];
+		struct bfile *f = &b[nb];
+
+		if (ENT_TYPE(e) != DT_REG && ENT_TYPE(e) != DT_UNKNOWN)
+			break;
+		/* O_NONBLOCK: a FIFO put in its place opens, and fails the check */
+		f->fd = open_src(dirfd, ENT_NAME(e), O_NONBLOCK);
+		if (f->fd < 0)
+			break;
+		if (fstat(f->fd, &f->st) < 0 || !S_ISREG(f->st.st_mode) || f->st.st_size <= 0 ||
+		    (uint64_t)f->st.st_size > p->pack_max || f->st.st_nlink > 1 ||
+		    (size_t)f->st.st_size > room - used ||
+		    /* io_uring's reads honour O_NONBLOCK: -EAGAIN, not the disk */
+		    (fcntl(f->fd, F_SETFL, O_NOATIME) < 0 && fcntl(f->fd, F_SETFL, 0) < 0)) {
+			close(f->fd);
+			break;
+		}
+		f->name = ENT_NAME(e);
+		f->off = used;
+		f->res = 0;
+		used += (size_t)f->st.st_size;
+	}
+	if (!nb)
+		return 0;
+	batch_read(p, b, nb);
+
+	/*
+	 * In order.  A file taken as a copy is not appended, and the next
+	 * ones' bytes are moved down (pack_take()): never onto a later file's.
+	 */
+	for (size_t k = 0; k < nb && !p->failed; k++) {
+		struct bfile *f = &b[k];
+
+		if (rel_set(p, rel, rlen, f->name))
+			break;
+		if (f->res < 0)
+			fail(p, "cannot read %s/%s: %s", p->dir, rel, strerror((int)-f->res));
+		else if (f->res != f->st.st_size)
+			fail(p, "%s/%s shrank while being published", p->dir, rel);
+		else if (!unchanged(p, f->fd, rel, &f->st))
+			pack_take(p, rel, &f->st, base + f->off);
+		rel[rlen] = '\0';
+	}
+	for (size_t k = 0; k < nb; k++)
+		close(b[k].fd);
+	return nb;
+}
+
 /* Publish the contents of directory @fd, whose relative path is @rel. */
 static int walk(struct pub *p, int fd, char *rel, size_t rlen)
 {
@@ -1074,19 +1263,20 @@ static int walk(struct pub *p, int fd, char *rel, size_t rlen)
 	if (list_dir(p, fd, rel, &names, &n))
 		return -1;
 	for (size_t i = 0; i < n && !rc && !p->failed; i++) {
-		const char *name = names[i];
+		const char *name = ENT_NAME(names[i]);
 		size_t nlen = strlen(name), clen = rlen + (rlen ? 1 : 0) + nlen;
 		struct sfs_attr a;
 		struct stat st;
+		size_t took;
 
-		if (clen >= PATH_MAX) {
-			fail(p, "%s/%s/%s: path too long", p->dir, rel, name);
+		if (p->pack_max && (took = batch_small(p, fd, names, i, n, rel, rlen))) {
+			i += took - 1;
+			continue;
+		}
+		if (rel_set(p, rel, rlen, name)) {
 			rc = -1;
 			break;
 		}
-		if (rlen)
-			rel[rlen] = '/';
-		memcpy(rel + rlen + (rlen ? 1 : 0), name, nlen + 1);
 
 		if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 			fail(p, "cannot stat %s/%s: %s", p->dir, rel, strerror(errno));
@@ -1621,6 +1811,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stagefs publish: error: out of memory\n");
 		return 1;
 	}
+	/* no io_uring (a seccomp filter, io_uring_disabled): pread(2)s */
+	p.ring_ok = p.pack_max && io_uring_queue_init(BATCH_MAX, &p.ring, 0) == 0;
 
 	if (sfs_rados_connect(&p.ro, &p.cl, err, sizeof(err)) ||
 	    sfs_rados_ioctx(p.cl, p.pool, p.nspace, &p.io, err, sizeof(err))) {
@@ -1670,6 +1862,8 @@ out_shutdown:
 	free(p.pend);
 	free(p.pack);
 	free(p.scratch);
+	if (p.ring_ok)
+		io_uring_queue_exit(&p.ring);
 	htab_release(&p.oldmap);
 	free(p.oldmem);
 	free(p.oldpacks);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Small files in packs on a real pool: 300 files of 1..40 KB become a few sfs.pack objects (only the big files are chunks) and reassemble byte for byte from them; identical small files are stored once, in this run's packs or the version before's; v2 (3 changed, half a directory gone, 5 added) writes one pack and names the old packs of the files it keeps, renewing old ones; gc keeps every pack while v1 and v2 live and, v1 dropped, removes exactly the packs only v1 named, keeping half-used ones; a pack gone is packed again.
+# Small files in packs on a real pool: 300 files of 1..40 KB become a few sfs.pack objects (only the big files are chunks) and reassemble byte for byte from them; identical small files are stored once, in this run's packs or the version before's; v2 (3 changed, half a directory gone, 5 added) writes one pack and names the old packs of the files it keeps, renewing old ones; gc keeps every pack while v1 and v2 live and, v1 dropped, removes exactly the packs only v1 named, keeping half-used ones; a pack gone is packed again; io_uring's batch reads and pread(2) give the same packs, and a FIFO among small files is skipped.
 # needs: ceph
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
@@ -192,6 +192,30 @@ assert_eq "$(json "$T/pub6.json" same_files)" 4 "copies named where their first 
 members Q@2 | cmp -s - "$T/members5" || die "Q@2 names other packs, or other files in them, than Q@1"
 check Q@2 "$T/v5" >/dev/null
 log "copies: 65 small files, 4 copies among them, stored as 61 ($unique bytes); $(cat "$T/check5")"
+
+# --- small files are read in batches (io_uring, else pread(2)): both give
+# the same packs, and a FIFO among them is skipped, not opened and waited on
+cp -a "$T/v5" "$T/v7"
+mkfifo "$T/v7/b/p0"	# between c059 and x0: in the middle of a batch
+timeout 60 "$STAGEFS" publish --ceph-conf "$CEPH_CONF" --chunk-size 1M --json "$T/v7" "rados://$POOL/R?ns=$NS" \
+	>"$T/pub7.json" 2>"$T/pub7.err" || die "publish with a FIFO failed (rc $?): $(cat "$T/pub7.err")"
+contains "warning: skipping $T/v7/b/p0 (not a file" "$T/pub7.err" || die "no warning about the FIFO: $(cat "$T/pub7.err")"
+assert_eq "$(json "$T/pub7.json" skipped)" 1 "entries skipped (the FIFO)"
+assert_eq "$(json "$T/pub7.json" new_bytes)" 0 "bytes stored for Q's files under another name"
+members R@1 | cmp -s - "$T/members5" || die "R@1 names other packs, or other files in them, than Q@1"
+if was=$(cat /proc/sys/kernel/io_uring_disabled 2>/dev/null); then
+	echo 2 >/proc/sys/kernel/io_uring_disabled
+	pub --json "$T/v7" "rados://$POOL/R?ns=$NS" >"$T/pub8.json" 2>"$T/pub8.err"
+	rc=$?
+	echo "$was" >/proc/sys/kernel/io_uring_disabled
+	[[ $rc == 0 ]] || die "publish without io_uring failed: $(cat "$T/pub8.err")"
+	assert_eq "$(json "$T/pub8.json" packed_files)" 65 "files packed by pread(2)"
+	members R@2 | cmp -s - "$T/members5" || die "without io_uring, R@2 names other packs than Q@1"
+	check R@2 "$T/v5" >/dev/null
+	log "batches: with io_uring and without it, the same $(wc -l <"$T/members5") packs; a FIFO skipped"
+else
+	log "batches: with io_uring, the same packs; a FIFO skipped (no kernel.io_uring_disabled: the pread(2) path not tried)"
+fi
 
 # The daemon's reads of packs (a mount of v2, a pack whose bytes were
 # replaced) are checked where the daemon learns packs.
