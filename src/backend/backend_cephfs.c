@@ -263,13 +263,14 @@ static void src_closedir(void *arg, void *dir)
 	free(d);
 }
 
-static int src_getattr(void *arg, const char *rel, struct sfs_attr *a)
+static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_attr *a)
 {
 	struct backend_cephfs *c = arg;
 	struct ceph_statx st;
 	char path[PATH_MAX];
 	int r = cfs_path(c, rel, path, sizeof(path));
 
+	(void)type;	/* asked: a type changed during the walk is an error */
 	if (!r)
 		r = ceph_statx(c->cm, path, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
 	if (r < 0)

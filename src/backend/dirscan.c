@@ -759,8 +759,7 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-/* Make a scan still reading directories stop soon; after that, nothing. */
-static void dirscan_cancel(struct dirscan *sc)
+void dirscan_cancel(struct dirscan *sc)
 {
 	pthread_mutex_lock(&sc->qlock);
 	/* once every directory is read, building the manifest is worth the wait */

@@ -113,8 +113,12 @@ struct dirscan_source {
 	int (*readdir)(void *arg, void *dir, const char *rel, struct dirscan_entry *e,
 		       char *target, size_t tlen);
 	void (*closedir)(void *arg, void *dir);
-	/* @rel's attributes now, as readdir gives them: 0 or -errno (live index) */
-	int (*getattr)(void *arg, const char *rel, struct sfs_attr *a);
+	/*
+	 * @rel's attributes now, as readdir gives them: 0 or -errno (live
+	 * index).  @type (S_IFREG, S_IFDIR, S_IFLNK) is what the scan saw; a
+	 * source that cannot tell cheaply may take it as given.
+	 */
+	int (*getattr)(void *arg, const char *rel, uint32_t type, struct sfs_attr *a);
 	/* @rel's target: its length, or -errno (live index) */
 	int (*readlink)(void *arg, const char *rel, char *buf, size_t size);
 };
@@ -143,6 +147,13 @@ int dirscan_finish(struct dirscan *s, struct dirscan_result *out,
  * free everything.  NULL is fine.
  */
 void dirscan_destroy(struct dirscan *s);
+
+/*
+ * Make a scan still reading directories stop soon (dirscan_finish() then
+ * fails with -ECANCELED); once every directory is read, nothing.  Any
+ * thread, any time before dirscan_destroy().
+ */
+void dirscan_cancel(struct dirscan *s);
 
 /* Scan in one call: dirscan_start(), dirscan_finish(), dirscan_destroy(). */
 int dirscan_run(int rootfd, const char *root, unsigned threads,

@@ -146,7 +146,7 @@ static int live_attr(struct dirscan *sc, const char *rel, uint64_t ino,
 	int fd, ret = 0;
 
 	if (sc->src.opendir) {
-		ret = sc->src.getattr(sc->src.arg, rel, out);
+		ret = sc->src.getattr(sc->src.arg, rel, type, out);
 	} else {
 		fd = dirscan_open_beneath(sc, rel, O_PATH | O_NOFOLLOW);
 		if (fd < 0)

@@ -115,9 +115,15 @@ int scanserve_start(struct scanserve *ss, struct dirscan *scan, char *err, size_
 void scanserve_destroy(struct scanserve *ss)
 {
 	if (ss->started) {
-		if (atomic_load(&ss->state) == SCANSERVE_SCANNING)
+		if (ss->cancel_at_destroy) {
+			pthread_rwlock_rdlock(&ss->live);
+			if (ss->scan)
+				dirscan_cancel(ss->scan);
+			pthread_rwlock_unlock(&ss->live);
+		} else if (atomic_load(&ss->state) == SCANSERVE_SCANNING) {
 			log_notice("%s: waiting for the scan to end, so that the next mount can reuse it",
 				   ss->what);
+		}
 		pthread_join(ss->thread, NULL);
 		ss->started = false;
 	}

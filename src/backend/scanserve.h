@@ -50,6 +50,8 @@ struct scanserve {
 	pthread_cond_t cond;	/* state left SCANSERVE_SCANNING */
 	pthread_t thread;
 	bool started;
+	/* a scan nothing is kept from (s3://): stopped at destroy, not waited for */
+	bool cancel_at_destroy;
 };
 
 struct sfs_config;
@@ -91,7 +93,8 @@ int scanserve_path(struct scanserve *ss, uint64_t ino, char *buf, size_t len);
 
 /*
  * Wait for a scan still running to end (finished, not cancelled: its saved
- * result is what makes the next mount quick), and free everything.
+ * result is what makes the next mount quick; cancelled with
+ * cancel_at_destroy), and free everything.
  */
 void scanserve_destroy(struct scanserve *ss);
 
