@@ -329,21 +329,22 @@ static const struct opt opts[] = {
 		"mount with `-o xattrs=yes`, as the benchmarks mount. Fixed for the "
 		"mount's lifetime: the kernel remembers `ENOSYS` until unmount." },
 	{ "dir_scan_threads", OPT_UINT, O(dir_scan_threads), "0", 0, 256,
-	  "threads scanning a dir:// or cephfs:// source at mount (and checking a saved dir:// scan); 0 = 4 per CPU, 8 to 64",
+	  "threads scanning a dir://, cephfs:// or s3:// source at mount (and checking a saved dir:// scan); 0 = 4 per CPU, 8 to 64",
 	  .doc =
 		"Threads that scan a `dir://` source at mount, each reading whole "
 		"directories and `lstat`ing their entries, and that check a saved "
 		"scan's directories (`dir_reuse_scan`); and that walk a "
-		"`cephfs://` tree (a directory each, one readdirplus from the MDS)."
-		" A scan waits on the disk "
-		"or, on NFS, Lustre and CephFS, on the server for each directory, so more "
+		"`cephfs://` tree (a directory each, one readdirplus from the MDS)"
+		" or list an `s3://` prefix (a directory each, its pages of "
+		"ListObjectsV2 with `delimiter=/`). A scan waits on the disk "
+		"or, on NFS, Lustre, CephFS and S3, on the server for each directory, so more "
 		"threads than CPUs pay off there. `0`: 4 per CPU the daemon may run"
 		" on, at least 8, at most 64." },
 	{ "dir_scan_background", OPT_BOOL, O(dir_scan_background), "yes", 0, 0,
-	  "dir://, cephfs://: the mount answers once the source's top directory is read, while the rest is scanned; no = wait for the whole scan",
+	  "dir://, cephfs://, s3://: the mount answers once the source's top directory is read, while the rest is scanned; no = wait for the whole scan",
 	  .doc =
 		"With `yes` a `dir://` or `cephfs://` mount that has to scan (no saved scan, or a "
-		"changed source) answers as soon as the top directory is read; "
+		"changed source), and every `s3://` mount, answers as soon as the top directory is read; "
 		"the rest is scanned in the background, breadth first. A lookup "
 		"or listing of a directory already read is answered at once, with "
 		"the inode numbers the finished scan gives (nothing the kernel "
@@ -358,7 +359,8 @@ static const struct opt opts[] = {
 		"was read is still served, everything else gives `EIO` (never an"
 		" empty listing), and nothing is saved: the next mount scans "
 		"again. An unmount during the scan waits for its end (logged), so "
-		"that the next mount can reuse it. The daemon's peak memory is its "
+		"that the next mount can reuse it (`s3://` keeps no scan: its "
+		"unmount stops it). The daemon's peak memory is its "
 		"own plus the scan's, now at the same time (1 M files here: 450 MB "
 		"against 290 MB). With `no` the mount waits for the whole scan and "
 		"fails if it fails." },

@@ -6,14 +6,25 @@
  * Where the bucket is and whose keys sign for it: s3cred.c (the AWS CLI's
  * lookup order; key files root-only).
  *
- * Tree.  The listing at mount (ListObjectsV2, s3list.c) is the snapshot:
- * keys are split at '/' into directories, as `?plain` datasets and
- * Mountpoint for S3 do; a key ending in '/' (a "directory marker") is a
- * directory.  A key that cannot be a path (an empty part, '.', '..', a
- * part longer than 255 bytes) is skipped, as is an object whose name is
- * also a directory ("a" beside "a/b"): both counted in the log.  Files are
- * read-only (0444, directories 0555), owned by root, with the object's
- * LastModified as their times.
+ * Tree.  The listing at mount is the snapshot: keys are split at '/'
+ * into directories, as `?plain` datasets and Mountpoint for S3 do; a key
+ * ending in '/' (a "directory marker") is a directory.  A name that cannot
+ * be a path (empty, '.', '..', longer than 255 bytes) is skipped, with
+ * everything under it, as is an object whose name is also a directory's
+ * ("a" beside "a/b"): both counted in the log.  Files are read-only (0444,
+ * directories 0555), owned by root, with the object's LastModified as
+ * their times.
+ *
+ * The listing is a walk: one directory a request series (ListObjectsV2
+ * with delimiter=/, s3list.c), dir_scan_threads directories at once, by
+ * dirscan over the source calls below, so a bucket of millions of keys is
+ * listed many pages at a time instead of one page after another.  With
+ * dir_scan_background (the default) the mount answers once the top
+ * directory is listed, from the walk's live index (scanserve.c), with the
+ * inode numbers its manifest will give; a file looked up before the walk
+ * is through gets its attributes from a listing of its own key.  Nothing
+ * is kept of a walk: S3 has no cheap "has this prefix changed?", so each
+ * mount lists again, answering meanwhile, and an unmount stops it.
  *
  * Identity.  An object's ETag, as listed, is its version: a file's
  * content id (the cache's name for its bytes) is the XXH3-128 of the
@@ -33,15 +44,18 @@
 #ifdef CONFIG_HAVE_S3
 
 #include "config.h"
+#include "dirscan.h"
 #include "idmap.h"
 #include "log.h"
 #include "manifest/manifest.h"
 #include "s3.h"
+#include "scanserve.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,10 +78,18 @@ struct backend_s3 {
 	struct backend be;
 	struct s3_target t;
 	struct s3_client *client;
+	bool versioned;
+	struct scanserve ss;	/* the walk while it runs, then its manifest */
+	struct sfs_attr dir_attr;	/* every directory's: 0555, root's, the mount's time */
+	uint64_t t0;		/* the mount's start, ms */
+	unsigned walk_threads;
+	/* the files listed so far: content id -> ETag and version; any thread */
+	pthread_mutex_t lock;
 	struct idmap etag_of;	/* content id -> index in etags */
 	struct objver *etags;
-	size_t netags;
-	bool versioned;
+	size_t netags, etags_cap;
+	atomic_uint_fast64_t bad_names, shadowed;
+	char walk_err[512];	/* the first listing that failed; under lock */
 };
 
 static struct backend_s3 *to_s3(struct backend *be)
@@ -75,236 +97,439 @@ static struct backend_s3 *to_s3(struct backend *be)
 	return (struct backend_s3 *)be;
 }
 
-/* ---- the listing, as a tree ---- */
+/* ---- the bucket, walked one directory at a time ---- */
 
-struct obj {
-	char *rel;		/* the key without the prefix */
-	uint64_t size;
-	struct timespec mtime;
-	char *etag;
-	char *version;		/* or NULL */
-};
-
-struct listing {
-	struct backend_s3 *s;
-	struct obj *objs;
-	size_t nobjs, cap;
-	struct idmap dirset;	/* XXH3 of a directory's path */
-	char **dirs;
-	size_t ndirs, dcap;
-	uint64_t bad_names, bytes;
-};
-
-/* Record directory @p (@n bytes) and its parents: 0 or -ENOMEM. */
-static int dir_add(struct listing *l, const char *p, size_t n)
+/* A name a key's part may be: not empty, '.', '..' or over NAME_MAX. */
+static bool name_ok(const char *name, size_t n)
 {
-	while (n) {
-		struct sfs_id id;
-		uint64_t v;
-		const char *slash;
-
-		sfs_id_of(p, n, &id);
-		if (idmap_get(&l->dirset, &id, &v))
-			return 0;	/* so are its parents */
-		if (l->ndirs == l->dcap) {
-			size_t cap = l->dcap ? l->dcap * 2 : 64;
-			char **d = realloc(l->dirs, cap * sizeof(*d));
-
-			if (!d)
-				return -ENOMEM;
-			l->dirs = d;
-			l->dcap = cap;
-		}
-		if (!(l->dirs[l->ndirs] = strndup(p, n)) || idmap_put(&l->dirset, &id, 1) < 0)
-			return -ENOMEM;
-		l->ndirs++;
-		slash = memrchr(p, '/', n);
-		n = slash ? (size_t)(slash - p) : 0;
-	}
-	return 0;
+	return n && n <= NAME_MAX && !(n == 1 && name[0] == '.') &&
+	       !(n == 2 && name[0] == '.' && name[1] == '.');
 }
 
-/* A key's path parts: none empty, '.', '..' or over NAME_MAX. */
-static bool rel_ok(const char *rel, size_t n)
-{
-	const char *p = rel, *end = rel + n;
-
-	if (!n)
-		return false;
-	while (p <= end) {
-		const char *slash = memchr(p, '/', (size_t)(end - p));
-		size_t l = slash ? (size_t)(slash - p) : (size_t)(end - p);
-
-		if (l == 0 || l > NAME_MAX || (l == 1 && p[0] == '.') ||
-		    (l == 2 && p[0] == '.' && p[1] == '.'))
-			return false;
-		if (!slash)
-			break;
-		p = slash + 1;
-	}
-	return true;
-}
-
-static int on_object(void *arg, const struct s3_object *o)
-{
-	struct listing *l = arg;
-	size_t plen = strlen(l->s->t.prefix), n;
-	const char *rel = o->key + plen, *slash;
-	struct obj *ob;
-
-	if (strncmp(o->key, l->s->t.prefix, plen))
-		return 0;	/* not asked for: a server that ignores the prefix */
-	n = strlen(rel);
-	if (!n)
-		return 0;	/* the prefix's own marker */
-	if (rel[n - 1] == '/') {
-		if (!rel_ok(rel, n - 1)) {
-			l->bad_names++;
-			return 0;
-		}
-		return dir_add(l, rel, n - 1);
-	}
-	if (!rel_ok(rel, n)) {
-		l->bad_names++;
-		return 0;
-	}
-	slash = memrchr(rel, '/', n);
-	if (slash && dir_add(l, rel, (size_t)(slash - rel)))
-		return -ENOMEM;
-	if (l->nobjs == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 256;
-		struct obj *v = realloc(l->objs, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->objs = v;
-		l->cap = cap;
-	}
-	ob = &l->objs[l->nobjs];
-	ob->rel = strdup(rel);
-	ob->etag = strdup(o->etag);
-	ob->version = o->version ? strdup(o->version) : NULL;
-	ob->size = o->size;
-	ob->mtime = o->mtime;
-	if (!ob->rel || !ob->etag || (o->version && !ob->version)) {
-		free(ob->rel);
-		free(ob->etag);
-		free(ob->version);
-		return -ENOMEM;
-	}
-	l->nobjs++;
-	l->bytes += o->size;
-	return 0;
-}
-
-static void content_id(const struct backend_s3 *s, const struct obj *o, struct sfs_id *out)
+static void content_id(const struct backend_s3 *s, const char *rel, const char *etag,
+		       const char *version, uint64_t size, struct sfs_id *out)
 {
 	char buf[8192];
 	int n = snprintf(buf, sizeof(buf), "s3%c%s%c%s%c%s%s%c%s%c%s%c%" PRIu64, 0, s->t.endpoint,
-			 0, s->t.bucket, 0, s->t.prefix, o->rel, 0, o->etag, 0,
-			 o->version ? o->version : "", 0, o->size);
+			 0, s->t.bucket, 0, s->t.prefix, rel, 0, etag, 0,
+			 version ? version : "", 0, size);
 
 	sfs_id_of(buf, (size_t)MIN(n, (int)sizeof(buf)), out);
 }
 
-static void listing_release(struct listing *l)
+/*
+ * A file listed: its content id, which reads will name, to the ETag and
+ * version they check.  0 or -ENOMEM.
+ */
+static int etag_add(struct backend_s3 *s, const struct sfs_id *content, const char *etag,
+		    const char *version)
 {
-	for (size_t i = 0; i < l->nobjs; i++) {
-		free(l->objs[i].rel);
-		free(l->objs[i].etag);
-		free(l->objs[i].version);
-	}
-	free(l->objs);
-	for (size_t i = 0; i < l->ndirs; i++)
-		free(l->dirs[i]);
-	free(l->dirs);
-	idmap_release(&l->dirset);
-}
+	uint64_t v;
+	int ret = 0;
 
-static int s3_index(struct backend_s3 *s, char *err, size_t errlen)
-{
-	struct listing l = { .s = s, .dirset = IDMAP_INIT };
-	struct manifest_builder *b = NULL;
-	struct sfs_attr a = { 0 };
-	struct timespec now;
-	uint64_t t0 = now_ms(), shadowed = 0;
-	void *buf = NULL;
-	size_t len = 0;
-	int ret;
+	pthread_mutex_lock(&s->lock);
+	if (idmap_get(&s->etag_of, content, &v))
+		goto out;
+	if (s->netags == s->etags_cap) {
+		size_t cap = s->etags_cap ? s->etags_cap * 2 : 1024;
+		struct objver *e = realloc(s->etags, cap * sizeof(*e));
 
-	ret = s3_versioning(&s->t, &s->versioned, err, errlen);
-	if (!ret)
-		ret = s3_list(&s->t, s->versioned, on_object, &l, err, errlen);
-	if (ret)
-		goto out;
-	if (s->t.prefix[0] && !l.nobjs && !l.ndirs) {
-		snprintf(err, errlen, "%s: nothing under the prefix '%s' (no such directory?)",
-			 s->be.uri, s->t.prefix);
-		ret = -ENOENT;
-		goto out;
+		if (!e) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		s->etags = e;
+		s->etags_cap = cap;
 	}
-	b = manifest_builder_create(s->be.chunk_size);
-	s->etags = calloc(l.nobjs ? l.nobjs : 1, sizeof(*s->etags));
-	if (!b || !s->etags) {
+	s->etags[s->netags].etag = strdup(etag);
+	s->etags[s->netags].version = version ? strdup(version) : NULL;
+	if (!s->etags[s->netags].etag || (version && !s->etags[s->netags].version) ||
+	    idmap_put(&s->etag_of, content, s->netags) < 0) {
+		free(s->etags[s->netags].etag);
+		free(s->etags[s->netags].version);
 		ret = -ENOMEM;
 		goto out;
 	}
-	clock_gettime(CLOCK_REALTIME, &now);
-	a.mode = S_IFDIR | 0555;
-	a.atime = a.mtime = a.ctime = now;
-	ret = manifest_builder_add(b, "", &a, NULL, NULL, 0);
-	for (size_t i = 0; !ret && i < l.ndirs; i++)
-		ret = manifest_builder_add(b, l.dirs[i], &a, NULL, NULL, 0);
-	for (size_t i = 0; !ret && i < l.nobjs; i++) {
-		struct obj *o = &l.objs[i];
-		struct sfs_id pid;
-		uint64_t v;
+	s->netags++;
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
 
-		sfs_id_of(o->rel, strlen(o->rel), &pid);
-		if (idmap_get(&l.dirset, &pid, &v)) {
-			shadowed++;
+/* One entry of a directory listed: a file, or a subdirectory (etag NULL). */
+struct s3_ent {
+	char *name;
+	char *etag, *version;
+	uint64_t size;
+	struct timespec mtime;
+};
+
+struct s3_dir {
+	struct backend_s3 *s;
+	char *prefix;		/* the whole key prefix, ending in '/' (or the bucket's "") */
+	size_t plen;
+	struct s3_ent *v;
+	size_t n, cap, next;
+	struct s3_ent *cur;	/* the entry readdir gave last */
+};
+
+static int ent_add(struct s3_dir *d, const char *name, size_t n, const struct s3_object *o)
+{
+	struct s3_ent *e;
+
+	if (!name_ok(name, n)) {
+		atomic_fetch_add(&d->s->bad_names, 1);
+		return 0;
+	}
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 64;
+		struct s3_ent *v = realloc(d->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		d->v = v;
+		d->cap = cap;
+	}
+	e = &d->v[d->n];
+	memset(e, 0, sizeof(*e));
+	e->name = strndup(name, n);
+	if (o) {
+		e->etag = strdup(o->etag);
+		e->version = o->version ? strdup(o->version) : NULL;
+		e->size = o->size;
+		e->mtime = o->mtime;
+	}
+	if (!e->name || (o && (!e->etag || (o->version && !e->version)))) {
+		free(e->name);
+		free(e->etag);
+		free(e->version);
+		return -ENOMEM;
+	}
+	d->n++;
+	return 0;
+}
+
+static int dir_on_prefix(void *arg, const char *pfx)
+{
+	struct s3_dir *d = arg;
+	const char *name = pfx + d->plen, *slash;
+
+	if (strncmp(pfx, d->prefix, d->plen))
+		return 0;	/* not asked for: a server that ignores the prefix */
+	slash = strchr(name, '/');
+	return ent_add(d, name, slash ? (size_t)(slash - name) : strlen(name), NULL);
+}
+
+static int dir_on_object(void *arg, const struct s3_object *o)
+{
+	struct s3_dir *d = arg;
+	const char *name = o->key + d->plen, *slash;
+
+	if (strncmp(o->key, d->prefix, d->plen))
+		return 0;	/* not asked for: a server that ignores the prefix */
+	if (!*name)
+		return 0;	/* this directory's own marker ("dir/") */
+	slash = strchr(name, '/');
+	if (slash)	/* a server that ignores the delimiter: its subdirectory */
+		return dir_on_prefix(arg, o->key);
+	return ent_add(d, name, strlen(name), o);
+}
+
+/* By name; a directory first where a file has its name. */
+static int ent_cmp(const void *a, const void *b)
+{
+	const struct s3_ent *x = a, *y = b;
+	int c = strcmp(x->name, y->name);
+
+	return c ? c : (x->etag != NULL) - (y->etag != NULL);
+}
+
+static void ent_free(struct s3_ent *e)
+{
+	free(e->name);
+	free(e->etag);
+	free(e->version);
+}
+
+static void walk_failed(struct backend_s3 *s, const char *msg)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!s->walk_err[0])
+		snprintf(s->walk_err, sizeof(s->walk_err), "%s", msg);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/*
+ * Directory @rel: every page of its listing (delimiter=/), at once, so
+ * that a file named as a subdirectory is (its object "a" and keys "a/...",
+ * rarely neighbours in key order) can be left out: the directory wins, as
+ * with Mountpoint for S3.
+ */
+static int src_opendir(void *arg, const char *rel, void **out)
+{
+	struct backend_s3 *s = arg;
+	struct s3_dir *d = calloc(1, sizeof(*d));
+	char err[512];
+	size_t w = 0;
+	int ret;
+
+	if (!d)
+		return -ENOMEM;
+	d->s = s;
+	if (asprintf(&d->prefix, "%s%s%s", s->t.prefix, rel, rel[0] ? "/" : "") < 0) {
+		free(d);
+		return -ENOMEM;
+	}
+	d->plen = strlen(d->prefix);
+	ret = s3_list_dir(&s->t, s->versioned, d->prefix, 0, dir_on_object, dir_on_prefix, d,
+			  err, sizeof(err));
+	if (ret) {
+		log_err("%s: listing /%s: %s", s->be.uri, rel, err);
+		walk_failed(s, err);
+		goto fail;
+	}
+	if (d->n)
+		qsort(d->v, d->n, sizeof(*d->v), ent_cmp);
+	for (size_t i = 0; i < d->n; i++) {
+		if (w && !strcmp(d->v[w - 1].name, d->v[i].name)) {
+			/* a second prefix of one name (ignored delimiter), or a file shadowed */
+			if (d->v[i].etag)
+				atomic_fetch_add(&s->shadowed, 1);
+			ent_free(&d->v[i]);
 			continue;
 		}
-		memset(&a, 0, sizeof(a));
-		a.mode = S_IFREG | 0444;
-		a.nlink = 1;
-		a.size = o->size;
-		a.atime = a.mtime = a.ctime = o->mtime;
-		content_id(s, o, &a.content);
-		ret = manifest_builder_add(b, o->rel, &a, NULL, NULL, 0);
-		if (!ret && !idmap_get(&s->etag_of, &a.content, &v)) {
-			ret = idmap_put(&s->etag_of, &a.content, s->netags) < 0 ? -ENOMEM : 0;
-			if (!ret) {
-				s->etags[s->netags].etag = o->etag;
-				s->etags[s->netags++].version = o->version;
-				o->etag = o->version = NULL;
-			}
+		d->v[w++] = d->v[i];
+	}
+	d->n = w;
+	*out = d;
+	return 0;
+fail:
+	for (size_t i = 0; i < d->n; i++)
+		ent_free(&d->v[i]);
+	free(d->v);
+	free(d->prefix);
+	free(d);
+	return ret;
+}
+
+static void file_attr(struct backend_s3 *s, const char *rel, const struct s3_ent *e,
+		      struct sfs_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	a->mode = S_IFREG | 0444;
+	a->nlink = 1;
+	a->size = e->size;
+	a->atime = a->mtime = a->ctime = e->mtime;
+	content_id(s, rel, e->etag, e->version, e->size, &a->content);
+}
+
+static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_entry *e,
+		       char *target, size_t tlen)
+{
+	struct backend_s3 *s = arg;
+	struct s3_dir *d = dir;
+	struct s3_ent *en;
+	char path[PATH_MAX];
+	int r;
+
+	(void)target;
+	(void)tlen;
+	if (d->next == d->n)
+		return 0;
+	en = &d->v[d->next++];
+	memset(e, 0, sizeof(*e));
+	e->name = en->name;
+	if (!en->etag) {
+		e->a = s->dir_attr;
+		return 1;
+	}
+	r = snprintf(path, sizeof(path), "%s%s%s", rel, rel[0] ? "/" : "", en->name);
+	if (r < 0 || (size_t)r >= sizeof(path))
+		return -ENAMETOOLONG;
+	file_attr(s, path, en, &e->a);
+	r = etag_add(s, &e->a.content, en->etag, en->version);
+	return r ? r : 1;
+}
+
+static void src_closedir(void *arg, void *dir)
+{
+	struct s3_dir *d = dir;
+
+	(void)arg;
+	for (size_t i = 0; i < d->n; i++)
+		ent_free(&d->v[i]);
+	free(d->v);
+	free(d->prefix);
+	free(d);
+}
+
+struct one {
+	const char *key;
+	struct s3_ent e;
+	bool found;
+	int ret;
+};
+
+static int one_object(void *arg, const struct s3_object *o)
+{
+	struct one *x = arg;
+
+	if (strcmp(o->key, x->key))
+		return 0;
+	x->e.etag = strdup(o->etag);
+	x->e.version = o->version ? strdup(o->version) : NULL;
+	x->e.size = o->size;
+	x->e.mtime = o->mtime;
+	x->found = x->e.etag && (!o->version || x->e.version);
+	return x->found ? 0 : -ENOMEM;
+}
+
+/*
+ * A directory is a prefix, with nothing of its own to ask for; a file's
+ * attributes are the first key listed under its own key (it sorts first).
+ */
+static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_attr *a)
+{
+	struct backend_s3 *s = arg;
+	struct one x = { 0 };
+	char key[PATH_MAX + 1024], err[512];
+	int r;
+
+	if (type == S_IFDIR) {
+		*a = s->dir_attr;
+		return 0;
+	}
+	r = snprintf(key, sizeof(key), "%s%s", s->t.prefix, rel);
+	if (r < 0 || (size_t)r >= sizeof(key))
+		return -ENAMETOOLONG;
+	x.key = key;
+	r = s3_list_dir(&s->t, s->versioned, key, 1, one_object, NULL, &x, err, sizeof(err));
+	if (r) {
+		log_err("%s: asking for /%s: %s", s->be.uri, rel, err);
+		r = -EIO;
+	} else if (!x.found) {
+		r = -ENOENT;	/* deleted since the walk listed it */
+	} else {
+		file_attr(s, rel, &x.e, a);
+		r = etag_add(s, &a->content, x.e.etag, x.e.version);
+	}
+	free(x.e.etag);
+	free(x.e.version);
+	return r;
+}
+
+static int src_readlink(void *arg, const char *rel, char *buf, size_t size)
+{
+	(void)arg;
+	(void)rel;
+	(void)buf;
+	(void)size;
+	return -EINVAL;	/* S3 has no symlinks */
+}
+
+struct any {
+	const char *prefix;
+};
+
+/* Any key under the prefix but its own marker: 1, which stops the listing. */
+static int any_object(void *arg, const struct s3_object *o)
+{
+	const struct any *a = arg;
+
+	return strcmp(o->key, a->prefix) ? 1 : 0;
+}
+
+/* The walk is over: its manifest, served from memory (nothing to check it against later). */
+static int s3_walked(void *arg, struct dirscan_result *r, struct manifest **m, char *err,
+		     size_t errlen)
+{
+	struct backend_s3 *s = arg;
+	uint64_t bad = atomic_load(&s->bad_names), shadowed = atomic_load(&s->shadowed);
+	int ret;
+
+	free(r->stamps);
+	ret = manifest_open(r->manifest, r->manifest_len, m, err, errlen);
+	if (ret) {
+		free(r->manifest);
+		return ret;
+	}
+	log_notice("%s: %" PRIu64 " objects in %" PRIu64 " directories, %" PRIu64 " bytes, listed in %" PRIu64 " ms by %u threads (%s, region %s, keys from %s%s)",
+		   s->be.uri, r->entries - r->dirs, r->dirs, r->bytes, now_ms() - s->t0,
+		   s->walk_threads, s->t.endpoint, s->t.region, s->t.cred_source,
+		   s->versioned ? "; a versioned bucket: the versions listed are read" : "");
+	if (bad || shadowed)
+		log_warn("%s: skipped %" PRIu64 " names that are no path (an empty part, '.', '..', a part over 255 bytes) and %" PRIu64 " objects named as a directory is",
+			 s->be.uri, bad, shadowed);
+	return 0;
+}
+
+/*
+ * The tree: the bucket walked one directory at a time, by walk_threads
+ * listings at once (dirscan over s3_list_dir()); the mount answers once
+ * the top directory is listed, from the walk's live index, and from its
+ * manifest when it ends (dir_scan_background; else the mount waits).
+ */
+static int s3_index(struct backend_s3 *s, const struct sfs_config *cfg, char *err,
+		    size_t errlen)
+{
+	const struct dirscan_source src = {
+		.root = s->be.uri,
+		.arg = s,
+		.opendir = src_opendir,
+		.readdir = src_readdir,
+		.closedir = src_closedir,
+		.getattr = src_getattr,
+		.readlink = src_readlink,
+	};
+	struct dirscan_result r;
+	struct dirscan *scan;
+	struct timespec now;
+	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");	/* tests: a slow walk */
+	unsigned delay = env ? (unsigned)strtoul(env, NULL, 10) : 0;
+	int ret;
+
+	ret = s3_versioning(&s->t, &s->versioned, err, errlen);
+	if (ret)
+		return ret;
+	if (s->t.prefix[0]) {	/* anything under it?  (also: the bucket, the keys) */
+		struct any a = { .prefix = s->t.prefix };
+
+		ret = s3_list_dir(&s->t, s->versioned, s->t.prefix, 0, any_object, NULL, &a,
+				  err, errlen);
+		if (ret < 0)
+			return ret;
+		if (!ret) {
+			snprintf(err, errlen, "%s: nothing under the prefix '%s' (no such directory?)",
+				 s->be.uri, s->t.prefix);
+			return -ENOENT;
 		}
 	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	s->dir_attr.mode = S_IFDIR | 0555;
+	s->dir_attr.atime = s->dir_attr.mtime = s->dir_attr.ctime = now;
+	s->walk_threads = scanserve_threads(cfg);
+	ret = dirscan_start_source(&src, &s->dir_attr, s->walk_threads, s->be.chunk_size, delay,
+				   &scan, err, errlen);
 	if (ret) {
-		snprintf(err, errlen, "%s: cannot build the tree: %s", s->be.uri, strerror(-ret));
-		goto out;
+		pthread_mutex_lock(&s->lock);
+		if (s->walk_err[0])	/* S3's own reason beats the scan's */
+			snprintf(err, errlen, "%s", s->walk_err);
+		pthread_mutex_unlock(&s->lock);
+		return ret;
 	}
-	ret = manifest_builder_finish(b, 1, &buf, &len);
+	if (cfg->dir_scan_background) {
+		ret = scanserve_start(&s->ss, scan, err, errlen);
+		if (!ret && s->ss.started)
+			log_info("%s: listing in the background (%u threads); answering meanwhile",
+				 s->be.uri, s->walk_threads);
+		return ret;
+	}
+	ret = dirscan_finish(scan, &r, err, errlen);
+	dirscan_destroy(scan);
 	if (!ret)
-		ret = manifest_open(buf, len, &s->be.m, err, errlen);
-	if (ret) {
-		free(buf);
-		if (!err[0])
-			snprintf(err, errlen, "%s: cannot build the index: %s", s->be.uri, strerror(-ret));
-		goto out;
-	}
-	manifest_set_name(s->be.m, s->be.uri);
-	log_notice("%s: %zu objects, %" PRIu64 " bytes, listed in %" PRIu64 " ms (%s, region %s, keys from %s%s)",
-		   s->be.uri, l.nobjs - (size_t)shadowed, l.bytes, now_ms() - t0, s->t.endpoint,
-		   s->t.region, s->t.cred_source,
-		   s->versioned ? "; a versioned bucket: the versions listed are read" : "");
-	if (l.bad_names || shadowed)
-		log_warn("%s: skipped %" PRIu64 " keys that are no path (an empty part, '.', '..', a part over 255 bytes) and %" PRIu64 " objects named as a directory is",
-			 s->be.uri, l.bad_names, shadowed);
-out:
-	manifest_builder_destroy(b);
-	listing_release(&l);
+		ret = s3_walked(s, &r, &s->be.m, err, errlen);
+	if (!ret)
+		manifest_set_name(s->be.m, s->be.uri);
 	return ret;
 }
 
@@ -324,17 +549,23 @@ static int s3b_aio_start(struct backend *be, const struct sfs_attr *file, uint32
 	struct backend_s3 *s = to_s3(be);
 	size_t plen = strlen(s->t.prefix);
 	struct backend_aio *h;
+	struct objver ov;
 	uint64_t e;
 	int r;
 
-	if (!idmap_get(&s->etag_of, &file->content, &e))
+	pthread_mutex_lock(&s->lock);	/* the walk may be growing etags */
+	r = idmap_get(&s->etag_of, &file->content, &e);
+	if (r)
+		ov = s->etags[e];	/* the strings stay until destroy */
+	pthread_mutex_unlock(&s->lock);
+	if (!r)
 		return -EIO;
 	h = malloc(sizeof(*h) + plen + PATH_MAX);
 	if (!h)
 		return -ENOMEM;
 	memset(h, 0, sizeof(*h));
 	memcpy(h->key, s->t.prefix, plen);
-	r = manifest_path(be->m, file->ino, h->key + plen, PATH_MAX);
+	r = scanserve_path(&s->ss, file->ino, h->key + plen, PATH_MAX);
 	if (r < 0) {
 		free(h);
 		return r;
@@ -342,8 +573,8 @@ static int s3b_aio_start(struct backend *be, const struct sfs_attr *file, uint32
 	h->done = done;
 	h->arg = arg;
 	h->g.key = h->key;
-	h->g.etag = s->etags[e].etag;
-	h->g.version = s->etags[e].version;
+	h->g.etag = ov.etag;
+	h->g.version = ov.version;
 	h->g.off = (uint64_t)idx * be->chunk_size;
 	h->g.len = len;
 	h->g.buf = buf;
@@ -386,17 +617,24 @@ static int s3b_create(const char *uri, const struct sfs_config *cfg, struct back
 	s->be.ops = &backend_s3_ops;
 	s->be.chunk_size = (uint32_t)cfg->chunk_size;
 	s->etag_of = (struct idmap)IDMAP_INIT;
+	s->t0 = now_ms();
+	pthread_mutex_init(&s->lock, NULL);
+	atomic_init(&s->bad_names, 0);
+	atomic_init(&s->shadowed, 0);
 	err[0] = '\0';
 	s->be.uri = strdup(uri);
 	if (!s->be.uri) {
+		pthread_mutex_destroy(&s->lock);
 		free(s);
 		return -ENOMEM;
 	}
+	scanserve_init(&s->ss, &s->be, s->be.uri, s3_walked, s);
+	s->ss.cancel_at_destroy = true;	/* nothing is kept of a walk */
 	ret = s3_target_resolve(&s->t, uri, cfg, err, errlen);
 	if (!ret)
-		ret = s3_index(s, err, errlen);
-	if (!ret)
 		ret = s3_client_start(&s->t, &s->client, err, errlen);
+	if (!ret)
+		ret = s3_index(s, cfg, err, errlen);
 	if (ret) {
 		if (!err[0])
 			snprintf(err, errlen, "%s: %s", uri, strerror(-ret));
@@ -411,6 +649,7 @@ static void s3b_destroy(struct backend *be)
 {
 	struct backend_s3 *s = to_s3(be);
 
+	scanserve_destroy(&s->ss);	/* a walk still running: stopped */
 	s3_client_stop(s->client);	/* every read ends first */
 	if (be->m)
 		manifest_close(be->m);
@@ -420,23 +659,52 @@ static void s3b_destroy(struct backend *be)
 	}
 	free(s->etags);
 	idmap_release(&s->etag_of);
+	pthread_mutex_destroy(&s->lock);
 	s3_target_release(&s->t);
 	free(be->uri);
 	free(s);
+}
+
+/* ---- the tree: the walk's live index, then its manifest (scanserve.h) ---- */
+
+static int s3b_getattr(struct backend *be, uint64_t ino, struct sfs_attr *out)
+{
+	return scanserve_getattr(&to_s3(be)->ss, ino, out);
+}
+
+static int s3b_lookup(struct backend *be, uint64_t parent, const char *name,
+		      struct sfs_attr *out)
+{
+	return scanserve_lookup(&to_s3(be)->ss, parent, name, out);
+}
+
+static int s3b_readdir(struct backend *be, uint64_t ino, struct sfs_dirlist *out)
+{
+	return scanserve_readdir(&to_s3(be)->ss, ino, out);
+}
+
+static int s3b_readlink(struct backend *be, uint64_t ino, char *buf, size_t size)
+{
+	return scanserve_readlink(&to_s3(be)->ss, ino, buf, size);
+}
+
+static int s3b_statfs(struct backend *be, uint64_t *bytes, uint64_t *files)
+{
+	return scanserve_statfs(&to_s3(be)->ss, bytes, files);
 }
 
 const struct backend_ops backend_s3_ops = {
 	.scheme = "s3",
 	.create = s3b_create,
 	.destroy = s3b_destroy,
-	.getattr = backend_manifest_getattr,
-	.lookup = backend_manifest_lookup,
-	.readdir = backend_manifest_readdir,
-	.readlink = backend_manifest_readlink,
+	.getattr = s3b_getattr,
+	.lookup = s3b_lookup,
+	.readdir = s3b_readdir,
+	.readlink = s3b_readlink,
 	.read_chunk = backend_read_chunk_aio,
 	.aio_start = s3b_aio_start,
 	.aio_finish = s3b_aio_finish,
-	.statfs = backend_manifest_statfs,
+	.statfs = s3b_statfs,
 };
 
 #endif /* CONFIG_HAVE_S3 */

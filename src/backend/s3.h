@@ -11,7 +11,8 @@
  *             pool), retried with backoff on 5xx, 429 and connection
  *             errors until the request's deadline.
  *   s3list.c  a bucket's keys under a prefix: ListObjectsV2, page by
- *             page, parsed with expat.
+ *             page, parsed with expat; or one directory of them
+ *             (delimiter=/).
  *
  * Nothing here knows the manifest or the cache: backend_s3.c turns a
  * listing into a tree and reads into chunks.
@@ -133,6 +134,20 @@ struct s3_object {
 int s3_list(const struct s3_target *t, bool versions,
 	    int (*fn)(void *arg, const struct s3_object *o), void *arg, char *err, size_t errlen);
 
+/*
+ * One page or all of the keys under @prefix (a whole key prefix): with
+ * @max_keys below 1,000, its first @max_keys keys only; else every page.
+ * With @on_prefix, the listing is delimited at '/': keys directly under
+ * @prefix go to @fn, and each common prefix (ending in '/', the start of
+ * a deeper key) to @on_prefix, as S3 gives them, once each.  Either
+ * returns 0 to go on, or stops the listing with what it returns: -errno,
+ * or a value above 0 (found what it looked for).  Returns as s3_list(),
+ * or that value.
+ */
+int s3_list_dir(const struct s3_target *t, bool versions, const char *prefix, unsigned max_keys,
+		int (*fn)(void *arg, const struct s3_object *o),
+		int (*on_prefix)(void *arg, const char *prefix), void *arg,
+		char *err, size_t errlen);
 /*
  * Does the bucket keep versions (versioning Enabled or Suspended)?  *@on;
  * a gateway that does not let these keys ask (403) or has no versioning

@@ -9,6 +9,9 @@
  * (a page is at most a few hundred KB); an element's text longer than S3
  * allows (keys are at most 1,024 bytes) or a page larger than 16 MiB is
  * refused, not truncated.
+ *
+ * One directory at a time (s3_list_dir()): the same requests with
+ * delimiter=/, whose CommonPrefixes are the directory's subdirectories.
  */
 #include "s3.h"
 
@@ -29,12 +32,13 @@
 
 enum field {
 	F_NONE, F_KEY, F_SIZE, F_ETAG, F_MTIME, F_VERSION, F_LATEST,
-	F_TRUNCATED, F_TOKEN, F_NEXT_KEY, F_NEXT_VERSION,
+	F_TRUNCATED, F_TOKEN, F_NEXT_KEY, F_NEXT_VERSION, F_PREFIX,
 };
 
 struct page {
 	int depth;
 	bool in_contents;
+	bool in_prefixes;	/* a CommonPrefixes element */
 	enum field f;
 	char text[TEXT_MAX + 1];
 	size_t tlen;
@@ -49,6 +53,10 @@ struct page {
 	char token[TEXT_MAX + 1];	/* ListObjectsV2's continuation */
 	char next_key[TEXT_MAX + 1], next_version[TEXT_MAX + 1];	/* ListObjectVersions' */
 	int (*fn)(void *arg, const struct s3_object *o);
+	int (*on_prefix)(void *arg, const char *prefix);	/* NULL: no delimiter */
+	const char *prefix;	/* of the keys asked for */
+	unsigned max_keys;	/* a page's; one page only where below 1,000 */
+	char pfx[TEXT_MAX + 1];	/* the current CommonPrefixes' Prefix */
 	void *arg;
 	int ret;
 	char *err;
@@ -56,8 +64,10 @@ struct page {
 	XML_Parser p;
 };
 
-static enum field field_of(const char *name, bool in_contents, int depth)
+static enum field field_of(const char *name, bool in_contents, bool in_prefixes, int depth)
 {
+	if (in_prefixes && depth == 3 && !strcmp(name, "Prefix"))
+		return F_PREFIX;
 	if (in_contents && depth == 3) {
 		if (!strcmp(name, "Key"))
 			return F_KEY;
@@ -97,7 +107,11 @@ static void XMLCALL on_start(void *arg, const XML_Char *name, const XML_Char **a
 		pg->latest = !pg->versions;
 		pg->version[0] = '\0';
 	}
-	pg->f = field_of(name, pg->in_contents, pg->depth);
+	if (pg->depth == 2 && pg->on_prefix && !strcmp(name, "CommonPrefixes")) {
+		pg->in_prefixes = true;
+		pg->pfx[0] = '\0';
+	}
+	pg->f = field_of(name, pg->in_contents, pg->in_prefixes, pg->depth);
 	pg->tlen = 0;
 }
 
@@ -171,7 +185,7 @@ static void object_end(struct page *pg)
 		o.version = pg->version;	/* "null": put while versioning was off */
 	pg->ret = pg->fn(pg->arg, &o);
 	if (pg->ret) {
-		if (!pg->err[0])
+		if (!pg->err[0] && pg->ret < 0)
 			snprintf(pg->err, pg->errlen, "%s: %s", pg->key, strerror(-pg->ret));
 		XML_StopParser(pg->p, XML_FALSE);
 	}
@@ -199,6 +213,7 @@ static void XMLCALL on_end(void *arg, const XML_Char *name)
 	case F_LATEST: pg->latest = !strcmp(pg->text, "true"); break;
 	case F_NEXT_KEY: dst = pg->next_key; cap = sizeof(pg->next_key); break;
 	case F_NEXT_VERSION: dst = pg->next_version; cap = sizeof(pg->next_version); break;
+	case F_PREFIX: dst = pg->pfx; cap = sizeof(pg->pfx); break;
 	case F_NONE: break;
 	}
 	if (dst && pg->tlen >= cap) {
@@ -212,33 +227,41 @@ static void XMLCALL on_end(void *arg, const XML_Char *name)
 	if (pg->depth == 2 && pg->in_contents && !strcmp(name, pg->versions ? "Version" : "Contents")) {
 		pg->in_contents = false;
 		object_end(pg);
+	} else if (pg->depth == 2 && pg->in_prefixes && !strcmp(name, "CommonPrefixes")) {
+		pg->in_prefixes = false;
+		if (pg->pfx[0] && (pg->ret = pg->on_prefix(pg->arg, pg->pfx))) {
+			if (!pg->err[0])
+				snprintf(pg->err, pg->errlen, "%s: %s", pg->pfx, strerror(-pg->ret));
+			XML_StopParser(pg->p, XML_FALSE);
+		}
 	}
 	pg->depth--;
 }
 
 /* The query of the next page (the first if no marker is set), canonical for SigV4. */
-static int page_query(const struct s3_target *t, const struct page *pg, char *q, size_t n)
+static int page_query(const struct page *pg, char *q, size_t n)
 {
 	char etok[3 * TEXT_MAX + 1], ever[3 * TEXT_MAX + 1], epfx[3 * 1024 + 1];
+	const char *delim = pg->on_prefix ? "delimiter=%2F&" : "";
 	int r;
 
-	if (s3_encode(t->prefix, false, epfx, sizeof(epfx)))
+	if (s3_encode(pg->prefix, false, epfx, sizeof(epfx)))
 		return -ENAMETOOLONG;
 	if (pg->versions) {
-		/* sorted: key-marker, max-keys, prefix, version-id-marker, versions */
+		/* sorted: delimiter, key-marker, max-keys, prefix, version-id-marker, versions */
 		if (s3_encode(pg->next_key, false, etok, sizeof(etok)) ||
 		    s3_encode(pg->next_version, false, ever, sizeof(ever)))
 			return -ENAMETOOLONG;
-		r = snprintf(q, n, "%s%s%smax-keys=1000&prefix=%s%s%s&versions=",
+		r = snprintf(q, n, "%s%s%s%smax-keys=%u&prefix=%s%s%s&versions=", delim,
 			     pg->next_key[0] ? "key-marker=" : "", etok, pg->next_key[0] ? "&" : "",
-			     epfx, pg->next_version[0] ? "&version-id-marker=" : "", ever);
+			     pg->max_keys, epfx, pg->next_version[0] ? "&version-id-marker=" : "", ever);
 	} else {
-		/* sorted: continuation-token, list-type, max-keys, prefix */
+		/* sorted: continuation-token, delimiter, list-type, max-keys, prefix */
 		if (s3_encode(pg->token, false, etok, sizeof(etok)))
 			return -ENAMETOOLONG;
-		r = snprintf(q, n, "%s%s%slist-type=2&max-keys=1000&prefix=%s",
+		r = snprintf(q, n, "%s%s%s%slist-type=2&max-keys=%u&prefix=%s",
 			     pg->token[0] ? "continuation-token=" : "", etok, pg->token[0] ? "&" : "",
-			     epfx);
+			     delim, pg->max_keys, epfx);
 	}
 	return r >= 0 && (size_t)r < n ? 0 : -ENAMETOOLONG;
 }
@@ -283,8 +306,10 @@ int s3_versioning(const struct s3_target *t, bool *on, char *err, size_t errlen)
 		: status == 404 ? -ENOENT : -EIO;
 }
 
-int s3_list(const struct s3_target *t, bool versions,
-	    int (*fn)(void *arg, const struct s3_object *o), void *arg, char *err, size_t errlen)
+static int list_pages(const struct s3_target *t, bool versions, const char *prefix,
+		      unsigned max_keys, int (*fn)(void *arg, const struct s3_object *o),
+		      int (*on_prefix)(void *arg, const char *prefix), void *arg,
+		      char *err, size_t errlen)
 {
 	struct page *pg = calloc(1, sizeof(*pg));
 	char query[4 * TEXT_MAX + 3 * 1024 + 128];
@@ -293,6 +318,9 @@ int s3_list(const struct s3_target *t, bool versions,
 	if (!pg)
 		return -ENOMEM;
 	pg->versions = versions;
+	pg->prefix = prefix;
+	pg->max_keys = max_keys;
+	pg->on_prefix = on_prefix;
 	pg->fn = fn;
 	pg->arg = arg;
 	pg->err = err;
@@ -303,7 +331,7 @@ int s3_list(const struct s3_target *t, bool versions,
 		size_t len = 0;
 		long status = 0;
 
-		ret = page_query(t, pg, query, sizeof(query));
+		ret = page_query(pg, query, sizeof(query));
 		if (ret) {
 			snprintf(err, errlen, "s3://%s: the prefix or a continuation token is too long", t->bucket);
 			break;
@@ -343,7 +371,7 @@ int s3_list(const struct s3_target *t, bool versions,
 				 t->bucket);
 			ret = -EPROTO;
 		}
-	} while (!ret && pg->truncated);
+	} while (!ret && pg->truncated && max_keys >= 1000);
 	if (ret == -EPROTO && strncmp(err, "s3://", 5)) {
 		char m[512];
 
@@ -352,6 +380,21 @@ int s3_list(const struct s3_target *t, bool versions,
 	}
 	free(pg);
 	return ret;
+}
+
+int s3_list(const struct s3_target *t, bool versions,
+	    int (*fn)(void *arg, const struct s3_object *o), void *arg, char *err, size_t errlen)
+{
+	return list_pages(t, versions, t->prefix, 1000, fn, NULL, arg, err, errlen);
+}
+
+int s3_list_dir(const struct s3_target *t, bool versions, const char *prefix, unsigned max_keys,
+		int (*fn)(void *arg, const struct s3_object *o),
+		int (*on_prefix)(void *arg, const char *prefix), void *arg,
+		char *err, size_t errlen)
+{
+	return list_pages(t, versions, prefix, max_keys && max_keys < 1000 ? max_keys : 1000,
+			  fn, on_prefix, arg, err, errlen);
 }
 
 #endif /* CONFIG_HAVE_S3 */

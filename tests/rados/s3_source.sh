@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within the timeout; through an endpoint that fails every other read (503 SlowDown, 500, 429, a reset, a cut body) every byte is still right.
+# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects, listed one directory at a time in the background (the mount answers at once, the same inodes after the walk; an unmount stops it), (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within the timeout; through an endpoint that fails every other read (503 SlowDown, 500, 429, a reset, a cut body) every byte is still right.
 # needs: ceph
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
@@ -67,6 +67,39 @@ diff -r "$S" "$M" >/dev/null || die "the mount differs after a warmup"
 assert_eq "$(stat_get "$M" backend_reads)" "$r0" "GETs after a warmup"
 sfs_umount "$M"
 log "credentials file: byte-exact, names encoded, warmed, served from the cache"
+
+# --- a bucket is listed one directory at a time, in the background: with
+# the walk slowed (0.6 s a directory, one thread) the mount answers at
+# once, the tree is the same during the walk and after, with the same inode
+# numbers; an unmount stops a walk still running
+W=$T/walking	# a mount point of its own: its own log
+t0=$(date +%s%3N)
+STAGEFS_TEST_SCAN_DELAY_US=600000 sfs_mount "s3://$B/data" "$W" "${opts[@]}" "cache_dir=$T/cw" \
+	dir_scan_threads=1
+ls -i1 "$W/a" | LC_ALL=C sort -k2 >"$T/a.during"
+t1=$(date +%s%3N)
+contains "directories, " "$(sfs_log "$W")" && die "the walk ended before \`ls\` of a directory: nothing shows the mount answers early"
+contains "listing in the background" "$(sfs_log "$W")" || die "no background listing: $(grep -i list "$(sfs_log "$W")")"
+assert_gt 4000 "$((t1 - t0))" "ms from exec to \`ls\` of a/ during the walk"
+assert_eq "$(wc -l <"$T/a.during")" 41 "entries of a/ listed during the walk"
+stat -c '%i %s %n' "$W/a/b/note.txt" "$W/names/with space+plus.txt" >"$T/probe.during"
+diff -r "$S" "$W" >"$T/diff" 2>&1 || die "the mount differs during the walk: $(head -5 "$T/diff")"
+wait_for -t 30 contains "directories, " "$(sfs_log "$W")" || die "the walk did not end"
+contains "46 objects in 6 directories" "$(sfs_log "$W")" || die "the walk's count: $(grep "directories, " "$(sfs_log "$W")")"
+drop_caches
+ls -i1 "$W/a" | LC_ALL=C sort -k2 | cmp -s - "$T/a.during" || die "inode numbers of a/ changed when the walk ended"
+stat -c '%i %s %n' "$W/a/b/note.txt" "$W/names/with space+plus.txt" | cmp -s - "$T/probe.during" ||
+	die "inode numbers changed when the walk ended"
+diff -r "$S" "$W" >/dev/null || die "the mount differs after the walk"
+sfs_umount "$W"
+log "first answer: \`ls\` of a/ $((t1 - t0)) ms after exec, the walk still running; the same tree and inodes after it"
+STAGEFS_TEST_SCAN_DELAY_US=3000000 sfs_mount "s3://$B/data" "$W" "${opts[@]}" "cache_dir=$T/cw" \
+	dir_scan_threads=1
+t0=$(date +%s%3N)
+sfs_umount "$W"
+t1=$(date +%s%3N)
+assert_gt 8000 "$((t1 - t0))" "ms to unmount during a walk of 6 directories at 3 s each"
+log "an unmount during the walk: $((t1 - t0)) ms"
 
 # --- keys from the environment; an object replaced under the mount
 AWS_ACCESS_KEY_ID=$(sed -n 's/^aws_access_key_id = //p' "$CRED") \
