@@ -12,8 +12,8 @@
  * parses it with src/json: tools/ never depends on fuse/.  The screen
  * shows the node's feed rate (bytes and files per second over 1 s, 10 s and
  * 60 s), hit ratio, stall share, backend rate, cache use, warmup progress
- * where the daemon reports it, then one row per user, per job and per GPU,
- * busiest first, then one per member of the node's peer group (bytes in and
+ * where the daemon reports it, then one row per user, per Kubernetes
+ * namespace (its jobs summed: "ns:NAME"), per job and per GPU, busiest first, then one per member of the node's peer group (bytes in and
  * out, hits, failures, fallbacks) where it has one.  Rates include reads
  * through passthrough opens, counted exactly where the daemon's BPF hook
  * runs; a rate marked ~ includes estimated bytes (read_bytes_estimated:
@@ -27,7 +27,9 @@
  * "cache" {"used_bytes", "limit_bytes"}, "warmup" (where reported),
  * "passthrough_accounting" (where reported: "bpf", "estimate" or "off"), and
  * "node", "users", "jobs", "processes", "gpus" exactly as in the stats
- * (exact integer counts), and "peers" where the stats have it.  Exit status: 0, or 1 when the stats cannot be
+ * (exact integer counts), "namespaces" (each namespace's job rows summed:
+ * "namespace", the counts of "jobs", "hit_ratio", "stall_ratio" and
+ * "rates" of their sums), and "peers" where the stats have it.  Exit status: 0, or 1 when the stats cannot be
  * read or parsed (the reason on stderr), 2 for a usage error.
  */
 #include <errno.h>
@@ -61,8 +63,8 @@ static void usage(FILE *f)
 	fprintf(f, "usage: stagefs top [-d SECONDS] [--once [--json]] MOUNTPOINT\n"
 		   "\n"
 		   "Show the node's feed rate (bytes and files per second reaching readers),\n"
-		   "cache hit ratio, stall share and per-user, per-job and per-GPU rows,\n"
-		   "refreshed every SECONDS (default 1).  Quit with q or ^C.\n"
+		   "cache hit ratio, stall share and per-user, per-namespace, per-job and\n"
+		   "per-GPU rows, refreshed every SECONDS (default 1).  Quit with q or ^C.\n"
 		   "\n"
 		   "    -d, --delay SECONDS   refresh interval (0.2 to 3600)\n"
 		   "    -1, --once            print one screen and exit\n"
@@ -72,6 +74,141 @@ static void usage(FILE *f)
 
 /* ---- reading the stats ---- */
 
+
+/* ---- namespaces: their jobs summed ---- */
+
+static double rate(const struct json *o, const char *win, const char *key);
+
+/*
+ * The counts summed, the ratios of the sums: a namespace's hit ratio is
+ * its jobs' hits over their hits and misses, its stall share their stall
+ * over their active time, as the daemon computes a user's.
+ */
+static const char *const ns_counts[] = {
+	"read_bytes", "files_read", "opens", "cache_hits", "cache_misses", "backend_bytes",
+	"stall_ns", "active_ns", "gpu_bytes", "read_bytes_estimated",
+};
+static const char *const ns_rates[] = {
+	"read_bytes_per_s", "files_per_s", "backend_bytes_per_s", "gpu_bytes_per_s",
+	"read_bytes_estimated_per_s",
+};
+static const char *const ns_windows[] = { "1s", "10s", "60s" };
+
+struct nsrow {
+	const char *name;	/* the stats' own string */
+	uint64_t count[ARRAY_SIZE(ns_counts)];
+	double rate[ARRAY_SIZE(ns_windows)][ARRAY_SIZE(ns_rates)];
+	unsigned jobs;
+};
+
+/* The job rows of @r grouped by "namespace": *@out (free()), their number. */
+static size_t ns_sum(const struct json *r, struct nsrow **out)
+{
+	const struct json *jobs = json_get(r, "jobs");
+	size_t n = 0, cap = 0;
+	struct nsrow *v = NULL;
+
+	for (size_t i = 0; i < json_len(jobs); i++) {
+		const struct json *j = json_at(jobs, i);
+		const char *ns = json_str(json_get(j, "namespace"), NULL);
+		struct nsrow *x = NULL;
+
+		if (!ns)
+			continue;
+		for (size_t k = 0; k < n && !x; k++)
+			if (!strcmp(v[k].name, ns))
+				x = &v[k];
+		if (!x) {
+			if (n == cap) {
+				struct nsrow *nv = realloc(v, (cap = cap ? 2 * cap : 8) * sizeof(*v));
+
+				if (!nv)
+					break;
+				v = nv;
+			}
+			x = &v[n++];
+			memset(x, 0, sizeof(*x));
+			x->name = ns;
+		}
+		x->jobs++;
+		for (size_t c = 0; c < ARRAY_SIZE(ns_counts); c++)
+			x->count[c] += json_u64(json_get(j, ns_counts[c]), 0);
+		for (size_t w = 0; w < ARRAY_SIZE(ns_windows); w++)
+			for (size_t c = 0; c < ARRAY_SIZE(ns_rates); c++)
+				x->rate[w][c] += rate(j, ns_windows[w], ns_rates[c]);
+	}
+	*out = v;
+	return n;
+}
+
+static uint64_t ns_count(const struct nsrow *x, const char *key)
+{
+	for (size_t c = 0; c < ARRAY_SIZE(ns_counts); c++)
+		if (!strcmp(ns_counts[c], key))
+			return x->count[c];
+	return 0;
+}
+
+static double ns_rate(const struct nsrow *x, const char *win, const char *key)
+{
+	for (size_t w = 0; w < ARRAY_SIZE(ns_windows); w++)
+		for (size_t c = 0; c < ARRAY_SIZE(ns_rates); c++)
+			if (!strcmp(ns_windows[w], win) && !strcmp(ns_rates[c], key))
+				return x->rate[w][c];
+	return 0;
+}
+
+/* -1 where there is nothing to divide */
+static double ns_hit(const struct nsrow *x)
+{
+	uint64_t h = ns_count(x, "cache_hits"), m = ns_count(x, "cache_misses");
+
+	return h + m ? (double)h / (double)(h + m) : -1;
+}
+
+static double ns_stall(const struct nsrow *x)
+{
+	uint64_t st = ns_count(x, "stall_ns"), act = ns_count(x, "active_ns");
+
+	return act ? MIN((double)st / (double)act, 1.0) : -1;
+}
+
+static void json_ratio_or_null(double v)
+{
+	if (v < 0)
+		fputs("null", stdout);
+	else
+		printf("%.4f", v);
+}
+
+static void print_ns_json(const struct json *r)
+{
+	struct nsrow *v;
+	size_t n = ns_sum(r, &v);
+
+	fputs(",\"namespaces\":[", stdout);
+	for (size_t i = 0; i < n; i++) {
+		printf("%s{\"namespace\":", i ? "," : "");
+		json_write_str(stdout, v[i].name);
+		printf(",\"jobs\":%u", v[i].jobs);
+		for (size_t c = 0; c < ARRAY_SIZE(ns_counts); c++)
+			printf(",\"%s\":%" PRIu64, ns_counts[c], v[i].count[c]);
+		fputs(",\"hit_ratio\":", stdout);
+		json_ratio_or_null(ns_hit(&v[i]));
+		fputs(",\"stall_ratio\":", stdout);
+		json_ratio_or_null(ns_stall(&v[i]));
+		fputs(",\"rates\":{", stdout);
+		for (size_t w = 0; w < ARRAY_SIZE(ns_windows); w++) {
+			printf("%s\"%s\":{", w ? "," : "", ns_windows[w]);
+			for (size_t c = 0; c < ARRAY_SIZE(ns_rates); c++)
+				printf("%s\"%s\":%.1f", c ? "," : "", ns_rates[c], v[i].rate[w][c]);
+			fputc('}', stdout);
+		}
+		fputs("}}", stdout);
+	}
+	fputc(']', stdout);
+	free(v);
+}
 
 /* ---- --json ---- */
 
@@ -102,6 +239,7 @@ static void print_json(const char *mnt, const struct json *r)
 		printf(",\"%s\":", keys[i]);
 		json_write(stdout, json_get(r, keys[i]));
 	}
+	print_ns_json(r);
 	for (size_t i = 0; i < ARRAY_SIZE(opt); i++) {
 		if ((v = json_get(r, opt[i]))) {
 			printf(",\"%s\":", opt[i]);
@@ -220,6 +358,58 @@ static void entity_row(struct screen *s, const char *who, const char *job,
 	    fmt_rate(rate(o, "10s", "gpu_bytes_per_s"), gpu, sizeof(gpu)));
 }
 
+static const char *fmt_ratio(double v, char *buf, size_t len)
+{
+	if (v < 0)
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.1f%%", v * 100);
+	return buf;
+}
+
+/* Busiest over 10 s first, then most bytes in total, as cmp_busy(). */
+static int cmp_ns(const void *a, const void *b)
+{
+	const struct nsrow *x = a, *y = b;
+	double rx = ns_rate(x, "10s", "read_bytes_per_s") + ns_rate(x, "10s", "gpu_bytes_per_s");
+	double ry = ns_rate(y, "10s", "read_bytes_per_s") + ns_rate(y, "10s", "gpu_bytes_per_s");
+	uint64_t tx = ns_count(x, "read_bytes"), ty = ns_count(y, "read_bytes");
+
+	if (rx != ry)
+		return rx > ry ? -1 : 1;
+	return tx > ty ? -1 : tx < ty;
+}
+
+/* A row per namespace, "ns:NAME", its jobs summed (ns_sum()). */
+static void ns_table(struct screen *s, const struct json *r)
+{
+	char who[80], jobs[32], r1[32], r10[32], be[32], hit[16], stall[16], tot[32], gpu[32];
+	struct nsrow *v;
+	size_t n = ns_sum(r, &v);
+
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_ns);
+	for (size_t i = 0; i < n; i++) {
+		const struct nsrow *x = &v[i];
+
+		snprintf(who, sizeof(who), "ns:%s", x->name);
+		snprintf(jobs, sizeof(jobs), "(%u job%s)", x->jobs, x->jobs == 1 ? "" : "s");
+		put(s, "%-12.12s %-22.22s %10s%s %10s%s %8.1f %8s %7s %11s %9s%s %11s", who, jobs,
+		    fmt_rate(ns_rate(x, "1s", "read_bytes_per_s"), r1, sizeof(r1)),
+		    ns_rate(x, "1s", "read_bytes_estimated_per_s") > 0 ? "~" : " ",
+		    fmt_rate(ns_rate(x, "10s", "read_bytes_per_s"), r10, sizeof(r10)),
+		    ns_rate(x, "10s", "read_bytes_estimated_per_s") > 0 ? "~" : " ",
+		    ns_rate(x, "10s", "files_per_s"),
+		    fmt_ratio(ns_hit(x), hit, sizeof(hit)),
+		    fmt_ratio(ns_stall(x), stall, sizeof(stall)),
+		    fmt_rate(ns_rate(x, "10s", "backend_bytes_per_s"), be, sizeof(be)),
+		    fmt_size(ns_count(x, "read_bytes"), tot, sizeof(tot)),
+		    ns_count(x, "read_bytes_estimated") ? "~" : " ",
+		    fmt_rate(ns_rate(x, "10s", "gpu_bytes_per_s"), gpu, sizeof(gpu)));
+	}
+	free(v);
+}
+
 static void draw(struct screen *s, const char *mnt, const struct json *r, const char *error)
 {
 	const struct json *node = json_get(r, "node"), **rows;
@@ -289,6 +479,7 @@ static void draw(struct screen *s, const char *mnt, const struct json *r, const 
 	for (size_t i = 0; rows && i < n; i++)
 		entity_row(s, json_str(json_get(rows[i], "user"), "?"), "(all jobs)", rows[i]);
 	free(rows);
+	ns_table(s, r);
 	n = sorted(json_get(r, "jobs"), &rows);
 	for (size_t i = 0; rows && i < n; i++)
 		entity_row(s, json_str(json_get(rows[i], "user"), "?"),

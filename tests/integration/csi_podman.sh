@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Containers read datasets through published CSI volumes: podman (runc) runs unprivileged containers (uid 1000, no capabilities, no network, a busybox root file system from Debian's package) in pods' cgroups as kubelet lays them out; a pod of namespace vision reads its namespace-only dataset byte-exact and is counted as k8s:vision/POD, a pod of namespace ml reads another dataset and is counted under its own row; vision's cache is charged to the namespace and held to its [quota] rule, ml's to the container's uid; the ml pod given vision's directory anyway, and a host user, are refused by the daemon itself.
+# Containers read datasets through published CSI volumes: podman (runc) runs unprivileged containers (uid 1000, no capabilities, no network, a busybox root file system from Debian's package) in pods' cgroups as kubelet lays them out; a pod of namespace vision reads its namespace-only dataset byte-exact and is counted as k8s:vision/POD, a pod of namespace ml reads another dataset and is counted under its own row; vision's cache is charged to the namespace and held to its [quota] rule, ml's to the container's uid; the ml pod given vision's directory anyway, and a host user, are refused by the daemon itself; stagefs top sums each namespace's jobs into a row.
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
 if [[ -z ${SFS_CSI_NS:-} ]]; then
@@ -125,6 +125,26 @@ assert after["k8s:ml/train-b"]["opens"] == before["k8s:ml/train-b"]["opens"] + 1
 assert after["k8s:ml/train-b"]["namespace"] == "ml"
 ' "$T/stats0.json" || die "jobs named by pods: $(stats_dump "$ROOT" | head -c 2000)"
 log "a pod's STAGEFS_JOB stays in its namespace; posing as another's is not taken"
+
+# stagefs top: a row per namespace, its jobs summed (vision: train-a and resnet)
+"$STAGEFS" top --once --json "$ROOT" >"$T/top.json" || die "stagefs top --once --json failed"
+"$PYTHON" - "$T/top.json" <<'PY' || die "top's namespace rows: $(cat "$T/top.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ns = {n["namespace"]: n for n in d["namespaces"]}
+assert set(ns) == {"vision", "ml"}, ns.keys()
+for name in ns:
+    rows = [j for j in d["jobs"] if j.get("namespace") == name]
+    for k in ("read_bytes", "opens", "cache_hits", "cache_misses", "stall_ns", "active_ns"):
+        assert ns[name][k] == sum(j[k] for j in rows), (name, k, ns[name][k], rows)
+    assert ns[name]["jobs"] == len(rows), (name, ns[name]["jobs"], len(rows))
+assert ns["vision"]["jobs"] == 2 and ns["vision"]["read_bytes"] > 0, ns["vision"]
+h, m = ns["vision"]["cache_hits"], ns["vision"]["cache_misses"]
+assert h + m and abs(ns["vision"]["hit_ratio"] - h / (h + m)) < 1e-3, ns["vision"]
+PY
+"$STAGEFS" top --once "$ROOT" >"$T/top.txt" || die "stagefs top --once failed"
+grep -q "^ns:vision .*(2 jobs)" "$T/top.txt" || die "top's screen has no row for namespace vision: $(cat "$T/top.txt")"
+log "stagefs top: a row per namespace, its jobs summed"
 
 # the ml pod given vision's directory by other means: the daemon refuses
 # its reads (namespace:vision names no process of namespace ml)
