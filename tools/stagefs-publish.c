@@ -1133,7 +1133,7 @@ struct bfile {
 static void batch_read(struct pub *p, struct bfile *b, size_t nb)
 {
 	char *room = p->pack + p->pack_used;
-	size_t queued = 0;
+	size_t queued = 0, submitted = 0, waiting;
 
 	for (size_t k = 0; p->ring_ok && k < nb; k++) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&p->ring);
@@ -1145,40 +1145,45 @@ static void batch_read(struct pub *p, struct bfile *b, size_t nb)
 		b[k].res = -EINPROGRESS;
 		queued++;
 	}
-	if (queued && io_uring_submit(&p->ring) < 0) {
-		/* nothing queued ran: all by pread(2) below */
-		io_uring_queue_exit(&p->ring);
-		p->ring_ok = false;
-		for (size_t k = 0; k < queued; k++)
-			b[k].res = 0;
-		queued = 0;
+	while (submitted < queued) {
+		int r = io_uring_submit(&p->ring);
+
+		if (r <= 0)
+			break;
+		submitted += (size_t)r;
 	}
-	while (queued) {
+	for (waiting = submitted; waiting;) {
 		struct io_uring_cqe *cqe;
 		int r = io_uring_wait_cqe(&p->ring, &cqe);
 
 		if (r == -EINTR)
 			continue;
-		if (r < 0) {	/* the ring broke: what it did not answer, by pread(2) */
-			io_uring_queue_exit(&p->ring);
-			p->ring_ok = false;
-			for (size_t k = 0; k < nb; k++)
-				if (b[k].res == -EINPROGRESS)
-					b[k].res = 0;
-			break;
+		if (r < 0) {
+			/* reads may still land in the pack: nothing of it is stored */
+			fail(p, "io_uring: waiting for reads: %s", strerror(-r));
+			return;
 		}
 		b[io_uring_cqe_get_data64(cqe)].res = cqe->res;
 		io_uring_cqe_seen(&p->ring, cqe);
-		queued--;
+		waiting--;
 	}
-	/* the rest of a short read, a read interrupted, or one not queued */
+	if (submitted < queued) {
+		/* reads the kernel did not take: dropped with the ring, read below */
+		io_uring_queue_exit(&p->ring);
+		p->ring_ok = false;
+	}
+	/*
+	 * The rest of a short read, and all of one not queued or failed (a
+	 * file system whose files io_uring cannot read says so here): by
+	 * pread(2), whose error is the one reported.
+	 */
 	for (size_t k = 0; k < nb; k++) {
 		size_t len = (size_t)b[k].st.st_size;
 		ssize_t n;
 
-		if (b[k].res == -EINTR || b[k].res == -EAGAIN || b[k].res == -EINPROGRESS)
+		if (b[k].res < 0)
 			b[k].res = 0;
-		if (b[k].res < 0 || (size_t)b[k].res >= len)
+		if ((size_t)b[k].res >= len)
 			continue;
 		n = pread_full(b[k].fd, room + b[k].off + b[k].res, len - (size_t)b[k].res,
 			       (off_t)b[k].res);
@@ -1230,6 +1235,11 @@ static size_t batch_small(struct pub *p, int dirfd, char **v, size_t i, size_t n
 	if (!nb)
 		return 0;
 	batch_read(p, b, nb);
+	if (p->failed) {
+		for (size_t k = 0; k < nb; k++)
+			close(b[k].fd);
+		return nb;
+	}
 
 	/*
 	 * In order.  A file taken as a copy is not appended, and the next
