@@ -506,6 +506,7 @@ static int s3_index(struct backend_s3 *s, const struct sfs_config *cfg, char *er
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	s->dir_attr.mode = S_IFDIR | 0555;
+	s->dir_attr.nlink = 1;	/* while the walk runs: "not counted" (the index counts them) */
 	s->dir_attr.atime = s->dir_attr.mtime = s->dir_attr.ctime = now;
 	s->walk_threads = scanserve_threads(cfg);
 	ret = dirscan_start_source(&src, &s->dir_attr, s->walk_threads, s->be.chunk_size, delay,
