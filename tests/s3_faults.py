@@ -3,7 +3,7 @@
 """s3_faults.py: an S3 endpoint that fails on purpose, in front of a real one.
 
     s3_faults.py [--listen PORT] --upstream http://127.0.0.1:UPORT --count FILE
-                 [--every N] [--faults 503,500,429,reset,short]
+                 [--every N] [--faults 503,500,429,reset,short] [--log FILE]
 
 Forwards every request to the upstream gateway unchanged (the Host header
 included, so that SigV4 signatures made for this address still hold), except
@@ -17,8 +17,9 @@ kinds in turn:
   short  the upstream's answer, headers and all, but cut off halfway through
          its body, then the connection closed
 
-FILE gets the number of faults injected so far after each one.  Runs until
-killed.  For tests/rados/s3_source.sh: every read must still return the
+FILE gets the number of faults injected so far after each one; --every 0
+injects none.  --log FILE gets a line for each request: its method and its
+path with the query.  Runs until killed.  For tests/rados/s3_source.sh: every read must still return the
 right bytes, through the client's retries.
 """
 import argparse
@@ -39,6 +40,7 @@ def main():
     ap.add_argument("--count", required=True)
     ap.add_argument("--every", type=int, default=2)
     ap.add_argument("--faults", default="503,500,429,reset,short")
+    ap.add_argument("--log")
     a = ap.parse_args()
     up = urllib.parse.urlsplit(a.upstream)
     kinds = a.faults.split(",")
@@ -53,7 +55,10 @@ def main():
 
         def fault(self):
             """The fault to inject for this request, or None."""
-            if self.command != "GET" or "Range" not in self.headers:
+            if a.log:
+                with lock, open(a.log, "a") as f:
+                    f.write("%s %s\n" % (self.command, self.path))
+            if self.command != "GET" or "Range" not in self.headers or not a.every:
                 return None
             with lock:
                 state["ranged"] += 1

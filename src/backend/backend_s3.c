@@ -74,6 +74,12 @@ struct backend_aio {
 	char key[];
 };
 
+struct listed_attr {
+	struct sfs_id content;
+	uint64_t size;
+	struct timespec mtime;
+};
+
 struct backend_s3 {
 	struct backend be;
 	struct s3_target t;
@@ -90,6 +96,16 @@ struct backend_s3 {
 	size_t netags, etags_cap;
 	atomic_uint_fast64_t bad_names, shadowed;
 	char walk_err[512];	/* the first listing that failed; under lock */
+	/*
+	 * While the walk runs, each file's attributes as listed (the XXH3 of
+	 * its path -> index in listed_attr), so that a lookup before the walk
+	 * is through costs no request; dropped when the walk ends (about 90
+	 * bytes a file until then).  Under lock.
+	 */
+	struct idmap listed;
+	struct listed_attr *listed_attr;
+	size_t nlisted, listed_cap;
+	bool listed_gone;
 };
 
 static struct backend_s3 *to_s3(struct backend *be)
@@ -154,6 +170,50 @@ static int etag_add(struct backend_s3 *s, const struct sfs_id *content, const ch
 out:
 	pthread_mutex_unlock(&s->lock);
 	return ret;
+}
+
+/* File @rel (a path id of it: @pid) listed with attributes @a: kept for src_getattr(). */
+static int listed_add(struct backend_s3 *s, const struct sfs_id *pid, const struct sfs_attr *a)
+{
+	uint64_t v;
+	int ret = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (s->listed_gone || idmap_get(&s->listed, pid, &v))
+		goto out;
+	if (s->nlisted == s->listed_cap) {
+		size_t cap = s->listed_cap ? s->listed_cap * 2 : 1024;
+		struct listed_attr *la = realloc(s->listed_attr, cap * sizeof(*la));
+
+		if (!la) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		s->listed_attr = la;
+		s->listed_cap = cap;
+	}
+	if (idmap_put(&s->listed, pid, s->nlisted) < 0) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	s->listed_attr[s->nlisted++] = (struct listed_attr){
+		.content = a->content, .size = a->size, .mtime = a->mtime,
+	};
+out:
+	pthread_mutex_unlock(&s->lock);
+	return ret;
+}
+
+/* The walk is over: what it listed is in the manifest now. */
+static void listed_drop(struct backend_s3 *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->listed_gone = true;
+	idmap_release(&s->listed);
+	free(s->listed_attr);
+	s->listed_attr = NULL;
+	s->nlisted = s->listed_cap = 0;
+	pthread_mutex_unlock(&s->lock);
 }
 
 /* One entry of a directory listed: a file, or a subdirectory (etag NULL). */
@@ -348,6 +408,12 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 		return -ENAMETOOLONG;
 	file_attr(s, path, en, &e->a);
 	r = etag_add(s, &e->a.content, en->etag, en->version);
+	if (!r) {
+		struct sfs_id pid;
+
+		sfs_id_of(path, strlen(path), &pid);
+		r = listed_add(s, &pid, &e->a);
+	}
 	return r ? r : 1;
 }
 
@@ -386,7 +452,9 @@ static int one_object(void *arg, const struct s3_object *o)
 
 /*
  * A directory is a prefix, with nothing of its own to ask for; a file's
- * attributes are the first key listed under its own key (it sorts first).
+ * attributes are what the walk listed, or, where its directory was read
+ * but this file not yet returned (or the walk is over), the first key
+ * listed under its own key (it sorts first).
  */
 static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_attr *a)
 {
@@ -395,10 +463,30 @@ static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_att
 	char key[PATH_MAX + 1024], err[512];
 	int r;
 
+	struct sfs_id pid;
+	uint64_t v;
+	bool hit;
+
 	if (type == S_IFDIR) {
 		*a = s->dir_attr;
 		return 0;
 	}
+	sfs_id_of(rel, strlen(rel), &pid);
+	pthread_mutex_lock(&s->lock);
+	hit = !s->listed_gone && idmap_get(&s->listed, &pid, &v);
+	if (hit) {
+		const struct listed_attr *la = &s->listed_attr[v];
+
+		memset(a, 0, sizeof(*a));
+		a->mode = S_IFREG | 0444;
+		a->nlink = 1;
+		a->size = la->size;
+		a->atime = a->mtime = a->ctime = la->mtime;
+		a->content = la->content;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (hit)
+		return 0;
 	r = snprintf(key, sizeof(key), "%s%s", s->t.prefix, rel);
 	if (r < 0 || (size_t)r >= sizeof(key))
 		return -ENAMETOOLONG;
@@ -448,6 +536,7 @@ static int s3_walked(void *arg, struct dirscan_result *r, struct manifest **m, c
 	int ret;
 
 	free(r->stamps);
+	listed_drop(s);
 	ret = manifest_open(r->manifest, r->manifest_len, m, err, errlen);
 	if (ret) {
 		free(r->manifest);
@@ -618,6 +707,7 @@ static int s3b_create(const char *uri, const struct sfs_config *cfg, struct back
 	s->be.ops = &backend_s3_ops;
 	s->be.chunk_size = (uint32_t)cfg->chunk_size;
 	s->etag_of = (struct idmap)IDMAP_INIT;
+	s->listed = (struct idmap)IDMAP_INIT;
 	s->t0 = now_ms();
 	pthread_mutex_init(&s->lock, NULL);
 	atomic_init(&s->bad_names, 0);
@@ -660,6 +750,8 @@ static void s3b_destroy(struct backend *be)
 	}
 	free(s->etags);
 	idmap_release(&s->etag_of);
+	idmap_release(&s->listed);
+	free(s->listed_attr);
 	pthread_mutex_destroy(&s->lock);
 	s3_target_release(&s->t);
 	free(be->uri);

@@ -13,12 +13,13 @@ command -v radosgw >/dev/null || skip "radosgw is not installed (./install-deps 
 TOOL=$REPO/tools/dev/ceph-cluster.sh
 PUT=$REPO/tools/dev/s3-put.sh
 T=$TEST_TMPDIR B=b$$
-FPID=
+FPID= LPID=
 cleanup() {
 	local rc=$?
 	trap - ERR
 	set +e
 	[[ -z $FPID ]] || kill "$FPID" 2>/dev/null
+	[[ -z $LPID ]] || kill "$LPID" 2>/dev/null
 	"$TOOL" stop-rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>&1
 	(exit "$rc")
 	_lib_on_exit
@@ -71,11 +72,19 @@ log "credentials file: byte-exact, names encoded, warmed, served from the cache"
 # --- a bucket is listed one directory at a time, in the background: with
 # the walk slowed (0.6 s a directory, one thread) the mount answers at
 # once, the tree is the same during the walk and after, with the same inode
-# numbers; an unmount stops a walk still running
+# numbers, and a file looked up during the walk costs no request of its own
+# (the walk keeps what it listed); an unmount stops a walk still running.
+# Through a proxy that logs every request and fails none.
+"$PYTHON" "$REPO/tests/s3_faults.py" --upstream "$URL" --count "$T/nofaults" --every 0 \
+	--log "$T/requests" >"$T/proxy.log" 2>&1 &
+LPID=$!
+wait_for -t 10 contains listening "$T/proxy.log" || die "the logging proxy did not start: $(cat "$T/proxy.log")"
+LP=$(awk '$1 == "listening" { print $2; exit }' "$T/proxy.log")
+[[ $LP =~ ^[0-9]+$ ]] || die "the logging proxy printed no port: $(cat "$T/proxy.log")"
 W=$T/walking	# a mount point of its own: its own log
 t0=$(date +%s%3N)
-STAGEFS_TEST_SCAN_DELAY_US=600000 sfs_mount "s3://$B/data" "$W" "${opts[@]}" "cache_dir=$T/cw" \
-	dir_scan_threads=1
+STAGEFS_TEST_SCAN_DELAY_US=600000 sfs_mount "s3://$B/data" "$W" "s3_endpoint=http://127.0.0.1:$LP" \
+	"s3_credentials_file=$CRED" chunk_size=1M "cache_dir=$T/cw" dir_scan_threads=1
 ls -i1 "$W/a" | LC_ALL=C sort -k2 >"$T/a.during"
 t1=$(date +%s%3N)
 contains "directories, " "$(sfs_log "$W")" && die "the walk ended before \`ls\` of a directory: nothing shows the mount answers early"
@@ -85,6 +94,8 @@ assert_eq "$(wc -l <"$T/a.during")" 41 "entries of a/ listed during the walk"
 stat -c '%i %s %n' "$W/a/b/note.txt" "$W/names/with space+plus.txt" >"$T/probe.during"
 diff -r "$S" "$W" >"$T/diff" 2>&1 || die "the mount differs during the walk: $(head -5 "$T/diff")"
 wait_for -t 30 contains "directories, " "$(sfs_log "$W")" || die "the walk did not end"
+assert_eq "$(grep -c 'max-keys=1&' "$T/requests" || true)" 0 "listings of one key (a lookup asking S3) during the walk"
+assert_ge "$(grep -c 'delimiter=%2F' "$T/requests" || true)" 6 "delimited listings (a directory each)"
 contains "46 objects in 6 directories" "$(sfs_log "$W")" || die "the walk's count: $(grep "directories, " "$(sfs_log "$W")")"
 drop_caches
 ls -i1 "$W/a" | LC_ALL=C sort -k2 | cmp -s - "$T/a.during" || die "inode numbers of a/ changed when the walk ended"
@@ -92,7 +103,9 @@ stat -c '%i %s %n' "$W/a/b/note.txt" "$W/names/with space+plus.txt" | cmp -s - "
 	die "inode numbers changed when the walk ended"
 diff -r "$S" "$W" >/dev/null || die "the mount differs after the walk"
 sfs_umount "$W"
-log "first answer: \`ls\` of a/ $((t1 - t0)) ms after exec, the walk still running; the same tree and inodes after it"
+kill "$LPID"
+LPID=
+log "first answer: \`ls\` of a/ $((t1 - t0)) ms after exec, the walk still running; the same tree and inodes after it; $(grep -c . "$T/requests") requests, none for a lookup"
 STAGEFS_TEST_SCAN_DELAY_US=3000000 sfs_mount "s3://$B/data" "$W" "${opts[@]}" "cache_dir=$T/cw" \
 	dir_scan_threads=1
 t0=$(date +%s%3N)
