@@ -13,7 +13,8 @@
  * shows the node's feed rate (bytes and files per second over 1 s, 10 s and
  * 60 s), hit ratio, stall share, backend rate, cache use, warmup progress
  * where the daemon reports it, then one row per user, per Kubernetes
- * namespace (its jobs summed: "ns:NAME"), per job and per GPU, busiest first, then one per member of the node's peer group (bytes in and
+ * namespace (its jobs summed: "ns:NAME"), per job and per GPU, busiest
+ * first, then one per member of the node's peer group (bytes in and
  * out, hits, failures, fallbacks) where it has one.  Rates include reads
  * through passthrough opens, counted exactly where the daemon's BPF hook
  * runs; a rate marked ~ includes estimated bytes (read_bytes_estimated:

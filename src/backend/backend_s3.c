@@ -172,7 +172,7 @@ out:
 	return ret;
 }
 
-/* File @rel (a path id of it: @pid) listed with attributes @a: kept for src_getattr(). */
+/* A file listed with attributes @a, its path's id @pid: kept for src_getattr(). */
 static int listed_add(struct backend_s3 *s, const struct sfs_id *pid, const struct sfs_attr *a)
 {
 	uint64_t v;
@@ -229,8 +229,7 @@ struct s3_dir {
 	char *prefix;		/* the whole key prefix, ending in '/' (or the bucket's "") */
 	size_t plen;
 	struct s3_ent *v;
-	size_t n, cap, next;
-	struct s3_ent *cur;	/* the entry readdir gave last */
+	size_t n, cap, next;	/* next: the entry readdir gives next */
 };
 
 static int ent_add(struct s3_dir *d, const char *name, size_t n, const struct s3_object *o)
