@@ -19,7 +19,7 @@ kinds in turn:
 
 FILE gets the number of faults injected so far after each one; --every 0
 injects none.  --log FILE gets a line for each request: its method and its
-path with the query.  Runs until killed.  For tests/rados/s3_source.sh: every read must still return the
+path with the query; and "CONNECTION" for each connection a client opens.  Runs until killed.  For tests/rados/s3_source.sh: every read must still return the
 right bytes, through the client's retries.
 """
 import argparse
@@ -52,6 +52,12 @@ def main():
 
         def log_message(self, *args):
             pass
+
+        def setup(self):
+            super().setup()
+            if a.log:
+                with lock, open(a.log, "a") as f:
+                    f.write("CONNECTION\n")
 
         def fault(self):
             """The fault to inject for this request, or None."""

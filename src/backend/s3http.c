@@ -57,9 +57,39 @@ static struct log_ratelimit rl_get = LOG_RATELIMIT_INIT(10000, 10);
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
 
+/*
+ * s3_fetch()'s handle, one a thread, kept between requests (curl_easy_reset
+ * keeps a handle's connections): a walk's threads list directory after
+ * directory each on a connection of its own, not on a new TCP (and TLS)
+ * connection a request.  Freed when its thread ends.
+ */
+static pthread_key_t fetch_key;
+static bool fetch_key_ok;
+
+static void fetch_handle_free(void *e)
+{
+	curl_easy_cleanup(e);
+}
+
 static void curl_init(void)
 {
 	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+	fetch_key_ok = !curl_init_rc && !pthread_key_create(&fetch_key, fetch_handle_free);
+}
+
+/* This thread's kept handle, reset; or, where none can be kept, a new one (*@kept false). */
+static CURL *fetch_handle(bool *kept)
+{
+	CURL *e = fetch_key_ok ? pthread_getspecific(fetch_key) : NULL;
+
+	*kept = e != NULL;
+	if (e) {
+		curl_easy_reset(e);
+		return e;
+	}
+	e = curl_easy_init();
+	*kept = e && fetch_key_ok && !pthread_setspecific(fetch_key, e);
+	return e;
 }
 
 /* ---- requests ---- */
@@ -273,7 +303,8 @@ int s3_fetch(const struct s3_target *t, const char *key, const char *query, char
 		struct body b = { .max = max };
 		struct curl_slist *h = NULL;
 		char cerr[CURL_ERROR_SIZE] = "";
-		CURL *e = curl_easy_init();
+		bool kept;
+		CURL *e = fetch_handle(&kept);
 		CURLcode rc;
 		uint64_t wait;
 
@@ -286,15 +317,20 @@ int s3_fetch(const struct s3_target *t, const char *key, const char *query, char
 			ret = -EINVAL;
 		if (ret) {
 			curl_slist_free_all(h);
-			curl_easy_cleanup(e);
+			if (!kept)
+				curl_easy_cleanup(e);
 			snprintf(err, errlen, "libcurl: cannot set a request up");
 			return ret;
 		}
 		rc = curl_easy_perform(e);
 		*status = 0;
 		curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
+		/* no pointer into this frame may outlive the request */
+		curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
+		curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
 		curl_slist_free_all(h);
-		curl_easy_cleanup(e);
+		if (!kept)
+			curl_easy_cleanup(e);
 		wait = backoff_ms(tries++);
 		if (retryable(rc, *status, b.p) && now_ms() + wait < deadline) {
 			free(b.p);

@@ -103,9 +103,21 @@ stat -c '%i %s %n' "$W/a/b/note.txt" "$W/names/with space+plus.txt" | cmp -s - "
 	die "inode numbers changed when the walk ended"
 diff -r "$S" "$W" >/dev/null || die "the mount differs after the walk"
 sfs_umount "$W"
+log "first answer: \`ls\` of a/ $((t1 - t0)) ms after exec, the walk still running; the same tree and inodes after it; $(grep -vc '^CONNECTION' "$T/requests") requests, none for a lookup"
+# a walk's requests reuse their connections: a thread's listings, one after
+# another, on one connection (2 walk threads and the mount's own thread)
+: >"$T/requests"
+sfs_mount "s3://$B/data" "$W" "s3_endpoint=http://127.0.0.1:$LP" "s3_credentials_file=$CRED" \
+	chunk_size=1M "cache_dir=$T/cw" dir_scan_threads=2
+wait_for -t 30 contains "directories, " "$(sfs_log "$W")" || die "the second walk did not end"
+nl=$(grep -c 'list-type=2\|versioning=' "$T/requests" || true)
+nc=$(grep -c '^CONNECTION' "$T/requests" || true)
+assert_ge "$nl" 8 "listing requests of a walk of 6 directories"
+((nc < 4)) || die "$nc connections for $nl listing requests by 3 threads: connections are not reused"
+sfs_umount "$W"
 kill "$LPID"
 LPID=
-log "first answer: \`ls\` of a/ $((t1 - t0)) ms after exec, the walk still running; the same tree and inodes after it; $(grep -c . "$T/requests") requests, none for a lookup"
+log "a walk: $nl listing requests on $nc connections"
 STAGEFS_TEST_SCAN_DELAY_US=3000000 sfs_mount "s3://$B/data" "$W" "${opts[@]}" "cache_dir=$T/cw" \
 	dir_scan_threads=1
 t0=$(date +%s%3N)
