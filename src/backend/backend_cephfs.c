@@ -318,12 +318,10 @@ static int cfs_walk_start(struct backend_cephfs *c, struct dirscan **out, char *
 		snprintf(err, errlen, "cephfs://%s%s: not a directory", c->fs_name, c->root);
 		return -ENOTDIR;
 	}
-	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");	/* tests: a slow walk */
-
 	attr_from_statx(c, &st, &a);
 	c->walk_t0 = now_ms();
 	return dirscan_start_source(&src, &a, c->walk_threads, c->be.chunk_size,
-				    env ? (unsigned)strtoul(env, NULL, 10) : 0, out, err, errlen);
+				    scanserve_test_delay_us(), out, err, errlen);
 }
 
 /* ---- the saved walk ---- */
@@ -483,7 +481,6 @@ static int cfs_walked(void *arg, struct dirscan_result *r, struct manifest **m, 
 static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, char *err,
 		     size_t errlen)
 {
-	struct dirscan_result r;
 	struct dirscan *scan;
 	uint64_t t0 = now_ms();
 	int ret;
@@ -501,19 +498,10 @@ static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, cha
 	ret = cfs_walk_start(c, &scan, err, errlen);
 	if (ret)
 		return ret;
-	if (cfg->dir_scan_background) {
-		ret = scanserve_start(&c->ss, scan, err, errlen);
-		if (!ret && c->ss.started)
-			log_info("%s: walking in the background (%u threads); answering meanwhile",
-				 c->be.uri, c->walk_threads);
-		return ret;
-	}
-	ret = dirscan_finish(scan, &r, err, errlen);
-	dirscan_destroy(scan);
-	if (!ret)
-		ret = cfs_walked(c, &r, &c->be.m, err, errlen);
-	if (!ret)
-		manifest_set_name(c->be.m, c->be.uri);
+	ret = scanserve_run(&c->ss, scan, cfg->dir_scan_background, err, errlen);
+	if (!ret && c->ss.started)
+		log_info("%s: walking in the background (%u threads); answering meanwhile",
+			 c->be.uri, c->walk_threads);
 	return ret;
 }
 

@@ -329,15 +329,13 @@ static int dir_scan_done(void *arg, struct dirscan_result *r, struct manifest **
 static int dir_scan_start(struct backend_dir *d, const struct sfs_config *cfg,
 			  int rootfd, char *err, size_t errlen)
 {
-	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");
-	unsigned delay = env ? (unsigned)strtoul(env, NULL, 10) : 0;
 	struct dirscan *scan;
 	int ret;
 
 	d->scan_threads = scanserve_threads(cfg);
 	d->scan_t0 = now_ms();
 	ret = dirscan_start(rootfd, d->root, d->scan_threads, d->be.chunk_size,
-			    delay, &scan, err, errlen);
+			    scanserve_test_delay_us(), &scan, err, errlen);
 	if (ret)
 		return ret;
 	ret = scanserve_start(&d->ss, scan, err, errlen);

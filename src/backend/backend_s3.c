@@ -569,11 +569,8 @@ static int s3_index(struct backend_s3 *s, const struct sfs_config *cfg, char *er
 		.getattr = src_getattr,
 		.readlink = src_readlink,
 	};
-	struct dirscan_result r;
 	struct dirscan *scan;
 	struct timespec now;
-	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");	/* tests: a slow walk */
-	unsigned delay = env ? (unsigned)strtoul(env, NULL, 10) : 0;
 	int ret;
 
 	ret = s3_versioning(&s->t, &s->versioned, err, errlen);
@@ -597,8 +594,8 @@ static int s3_index(struct backend_s3 *s, const struct sfs_config *cfg, char *er
 	s->dir_attr.nlink = 1;	/* while the walk runs: "not counted" (the index counts them) */
 	s->dir_attr.atime = s->dir_attr.mtime = s->dir_attr.ctime = now;
 	s->walk_threads = scanserve_threads(cfg);
-	ret = dirscan_start_source(&src, &s->dir_attr, s->walk_threads, s->be.chunk_size, delay,
-				   &scan, err, errlen);
+	ret = dirscan_start_source(&src, &s->dir_attr, s->walk_threads, s->be.chunk_size,
+				   scanserve_test_delay_us(), &scan, err, errlen);
 	if (ret) {
 		pthread_mutex_lock(&s->lock);
 		if (s->walk_err[0])	/* S3's own reason beats the scan's */
@@ -606,19 +603,10 @@ static int s3_index(struct backend_s3 *s, const struct sfs_config *cfg, char *er
 		pthread_mutex_unlock(&s->lock);
 		return ret;
 	}
-	if (cfg->dir_scan_background) {
-		ret = scanserve_start(&s->ss, scan, err, errlen);
-		if (!ret && s->ss.started)
-			log_info("%s: listing in the background (%u threads); answering meanwhile",
-				 s->be.uri, s->walk_threads);
-		return ret;
-	}
-	ret = dirscan_finish(scan, &r, err, errlen);
-	dirscan_destroy(scan);
-	if (!ret)
-		ret = s3_walked(s, &r, &s->be.m, err, errlen);
-	if (!ret)
-		manifest_set_name(s->be.m, s->be.uri);
+	ret = scanserve_run(&s->ss, scan, cfg->dir_scan_background, err, errlen);
+	if (!ret && s->ss.started)
+		log_info("%s: listing in the background (%u threads); answering meanwhile",
+			 s->be.uri, s->walk_threads);
 	return ret;
 }
 

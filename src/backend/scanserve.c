@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 unsigned scanserve_threads(const struct sfs_config *cfg)
@@ -110,6 +111,30 @@ int scanserve_start(struct scanserve *ss, struct dirscan *scan, char *err, size_
 	dirscan_destroy(ss->scan);
 	ss->scan = NULL;
 	return -EIO;
+}
+
+int scanserve_run(struct scanserve *ss, struct dirscan *scan, bool background,
+		  char *err, size_t errlen)
+{
+	struct dirscan_result r;
+	int ret;
+
+	if (background)
+		return scanserve_start(ss, scan, err, errlen);
+	ret = dirscan_finish(scan, &r, err, errlen);
+	dirscan_destroy(scan);
+	if (!ret)
+		ret = ss->done(ss->arg, &r, &ss->be->m, err, errlen);
+	if (!ret)
+		manifest_set_name(ss->be->m, ss->be->uri);
+	return ret;
+}
+
+unsigned scanserve_test_delay_us(void)
+{
+	const char *env = getenv("STAGEFS_TEST_SCAN_DELAY_US");
+
+	return env ? (unsigned)strtoul(env, NULL, 10) : 0;
 }
 
 void scanserve_destroy(struct scanserve *ss)

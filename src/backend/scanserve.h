@@ -72,6 +72,15 @@ void scanserve_init(struct scanserve *ss, struct backend *be, const char *what,
  */
 int scanserve_start(struct scanserve *ss, struct dirscan *scan, char *err, size_t errlen);
 
+/*
+ * scanserve_start() with @background (dir_scan_background); without, the
+ * scan waited for here: its result through @done, the manifest in be->m,
+ * or -errno with @err.
+ */
+int scanserve_run(struct scanserve *ss, struct dirscan *scan, bool background,
+		  char *err, size_t errlen);
+/* Tests: STAGEFS_TEST_SCAN_DELAY_US, a scan thread's pause after each directory (0). */
+unsigned scanserve_test_delay_us(void);
 /* Is the manifest in be->m (or did the scan fail)?  Then no live calls. */
 static inline bool scanserve_live(struct scanserve *ss)
 {
