@@ -456,6 +456,15 @@ static const struct opt opts[] = {
 		"`cephfs://` sources: how many chunk reads run at once, each on "
 		"a thread of its own (libcephfs's reads block). Every read is "
 		"bounded by `rados_timeout` all the same (docs/cephfs.md)." },
+	{ "cephfs_direct_reads", OPT_BOOL, O(cephfs_direct_reads), "yes", 0, 0,
+	  "cephfs://: read files from the data pool's objects with librados (no: through libcephfs)",
+	  .doc =
+		"`cephfs://` sources: read a file's bytes from its objects in "
+		"the data pool with librados, where the walk learnt its inode "
+		"number and layout, instead of through libcephfs (open, read, "
+		"close a file per chunk). Files with a pool namespace, a missing "
+		"object or a key without OSD read caps are read through the "
+		"client all the same (docs/cephfs.md)." },
 	{ "s3_endpoint", OPT_STR, O(s3_endpoint), "", 0, 0,
 	  "s3://: endpoint URL (default $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)",
 	  .doc =

@@ -79,6 +79,7 @@ struct sfs_config {
 	char *keyring;
 	uint64_t rados_timeout_ms;	/* osd/mon op timeout: bound on a reader's EIO */
 	uint32_t cephfs_threads;	/* cephfs://: chunk reads in flight */
+	bool cephfs_direct_reads;	/* cephfs://: read the data pool's objects, past the client */
 	char *s3_endpoint;		/* s3://: the endpoint URL ("": $AWS_ENDPOINT_URL..., AWS) */
 	char *s3_region;
 	char *s3_profile;

@@ -43,6 +43,7 @@
 
 #ifdef CONFIG_HAVE_CEPHFS
 
+#include "cephfs_objs.h"
 #include "config.h"
 #include "dirscan.h"
 #include "log.h"
@@ -93,6 +94,14 @@ struct backend_cephfs {
 	bool snapshot;
 	char fsid[64];
 	uint64_t timeout_ms;
+	uint64_t snapid;	/* the root's: a snapshot's id, or CEPH_NOSNAP */
+
+	/* direct reads (see the top): the walk's record, then the map */
+	bool direct;			/* cephfs_direct_reads, until RADOS refuses */
+	struct cfsobj_builder *objs_b;	/* during the walk */
+	struct cfsobj_map *_Atomic objs;
+	struct cfsobj_reader *rd;
+	atomic_bool told_missing, told_layout;
 
 	/* the walk (see the top) */
 	struct scanserve ss;
@@ -206,27 +215,64 @@ static int src_opendir(void *arg, const char *rel, void **out)
 	return 0;
 }
 
+/*
+ * Where the file @in (inode @ino, content id @content) keeps its bytes, for
+ * direct reads: its layout, unless it names a pool namespace (the client's
+ * layout leaves that out; such a file is read through the client).
+ */
+static void record_objects(struct backend_cephfs *c, struct Inode *in, uint64_t ino,
+			   const struct sfs_id *content)
+{
+	struct ceph_file_layout fl;
+	struct cfsobj_layout l;
+	char ns[256];
+	int r;
+
+	ceph_ll_file_layout(c->cm, in, &fl);
+	r = ceph_ll_getxattr(c->cm, in, "ceph.file.layout.pool_namespace", ns, sizeof(ns),
+			     ceph_mount_perms(c->cm));
+	l = (struct cfsobj_layout){ .stripe_unit = fl.fl_stripe_unit,
+				    .stripe_count = fl.fl_stripe_count,
+				    .object_size = fl.fl_object_size,
+				    .pool = (int64_t)(int32_t)fl.fl_pg_pool };
+	if (r > 0 || r == -ERANGE || cfsobj_builder_add(c->objs_b, content, ino, &l) == -EINVAL) {
+		if (!atomic_exchange(&c->told_layout, true))
+			log_info("%s: a file's layout (%s) is not read directly: such files are read through the client",
+				 c->be.uri, r > 0 || r == -ERANGE ? "a pool namespace" : "its striping");
+	}
+}
+
 static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_entry *e,
 		       char *target, size_t tlen)
 {
 	struct backend_cephfs *c = arg;
 	struct cfs_dir *d = dir;
 	struct ceph_statx st;
+	struct Inode *in = NULL;
 	int r;
 
 	(void)rel;
-	do {
-		r = ceph_readdirplus_r(c->cm, d->d, &d->de, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW, NULL);
+	for (;;) {
+		r = ceph_readdirplus_r(c->cm, d->d, &d->de, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW,
+				       c->objs_b ? &in : NULL);
 		if (r <= 0)
 			return r;
-	} while (!strcmp(d->de.d_name, ".") || !strcmp(d->de.d_name, ".."));
+		if (strcmp(d->de.d_name, ".") && strcmp(d->de.d_name, ".."))
+			break;
+		if (in)
+			ceph_ll_put(c->cm, in);
+		in = NULL;
+	}
+	r = 1;
 	memset(e, 0, sizeof(*e));
 	e->name = d->de.d_name;
 	if (!S_ISREG(st.stx_mode) && !S_ISDIR(st.stx_mode) && !S_ISLNK(st.stx_mode)) {
 		e->skip = true;
-		return 1;
+		goto out;
 	}
 	if (S_ISREG(st.stx_mode)) {
+		uint64_t ino = st.stx_ino;
+
 		/*
 		 * readdirplus gives what the MDS has; a file another client
 		 * is writing has its size and times in that client's caps.
@@ -237,20 +283,32 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 		 */
 		r = ceph_statxat(c->cm, d->fd, d->de.d_name, &st, CFS_WANT, AT_SYMLINK_NOFOLLOW);
 		if (r < 0)
-			return r;
-		if (!S_ISREG(st.stx_mode))
-			return -EAGAIN;	/* replaced during the walk */
+			goto out;
+		r = 1;
+		if (!S_ISREG(st.stx_mode)) {
+			r = -EAGAIN;	/* replaced during the walk */
+			goto out;
+		}
 		e->multi = st.stx_nlink > 1;
 		e->dev = (uint64_t)st.stx_dev;
 		e->ino = st.stx_ino;
+		attr_from_statx(c, &st, &e->a);
+		/* the inode readdir gave is the one the name has now */
+		if (in && ino == st.stx_ino)
+			record_objects(c, in, ino, &e->a.content);
 	} else if (S_ISLNK(st.stx_mode)) {
 		r = ceph_readlinkat(c->cm, d->fd, d->de.d_name, target, tlen - 1);
 		if (r < 0)
-			return r;
+			goto out;
 		target[r] = '\0';
+		r = 1;
 	}
-	attr_from_statx(c, &st, &e->a);
-	return 1;
+	if (!S_ISREG(st.stx_mode))
+		attr_from_statx(c, &st, &e->a);
+out:
+	if (in)
+		ceph_ll_put(c->cm, in);
+	return r;
 }
 
 static void src_closedir(void *arg, void *dir)
@@ -393,6 +451,41 @@ static int stamp_line(const char *manifest, const char *stamp, char *buf, size_t
 	return 0;
 }
 
+/*
+ * Serve direct reads from the map of @m's files, @tag (the stamp line of
+ * @m's file; "" for a walk not saved) in @buf (@len bytes, ours), or from
+ * the saved one (@buf NULL).  Without a map, reads go through the client.
+ */
+static void objs_open(struct backend_cephfs *c, const char *cache_dir, const char *tag,
+		      const struct manifest *m, void *buf, size_t len)
+{
+	struct cfsobj_map *map = NULL;
+	char path[PATH_MAX], err[256];
+	int r;
+
+	if (buf) {
+		r = cfsobj_map_open(buf, len, false, m, tag, &map, err, sizeof(err));
+	} else {
+		saved_path(c, cache_dir, ".cephfs-objs", path, sizeof(path));
+		r = cfsobj_map_open_file(path, m, tag, &map, err, sizeof(err));
+	}
+	if (r) {
+		log_info("%s: no map of the files' objects (%s): reads go through the client",
+			 c->be.uri, err);
+		return;
+	}
+	log_info("%s: %" PRIu64 " files read from their objects directly (any other through the client)",
+		 c->be.uri, cfsobj_map_count(map));
+	cfsobj_map_close(atomic_exchange(&c->objs, map));
+}
+
+static void objs_load(struct backend_cephfs *c, const char *cache_dir, const char *tag,
+		      const struct manifest *m)
+{
+	if (c->direct)
+		objs_open(c, cache_dir, tag, m, NULL, 0);
+}
+
 /* Open the saved walk in *@m if its stamp is @stamp: 0, or -errno (walk then). */
 static int saved_load(struct backend_cephfs *c, const char *cache_dir, const char *stamp,
 		      struct manifest **m)
@@ -417,27 +510,54 @@ static int saved_load(struct backend_cephfs *c, const char *cache_dir, const cha
 	ret = manifest_open_file(mpath, m, err, sizeof(err));
 	if (ret)
 		log_warn("%s: the saved walk %s: %s (walking again)", c->be.uri, mpath, err);
+	else
+		objs_load(c, cache_dir, want, *m);
 	return ret;
 }
 
-/* Save the walk @buf (@len bytes) with @stamp, the manifest first. */
+/*
+ * Save the walk @buf (@len bytes) with @stamp and open it in *@m: the
+ * manifest, the map of its files' objects (tagged with the manifest
+ * file's stamp line), then the stamp, which makes them count.
+ */
 static int saved_store(struct backend_cephfs *c, const char *cache_dir, const char *stamp,
-		       const void *buf, size_t len)
+		       const void *buf, size_t len, struct manifest **m)
 {
-	char mpath[PATH_MAX], spath[PATH_MAX], dir[PATH_MAX], line[512];
+	char mpath[PATH_MAX], spath[PATH_MAX], opath[PATH_MAX], dir[PATH_MAX], line[512];
+	char err[256];
+	void *obuf = NULL;
+	size_t olen = 0;
 	int ret;
 
 	snprintf(dir, sizeof(dir), "%s/snapshots", cache_dir);
 	saved_path(c, cache_dir, ".cephfs", mpath, sizeof(mpath));
 	saved_path(c, cache_dir, ".cephfs-stamp", spath, sizeof(spath));
+	saved_path(c, cache_dir, ".cephfs-objs", opath, sizeof(opath));
 	ret = mkdir_p(dir, 0700);
 	if (!ret)
 		ret = write_file_atomic(mpath, buf, len, 0600, true);
 	if (!ret)
 		ret = stamp_line(mpath, stamp, line, sizeof(line));
-	if (!ret)
-		ret = write_file_atomic(spath, line, strlen(line), 0600, true);
-	return ret;
+	if (!ret) {
+		ret = manifest_open_file(mpath, m, err, sizeof(err));
+		if (ret)
+			log_warn("%s: the walk just saved %s: %s", c->be.uri, mpath, err);
+	}
+	if (ret)
+		return ret;
+	if (c->objs_b && !cfsobj_builder_build(c->objs_b, *m, line, &obuf, &olen)) {
+		if (write_file_atomic(opath, obuf, olen, 0600, true))
+			unlink(opath);
+		free(obuf);
+	}
+	ret = write_file_atomic(spath, line, strlen(line), 0600, true);
+	if (ret) {
+		manifest_close(*m);
+		*m = NULL;
+		return ret;
+	}
+	objs_load(c, cache_dir, line, *m);
+	return 0;
 }
 
 /*
@@ -446,6 +566,13 @@ static int saved_store(struct backend_cephfs *c, const char *cache_dir, const ch
  * and served from the file, mapped, as dir:// serves its scan, so that
  * the daemon holds none of it; else from @r's buffer.
  */
+/* The walk's record of objects is in a map now, or never will be. */
+static void objs_walked(struct backend_cephfs *c)
+{
+	cfsobj_builder_destroy(c->objs_b);
+	c->objs_b = NULL;
+}
+
 static int cfs_walked(void *arg, struct dirscan_result *r, struct manifest **m, char *err,
 		      size_t errlen)
 {
@@ -459,17 +586,26 @@ static int cfs_walked(void *arg, struct dirscan_result *r, struct manifest **m, 
 		   now_ms() - c->walk_t0, c->walk_threads);
 	free(r->stamps);
 	if (c->stamped && !tree_stamp(c, again, sizeof(again)) && !strcmp(again, c->stamp)) {
-		ret = saved_store(c, c->cache_dir, c->stamp, r->manifest, r->manifest_len);
+		ret = saved_store(c, c->cache_dir, c->stamp, r->manifest, r->manifest_len, m);
 		if (ret)
 			log_warn("%s: cannot save the walk: %s", c->be.uri, strerror(-ret));
-		else if (!saved_load(c, c->cache_dir, c->stamp, m)) {
+		else {
 			free(r->manifest);
+			objs_walked(c);
 			return 0;
 		}
 	}
 	ret = manifest_open(r->manifest, r->manifest_len, m, err, errlen);
-	if (ret)
+	if (ret) {
 		free(r->manifest);
+	} else if (c->direct && c->objs_b) {
+		void *obuf;
+		size_t olen;
+
+		if (!cfsobj_builder_build(c->objs_b, *m, "", &obuf, &olen))
+			objs_open(c, c->cache_dir, "", *m, obuf, olen);
+	}
+	objs_walked(c);
 	return ret;
 }
 
@@ -495,6 +631,8 @@ static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, cha
 		return 0;
 	}
 	c->walk_threads = scanserve_threads(cfg);
+	if (c->direct && !(c->objs_b = cfsobj_builder_create()))
+		return -ENOMEM;
 	ret = cfs_walk_start(c, &scan, err, errlen);
 	if (ret)
 		return ret;
@@ -533,6 +671,84 @@ static int check_version(struct backend_cephfs *c, int fd, const struct sfs_attr
 	return 0;
 }
 
+/*
+ * Is inode @ino, read directly, still the version mounted as @file?  0, or
+ * -EIO (logged).  The client answers from the capabilities it holds, or
+ * asks the MDS (which recalls a writer's), as for an open file.
+ */
+static int check_version_ino(struct backend_cephfs *c, uint64_t ino, const struct sfs_attr *file)
+{
+	vinodeno_t vino = { .ino = { ino }, .snapid = { CEPH_NOSNAP } };
+	struct ceph_statx st;
+	struct Inode *in;
+	struct sfs_id id;
+	char rel[PATH_MAX] = "";
+	int r;
+
+	r = ceph_ll_lookup_vino(c->cm, vino, &in);
+	if (!r) {
+		r = ceph_ll_getattr(c->cm, in, &st, CFS_WANT, 0, ceph_mount_perms(c->cm));
+		ceph_ll_put(c->cm, in);
+	}
+	if (!r) {
+		content_id(c, &st, &id);
+		if (sfs_id_eq(&id, &file->content))
+			return 0;
+	}
+	scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
+	if (r && r != -ENOENT && r != -ESTALE)
+		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s/%s: statx: %s", c->fs_name, c->root,
+			    rel, strerror(-r));
+	else
+		log_limited(&rl_read, LOG_ERR,
+			    "cephfs://%s%s/%s changed since it was mounted: remount to see the new version",
+			    c->fs_name, c->root, rel);
+	return -EIO;
+}
+
+/*
+ * Chunk @idx of @file from its objects, if the map knows them: @len,
+ * -errno (EIO for the reader), or -ENOENT: read it through the client.
+ */
+static int cfs_read_direct(struct backend_cephfs *c, const struct sfs_attr *file, uint32_t idx,
+			   void *buf, size_t len)
+{
+	struct cfsobj_map *map = atomic_load(&c->objs);
+	uint64_t off = (uint64_t)idx * c->be.chunk_size, ino;
+	struct cfsobj_layout l;
+	int r;
+
+	if (!map || !__atomic_load_n(&c->direct, __ATOMIC_RELAXED) ||
+	    !cfsobj_map_find(map, file->ino, &ino, &l))
+		return -ENOENT;
+	r = cfsobj_read(c->rd, ino, &l, off, buf, len);
+	if (r == -ENOENT) {
+		if (!atomic_exchange(&c->told_missing, true))
+			log_info("%s: a file has no object where its data would be (a hole, or data kept inline): such reads go through the client",
+				 c->be.uri);
+		return -ENOENT;
+	}
+	if (r == -EPERM || r == -EACCES) {
+		/* this client may not read the data pool itself: the client reads */
+		if (__atomic_exchange_n(&c->direct, false, __ATOMIC_RELAXED))
+			log_warn("%s: reading the data pool directly: %s (the key's OSD caps?); reading through the client from now on",
+				 c->be.uri, strerror(-r));
+		return -ENOENT;
+	}
+	if (r < 0) {
+		char rel[PATH_MAX] = "";
+
+		scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
+		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s/%s: reading its objects: %s",
+			    c->fs_name, c->root, rel, strerror(-r));
+		return -EIO;
+	}
+	/* as below: one check, after the read */
+	if (!c->snapshot && (r = check_version_ino(c, ino, file)))
+		return r;
+	return (int)len;
+}
+
 /* Read chunk @idx (@len bytes) of @file into @buf on this thread.  @len or -errno. */
 static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint32_t idx,
 		    void *buf, size_t len)
@@ -542,6 +758,9 @@ static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint3
 	size_t done = 0;
 	int fd, r;
 
+	r = cfs_read_direct(c, file, idx, buf, len);
+	if (r != -ENOENT)
+		return r;
 	r = scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
 	if (r < 0)
 		return r;
@@ -870,6 +1089,18 @@ static int cfs_create(const char *uri, const struct sfs_config *cfg, struct back
 			 ret == -ENOENT ? " (no such file system? `ceph fs ls` lists them)" : "");
 		goto out;
 	}
+	{
+		struct ceph_statx st;
+
+		/* the snapshot id reads are made at (a snapshot's files have it as st_dev) */
+		ret = ceph_statx(c->cm, c->root, &st, CEPH_STATX_INO, 0);
+		c->snapid = ret ? CEPH_NOSNAP : (uint64_t)st.stx_dev;
+	}
+	c->direct = cfg->cephfs_direct_reads;
+	if (c->direct && cfsobj_reader_create(c->rados, c->snapid, &c->rd)) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	ret = cfs_index(c, cfg, err, errlen);
 	if (ret)
 		goto out;
@@ -925,6 +1156,9 @@ static void cfs_destroy(struct backend *be)
 			return;
 		}
 	}
+	cfsobj_map_close(atomic_load(&c->objs));
+	cfsobj_builder_destroy(c->objs_b);
+	cfsobj_reader_destroy(c->rd);
 	if (c->cm) {
 		ceph_unmount(c->cm);
 		ceph_release(c->cm);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link) reads byte-exact through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a mount again reuses the saved walk of a snapshot or of an unchanged tree, and walks again once the tree's recursive ctime moved; the first mount answers while the walk runs (a directory listed long before the walk ends, the same inode numbers after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within rados_timeout (the kernel's second READ of the page fails at once).
+# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link, a striped layout, a sparse file, a pool namespace) reads byte-exact, read from the data pool's objects directly where it can (the saved map of objects reused with the walk) and through the client where it cannot, through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a mount again reuses the saved walk of a snapshot or of an unchanged tree, and walks again once the tree's recursive ctime moved; the first mount answers while the walk runs (a directory listed long before the walk ends, the same inode numbers after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within rados_timeout (the kernel's second READ of the page fails at once).
 # needs: ceph
 # timeout: 240
 # SPDX-License-Identifier: Apache-2.0
@@ -32,6 +32,19 @@ for i in $(seq 1 40); do head -c $((i * 997)) /dev/urandom >"$F/$D/a/f$i"; done
 echo "as it was" >"$F/$D/a/b/note.txt"
 ln -s a/b/note.txt "$F/$D/link"
 ln "$F/$D/a/f1" "$F/$D/hard1"
+# layouts read from the objects directly: striped (3 objects of 256 KiB in
+# 64 KiB units) and sparse (its first object missing: read through the
+# client); one in a pool namespace (through the client: the client's
+# layout does not name it)
+mkdir -p "$F/$D/lay"
+touch "$F/$D/lay/striped" "$F/$D/lay/ns"
+setfattr -n ceph.file.layout -v "stripe_unit=65536 stripe_count=3 object_size=262144" \
+	"$F/$D/lay/striped" || die "cannot set a file's layout"
+setfattr -n ceph.file.layout.pool_namespace -v sfsns "$F/$D/lay/ns" || die "cannot set a pool namespace"
+head -c 3000000 /dev/urandom >"$F/$D/lay/striped"
+head -c 300000 /dev/urandom >"$F/$D/lay/ns"
+truncate -s 9000000 "$F/$D/lay/sparse"
+printf 'tail' | dd of="$F/$D/lay/sparse" bs=1 seek=8000000 conv=notrunc status=none
 for i in $(seq -w 1 20); do mkdir -p "$F/$D/wide/d$i" && echo "$i" >"$F/$D/wide/d$i/x"; done
 sync
 mkdir "$F/$D/.snap/s1" || die "cannot take a CephFS snapshot"
@@ -45,6 +58,15 @@ opts=("ceph_conf=$CEPH_CONF" chunk_size=1M rados_timeout=3s)
 S=$T/snap
 sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs"
 treecmp "$F/$D/.snap/s1" "$S"
+# every file but the one in a namespace from its objects (66 files, 65),
+# the sparse one through the client
+direct_ok() {
+	contains "65 files read from their objects directly" "$(sfs_log "$1")" ||
+		die "$1: $(grep -e 'objects' "$(sfs_log "$1")")"
+	contains "(a pool namespace) is not read directly" "$(sfs_log "$1")" || die "$1: the namespace not said"
+	contains "a hole, or data kept inline" "$(sfs_log "$1")" || die "$1: the missing object not said"
+}
+direct_ok "$S"
 [[ $(cat "$S/a/b/note.txt") == "as it was" ]] || die "a snapshot's file changed after it was taken: $(cat "$S/a/b/note.txt")"
 [[ $(readlink "$S/link") == a/b/note.txt ]] || die "symlink target: $(readlink "$S/link")"
 assert_eq "$(stat -c %i "$S/hard1")" "$(stat -c %i "$S/a/f1")" "two names of one file, one inode"
@@ -58,6 +80,8 @@ log "snapshot: byte-exact, warmed, served from the cache"
 sfs_umount "$S"
 sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs"
 contains "index reused" "$(sfs_log "$S")" || die "a snapshot mounted again was walked again"
+contains "65 files read from their objects directly" "$(sfs_log "$S")" ||
+	die "the saved map of objects was not used: $(grep -e 'objects' "$(sfs_log "$S")")"
 treecmp "$F/$D/.snap/s1" "$S"
 
 # --- the first mount answers while it walks (each directory slowed by 0.15 s,
@@ -91,6 +115,7 @@ sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl"
 [[ $(cat "$L/a/b/note.txt") == "as it is now, longer" ]] ||
 	die "a file written by another client just before the mount: '$(cat "$L/a/b/note.txt")'"
 treecmp "$F/$D" "$L"
+direct_ok "$L"
 # changed under the mount, before this mount cached it: EIO, never a mix
 sfs_umount "$L"
 sfs_mount "cephfs://cephfs/$D" "$L" "${opts[@]}" "cache_dir=$T/cl2"

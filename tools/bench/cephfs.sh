@@ -12,7 +12,10 @@
 #                as in packs), against
 #                ceph-fuse of the same tree and stagefs over the published
 #                copy (rados://, empty cache), and the same through a mount
-#                of a CephFS snapshot of the tree (cephfs://FS/PATH@SNAP)
+#                of a CephFS snapshot of the tree (cephfs://FS/PATH@SNAP);
+#                cephfs:// reads the data pool's objects directly, and the
+#                same mount with cephfs_direct_reads=no (every read through
+#                libcephfs) is timed beside it
 #
 #   BENCH_CEPHFS_N   cephfs: number of files (default 8000)
 #   BENCH_CEPHFS_KB  cephfs: their sizes, MIN-MAX KB (default 60-220)
@@ -24,7 +27,7 @@ CFS_KB=${BENCH_CEPHFS_KB:-60-220}
 
 bench_cephfs() {
 	local d=$WORK/cephfs n=$CFS_N r x
-	local cs=() fs=() rs=() ss=()
+	local cs=() fs=() rs=() ss=() ls=()
 	hdr cephfs "$n files of $CFS_KB KB in CephFS: cephfs:// against ceph-fuse and rados://"
 	need_rados || { skipped "$RADOS_WHY"; return; }
 	[ -n "$CLUSTER_DIR" ] || { skipped "needs the benchmark's own lab cluster (an MDS is added to it)"; return; }
@@ -43,14 +46,14 @@ bench_cephfs() {
 		{ skipped "publish failed: $(tail -1 "$WORK/log/publish.log")"; return; }
 
 	local mb=$(((n * 280 >> 10) + 1024))
-	sfs_epoch() {	# sfs_epoch SRC SEED: a cold epoch through a fresh stagefs mount
-		sfs_cold_epoch "$1" "$d/mnt" "$d/cache" "$mb" "$2" "$n"
+	sfs_epoch() {	# sfs_epoch SRC SEED [OPTS]: a cold epoch through a fresh stagefs mount
+		sfs_cold_epoch "$1" "$d/mnt" "$d/cache" "$mb" "$2" "$n" "${3:-}"
 	}
 	fuse_epoch() {	# fuse_epoch SEED: the same through ceph-fuse
 		cold_start "$d/cache" "$mb"
 		fuse_epoch_fps "$d/fuse" bcfs "$1" "$n" "$WORK/log/cephfs.log"
 	}
-	row "" "cephfs://" "ceph-fuse" "rados://" "cephfs://...@snap"
+	row "" "cephfs://" "ceph-fuse" "rados://" "cephfs://...@snap" "via libcephfs"
 	for r in $(seq "$ROUNDS"); do
 		x=$(sfs_epoch "cephfs://cephfs/bcfs" "$r") || { cachefs_gone "$d/cache"; skipped "the cephfs:// epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
 		cs+=("$x")
@@ -60,7 +63,9 @@ bench_cephfs() {
 		rs+=("$x")
 		x=$(sfs_epoch "cephfs://cephfs/bcfs@s1" "$r") || { cachefs_gone "$d/cache"; skipped "the snapshot epoch failed"; return; }
 		ss+=("$x")
-		row "round $r" "$(fps "${cs[-1]}")" "$(fps "${fs[-1]}")" "$(fps "${rs[-1]}")" "$(fps "${ss[-1]}")"
+		x=$(sfs_epoch "cephfs://cephfs/bcfs" "$r" cephfs_direct_reads=no) || { cachefs_gone "$d/cache"; skipped "the libcephfs epoch failed"; return; }
+		ls+=("$x")
+		row "round $r" "$(fps "${cs[-1]}")" "$(fps "${fs[-1]}")" "$(fps "${rs[-1]}")" "$(fps "${ss[-1]}")" "$(fps "${ls[-1]}")"
 	done
 	if "$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1; then
 		rmdir "$d/fuse/bcfs/.snap/s1" 2>/dev/null
@@ -74,4 +79,6 @@ bench_cephfs() {
 		"$(ratio "$(median "${cs[@]}")" "$(median "${rs[@]}")")" ">=0.9"
 	result "cold epoch, cephfs://...@snapshot, vs ceph-fuse" "$(fps "$(median "${ss[@]}")")" "$(fps "$(median "${fs[@]}")")" \
 		"$(ratio "$(median "${ss[@]}")" "$(median "${fs[@]}")")" ""
+	result "cold epoch, cephfs:// direct, vs through libcephfs" "$(fps "$(median "${cs[@]}")")" "$(fps "$(median "${ls[@]}")")" \
+		"$(ratio "$(median "${cs[@]}")" "$(median "${ls[@]}")")" ""
 }

@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * cephfs_objs: where a CephFS file's bytes lie in the data pool, and
+ * reading them there with librados (cephfs_objs.h).
+ */
+#include "cephfs_objs.h"
+
+#include "idmap.h"
+#include "manifest/manifest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define COBJ_MAGIC	"SFSCOBJ1"
+#define COBJ_TAG_MAX	512
+#define COBJ_INO_BITS	48		/* the rest of an entry: its layout's number + 1 */
+#define COBJ_INO_MASK	((UINT64_C(1) << COBJ_INO_BITS) - 1)
+#define COBJ_LAYOUTS_MAX 0xffff
+#define COBJ_POOLS_MAX	16		/* ioctxs a reader keeps */
+
+/*
+ * The map: this header, nlayouts layouts, then one uint64_t per manifest
+ * entry (inode number - 1): 0 (read through the client), or the CephFS
+ * inode number | (layout + 1) << COBJ_INO_BITS.
+ */
+struct cobj_head {
+	char magic[8];
+	uint64_t nentries;
+	uint32_t nlayouts, reserved;
+	char tag[COBJ_TAG_MAX];
+};
+
+bool cfsobj_layout_ok(const struct cfsobj_layout *l)
+{
+	return l->stripe_unit && l->stripe_count && l->object_size &&
+	       l->object_size % l->stripe_unit == 0 && l->pool >= 0;
+}
+
+size_t cfsobj_extents(const struct cfsobj_layout *l, uint64_t off, size_t len,
+		      struct cfsobj_extent *out, size_t max)
+{
+	uint64_t su = l->stripe_unit, sc = l->stripe_count;
+	uint64_t per_object = l->object_size / su;	/* stripe units an object holds */
+	size_t n = 0, done = 0;
+
+	/* Ceph's Striper::file_to_extents(), one stripe unit at a time */
+	while (done < len) {
+		uint64_t cur = off + done;
+		uint64_t blockno = cur / su, stripeno = blockno / sc, stripepos = blockno % sc;
+		uint64_t objno = stripeno / per_object * sc + stripepos;
+		uint64_t obj_off = stripeno % per_object * su + cur % su;
+		size_t piece = (size_t)MIN((uint64_t)(len - done), su - cur % su);
+
+		/* with one stripe, the next unit may continue the same object */
+		if (n && n <= max && out[n - 1].objno == objno &&
+		    out[n - 1].obj_off + out[n - 1].len == obj_off) {
+			out[n - 1].len += piece;
+		} else {
+			if (n < max)
+				out[n] = (struct cfsobj_extent){ objno, obj_off, done, piece };
+			n++;
+		}
+		done += piece;
+	}
+	return n;
+}
+
+/* ---- the builder ---- */
+
+struct cfsobj_builder {
+	pthread_mutex_t lock;
+	struct idmap files;	/* content id -> entry (as in the map) */
+	struct cfsobj_layout layouts[64];
+	struct cfsobj_layout *more;	/* past the first 64, rare */
+	uint32_t nlayouts;
+};
+
+static struct cfsobj_layout *layout_at(struct cfsobj_builder *b, uint32_t i)
+{
+	return i < 64 ? &b->layouts[i] : &b->more[i - 64];
+}
+
+struct cfsobj_builder *cfsobj_builder_create(void)
+{
+	struct cfsobj_builder *b = calloc(1, sizeof(*b));
+
+	if (b)
+		pthread_mutex_init(&b->lock, NULL);
+	return b;
+}
+
+void cfsobj_builder_destroy(struct cfsobj_builder *b)
+{
+	if (!b)
+		return;
+	idmap_release(&b->files);
+	free(b->more);
+	pthread_mutex_destroy(&b->lock);
+	free(b);
+}
+
+static int layout_index(struct cfsobj_builder *b, const struct cfsobj_layout *l, uint32_t *idx)
+{
+	struct cfsobj_layout k = *l, *more;
+	uint32_t i;
+
+	k.reserved = 0;
+	for (i = 0; i < b->nlayouts; i++) {
+		if (!memcmp(layout_at(b, i), &k, sizeof(k))) {
+			*idx = i;
+			return 0;
+		}
+	}
+	if (b->nlayouts >= COBJ_LAYOUTS_MAX)
+		return -EINVAL;
+	if (b->nlayouts >= 64 && (b->nlayouts - 64) % 64 == 0) {
+		more = realloc(b->more, (b->nlayouts - 64 + 64) * sizeof(*more));
+		if (!more)
+			return -ENOMEM;
+		b->more = more;
+	}
+	*layout_at(b, b->nlayouts) = k;
+	*idx = b->nlayouts++;
+	return 0;
+}
+
+int cfsobj_builder_add(struct cfsobj_builder *b, const struct sfs_id *content, uint64_t ino,
+		       const struct cfsobj_layout *l)
+{
+	uint32_t idx;
+	int r;
+
+	if (!cfsobj_layout_ok(l) || !ino || ino > COBJ_INO_MASK)
+		return -EINVAL;
+	pthread_mutex_lock(&b->lock);
+	r = layout_index(b, l, &idx);
+	if (!r)
+		r = idmap_put(&b->files, content, ino | (uint64_t)(idx + 1) << COBJ_INO_BITS);
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+size_t cfsobj_builder_count(struct cfsobj_builder *b)
+{
+	size_t n;
+
+	pthread_mutex_lock(&b->lock);
+	n = idmap_count(&b->files);
+	pthread_mutex_unlock(&b->lock);
+	return n;
+}
+
+int cfsobj_builder_build(struct cfsobj_builder *b, const struct manifest *m, const char *tag,
+			 void **buf, size_t *len)
+{
+	uint64_t n = manifest_nentries(m), *ent;
+	struct cobj_head *h;
+	size_t size;
+	char *p;
+
+	if (strlen(tag) >= COBJ_TAG_MAX)
+		return -ENAMETOOLONG;
+	pthread_mutex_lock(&b->lock);
+	size = sizeof(*h) + b->nlayouts * sizeof(struct cfsobj_layout) + n * sizeof(uint64_t);
+	p = calloc(1, size);
+	if (!p) {
+		pthread_mutex_unlock(&b->lock);
+		return -ENOMEM;
+	}
+	h = (struct cobj_head *)p;
+	memcpy(h->magic, COBJ_MAGIC, sizeof(h->magic));
+	h->nentries = n;
+	h->nlayouts = b->nlayouts;
+	strcpy(h->tag, tag);
+	for (uint32_t i = 0; i < b->nlayouts; i++)
+		memcpy(p + sizeof(*h) + i * sizeof(struct cfsobj_layout), layout_at(b, i),
+		       sizeof(struct cfsobj_layout));
+	ent = (uint64_t *)(p + sizeof(*h) + b->nlayouts * sizeof(struct cfsobj_layout));
+	for (uint64_t ino = 1; ino <= n; ino++) {
+		struct sfs_attr a;
+		uint64_t v;
+
+		/* a hard link's names all give the inode's first entry */
+		if (manifest_getattr(m, ino, &a) || !S_ISREG(a.mode) || a.ino != ino)
+			continue;
+		if (idmap_get(&b->files, &a.content, &v))
+			ent[ino - 1] = v;
+	}
+	pthread_mutex_unlock(&b->lock);
+	*buf = p;
+	*len = size;
+	return 0;
+}
+
+/* ---- the map ---- */
+
+struct cfsobj_map {
+	void *buf;
+	size_t len;
+	bool mapped;
+	uint64_t nentries, count;
+	const struct cfsobj_layout *layouts;
+	uint32_t nlayouts;
+	const uint64_t *ent;
+};
+
+static void release(void *buf, size_t len, bool mapped)
+{
+	if (mapped)
+		munmap(buf, len);
+	else
+		free(buf);
+}
+
+int cfsobj_map_open(void *buf, size_t len, bool mapped, const struct manifest *m,
+		    const char *tag, struct cfsobj_map **out, char *err, size_t errlen)
+{
+	const struct cobj_head *h = buf;
+	struct cfsobj_map *map;
+	size_t want;
+
+	if (len < sizeof(*h) || memcmp(h->magic, COBJ_MAGIC, sizeof(h->magic)) ||
+	    h->nlayouts > COBJ_LAYOUTS_MAX || !memchr(h->tag, 0, sizeof(h->tag))) {
+		release(buf, len, mapped);
+		return errf(err, errlen, -EINVAL, "not an object map");
+	}
+	if (strcmp(h->tag, tag) || h->nentries != manifest_nentries(m)) {
+		release(buf, len, mapped);
+		return errf(err, errlen, -ESTALE, "made for another walk");
+	}
+	want = sizeof(*h) + h->nlayouts * sizeof(struct cfsobj_layout) +
+	       h->nentries * sizeof(uint64_t);
+	if (h->nentries > (SIZE_MAX - sizeof(*h)) / 16 || len != want) {
+		release(buf, len, mapped);
+		return errf(err, errlen, -EINVAL, "%zu bytes, not %zu", len, want);
+	}
+	map = calloc(1, sizeof(*map));
+	if (!map) {
+		release(buf, len, mapped);
+		return errf(err, errlen, -ENOMEM, "out of memory");
+	}
+	map->buf = buf;
+	map->len = len;
+	map->mapped = mapped;
+	map->nentries = h->nentries;
+	map->nlayouts = h->nlayouts;
+	map->layouts = (const struct cfsobj_layout *)((const char *)buf + sizeof(*h));
+	map->ent = (const uint64_t *)(map->layouts + h->nlayouts);
+	for (uint32_t i = 0; i < map->nlayouts; i++) {
+		if (!cfsobj_layout_ok(&map->layouts[i])) {
+			cfsobj_map_close(map);
+			return errf(err, errlen, -EINVAL, "layout %u is not a striping", i);
+		}
+	}
+	*out = map;
+	return 0;
+}
+
+int cfsobj_map_open_file(const char *path, const struct manifest *m, const char *tag,
+			 struct cfsobj_map **out, char *err, size_t errlen)
+{
+	struct stat st;
+	void *buf;
+	int fd, r;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errf(err, errlen, -errno, "%s", strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+		r = errno ? -errno : -EINVAL;
+		close(fd);
+		return errf(err, errlen, r, "not a map file");
+	}
+	buf = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	r = -errno;
+	close(fd);
+	if (buf == MAP_FAILED)
+		return errf(err, errlen, r, "mmap: %s", strerror(-r));
+	return cfsobj_map_open(buf, (size_t)st.st_size, true, m, tag, out, err, errlen);
+}
+
+void cfsobj_map_close(struct cfsobj_map *map)
+{
+	if (!map)
+		return;
+	release(map->buf, map->len, map->mapped);
+	free(map);
+}
+
+uint64_t cfsobj_map_count(const struct cfsobj_map *map)
+{
+	uint64_t n = 0;
+
+	for (uint64_t i = 0; i < map->nentries; i++)
+		n += map->ent[i] != 0;
+	return n;
+}
+
+bool cfsobj_map_find(const struct cfsobj_map *map, uint64_t mino, uint64_t *ino,
+		     struct cfsobj_layout *l)
+{
+	uint64_t v, idx;
+
+	if (!map || mino == 0 || mino > map->nentries)
+		return false;
+	v = map->ent[mino - 1];
+	idx = v >> COBJ_INO_BITS;
+	if (!v || idx == 0 || idx > map->nlayouts || !(v & COBJ_INO_MASK))
+		return false;
+	*ino = v & COBJ_INO_MASK;
+	*l = map->layouts[idx - 1];
+	return true;
+}
+
+/* ---- reading ---- */
+
+struct cfsobj_reader {
+	rados_t rados;
+	uint64_t snapid;
+	pthread_mutex_t lock;
+	unsigned npools;
+	struct { int64_t pool; rados_ioctx_t io; } pools[COBJ_POOLS_MAX];
+};
+
+int cfsobj_reader_create(rados_t rados, uint64_t snapid, struct cfsobj_reader **out)
+{
+	struct cfsobj_reader *rd = calloc(1, sizeof(*rd));
+
+	if (!rd)
+		return -ENOMEM;
+	rd->rados = rados;
+	rd->snapid = snapid;
+	pthread_mutex_init(&rd->lock, NULL);
+	*out = rd;
+	return 0;
+}
+
+void cfsobj_reader_destroy(struct cfsobj_reader *rd)
+{
+	if (!rd)
+		return;
+	for (unsigned i = 0; i < rd->npools; i++)
+		rados_ioctx_destroy(rd->pools[i].io);
+	pthread_mutex_destroy(&rd->lock);
+	free(rd);
+}
+
+/* The I/O context of @pool, reading at the reader's snapshot: 0 or -errno. */
+static int pool_io(struct cfsobj_reader *rd, int64_t pool, rados_ioctx_t *io)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&rd->lock);
+	for (unsigned i = 0; i < rd->npools; i++) {
+		if (rd->pools[i].pool == pool) {
+			*io = rd->pools[i].io;
+			goto out;
+		}
+	}
+	if (rd->npools == COBJ_POOLS_MAX) {
+		r = -ENOSPC;	/* the client reads the rest */
+		goto out;
+	}
+	r = rados_ioctx_create2(rd->rados, pool, io);
+	if (r < 0)
+		goto out;
+	if (rd->snapid != (uint64_t)-2 /* CEPH_NOSNAP */)
+		rados_ioctx_snap_set_read(*io, rd->snapid);
+	rd->pools[rd->npools].pool = pool;
+	rd->pools[rd->npools].io = *io;
+	rd->npools++;
+out:
+	pthread_mutex_unlock(&rd->lock);
+	return r;
+}
+
+/* One object's reads: one operation with a read per extent in it. */
+struct obj_op {
+	uint64_t objno;
+	rados_read_op_t op;
+	rados_completion_t comp;
+};
+
+int cfsobj_read(struct cfsobj_reader *rd, uint64_t ino, const struct cfsobj_layout *l,
+		uint64_t off, void *buf, size_t len)
+{
+	struct cfsobj_extent *x;
+	struct obj_op *ops = NULL;
+	size_t *got = NULL, n, nops = 0, max = len / l->stripe_unit + 2;
+	int *prval = NULL, ret = 0;
+	rados_ioctx_t io;
+
+	if (!len)
+		return 0;
+	ret = pool_io(rd, l->pool, &io);
+	if (ret)
+		return ret;
+	x = malloc(max * sizeof(*x));
+	got = calloc(max, sizeof(*got));
+	prval = calloc(max, sizeof(*prval));
+	ops = calloc(max, sizeof(*ops));
+	if (!x || !got || !prval || !ops) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	n = cfsobj_extents(l, off, len, x, max);
+	if (n > max) {
+		ret = -EINVAL;
+		goto out;
+	}
+	/*
+	 * One operation per object, a read in it per extent (with several
+	 * stripes an object holds every stripe_count-th unit), all objects
+	 * in flight at once.
+	 */
+	for (size_t i = 0; i < n && !ret; i++) {
+		size_t j;
+
+		for (j = 0; j < nops && ops[j].objno != x[i].objno; j++)
+			;
+		if (j == nops) {
+			ops[j].objno = x[i].objno;
+			ops[j].op = rados_create_read_op();
+			if (!ops[j].op) {
+				ret = -ENOMEM;
+				break;
+			}
+			nops++;
+		}
+		rados_read_op_read(ops[j].op, x[i].obj_off, x[i].len, (char *)buf + x[i].buf_off,
+				   &got[i], &prval[i]);
+	}
+	for (size_t j = 0; j < nops && !ret; j++) {
+		char oid[48];
+
+		ret = rados_aio_create_completion2(NULL, NULL, &ops[j].comp);
+		if (ret < 0) {
+			ops[j].comp = NULL;
+			break;
+		}
+		snprintf(oid, sizeof(oid), "%llx.%08llx", (unsigned long long)ino,
+			 (unsigned long long)ops[j].objno);
+		ret = rados_aio_read_op_operate(ops[j].op, io, ops[j].comp, oid, 0);
+		if (ret < 0) {
+			rados_aio_release(ops[j].comp);
+			ops[j].comp = NULL;
+		}
+	}
+	/* every operation started is waited for: its buffers are ours */
+	for (size_t j = 0; j < nops; j++) {
+		if (ops[j].comp) {
+			int r;
+
+			rados_aio_wait_for_complete(ops[j].comp);
+			r = rados_aio_get_return_value(ops[j].comp);
+			if (r < 0 && (!ret || r == -ENOENT))
+				ret = r;
+			rados_aio_release(ops[j].comp);
+		}
+		if (ops[j].op)
+			rados_release_read_op(ops[j].op);
+	}
+	if (ret)
+		goto out;
+	for (size_t i = 0; i < n; i++) {
+		if (prval[i] < 0) {
+			ret = prval[i];
+			goto out;
+		}
+		/* past the object's end: a hole, zeros as CephFS reads them */
+		if (got[i] < x[i].len)
+			memset((char *)buf + x[i].buf_off + got[i], 0, x[i].len - MIN(got[i], x[i].len));
+	}
+	ret = (int)len;
+out:
+	free(x);
+	free(got);
+	free(prval);
+	free(ops);
+	return ret;
+}
