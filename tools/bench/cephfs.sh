@@ -15,7 +15,8 @@
 #                of a CephFS snapshot of the tree (cephfs://FS/PATH@SNAP);
 #                cephfs:// reads the data pool's objects directly, and the
 #                same mount with cephfs_direct_reads=no (every read through
-#                libcephfs) is timed beside it
+#                libcephfs) is timed beside it, and so is rados:// published
+#                with --pack-max 0 (one object a file, as CephFS stores them)
 #
 #   BENCH_CEPHFS_N   cephfs: number of files (default 8000)
 #   BENCH_CEPHFS_KB  cephfs: their sizes, MIN-MAX KB (default 60-220)
@@ -27,7 +28,7 @@ CFS_KB=${BENCH_CEPHFS_KB:-60-220}
 
 bench_cephfs() {
 	local d=$WORK/cephfs n=$CFS_N r x
-	local cs=() fs=() rs=() ss=() ls=()
+	local cs=() fs=() rs=() ss=() ls=() us=()
 	hdr cephfs "$n files of $CFS_KB KB in CephFS: cephfs:// against ceph-fuse and rados://"
 	need_rados || { skipped "$RADOS_WHY"; return; }
 	[ -n "$CLUSTER_DIR" ] || { skipped "needs the benchmark's own lab cluster (an MDS is added to it)"; return; }
@@ -44,6 +45,8 @@ bench_cephfs() {
 	"$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1
 	"$STAGEFS" publish -q -j "$T" "$d/src" "rados://$POOL/bcfs" >>"$WORK/log/publish.log" 2>&1 ||
 		{ skipped "publish failed: $(tail -1 "$WORK/log/publish.log")"; return; }
+	"$STAGEFS" publish -q -j "$T" --pack-max 0 "$d/src" "rados://$POOL/bcfsnp" >>"$WORK/log/publish.log" 2>&1 ||
+		{ skipped "publish --pack-max 0 failed: $(tail -1 "$WORK/log/publish.log")"; return; }
 
 	local mb=$(((n * 280 >> 10) + 1024))
 	sfs_epoch() {	# sfs_epoch SRC SEED [OPTS]: a cold epoch through a fresh stagefs mount
@@ -53,7 +56,7 @@ bench_cephfs() {
 		cold_start "$d/cache" "$mb"
 		fuse_epoch_fps "$d/fuse" bcfs "$1" "$n" "$WORK/log/cephfs.log"
 	}
-	row "" "cephfs://" "ceph-fuse" "rados://" "cephfs://...@snap" "via libcephfs"
+	printf '  %-10s %10s %10s %10s %10s %10s %10s\n' "" "cephfs://" "ceph-fuse" "rados://" "@snap" "libcephfs" "unpacked"
 	for r in $(seq "$ROUNDS"); do
 		x=$(sfs_epoch "cephfs://cephfs/bcfs" "$r") || { cachefs_gone "$d/cache"; skipped "the cephfs:// epoch failed: $(tail -1 "$WORK/log/epoch.err")"; return; }
 		cs+=("$x")
@@ -65,7 +68,10 @@ bench_cephfs() {
 		ss+=("$x")
 		x=$(sfs_epoch "cephfs://cephfs/bcfs" "$r" cephfs_direct_reads=no) || { cachefs_gone "$d/cache"; skipped "the libcephfs epoch failed"; return; }
 		ls+=("$x")
-		row "round $r" "$(fps "${cs[-1]}")" "$(fps "${fs[-1]}")" "$(fps "${rs[-1]}")" "$(fps "${ss[-1]}")" "$(fps "${ls[-1]}")"
+		x=$(sfs_epoch "rados://$POOL/bcfsnp" "$r") || { cachefs_gone "$d/cache"; skipped "the unpacked rados:// epoch failed"; return; }
+		us+=("$x")
+		printf '  %-10s %10s %10s %10s %10s %10s %10s\n' "round $r" "$(fps "${cs[-1]}")" "$(fps "${fs[-1]}")" \
+			"$(fps "${rs[-1]}")" "$(fps "${ss[-1]}")" "$(fps "${ls[-1]}")" "$(fps "${us[-1]}")"
 	done
 	if "$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/fuse" >>"$WORK/log/cephfs.log" 2>&1; then
 		rmdir "$d/fuse/bcfs/.snap/s1" 2>/dev/null
@@ -81,4 +87,6 @@ bench_cephfs() {
 		"$(ratio "$(median "${ss[@]}")" "$(median "${fs[@]}")")" ""
 	result "cold epoch, cephfs:// direct, vs through libcephfs" "$(fps "$(median "${cs[@]}")")" "$(fps "$(median "${ls[@]}")")" \
 		"$(ratio "$(median "${cs[@]}")" "$(median "${ls[@]}")")" ""
+	result "cold epoch, cephfs://, vs rados:// unpacked" "$(fps "$(median "${cs[@]}")")" "$(fps "$(median "${us[@]}")")" \
+		"$(ratio "$(median "${cs[@]}")" "$(median "${us[@]}")")" ""
 }
