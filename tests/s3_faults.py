@@ -4,6 +4,7 @@
 
     s3_faults.py [--listen PORT] --upstream http://127.0.0.1:UPORT --count FILE
                  [--every N] [--faults 503,500,429,reset,short] [--log FILE]
+                 [--delay-ms MS]
 
 Forwards every request to the upstream gateway unchanged (the Host header
 included, so that SigV4 signatures made for this address still hold), except
@@ -19,7 +20,8 @@ kinds in turn:
 
 FILE gets the number of faults injected so far after each one; --every 0
 injects none.  --log FILE gets a line for each request: its method and its
-path with the query; and "CONNECTION" for each connection a client opens.  Runs until killed.  For tests/rados/s3_source.sh: every read must still return the
+path with the query; and "CONNECTION" for each connection a client opens.
+--delay-ms holds each request that long first, as a distant endpoint would.  Runs until killed.  For tests/rados/s3_source.sh: every read must still return the
 right bytes, through the client's retries.
 """
 import argparse
@@ -29,6 +31,7 @@ import socket
 import socketserver
 import sys
 import threading
+import time
 import urllib.parse
 
 
@@ -41,6 +44,8 @@ def main():
     ap.add_argument("--every", type=int, default=2)
     ap.add_argument("--faults", default="503,500,429,reset,short")
     ap.add_argument("--log")
+    ap.add_argument("--delay-ms", type=float, default=0,
+                    help="wait this long before passing each request on (a distant endpoint)")
     a = ap.parse_args()
     up = urllib.parse.urlsplit(a.upstream)
     kinds = a.faults.split(",")
@@ -110,6 +115,8 @@ def main():
             self.wfile.write(data)
 
         def do(self):
+            if a.delay_ms:
+                time.sleep(a.delay_ms / 1000)
             kind = self.fault()
             if kind == "503":
                 self.reply_error(503, "SlowDown")

@@ -89,6 +89,7 @@ struct backend_s3 {
 	struct sfs_attr dir_attr;	/* every directory's: 0555, root's, the mount's time */
 	uint64_t t0;		/* the mount's start, ms */
 	unsigned walk_threads;
+	struct s3_wide_budget wide;	/* threads a large directory's listing may add */
 	/* the files listed so far: content id -> ETag and version; any thread */
 	pthread_mutex_t lock;
 	struct idmap etag_of;	/* content id -> index in etags */
@@ -340,8 +341,8 @@ static int src_opendir(void *arg, const char *rel, void **out)
 		return -ENOMEM;
 	}
 	d->plen = strlen(d->prefix);
-	ret = s3_list_dir(&s->t, s->versioned, d->prefix, 0, dir_on_object, dir_on_prefix, d,
-			  err, sizeof(err));
+	ret = s3_list_wide(&s->t, s->versioned, d->prefix, &s->wide, dir_on_object, dir_on_prefix,
+			   d, err, sizeof(err));
 	if (ret) {
 		log_err("%s: listing /%s: %s", s->be.uri, rel, err);
 		walk_failed(s, err);
@@ -551,6 +552,14 @@ static int s3_walked(void *arg, struct dirscan_result *r, struct manifest **m, c
 	return 0;
 }
 
+/* Tests: STAGEFS_TEST_S3_PAGE_KEYS, keys a listing page asks for (0: 1,000). */
+static unsigned test_page_keys(void)
+{
+	const char *v = getenv("STAGEFS_TEST_S3_PAGE_KEYS");
+
+	return v ? (unsigned)strtoul(v, NULL, 10) : 0;
+}
+
 /*
  * The tree: the bucket walked one directory at a time, by walk_threads
  * listings at once (dirscan over s3_list_dir()); the mount answers once
@@ -594,6 +603,9 @@ static int s3_index(struct backend_s3 *s, const struct sfs_config *cfg, char *er
 	s->dir_attr.nlink = 1;	/* while the walk runs: "not counted" (the index counts them) */
 	s->dir_attr.atime = s->dir_attr.mtime = s->dir_attr.ctime = now;
 	s->walk_threads = scanserve_threads(cfg);
+	/* a large directory is listed by as many more (s3wide.c) */
+	s->wide.max = s->walk_threads;
+	s->wide.page_keys = test_page_keys();
 	ret = dirscan_start_source(&src, &s->dir_attr, s->walk_threads, s->be.chunk_size,
 				   scanserve_test_delay_us(), &scan, err, errlen);
 	if (ret) {
@@ -727,6 +739,7 @@ static void s3b_destroy(struct backend *be)
 {
 	struct backend_s3 *s = to_s3(be);
 
+	atomic_store(&s->wide.stop, true);	/* a large directory's listing too */
 	scanserve_destroy(&s->ss);	/* a walk still running: stopped */
 	s3_client_stop(s->client);	/* every read ends first */
 	if (be->m)

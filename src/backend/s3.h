@@ -20,6 +20,7 @@
 #ifndef STAGEFS_S3_H
 #define STAGEFS_S3_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -148,6 +149,62 @@ int s3_list_dir(const struct s3_target *t, bool versions, const char *prefix, un
 		int (*fn)(void *arg, const struct s3_object *o),
 		int (*on_prefix)(void *arg, const char *prefix), void *arg,
 		char *err, size_t errlen);
+/* s3_list_range()'s settings. */
+struct s3_list_opts {
+	const char *start_after;	/* keys after this one only (NULL, "": all) */
+	unsigned page_keys;		/* max-keys a page (0: 1,000, S3's most) */
+	/*
+	 * After each page (@truncated: more to come): 0 goes on, a value
+	 * above 0 stops the listing (s3_list_range() then returns 0), -errno
+	 * fails it.
+	 */
+	int (*on_page)(void *arg, bool truncated);
+};
+
+/* s3_list_dir() of every page, from @o->start_after, with @o->on_page. */
+int s3_list_range(const struct s3_target *t, bool versions, const char *prefix,
+		  const struct s3_list_opts *o,
+		  int (*fn)(void *arg, const struct s3_object *o),
+		  int (*on_prefix)(void *arg, const char *prefix), void *arg,
+		  char *err, size_t errlen);
+
+/* ---- s3wide.c ---- */
+
+/* Listing threads the mount may add to its walk's, in all (s3_list_wide()). */
+struct s3_wide_budget {
+	atomic_uint used;
+	unsigned max;
+	unsigned page_keys;	/* s3_list_opts's (tests); 0: 1,000 */
+	atomic_bool stop;	/* set: every listing stops after its page */
+};
+
+/*
+ * s3_list_dir() of a whole directory, with @on_prefix; the same entries,
+ * to @fn and @on_prefix one call at a time, in no set order, a common
+ * prefix possibly more than once.  A directory of more than a couple of
+ * pages is cut into key ranges (s3_split_points()) listed at once by up
+ * to @b->max more threads than the caller's, as @b allows.  Once @b->stop
+ * is set it fails with -ECANCELED after the page in flight.
+ */
+int s3_list_wide(const struct s3_target *t, bool versions, const char *prefix,
+		 struct s3_wide_budget *b,
+		 int (*fn)(void *arg, const struct s3_object *o),
+		 int (*on_prefix)(void *arg, const char *prefix), void *arg,
+		 char *err, size_t errlen);
+
+#define S3_SPLIT_KEY	1025	/* a key and its NUL */
+
+/*
+ * Keys that cut the keys after @after, up to and with @upto (NULL: no end),
+ * all under the @plen bytes of @after that are the directory's prefix,
+ * into ranges (each key the end of one, taken with it): at most @max into
+ * @out, ascending, each after @after and not after @upto.  @chars are the
+ * bytes names are thought to use at the position where they vary
+ * (ascending, NUL-terminated).  Returns how many.
+ */
+size_t s3_split_points(const char *after, const char *upto, size_t plen, const char *chars,
+		       char (*out)[S3_SPLIT_KEY], size_t max);
+
 /*
  * Does the bucket keep versions (versioning Enabled or Suspended)?  *@on;
  * a gateway that does not let these keys ask (403) or has no versioning

@@ -12,6 +12,9 @@
  *
  * One directory at a time (s3_list_dir()): the same requests with
  * delimiter=/, whose CommonPrefixes are the directory's subdirectories.
+ * A range of one (s3_list_range(), for s3wide.c): the first page from
+ * start-after (ListObjectsV2) or key-marker (ListObjectVersions: after
+ * every version of that key), and a word after each page.
  */
 #include "s3.h"
 
@@ -55,7 +58,8 @@ struct page {
 	int (*fn)(void *arg, const struct s3_object *o);
 	int (*on_prefix)(void *arg, const char *prefix);	/* NULL: no delimiter */
 	const char *prefix;	/* of the keys asked for */
-	unsigned max_keys;	/* a page's; one page only where below 1,000 */
+	const char *start_after;	/* the first page's, or NULL */
+	unsigned max_keys;	/* a page's */
 	char pfx[TEXT_MAX + 1];	/* the current CommonPrefixes' Prefix */
 	void *arg;
 	int ret;
@@ -242,26 +246,31 @@ static void XMLCALL on_end(void *arg, const XML_Char *name)
 static int page_query(const struct page *pg, char *q, size_t n)
 {
 	char etok[3 * TEXT_MAX + 1], ever[3 * TEXT_MAX + 1], epfx[3 * 1024 + 1];
+	char eafter[3 * 1024 + 1] = "";
 	const char *delim = pg->on_prefix ? "delimiter=%2F&" : "";
+	/* the first page starts after @start_after; the next from where the last ended */
+	bool first = pg->start_after && pg->start_after[0] &&
+		     !(pg->versions ? pg->next_key[0] : pg->token[0]);
 	int r;
 
-	if (s3_encode(pg->prefix, false, epfx, sizeof(epfx)))
+	if (s3_encode(pg->prefix, false, epfx, sizeof(epfx)) ||
+	    (first && s3_encode(pg->start_after, false, eafter, sizeof(eafter))))
 		return -ENAMETOOLONG;
 	if (pg->versions) {
 		/* sorted: delimiter, key-marker, max-keys, prefix, version-id-marker, versions */
-		if (s3_encode(pg->next_key, false, etok, sizeof(etok)) ||
+		if (s3_encode(first ? pg->start_after : pg->next_key, false, etok, sizeof(etok)) ||
 		    s3_encode(pg->next_version, false, ever, sizeof(ever)))
 			return -ENAMETOOLONG;
 		r = snprintf(q, n, "%s%s%s%smax-keys=%u&prefix=%s%s%s&versions=", delim,
-			     pg->next_key[0] ? "key-marker=" : "", etok, pg->next_key[0] ? "&" : "",
+			     etok[0] ? "key-marker=" : "", etok, etok[0] ? "&" : "",
 			     pg->max_keys, epfx, pg->next_version[0] ? "&version-id-marker=" : "", ever);
 	} else {
-		/* sorted: continuation-token, delimiter, list-type, max-keys, prefix */
+		/* sorted: continuation-token, delimiter, list-type, max-keys, prefix, start-after */
 		if (s3_encode(pg->token, false, etok, sizeof(etok)))
 			return -ENAMETOOLONG;
-		r = snprintf(q, n, "%s%s%s%slist-type=2&max-keys=%u&prefix=%s",
+		r = snprintf(q, n, "%s%s%s%slist-type=2&max-keys=%u&prefix=%s%s%s",
 			     pg->token[0] ? "continuation-token=" : "", etok, pg->token[0] ? "&" : "",
-			     delim, pg->max_keys, epfx);
+			     delim, pg->max_keys, epfx, first ? "&start-after=" : "", eafter);
 	}
 	return r >= 0 && (size_t)r < n ? 0 : -ENAMETOOLONG;
 }
@@ -307,7 +316,8 @@ int s3_versioning(const struct s3_target *t, bool *on, char *err, size_t errlen)
 }
 
 static int list_pages(const struct s3_target *t, bool versions, const char *prefix,
-		      unsigned max_keys, int (*fn)(void *arg, const struct s3_object *o),
+		      unsigned max_keys, bool all, const struct s3_list_opts *o,
+		      int (*fn)(void *arg, const struct s3_object *o),
 		      int (*on_prefix)(void *arg, const char *prefix), void *arg,
 		      char *err, size_t errlen)
 {
@@ -319,6 +329,7 @@ static int list_pages(const struct s3_target *t, bool versions, const char *pref
 		return -ENOMEM;
 	pg->versions = versions;
 	pg->prefix = prefix;
+	pg->start_after = o ? o->start_after : NULL;
 	pg->max_keys = max_keys;
 	pg->on_prefix = on_prefix;
 	pg->fn = fn;
@@ -371,7 +382,14 @@ static int list_pages(const struct s3_target *t, bool versions, const char *pref
 				 t->bucket);
 			ret = -EPROTO;
 		}
-	} while (!ret && pg->truncated && max_keys >= 1000);
+		if (!ret && o && o->on_page) {
+			ret = o->on_page(arg, pg->truncated);
+			if (ret > 0) {
+				ret = 0;	/* done: the rest is not wanted */
+				break;
+			}
+		}
+	} while (!ret && pg->truncated && all);
 	if (ret == -EPROTO && strncmp(err, "s3://", 5)) {
 		char m[512];
 
@@ -385,7 +403,7 @@ static int list_pages(const struct s3_target *t, bool versions, const char *pref
 int s3_list(const struct s3_target *t, bool versions,
 	    int (*fn)(void *arg, const struct s3_object *o), void *arg, char *err, size_t errlen)
 {
-	return list_pages(t, versions, t->prefix, 1000, fn, NULL, arg, err, errlen);
+	return list_pages(t, versions, t->prefix, 1000, true, NULL, fn, NULL, arg, err, errlen);
 }
 
 int s3_list_dir(const struct s3_target *t, bool versions, const char *prefix, unsigned max_keys,
@@ -394,7 +412,18 @@ int s3_list_dir(const struct s3_target *t, bool versions, const char *prefix, un
 		char *err, size_t errlen)
 {
 	return list_pages(t, versions, prefix, max_keys && max_keys < 1000 ? max_keys : 1000,
-			  fn, on_prefix, arg, err, errlen);
+			  !max_keys || max_keys >= 1000, NULL, fn, on_prefix, arg, err, errlen);
+}
+
+int s3_list_range(const struct s3_target *t, bool versions, const char *prefix,
+		  const struct s3_list_opts *o,
+		  int (*fn)(void *arg, const struct s3_object *o),
+		  int (*on_prefix)(void *arg, const char *prefix), void *arg,
+		  char *err, size_t errlen)
+{
+	unsigned keys = o->page_keys && o->page_keys < 1000 ? o->page_keys : 1000;
+
+	return list_pages(t, versions, prefix, keys, true, o, fn, on_prefix, arg, err, errlen);
 }
 
 #endif /* CONFIG_HAVE_S3 */

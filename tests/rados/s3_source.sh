@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects, listed one directory at a time in the background (the mount answers at once, the same inodes after the walk; an unmount stops it), (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within the timeout; through an endpoint that fails every other read (503 SlowDown, 500, 429, a reset, a cut body) every byte is still right.
+# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects, listed one directory at a time in the background (the mount answers at once, the same inodes after the walk; an unmount stops it; a large directory listed in key ranges at once, versioned or not, every entry once), (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within the timeout; through an endpoint that fails every other read (503 SlowDown, 500, 429, a reset, a cut body) every byte is still right.
 # needs: ceph
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
@@ -115,9 +115,23 @@ nc=$(grep -c '^CONNECTION' "$T/requests" || true)
 assert_ge "$nl" 8 "listing requests of a walk of 6 directories"
 ((nc < 4)) || die "$nc connections for $nl listing requests by 3 threads: connections are not reused"
 sfs_umount "$W"
+log "a walk: $nl listing requests on $nc connections"
+# a large directory is listed in key ranges at once: with 5 keys a page,
+# a/ (41 entries) is cut after its second page; every entry once
+: >"$T/requests"
+STAGEFS_TEST_S3_PAGE_KEYS=5 sfs_mount "s3://$B/data" "$W" "s3_endpoint=http://127.0.0.1:$LP" \
+	"s3_credentials_file=$CRED" chunk_size=1M "cache_dir=$T/cw2" dir_scan_threads=2 log_level=debug
+wait_for -t 30 contains "directories, " "$(sfs_log "$W")" || die "the wide walk did not end"
+contains "46 objects in 6 directories" "$(sfs_log "$W")" || die "the wide walk's count: $(grep "directories, " "$(sfs_log "$W")")"
+contains "a large listing: 6 more ranges, from f2" "$(sfs_log "$W")" ||
+	die "a/ was not cut where expected: $(grep 'large listing' "$(sfs_log "$W")")"
+nr=$(grep -c 'start-after=' "$T/requests" || true)
+assert_ge "$nr" 6 "listings of a range (start-after)"
+diff -r "$S" "$W" >"$T/diff" 2>&1 || die "the widely listed mount differs: $(head -5 "$T/diff")"
+sfs_umount "$W"
 kill "$LPID"
 LPID=
-log "a walk: $nl listing requests on $nc connections"
+log "a large directory: listed in ranges at once ($nr range requests), every entry once"
 STAGEFS_TEST_SCAN_DELAY_US=3000000 sfs_mount "s3://$B/data" "$W" "${opts[@]}" "cache_dir=$T/cw" \
 	dir_scan_threads=1
 t0=$(date +%s%3N)
@@ -160,9 +174,13 @@ cmp "$M/f9" "$S/a/f9" || die "a versioned object replaced under the mount does n
 cmp "$M/f10" "$S/a/f10" || die "a versioned object deleted under the mount does not read as listed"
 diff -r "$S/a" "$M" >/dev/null || die "the versioned bucket's mount differs from the tree put"
 sfs_umount "$M"
-sfs_mount "s3://$V" "$M" "${opts[@]}" "cache_dir=$T/c4"
+# mounted again, its listing cut into ranges (key-marker) as above
+STAGEFS_TEST_S3_PAGE_KEYS=5 sfs_mount "s3://$V" "$M" "${opts[@]}" "cache_dir=$T/c4" log_level=debug
+contains "a large listing" "$(sfs_log "$M")" || die "the versioned listing was not cut"
 cmp "$M/f9" "$T/new" || die "a new mount does not serve f9's new version"
 [[ ! -e $M/f10 ]] || die "a new mount still shows a deleted object"
+(cd "$S/a" && find . -type f ! -name f10 | sort) >"$T/want.v"
+(cd "$M" && find . -type f | sort) | cmp -s - "$T/want.v" || die "the versioned bucket listed in ranges: $(cd "$M" && find . | head)"
 sfs_umount "$M"
 log "versioned bucket: replaced and deleted objects read as listed until a remount"
 
