@@ -198,12 +198,13 @@ int s3_list_wide(const struct s3_target *t, bool versions, const char *prefix,
  * Keys that cut the keys after @after, up to and with @upto (NULL: no end),
  * all under the @plen bytes of @after that are the directory's prefix,
  * into ranges (each key the end of one, taken with it): at most @max into
- * @out, ascending, each after @after and not after @upto.  @chars are the
- * bytes names are thought to use at the position where they vary
- * (ascending, NUL-terminated).  Returns how many.
+ * @out, ascending, each after @after and not after @upto.  Names are
+ * thought to vary at byte @vary, with the bytes @chars (ascending,
+ * NUL-terminated): the cuts are at the deepest position above it that
+ * has room after @after's byte.  Returns how many.
  */
-size_t s3_split_points(const char *after, const char *upto, size_t plen, const char *chars,
-		       char (*out)[S3_SPLIT_KEY], size_t max);
+size_t s3_split_points(const char *after, const char *upto, size_t plen, size_t vary,
+		       const char *chars, char (*out)[S3_SPLIT_KEY], size_t max);
 
 /*
  * Does the bucket keep versions (versioning Enabled or Suspended)?  *@on;

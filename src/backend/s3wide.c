@@ -12,11 +12,12 @@
  *
  *  - a directory is listed as one range from its start; one that is still
  *    going after SPLIT_PAGES pages is large, and the rest of its range,
- *    after the last key seen, is cut (s3_split_points()): keys that start
- *    where the last one's prefix moves up by one byte, at each depth from
- *    the shallowest (after "img_000999.jpg": "img_1" ... "img_9", then
- *    "img_01" ... "img_09", ...), the bytes taken from those the page's
- *    names vary in;
+ *    after the last key seen, is cut (s3_split_points()): where the last
+ *    key's prefix moves up by one byte, just above the position the last
+ *    page's names varied in (after a page from "img_001000.jpg" to
+ *    "img_001999.jpg": "img_002" ... "img_009", a page's worth each, and
+ *    the rest after "img_009" as one more range, cut again in its turn),
+ *    the bytes taken from those the names used there;
  *  - the range that was cut keeps its first piece, and the others wait in
  *    a queue for the threads the mount allows (struct s3_wide_budget: in
  *    all, over every directory being listed); each is cut again the same
@@ -54,8 +55,8 @@ static int key_cmp(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
-size_t s3_split_points(const char *after, const char *upto, size_t plen, const char *chars,
-		       char (*out)[S3_SPLIT_KEY], size_t max)
+size_t s3_split_points(const char *after, const char *upto, size_t plen, size_t vary,
+		       const char *chars, char (*out)[S3_SPLIT_KEY], size_t max)
 {
 	size_t alen = strlen(after), from = plen, n = 0;
 
@@ -69,8 +70,12 @@ size_t s3_split_points(const char *after, const char *upto, size_t plen, const c
 			c++;
 		from = MAX(from, c);
 	}
-	/* shallowest first: the widest ranges, if @max cuts short */
-	for (size_t p = from; p < alen && n < max; p++) {
+	/*
+	 * The deepest position above @vary with room after @after's byte:
+	 * each range there is about as many keys as one step of @vary's
+	 * position times the names below it, a few pages where names count up.
+	 */
+	for (size_t p = MIN(vary, alen); p-- > from && !n;) {
 		for (const char *c = chars; *c && n < max; c++) {
 			if ((unsigned char)*c <= (unsigned char)after[p])
 				continue;
@@ -289,7 +294,8 @@ static int range_page(void *arg, bool truncated)
 					chars[n++] = (char)c;
 		}
 		chars[n] = '\0';
-		n = n ? s3_split_points(rs->last, rs->r->upto, w->plen, chars, pts, SPLIT_MAX) : 0;
+		n = n ? s3_split_points(rs->last, rs->r->upto, w->plen, d, chars, pts, SPLIT_MAX)
+		      : 0;
 		ret = n ? cut(rs, pts, n) : 0;
 		free(pts);
 		if (ret < 0)

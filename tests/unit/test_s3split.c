@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_s3split: where a large S3 directory's listing is cut.  A counter's
- * names cut at the shallowest digits first; an end key bounds the cuts
- * (a cut that is a prefix of it is still before it); too few cuts asked
- * for keeps the widest; nothing to cut gives none; and over random keys
+ * names cut one digit above where a page's names vary, or higher where
+ * there is no room; an end key bounds the cuts (one equal to it makes a
+ * range of one key); fewer cuts asked for keeps the first; nothing to
+ * cut gives none; and over random keys
  * and bounds, the cuts ascend strictly, each after the start and not
  * after the end, so the ranges they make hold every key once.
  */
@@ -26,40 +27,48 @@ static char pts[64][S3_SPLIT_KEY];
 static void test_counter(void **state)
 {
 	static const char *const want[] = {
-		"d/img_01", "d/img_02", "d/img_03", "d/img_04", "d/img_05", "d/img_06", "d/img_07",
-		"d/img_1", "d/img_2", "d/img_3", "d/img_4", "d/img_5", "d/img_6", "d/img_7",
-		"d/img_8", "d/img_9",
+		"d/img_002", "d/img_003", "d/img_004", "d/img_005", "d/img_006", "d/img_007",
+		"d/img_008", "d/img_009",
 	};
 	size_t n;
 
 	(void)state;
-	n = s3_split_points("d/img_000999.jpg", NULL, 2, "0123456789", pts, 16);
-	assert_int_equal(n, 16);
+	/* a page from img_001000 to img_001999: its names vary at byte 9 */
+	n = s3_split_points("d/img_001999.jpg", NULL, 2, 9, "0123456789", pts, 16);
+	assert_int_equal(n, 8);
 	for (size_t i = 0; i < n; i++)
 		assert_string_equal(pts[i], want[i]);
-	/* fewer: the widest ranges, the top digit's */
-	n = s3_split_points("d/img_000999.jpg", NULL, 2, "0123456789", pts, 4);
-	assert_int_equal(n, 4);
-	assert_string_equal(pts[0], "d/img_1");
-	assert_string_equal(pts[3], "d/img_4");
+	/* fewer asked for: the first ones, the rest one range */
+	n = s3_split_points("d/img_001999.jpg", NULL, 2, 9, "0123456789", pts, 3);
+	assert_int_equal(n, 3);
+	assert_string_equal(pts[0], "d/img_002");
+	assert_string_equal(pts[2], "d/img_004");
+	/* no room above: the next position up */
+	n = s3_split_points("d/img_009999.jpg", NULL, 2, 9, "0123456789", pts, 16);
+	assert_int_equal(n, 9);
+	assert_string_equal(pts[0], "d/img_01");
+	assert_string_equal(pts[8], "d/img_09");
 }
 
 static void test_bounded(void **state)
 {
-	static const char *const want[] = {
-		"d/a6", "d/a7", "d/a8", "d/a9", "d/aa", "d/ab", "d/ac", "d/b", "d/c",
-	};
 	size_t n;
 
 	(void)state;
-	n = s3_split_points("d/a5", "d/c2", 2, "0123456789abc", pts, 64);
-	assert_int_equal(n, 9);
-	for (size_t i = 0; i < n; i++)
-		assert_string_equal(pts[i], want[i]);
+	/* names vary at byte 4: cuts at byte 3, below "d/c2" */
+	n = s3_split_points("d/a5x", "d/a9", 2, 4, "0123456789abc", pts, 64);
+	assert_int_equal(n, 4);
+	assert_string_equal(pts[0], "d/a6");
+	assert_string_equal(pts[3], "d/a9");	/* the end itself: a range of one key */
+	/* nothing between @after and @upto at that depth: the next position up */
+	n = s3_split_points("d/a9x", "d/c2", 2, 4, "0123456789abc", pts, 64);
+	assert_int_equal(n, 3);
+	assert_string_equal(pts[0], "d/aa");
+	assert_string_equal(pts[2], "d/ac");
 	/* the directory's prefix is never cut into, nor is anything past the last byte */
-	assert_int_equal(s3_split_points("d/zz", NULL, 2, "abz", pts, 64), 0);
-	assert_int_equal(s3_split_points("d/", NULL, 2, "abc", pts, 64), 0);
-	assert_int_equal(s3_split_points("d/a", "d/a", 2, "abc", pts, 64), 0);
+	assert_int_equal(s3_split_points("d/zz", NULL, 2, 3, "abz", pts, 64), 0);
+	assert_int_equal(s3_split_points("d/", NULL, 2, 2, "abc", pts, 64), 0);
+	assert_int_equal(s3_split_points("d/a", "d/a", 2, 3, "abc", pts, 64), 0);
 }
 
 static void test_random(void **state)
@@ -84,7 +93,8 @@ static void test_random(void **state)
 			if (rand_r(&seed) % 3)
 				chars[nc++] = alpha[i];
 		chars[nc] = '\0';
-		n = s3_split_points(after, bounded ? upto : NULL, 2, chars, pts, 1 + rand_r(&seed) % 40);
+		n = s3_split_points(after, bounded ? upto : NULL, 2, 2 + (size_t)rand_r(&seed) % 14,
+				    chars, pts, 1 + rand_r(&seed) % 40);
 		for (size_t i = 0; i < n; i++) {
 			assert_true(strcmp(pts[i], after) > 0);
 			assert_true(!bounded || strcmp(pts[i], upto) <= 0);
