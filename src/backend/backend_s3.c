@@ -319,6 +319,89 @@ static void walk_failed(struct backend_s3 *s, const char *msg)
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* The subdirectories a listing of only the latest versions shows (struct s3_dir's prefix). */
+struct live_dirs {
+	struct s3_dir *d;
+	char **names;
+	size_t n, cap;
+};
+
+static int live_on_prefix(void *arg, const char *pfx)
+{
+	struct live_dirs *l = arg;
+	const char *name = pfx + l->d->plen, *slash;
+	char **v;
+
+	if (strncmp(pfx, l->d->prefix, l->d->plen) || !*name)
+		return 0;
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 16;
+		v = realloc(l->names, l->cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		l->names = v;
+	}
+	slash = strchr(name, '/');
+	l->names[l->n] = strndup(name, slash ? (size_t)(slash - name) : strlen(name));
+	return l->names[l->n++] ? 0 : -ENOMEM;
+}
+
+static int live_on_object(void *arg, const struct s3_object *o)
+{
+	struct live_dirs *l = arg;
+
+	/* a server that ignores the delimiter: a deeper key names its subdirectory */
+	if (!strncmp(o->key, l->d->prefix, l->d->plen) && strchr(o->key + l->d->plen, '/'))
+		return live_on_prefix(arg, o->key);
+	return 0;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * On a versioned bucket: keep only the subdirectories of @d that hold a
+ * key whose latest version is not a delete marker.  ListObjectVersions
+ * gives a prefix all of whose keys are deleted among its common prefixes;
+ * ListObjectsV2 of the latest versions does not, so it is asked too (a
+ * second listing of the directory, only where the first found any).
+ */
+static int drop_deleted_dirs(struct backend_s3 *s, struct s3_dir *d, char *err, size_t errlen)
+{
+	struct live_dirs l = { .d = d };
+	size_t w = 0;
+	bool any = false;
+	int ret;
+
+	for (size_t i = 0; i < d->n && !any; i++)
+		any = !d->v[i].etag;
+	if (!any)
+		return 0;
+	ret = s3_list_wide(&s->t, false, d->prefix, &s->wide, live_on_object, live_on_prefix, &l,
+			   err, errlen);
+	if (!ret) {
+		if (l.n)
+			qsort(l.names, l.n, sizeof(*l.names), name_cmp);
+		for (size_t i = 0; i < d->n; i++) {
+			const char *name = d->v[i].name;
+
+			if (!d->v[i].etag &&
+			    !(l.n && bsearch(&name, l.names, l.n, sizeof(*l.names), name_cmp))) {
+				ent_free(&d->v[i]);
+				continue;
+			}
+			d->v[w++] = d->v[i];
+		}
+		d->n = w;
+	}
+	for (size_t i = 0; i < l.n; i++)
+		free(l.names[i]);
+	free(l.names);
+	return ret;
+}
+
 /*
  * Directory @rel: every page of its listing (delimiter=/), at once, so
  * that a file named as a subdirectory is (its object "a" and keys "a/...",
@@ -343,6 +426,8 @@ static int src_opendir(void *arg, const char *rel, void **out)
 	d->plen = strlen(d->prefix);
 	ret = s3_list_wide(&s->t, s->versioned, d->prefix, &s->wide, dir_on_object, dir_on_prefix,
 			   d, err, sizeof(err));
+	if (!ret && s->versioned)
+		ret = drop_deleted_dirs(s, d, err, sizeof(err));
 	if (ret) {
 		log_err("%s: listing /%s: %s", s->be.uri, rel, err);
 		walk_failed(s, err);
