@@ -101,7 +101,7 @@ struct backend_cephfs {
 	struct cfsobj_builder *objs_b;	/* during the walk */
 	struct cfsobj_map *_Atomic objs;
 	struct cfsobj_reader *rd;
-	atomic_bool told_missing, told_layout;
+	atomic_bool told_missing, told_layout, told_corrupt;
 
 	/* the walk (see the top) */
 	struct scanserve ss;
@@ -718,8 +718,13 @@ static int cfs_read_direct(struct backend_cephfs *c, const struct sfs_attr *file
 	struct cfsobj_layout l;
 	int r;
 
-	if (!map || !__atomic_load_n(&c->direct, __ATOMIC_RELAXED) ||
-	    !cfsobj_map_find(map, file->ino, &ino, &l))
+	if (!map || !__atomic_load_n(&c->direct, __ATOMIC_RELAXED))
+		return -ENOENT;
+	r = cfsobj_map_find(map, file->ino, &ino, &l);
+	if (r == -EBADMSG && !atomic_exchange(&c->told_corrupt, true))
+		log_err("%s: the map of the files' objects is corrupt in places (the cache's disk?): those files are read through the client",
+			c->be.uri);
+	if (r != 1)
 		return -ENOENT;
 	r = cfsobj_read(c->rd, ino, &l, off, buf, len);
 	if (r == -ENOENT) {

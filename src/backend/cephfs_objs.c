@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,24 +19,44 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define COBJ_MAGIC	"SFSCOBJ1"
+#define COBJ_MAGIC	"SFSCOBJ2"
 #define COBJ_TAG_MAX	512
 #define COBJ_INO_BITS	48		/* the rest of an entry: its layout's number + 1 */
 #define COBJ_INO_MASK	((UINT64_C(1) << COBJ_INO_BITS) - 1)
 #define COBJ_LAYOUTS_MAX 0xffff
 #define COBJ_POOLS_MAX	16		/* ioctxs a reader keeps */
+#define COBJ_BLOCK_SHIFT 12		/* entries a checksum covers: 4,096 (32 KiB) */
 
 /*
- * The map: this header, nlayouts layouts, then one uint64_t per manifest
- * entry (inode number - 1): 0 (read through the client), or the CephFS
- * inode number | (layout + 1) << COBJ_INO_BITS.
+ * The map: this header, nlayouts layouts, the XXH3-64 of each block of
+ * 1 << COBJ_BLOCK_SHIFT entries, then one uint64_t per manifest entry
+ * (inode number - 1): 0 (read through the client), or the CephFS inode
+ * number | (layout + 1) << COBJ_INO_BITS.  A block is checked the first
+ * time an entry of it is asked for, as the manifest checks its parts: a
+ * corrupt one sends its files to the client, never to another file's
+ * objects.
  */
 struct cobj_head {
 	char magic[8];
 	uint64_t nentries;
+	uint64_t count;		/* entries not 0 */
 	uint32_t nlayouts, reserved;
 	char tag[COBJ_TAG_MAX];
 };
+
+static uint64_t nblocks(uint64_t nentries)
+{
+	return (nentries + (1u << COBJ_BLOCK_SHIFT) - 1) >> COBJ_BLOCK_SHIFT;
+}
+
+/* The checksum of block @b of @n entries at @ent. */
+static uint64_t block_sum(const uint64_t *ent, uint64_t n, uint64_t b)
+{
+	uint64_t first = b << COBJ_BLOCK_SHIFT;
+	uint64_t k = MIN(n - first, (uint64_t)1 << COBJ_BLOCK_SHIFT);
+
+	return sfs_hash64(ent + first, k * sizeof(*ent)) ^ b;
+}
 
 bool cfsobj_layout_ok(const struct cfsobj_layout *l)
 {
@@ -160,7 +181,7 @@ size_t cfsobj_builder_count(struct cfsobj_builder *b)
 int cfsobj_builder_build(struct cfsobj_builder *b, const struct manifest *m, const char *tag,
 			 void **buf, size_t *len)
 {
-	uint64_t n = manifest_nentries(m), *ent;
+	uint64_t n = manifest_nentries(m), *ent, *sums;
 	struct cobj_head *h;
 	size_t size;
 	char *p;
@@ -168,7 +189,8 @@ int cfsobj_builder_build(struct cfsobj_builder *b, const struct manifest *m, con
 	if (strlen(tag) >= COBJ_TAG_MAX)
 		return -ENAMETOOLONG;
 	pthread_mutex_lock(&b->lock);
-	size = sizeof(*h) + b->nlayouts * sizeof(struct cfsobj_layout) + n * sizeof(uint64_t);
+	size = sizeof(*h) + b->nlayouts * sizeof(struct cfsobj_layout) +
+	       (nblocks(n) + n) * sizeof(uint64_t);
 	p = calloc(1, size);
 	if (!p) {
 		pthread_mutex_unlock(&b->lock);
@@ -182,7 +204,8 @@ int cfsobj_builder_build(struct cfsobj_builder *b, const struct manifest *m, con
 	for (uint32_t i = 0; i < b->nlayouts; i++)
 		memcpy(p + sizeof(*h) + i * sizeof(struct cfsobj_layout), layout_at(b, i),
 		       sizeof(struct cfsobj_layout));
-	ent = (uint64_t *)(p + sizeof(*h) + b->nlayouts * sizeof(struct cfsobj_layout));
+	sums = (uint64_t *)(p + sizeof(*h) + b->nlayouts * sizeof(struct cfsobj_layout));
+	ent = sums + nblocks(n);
 	for (uint64_t ino = 1; ino <= n; ino++) {
 		struct sfs_attr a;
 		uint64_t v;
@@ -190,9 +213,13 @@ int cfsobj_builder_build(struct cfsobj_builder *b, const struct manifest *m, con
 		/* a hard link's names all give the inode's first entry */
 		if (manifest_getattr(m, ino, &a) || !S_ISREG(a.mode) || a.ino != ino)
 			continue;
-		if (idmap_get(&b->files, &a.content, &v))
+		if (idmap_get(&b->files, &a.content, &v)) {
 			ent[ino - 1] = v;
+			h->count++;
+		}
 	}
+	for (uint64_t i = 0; i < nblocks(n); i++)
+		sums[i] = block_sum(ent, n, i);
 	pthread_mutex_unlock(&b->lock);
 	*buf = p;
 	*len = size;
@@ -208,7 +235,8 @@ struct cfsobj_map {
 	uint64_t nentries, count;
 	const struct cfsobj_layout *layouts;
 	uint32_t nlayouts;
-	const uint64_t *ent;
+	const uint64_t *sums, *ent;
+	_Atomic uint8_t *checked;	/* per block: 0 not yet, 1 good, 2 corrupt */
 };
 
 static void release(void *buf, size_t len, bool mapped)
@@ -235,14 +263,18 @@ int cfsobj_map_open(void *buf, size_t len, bool mapped, const struct manifest *m
 		release(buf, len, mapped);
 		return errf(err, errlen, -ESTALE, "made for another walk");
 	}
-	want = sizeof(*h) + h->nlayouts * sizeof(struct cfsobj_layout) +
-	       h->nentries * sizeof(uint64_t);
-	if (h->nentries > (SIZE_MAX - sizeof(*h)) / 16 || len != want) {
+	want = h->nentries > (SIZE_MAX - sizeof(*h)) / 16 ? 0 :
+	       sizeof(*h) + h->nlayouts * sizeof(struct cfsobj_layout) +
+	       (nblocks(h->nentries) + h->nentries) * sizeof(uint64_t);
+	if (len != want) {
 		release(buf, len, mapped);
 		return errf(err, errlen, -EINVAL, "%zu bytes, not %zu", len, want);
 	}
 	map = calloc(1, sizeof(*map));
-	if (!map) {
+	if (map)
+		map->checked = calloc(nblocks(h->nentries) + 1, 1);
+	if (!map || !map->checked) {
+		free(map);
 		release(buf, len, mapped);
 		return errf(err, errlen, -ENOMEM, "out of memory");
 	}
@@ -250,9 +282,11 @@ int cfsobj_map_open(void *buf, size_t len, bool mapped, const struct manifest *m
 	map->len = len;
 	map->mapped = mapped;
 	map->nentries = h->nentries;
+	map->count = h->count;
 	map->nlayouts = h->nlayouts;
 	map->layouts = (const struct cfsobj_layout *)((const char *)buf + sizeof(*h));
-	map->ent = (const uint64_t *)(map->layouts + h->nlayouts);
+	map->sums = (const uint64_t *)(map->layouts + h->nlayouts);
+	map->ent = map->sums + nblocks(h->nentries);
 	for (uint32_t i = 0; i < map->nlayouts; i++) {
 		if (!cfsobj_layout_ok(&map->layouts[i])) {
 			cfsobj_map_close(map);
@@ -291,32 +325,39 @@ void cfsobj_map_close(struct cfsobj_map *map)
 	if (!map)
 		return;
 	release(map->buf, map->len, map->mapped);
+	free(map->checked);
 	free(map);
 }
 
 uint64_t cfsobj_map_count(const struct cfsobj_map *map)
 {
-	uint64_t n = 0;
-
-	for (uint64_t i = 0; i < map->nentries; i++)
-		n += map->ent[i] != 0;
-	return n;
+	return map->count;
 }
 
-bool cfsobj_map_find(const struct cfsobj_map *map, uint64_t mino, uint64_t *ino,
-		     struct cfsobj_layout *l)
+int cfsobj_map_find(const struct cfsobj_map *map, uint64_t mino, uint64_t *ino,
+		    struct cfsobj_layout *l)
 {
-	uint64_t v, idx;
+	uint64_t v, idx, b;
+	uint8_t state;
 
 	if (!map || mino == 0 || mino > map->nentries)
-		return false;
+		return 0;
+	b = (mino - 1) >> COBJ_BLOCK_SHIFT;
+	state = atomic_load_explicit(&map->checked[b], memory_order_relaxed);
+	if (!state) {
+		/* two threads may both check a block: the same answer */
+		state = block_sum(map->ent, map->nentries, b) == map->sums[b] ? 1 : 2;
+		atomic_store_explicit(&map->checked[b], state, memory_order_relaxed);
+	}
+	if (state != 1)
+		return -EBADMSG;
 	v = map->ent[mino - 1];
 	idx = v >> COBJ_INO_BITS;
 	if (!v || idx == 0 || idx > map->nlayouts || !(v & COBJ_INO_MASK))
-		return false;
+		return 0;
 	*ino = v & COBJ_INO_MASK;
 	*l = map->layouts[idx - 1];
-	return true;
+	return 1;
 }
 
 /* ---- reading ---- */

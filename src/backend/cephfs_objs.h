@@ -25,6 +25,9 @@
  * The saved map is in the machine's byte order (the cache is this node's)
  * and carries a tag, the caller's name for the manifest it goes with: a
  * map whose tag or entry count differ from the manifest's is refused.
+ * Its entries are checked in blocks (XXH3-64), each the first time one of
+ * its entries is asked for: a flipped bit sends a file to the client,
+ * never to another file's objects.
  */
 #ifndef STAGEFS_CEPHFS_OBJS_H
 #define STAGEFS_CEPHFS_OBJS_H
@@ -100,9 +103,13 @@ int cfsobj_map_open_file(const char *path, const struct manifest *m, const char 
 void cfsobj_map_close(struct cfsobj_map *map);
 /* Files with a place in @map. */
 uint64_t cfsobj_map_count(const struct cfsobj_map *map);
-/* Where manifest inode @mino's bytes lie: true with *@ino, *@l; false: read through the client. */
-bool cfsobj_map_find(const struct cfsobj_map *map, uint64_t mino, uint64_t *ino,
-		     struct cfsobj_layout *l);
+/*
+ * Where manifest inode @mino's bytes lie: 1 with *@ino, *@l; 0: not
+ * recorded; -EBADMSG: the map's block holding it is corrupt.  Either of
+ * the last two: read it through the client.
+ */
+int cfsobj_map_find(const struct cfsobj_map *map, uint64_t mino, uint64_t *ino,
+		    struct cfsobj_layout *l);
 
 /* ---- reading ---- */
 

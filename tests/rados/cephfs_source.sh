@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link, a striped layout, a sparse file, a pool namespace) reads byte-exact, read from the data pool's objects directly where it can (the saved map of objects reused with the walk) and through the client where it cannot, through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a mount again reuses the saved walk of a snapshot or of an unchanged tree, and walks again once the tree's recursive ctime moved; the first mount answers while the walk runs (a directory listed long before the walk ends, the same inode numbers after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within rados_timeout (the kernel's second READ of the page fails at once).
+# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link, a striped layout, a sparse file, a pool namespace) reads byte-exact, read from the data pool's objects directly where it can (the saved map of objects reused with the walk; a bit flipped in it sends its files through the client) and through the client where it cannot, through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a mount again reuses the saved walk of a snapshot or of an unchanged tree, and walks again once the tree's recursive ctime moved; the first mount answers while the walk runs (a directory listed long before the walk ends, the same inode numbers after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within rados_timeout (the kernel's second READ of the page fails at once).
 # needs: ceph
 # timeout: 240
 # SPDX-License-Identifier: Apache-2.0
@@ -83,6 +83,23 @@ contains "index reused" "$(sfs_log "$S")" || die "a snapshot mounted again was w
 contains "65 files read from their objects directly" "$(sfs_log "$S")" ||
 	die "the saved map of objects was not used: $(grep -e 'objects' "$(sfs_log "$S")")"
 treecmp "$F/$D/.snap/s1" "$S"
+# a bit flipped in the saved map (the cache's disk): its files through the
+# client, the same bytes, said once; never another file's objects.  (The
+# saved walk linked into an empty cache: the same files, so it is reused.)
+sfs_umount "$S"
+mkdir -p -m 700 "$T/cs5/snapshots"
+ln "$T"/cs/snapshots/* "$T/cs5/snapshots/" || die "cannot link the saved walk"
+om=$(ls "$T"/cs5/snapshots/*.cephfs-objs) || die "no saved map of objects"
+"$PYTHON" - "$om" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-16] ^= 2
+open(sys.argv[1], "wb").write(b)
+PY
+sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs5"
+contains "index reused" "$(sfs_log "$S")" || die "the linked saved walk was not reused"
+treecmp "$F/$D/.snap/s1" "$S"
+contains "is corrupt in places" "$(sfs_log "$S")" || die "a corrupt map of objects was not noticed"
 
 # --- the first mount answers while it walks (each directory slowed by 0.15 s,
 # one thread, 24 directories: 3.6 s at least), with the finished index's

@@ -9,7 +9,8 @@
  * layout, a hard link's names all found, a file not recorded and a
  * directory not found; layouts that are not stripings and inode numbers
  * that do not fit are refused; a map of another walk, a truncated one and
- * a corrupt layout are refused with a reason.
+ * a corrupt layout are refused with a reason; a bit flipped in an entry
+ * makes its block's files "corrupt", not another file's.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -207,7 +208,7 @@ static void test_map(void **state)
 	assert_int_equal(cfsobj_builder_build(b, m, "walk 1", &buf, &len), 0);
 	assert_int_equal(cfsobj_map_open(buf, len, false, m, "walk 1", &map, err, sizeof(err)), 0);
 	assert_int_equal(cfsobj_map_count(map), 2);
-	assert_true(cfsobj_map_find(map, ino_of(m, "a/f"), &ino, &got));
+	assert_int_equal(cfsobj_map_find(map, ino_of(m, "a/f"), &ino, &got), 1);
 	assert_int_equal(ino, 0x10000000001ull);
 	assert_memory_equal(&got, &def, sizeof(got));
 	assert_true(cfsobj_map_find(map, ino_of(m, "h"), &ino, &got));	/* the same inode */
@@ -229,10 +230,20 @@ static void test_map(void **state)
 	assert_int_equal(cfsobj_map_open(buf, len - 8, false, m, "walk 1", &map, err, sizeof(err)),
 			 -EINVAL);
 	assert_int_equal(cfsobj_builder_build(b, m, "walk 1", &buf, &len), 0);
-	memset((char *)buf + len - manifest_nentries(m) * 8 - 2 * sizeof(struct cfsobj_layout), 0, 4);
+	/* the layouts, then one checksum (6 entries: one block), then the entries */
+	memset((char *)buf + len - (manifest_nentries(m) + 1) * 8 - 2 * sizeof(struct cfsobj_layout),
+	       0, 4);
 	assert_int_equal(cfsobj_map_open(buf, len, false, m, "walk 1", &map, err, sizeof(err)),
 			 -EINVAL);
 	assert_non_null(strstr(err, "layout"));
+
+	/* a bit flipped in an entry: its block's files are not found, never elsewhere */
+	assert_int_equal(cfsobj_builder_build(b, m, "walk 1", &buf, &len), 0);
+	((unsigned char *)buf)[len - 8 * (manifest_nentries(m) - ino_of(m, "big") + 1)] ^= 4;
+	assert_int_equal(cfsobj_map_open(buf, len, false, m, "walk 1", &map, err, sizeof(err)), 0);
+	assert_int_equal(cfsobj_map_find(map, ino_of(m, "big"), &ino, &got), -EBADMSG);
+	assert_int_equal(cfsobj_map_find(map, ino_of(m, "a/f"), &ino, &got), -EBADMSG);
+	cfsobj_map_close(map);
 
 	cfsobj_builder_destroy(b);
 	manifest_close(m);
