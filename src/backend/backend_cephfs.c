@@ -470,8 +470,7 @@ static void objs_open(struct backend_cephfs *c, const char *cache_dir, const cha
 		r = cfsobj_map_open_file(path, m, tag, &map, err, sizeof(err));
 	}
 	if (r) {
-		log_info("%s: no map of the files' objects (%s): reads go through the client",
-			 c->be.uri, err);
+		log_info("%s: no usable map of the files' objects (%s)", c->be.uri, err);
 		return;
 	}
 	log_info("%s: %" PRIu64 " files read from their objects directly (any other through the client)",
@@ -623,7 +622,15 @@ static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, cha
 
 	c->stamped = !tree_stamp(c, c->stamp, sizeof(c->stamp));
 	if (c->stamped && cfg->dir_reuse_scan &&
-	    !saved_load(c, cfg->cache_dir, c->stamp, &c->be.m)) {
+	    !saved_load(c, cfg->cache_dir, c->stamp, &c->be.m) && c->direct &&
+	    !atomic_load(&c->objs)) {
+		/* no map of its objects (walked with direct reads off, or lost): again */
+		log_info("%s: the saved walk has no map of the files' objects: walking again",
+			 c->be.uri);
+		manifest_close(c->be.m);
+		c->be.m = NULL;
+	}
+	if (c->be.m) {
 		log_notice("%s: the tree is as walked before (%s): index reused in %" PRIu64 " ms",
 			   c->be.uri, c->snapshot ? "a snapshot" : "ceph.dir.rctime, rbytes, rentries",
 			   now_ms() - t0);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link, a striped layout, a sparse file, a pool namespace) reads byte-exact, read from the data pool's objects directly where it can (the saved map of objects reused with the walk; a bit flipped in it sends its files through the client) and through the client where it cannot, through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a mount again reuses the saved walk of a snapshot or of an unchanged tree, and walks again once the tree's recursive ctime moved; the first mount answers while the walk runs (a directory listed long before the walk ends, the same inode numbers after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within rados_timeout (the kernel's second READ of the page fails at once).
+# cephfs:// sources through libcephfs: a tree in CephFS (files of several chunks, an empty file, a symlink, a hard link, a striped layout, a sparse file, a pool namespace) reads byte-exact, read from the data pool's objects directly where it can (the saved map of objects reused with the walk; a bit flipped in it sends its files through the client, and a saved walk without one is walked again) and through the client where it cannot, through a live mount and through a mount of a CephFS snapshot, which keeps serving the bytes as they were when it was taken; a file another client is still writing is walked with its real size; a file changed under a live mount gives EIO (logged), never mixed bytes, and its neighbours read right; warmup fills the cache (no backend read after); a mount again reuses the saved walk of a snapshot or of an unchanged tree, and walks again once the tree's recursive ctime moved; the first mount answers while the walk runs (a directory listed long before the walk ends, the same inode numbers after); a missing file system, snapshot or bad path fails the mount with a clear message; with the OSD stopped an uncached read fails with EIO within rados_timeout (the kernel's second READ of the page fails at once).
 # needs: ceph
 # timeout: 240
 # SPDX-License-Identifier: Apache-2.0
@@ -100,6 +100,15 @@ sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs5"
 contains "index reused" "$(sfs_log "$S")" || die "the linked saved walk was not reused"
 treecmp "$F/$D/.snap/s1" "$S"
 contains "is corrupt in places" "$(sfs_log "$S")" || die "a corrupt map of objects was not noticed"
+# no map at all beside the saved walk: walked again, for one
+sfs_umount "$S"
+rm -f "$om"
+sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs5"
+contains "has no map of the files' objects: walking again" "$(sfs_log "$S")" ||
+	die "a saved walk without its map was reused: $(grep -e objects -e walk "$(sfs_log "$S")")"
+wait_for -t 30 contains "65 files read from their objects directly" "$(sfs_log "$S")" ||
+	die "the walk again made no map of objects"
+treecmp "$F/$D/.snap/s1" "$S"
 
 # --- the first mount answers while it walks (each directory slowed by 0.15 s,
 # one thread, 24 directories: 3.6 s at least), with the finished index's
