@@ -34,8 +34,8 @@ ln -s a/b/note.txt "$F/$D/link"
 ln "$F/$D/a/f1" "$F/$D/hard1"
 # layouts read from the objects directly: striped (3 objects of 256 KiB in
 # 64 KiB units) and sparse (its first object missing: read through the
-# client); one in a pool namespace (through the client: the client's
-# layout does not name it)
+# client); one in a pool namespace (its objects are not where the client's
+# layout, which does not name it, says: through the client)
 mkdir -p "$F/$D/lay"
 touch "$F/$D/lay/striped" "$F/$D/lay/ns"
 setfattr -n ceph.file.layout -v "stripe_unit=65536 stripe_count=3 object_size=262144" \
@@ -58,13 +58,13 @@ opts=("ceph_conf=$CEPH_CONF" chunk_size=1M rados_timeout=3s)
 S=$T/snap
 sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs"
 treecmp "$F/$D/.snap/s1" "$S"
-# every file but the one in a namespace from its objects (66 files, 65),
-# the sparse one through the client
+# every file from its objects (66); the sparse one's missing object and
+# the one in a namespace (no object of its name outside it) through the client
 direct_ok() {
-	contains "65 files read from their objects directly" "$(sfs_log "$1")" ||
+	contains "66 files read from their objects directly" "$(sfs_log "$1")" ||
 		die "$1: $(grep -e 'objects' "$(sfs_log "$1")")"
-	contains "(a pool namespace) is not read directly" "$(sfs_log "$1")" || die "$1: the namespace not said"
-	contains "a hole, or data kept inline" "$(sfs_log "$1")" || die "$1: the missing object not said"
+	contains "a hole, data kept inline, or a pool namespace" "$(sfs_log "$1")" ||
+		die "$1: the missing object not said"
 }
 direct_ok "$S"
 [[ $(cat "$S/a/b/note.txt") == "as it was" ]] || die "a snapshot's file changed after it was taken: $(cat "$S/a/b/note.txt")"
@@ -80,7 +80,7 @@ log "snapshot: byte-exact, warmed, served from the cache"
 sfs_umount "$S"
 sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs"
 contains "index reused" "$(sfs_log "$S")" || die "a snapshot mounted again was walked again"
-contains "65 files read from their objects directly" "$(sfs_log "$S")" ||
+contains "66 files read from their objects directly" "$(sfs_log "$S")" ||
 	die "the saved map of objects was not used: $(grep -e 'objects' "$(sfs_log "$S")")"
 treecmp "$F/$D/.snap/s1" "$S"
 # a bit flipped in the saved map (the cache's disk): its files through the
@@ -106,7 +106,7 @@ rm -f "$om"
 sfs_mount "cephfs://cephfs/$D@s1" "$S" "${opts[@]}" "cache_dir=$T/cs5"
 contains "has no map of the files' objects: walking again" "$(sfs_log "$S")" ||
 	die "a saved walk without its map was reused: $(grep -e objects -e walk "$(sfs_log "$S")")"
-wait_for -t 30 contains "65 files read from their objects directly" "$(sfs_log "$S")" ||
+wait_for -t 30 contains "66 files read from their objects directly" "$(sfs_log "$S")" ||
 	die "the walk again made no map of objects"
 treecmp "$F/$D/.snap/s1" "$S"
 
