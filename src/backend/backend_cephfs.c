@@ -248,6 +248,7 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 	struct cfs_dir *d = dir;
 	struct ceph_statx st;
 	struct Inode *in = NULL;
+	uint64_t ino = 0;	/* a file's, as readdir gave it */
 	int r;
 
 	(void)rel;
@@ -270,8 +271,7 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 		goto out;
 	}
 	if (S_ISREG(st.stx_mode)) {
-		uint64_t ino = st.stx_ino;
-
+		ino = st.stx_ino;
 		/*
 		 * readdirplus gives what the MDS has; a file another client
 		 * is writing has its size and times in that client's caps.
@@ -291,10 +291,6 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 		e->multi = st.stx_nlink > 1;
 		e->dev = (uint64_t)st.stx_dev;
 		e->ino = st.stx_ino;
-		attr_from_statx(c, &st, &e->a);
-		/* the inode readdir gave is the one the name has now */
-		if (in && ino == st.stx_ino)
-			record_objects(c, in, ino, &e->a.content);
 	} else if (S_ISLNK(st.stx_mode)) {
 		r = ceph_readlinkat(c->cm, d->fd, d->de.d_name, target, tlen - 1);
 		if (r < 0)
@@ -302,8 +298,10 @@ static int src_readdir(void *arg, void *dir, const char *rel, struct dirscan_ent
 		target[r] = '\0';
 		r = 1;
 	}
-	if (!S_ISREG(st.stx_mode))
-		attr_from_statx(c, &st, &e->a);
+	attr_from_statx(c, &st, &e->a);
+	/* the inode readdir gave is the one the name has now */
+	if (in && S_ISREG(st.stx_mode) && ino == st.stx_ino)
+		record_objects(c, in, ino, &e->a.content);
 out:
 	if (in)
 		ceph_ll_put(c->cm, in);
@@ -558,12 +556,6 @@ static int saved_store(struct backend_cephfs *c, const char *cache_dir, const ch
 	return 0;
 }
 
-/*
- * The walk is over (scanserve's callback, or cfs_index() itself): saved
- * (unless the tree changed during it: then the next mount walks again)
- * and served from the file, mapped, as dir:// serves its scan, so that
- * the daemon holds none of it; else from @r's buffer.
- */
 /* The walk's record of objects is in a map now, or never will be. */
 static void objs_walked(struct backend_cephfs *c)
 {
@@ -571,6 +563,12 @@ static void objs_walked(struct backend_cephfs *c)
 	c->objs_b = NULL;
 }
 
+/*
+ * The walk is over (scanserve's callback, or cfs_index() itself): saved
+ * (unless the tree changed during it: then the next mount walks again)
+ * and served from the file, mapped, as dir:// serves its scan, so that
+ * the daemon holds none of it; else from @r's buffer.
+ */
 static int cfs_walked(void *arg, struct dirscan_result *r, struct manifest **m, char *err,
 		      size_t errlen)
 {
@@ -596,7 +594,7 @@ static int cfs_walked(void *arg, struct dirscan_result *r, struct manifest **m, 
 	ret = manifest_open(r->manifest, r->manifest_len, m, err, errlen);
 	if (ret) {
 		free(r->manifest);
-	} else if (c->direct && c->objs_b) {
+	} else if (c->objs_b) {
 		void *obuf;
 		size_t olen;
 
@@ -651,44 +649,65 @@ static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, cha
 
 /* ---- reads ---- */
 
+/* @file's path in the file system (the root's, then its own): 0 or -errno. */
+static int file_path(struct backend_cephfs *c, const struct sfs_attr *file, char *buf,
+		     size_t size)
+{
+	char rel[PATH_MAX];
+	int r = scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
+
+	if (r < 0)
+		return r;
+	return (size_t)snprintf(buf, size, "%s/%s", c->root, rel) < size ? 0 : -ENAMETOOLONG;
+}
+
+/*
+ * Is @st (asked for with result @r; -ENOENT, -ESTALE: the file is gone)
+ * still the version mounted as @file, at @path?  0, or -EIO (logged).
+ */
+static int version_is(struct backend_cephfs *c, int r, const struct ceph_statx *st,
+		      const struct sfs_attr *file, const char *path)
+{
+	struct sfs_id id;
+
+	if (r < 0 && r != -ENOENT && r != -ESTALE) {
+		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: statx: %s", c->fs_name, path,
+			    strerror(-r));
+		return -EIO;
+	}
+	if (!r) {
+		content_id(c, st, &id);
+		if (sfs_id_eq(&id, &file->content))
+			return 0;
+	}
+	log_limited(&rl_read, LOG_ERR,
+		    "cephfs://%s%s changed since it was mounted: remount to see the new version",
+		    c->fs_name, path);
+	return -EIO;
+}
+
 /* Is the file open at @fd still the version mounted as @file?  0, or -EIO (logged). */
 static int check_version(struct backend_cephfs *c, int fd, const struct sfs_attr *file,
 			 const char *path)
 {
 	struct ceph_statx st;
-	struct sfs_id id;
-	int r;
 
 	if (c->snapshot)
 		return 0;
-	r = ceph_fstatx(c->cm, fd, &st, CFS_WANT, 0);
-	if (r < 0) {
-		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: statx: %s", c->fs_name, path,
-			    strerror(-r));
-		return -EIO;
-	}
-	content_id(c, &st, &id);
-	if (!sfs_id_eq(&id, &file->content)) {
-		log_limited(&rl_read, LOG_ERR,
-			    "cephfs://%s%s changed since it was mounted: remount to see the new version",
-			    c->fs_name, path);
-		return -EIO;
-	}
-	return 0;
+	return version_is(c, ceph_fstatx(c->cm, fd, &st, CFS_WANT, 0), &st, file, path);
 }
 
 /*
- * Is inode @ino, read directly, still the version mounted as @file?  0, or
- * -EIO (logged).  The client answers from the capabilities it holds, or
- * asks the MDS (which recalls a writer's), as for an open file.
+ * The same of inode @ino, read directly: the client answers from the
+ * capabilities it holds, or asks the MDS (which recalls a writer's), as
+ * for an open file.
  */
 static int check_version_ino(struct backend_cephfs *c, uint64_t ino, const struct sfs_attr *file)
 {
 	vinodeno_t vino = { .ino = { ino }, .snapid = { CEPH_NOSNAP } };
 	struct ceph_statx st;
 	struct Inode *in;
-	struct sfs_id id;
-	char rel[PATH_MAX] = "";
+	char path[PATH_MAX * 2] = "";
 	int r;
 
 	r = ceph_ll_lookup_vino(c->cm, vino, &in);
@@ -697,19 +716,15 @@ static int check_version_ino(struct backend_cephfs *c, uint64_t ino, const struc
 		ceph_ll_put(c->cm, in);
 	}
 	if (!r) {
+		struct sfs_id id;
+
+		/* the common case, before a path is built for a message */
 		content_id(c, &st, &id);
 		if (sfs_id_eq(&id, &file->content))
 			return 0;
 	}
-	scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
-	if (r && r != -ENOENT && r != -ESTALE)
-		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s/%s: statx: %s", c->fs_name, c->root,
-			    rel, strerror(-r));
-	else
-		log_limited(&rl_read, LOG_ERR,
-			    "cephfs://%s%s/%s changed since it was mounted: remount to see the new version",
-			    c->fs_name, c->root, rel);
-	return -EIO;
+	file_path(c, file, path, sizeof(path));
+	return version_is(c, r, &st, file, path);
 }
 
 /*
@@ -747,11 +762,11 @@ static int cfs_read_direct(struct backend_cephfs *c, const struct sfs_attr *file
 		return -ENOENT;
 	}
 	if (r < 0) {
-		char rel[PATH_MAX] = "";
+		char path[PATH_MAX * 2] = "";
 
-		scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
-		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s/%s: reading its objects: %s",
-			    c->fs_name, c->root, rel, strerror(-r));
+		file_path(c, file, path, sizeof(path));
+		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: reading its objects: %s", c->fs_name,
+			    path, strerror(-r));
 		return -EIO;
 	}
 	/* as below: one check, after the read */
@@ -764,7 +779,7 @@ static int cfs_read_direct(struct backend_cephfs *c, const struct sfs_attr *file
 static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint32_t idx,
 		    void *buf, size_t len)
 {
-	char rel[PATH_MAX], path[PATH_MAX * 2];
+	char path[PATH_MAX * 2];
 	uint64_t off = (uint64_t)idx * c->be.chunk_size;
 	size_t done = 0;
 	int fd, r;
@@ -772,10 +787,9 @@ static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint3
 	r = cfs_read_direct(c, file, idx, buf, len);
 	if (r != -ENOENT)
 		return r;
-	r = scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
+	r = file_path(c, file, path, sizeof(path));
 	if (r < 0)
 		return r;
-	snprintf(path, sizeof(path), "%s/%s", c->root, rel);
 	fd = ceph_open(c->cm, path, O_RDONLY | O_NOFOLLOW, 0);
 	if (fd < 0) {
 		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: open: %s", c->fs_name, path,
