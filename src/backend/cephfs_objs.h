@@ -125,7 +125,8 @@ void cfsobj_reader_destroy(struct cfsobj_reader *rd);
  * Read [@off, @off + @len) of inode @ino (laid out as @l) into @buf, every
  * object it touches at once, and wait: @len (bytes past an object's end
  * read as zeros, as CephFS gives them), -ENOENT when an object is missing
- * (read it through the client), or another -errno from RADOS
+ * or -ENOSPC when the file's pool is past the 16 a reader keeps open (read
+ * it through the client either way), or another -errno from RADOS
  * (-ETIMEDOUT past the connection's OSD timeout).  Any thread.
  */
 int cfsobj_read(struct cfsobj_reader *rd, uint64_t ino, const struct cfsobj_layout *l,
