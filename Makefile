@@ -73,6 +73,10 @@ csi/csi_pb2.py: csi/proto/csi.proto
 
 FORCE:
 
+# XXH3's AVX2 code (src/xxh_avx2.h), where configure found the compiler
+# takes -mavx2; util.c runs it only on CPUs that have AVX2
+src/xxh_avx2.o: CFLAGS += $(AVX2_CFLAGS)
+
 src/libsfs.a: $(SRC_OBJS)
 	$(call quiet,AR,$@)rm -f $@ && $(AR) rcs $@ $^
 

@@ -24,6 +24,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "xxh_avx2.h"
+
 void sfs_id_hex(const struct sfs_id *id, char out[SFS_ID_HEX_LEN + 1])
 {
 	snprintf(out, SFS_ID_HEX_LEN + 1, "%016llx%016llx",
@@ -68,17 +70,47 @@ bool sfs_id_eq(const struct sfs_id *a, const struct sfs_id *b)
 	return a->hi == b->hi && a->lo == b->lo;
 }
 
+/*
+ * XXH3's AVX2 code where this build has it and the CPU runs it
+ * (src/xxh_avx2.h): asked once, before main(), so that no thread races
+ * the choice.  STAGEFS_XXH3_PORTABLE=1 in the environment keeps the
+ * baseline code (to compare the two; the hashes are the same).
+ */
+static bool hash_avx2;
+
+__attribute__((constructor)) static void hash_pick(void)
+{
+	const char *env = getenv("STAGEFS_XXH3_PORTABLE");
+
+	if (!xxh_avx2_built || (env && *env && strcmp(env, "0")))
+		return;
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_cpu_init();
+	hash_avx2 = __builtin_cpu_supports("avx2");
+#endif
+}
+
+bool sfs_hash_avx2(void)
+{
+	return hash_avx2;
+}
+
 void sfs_id_of(const void *buf, size_t len, struct sfs_id *id)
 {
-	XXH128_hash_t h = XXH3_128bits(buf, len);
+	XXH128_hash_t h;
 
+	if (hash_avx2) {
+		xxh_avx2_128(buf, len, &id->lo, &id->hi);
+		return;
+	}
+	h = XXH3_128bits(buf, len);
 	id->hi = h.high64;
 	id->lo = h.low64;
 }
 
 uint64_t sfs_hash64(const void *buf, size_t len)
 {
-	return XXH3_64bits(buf, len);
+	return hash_avx2 ? xxh_avx2_64(buf, len) : XXH3_64bits(buf, len);
 }
 
 int parse_size(const char *s, uint64_t *out)

@@ -44,6 +44,8 @@ bool sfs_id_eq(const struct sfs_id *a, const struct sfs_id *b);
 void sfs_id_of(const void *buf, size_t len, struct sfs_id *id);
 /* XXH3-64 of a buffer: the per-chunk hash recorded in the cache index. */
 uint64_t sfs_hash64(const void *buf, size_t len);
+/* Do sfs_id_of() and sfs_hash64() run XXH3's AVX2 code (src/xxh_avx2.h)? */
+bool sfs_hash_avx2(void);
 
 /*
  * Parse "4M", "100G", "1.5T", "512k", "4096" (binary units) into bytes.

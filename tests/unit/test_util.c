@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * test_util: parse_size, parse_duration_ms, parse_bool, fmt_size, sfs_id hex
- * round trip and parse errors, hashes, pread_full/pwrite_full and mkdir_p.
+ * round trip and parse errors, hashes (either XXH3 code path), pread_full/pwrite_full and mkdir_p.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -337,6 +337,48 @@ static void test_hashes(void **state)
 	assert_int_equal(sfs_hash64(NULL, 0), XXH3_64bits(NULL, 0));
 }
 
+/*
+ * The hashes whatever code path computes them (src/xxh_avx2.h): every
+ * length from 0 to 2,100 (each of XXH3's short-input branches, the
+ * stripe and block edges), longer and unaligned buffers up to 4 MiB + 3,
+ * against the baseline code inlined here.  The test is compiled without
+ * -mavx2, so its XXH3 is the SSE2 (or the target's own) code.
+ */
+static void test_hashes_any_path(void **state)
+{
+	size_t big = (4u << 20) + 3, lens[] = { 4095, 4096, 65536, 65537, 1u << 20, 4u << 20 };
+	unsigned char *buf = malloc(big);
+	uint64_t x = 0x9e3779b97f4a7c15ULL;
+
+	assert_non_null(buf);
+	for (size_t i = 0; i < big; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		buf[i] = (unsigned char)x;
+	}
+	if (!sfs_hash_avx2())
+		print_message("note: this CPU or build has no AVX2 path: both sides run the same code\n");
+	for (size_t len = 0; len <= 2100; len++) {
+		XXH128_hash_t h = XXH3_128bits(buf + 1, len);
+		struct sfs_id id;
+
+		sfs_id_of(buf + 1, len, &id);
+		assert_int_equal(id.hi, h.high64);
+		assert_int_equal(id.lo, h.low64);
+		assert_int_equal(sfs_hash64(buf + 3, len), XXH3_64bits(buf + 3, len));
+	}
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+		for (size_t off = 0; off < 4; off++) {
+			XXH128_hash_t h = XXH3_128bits(buf + off, lens[k]);
+			struct sfs_id id;
+
+			sfs_id_of(buf + off, lens[k], &id);
+			assert_int_equal(id.hi, h.high64);
+			assert_int_equal(id.lo, h.low64);
+			assert_int_equal(sfs_hash64(buf + off, lens[k]), XXH3_64bits(buf + off, lens[k]));
+		}
+	free(buf);
+}
+
 /* ---- clocks ---- */
 
 static void test_clocks(void **state)
@@ -578,6 +620,7 @@ int main(void)
 		cmocka_unit_test(test_id_round_trip),
 		cmocka_unit_test(test_id_parse_errors),
 		cmocka_unit_test(test_hashes),
+		cmocka_unit_test(test_hashes_any_path),
 		cmocka_unit_test(test_clocks),
 		cmocka_unit_test_setup_teardown(test_pread_pwrite, setup_tmp, teardown_tmp),
 		cmocka_unit_test_setup_teardown(test_mkdir_p, setup_tmp, teardown_tmp),
