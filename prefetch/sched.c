@@ -284,8 +284,9 @@ static struct pf_user *user_get_locked(struct pf_sched *s, uint32_t uid)
 	return u;
 }
 
-int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
-	      uint32_t idx, uint32_t uid, enum pf_class cls, enum pf_kind kind)
+static int submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
+		  uint32_t idx, uint32_t uid, enum pf_class cls, enum pf_kind kind,
+		  uint8_t oflags, bool kick)
 {
 	struct pf_queues *q = s->q;
 	struct pf_req *r = calloc(1, sizeof(*r));
@@ -299,6 +300,7 @@ int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
 	r->uid = uid;
 	r->cls = (uint8_t)cls;
 	r->kind = (uint8_t)kind;
+	r->oflags = oflags;
 	pthread_mutex_lock(&q->lock);
 	if (q->stop) {
 		pthread_mutex_unlock(&q->lock);
@@ -318,10 +320,29 @@ int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
 	if (q->waiting)
 		pthread_cond_signal(&q->work);
 	pthread_mutex_unlock(&q->lock);
+	if (kick)
+		pf_sched_kick(s);
+	return 0;
+}
+
+void pf_sched_kick(struct pf_sched *s)
+{
 	/* the consumer's hook (prefetch.c: the engine's kick) */
 	if (s->kick)
 		s->kick(s->kick_arg);
-	return 0;
+}
+
+int pf_submit(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
+	      uint32_t idx, uint32_t uid, enum pf_class cls, enum pf_kind kind)
+{
+	return submit(s, o, f, idx, uid, cls, kind, 0, true);
+}
+
+int pf_submit_quiet(struct pf_sched *s, struct pf_owner *o, struct pf_file *f,
+		    uint32_t idx, uint32_t uid, enum pf_class cls, enum pf_kind kind,
+		    uint8_t oflags)
+{
+	return submit(s, o, f, idx, uid, cls, kind, oflags, false);
 }
 
 /*
