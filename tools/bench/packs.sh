@@ -35,6 +35,8 @@ bench_packs() {
 	image_tree "$d/src" "$n" "${PACK_KB%-*}" "${PACK_KB#*-}" 29 || { skipped "could not write the files"; return; }
 	bytes=$(du -sb --apparent-size "$d/src" | cut -f1)
 	log "packs: $n files, $bytes bytes"
+	# the files' writeback done first: rados bench write, next, shares the disk
+	sync
 
 	# the baseline: the same bytes as 4 MiB objects
 	w4=$(rados_bench_bw 600 write -b 4M -t "$T" --max-objects $(((bytes >> 22) + 1)) --no-cleanup --run-name pk) ||
