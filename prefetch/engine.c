@@ -230,6 +230,7 @@ struct pf_engine {
 	struct pf_owner pack_owner;	/* of the readahead requests for packs */
 
 	_Atomic uint64_t st_pack_reads, st_pack_bytes, st_pack_files;
+	_Atomic uint64_t st_wakeups;	/* eventfd pokes handled */
 	_Atomic uint64_t st_bg_cap, st_bg_cuts;
 	_Atomic uint64_t st_ops, st_direct, st_fixed, st_submits, st_fills;
 	_Atomic uint64_t st_max, st_inflight, st_demand, st_hits, st_async;
@@ -1473,6 +1474,7 @@ static void handle_cqe(struct pf_engine *e, const struct io_uring_cqe *cqe)
 
 		if (read(e->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 			log_warn("I/O engine: eventfd: %s", strerror(errno));
+		atomic_fetch_add(&e->st_wakeups, 1);
 		if (!e->stopping || e->nfills)
 			arm_poll(e);
 		return;
@@ -1751,6 +1753,7 @@ void pf_engine_get_stats(struct pf_engine *e, struct pf_stats *st)
 	st->uring_fixed = atomic_load(&e->st_fixed);
 	st->uring_submits = atomic_load(&e->st_submits);
 	st->engine_fills = atomic_load(&e->st_fills);
+	st->engine_wakeups = atomic_load(&e->st_wakeups);
 	st->pack_reads = atomic_load(&e->st_pack_reads);
 	st->pack_bytes = atomic_load(&e->st_pack_bytes);
 	st->pack_files = atomic_load(&e->st_pack_files);

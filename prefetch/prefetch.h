@@ -107,6 +107,7 @@ struct pf_stats {
 	uint64_t uring_fixed;		/* ... of which from registered buffers */
 	uint64_t uring_submits;		/* io_uring_enter calls that submitted */
 	uint64_t engine_fills;		/* chunks the engine brought in or checked */
+	uint64_t engine_wakeups;	/* times another thread woke the engine */
 	uint64_t pack_reads;		/* pack reads (docs/manifest.md, "Packs") */
 	uint64_t pack_bytes;		/* ... their bytes */
 	uint64_t pack_files;		/* files they brought in, each checked */
