@@ -417,8 +417,12 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	return 0;
 
 queue:
-	/* a small file of the pack asked for last: joins that read, no slot */
-	if (nch == 1 && packentry_maybe(be, a) &&
+	/*
+	 * A small file of the pack asked for last joins that read and takes
+	 * no slot.  Only the I/O engine reads packs whole: sched.c's worker
+	 * threads (prefetch_io_uring=no) fetch each file alone.
+	 */
+	if (j->s->engine && nch == 1 && packentry_maybe(be, a) &&
 	    !manifest_file_pack(be->m, a->ino, &pack, &pk_off, &pk)) {
 		ride = j->last_be == be && j->last_pack == pack;
 		packed = true;
