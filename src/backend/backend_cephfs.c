@@ -649,15 +649,20 @@ static int cfs_index(struct backend_cephfs *c, const struct sfs_config *cfg, cha
 
 /* ---- reads ---- */
 
-/* @file's path in the file system (the root's, then its own): 0 or -errno. */
+/*
+ * @file's path in the file system (the root's, then its own): 0 or -errno
+ * (then @buf holds "", or the path cut short: something to log).
+ */
 static int file_path(struct backend_cephfs *c, const struct sfs_attr *file, char *buf,
 		     size_t size)
 {
 	char rel[PATH_MAX];
 	int r = scanserve_path(&c->ss, file->ino, rel, sizeof(rel));
 
-	if (r < 0)
+	if (r < 0) {
+		buf[0] = '\0';
 		return r;
+	}
 	return (size_t)snprintf(buf, size, "%s/%s", c->root, rel) < size ? 0 : -ENAMETOOLONG;
 }
 
@@ -707,7 +712,7 @@ static int check_version_ino(struct backend_cephfs *c, uint64_t ino, const struc
 	vinodeno_t vino = { .ino = { ino }, .snapid = { CEPH_NOSNAP } };
 	struct ceph_statx st;
 	struct Inode *in;
-	char path[PATH_MAX * 2] = "";
+	char path[PATH_MAX * 2];	/* only for a message: not cleared for every read */
 	int r;
 
 	r = ceph_ll_lookup_vino(c->cm, vino, &in);
@@ -764,7 +769,7 @@ static int cfs_read_direct(struct backend_cephfs *c, const struct sfs_attr *file
 		return -ENOENT;
 	}
 	if (r < 0) {
-		char path[PATH_MAX * 2] = "";
+		char path[PATH_MAX * 2];
 
 		file_path(c, file, path, sizeof(path));
 		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: reading its objects: %s", c->fs_name,
