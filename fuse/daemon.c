@@ -4,6 +4,8 @@
  */
 #include "daemon.h"
 
+#include "packpush.h"
+
 #include "prefetch/prefetch.h"
 #include "stats/stats.h"
 
@@ -57,6 +59,8 @@ int daemon_start(struct sfs *fs, char *err, size_t errlen)
 		.fetch_begin = pf_fetch_begin,
 		.fetch_end = pf_fetch_end,
 		.account_arg = fs,
+		.pack_arrived = fs->pp ? packpush_arrived : NULL,
+		.pack_arg = fs->pp,
 	};
 	struct stats_opts so = { .idle_gap_ns = c->stall_idle_gap_ms * 1000000ULL };
 	int ret;

@@ -59,6 +59,7 @@ struct passthrough;
 struct ptacct;
 struct session_io;
 struct noopen;
+struct packpush;
 struct uring;
 
 /* One mounted dataset: immutable once published in fs->ds. */
@@ -92,6 +93,7 @@ struct sfs {
 	struct uring *ur;		/* fuse/uring.h; NULL: /dev/fuse only */
 	struct kinodes *ki;		/* fuse/kinodes.h: the kernel's inodes, bounded */
 	struct pushmap *pushed;		/* fuse/pushmap.h: files the kernel holds from a push */
+	struct packpush *pp;		/* fuse/packpush.h: packs' files pushed as they arrive; NULL: off */
 	bool splice_write;		/* the session splices notify_store data (INIT) */
 	struct handles *handles;	/* fuse/handles.h: the file handles given out */
 	struct takeover *tko;		/* fuse/takeover.h: the supervisor's channel, or NULL */

@@ -22,6 +22,7 @@
 #include "fh.h"
 #include "handles.h"
 #include "kinodes.h"
+#include "packpush.h"
 #include "pushmap.h"
 
 #include "log.h"
@@ -825,6 +826,9 @@ int main(int argc, char **argv)
 			fail("dataset %s: %s", pd->name, err);
 	}
 	cache_set_quota_fn(fs.cache, access_quota_of, &fs);
+	ret = packpush_create(&fs, &fs.pp);	/* the engine offers it packs */
+	if (ret)
+		fail("pack pushes: %s", strerror(-ret));
 	if (daemon_start(&fs, err, sizeof(err)))
 		fail("%s", err);
 	if (peerd_start(&fs, err, sizeof(err)))
@@ -1018,6 +1022,7 @@ int main(int argc, char **argv)
 
 	kinodes_destroy(fs.ki);	/* its thread writes to the session */
 	fs.ki = NULL;
+	packpush_close(fs.pp);	/* so does its thread, and it marks the pushmap */
 	pushmap_destroy(fs.pushed);
 	fs.pushed = NULL;
 	if (handover) {
@@ -1045,6 +1050,7 @@ int main(int argc, char **argv)
 	ctlsock_stop(&fs);
 	peerd_stop(&fs);
 	daemon_stop(&fs);
+	packpush_destroy(fs.pp);	/* after the engine, which offers it packs */
 	access_destroy(&fs);
 	datasets_destroy(&fs);
 	peerd_group_destroy(&fs);

@@ -24,6 +24,7 @@
 #include "datasets.h"
 #include "fh.h"
 #include "packentry.h"
+#include "packpush.h"
 #include "handles.h"
 #include "kinodes.h"
 #include "read.h"
@@ -825,6 +826,8 @@ static void sfs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *f
 			ptacct_release(ptacct_of(fs), fh);
 		/* an adopted handle: its record says how the kernel read it */
 		passthrough_release(fs->pt, ino, fh->passthrough || (rec && r.backing_id > 0));
+		if (fs->pp)	/* read from pages its pack's arrival stored */
+			packpush_release(fs, fh, ino);
 		fh_destroy(fs, fh);
 	}
 	fuse_reply_err(req, 0);

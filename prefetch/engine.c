@@ -135,12 +135,17 @@ enum stage {
  * (@req) and end with it.  A reader of a member joins the fill once its
  * read has started (its want gets a slice of the pack's buffer); before
  * that the reader's file is fetched alone, at the reader's priority: no
- * reader waits behind a pack read held back.
+ * reader waits behind a pack read held back.  A pack read for readers is
+ * offered to the daemon once checked (pack_arrived(): it pushes the files
+ * into the kernel's page cache from the buffer, and the entry is then
+ * written with O_DIRECT); one not taken is written through the page
+ * cache, for its files' OPENs to find.
  */
 struct packread {
 	uint32_t pack;
 	struct manifest_pack pk;	/* its record: id, size (all of it is read) */
 	bool buffered;		/* written through the page cache: readers follow */
+	bool pushed;		/* taken by pack_arrived: written with O_DIRECT */
 	uint32_t nreq, capreq;
 	struct pf_req **req;	/* other members' requests, ended with the fill */
 };
@@ -556,7 +561,8 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 	 * finds its pages.  So does a pack's entry read for readers
 	 * (readahead, epoch staging): its files are read from it soon after.
 	 */
-	if (e->direct_ok && !(fl->pr && fl->pr->buffered) && fl->f->attr.size >= DIRECT_MIN &&
+	if (e->direct_ok && !(fl->pr && fl->pr->buffered && !fl->pr->pushed) &&
+	    fl->f->attr.size >= DIRECT_MIN &&
 	    cl->len >= ALIGN &&
 	    !(cl->off % ALIGN) &&
 	    !((uintptr_t)p % ALIGN) &&
@@ -1169,6 +1175,46 @@ static void pack_fetch(struct pf_engine *e, struct fill *fl)
 		pack_done(e, fl, r);
 }
 
+/*
+ * Pack read @fl for readers is in and checked: offer it to the daemon,
+ * which stores its files in the kernel's page cache from the buffer; the
+ * entry then needs no pages of its own (pf_opts.pack_arrived).
+ */
+static void pack_arrived(struct pf_engine *e, struct fill *fl)
+{
+	struct pf_pack *p;
+
+	if (!e->o.pack_arrived || !(p = calloc(1, sizeof(*p))))
+		return;
+	p->be = fl->f->be;
+	p->pack = fl->pr->pack;
+	p->data = fl->buf->data;
+	p->len = fl->pr->pk.size;
+	p->buf = fl->buf;
+	bufpool_hold(e->pool, fl->buf);
+	if (e->o.pack_arrived(e->o.pack_arg, p)) {
+		fl->pr->pushed = true;
+		return;
+	}
+	bufpool_put(e->pool, fl->buf);
+	free(p);
+}
+
+void pf_pack_release(struct pf_sched *s, struct pf_pack *p)
+{
+	struct pf_engine *e = s->engine;
+
+	bufpool_put(e->pool, p->buf);
+	free(p);
+	if (!atomic_load(&e->nobuf))
+		return;
+	/* a buffer may be free for a fill waiting */
+	if (on_engine)
+		e->again = true;
+	else
+		poke(e);
+}
+
 /* The pack read ended (@res: the pack's length, or -errno). */
 static void pack_done(struct pf_engine *e, struct fill *fl, int res)
 {
@@ -1183,6 +1229,8 @@ static void pack_done(struct pf_engine *e, struct fill *fl, int res)
 			res = n;
 		} else {
 			atomic_fetch_add(&e->st_pack_files, (uint64_t)n);
+			if (pr->buffered)
+				pack_arrived(e, fl);
 			fetch_done(e, fl, res, &pr->pk.id);
 			return;
 		}

@@ -62,6 +62,16 @@
 /* The prefetcher (prefetch.c); see the top. */
 struct pf_sched;
 
+/* A checked pack in one of the engine's buffers (pf_opts.pack_arrived). */
+struct pf_pack {
+	struct backend *be;
+	uint32_t pack;
+	const void *data;	/* its bytes: the pack's id and each member checked */
+	size_t len;
+	void *buf;		/* the engine's */
+	struct list_node node;	/* the taker's, while it holds @p */
+};
+
 struct pf_opts {
 	uint32_t inflight;	/* demand + background fetches in flight */
 	uint32_t user_inflight;	/* background fetches of one uid */
@@ -86,6 +96,17 @@ struct pf_opts {
 	void (*fetch_end)(void *arg, const struct cfile *cf, uint32_t idx, int res,
 			  bool peer);
 	void *account_arg;
+	/*
+	 * A pack read for readers (readahead, epoch staging) arrived and
+	 * was checked: @p (the engine's) holds its bytes.  Called on the
+	 * engine thread, so it must not block: true when the daemon took
+	 * @p (released later with pf_pack_release(), any thread), false
+	 * when it did not.  A pack taken is written to the cache with
+	 * O_DIRECT (its files' bytes reach the page cache from @p); one
+	 * not taken, through the page cache as before.  May be NULL.
+	 */
+	bool (*pack_arrived)(void *arg, struct pf_pack *p);
+	void *pack_arg;
 };
 
 struct pf_stats {
@@ -197,6 +218,8 @@ bool pf_want_peek(struct pf_sched *s, struct pf_want *w);
 int pf_want_submit(struct pf_sched *s, struct pf_want **w, size_t n);
 /* Release what a peeked or done want holds.  Any thread. */
 void pf_want_release(struct pf_sched *s, struct pf_want *w);
+/* Release a pack taken from pf_opts.pack_arrived.  Any thread. */
+void pf_pack_release(struct pf_sched *s, struct pf_pack *p);
 /* Count a READ answered from the engine thread. */
 void pf_note_async_read(struct pf_sched *s);
 

@@ -590,6 +590,16 @@ static const struct opt opts[] = {
 		"A staging stops when its user opened no file of the dataset for "
 		"this long (the readers stopped); the counting of opens also starts"
 		" over after such a pause." },
+	{ "pack_push", OPT_BOOL, O(pack_push), "yes", 0, 0,
+	  "store a pack's small files in the kernel's page cache as the pack arrives for readers; no = at each file's open",
+	  .doc =
+		"When a pack arrives for readers (a reader's miss, readahead, "
+		"epoch staging), store each of its files that the kernel has "
+		"looked up in the kernel's page cache at once, from the engine's "
+		"buffer, and write the pack's cache entry with `O_DIRECT`: one "
+		"copy of each byte instead of two (`cache.md`, \"Pack entries\"). "
+		"`no`: the entry is written through the page cache and each file "
+		"is copied from it at its open. Off in no-open mode." },
 	{ "prefetch_io_uring", OPT_BOOL, O(prefetch_io_uring), "yes", 0, 0,
 	  "run every fetch on one I/O engine thread: librados aio or io_uring source reads, O_DIRECT io_uring cache writes; no = a thread per fetch",
 	  .doc =

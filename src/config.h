@@ -101,6 +101,7 @@ struct sfs_config {
 	uint32_t epoch_staging_files;	/* distinct files opened that make an epoch */
 	uint64_t epoch_staging_idle_ms;	/* no open this long: its readers stopped */
 	bool prefetch_io_uring;		/* every fetch through the I/O engine */
+	bool pack_push;			/* a pack's files pushed as it arrives (fuse/packpush.h) */
 	uint64_t prefetch_buffers;	/* the engine's buffer region, bytes */
 	/* feed-rate metrics (fuse/metrics.c) */
 	uint32_t metrics_port;		/* 127.0.0.1:PORT/metrics; 0 = off */

@@ -121,6 +121,7 @@ enum stats_node_field {
 	STATS_NODE_LOOKUP_READAHEADS,	/* cache files read ahead at LOOKUP (fuse/ops.c) */
 	STATS_NODE_READ_PUSHES,		/* files put in the page cache at OPEN (fuse/read.c) */
 	STATS_NODE_PUSH_KEPT,		/* OPENs of a pushed file the kernel still held (fuse/read.c) */
+	STATS_NODE_PACK_PUSHES,		/* files put in the page cache as their pack arrived (fuse/packpush.c) */
 	STATS_NODE_NFIELDS
 };
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority; warmup reads each pack once into one cache file, waking the I/O engine a batch at a time (no file a small file; no demand fetch after, every file put in the page cache at its open from its pack's entry, and not again while the kernel holds it, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right; copies of a file, stored once, are fetched once and each reads right.
+# Ceph: packs read by the daemon: a cold read of one small file reads its range and its pack follows at readahead priority, its files stored in the page cache as it arrives (each byte charged once); warmup reads each pack once into one cache file, waking the I/O engine a batch at a time (no file a small file; no demand fetch after, every file put in the page cache at its open from its pack's entry, and not again while the kernel holds it, every byte equal); --shard i/2 splits the packs; damaged pack bytes fail exactly the damaged files (EIO, logged), their neighbours read right; copies of a file, stored once, are fetched once and each reads right.
 # needs: ceph
 # timeout: 300
 # SPDX-License-Identifier: Apache-2.0
@@ -38,12 +38,30 @@ log "published: $np packs, $(rados -p "$POOL" -N "$NS" ls | grep -c '^sfs\.chunk
 # --- a cold read of one file: its range now, its pack right after
 M=$T/m1
 sfs_mount "$URI" "$M" "ceph_conf=$CEPH_CONF" "cache_dir=$T/c1" rados_timeout=5s
+ls -lR "$M" >/dev/null	# the kernel holds every file's inode, as after a DataLoader's scan
 cmp "$M/d3/f050.jpg" "$T/src/d3/f050.jpg" || die "d3/f050.jpg: wrong bytes"
 pack_came() { [[ $(stat_get "$M" pack_reads) -ge 1 && $(stat_get "$M" pack_files) -ge 10 ]]; }
 wait_for -t 10 pack_came ||
 	die "no pack read followed the cold read: pack_reads $(stat_get "$M" pack_reads), pack_files $(stat_get "$M" pack_files)"
 log "one cold read: pack_reads $(stat_get "$M" pack_reads), pack_files $(stat_get "$M" pack_files)"
+# a pack read for readers: its files stored in the kernel's page cache as
+# it arrived (fuse/packpush.h), its entry written with O_DIRECT
+pushed() { (($(stat_get "$M" pack_pushes) >= 10)); }
+wait_for -t 10 pushed || die "the pack's files were not pushed as it arrived: pack_pushes $(stat_get "$M" pack_pushes)"
+assert_ge "$(stat_get "$M" uring_direct_ops)" 1 "O_DIRECT writes of the pack's entry"
+# every byte a reader got, however it was served (READ, passthrough, a push)
+node_read() { stats_dump "$M" | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["node"]["read_bytes"])'; }
+q0=$(stat_get "$M" read_requests) b0=$(node_read) o0=$(stat_get "$M" read_push_kept)
+all=$(find "$T/src" -type f -printf "%s\n" | awk '{ s += $1 } END { print s }')
 treecmp "$T/src" "$M"
+# every byte charged once: a pushed file at its open (or its release, when
+# it was opened before its pack came), any other at its READs
+# (the kernel sends a RELEASE after close() returns: wait for the last ones)
+charged() { (($(node_read) - b0 >= all)); }
+wait_for -t 10 charged || true
+assert_eq $(($(node_read) - b0)) "$all" "bytes charged for a walk of every file"
+log "a walk after the first pack came: $(($(stat_get "$M" read_requests) - q0)) READs, $(($(stat_get "$M" read_push_kept) - o0)) opens of pushed files, $(stat_get "$M" pack_pushes) files pushed as their packs came"
+assert_ge $(($(stat_get "$M" read_push_kept) - o0)) 10 "opens of files pushed as their pack came"
 # each pack's first miss reads its range and queues the pack: far fewer
 # backend reads than files
 # (backend_reads counts object reads: a pack read is one, whatever it brings)
