@@ -1200,19 +1200,22 @@ static void pack_arrived(struct pf_engine *e, struct fill *fl)
 	free(p);
 }
 
-void pf_pack_release(struct pf_sched *s, struct pf_pack *p)
+/* A holder outside the engine gives buffer @b back: a fill may wait for one. */
+static void buf_give_back(struct pf_engine *e, struct bufpool_buf *b)
 {
-	struct pf_engine *e = s->engine;
-
-	bufpool_put(e->pool, p->buf);
-	free(p);
+	bufpool_put(e->pool, b);
 	if (!atomic_load(&e->nobuf))
 		return;
-	/* a buffer may be free for a fill waiting */
 	if (on_engine)
 		e->again = true;
 	else
 		poke(e);
+}
+
+void pf_pack_release(struct pf_sched *s, struct pf_pack *p)
+{
+	buf_give_back(s->engine, p->buf);
+	free(p);
 }
 
 /* The pack read ended (@res: the pack's length, or -errno). */
@@ -1655,16 +1658,9 @@ void pf_want_release(struct pf_sched *s, struct pf_want *w)
 
 	if (!w->buf)
 		return;
-	bufpool_put(e->pool, w->buf);
+	buf_give_back(e, w->buf);
 	w->buf = NULL;
 	w->data = NULL;
-	if (!atomic_load(&e->nobuf))
-		return;
-	/* a buffer may be free for a fill waiting */
-	if (on_engine)
-		e->again = true;
-	else
-		poke(e);
 }
 
 void pf_forget(struct pf_sched *s, const struct sfs_id *id)
