@@ -288,26 +288,24 @@ static int wait_room(struct pf_job *j)
 }
 
 /*
- * Is chunk @idx of file @a in the job's shard?  A packed file goes with
- * its pack (keyed by the pack's id, index UINT32_MAX), so one node reads
- * each pack whole and no two read the same one.
+ * Is chunk @idx of file @a in the job's shard?  A packed file (@pk: its
+ * pack's record, else NULL) goes with its pack (keyed by the pack's id,
+ * index UINT32_MAX), so one node reads each pack whole and no two read
+ * the same one.
  */
-static bool in_shard(const struct pf_job *j, struct backend *be,
-		     const struct sfs_attr *a, uint32_t idx)
+static bool in_shard(const struct pf_job *j, const struct sfs_attr *a, uint32_t idx,
+		     const struct manifest_pack *pk)
 {
 	struct {
 		uint64_t hi, lo;
 		uint32_t idx;
 	} __attribute__((packed)) key = { a->content.hi, a->content.lo, idx };
-	struct manifest_pack pk;
-	uint32_t pack, off;
 
 	if (!j->opts.shard_n)
 		return true;
-	if (be->m && manifest_npacks(be->m) &&
-	    !manifest_file_pack(be->m, a->ino, &pack, &off, &pk)) {
-		key.hi = pk.id.hi;
-		key.lo = pk.id.lo;
+	if (pk) {
+		key.hi = pk->id.hi;
+		key.lo = pk->id.lo;
 		key.idx = UINT32_MAX;
 	}
 	return sfs_hash64(&key, sizeof(key)) % j->opts.shard_n == j->opts.shard_i;
@@ -332,7 +330,7 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 	uint64_t in = 0, in_bytes = 0, cb = 0, cb_bytes = 0;
 	struct manifest_pack pk;
 	uint32_t pack = 0, pk_off;
-	bool packed = false, ride = false;
+	bool packed, engine_pack, ride;
 	struct pf_file *f;
 	int err = 0;
 
@@ -356,10 +354,16 @@ static int do_file(struct pf_job *j, struct backend *be, const struct sfs_attr *
 		job_fail(j, path, -err);
 		return 0;
 	}
+	/*
+	 * A small file's pack, looked up once where something goes by it:
+	 * the shard, and (queueing for the engine) whether it rides.
+	 */
+	packed = (j->opts.shard_n || (j->queueing && j->s->engine)) && packentry_maybe(be, a) &&
+		 !manifest_file_pack(be->m, a->ino, &pack, &pk_off, &pk);
 	for (uint32_t idx = 0; idx < nch; idx++) {
 		uint64_t len = backend_chunk_len(a->size, csize, idx);
 
-		if (!in_shard(j, be, a, idx))
+		if (!in_shard(j, a, idx, packed ? &pk : NULL))
 			continue;
 		in++;
 		in_bytes += len;
@@ -422,13 +426,10 @@ queue:
 	 * no slot.  Only the I/O engine reads packs whole: sched.c's worker
 	 * threads (prefetch_io_uring=no) fetch each file alone.
 	 */
-	if (j->s->engine && nch == 1 && packentry_maybe(be, a) &&
-	    !manifest_file_pack(be->m, a->ino, &pack, &pk_off, &pk)) {
-		ride = j->last_be == be && j->last_pack == pack;
-		packed = true;
-	}
+	engine_pack = packed && j->s->engine;
+	ride = engine_pack && j->last_be == be && j->last_pack == pack;
 	for (uint32_t idx = 0; idx < nch; idx++) {
-		if (!in_shard(j, be, a, idx))
+		if (!in_shard(j, a, idx, packed ? &pk : NULL))
 			continue;
 		if (packentry_chunk_cached(c, be, a, f->cf, idx)) {
 			/* present before, or brought in since by anyone: settled */
@@ -454,7 +455,7 @@ queue:
 		if (!err) {
 			uint64_t now = now_ns();
 
-			j->last_be = packed ? be : NULL;
+			j->last_be = engine_pack ? be : NULL;
 			j->last_pack = pack;
 			if (!j->unkicked++)
 				j->unkicked_ns = now;
