@@ -559,7 +559,8 @@ static void start_write(struct pf_engine *e, struct fill *fl)
 	 * goes in one buffered write: no O_DIRECT twin to open, no second
 	 * write for an unaligned tail, and its reader (often soon: an epoch)
 	 * finds its pages.  So does a pack's entry read for readers
-	 * (readahead, epoch staging): its files are read from it soon after.
+	 * (readahead, epoch staging) that the daemon did not take
+	 * (pack_arrived()): its files are copied from it at their OPENs.
 	 */
 	if (e->direct_ok && !(fl->pr && fl->pr->buffered && !fl->pr->pushed) &&
 	    fl->f->attr.size >= DIRECT_MIN &&
