@@ -9,7 +9,10 @@
 #                BENCH_EPOCH_WORKERS readers (tools/bench/epoch_reader.py),
 #                in files/s / the warm epoch after it / the local disk, and
 #                the same cold epoch through ceph-fuse over a CephFS holding
-#                the same files (where the lab cluster can add an MDS); the
+#                the same files (where the lab cluster can add an MDS); a
+#                CPU-bound PyTorch DataLoader epoch (tools/bench/loader_epoch.py,
+#                BENCH_LOADER_WORKERS workers; needs Debian's python3-torch)
+#                of the warm mount / of the local disk; the
 #                cache is a fresh ext4 (mkfs defaults, loop device) each time:
 #                this VM's root ext4 has no journal, and ext4 without one
 #                scans recently freed inodes at every create (50-60 % of the
@@ -18,6 +21,7 @@
 #
 #   BENCH_PACK_N     packs: number of files (default 30000)
 #   BENCH_PACK_KB    packs: their sizes, MIN-MAX KB (default 20-38; ImageNet-like: 60-220)
+#   BENCH_LOADER_WORKERS  packs: the DataLoader's workers (default 8)
 #   BENCH_CACHE_DIO  packs: 1 puts the cache's loop device on direct I/O (its
 #                    writes then share this VM's one disk with the OSD)
 [ "${BASH_SOURCE[0]}" != "$0" ] || exec "$(dirname "$0")/run.sh" "$(basename "$0" .sh)" "$@"	# alone: tools/bench.sh NAME
@@ -28,7 +32,7 @@ PACK_KB=${BENCH_PACK_KB:-20-38}
 
 bench_packs() {
 	local d=$WORK/packs r n=$PACK_N bytes t0 ms w4 s4 pu pp fps x src
-	local wus=() wps=() s4s=() cps=() cus=() wms=() ls=() cfs=() fs=
+	local wus=() wps=() s4s=() cps=() cus=() wms=() ls=() cfs=() lws=() lls=() fs= lwhy=
 	hdr packs "$n files of $PACK_KB KB, packed and not, against 4 MiB objects (rados bench)"
 	need_rados || { skipped "$RADOS_WHY"; return; }
 	mkdir -p "$d"
@@ -110,6 +114,10 @@ bench_packs() {
 				drop_caches
 				x=$(epoch_fps "$d/mnt" $((r + 100)) "$n") || { sfs_umount "$d/mnt"; cachefs_gone "$d/cache"; skipped "the warm epoch failed"; return; }
 				wms+=("$x")
+				if [ -z "$lwhy" ]; then
+					drop_caches
+					x=$(loader_fps "$d/mnt" $((r + 400)) "$n") && lws+=("$x") || lwhy=$x
+				fi
 			else
 				cus+=("$fps")
 			fi
@@ -118,13 +126,19 @@ bench_packs() {
 		drop_caches
 		x=$(epoch_fps "$d/src" $((r + 200)) "$n") || { cachefs_gone "$d/cache"; skipped "the local epoch failed"; return; }
 		ls+=("$x")
+		if [ -z "$lwhy" ]; then
+			drop_caches
+			x=$(loader_fps "$d/src" $((r + 400)) "$n") && lls+=("$x") || lwhy=$x
+		fi
 		if [ -n "$fs" ]; then
 			x=$(fuse_epoch $((r + 300))) && cfs+=("$x") || printf '  note: the ceph-fuse epoch failed (log/epoch.err)\n'
 		fi
 		row "round $r" "$(mbs "${wps[-1]}")" "$(mbs "${wus[-1]}")" "$(mbs "$s4")"
 		row "" "$(fps "${cps[-1]}")" "$(fps "${cus[-1]}")" "$(fps "${wms[-1]}") / $(fps "${ls[-1]}")"
 		[ ${#cfs[@]} = 0 ] || row "" "ceph-fuse cold: $(fps "${cfs[-1]}")" "" ""
+		[ -n "$lwhy" ] || row "" "DataLoader warm: $(fps "${lws[-1]}")" "" "local disk: $(fps "${lls[-1]}")"
 	done
+	[ -z "$lwhy" ] || printf '  note: no DataLoader epoch: %s\n' "$lwhy"
 	rados -p "$POOL" cleanup --run-name pk >/dev/null 2>&1
 	if [ -n "$fs" ] && "$CLUSTER_SH" mount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/packs.log" 2>&1; then
 		rm -rf "$d/cephfs/pk"	# room for the benchmarks after this one
@@ -147,4 +161,7 @@ bench_packs() {
 			"$(ratio "$(median "${cps[@]}")" "$(median "${cfs[@]}")")" ">=4"
 	result "warm epoch vs the local disk" "$(fps "$(median "${wms[@]}")")" "$(fps "$(median "${ls[@]}")")" \
 		"$(ratio "$(median "${wms[@]}")" "$(median "${ls[@]}")")" ">=0.9"
+	[ -n "$lwhy" ] ||
+		result "DataLoader (CPU-bound) warm vs the disk" "$(fps "$(median "${lws[@]}")")" \
+			"$(fps "$(median "${lls[@]}")")" "$(ratio "$(median "${lws[@]}")" "$(median "${lls[@]}")")" ">=0.9"
 }

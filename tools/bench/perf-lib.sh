@@ -219,6 +219,26 @@ epoch_fps() {
 	awk -v n="$3" -v s="$(jget "$out" seconds)" 'BEGIN { printf "%.0f\n", n / s }'
 }
 
+# loader_fps ROOT SEED N: one CPU-bound PyTorch DataLoader epoch over ROOT
+# (tools/bench/loader_epoch.py, BENCH_LOADER_WORKERS workers), in files/s;
+# it must have read all N files.  On failure prints why (no torch: the
+# benchmark goes on without the figure) and returns 1.
+loader_fps() {
+	local out rc
+	out=$("$PY" -W ignore "$REPO/tools/bench/loader_epoch.py" "$1" \
+		--workers "${BENCH_LOADER_WORKERS:-8}" --seed "$2" 2>"$WORK/log/loader.err")
+	rc=$?
+	if [ "$rc" = 2 ]; then
+		echo "$(tail -1 "$WORK/log/loader.err") (Debian: python3-torch)"
+		return 1
+	fi
+	if [ "$rc" != 0 ] || [ "$(jget "$out" files)" != "$3" ]; then
+		echo "the DataLoader epoch of $1 failed (log/loader.err)"
+		return 1
+	fi
+	awk -v n="$3" -v s="$(jget "$out" seconds)" 'BEGIN { printf "%.0f\n", n / s }'
+}
+
 # ---------------------------------------------------------------------------
 # scratch space, mounts, cleanup
 
