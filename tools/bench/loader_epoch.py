@@ -36,16 +36,7 @@ except ImportError as e:  # Debian: python3-torch
     print("loader_epoch.py: no torch for %s: %s" % (sys.executable, e), file=sys.stderr)
     sys.exit(2)
 
-
-def list_files(root):
-    out = []
-    for d, dirs, files in os.walk(root):
-        dirs[:] = sorted(x for x in dirs if not x.startswith(".stagefs"))
-        for f in sorted(files):
-            p = os.path.join(d, f)
-            if os.path.isfile(p) and not os.path.islink(p):
-                out.append(p)
-    return out
+from epoch_reader import list_files  # noqa: E402 (the same samples as the plain reader's)
 
 
 class Files(Dataset):
@@ -88,7 +79,7 @@ def main():
     ap.add_argument("--limit", type=int, default=0)
     a = ap.parse_args()
 
-    paths = list_files(a.root)
+    paths = [os.path.join(a.root, rel) for rel in list_files(a.root)]
     if not paths:
         print("loader_epoch.py: no files under %s" % a.root, file=sys.stderr)
         return 1
