@@ -87,9 +87,10 @@ def main():
     if a.limit:
         keep = torch.randperm(len(paths), generator=g)[:a.limit].tolist()
         paths = [paths[i] for i in sorted(keep)]
+    # prefetch_factor only with workers (torch 1.13 refuses it without)
+    more = {"prefetch_factor": 2} if a.workers else {}
     dl = DataLoader(Files(paths, a.size), batch_size=a.batch, shuffle=True,
-                    generator=g, num_workers=a.workers,
-                    persistent_workers=False, prefetch_factor=2 if a.workers else None)
+                    generator=g, num_workers=a.workers, **more)
     files = nbytes = 0
     t0 = time.monotonic()
     for imgs, ns in dl:
