@@ -20,7 +20,7 @@ per file shows in the epoch's time.
 
 Prints one line of JSON: files, bytes, seconds (the epoch, from the first
 batch asked for to the last one received), torch (its version).  Exit 0;
-1 on an error; 2 when torch cannot be imported (the message says why).
+1 on an error; 3 when torch cannot be imported (the message says why).
 """
 import argparse
 import json
@@ -34,7 +34,7 @@ try:
     from torch.utils.data import DataLoader, Dataset
 except ImportError as e:  # Debian: python3-torch
     print("loader_epoch.py: no torch for %s: %s" % (sys.executable, e), file=sys.stderr)
-    sys.exit(2)
+    sys.exit(3)  # not 2: argparse exits 2 on bad arguments
 
 from epoch_reader import list_files  # noqa: E402 (the same samples as the plain reader's)
 

@@ -228,7 +228,7 @@ loader_fps() {
 	out=$("$PY" -W ignore "$REPO/tools/bench/loader_epoch.py" "$1" \
 		--workers "${BENCH_LOADER_WORKERS:-8}" --seed "$2" 2>"$WORK/log/loader.err")
 	rc=$?
-	if [ "$rc" = 2 ]; then
+	if [ "$rc" = 3 ]; then
 		echo "$(tail -1 "$WORK/log/loader.err") (Debian: python3-torch)"
 		return 1
 	fi
