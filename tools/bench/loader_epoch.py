@@ -54,7 +54,8 @@ class Files(Dataset):
             data = f.read()
         n = len(data)
         side = max(int((n // 3) ** 0.5), 8)
-        px = torch.frombuffer(bytearray(data[:3 * side * side]), dtype=torch.uint8)
+        need = 3 * side * side  # a file under 192 bytes is padded with zeros
+        px = torch.frombuffer(bytearray(data[:need].ljust(need, b"\0")), dtype=torch.uint8)
         img = px.view(3, side, side).float().div_(255.0)
         img = img.sub_(0.45).div_(0.225)
         # a random crop of 60-100 % of each side, resized, maybe flipped
