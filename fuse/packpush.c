@@ -195,6 +195,5 @@ void packpush_release(struct sfs *fs, struct fh *fh, uint64_t ino)
 	    atomic_load(&fh->so.delivered) || !packentry_maybe(fh->ds->be, &fh->attr) ||
 	    !pushmap_has(fs->pushed, ino))
 		return;
-	stats_open_cached(fs->stats, &fh->so, fh->attr.size, fh->ds->be->chunk_size);
-	stats_node_add(fs->stats, STATS_NODE_PUSH_KEPT, 1);
+	read_push_charge_kept(fs, fh);
 }

@@ -175,6 +175,12 @@ static bool read_pack(fuse_req_t req, struct sfs *fs, struct fh *fh, struct cfil
 	return true;
 }
 
+void read_push_charge_kept(struct sfs *fs, struct fh *fh)
+{
+	stats_open_cached(fs->stats, &fh->so, fh->attr.size, fh->ds->be->chunk_size);
+	stats_node_add(fs->stats, STATS_NODE_PUSH_KEPT, 1);
+}
+
 void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, size_t max)
 {
 	uint32_t uid = fuse_req_ctx(req)->uid;
@@ -188,8 +194,7 @@ void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, si
 		return;
 	if (pushmap_has(fs->pushed, ino)) {
 		/* the kernel holds the pages of the last push: no copy again */
-		stats_open_cached(fs->stats, &fh->so, len, fh->ds->be->chunk_size);
-		stats_node_add(fs->stats, STATS_NODE_PUSH_KEPT, 1);
+		read_push_charge_kept(fs, fh);
 		return;
 	}
 	if (fs->splice_write) {

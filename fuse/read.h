@@ -23,5 +23,11 @@ void read_op(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void read_push(fuse_req_t req, struct sfs *fs, struct fh *fh, fuse_ino_t ino, size_t max);
 /* read_push()'s @max at OPEN: every file a pack holds (publish's --pack-max is at most this) */
 #define READ_PUSH_MAX	(1u << 20)
+/*
+ * Charge the open of @fh as a read of the whole file from pages a push
+ * left in the kernel's page cache (estimated; read_push_kept): at its
+ * OPEN (read_push()) or its RELEASE (fuse/packpush.c).
+ */
+void read_push_charge_kept(struct sfs *fs, struct fh *fh);
 
 #endif
