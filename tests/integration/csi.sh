@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; warmup=wait caches every chunk before the publish returns, charged to the pod's namespace (refused for one without a quota); a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
+# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; a static PersistentVolume named by its attributes and by its handle alone; warmup=wait caches every chunk before the publish returns, charged to the pod's namespace (refused for one without a quota); a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
 # A mount namespace of our own: the binds, the daemon's root and the pods'
@@ -67,6 +67,30 @@ is_mnt "$A" && die "still mounted after unpublish"
 [[ -e $A ]] && die "unpublish left the target directory"
 out=$(csi unpublish vol-a "$A") || die "unpublish again: $out"
 log "inline volume: published read-only and byte-exact, twice; unpublished twice"
+
+# --- a static PersistentVolume (deploy/kubernetes/examples/pv-static.yaml):
+# kubelet names it by the PV's volumeHandle, passes its volumeAttributes and
+# readOnly, and says the volume is not ephemeral; a PV with no attributes
+# names the dataset by its handle alone
+S="$PODS/00000000-0000-4000-8000-000000000005/volumes/kubernetes.io~csi/stagefs-imagenet/mount"
+mkdir -p "$(dirname "$S")"
+pv_ctx() { pod "$1" "$2" | sed 's/ephemeral=true/ephemeral=false/'; }
+# shellcheck disable=SC2046
+out=$(csi publish pv-imagenet "$S" --ro dataset=imagenet $(pv_ctx 00000000-0000-4000-8000-000000000005 vision)) ||
+	die "publish of a static volume: $out"
+diff -r "$T/imagenet" "$S" >/dev/null || die "the static volume differs from dataset imagenet"
+csi unpublish pv-imagenet "$S" >/dev/null || die "unpublish of the static volume"
+# shellcheck disable=SC2046
+out=$(csi publish imagenet "$S" --ro $(pv_ctx 00000000-0000-4000-8000-000000000005 vision)) ||
+	die "publish of a static volume named by its handle: $out"
+diff -r "$T/imagenet" "$S" >/dev/null || die "the volume named by its handle is not dataset imagenet"
+# shellcheck disable=SC2046
+out=$(csi publish vision "$S.2" --ro $(pv_ctx 00000000-0000-4000-8000-000000000006 ml)) &&
+	die "a static volume gave namespace ml dataset vision: $out"
+contains PERMISSION_DENIED <<<"$out" || die "a static volume of a denied dataset: $out"
+csi unpublish imagenet "$S" >/dev/null || die "unpublish of the static volume named by its handle"
+is_mnt "$S" && die "the static volume is still mounted after unpublish"
+log "static volume: named by its attributes, then by its handle alone; read-only and byte-exact; denied by the dataset's rules as an inline one is"
 
 # --- warmup=wait: the dataset is in the cache before the pod's containers start
 W=$(tgt 00000000-0000-4000-8000-0000000000aa)
