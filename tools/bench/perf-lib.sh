@@ -265,6 +265,13 @@ cleanup() {
 		if [ "${BENCH_KEEP:-0}" = 1 ]; then
 			log "kept $WORK"
 		else
+			# a benchmark that gave up midway can leave its cache filesystem
+			# mounted (cachefs_new): unmount what is under $WORK and free the
+			# loop devices of its images, or rm (one file system) leaves them
+			awk -v w="$WORK/" 'index($5, w) == 1 { print $5 }' /proc/self/mountinfo | sort -r |
+				while IFS= read -r m; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+			losetup -l -n -O NAME,BACK-FILE 2>/dev/null | awk -v w="$WORK/" 'index($2, w) == 1 { print $1 }' |
+				while IFS= read -r m; do losetup -d "$m" 2>/dev/null; done
 			rm -rf --one-file-system "$WORK"
 		fi
 	fi
