@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# deploy/kubernetes renders with kubectl kustomize and holds together: the CSIDriver as the plugin needs it (podInfoOnMount, no attach, inline and persistent), the DaemonSet's three containers agree on the plugin socket, the registration path and the datasets root, the mounts kubelet and the pods need propagate, every mount has its volume, the ConfigMap's stagefs.conf passes `stagefs --check` (and a bad one does not); the example pod uses no hostPath and no privilege.
+# deploy/kubernetes renders with kubectl kustomize, every field of it and of its examples is one Kubernetes' object models have, of their type (tests/k8s_schema.py; a misspelt field and an unquoted number fail), and it holds together: the CSIDriver as the plugin needs it (podInfoOnMount, no attach, inline and persistent), the DaemonSet's three containers agree on the plugin socket, the registration path and the datasets root, the mounts kubelet and the pods need propagate, every mount has its volume, the ConfigMap's stagefs.conf passes `stagefs --check` (and a bad one does not); the example pod uses no hostPath and no privilege.
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_stagefs
 command -v kubectl >/dev/null || skip "no kubectl (./install-deps installs kubernetes-client)"
 /usr/bin/python3 -c 'import yaml' 2>/dev/null || skip "no python3-yaml"
+/usr/bin/python3 -c 'import kubernetes.client' 2>/dev/null ||
+	skip "no python3-kubernetes (./install-deps installs it): the manifests' fields cannot be checked"
 T=$TEST_TMPDIR
 D=$REPO/deploy/kubernetes
 
 # kubectl --dry-run=client needs an API server's discovery; kustomize does not
 kubectl kustomize "$D" >"$T/all.yaml" 2>"$T/kustomize.err" || die "kubectl kustomize: $(cat "$T/kustomize.err")"
+# every field against Kubernetes' own object models, which the API server's
+# are generated from as well (a misspelt field, a number for a string)
+out=$(/usr/bin/python3 "$REPO/tests/k8s_schema.py" "$T/all.yaml" "$D"/examples/*.yaml 2>&1) ||
+	die "the manifests against Kubernetes' models: $out"
+sed 's/mountPropagation:/mountPropogation:/' "$T/all.yaml" >"$T/typo.yaml"
+sed 's/version: "\([0-9]*\)"/version: \1/' "$D/examples/pod-inline.yaml" >"$T/unquoted.yaml"
+for bad in typo unquoted; do
+	if out=$(/usr/bin/python3 "$REPO/tests/k8s_schema.py" "$T/$bad.yaml" 2>&1); then
+		die "a manifest with a fault ($bad) passed the check"
+	fi
+done
+contains "mountPropogation: V1VolumeMount has no such field" <<<"$(/usr/bin/python3 "$REPO/tests/k8s_schema.py" "$T/typo.yaml")" ||
+	die "the misspelt field was not named"
+contains "volumeAttributes.version: str expected" <<<"$out" || die "the unquoted version was not named: $out"
 /usr/bin/python3 - "$T/all.yaml" "$D/examples" "$T/stagefs.conf" <<'EOF' || die "the manifests do not hold together"
 import os, sys, yaml
 
