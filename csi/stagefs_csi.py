@@ -237,6 +237,27 @@ class Plugin:
                        "volume attribute version: '%s' is not a version number" % version)
         return name + ("@" + version if version else "")
 
+    def _pod_of(self, req, target):
+        """(namespace, name, uid) of the pod kubelet publishes for, from the
+        pod information podInfoOnMount adds to volume_context; ("", "", "")
+        if there is none or it cannot be believed.  An inline volume's
+        attributes are written by the pod's author, and kubelet writes its
+        pod information over them only with podInfoOnMount: so it counts
+        only if its uid is the pod uid in the target path, which kubelet
+        makes and no pod spec can know beforehand (the API server gives a
+        pod its uid when it is created)."""
+        vc = req.volume_context
+        ns, name, uid = vc.get(POD_NS, ""), vc.get(POD_NAME, ""), vc.get(POD_UID, "")
+        if not (ns or name or uid):
+            return "", "", ""
+        m = TARGET_UID_RE.search(target)
+        if not m or m.group(1) != uid:
+            log.warning("publish on %s: pod information (namespace %r, uid %r) not believed: "
+                        "its uid is not the target's pod (%s); is podInfoOnMount off?",
+                        target, ns, uid, m.group(1) if m else "none in the path")
+            return "", "", ""
+        return ns, name, uid
+
     def _check_access(self, dataset, ns):
         try:
             status, kv = self.daemon.ask("ACCESS dataset=%s%s" % (
@@ -272,8 +293,8 @@ class Plugin:
             raise Fail(grpc.StatusCode.INVALID_ARGUMENT,
                        "stagefs volumes are file systems (volumeMode: Filesystem), not block devices")
         dataset = self._dataset_of(req)
-        ns = req.volume_context.get(POD_NS, "")
-        pod = "%s/%s" % (ns or "?", req.volume_context.get(POD_NAME, "?"))
+        ns, pod_name, uid = self._pod_of(req, target)
+        pod = "%s/%s" % (ns or "?", pod_name or "?")
         self._check_access(dataset, ns)
         src = os.path.join(self.args.root, dataset)
         dev = self.daemon.root_dev()
@@ -308,10 +329,8 @@ class Plugin:
             except OSError as e:
                 raise Fail(grpc.StatusCode.INTERNAL, "bind mount %s on %s: %s" % (src, target, e.strerror))
         log.info("published %s on %s for pod %s (read-only)", dataset, target, pod)
-        uid = req.volume_context.get(POD_UID, "")
-        if ns and UID_RE.match(uid) and req.volume_context.get(POD_NAME):
-            self._tell_pod("POD uid=%s namespace=%s name=%s" % (
-                uid, quote(ns), quote(req.volume_context[POD_NAME])))
+        if ns and UID_RE.match(uid) and pod_name:
+            self._tell_pod("POD uid=%s namespace=%s name=%s" % (uid, quote(ns), quote(pod_name)))
         self._warmup(req.volume_context.get("warmup", ""), dataset, pod, ns)
         return pb.NodePublishVolumeResponse()
 

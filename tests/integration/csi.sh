@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; a static PersistentVolume named by its attributes and by its handle alone; warmup=wait caches every chunk before the publish returns, charged to the pod's namespace (refused for one without a quota); a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
+# The CSI node plugin driven as kubelet drives it, over its socket, in a mount namespace of its own: identity and probe; a pod-inline volume published (read-only, byte-exact) twice and unpublished twice; a static PersistentVolume named by its attributes and by its handle alone; pod information whose uid is not the target path's pod (written by the pod's author, podInfoOnMount off) not believed; warmup=wait caches every chunk before the publish returns, charged to the pod's namespace (refused for one without a quota); a reader in the pod's cgroup counted under k8s:NAMESPACE/POD; a namespace the dataset's rules allow, one they do not (PERMISSION_DENIED, nothing mounted) and one not known; a missing dataset (NOT_FOUND), a block volume, a bad name; publish after the daemon's restart replaces the stale mount; unpublish of a stale FUSE mount with the daemon dead; NodeStageVolume is UNIMPLEMENTED.
 # timeout: 120
 # SPDX-License-Identifier: Apache-2.0
 # A mount namespace of our own: the binds, the daemon's root and the pods'
@@ -85,12 +85,34 @@ out=$(csi publish imagenet "$S" --ro $(pv_ctx 00000000-0000-4000-8000-0000000000
 	die "publish of a static volume named by its handle: $out"
 diff -r "$T/imagenet" "$S" >/dev/null || die "the volume named by its handle is not dataset imagenet"
 # shellcheck disable=SC2046
-out=$(csi publish vision "$S.2" --ro $(pv_ctx 00000000-0000-4000-8000-000000000006 ml)) &&
+S6="$PODS/00000000-0000-4000-8000-000000000006/volumes/kubernetes.io~csi/stagefs-vision/mount"
+mkdir -p "$(dirname "$S6")"
+# shellcheck disable=SC2046
+out=$(csi publish vision "$S6" --ro $(pv_ctx 00000000-0000-4000-8000-000000000006 ml)) &&
 	die "a static volume gave namespace ml dataset vision: $out"
 contains PERMISSION_DENIED <<<"$out" || die "a static volume of a denied dataset: $out"
 csi unpublish imagenet "$S" >/dev/null || die "unpublish of the static volume named by its handle"
 is_mnt "$S" && die "the static volume is still mounted after unpublish"
+is_mnt "$S6" && die "the denied static volume was mounted"
+
 log "static volume: named by its attributes, then by its handle alone; read-only and byte-exact; denied by the dataset's rules as an inline one is"
+# --- pod information the pod's author wrote: without podInfoOnMount kubelet
+# passes an inline volume's attributes as they are, so a pod of namespace ml
+# could name itself vision there; it cannot know its own uid beforehand, so
+# pod information whose uid is not the target's pod is not believed
+F=$(tgt 00000000-0000-4000-8000-000000000007)
+mkdir -p "$(dirname "$F")"
+out=$(csi publish vol-f "$F" dataset=vision csi.storage.k8s.io/pod.namespace=vision \
+	csi.storage.k8s.io/pod.name=forged csi.storage.k8s.io/pod.uid=00000000-0000-4000-8000-00000000000b) &&
+	die "forged pod information gave dataset vision: $out"
+contains PERMISSION_DENIED <<<"$out" || die "forged pod information: $out"
+is_mnt "$F" && die "forged pod information: the volume was mounted"
+grep -q "not believed" "$T/csi.log" || die "the plugin did not log the forged pod information"
+# shellcheck disable=SC2046
+out=$(csi publish vol-f "$F" dataset=vision $(pod 00000000-0000-4000-8000-000000000007 vision)) ||
+	die "the same pod with kubelet's own pod information: $out"
+csi unpublish vol-f "$F" >/dev/null || die "unpublish vol-f"
+log "pod information whose uid is not the target's pod: not believed (namespace vision refused), kubelet's: believed"
 
 # --- warmup=wait: the dataset is in the cache before the pod's containers start
 W=$(tgt 00000000-0000-4000-8000-0000000000aa)
