@@ -42,7 +42,6 @@ POD_NS = "csi.storage.k8s.io/pod.namespace"
 POD_NAME = "csi.storage.k8s.io/pod.name"
 POD_UID = "csi.storage.k8s.io/pod.uid"
 
-UID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 TARGET_UID_RE = re.compile(r"/pods/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/volumes/")
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,254}$")
 VERSION_RE = re.compile(r"^[0-9]{1,19}$")
@@ -329,7 +328,7 @@ class Plugin:
             except OSError as e:
                 raise Fail(grpc.StatusCode.INTERNAL, "bind mount %s on %s: %s" % (src, target, e.strerror))
         log.info("published %s on %s for pod %s (read-only)", dataset, target, pod)
-        if ns and UID_RE.match(uid) and pod_name:
+        if ns and pod_name:  # believed: uid is the target path's, a pod uid
             self._tell_pod("POD uid=%s namespace=%s name=%s" % (uid, quote(ns), quote(pod_name)))
         self._warmup(req.volume_context.get("warmup", ""), dataset, pod, ns)
         return pb.NodePublishVolumeResponse()
