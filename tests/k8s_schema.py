@@ -50,6 +50,11 @@ def model_of(api_version, kind):
     return getattr(client, version[:1].upper() + version[1:] + kind, None)
 
 
+def child(path, key):
+    """The path of field or key @key of the object at @path ("" the top)."""
+    return "%s.%s" % (path, key) if path else str(key)
+
+
 def walk(value, typ, path, faults):
     """Check @value against openapi type @typ; faults get 'PATH: what'."""
     if value is None:
@@ -68,7 +73,7 @@ def walk(value, typ, path, faults):
             faults.append("%s: a map expected, not %r" % (path, value))
             return
         for k, v in value.items():
-            walk(v, m.group(2), "%s.%s" % (path, k), faults)
+            walk(v, m.group(2), child(path, k), faults)
         return
     if typ in SCALARS:
         want = SCALARS[typ]
@@ -87,12 +92,12 @@ def walk(value, typ, path, faults):
     field = {json_name: attr for attr, json_name in cls.attribute_map.items()}
     for k, v in value.items():
         if k not in field:
-            faults.append("%s.%s: %s has no such field" % (path, k, typ))
+            faults.append("%s: %s has no such field" % (child(path, k), typ))
             continue
         t = cls.openapi_types[field[k]]
         if (typ, field[k]) in QUANTITIES:
             t = t.replace("str", "quantity")
-        walk(v, t, "%s.%s" % (path, k), faults)
+        walk(v, t, child(path, k), faults)
 
 
 class _Response:
@@ -117,7 +122,7 @@ def check_doc(doc):
         try:
             client.ApiClient().deserialize(_Response(doc), cls.__name__)
         except (ValueError, TypeError) as e:
-            faults.append(": %s" % e)
+            faults.append(str(e))
     return faults
 
 
@@ -137,8 +142,7 @@ def main(argv):
                 print("%s: %s" % (path, e), file=sys.stderr)
                 return 2
             for fault in faults:
-                print("%s: %s: %s" % (path, name, fault.lstrip(": ") if fault.startswith(": ")
-                                      else fault.lstrip(".")))
+                print("%s: %s: %s" % (path, name, fault))
                 bad = 1
     return bad
 

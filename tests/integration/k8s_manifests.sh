@@ -18,14 +18,16 @@ out=$(/usr/bin/python3 "$REPO/tests/k8s_schema.py" "$T/all.yaml" "$D"/examples/*
 	die "the manifests against Kubernetes' models: $out"
 sed 's/mountPropagation:/mountPropogation:/' "$T/all.yaml" >"$T/typo.yaml"
 sed 's/version: "\([0-9]*\)"/version: \1/' "$D/examples/pod-inline.yaml" >"$T/unquoted.yaml"
-for bad in typo unquoted; do
-	if out=$(/usr/bin/python3 "$REPO/tests/k8s_schema.py" "$T/$bad.yaml" 2>&1); then
-		die "a manifest with a fault ($bad) passed the check"
+# schema_fails NAME WHAT: the check fails on $T/NAME.yaml and says WHAT
+schema_fails() {
+	local out
+	if out=$(/usr/bin/python3 "$REPO/tests/k8s_schema.py" "$T/$1.yaml" 2>&1); then
+		die "a manifest with a fault ($1) passed the check"
 	fi
-done
-contains "mountPropogation: V1VolumeMount has no such field" <<<"$(/usr/bin/python3 "$REPO/tests/k8s_schema.py" "$T/typo.yaml")" ||
-	die "the misspelt field was not named"
-contains "volumeAttributes.version: str expected" <<<"$out" || die "the unquoted version was not named: $out"
+	contains "$2" <<<"$out" || die "the check on $1 did not say '$2': $out"
+}
+schema_fails typo "mountPropogation: V1VolumeMount has no such field"
+schema_fails unquoted "volumeAttributes.version: str expected"
 /usr/bin/python3 - "$T/all.yaml" "$D/examples" "$T/stagefs.conf" <<'EOF' || die "the manifests do not hold together"
 import os, sys, yaml
 
