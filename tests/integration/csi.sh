@@ -84,7 +84,6 @@ csi unpublish pv-imagenet "$S" >/dev/null || die "unpublish of the static volume
 out=$(csi publish imagenet "$S" --ro $(pv_ctx 00000000-0000-4000-8000-000000000005 vision)) ||
 	die "publish of a static volume named by its handle: $out"
 diff -r "$T/imagenet" "$S" >/dev/null || die "the volume named by its handle is not dataset imagenet"
-# shellcheck disable=SC2046
 S6="$PODS/00000000-0000-4000-8000-000000000006/volumes/kubernetes.io~csi/stagefs-vision/mount"
 mkdir -p "$(dirname "$S6")"
 # shellcheck disable=SC2046
@@ -94,16 +93,16 @@ contains PERMISSION_DENIED <<<"$out" || die "a static volume of a denied dataset
 csi unpublish imagenet "$S" >/dev/null || die "unpublish of the static volume named by its handle"
 is_mnt "$S" && die "the static volume is still mounted after unpublish"
 is_mnt "$S6" && die "the denied static volume was mounted"
-
 log "static volume: named by its attributes, then by its handle alone; read-only and byte-exact; denied by the dataset's rules as an inline one is"
+
 # --- pod information the pod's author wrote: without podInfoOnMount kubelet
 # passes an inline volume's attributes as they are, so a pod of namespace ml
 # could name itself vision there; it cannot know its own uid beforehand, so
 # pod information whose uid is not the target's pod is not believed
 F=$(tgt 00000000-0000-4000-8000-000000000007)
 mkdir -p "$(dirname "$F")"
-out=$(csi publish vol-f "$F" dataset=vision csi.storage.k8s.io/pod.namespace=vision \
-	csi.storage.k8s.io/pod.name=forged csi.storage.k8s.io/pod.uid=00000000-0000-4000-8000-00000000000b) &&
+# shellcheck disable=SC2046
+out=$(csi publish vol-f "$F" dataset=vision $(pod 00000000-0000-4000-8000-00000000000b vision)) &&
 	die "forged pod information gave dataset vision: $out"
 contains PERMISSION_DENIED <<<"$out" || die "forged pod information: $out"
 is_mnt "$F" && die "forged pod information: the volume was mounted"
