@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <liburing.h>
@@ -103,12 +104,71 @@ static struct {
 } cufile;
 static pthread_once_t cufile_once = PTHREAD_ONCE_INIT;
 
-static void cufile_load(void)
+/*
+ * Whether cuFile can move bytes from a disk to the GPU here.  It can
+ * through the nvidia-fs module; without it, cuFile's compatibility mode
+ * reads through its own pinned bounce buffers as the pipeline does, and
+ * its driver's start cost a process about half a second on the lent H200
+ * machine (docs/gpudirect.md).  STAGEFS_CUFILE=1 loads it anyway (a
+ * kernel with PCI P2PDMA in place of nvidia-fs, or to compare), 0 never.
+ */
+static bool cufile_wanted(void)
 {
 	const char *env = getenv("STAGEFS_CUFILE");
+	struct stat st;
+
+	if (env && !strcmp(env, "0"))
+		return false;
+	if (env && !strcmp(env, "1"))
+		return true;
+	if (stat("/sys/module/nvidia_fs", &st) == 0)
+		return true;
+	log_debug("libstagefs: no nvidia-fs module: cuFile not loaded (STAGEFS_CUFILE=1 loads it)");
+	return false;
+}
+
+/*
+ * Filesystems on which cuFileHandleRegister failed once: the process does
+ * not ask again for another file there (each refusal costs, and would log).
+ */
+#define CUFILE_REFUSED_MAX	8
+static struct {
+	pthread_mutex_t lock;
+	unsigned n;
+	dev_t dev[CUFILE_REFUSED_MAX];
+} cufile_refused = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static bool cufile_refused_on(dev_t dev)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&cufile_refused.lock);
+	for (unsigned i = 0; i < cufile_refused.n && !found; i++)
+		found = cufile_refused.dev[i] == dev;
+	pthread_mutex_unlock(&cufile_refused.lock);
+	return found;
+}
+
+/* Returns true the first time @dev is noted. */
+static bool cufile_refused_note(dev_t dev)
+{
+	bool first;
+
+	pthread_mutex_lock(&cufile_refused.lock);
+	first = true;
+	for (unsigned i = 0; i < cufile_refused.n && first; i++)
+		first = cufile_refused.dev[i] != dev;
+	if (first && cufile_refused.n < CUFILE_REFUSED_MAX)
+		cufile_refused.dev[cufile_refused.n++] = dev;
+	pthread_mutex_unlock(&cufile_refused.lock);
+	return first;
+}
+
+static void cufile_load(void)
+{
 	void *h;
 
-	if ((env && !strcmp(env, "0")) || !pinned_cuda_available())
+	if (!pinned_cuda_available() || !cufile_wanted())
 		return;
 	h = dlopen("libcufile.so.0", RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
@@ -861,13 +921,21 @@ static ssize_t cufile_read(struct sfs_file *f, int64_t off, size_t len,
 		cufile_drop(f);	/* the source changed */
 	if (!f->cufile_tried) {
 		cufile_descr_t d = { .type = CUFILE_HANDLE_TYPE_OPAQUE_FD };
+		struct stat st;
+		bool known = fstat(f->rfd, &st) == 0;
 
 		f->cufile_tried = true;
 		f->cufile_fd = f->rfd;
-		d.handle.fd = f->rfd;
-		f->cufile_ok = cufile.handle_register(&f->cfh, &d).err == 0;
-		if (!f->cufile_ok)
-			log_warn("libstagefs: cuFileHandleRegister failed: pinned pipeline");
+		if (known && cufile_refused_on(st.st_dev)) {
+			f->cufile_ok = false;
+		} else {
+			d.handle.fd = f->rfd;
+			f->cufile_ok = cufile.handle_register(&f->cfh, &d).err == 0;
+			if (!f->cufile_ok && (!known || cufile_refused_note(st.st_dev)))
+				log_warn("libstagefs: cuFileHandleRegister failed on device %u:%u: "
+					 "the pinned pipeline for its files",
+					 known ? major(st.st_dev) : 0, known ? minor(st.st_dev) : 0);
+		}
 	}
 	if (!f->cufile_ok)
 		return -ENOTSUP;
