@@ -244,7 +244,7 @@ loader_fps() {
 
 WORK=
 CLUSTER_DIR=
-declare -A MNT_PID=()
+declare -A MNT_PID=() MNT_LOG=()
 NMOUNT=0
 
 cleanup() {
@@ -327,7 +327,7 @@ sfs_mount() {
 	CEPH_ARGS=${MOUNT_CEPH_ARGS:-${CEPH_ARGS:-}} "$STAGEFS" -f "${cargs[@]}" -o "runtime_dir=$WORK/run/$NMOUNT,log_level=notice${opts:+,$opts}${BENCH_MOUNT_OPTS:+,$BENCH_MOUNT_OPTS}" \
 		"$src" "$mnt" </dev/null >"$MOUNT_LOG" 2>&1 &
 	pid=$!
-	MNT_PID[$mnt]=$pid
+	MNT_PID[$mnt]=$pid MNT_LOG[$mnt]=$MOUNT_LOG
 	end=$((SECONDS + 120))
 	until mountpoint -q "$mnt" && timeout 5 cat "$mnt/.stagefs/stats" >/dev/null 2>&1; do
 		if ! kill -0 "$pid" 2>/dev/null || [ "$(ps -o stat= -p "$pid" 2>/dev/null | cut -c1)" = Z ]; then
@@ -345,18 +345,45 @@ sfs_mount() {
 	MOUNT_MS=$(($(now_ms) - t0))
 }
 
+# sfs_umount MNT: unmount, then wait BENCH_UMOUNT_WAIT seconds (default 30)
+# for the daemon to exit; one that does not is described on stderr (what
+# its threads wait in, the end of its log) and killed, and UMOUNT_KILLS
+# counts it
+UMOUNT_KILLS=0
 sfs_umount() {
-	local mnt=$1 pid=${MNT_PID[$1]:-} i
+	local mnt=$1 pid=${MNT_PID[$1]:-} i why=
 	for i in $(seq 100); do
-		fusermount3 -u "$mnt" 2>/dev/null && break
+		why=$(fusermount3 -u "$mnt" 2>&1) && break
 		mountpoint -q "$mnt" || break
 		sleep 0.1
 	done
-	mountpoint -q "$mnt" && fusermount3 -u -z "$mnt" 2>/dev/null
+	if mountpoint -q "$mnt"; then
+		printf 'sfs_umount: %s: fusermount3 -u: %s; detaching it\n' "$mnt" "${why:-failed}" >&2
+		fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
+	fi
 	if [ -n "$pid" ]; then
-		wait_gone "$pid" 30 || kill -KILL "$pid" 2>/dev/null
+		if ! wait_gone "$pid" "${BENCH_UMOUNT_WAIT:-30}"; then
+			UMOUNT_KILLS=$((UMOUNT_KILLS + 1))
+			daemon_why "$pid" "$mnt" >&2
+			kill -KILL "$pid" 2>/dev/null
+			wait "$pid" 2>/dev/null
+		fi
 		unset "MNT_PID[$mnt]"
 	fi
+}
+
+# daemon_why PID MNT: why a daemon is still there after its unmount
+daemon_why() {
+	local pid=$1 mnt=$2 t
+	printf 'sfs_umount: %s: the daemon (pid %s) is still running %s s after the unmount (%s)\n' \
+		"$mnt" "$pid" "${BENCH_UMOUNT_WAIT:-30}" "$(grep -c " $mnt fuse" /proc/mounts) mounts left there"
+	for t in /proc/"$pid"/task/*; do
+		[ -d "$t" ] || continue
+		printf '  thread %s %s: %s, wchan %s%s\n' "${t##*/}" "$(cat "$t/comm" 2>/dev/null)" \
+			"$(awk '{ print $3 }' "$t/stat" 2>/dev/null)" "$(cat "$t/wchan" 2>/dev/null)" \
+			"$(head -3 "$t/stack" 2>/dev/null | sed 's/^\[<[0-9a-f]*>\] //; s/+0x.*//' | tr '\n' ' ' | sed 's/^/; /')"
+	done
+	[ -z "${MNT_LOG[$mnt]:-}" ] || tail -3 "${MNT_LOG[$mnt]}" | sed 's/^/  log: /'
 }
 
 # stat_get MNT KEY: one integer from MNT/.stagefs/stats
