@@ -146,9 +146,10 @@ tools/bench/readbench: tools/bench/readbench.o
 tools/bench/peerbench: tools/bench/peerbench.o src/libsfs.a
 	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(LIBS_CORE)
 
-# simulated accelerators and their utilization (tools/bench.sh au; no stagefs code)
-tools/bench/aubench: tools/bench/aubench.o
-	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $< -lpthread -lm
+# simulated accelerators and their utilization (tools/bench.sh au); -g reads
+# with the client library into a GPU's memory
+tools/bench/aubench: tools/bench/aubench.o tools/bench/aubgpu.o gpudirect/libstagefs.o gpudirect/libstagefs_ctl.o gpudirect/pinned.o src/libsfs.a
+	$(call quiet,LD,$@)$(CC) $(LDFLAGS_ALL) -o $@ $^ $(XXHASH_LIBS) $(URING_LIBS) $(CUDA_LIBS) -lpthread -lm
 
 # a published dataset of N files without publishing them (rados-scalecheck.sh,
 # and the rados tests that need many files: manifest_lazy, peers_large)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/bench/aubench through a dir:// mount: samples and bytes read match the generated files for each workload, AU in [0,1], stagefs's job bytes match, a long run (-R) runs its steps and the steady-state AU is consistent, a wrong-sized file is an error, the search and its -H handshake are consistent.
+# tools/bench/aubench through a dir:// mount: samples and bytes read match the generated files for each workload, AU in [0,1], stagefs's job bytes match, a long run (-R) runs its steps and the steady-state AU is consistent, read with the client library (-g -1) the same, a wrong-sized file is an error, the search and its -H handshake are consistent.
 # SPDX-License-Identifier: Apache-2.0
 . "$(dirname "$0")/../lib.sh"
 need_mount
@@ -109,6 +109,12 @@ run cosmoflow $((2 * 60)) $((2 * 60 * 28300)) 3 -w cosmoflow -b 1 -c 0.0005 -e 2
 # resnet50 again, 3 accelerators: 4, 3, 3 records of 20 = 60 samples each,
 # batch 8: 7 steps each, 56 samples an epoch (a record read in part)
 PARTIAL=1 run resnet50-3 $((2 * 3 * 56)) $((2 * 3 * 56 * 11470)) 3 -w resnet50 -k 20 -b 8 -c 0.001 -e 2 -D -M 1
+# -g -1: each sample read with the client library (the cache file the
+# daemon hands over, O_DIRECT, the pinned pipeline) into host memory: the
+# same accounting, and the job's bytes from the library's reports
+run resnet50-lib 600 $((600 * 11470)) 2 -w resnet50 -k 20 -b 10 -c 0.001 -e 3 -D -g -1
+grep -q '"read_via": "libstagefs, host memory", "compute_via": "sleep"' "$T/out.resnet50-lib" ||
+	die "-g -1: not read through the library: $(cat "$T/out.resnet50-lib")"
 for r in "$T"/out.*; do
 	"$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1])
 sys.exit(r["min_run_steps"] != 0 or r["decided_by"] != "au")' "$(cat "$r")" ||

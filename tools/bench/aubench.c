@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * aubench: accelerator utilization (AU) of simulated training jobs, after
- * MLPerf Storage's DLIO.  tools/bench.sh (section "au") times it; it uses
- * no stagefs code and reads any directory.
+ * MLPerf Storage's DLIO.  tools/bench.sh (section "au") times it; it
+ * reads any directory, with read(2), or with stagefs's client library
+ * into a GPU's memory (-g, below).
  *
  *   aubench gen -w WORKLOAD [-N COUNT] [-z SCALE] [-k PER_FILE] DIR
  *       write WORKLOAD's dataset into DIR/WORKLOAD/: COUNT files of
@@ -37,6 +38,14 @@
  * batches per worker).  A partial last batch of an epoch is dropped, as
  * DLIO does.  All accelerators start each epoch together (an epoch ends at
  * a barrier).
+ *
+ * With -g DEV the readers read each sample with libstagefs's
+ * sfs_read_device() (docs/gpudirect.md: the cache file handed over by a
+ * stagefs mount, else the file) into device memory of GPU DEV, and each
+ * step occupies that GPU for its compute time (tools/bench/aubgpu.c: a
+ * spin kernel on a stream of the accelerator's own; a sleep where the
+ * kernel does not load).  -g -1 reads into host memory through the same
+ * pipeline and sleeps.  "read_via" and "compute_via" say which.
  *
  *   AU = compute time / wall time, per accelerator; the run's AU is their
  *   mean (DLIO's train_au_mean_percentage), its min is printed too.
@@ -132,6 +141,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpudirect/libstagefs.h"
+#include "tools/bench/aubgpu.h"
+
 #define AUB_MAX_N	256	/* accelerators */
 #define AUB_MAX_T	64	/* readers per accelerator */
 #define AUB_READ_MAX	(4u << 20)
@@ -166,6 +178,8 @@ struct aub_opts {
 	unsigned start, max;		/* search */
 	bool handshake;
 	double idle_gap;		/* -G: a reader idle longer is not active */
+	bool lib;			/* -g: samples read with libstagefs ... */
+	int dev;			/* ... into GPU dev's memory (-1: host memory) */
 };
 
 struct aub_file {
@@ -201,6 +215,7 @@ struct aub_acc {
 	double blocked_s, active_s;
 	uint64_t calls, partial, opened;
 	atomic_uint_fast64_t bytes, samples, errors;
+	void *stream;		/* the training steps' on the GPU (-g DEV) */
 };
 
 /*
@@ -476,10 +491,75 @@ static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf
 	return true;
 }
 
+/*
+ * aub_read_file() through the client library (-g): each sample with
+ * sfs_read_device() into @buf, device memory of GPU o->dev or host memory
+ * (-1).  A file of one sample must have the listed size.
+ */
+static bool aub_read_file_lib(struct aub_acc *a, const struct aub_file *f, char *buf,
+			      struct aub_io *io)
+{
+	const struct aub_opts *o = a->run->o;
+	uint64_t n = aub_file_samples(o, f), off = 0, i;
+	struct sfs_file *sf;
+	double t0;
+	int r;
+
+	if (!aub_claim(a))
+		return false;
+	t0 = aub_now();
+	r = sfs_client_open(f->path, &sf);
+	aub_io_note(io, o->idle_gap, t0, aub_now());
+	if (r) {
+		aub_read_error(a, f->path, -r);
+		aub_unclaim(a);
+		return true;
+	}
+	io->opened += f->size;
+	for (i = 0; i < n; i++) {
+		uint64_t want = o->per_file == 1 ? f->size : o->wl->sample, got = 0;
+		int err = EIO;	/* a short file */
+		ssize_t k;
+
+		if (i && !aub_claim(a))
+			break;
+		if (o->per_file == 1 && (uint64_t)sfs_client_size(sf) != f->size)
+			want = UINT64_MAX;	/* not the listed file */
+		while (got < want && want != UINT64_MAX) {
+			size_t chunk = want - got < AUB_READ_MAX ? (size_t)(want - got) : AUB_READ_MAX;
+
+			t0 = aub_now();
+			k = sfs_read_device(sf, (int64_t)(off + got), chunk, buf, o->dev);
+			aub_io_note(io, o->idle_gap, t0, aub_now());
+			if (k < 0)
+				err = (int)-k;
+			if (k <= 0)
+				break;
+			got += (uint64_t)k;
+		}
+		if (got != want) {
+			aub_read_error(a, f->path, err);
+			aub_unclaim(a);
+			break;
+		}
+		off += got;
+		atomic_fetch_add(&a->bytes, got);
+		atomic_fetch_add(&a->samples, 1);
+		aub_deliver(a, 1);
+	}
+	if (i < n)
+		io->partial++;
+	t0 = aub_now();
+	sfs_client_close(sf);
+	aub_io_note(io, o->idle_gap, t0, aub_now());
+	return true;
+}
+
 static void *aub_reader(void *arg)
 {
 	struct aub_acc *a = arg;
-	char *buf = malloc(AUB_READ_MAX);
+	const struct aub_opts *o = a->run->o;
+	char *buf = o->lib && o->dev >= 0 ? aubgpu_alloc(AUB_READ_MAX) : malloc(AUB_READ_MAX);
 	struct aub_io io = { .last_end = -1 };
 	size_t i;
 
@@ -491,10 +571,16 @@ static void *aub_reader(void *arg)
 		pthread_mutex_lock(&a->lock);
 		i = a->next_file < a->nfiles ? a->next_file++ : SIZE_MAX;
 		pthread_mutex_unlock(&a->lock);
-		if (i == SIZE_MAX || !aub_read_file(a, &a->run->set->v[a->files[i]], buf, &io))
+		if (i == SIZE_MAX)
+			break;
+		if (!(o->lib ? aub_read_file_lib : aub_read_file)(a, &a->run->set->v[a->files[i]],
+								   buf, &io))
 			break;
 	}
-	free(buf);
+	if (o->lib && o->dev >= 0)
+		aubgpu_free(buf);
+	else
+		free(buf);
 	pthread_mutex_lock(&a->lock);
 	a->blocked_s += io.blocked;
 	a->active_s += io.active;
@@ -531,7 +617,9 @@ static void *aub_trainer(void *arg)
 			a->first_wait_s += t;
 		if (dead)
 			break;
-		aub_sleep(c);
+		/* a real step on the GPU (-g DEV), or a sleep */
+		if (!o->lib || o->dev < 0 || aubgpu_compute(&a->stream, c))
+			aub_sleep(c);
 		a->compute_s += c;
 		a->steps++;
 		pthread_mutex_lock(&a->lock);
@@ -846,6 +934,7 @@ static int aub_run(const struct aub_opts *o, const struct aub_set *set, unsigned
 out_release:
 	for (unsigned k = 0; k < n; k++) {
 		free(r.acc[k].files);
+		aubgpu_stream_done(r.acc[k].stream);
 		pthread_mutex_destroy(&r.acc[k].lock);
 		pthread_cond_destroy(&r.acc[k].cond);
 	}
@@ -854,6 +943,19 @@ out_free:
 	free(order);
 	free(r.acc);
 	return err;
+}
+
+/* How the readers read: "read(2)", "libstagefs, host memory", "libstagefs, GPU N". */
+static const char *aub_read_via(const struct aub_opts *o)
+{
+	static char via[48];
+
+	if (!o->lib)
+		return "read(2)";
+	if (o->dev < 0)
+		return "libstagefs, host memory";
+	snprintf(via, sizeof(via), "libstagefs, GPU %d", o->dev);
+	return via;
 }
 
 static void aub_print(const char *kind, const struct aub_opts *o, const struct aub_result *r)
@@ -866,13 +968,15 @@ static void aub_print(const char *kind, const struct aub_opts *o, const struct a
 	       ", \"bytes\": %" PRIu64 ", \"bytes_expected\": %" PRIu64
 	       ", \"wall_s\": %.3f, \"compute_s\": %.3f, \"wait_s\": %.3f, \"staging_s\": %.3f"
 	       ", \"epochs\": %u, \"threads\": %u, \"batch\": %u, \"compute\": %.6f"
-	       ", \"scale\": %g, \"errors\": %" PRIu64 ", \"epoch_au\": [",
+	       ", \"scale\": %g, \"errors\": %" PRIu64 ", \"read_via\": \"%s\""
+	       ", \"compute_via\": \"%s\", \"epoch_au\": [",
 	       kind, o->wl->name, r->n, r->au, r->au_min, r->au_steady, r->au_steady_min,
 	       r->first_wait, r->steps, o->run_steps, o->pass, o->by_steady ? "au_steady" : "au",
 	       aub_decider(o, r) >= o->pass && !r->errors ? "true" : "false", r->mbps, r->sps,
 	       r->samples, r->samples_expected, r->bytes, r->bytes_expected,
 	       r->wall, r->compute, r->wait, r->staging, r->epochs, o->threads, o->batch,
-	       o->compute, o->scale, r->errors);
+	       o->compute, o->scale, r->errors, aub_read_via(o),
+	       o->lib && o->dev >= 0 ? aubgpu_compute_via() : "sleep");
 	for (unsigned e = 0; e < r->epochs && e < AUB_MAX_EPOCHS; e++)
 		printf("%s%.4f", e ? ", " : "", r->epoch_au[e]);
 	printf("], \"read_calls\": %" PRIu64 ", \"partial_files\": %" PRIu64
@@ -1109,6 +1213,8 @@ static void aub_usage(FILE *f)
 		"            or the one without each epoch's first-batch wait)\n"
 		"         -G IDLE_GAP_S (a reader idle longer is not active; default 2)\n"
 		"         -D (drop caches per epoch) -L LISTDIR (list LISTDIR/WORKLOAD, read DIR/WORKLOAD)\n"
+		"         -g DEV (read samples with libstagefs into GPU DEV's memory, and compute\n"
+		"            each step on it; -1: into host memory, steps sleep)\n"
 		"WORKLOAD: unet3d resnet50 cosmoflow; files are read from DIR/WORKLOAD/\n");
 }
 
@@ -1162,7 +1268,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:M:R:A:L:G:DH")) != -1) {
+	while ((opt = getopt(argc, argv, "w:n:m:t:b:c:S:p:e:P:k:s:z:N:M:R:A:L:G:g:DH")) != -1) {
 		bool ok = true;
 
 		switch (opt) {
@@ -1187,6 +1293,15 @@ int main(int argc, char **argv)
 			o.by_steady = ok && !strcmp(optarg, "au_steady");
 			break;
 		case 'G': ok = aub_double(optarg, 0, &o.idle_gap); break;
+		case 'g': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			ok = *optarg && !*end && v >= -1 && v < 1024;
+			o.lib = true;
+			o.dev = (int)v;
+			break;
+		}
 		case 'D': o.drop = true; break;
 		case 'L': listdir = optarg; break;
 		case 'H': o.handshake = true; break;
@@ -1217,6 +1332,15 @@ int main(int argc, char **argv)
 	if (asprintf(&dir, "%s/%s", argv[optind], o.wl->name) < 0)
 		return 2;
 	o.dir = dir;
+	if (o.lib && o.dev >= 0 && strcmp(mode, "gen")) {
+		char why[256];
+
+		if (aubgpu_open(o.dev, why, sizeof(why))) {
+			fprintf(stderr, "aubench: -g %d: %s\n", o.dev, why);
+			rc = 2;
+			goto out;
+		}
+	}
 
 	if (!strcmp(mode, "gen")) {
 		if (!count) {
