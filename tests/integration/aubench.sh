@@ -147,6 +147,13 @@ assert_eq "$rc" 1 "exit status with wrong-sized files"
 "$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(r["errors"] != 2 or r["samples"] != 59)' "$out" ||
 	die "wrong-sized files: want 2 errors and 59 samples: $out"
 grep -q 'sample_000007' "$T/bad.err" || die "the short file is not named: $(cat "$T/bad.err")"
+# the same through the client library (-g -1)
+rc=0
+out=$("$AUB" run -w cosmoflow -n 1 -b 1 -c 0 -e 1 -g -1 -L "$src" "$T/badroot" 2>"$T/bad.err") || rc=$?
+assert_eq "$rc" 1 "exit status with wrong-sized files, -g -1"
+"$PYTHON" -c 'import json, sys; r = json.loads(sys.argv[1]); sys.exit(r["errors"] != 2 or r["samples"] != 59)' "$out" ||
+	die "wrong-sized files, -g -1: want 2 errors and 59 samples: $out"
+grep -q 'sample_000009' "$T/bad.err" || die "the long file is not named (-g -1): $(cat "$T/bad.err")"
 
 # the search: each trial's accounting holds, the result is the largest
 # passing N next to the smallest failing one (or the cap), both tried

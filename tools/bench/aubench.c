@@ -423,25 +423,94 @@ static void aub_read_error(struct aub_acc *a, const char *path, int err)
 }
 
 /*
- * Read one file's samples (claiming a slot for each), timing each call in
- * @io; false to stop.
+ * Where a reader's bytes come from: read(2) of the file, or the client
+ * library into host or GPU memory (-g).  A handle is an fd or a struct
+ * sfs_file.
  */
-static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf,
-			  struct aub_io *io)
+struct aub_src {
+	int (*open)(const char *path, void **h);
+	/* the next bytes (at @off) into @buf: > 0, 0 at the end, -errno */
+	ssize_t (*read)(void *h, uint64_t off, char *buf, size_t len, int dev);
+	/* is @off the file's end? (a file of one sample must end there) */
+	bool (*at_end)(void *h, uint64_t off, char *buf);
+	void (*close)(void *h);
+};
+
+static int fd_open(const char *path, void **h)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	*h = (void *)(intptr_t)fd;
+	return 0;
+}
+
+static ssize_t fd_read(void *h, uint64_t off, char *buf, size_t len, int dev)
+{
+	ssize_t r = read((int)(intptr_t)h, buf, len);
+
+	(void)off;
+	(void)dev;
+	return r < 0 ? -errno : r;
+}
+
+static bool fd_at_end(void *h, uint64_t off, char *buf)
+{
+	(void)off;
+	return read((int)(intptr_t)h, buf, 1) == 0;
+}
+
+static void fd_close(void *h)
+{
+	close((int)(intptr_t)h);
+}
+
+static const struct aub_src aub_src_fd = { fd_open, fd_read, fd_at_end, fd_close };
+
+static int lib_open(const char *path, void **h)
+{
+	return sfs_client_open(path, (struct sfs_file **)h);
+}
+
+static ssize_t lib_read(void *h, uint64_t off, char *buf, size_t len, int dev)
+{
+	return sfs_read_device(h, (int64_t)off, len, buf, dev);
+}
+
+static bool lib_at_end(void *h, uint64_t off, char *buf)
+{
+	(void)buf;
+	return (uint64_t)sfs_client_size(h) == off;
+}
+
+static void lib_close(void *h)
+{
+	sfs_client_close(h);
+}
+
+static const struct aub_src aub_src_lib = { lib_open, lib_read, lib_at_end, lib_close };
+
+/*
+ * Read one file's samples (claiming a slot for each) from @src into @buf,
+ * timing each call in @io; false to stop.
+ */
+static bool aub_read_file(struct aub_acc *a, const struct aub_src *src,
+			  const struct aub_file *f, char *buf, struct aub_io *io)
 {
 	const struct aub_opts *o = a->run->o;
-	uint64_t n = aub_file_samples(o, f), chunk, i;
+	uint64_t n = aub_file_samples(o, f), off = 0, chunk, i;
 	double t0;
 	ssize_t r;
-	int fd, err;
+	void *h;
+	int err;
 
 	if (!aub_claim(a))
 		return false;
 	t0 = aub_now();
-	fd = open(f->path, O_RDONLY | O_CLOEXEC);
-	err = errno;
+	err = -src->open(f->path, &h);
 	aub_io_note(io, o->idle_gap, t0, aub_now());
-	if (fd < 0) {
+	if (err) {
 		aub_read_error(a, f->path, err);
 		aub_unclaim(a);
 		return true;
@@ -456,11 +525,11 @@ static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf
 		while (got < want) {
 			chunk = want - got < AUB_READ_MAX ? want - got : AUB_READ_MAX;
 			t0 = aub_now();
-			r = read(fd, buf, chunk);
+			r = src->read(h, off + got, buf, chunk, o->dev);
 			if (r < 0)
-				err = errno;
+				err = (int)-r;
 			aub_io_note(io, o->idle_gap, t0, aub_now());
-			if (r < 0 && err == EINTR)
+			if (r == -EINTR)
 				continue;
 			if (r <= 0)
 				break;
@@ -469,73 +538,9 @@ static bool aub_read_file(struct aub_acc *a, const struct aub_file *f, char *buf
 		/* a file of one sample must end there: else it is not the listed file */
 		if (got == want && o->per_file == 1) {
 			t0 = aub_now();
-			r = read(fd, buf, 1);
-			aub_io_note(io, o->idle_gap, t0, aub_now());
-			if (r != 0)
+			if (!src->at_end(h, off + got, buf))
 				got++;
-		}
-		if (got != want) {
-			aub_read_error(a, f->path, err);
-			aub_unclaim(a);
-			break;
-		}
-		atomic_fetch_add(&a->bytes, got);
-		atomic_fetch_add(&a->samples, 1);
-		aub_deliver(a, 1);
-	}
-	if (i < n)
-		io->partial++;
-	t0 = aub_now();
-	close(fd);
-	aub_io_note(io, o->idle_gap, t0, aub_now());
-	return true;
-}
-
-/*
- * aub_read_file() through the client library (-g): each sample with
- * sfs_read_device() into @buf, device memory of GPU o->dev or host memory
- * (-1).  A file of one sample must have the listed size.
- */
-static bool aub_read_file_lib(struct aub_acc *a, const struct aub_file *f, char *buf,
-			      struct aub_io *io)
-{
-	const struct aub_opts *o = a->run->o;
-	uint64_t n = aub_file_samples(o, f), off = 0, i;
-	struct sfs_file *sf;
-	double t0;
-	int r;
-
-	if (!aub_claim(a))
-		return false;
-	t0 = aub_now();
-	r = sfs_client_open(f->path, &sf);
-	aub_io_note(io, o->idle_gap, t0, aub_now());
-	if (r) {
-		aub_read_error(a, f->path, -r);
-		aub_unclaim(a);
-		return true;
-	}
-	io->opened += f->size;
-	for (i = 0; i < n; i++) {
-		uint64_t want = o->per_file == 1 ? f->size : o->wl->sample, got = 0;
-		int err = EIO;	/* a short file */
-		ssize_t k;
-
-		if (i && !aub_claim(a))
-			break;
-		if (o->per_file == 1 && (uint64_t)sfs_client_size(sf) != f->size)
-			want = UINT64_MAX;	/* not the listed file */
-		while (got < want && want != UINT64_MAX) {
-			size_t chunk = want - got < AUB_READ_MAX ? (size_t)(want - got) : AUB_READ_MAX;
-
-			t0 = aub_now();
-			k = sfs_read_device(sf, (int64_t)(off + got), chunk, buf, o->dev);
 			aub_io_note(io, o->idle_gap, t0, aub_now());
-			if (k < 0)
-				err = (int)-k;
-			if (k <= 0)
-				break;
-			got += (uint64_t)k;
 		}
 		if (got != want) {
 			aub_read_error(a, f->path, err);
@@ -550,7 +555,7 @@ static bool aub_read_file_lib(struct aub_acc *a, const struct aub_file *f, char 
 	if (i < n)
 		io->partial++;
 	t0 = aub_now();
-	sfs_client_close(sf);
+	src->close(h);
 	aub_io_note(io, o->idle_gap, t0, aub_now());
 	return true;
 }
@@ -573,8 +578,8 @@ static void *aub_reader(void *arg)
 		pthread_mutex_unlock(&a->lock);
 		if (i == SIZE_MAX)
 			break;
-		if (!(o->lib ? aub_read_file_lib : aub_read_file)(a, &a->run->set->v[a->files[i]],
-								   buf, &io))
+		if (!aub_read_file(a, o->lib ? &aub_src_lib : &aub_src_fd,
+				   &a->run->set->v[a->files[i]], buf, &io))
 			break;
 	}
 	if (o->lib && o->dev >= 0)
