@@ -276,6 +276,12 @@ gpu_on() {
 	out=$("$GB" -d 0 -b 64M -r "$GPU_ROUNDS" -D "$d/mnt/big" 2>"$WORK/log/gpubench.err")
 	rc=$?
 	g1=$(gpu_bytes "$d/mnt")
+	# the first device read with cuFile loaded anyway: what its start
+	# costs a process where nvidia-fs is missing (docs/gpudirect.md)
+	local cuf=
+	if [ $rc = 0 ] && [ "$where" = tmpfs ] && ldconfig -p 2>/dev/null | grep -q libcufile.so; then
+		cuf=$(STAGEFS_CUFILE=1 "$GB" -d 0 -b 64M -r 1 "$d/mnt/big" 2>>"$LOGS")
+	fi
 	sfs_umount "$d/mnt"
 	cat "$WORK/log/gpubench.err" >>"$LOGS"
 	[ $rc = 0 ] || { failed "$where: gpubench rc $rc: $(tail -1 "$WORK/log/gpubench.err")"; return; }
@@ -289,6 +295,8 @@ gpu_on() {
 	result "gpu $where: feed / min(disk, H2D)" "$(mbs "$feed")" "$(mbs "$lo")" "$(jget "$out" feed_vs_min_disk_h2d)" ">=0.9"
 	result "gpu $where: feed / read()+cudaMemcpy" "$(mbs "$feed")" "$(mbs "$(jget "$out" naive_bytes_per_s)")" "$(jget "$out" feed_vs_naive)" ">=2"
 	row "$where: first device read" "$(jget "$out" first_read_ms) ms" "" "" "cuFile loaded: $(jget "$out" cufile_loaded)"
+	[ -z "$cuf" ] || row "$where: the same, STAGEFS_CUFILE=1" "$(jget "$cuf" first_read_ms) ms" "" "" \
+		"cuFile loaded: $(jget "$cuf" cufile_loaded), cuFile bytes $(jget "$cuf" cufile_bytes), feed $(mbs "$(jget "$cuf" feed_bytes_per_s)")"
 	# the daemon takes at most a file's size per handed-over file
 	# (docs/control.md, CLIENT_READ): the rounds read one handle's file
 	# again and again, so the rows say its size once
