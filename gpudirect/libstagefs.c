@@ -138,30 +138,18 @@ static struct {
 	dev_t dev[CUFILE_REFUSED_MAX];
 } cufile_refused = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static bool cufile_refused_on(dev_t dev)
+/* Was @dev noted as refused?  With @note, it is from now on. */
+static bool cufile_refused_had(dev_t dev, bool note)
 {
 	bool found = false;
 
 	pthread_mutex_lock(&cufile_refused.lock);
 	for (unsigned i = 0; i < cufile_refused.n && !found; i++)
 		found = cufile_refused.dev[i] == dev;
-	pthread_mutex_unlock(&cufile_refused.lock);
-	return found;
-}
-
-/* Returns true the first time @dev is noted. */
-static bool cufile_refused_note(dev_t dev)
-{
-	bool first;
-
-	pthread_mutex_lock(&cufile_refused.lock);
-	first = true;
-	for (unsigned i = 0; i < cufile_refused.n && first; i++)
-		first = cufile_refused.dev[i] != dev;
-	if (first && cufile_refused.n < CUFILE_REFUSED_MAX)
+	if (note && !found && cufile_refused.n < CUFILE_REFUSED_MAX)
 		cufile_refused.dev[cufile_refused.n++] = dev;
 	pthread_mutex_unlock(&cufile_refused.lock);
-	return first;
+	return found;
 }
 
 static void cufile_load(void)
@@ -926,12 +914,12 @@ static ssize_t cufile_read(struct sfs_file *f, int64_t off, size_t len,
 
 		f->cufile_tried = true;
 		f->cufile_fd = f->rfd;
-		if (known && cufile_refused_on(st.st_dev)) {
+		if (known && cufile_refused_had(st.st_dev, false)) {
 			f->cufile_ok = false;
 		} else {
 			d.handle.fd = f->rfd;
 			f->cufile_ok = cufile.handle_register(&f->cfh, &d).err == 0;
-			if (!f->cufile_ok && (!known || cufile_refused_note(st.st_dev)))
+			if (!f->cufile_ok && (!known || !cufile_refused_had(st.st_dev, true)))
 				log_warn("libstagefs: cuFileHandleRegister failed on device %u:%u: "
 					 "the pinned pipeline for its files",
 					 known ? major(st.st_dev) : 0, known ? minor(st.st_dev) : 0);
