@@ -347,9 +347,7 @@ sfs_mount() {
 
 # sfs_umount MNT: unmount, then wait BENCH_UMOUNT_WAIT seconds (default 30)
 # for the daemon to exit; one that does not is described on stderr (what
-# its threads wait in, the end of its log) and killed, and UMOUNT_KILLS
-# counts it
-UMOUNT_KILLS=0
+# its threads wait in, the end of its log) and killed
 sfs_umount() {
 	local mnt=$1 pid=${MNT_PID[$1]:-} i why=
 	for i in $(seq 100); do
@@ -363,12 +361,11 @@ sfs_umount() {
 	fi
 	if [ -n "$pid" ]; then
 		if ! wait_gone "$pid" "${BENCH_UMOUNT_WAIT:-30}"; then
-			UMOUNT_KILLS=$((UMOUNT_KILLS + 1))
 			daemon_why "$pid" "$mnt" >&2
 			kill -KILL "$pid" 2>/dev/null
 			wait "$pid" 2>/dev/null
 		fi
-		unset "MNT_PID[$mnt]"
+		unset "MNT_PID[$mnt]" "MNT_LOG[$mnt]"
 	fi
 }
 
