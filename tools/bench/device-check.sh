@@ -447,8 +447,13 @@ step_au() {
 	"$AUB" gen -w resnet50 -N "$AU_FILES" -z "$AU_Z" "$d/src" >>"$LOGS" 2>&1 || { failed "aubench gen"; return; }
 	say "  $AU_FILES files of resnet50 records (samples 1/$AU_Z of 114.7 KB), batch 400, compute 0.224 s a batch, pass 0.90, page cache dropped each epoch"
 	# staged first: the warm figure (a cold one is the backend's)
+	list_files "$d/src" "$d/mnt" "$d/mnt.list"
 	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache$(fill_opts)" || { failed "mount failed"; return; }
-	(cd "$d/src" && find . -type f) | sed "s|^\.|$d/mnt|" | xargs cat >/dev/null
+	if ! rb files_per_s files -t 4 "$d/mnt.list" >/dev/null; then
+		sfs_umount "$d/mnt"
+		failed "staging: $(rb_why)"
+		return
+	fi
 	sfs_umount "$d/mnt"
 	sfs_mount "dir://$d/src" "$d/mnt" "cache_dir=$d/cache" || { failed "mount failed"; return; }
 	a=$(au_search "$d/mnt" -g "$g") || { sfs_umount "$d/mnt"; failed "aubench search -g $g: $(tail -1 "$LOGS")"; return; }
