@@ -422,6 +422,12 @@ static void aub_read_error(struct aub_acc *a, const char *path, int err)
 		fprintf(stderr, "aubench: %s: %s\n", path, strerror(err));
 }
 
+/* -g DEV with a GPU: samples into its memory, steps on it */
+static bool aub_on_gpu(const struct aub_opts *o)
+{
+	return o->lib && o->dev >= 0;
+}
+
 /*
  * Where a reader's bytes come from: read(2) of the file, or the client
  * library into host or GPU memory (-g).  A handle is an fd or a struct
@@ -564,7 +570,7 @@ static void *aub_reader(void *arg)
 {
 	struct aub_acc *a = arg;
 	const struct aub_opts *o = a->run->o;
-	char *buf = o->lib && o->dev >= 0 ? aubgpu_alloc(AUB_READ_MAX) : malloc(AUB_READ_MAX);
+	char *buf = aub_on_gpu(o) ? aubgpu_alloc(AUB_READ_MAX) : malloc(AUB_READ_MAX);
 	struct aub_io io = { .last_end = -1 };
 	size_t i;
 
@@ -582,7 +588,7 @@ static void *aub_reader(void *arg)
 				   &a->run->set->v[a->files[i]], buf, &io))
 			break;
 	}
-	if (o->lib && o->dev >= 0)
+	if (aub_on_gpu(o))
 		aubgpu_free(buf);
 	else
 		free(buf);
@@ -623,7 +629,7 @@ static void *aub_trainer(void *arg)
 		if (dead)
 			break;
 		/* a real step on the GPU (-g DEV), or a sleep */
-		if (!o->lib || o->dev < 0 || aubgpu_compute(&a->stream, c))
+		if (!aub_on_gpu(o) || aubgpu_compute(&a->stream, c))
 			aub_sleep(c);
 		a->compute_s += c;
 		a->steps++;
@@ -981,7 +987,7 @@ static void aub_print(const char *kind, const struct aub_opts *o, const struct a
 	       r->samples, r->samples_expected, r->bytes, r->bytes_expected,
 	       r->wall, r->compute, r->wait, r->staging, r->epochs, o->threads, o->batch,
 	       o->compute, o->scale, r->errors, aub_read_via(o),
-	       o->lib && o->dev >= 0 ? aubgpu_compute_via() : "sleep");
+	       aub_on_gpu(o) ? aubgpu_compute_via() : "sleep");
 	for (unsigned e = 0; e < r->epochs && e < AUB_MAX_EPOCHS; e++)
 		printf("%s%.4f", e ? ", " : "", r->epoch_au[e]);
 	printf("], \"read_calls\": %" PRIu64 ", \"partial_files\": %" PRIu64
@@ -1337,7 +1343,7 @@ int main(int argc, char **argv)
 	if (asprintf(&dir, "%s/%s", argv[optind], o.wl->name) < 0)
 		return 2;
 	o.dir = dir;
-	if (o.lib && o.dev >= 0 && strcmp(mode, "gen")) {
+	if (aub_on_gpu(&o) && strcmp(mode, "gen")) {
 		char why[256];
 
 		if (aubgpu_open(o.dev, why, sizeof(why))) {
