@@ -24,7 +24,8 @@ r=$out/report.md
 [[ -s $r ]] || die "no report"
 for want in '^## Machine' '^/dev/fuse      yes' '^== gpu' 'skipped: GPU feed, cache on disk: --rehearse' \
 	'tmpfs: staged 64 MiB, mounted' 'warm large, default.*, 16 rd' 'warm small, .*, 1 rd' \
-	'cold small, 16 rd' 'accelerators at the pass line  *[0-9]' '^== summary' '^finished in [0-9]* s of a 100 s budget'; do
+	'cold small, 16 rd' 'accelerators at the pass line  *[0-9]' '^== summary' '^finished in [0-9]* s of a 100 s budget' \
+	'^fusermount3    /' 'daemons killed after unmount  *0 '; do
 	grep -q -- "$want" "$r" || die "the report lacks /$want/"
 done
 ! grep -n 'FAILED' "$r" || die "a step failed (above); logs: $(tail -20 "$out/logs.txt")"

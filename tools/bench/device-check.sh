@@ -92,7 +92,15 @@ if ! "$WORK/wbin/stagefs" --version >/dev/null 2>>"$LOGS"; then
 	LIBNOTE="the machine's libstdc++ in place of the carried one"
 	"$WORK/wbin/stagefs" --version >/dev/null 2>>"$LOGS" || LIBNOTE="the daemon does not start: $(tail -1 "$LOGS")"
 fi
-command -v fusermount3 >/dev/null || PATH=$PATH:$P/usr/bin
+# fuse3's package puts fusermount3 in /bin, which dpkg -x unpacks as a
+# directory of its own (not the usr-merged symlink): without it every
+# unmount fails and each daemon waits to be killed
+if ! command -v fusermount3 >/dev/null; then
+	for d in "$P/bin" "$P/usr/bin"; do
+		[ -x "$d/fusermount3" ] && PATH=$PATH:$d && break
+	done
+fi
+FUSERMOUNT=$(command -v fusermount3 || echo "not found: unmounts fall back to umount -l")
 STAGEFS=$WORK/wbin/stagefs RB=$WORK/wbin/readbench GB=$WORK/wbin/gpubench AUB=$WORK/wbin/aubench
 
 # ---------------------------------------------------------------------------
@@ -149,6 +157,7 @@ facts() {
 	say "memory         $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo), memlock $(ulimit -l)"
 	say "disk           $WORK: $(stat -f -c %T "$WORK"), $(df -h --output=avail "$WORK" | tail -1 | tr -d ' ') free"
 	say "/dev/fuse      $FUSE"
+	say "fusermount3    $FUSERMOUNT"
 	say "io_uring       $URING"
 	say "fuse.uring     $(cat /sys/module/fuse/parameters/enable_uring 2>/dev/null || echo 'no parameter (kernel < 6.14 or fuse without it)')"
 	say "daemon opts    passthrough $(has_option passthrough && echo yes || echo no), uring $(has_option uring && echo yes || echo no)"
