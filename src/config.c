@@ -451,10 +451,12 @@ static const struct opt opts[] = {
 		"Bound on every RADOS operation (OSD and monitor ops). A reader "
 		"gets EIO after it instead of a hung mount." },
 	{ "cephfs_threads", OPT_UINT, O(cephfs_threads), "16", 1, 64,
-	  "cephfs://: chunk reads in flight (threads reading through libcephfs)",
+	  "cephfs://: threads for libcephfs's calls (reads through it, a live tree's version checks)",
 	  .doc =
-		"`cephfs://` sources: how many chunk reads run at once, each on "
-		"a thread of its own (libcephfs's reads block). Every read is "
+		"`cephfs://` sources: how many of libcephfs's calls run at once, "
+		"each on a thread of its own (they block): reads through the "
+		"client, and a live tree's version check after a direct read. "
+		"Direct reads from the objects need no thread. Every read is "
 		"bounded by `rados_timeout` all the same (docs/cephfs.md)." },
 	{ "cephfs_direct_reads", OPT_BOOL, O(cephfs_direct_reads), "yes", 0, 0,
 	  "cephfs://: read files from the data pool's objects with librados (no: through libcephfs)",

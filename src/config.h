@@ -78,7 +78,7 @@ struct sfs_config {
 	char *client_id;
 	char *keyring;
 	uint64_t rados_timeout_ms;	/* osd/mon op timeout: bound on a reader's EIO */
-	uint32_t cephfs_threads;	/* cephfs://: chunk reads in flight */
+	uint32_t cephfs_threads;	/* cephfs://: threads for libcephfs's calls */
 	bool cephfs_direct_reads;	/* cephfs://: read the data pool's objects, past the client */
 	char *s3_endpoint;		/* s3://: the endpoint URL ("": $AWS_ENDPOINT_URL..., AWS) */
 	char *s3_region;

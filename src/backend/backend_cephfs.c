@@ -27,17 +27,22 @@
  * mtime, ctime and the inode's change version: any change gives the file
  * a new cache file, and two clusters never share one.
  *
- * Reads.  Chunk reads run on a pool of threads (libcephfs's calls block),
- * at most cephfs_threads at once, each opening the file by path, reading
- * the chunk into a buffer of its own and copying it out once finished.
- * Outside a snapshot, the file's attributes are read after the read:
- * unless its content id is still the one mounted, the read fails with EIO
- * (logged), so a file changed under the mount is never mixed into the
- * cache; a remount serves the new version.  A snapshot is immutable and
- * read without the checks.  Every read is bounded by rados_timeout: a
- * thread stuck on a dead OSD is abandoned (its buffer is its own, so a
- * late answer writes nowhere it should not) and the read fails with
- * ETIMEDOUT, then EIO to the reader.
+ * Reads.  A file whose objects the walk mapped (cephfs_objs.h) is read
+ * from them directly, asynchronously, into the caller's buffer: no thread
+ * waits for it, and librados's OSD timeout (rados_timeout) bounds it.
+ * What libcephfs must do runs on a pool of threads (its calls block), at
+ * most cephfs_threads at once: a read through the client (opening the
+ * file by path, reading the chunk into a buffer of its own and copying it
+ * out once finished), and the version check after a direct read of a
+ * live tree.  Outside a snapshot, the file's attributes are read after the
+ * read: unless its content id is still the one mounted, the read fails
+ * with EIO (logged), so a file changed under the mount is never mixed into
+ * the cache; a remount serves the new version.  A snapshot is immutable
+ * and read without the checks, so its direct reads never reach the pool.
+ * The pool's work is bounded by rados_timeout too: a thread stuck on a
+ * dead OSD or MDS is abandoned (its buffer is its own, so a late answer
+ * writes nowhere it should not) and the read fails with ETIMEDOUT, then
+ * EIO to the reader.
  */
 #include "backend.h"
 
@@ -68,21 +73,31 @@
 #define CFS_WANT	(CEPH_STATX_BASIC_STATS | CEPH_STATX_VERSION)
 #define CFS_THREADS_MAX	64
 
-enum { RQ_QUEUED, RQ_RUNNING, RQ_DONE, RQ_TIMEDOUT };
+/*
+ * A read's states: RQ_OSD while its objects are read directly (no
+ * thread waits; librados's OSD timeout bounds it), RQ_QUEUED and
+ * RQ_RUNNING while the pool has it, then RQ_DONE, or RQ_TIMEDOUT when the
+ * watchdog answered for the pool.
+ */
+enum { RQ_OSD, RQ_QUEUED, RQ_RUNNING, RQ_DONE, RQ_TIMEDOUT };
 
-/* One chunk read handed to the pool (struct backend_aio to the engine). */
+/* One chunk read (struct backend_aio to the engine). */
 struct backend_aio {
 	struct backend_aio *next;	/* queue, or the pool's list of all */
 	struct backend_aio *all_next, *all_prev;
+	struct backend_cephfs *c;
 	struct sfs_attr file;
 	uint32_t idx;
 	size_t len;
-	void *buf;			/* the caller's: written only while RQ_RUNNING */
+	void *buf;			/* the caller's: written in RQ_OSD, or by the pool while RQ_RUNNING */
 	void (*done)(void *arg);
 	void *arg;
 	uint64_t deadline_ms;
 	int state, res;
-	int refs;			/* the caller's, the pool's */
+	int refs;			/* the caller's, the backend's (the direct read's, then the pool's) */
+	struct cfsobj_aread *ar;	/* RQ_OSD */
+	uint64_t cino;			/* read directly: the CephFS inode, for the check */
+	bool check_only;		/* the pool checks the version of bytes read directly */
 };
 
 struct backend_cephfs {
@@ -116,6 +131,8 @@ struct backend_cephfs {
 	pthread_cond_t tick;	/* the watchdog's sleep (CLOCK_MONOTONIC) */
 	struct backend_aio *qhead, *qtail;
 	struct backend_aio *all;	/* queued and running, for the watchdog */
+	unsigned osd_reads;		/* in RQ_OSD */
+	pthread_cond_t osd_idle;	/* osd_reads fell to 0 */
 	bool stopping;
 	unsigned nthreads;	/* started */
 	pthread_t threads[CFS_THREADS_MAX];
@@ -733,27 +750,35 @@ static int check_version_ino(struct backend_cephfs *c, uint64_t ino, const struc
 }
 
 /*
- * Chunk @idx of @file from its objects, if the map knows them: @len,
- * -errno (EIO for the reader), or -ENOENT: read it through the client.
+ * Can @file be read from its objects?  1 with its CephFS inode number and
+ * layout in @ino and @l, or 0: read it through the client.
  */
-static int cfs_read_direct(struct backend_cephfs *c, const struct sfs_attr *file, uint32_t idx,
-			   void *buf, size_t len)
+static int direct_lookup(struct backend_cephfs *c, const struct sfs_attr *file, uint64_t *ino,
+			 struct cfsobj_layout *l)
 {
 	struct cfsobj_map *map = atomic_load(&c->objs);
-	uint64_t off = (uint64_t)idx * c->be.chunk_size, ino;
-	struct cfsobj_layout l;
 	int r;
 
 	if (!map || !__atomic_load_n(&c->direct, __ATOMIC_RELAXED))
-		return -ENOENT;
-	r = cfsobj_map_find(map, file->ino, &ino, &l);
+		return 0;
+	r = cfsobj_map_find(map, file->ino, ino, l);
 	if (r == -EBADMSG && !atomic_exchange(&c->told_corrupt, true))
 		log_err("%s: the map of the files' objects is corrupt in places (the cache's disk?): those files are read through the client",
 			c->be.uri);
-	if (r != 1)
-		return -ENOENT;
-	r = cfsobj_read(c->rd, ino, &l, off, buf, len);
-	if (r == -ENOSPC)
+	return r == 1;
+}
+
+/*
+ * What a direct read of @file that gave @r means: @r (its length), -ENOENT
+ * (read it through the client) or -EIO (logged).
+ */
+static int direct_result(struct backend_cephfs *c, const struct sfs_attr *file, int r)
+{
+	char path[PATH_MAX * 2];
+
+	if (r >= 0)
+		return r;
+	if (r == -ENOSPC || r == -ENOMEM)
 		return -ENOENT;	/* a 17th data pool: the client reads its files */
 	if (r == -ENOENT) {
 		if (!atomic_exchange(&c->told_missing, true))
@@ -768,21 +793,13 @@ static int cfs_read_direct(struct backend_cephfs *c, const struct sfs_attr *file
 				 c->be.uri, strerror(-r));
 		return -ENOENT;
 	}
-	if (r < 0) {
-		char path[PATH_MAX * 2];
-
-		file_path(c, file, path, sizeof(path));
-		log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: reading its objects: %s", c->fs_name,
-			    path, strerror(-r));
-		return -EIO;
-	}
-	/* as below: one check, after the read */
-	if (!c->snapshot && (r = check_version_ino(c, ino, file)))
-		return r;
-	return (int)len;
+	file_path(c, file, path, sizeof(path));
+	log_limited(&rl_read, LOG_ERR, "cephfs://%s%s: reading its objects: %s", c->fs_name, path,
+		    strerror(-r));
+	return -EIO;
 }
 
-/* Read chunk @idx (@len bytes) of @file into @buf on this thread.  @len or -errno. */
+/* Read chunk @idx (@len bytes) of @file into @buf through the client, on this thread.  @len or -errno. */
 static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint32_t idx,
 		    void *buf, size_t len)
 {
@@ -791,9 +808,6 @@ static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint3
 	size_t done = 0;
 	int fd, r;
 
-	r = cfs_read_direct(c, file, idx, buf, len);
-	if (r != -ENOENT)
-		return r;
 	r = file_path(c, file, path, sizeof(path));
 	if (r < 0)
 		return r;
@@ -828,6 +842,19 @@ static int cfs_read(struct backend_cephfs *c, const struct sfs_attr *file, uint3
 		r = check_version(c, fd, file, path);
 	ceph_close(c->cm, fd);
 	return r ? r : (int)len;
+}
+
+/* The pool's part of @h, on a pool thread, into @bounce: @h->len or -errno. */
+static int pool_read(struct backend_cephfs *c, struct backend_aio *h, void *bounce)
+{
+	int r;
+
+	if (h->check_only) {
+		/* as above: one check, after the read (direct, this time) */
+		r = check_version_ino(c, h->cino, &h->file);
+		return r ? r : (int)h->len;
+	}
+	return bounce ? cfs_read(c, &h->file, h->idx, bounce, h->len) : -ENOMEM;
 }
 
 static void aio_put_locked(struct backend_aio *h)
@@ -867,10 +894,10 @@ static void *pool_thread(void *arg)
 			c->qtail = NULL;
 		h->state = RQ_RUNNING;
 		pthread_mutex_unlock(&c->lock);
-		res = bounce ? cfs_read(c, &h->file, h->idx, bounce, h->len) : -ENOMEM;
+		res = pool_read(c, h, bounce);
 		pthread_mutex_lock(&c->lock);
 		if (h->state == RQ_RUNNING) {
-			if (res > 0)
+			if (res > 0 && !h->check_only)
 				memcpy(h->buf, bounce, h->len);
 			h->res = res;
 			h->state = RQ_DONE;
@@ -939,15 +966,69 @@ static void *watchdog_thread(void *arg)
 	return NULL;
 }
 
+/* Hand @h to the pool (with c->lock held), or fail it at once when stopping. */
+static void pool_queue_locked(struct backend_cephfs *c, struct backend_aio *h)
+{
+	h->state = RQ_QUEUED;
+	h->next = NULL;
+	if (c->qtail)
+		c->qtail->next = h;
+	else
+		c->qhead = h;
+	c->qtail = h;
+	h->all_next = c->all;
+	h->all_prev = NULL;
+	if (c->all)
+		c->all->all_prev = h;
+	c->all = h;
+	pthread_cond_signal(&c->work);
+}
+
+/*
+ * Every object of @h's read has answered (librados's thread): a snapshot's
+ * bytes are done; a live tree's go to the pool for the version check,
+ * which may wait on the MDS and so never runs here; what must be read
+ * through the client goes to the pool too.
+ */
+static void direct_done(void *arg)
+{
+	struct backend_aio *h = arg;
+	struct backend_cephfs *c = h->c;
+	int r = direct_result(c, &h->file, cfsobj_aread_end(h->ar));
+
+	h->ar = NULL;
+	pthread_mutex_lock(&c->lock);
+	if (r == -ENOENT || (r > 0 && !c->snapshot)) {
+		h->check_only = r > 0;
+		if (!c->stopping) {
+			pool_queue_locked(c, h);
+			goto out;
+		}
+		r = -ESHUTDOWN;
+	}
+	h->res = r;
+	h->state = RQ_DONE;
+	pthread_mutex_unlock(&c->lock);
+	h->done(h->arg);
+	pthread_mutex_lock(&c->lock);
+	aio_put_locked(h);	/* the direct read's */
+out:
+	if (--c->osd_reads == 0)
+		pthread_cond_broadcast(&c->osd_idle);
+	pthread_mutex_unlock(&c->lock);
+}
+
 static int cfs_aio_start(struct backend *be, const struct sfs_attr *file, uint32_t idx,
 			 void *buf, size_t len, void (*done)(void *arg), void *arg,
 			 struct backend_aio **out)
 {
 	struct backend_cephfs *c = to_cfs(be);
 	struct backend_aio *h = calloc(1, sizeof(*h));
+	struct cfsobj_layout l;
 
 	if (!h)
 		return -ENOMEM;
+	h->c = c;
 	h->file = *file;
 	h->idx = idx;
 	h->len = len;
@@ -962,19 +1043,23 @@ static int cfs_aio_start(struct backend *be, const struct sfs_attr *file, uint32
 		free(h);
 		return -ESHUTDOWN;
 	}
-	h->state = RQ_QUEUED;
-	if (c->qtail)
-		c->qtail->next = h;
-	else
-		c->qhead = h;
-	c->qtail = h;
-	h->all_next = c->all;
-	if (c->all)
-		c->all->all_prev = h;
-	c->all = h;
-	pthread_cond_signal(&c->work);
-	pthread_mutex_unlock(&c->lock);
 	*out = h;
+	if (direct_lookup(c, file, &h->cino, &l)) {
+		/*
+		 * Straight into the caller's buffer, no thread waiting: the
+		 * answer comes on librados's thread (direct_done()).
+		 */
+		h->state = RQ_OSD;
+		c->osd_reads++;
+		pthread_mutex_unlock(&c->lock);
+		if (!cfsobj_aread_start(c->rd, h->cino, &l, (uint64_t)idx * c->be.chunk_size, buf,
+					len, direct_done, h, &h->ar))
+			return 0;	/* direct_done() may have run already */
+		pthread_mutex_lock(&c->lock);
+		c->osd_reads--;	/* nothing started: the client reads it */
+	}
+	pool_queue_locked(c, h);
+	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
 
@@ -1076,6 +1161,7 @@ static int cfs_create(const char *uri, const struct sfs_config *cfg, struct back
 	c->be.chunk_size = (uint32_t)cfg->chunk_size;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->work, NULL);
+	pthread_cond_init(&c->osd_idle, NULL);
 	cond_init_monotonic(&c->tick);
 	scanserve_init(&c->ss, &c->be, uri, cfs_walked, c);
 	sfs_rados_opts_from_config(&o, cfg);
@@ -1166,6 +1252,9 @@ static void cfs_destroy(struct backend *be)
 	scanserve_destroy(&c->ss);	/* a walk still running: waited for, it uses the client */
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;
+	/* reads at the OSDs: librados answers each within its OSD timeout */
+	while (c->osd_reads)
+		pthread_cond_wait(&c->osd_idle, &c->lock);
 	pthread_cond_broadcast(&c->work);
 	pthread_cond_broadcast(&c->tick);
 	pthread_mutex_unlock(&c->lock);
@@ -1199,6 +1288,7 @@ static void cfs_destroy(struct backend *be)
 		rados_shutdown(c->rados);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->work);
+	pthread_cond_destroy(&c->osd_idle);
 	pthread_cond_destroy(&c->tick);
 	if (be->m)
 		manifest_close(be->m);

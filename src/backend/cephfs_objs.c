@@ -429,101 +429,144 @@ struct obj_op {
 	rados_completion_t comp;
 };
 
-int cfsobj_read(struct cfsobj_reader *rd, uint64_t ino, const struct cfsobj_layout *l,
-		uint64_t off, void *buf, size_t len)
-{
+struct cfsobj_aread {
+	void *buf;
+	size_t len, n, nops;
+	atomic_uint left;	/* operations not answered, and the starter's hold */
+	int err;		/* from starting them */
+	void (*cb)(void *arg);
+	void *arg;
 	struct cfsobj_extent *x;
-	struct obj_op *ops = NULL;
-	size_t *got = NULL, n, nops = 0, max = len / l->stripe_unit + 2;
-	int *prval = NULL, ret = 0;
-	rados_ioctx_t io;
+	size_t *got;
+	int *prval;
+	struct obj_op *ops;
+};
 
-	if (!len)
-		return 0;
+static void aread_put(struct cfsobj_aread *ar)
+{
+	if (atomic_fetch_sub(&ar->left, 1) == 1)
+		ar->cb(ar->arg);
+}
+
+static void aread_op_done(rados_completion_t comp, void *arg)
+{
+	(void)comp;
+	aread_put(arg);
+}
+
+static void aread_free(struct cfsobj_aread *ar)
+{
+	for (size_t j = 0; j < ar->nops; j++) {
+		if (ar->ops[j].comp)
+			rados_aio_release(ar->ops[j].comp);
+		if (ar->ops[j].op)
+			rados_release_read_op(ar->ops[j].op);
+	}
+	free(ar);
+}
+
+int cfsobj_aread_start(struct cfsobj_reader *rd, uint64_t ino, const struct cfsobj_layout *l,
+		       uint64_t off, void *buf, size_t len, void (*cb)(void *arg), void *arg,
+		       struct cfsobj_aread **out)
+{
+	size_t max = len / l->stripe_unit + 2;
+	struct cfsobj_aread *ar;
+	rados_ioctx_t io;
+	int ret;
+
 	ret = pool_io(rd, l->pool, &io);
 	if (ret)
 		return ret;
-	x = malloc(max * sizeof(*x));
-	got = calloc(max, sizeof(*got));
-	prval = calloc(max, sizeof(*prval));
-	ops = calloc(max, sizeof(*ops));
-	if (!x || !got || !prval || !ops) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	n = cfsobj_extents(l, off, len, x, max);
-	if (n > max) {
-		ret = -EINVAL;
-		goto out;
+	/* one allocation: the state, then its arrays */
+	ar = calloc(1, sizeof(*ar) + max * (sizeof(*ar->x) + sizeof(*ar->got) +
+					    sizeof(*ar->prval) + sizeof(*ar->ops)));
+	if (!ar)
+		return -ENOMEM;
+	ar->ops = (struct obj_op *)(ar + 1);
+	ar->x = (struct cfsobj_extent *)(ar->ops + max);
+	ar->got = (size_t *)(ar->x + max);
+	ar->prval = (int *)(ar->got + max);
+	ar->buf = buf;
+	ar->len = len;
+	ar->cb = cb;
+	ar->arg = arg;
+	ar->n = len ? cfsobj_extents(l, off, len, ar->x, max) : 0;
+	if (ar->n > max) {
+		free(ar);
+		return -EINVAL;
 	}
 	/*
 	 * One operation per object, a read in it per extent (with several
 	 * stripes an object holds every stripe_count-th unit), all objects
 	 * in flight at once.
 	 */
-	for (size_t i = 0; i < n && !ret; i++) {
+	for (size_t i = 0; i < ar->n; i++) {
 		size_t j;
 
-		for (j = 0; j < nops && ops[j].objno != x[i].objno; j++)
+		for (j = 0; j < ar->nops && ar->ops[j].objno != ar->x[i].objno; j++)
 			;
-		if (j == nops) {
-			ops[j].objno = x[i].objno;
-			ops[j].op = rados_create_read_op();
-			if (!ops[j].op) {
-				ret = -ENOMEM;
-				break;
+		if (j == ar->nops) {
+			ar->ops[j].objno = ar->x[i].objno;
+			ar->ops[j].op = rados_create_read_op();
+			if (!ar->ops[j].op) {
+				aread_free(ar);
+				return -ENOMEM;
 			}
-			nops++;
+			ar->nops++;
 		}
-		rados_read_op_read(ops[j].op, x[i].obj_off, x[i].len, (char *)buf + x[i].buf_off,
-				   &got[i], &prval[i]);
+		rados_read_op_read(ar->ops[j].op, ar->x[i].obj_off, ar->x[i].len,
+				   (char *)buf + ar->x[i].buf_off, &ar->got[i], &ar->prval[i]);
 	}
-	for (size_t j = 0; j < nops && !ret; j++) {
+	/* each operation started holds the read, and so does this function */
+	atomic_init(&ar->left, 1);
+	*out = ar;
+	for (size_t j = 0; j < ar->nops && !ar->err; j++) {
 		char oid[48];
 
-		ret = rados_aio_create_completion2(NULL, NULL, &ops[j].comp);
+		ret = rados_aio_create_completion2(ar, aread_op_done, &ar->ops[j].comp);
 		if (ret < 0) {
-			ops[j].comp = NULL;
+			ar->ops[j].comp = NULL;
+			ar->err = ret;
 			break;
 		}
 		snprintf(oid, sizeof(oid), "%llx.%08llx", (unsigned long long)ino,
-			 (unsigned long long)ops[j].objno);
-		ret = rados_aio_read_op_operate(ops[j].op, io, ops[j].comp, oid, 0);
+			 (unsigned long long)ar->ops[j].objno);
+		atomic_fetch_add(&ar->left, 1);
+		ret = rados_aio_read_op_operate(ar->ops[j].op, io, ar->ops[j].comp, oid, 0);
 		if (ret < 0) {
-			rados_aio_release(ops[j].comp);
-			ops[j].comp = NULL;
+			ar->err = ret;
+			atomic_fetch_sub(&ar->left, 1);	/* never started: no answer */
 		}
 	}
-	/* every operation started is waited for: its buffers are ours */
-	for (size_t j = 0; j < nops; j++) {
-		if (ops[j].comp) {
-			int r;
+	aread_put(ar);	/* @cb now, if every operation has answered */
+	return 0;
+}
 
-			rados_aio_wait_for_complete(ops[j].comp);
-			r = rados_aio_get_return_value(ops[j].comp);
-			if (r < 0 && (!ret || r == -ENOENT))
-				ret = r;
-			rados_aio_release(ops[j].comp);
-		}
-		if (ops[j].op)
-			rados_release_read_op(ops[j].op);
+int cfsobj_aread_end(struct cfsobj_aread *ar)
+{
+	int ret = ar->err;
+
+	for (size_t j = 0; j < ar->nops; j++) {
+		int r;
+
+		if (!ar->ops[j].comp)
+			continue;
+		r = rados_aio_get_return_value(ar->ops[j].comp);
+		if (r < 0 && (!ret || r == -ENOENT))
+			ret = r;
 	}
-	if (ret)
-		goto out;
-	for (size_t i = 0; i < n; i++) {
-		if (prval[i] < 0) {
-			ret = prval[i];
-			goto out;
+	for (size_t i = 0; i < ar->n && !ret; i++) {
+		if (ar->prval[i] < 0) {
+			ret = ar->prval[i];
+			break;
 		}
 		/* past the object's end: a hole, zeros as CephFS reads them */
-		if (got[i] < x[i].len)
-			memset((char *)buf + x[i].buf_off + got[i], 0, x[i].len - MIN(got[i], x[i].len));
+		if (ar->got[i] < ar->x[i].len)
+			memset((char *)ar->buf + ar->x[i].buf_off + ar->got[i], 0,
+			       ar->x[i].len - MIN(ar->got[i], ar->x[i].len));
 	}
-	ret = (int)len;
-out:
-	free(x);
-	free(got);
-	free(prval);
-	free(ops);
+	if (!ret)
+		ret = (int)ar->len;
+	aread_free(ar);
 	return ret;
 }

@@ -121,15 +121,28 @@ struct cfsobj_reader;
  */
 int cfsobj_reader_create(rados_t rados, uint64_t snapid, struct cfsobj_reader **out);
 void cfsobj_reader_destroy(struct cfsobj_reader *rd);
+/* A read in flight (cfsobj_aread_start()). */
+struct cfsobj_aread;
+
 /*
- * Read [@off, @off + @len) of inode @ino (laid out as @l) into @buf, every
- * object it touches at once, and wait: @len (bytes past an object's end
- * read as zeros, as CephFS gives them), -ENOENT when an object is missing
- * or -ENOSPC when the file's pool is past the 16 a reader keeps open (read
- * it through the client either way), or another -errno from RADOS
- * (-ETIMEDOUT past the connection's OSD timeout).  Any thread.
+ * Start reading [@off, @off + @len) of inode @ino (laid out as @l) into
+ * @buf, every object it touches at once; @cb(@arg) runs once every object
+ * has answered, on librados's thread, or on this one before this returns.
+ * 0 with *@out set before @cb can run (then cfsobj_aread_end() it, from
+ * @cb or after it), or -errno with nothing started: -ENOSPC when the
+ * file's pool is past the 16 a reader keeps open (read it through the
+ * client), -ENOMEM.  Any thread.
  */
-int cfsobj_read(struct cfsobj_reader *rd, uint64_t ino, const struct cfsobj_layout *l,
-		uint64_t off, void *buf, size_t len);
+int cfsobj_aread_start(struct cfsobj_reader *rd, uint64_t ino, const struct cfsobj_layout *l,
+		       uint64_t off, void *buf, size_t len, void (*cb)(void *arg), void *arg,
+		       struct cfsobj_aread **out);
+/*
+ * The result of the read @ar, which is freed: @len (bytes past an
+ * object's end read as zeros, as CephFS gives them), -ENOENT when an
+ * object is missing (read it through the client), or another -errno from
+ * RADOS (-ETIMEDOUT past the connection's OSD timeout, which bounds every
+ * read).
+ */
+int cfsobj_aread_end(struct cfsobj_aread *ar);
 
 #endif
