@@ -16,6 +16,8 @@
 #                    (aubench -R; MLPerf Storage asks for 500; default: none,
 #                    BENCH_AU_EPOCHS alone; with 500, a trial of 10-20 steps an
 #                    epoch runs 25-50 epochs, not 2)
+#   BENCH_AU_SYSTEMS au: which systems, in this order (default "local warm cold
+#                    coldoff cephfuse copy"; e.g. "cold cephfuse" for a long run)
 #   BENCH_AU_S_UNET3D, BENCH_AU_S_RESNET50, BENCH_AU_S_COSMOFLOW
 #                    au: compute-time scale factor per workload (default 2, 4, 10)
 [ "${BASH_SOURCE[0]}" != "$0" ] || exec "$(dirname "$0")/run.sh" "$(basename "$0" .sh)" "$@"	# alone: tools/bench.sh NAME
@@ -26,6 +28,7 @@ AU_EPOCHS=${BENCH_AU_EPOCHS:-2}
 AU_MAX_N=${BENCH_AU_MAX_N:-48}
 AU_STEPS=${BENCH_AU_STEPS:-}
 AU_WORKLOADS=${BENCH_AU_WORKLOADS:-unet3d resnet50 cosmoflow}
+AU_SYSTEMS=${BENCH_AU_SYSTEMS:-local warm cold coldoff cephfuse copy}
 
 # Per workload: the arguments aubench gets (search and gen), and the size of
 # one data file in bytes.  Scaled for a 2-vCPU VM (docs/benchmarks.md, "au"):
@@ -46,6 +49,9 @@ au_gen_args() {
 	cosmoflow) echo "" ;;
 	esac
 }
+# au_wants SYS: is SYS among BENCH_AU_SYSTEMS?
+au_wants() { [[ " $AU_SYSTEMS " == *" $1 "* ]]; }
+
 au_file_bytes() {
 	case $1 in
 	unet3d) echo 7330000 ;;
@@ -212,24 +218,27 @@ bench_au() {
 		printf '  note: %s: stagefs warm from a dir:// source; no cold, ceph-fuse or copy-then-read\n' "$RADOS_WHY"
 	fi
 	# the warm mount: the same source as cold, its cache filled once
-	log "au: filling the warm cache"
-	sfs_mount "${AU_SRC:-dir://$d/data}" "$d/warm" "cache_dir=$d/warm-cache${AU_SRC:+$AU_MOPTS}$(fill_opts)" ||
-		{ failed "warm mount failed"; return; }
-	list_files "$d/data" "$d/warm" "$d/warm.list"
-	rb bytes_per_s files -t 8 -s 0 "$d/warm.list" >/dev/null &&
-		cache_paths "$d/warm-cache" "$d/warm.list" /dev/null 2>"$WORK/log/rb.err" ||
-		{ failed "filling the warm cache: $(rb_why)"; sfs_umount "$d/warm"; return; }
-	sfs_umount "$d/warm"
-	sfs_mount "${AU_SRC:-dir://$d/data}" "$d/warm" "cache_dir=$d/warm-cache${AU_SRC:+$AU_MOPTS}" ||
-		{ failed "warm mount failed"; return; }
-	# the first read after a start verifies the chunks: not timed
-	rb bytes_per_s files -t 8 -s 0 "$d/warm.list" >/dev/null || { failed "warm: $(rb_why)"; sfs_umount "$d/warm"; return; }
+	if au_wants warm; then
+		log "au: filling the warm cache"
+		sfs_mount "${AU_SRC:-dir://$d/data}" "$d/warm" "cache_dir=$d/warm-cache${AU_SRC:+$AU_MOPTS}$(fill_opts)" ||
+			{ failed "warm mount failed"; return; }
+		list_files "$d/data" "$d/warm" "$d/warm.list"
+		rb bytes_per_s files -t 8 -s 0 "$d/warm.list" >/dev/null &&
+			cache_paths "$d/warm-cache" "$d/warm.list" /dev/null 2>"$WORK/log/rb.err" ||
+			{ failed "filling the warm cache: $(rb_why)"; sfs_umount "$d/warm"; return; }
+		sfs_umount "$d/warm"
+		sfs_mount "${AU_SRC:-dir://$d/data}" "$d/warm" "cache_dir=$d/warm-cache${AU_SRC:+$AU_MOPTS}" ||
+			{ failed "warm mount failed"; return; }
+		# the first read after a start verifies the chunks: not timed
+		rb bytes_per_s files -t 8 -s 0 "$d/warm.list" >/dev/null ||
+			{ failed "warm: $(rb_why)"; sfs_umount "$d/warm"; return; }
+	fi
 
 	for wl in $AU_WORKLOADS; do
 		printf '  %s:\n' "$wl"
-		nlocal=0 nwarm=0 ncold=- ncoldoff=- nfuse=- ncopy=-
+		nlocal=- nwarm=- ncold=- ncoldoff=- nfuse=- ncopy=-
 		start=
-		for sys in local warm cold coldoff cephfuse copy; do
+		for sys in $AU_SYSTEMS; do
 			case $sys in
 			local) dir=$d/data mnt= ;;
 			warm) dir=$d/warm mnt=$d/warm ;;
@@ -251,7 +260,8 @@ bench_au() {
 			esac
 			[ "$start" != 0 ] || start=
 		done
-		result "au $wl: warm / local disk (N)" "N=$nwarm" "N=$nlocal" "$(ratio "$nwarm" "$nlocal")" ">=0.9"
+		[ "$nwarm" = - ] || [ "$nlocal" = - ] ||
+			result "au $wl: warm / local disk (N)" "N=$nwarm" "N=$nlocal" "$(ratio "$nwarm" "$nlocal")" ">=0.9"
 		[ "$ncold" = - ] || [ "$ncoldoff" = - ] ||
 			result "au $wl: cold / cold with staging off (N)" "N=$ncold" "N=$ncoldoff" "$(ratio "$ncold" "$ncoldoff")" ">=1"
 		[ "$ncold" = - ] || [ "$nfuse" = - ] ||
@@ -259,7 +269,7 @@ bench_au() {
 		[ "$ncold" = - ] || [ "$ncopy" = - ] ||
 			result "au $wl: cold / copy-then-read (N)" "N=$ncold" "N=$ncopy" "$(ratio "$ncold" "$ncopy")" ""
 	done
-	sfs_umount "$d/warm"
+	! au_wants warm || sfs_umount "$d/warm"
 	[ -z "$AU_FS" ] || "$CLUSTER_SH" umount-fs "$CLUSTER_DIR" "$d/cephfs" >>"$WORK/log/au.log" 2>&1
 	printf '\n  largest N at the pass line (AU, MB/s, samples/s at that N)\n'
 	printf '  %-10s %-22s %-22s %-22s %-22s %-22s %-22s\n' workload "local disk" "stagefs warm" "stagefs cold" \
