@@ -1056,7 +1056,8 @@ static int cfs_aio_start(struct backend *be, const struct sfs_attr *file, uint32
 					len, direct_done, h, &h->ar))
 			return 0;	/* direct_done() may have run already */
 		pthread_mutex_lock(&c->lock);
-		c->osd_reads--;	/* nothing started: the client reads it */
+		if (--c->osd_reads == 0)	/* nothing started: the client reads it */
+			pthread_cond_broadcast(&c->osd_idle);
 	}
 	pool_queue_locked(c, h);
 	pthread_mutex_unlock(&c->lock);
