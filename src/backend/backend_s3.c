@@ -538,8 +538,11 @@ static int one_object(void *arg, const struct s3_object *o)
 /*
  * A directory is a prefix, with nothing of its own to ask for; a file's
  * attributes are what the walk listed, or, where its directory was read
- * but this file not yet returned (or the walk is over), the first key
- * listed under its own key (it sorts first).
+ * but this file not yet returned, the first key listed under its own key
+ * (it sorts first).  Once the walk is over its attributes are dropped
+ * (s3_walked()) just before its manifest replaces the live index: a
+ * lookup that reached the index in between is sent to the manifest
+ * (-EAGAIN: scanserve waits for it), never to S3.
  */
 static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_attr *a)
 {
@@ -550,7 +553,7 @@ static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_att
 
 	struct sfs_id pid;
 	uint64_t v;
-	bool hit;
+	bool hit, gone;
 
 	if (type == S_IFDIR) {
 		*a = s->dir_attr;
@@ -558,7 +561,8 @@ static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_att
 	}
 	sfs_id_of(rel, strlen(rel), &pid);
 	pthread_mutex_lock(&s->lock);
-	hit = !s->listed_gone && idmap_get(&s->listed, &pid, &v);
+	gone = s->listed_gone;
+	hit = !gone && idmap_get(&s->listed, &pid, &v);
 	if (hit) {
 		const struct listed_attr *la = &s->listed_attr[v];
 
@@ -572,6 +576,8 @@ static int src_getattr(void *arg, const char *rel, uint32_t type, struct sfs_att
 	pthread_mutex_unlock(&s->lock);
 	if (hit)
 		return 0;
+	if (gone)
+		return -EAGAIN;
 	r = snprintf(key, sizeof(key), "%s%s", s->t.prefix, rel);
 	if (r < 0 || (size_t)r >= sizeof(key))
 		return -ENAMETOOLONG;
@@ -621,12 +627,12 @@ static int s3_walked(void *arg, struct dirscan_result *r, struct manifest **m, c
 	int ret;
 
 	free(r->stamps);
-	listed_drop(s);
 	ret = manifest_open(r->manifest, r->manifest_len, m, err, errlen);
 	if (ret) {
 		free(r->manifest);
-		return ret;
+		return ret;	/* the live index goes on serving, with what it listed */
 	}
+	listed_drop(s);	/* the manifest replaces the live index next */
 	log_notice("%s: %" PRIu64 " objects in %" PRIu64 " directories, %" PRIu64 " bytes, listed in %" PRIu64 " ms by %u threads (%s, region %s, keys from %s%s)",
 		   s->be.uri, r->entries - r->dirs, r->dirs, r->bytes, now_ms() - s->t0,
 		   s->walk_threads, s->t.endpoint, s->t.region, s->t.cred_source,
