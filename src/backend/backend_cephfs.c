@@ -966,7 +966,7 @@ static void *watchdog_thread(void *arg)
 	return NULL;
 }
 
-/* Hand @h to the pool (with c->lock held), or fail it at once when stopping. */
+/* Hand @h to the pool and its watchdog (c->lock held). */
 static void pool_queue_locked(struct backend_cephfs *c, struct backend_aio *h)
 {
 	h->state = RQ_QUEUED;
