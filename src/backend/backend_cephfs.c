@@ -778,8 +778,12 @@ static int direct_result(struct backend_cephfs *c, const struct sfs_attr *file, 
 
 	if (r >= 0)
 		return r;
+	/*
+	 * A 17th data pool, or operations librados could not make (its
+	 * completions): the client reads these files.
+	 */
 	if (r == -ENOSPC || r == -ENOMEM)
-		return -ENOENT;	/* a 17th data pool: the client reads its files */
+		return -ENOENT;
 	if (r == -ENOENT) {
 		if (!atomic_exchange(&c->told_missing, true))
 			log_info("%s: a file has no object where its data would be (a hole, data kept inline, or a pool namespace): such reads go through the client",
