@@ -71,6 +71,10 @@ csi/csi_pb2.py: csi/proto/csi.proto
 
 -include $(wildcard */*.d */*/*.d tests/fuzz/obj/*.d tests/fuzz/obj/*/*.d)
 
+# configure writes version.h from VERSION
+version.h: VERSION
+	@echo "VERSION is newer than version.h (or it is missing): re-run ./configure"; exit 1
+
 FORCE:
 
 # XXH3's AVX2 code (src/xxh_avx2.h), where configure found the compiler
@@ -299,7 +303,7 @@ clean:
 	rm -rf tests/fuzz/obj $(FUZZ_TARGETS) tests/fuzz/mkseed_manifest
 
 distclean: clean
-	rm -f config.h config.mk config.log
+	rm -f config.h version.h config.mk config.log
 	rm -rf .sanitize
 
 .PHONY: FORCE all check check-sanitizers demo docs fuzz install man clean distclean test-progs

@@ -38,6 +38,7 @@
 #include "supervisor.h"
 #include "takeover.h"
 #include "uring.h"
+#include "version.h"
 
 #include <errno.h>
 #include <fcntl.h>

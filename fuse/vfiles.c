@@ -31,6 +31,7 @@
 #include "stats/stats.h"
 #include "stats/stats_render.h"
 #include "uring.h"
+#include "version.h"
 #include "prefetch/prefetch.h"
 
 #include <errno.h>

@@ -61,7 +61,7 @@ sync_tree() {
 		mkdir -p "$BUILD"
 		tar -C "$REPO" --exclude=./.sanitize --exclude=./tests/out -cf - . |
 			tar -C "$BUILD" -xpf - || die "copying the tree to $BUILD failed"
-		rm -f "$BUILD/config.mk" "$BUILD/config.h"
+		rm -f "$BUILD/config.mk" "$BUILD/config.h" "$BUILD/version.h"
 		make -s -C "$BUILD" clean >/dev/null 2>&1
 	fi
 }

@@ -22,6 +22,7 @@
 #include "ctlsock_i.h"
 
 #include "log.h"
+#include "version.h"
 
 #include <errno.h>
 #include <fcntl.h>

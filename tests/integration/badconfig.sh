@@ -145,8 +145,8 @@ for n in "${names[@]}"; do
 done
 log "ok: --help lists all ${#names[@]} settings"
 
-# --version prints the version from config.h.
-version=$(sed -n 's/^#define STAGEFS_VERSION "\(.*\)"/\1/p' "$REPO/config.h")
+# --version prints the version from version.h.
+version=$(sed -n 's/^#define STAGEFS_VERSION "\(.*\)"/\1/p' "$REPO/version.h")
 out=$("$STAGEFS" --version 2>&1) || die "--version exited non-zero: $out"
 [[ -n $version && $out == *"$version"* ]] || die "--version printed '$out', expected it to contain '$version'"
 log "ok: --version: $out"

@@ -52,11 +52,13 @@ done
 log "make deb: $((SECONDS - t0)) s; $(grep -c '^[EW]: ' "$T/mkdeb.log" || true) lintian errors/warnings"
 ! grep -q '^E: ' "$T/mkdeb.log" || die "lintian errors: $(grep '^E: ' "$T/mkdeb.log")"
 # The upgrade: the same tree as another version, in a build directory of its
-# own (incremental there too; a version is in every object, through config.h)
+# own that starts from the first one's build (only the objects that print
+# the version are compiled again); lintian has seen the same tree above.
 v1=$(sed -n 1p "$REPO/VERSION")
 v2=$v1+upgrade1
 t0=$SECONDS
-STAGEFS_DEB_DIR=$out-upgrade STAGEFS_DEB_VERSION=$v2 make -s -C "$REPO" deb >"$T/mkdeb2.log" 2>&1 ||
+STAGEFS_DEB_DIR=$out-upgrade STAGEFS_DEB_SEED=$out STAGEFS_DEB_VERSION=$v2 LINTIAN=0 \
+	make -s -C "$REPO" deb >"$T/mkdeb2.log" 2>&1 ||
 	{ tail -n 40 "$T/mkdeb2.log" >&2; die "make deb of $v2 failed"; }
 debs2=()
 for p in "${PKGS[@]}"; do
@@ -66,7 +68,6 @@ for p in "${PKGS[@]}"; do
 	debs2+=("$f")
 done
 log "make deb of $v2: $((SECONDS - t0)) s"
-! grep -q '^E: ' "$T/mkdeb2.log" || die "lintian errors ($v2): $(grep '^E: ' "$T/mkdeb2.log")"
 
 # --- install
 t0=$SECONDS

@@ -21,7 +21,10 @@
 # the CPU count), STAGEFS_DEB_VERSION (build the packages as this version:
 # the copy gets it in VERSION and a changelog entry, the tree is not
 # touched; tests/integration/deb.sh builds an upgrade so, in a
-# STAGEFS_DEB_DIR of its own, as every object is compiled again for it).
+# STAGEFS_DEB_DIR of its own), STAGEFS_DEB_SEED (a STAGEFS_DEB_DIR built
+# before, of the same tree as another version: a copy not there yet starts
+# from its build, so that only the objects that print the version, which
+# alone include version.h, are compiled again).
 set -u -o pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
@@ -58,6 +61,13 @@ source_files() {
 }
 
 t0=$SECONDS
+seed=${STAGEFS_DEB_SEED:-}
+if [[ -n $seed && ! -e $SRC && -d $seed/stagefs && -f $seed/.recipe ]]; then
+	mkdir -p "$OUT" || die "cannot create $OUT"
+	cp -a "$seed/stagefs" "$SRC" && cp -p "$seed/.recipe" "$seed/.version" "$OUT/" ||
+		die "cannot copy the build in $seed to $SRC"
+	say "starting from the build in $seed"
+fi
 mkdir -p "$SRC" || die "cannot create $SRC"
 # the build's time is the copy's: a file edited while it runs is newer
 touch "$OUT/.building"
@@ -104,11 +114,15 @@ profiles=${DEB_BUILD_PROFILES:-}
 if [[ -d $SRC/slurm && -e /usr/include/slurm/spank.h && " $profiles " != *" pkg.stagefs.slurm "* ]]; then
 	profiles="${profiles:+$profiles }pkg.stagefs.slurm"
 fi
-# Objects depend on their sources and config.h, not on the flags: a change
-# of the build's recipe or flags starts the copy's build afresh.
+# Objects depend on their sources, config.h and version.h, not on the
+# flags: a change of the build's recipe or flags starts the copy's build
+# afresh.  The version is not part of the recipe: configure writes it to
+# version.h, which make follows.
 recipe=$( (cat "$SRC/Makefile" "$SRC/configure" "$SRC/debian/rules"
-	   echo "$profiles ${DEB_BUILD_OPTIONS:-} ${STAGEFS_DEB_VERSION:-}"; dpkg-buildflags --export=sh) | sha256sum)
+	   echo "$profiles ${DEB_BUILD_OPTIONS:-}"; dpkg-buildflags --export=sh) | sha256sum)
+debver=${STAGEFS_DEB_VERSION:-$version}
 if [[ $fresh == 1 && -f $OUT/.recipe && $(cat "$OUT/.recipe") == "$recipe" ]] &&
+   [[ -f $OUT/.version && $(cat "$OUT/.version") == "$debver" ]] &&
    ls "$OUT"/stagefs_*.changes >/dev/null 2>&1; then
 	say "up to date: nothing changed since the packages were built"
 	cat "$OUT/lintian.log" >&2 2>/dev/null
@@ -122,10 +136,15 @@ if [[ ! -f $OUT/.recipe || $(cat "$OUT/.recipe") != "$recipe" ]]; then
 	make -s -C "$SRC" distclean >/dev/null 2>&1
 	rm -rf "$SRC/debian/.debhelper" "$SRC"/debian/*.debhelper* "$SRC/debian/tmp" "$SRC/debian/files"
 fi
+# debian/files lists the packages built, each with its version, for
+# dpkg-genchanges: a build as another version starts it afresh
+if [[ ! -f $OUT/.version || $(cat "$OUT/.version") != "$debver" ]]; then
+	rm -f "$SRC/debian/files"
+fi
 # dh skips configure and build after a build stamp: run them each time
 # (configure keeps config.h when nothing changed, make rebuilds what did)
 rm -f "$SRC/debian/debhelper-build-stamp" "$SRC"/debian/*.debhelper.log
-rm -f "$OUT/.recipe" "$OUT"/*.deb "$OUT"/*.ddeb "$OUT"/*.changes "$OUT"/*.buildinfo
+rm -f "$OUT/.recipe" "$OUT/.version" "$OUT"/*.deb "$OUT"/*.ddeb "$OUT"/*.changes "$OUT"/*.buildinfo
 say "building in $SRC${profiles:+ (profiles: $profiles)}"
 (cd "$SRC" && DEB_BUILD_PROFILES=$profiles DEB_BUILD_OPTIONS="parallel=$JOBS ${DEB_BUILD_OPTIONS:-}" \
 	dpkg-buildpackage -b -uc -us --no-pre-clean) >"$OUT/build.log" 2>&1 || {
@@ -133,6 +152,7 @@ say "building in $SRC${profiles:+ (profiles: $profiles)}"
 	die "dpkg-buildpackage failed (the whole log: $OUT/build.log)"
 }
 printf '%s\n' "$recipe" >"$OUT/.recipe"
+printf '%s\n' "$debver" >"$OUT/.version"
 say "built in $((SECONDS - t0)) s"
 
 changes=$(ls "$OUT"/stagefs_*.changes 2>/dev/null | head -n 1)
