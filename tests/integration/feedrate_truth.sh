@@ -115,7 +115,7 @@ epoch() {
 	# RELEASE (and with it the last passthrough figures) reaches the daemon
 	# after close() returned: wait until the row has settled.
 	rm -f "$T/settle"
-	wait_for -t 15 job_settled "$job" "$want" || log "$job: the daemon's row did not settle in 15 s"
+	wait_for -t 15 job_settled "$job" "$want" "$#" || log "$job: the daemon's row did not settle in 15 s"
 	stats_dump "$MNT" >"$T/$job.stats"
 }
 # check PATH PHASE MODE
@@ -125,22 +125,34 @@ check() {
 		FAILS=$((FAILS + 1))
 }
 
-# job_settled JOB WANT: the row of JOB has at least 90 % of WANT bytes and
-# did not change since the previous call (RELEASE and the once-a-second
-# drain of passthrough figures come after close() returned).
+# job_settled JOB WANT FILES: the row of JOB counts exactly WANT bytes, none
+# estimated, in FILES files (nothing is left to come: every read and
+# RELEASE is in), or has at least 90 % of WANT bytes and did not change
+# since the previous call (estimated passthrough figures: RELEASE and the
+# once-a-second drain come after close() returned).
 job_settled() {
 	local now
 	now=$(stats_dump "$MNT" | "$PYTHON" -c '
 import json, sys
 s = json.load(sys.stdin)
+want, files = int(sys.argv[2]), int(sys.argv[3])
 rows = [j for j in s["jobs"] if j["job"] == sys.argv[1]]
-if rows and rows[0]["read_bytes"] >= int(sys.argv[2]) * 0.9:
+if rows and rows[0]["read_bytes"] >= want * 0.9:
     j = rows[0]
-    print(j["read_bytes"], j["files_read"], j.get("active_ns"), j["stall_ns"])
-' "$1" "$2")
+    if (j["read_bytes"] == want and j["files_read"] == files and
+            not j.get("read_bytes_estimated")):
+        print("exact")
+    else:
+        print(j["read_bytes"], j.get("read_bytes_estimated", 0), j["files_read"],
+              j.get("active_ns"), j["stall_ns"])
+' "$1" "$2" "$3")
+	[[ $now == exact ]] && return 0
 	[[ -n $now && $now == "$(cat "$T/settle" 2>/dev/null)" ]] && return 0
 	echo "$now" >"$T/settle"
-	sleep 1.2
+	# estimated figures come with the once-a-second drain; the rest with
+	# the reads and RELEASE
+	local est=${now#* }
+	[[ -n $now && ${est%% *} != 0 ]] && sleep 1.2 || sleep 0.3
 	return 1
 }
 
@@ -167,7 +179,7 @@ run_path() {
 	sfs_mount "dir://$T/src" "$MNT" chunk_size=1M backend_max_rate=$RATE \
 		cache_dir="$T/cache-$path" lookup_readahead_max=0 "$@"
 	acct=$(stats_dump "$MNT" | "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin).get("passthrough_accounting", "none"))')
-	LAST_ACCT=$acct
+	[[ $path == pt ]] && PT_ACCT=$acct
 	log "--- $path ($*): passthrough accounting $acct"
 	if [[ $warm == acct ]]; then
 		[[ $acct == bpf ]] && warm=exact || {
@@ -181,7 +193,7 @@ run_path() {
 
 # passthrough as configured by default (auto: exact where the kernel takes
 # the cheap fentry hook, else estimated)
-LAST_ACCT=
+PT_ACCT=
 run_path pt posix acct passthrough=on no_open=off uring=off passthrough_accounting=auto
 # passthrough counted exactly, whatever hook it takes
 if grep -q '^HAVE_BPF=y' "$REPO/config.mk" 2>/dev/null; then
@@ -190,7 +202,7 @@ else
 	log "SKIPPED the ptbpf path: this build has no BPF support (./configure says why)"
 fi
 # passthrough, estimated (the fallback), unless pt was just that
-if [[ $LAST_ACCT != estimate ]]; then
+if [[ $PT_ACCT != estimate ]]; then
 	run_path ptest posix estimated passthrough=on no_open=off uring=off passthrough_accounting=estimate
 fi
 # the daemon path
