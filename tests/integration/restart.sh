@@ -38,7 +38,9 @@ run_path() {
 	"$PYTHON" "$READER" --threads 4 "$mnt" "$T/src" "$T/stop" >"$T/reader-$name.json" &
 	local reader=$!
 	for ((i = 1; i <= KILLS; i++)); do
-		sleep "0.$((RANDOM % 4 + 6))"
+		# each daemon serves >= 0.5 s: shorter lives in a row are a crash
+		# loop to the supervisor, which backs off and then gives up
+		sleep "0.$((RANDOM % 11 + 55))"
 		old=$(daemon_of "$sup")
 		[[ -n $old ]] || die "$name: no daemon under supervisor $sup"
 		sig=${sigs[$((i % 3))]}
@@ -98,7 +100,7 @@ rm -f "$T/stop" "$T/client.fail"
 ) &
 client=$!
 for ((i = 1; i <= KILLS; i++)); do
-	sleep 0.7
+	sleep 0.55 # >= 0.5 s a daemon, as above
 	kill -KILL "$(daemon_of "$sup")"
 	wait_for -t 30 took_over "$logf" $((i + 1)) || die "client: kill $i: no daemon took over"
 done
@@ -153,7 +155,7 @@ rm -f "$T/stop"
 "$PYTHON" "$READER" --threads 2 "$M/late" "$T/late" "$T/stop" >"$T/reader-multi.json" &
 reader=$!
 for i in 1 2 3; do
-	sleep 0.7
+	sleep 0.55 # >= 0.5 s a daemon, as above
 	kill -KILL "$(daemon_of "$sup")"
 	wait_for -t 30 took_over "$logf" $((i + 1)) || die "multi: kill $i: no daemon took over"
 done
