@@ -16,7 +16,7 @@ printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\nin
 	skip "$cc cannot link -fsanitize=fuzzer,address,undefined (libFuzzer: the Debian package libclang-rt-14-dev): $(tail -n 1 "$TEST_TMPDIR/probe.log")"
 
 # the harnesses are built in the tree (make fuzz: tests/fuzz/obj/, ignored by git)
-make -s -C "$REPO" fuzz FUZZ_CC="$cc" >"$TEST_TMPDIR/make.log" 2>&1 ||
+make -s -C "$REPO" -j"$(nproc)" fuzz FUZZ_CC="$cc" >"$TEST_TMPDIR/make.log" 2>&1 ||
 	die "make fuzz failed: $(tail -n 20 "$TEST_TMPDIR/make.log")"
 rc=0
 FUZZ_WORK=$TEST_TMPDIR/work "$REPO/tests/fuzz/run.sh" "$secs" >"$TEST_TMPDIR/run.log" 2>&1 || rc=$?
