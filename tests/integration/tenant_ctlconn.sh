@@ -18,17 +18,21 @@ for i in 1 2 3 4; do head -c $((300 * 1024 + i)) /dev/urandom >"$T/data/f$i"; do
 head -c $((10 * 1024 * 1024)) /dev/urandom >"$T/data/slow"
 chmod -R a+rX "$T/data"
 
-# hold.py SOCK N SECS: open N connections and say HELLO on each; print
-# "ok=K refused=R msg=M" (M: the first refusal's message), keep them open
-# SECS seconds, then print how many the daemon had closed by then.
+# hold.py SOCK N SECS [STOP]: open N connections and say HELLO on each;
+# print "ok=K refused=R msg=M" (M: the first refusal's message), keep them
+# open SECS seconds (or until the file STOP exists), then print how many
+# the daemon had closed by then.
 cat >"$T/hold.py" <<'PY'
 import os, sys, time
 sys.path.insert(0, os.path.join(os.environ["REPO"], "tests"))
 import hostile
 path, n, secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+stop = sys.argv[4] if len(sys.argv) > 4 else None
 held, refused, msg = hostile.hold(path, n)
 print("ok=%d refused=%d msg=%s" % (len(held), refused, msg), flush=True)
-time.sleep(secs)
+end = time.monotonic() + secs
+while time.monotonic() < end and not (stop and os.path.exists(stop)):
+    time.sleep(0.05)
 print("closed=%d" % hostile.closed_by_peer(held), flush=True)
 PY
 
@@ -36,7 +40,7 @@ PY
 MNT=$T/mnt
 sfs_mount "dir://$T/data" "$MNT"
 SOCK=$(cat "$MNT/.stagefs/socket")
-as $A "$PYTHON" "$T/hold.py" "$SOCK" 300 12 >"$T/hold.out" &
+as $A "$PYTHON" "$T/hold.py" "$SOCK" 300 60 "$T/hold.stop" >"$T/hold.out" &
 hold=$!
 wait_for -t 30 grep -q "^ok=" "$T/hold.out" || die "the holder did not connect"
 read -r ok refused msg <<<"$(head -1 "$T/hold.out")"
@@ -51,6 +55,7 @@ as $B "$STAGEFS" warmup -q "$MNT" 2>"$T/wb.err" || die "$B's warmup failed while
 # the user over its limit gets the daemon's reason, not "Broken pipe"
 as $A "$STAGEFS" warmup -q --check "$MNT" >"$T/wa.out" 2>&1 && die "$A's 65th connection was accepted"
 grep -q "control_user_connections" "$T/wa.out" || die "$A's warmup does not print the reason: $(cat "$T/wa.out")"
+touch "$T/hold.stop"
 wait "$hold" || die "the holder failed"
 log "limits: $A capped at 64, $B's warmup and root's check got in, the refusal says why"
 sfs_umount "$MNT"
@@ -72,8 +77,12 @@ wait "$hold" || die "the holder failed"
 grep -q "^closed=16$" "$T/hold2.out" || die "idle connections not closed after 4 s: $(tail -1 "$T/hold2.out")"
 log "reserve: $A got 16 of 32, root got in, $B was told why; idle connections closed"
 
-# a warmup longer than the idle timeout (10 MiB at 1 MiB/s) runs to its end
+# a warmup longer than the idle timeout (10 MiB at 1 MiB/s, after a burst) runs to its end
+t0=$(date +%s%N)
 as $B "$STAGEFS" warmup -q "$MNT/slow" 2>"$T/ws.err" || die "a slow warmup failed: $(cat "$T/ws.err")"
+ms=$((($(date +%s%N) - t0) / 1000000))
+((ms > 4500)) || die "the slow warmup took $ms ms: not longer than the 4 s idle timeout"
+log "a warmup of $ms ms outlived the 4 s idle timeout"
 
 # a connection holding a cache file is not idle; the client library
 # reconnects after its pooled connection was closed as idle
