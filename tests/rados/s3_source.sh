@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects, listed one directory at a time in the background (the mount answers at once, the same inodes after the walk; an unmount stops it; a large directory listed in key ranges at once, versioned or not, every entry once), (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount, and a directory whose keys are all deleted is gone after it; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within the timeout; through an endpoint that fails every other read (503 SlowDown, 500, 429, a reset, a cut body) every byte is still right.
+# s3:// sources against a real RADOS Gateway on the suite's cluster: a tree of objects, listed one directory at a time in the background (the mount answers at once, the same inodes after the walk; an unmount stops it; a large directory listed in key ranges at once, versioned or not, every entry once), (several chunks, small files, an empty one, names with spaces, '+' and UTF-8, a directory marker, an object named as a directory is) reads byte-exact, with keys from a root-only credentials file or the AWS_* environment; warmup fills the cache (no GET after); an object replaced under the mount gives EIO (logged, If-Match), its neighbours read right; on a versioned bucket replaced and deleted objects read as listed until a remount, and a directory whose keys are all deleted is gone after it; wrong keys, a missing bucket or prefix, a credentials file others can read, a bad endpoint and no keys at all fail the mount with a clear message; a dead gateway gives EIO within the timeout, and the same mount reads the file once it is back; through an endpoint that fails every other read (503 SlowDown, 500, 429, a reset, a cut body) every byte is still right.
 # needs: ceph
 # timeout: 180
 # SPDX-License-Identifier: Apache-2.0
@@ -238,4 +238,8 @@ expect_eio 4500 "f3 with the gateway down (timeout=3s)" cat "$M/a/f3"
 ls "$M/a" >/dev/null || die "the mount stopped answering"
 cmp "$M/a/f2" "$S/a/f2" || die "a cached file does not read with the gateway down"
 log "gateway down: cached files still read"
+# the gateway back: the file that failed reads right, with no remount
+"$TOOL" rgw "$STAGEFS_CEPH_DIR" >/dev/null 2>>"$T/rgw.log" || die "the gateway did not start again: $(tail -3 "$T/rgw.log")"
+cmp "$M/a/f3" "$S/a/f3" || die "f3 does not read right once the gateway is back"
+log "gateway back: f3 reads right on the same mount"
 sfs_umount "$M"
