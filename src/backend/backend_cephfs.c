@@ -53,6 +53,7 @@
 #include "dirscan.h"
 #include "log.h"
 #include "manifest/manifest.h"
+#include "osdmap_refresh.h"
 #include "rados.h"
 #include "scanserve.h"
 
@@ -103,6 +104,7 @@ struct backend_aio {
 struct backend_cephfs {
 	struct backend be;
 	rados_t rados;
+	struct osdmap_refresh *maps;	/* after a direct read timed out */
 	struct ceph_mount_info *cm;
 	char *fs_name;
 	char *root;		/* in the file system: /PATH or /PATH/.snap/SNAP */
@@ -998,9 +1000,12 @@ static void direct_done(void *arg)
 {
 	struct backend_aio *h = arg;
 	struct backend_cephfs *c = h->c;
-	int r = direct_result(c, &h->file, cfsobj_aread_end(h->ar));
+	int raw = cfsobj_aread_end(h->ar);
+	int r = direct_result(c, &h->file, raw);
 
 	h->ar = NULL;
+	if (raw == -ETIMEDOUT)	/* the map may be stale: osdmap_refresh.h */
+		osdmap_refresh_ask(c->maps);
 	pthread_mutex_lock(&c->lock);
 	if (r == -ENOENT || (r > 0 && !c->snapshot)) {
 		h->check_only = r > 0;
@@ -1193,6 +1198,11 @@ static int cfs_create(const char *uri, const struct sfs_config *cfg, struct back
 	ret = sfs_rados_connect(&o, &c->rados, err, errlen);
 	if (ret)
 		goto out;
+	ret = osdmap_refresh_start(c->rados, uri, &c->maps);
+	if (ret) {
+		snprintf(err, errlen, "%s: cannot start a thread: %s", uri, strerror(-ret));
+		goto out;
+	}
 	ret = rados_cluster_fsid(c->rados, c->fsid, sizeof(c->fsid));
 	if (ret < 0) {
 		snprintf(err, errlen, "%s: cannot read the cluster's fsid: %s", uri, strerror(-ret));
@@ -1285,6 +1295,7 @@ static void cfs_destroy(struct backend *be)
 	cfsobj_map_close(atomic_load(&c->objs));
 	cfsobj_builder_destroy(c->objs_b);
 	cfsobj_reader_destroy(c->rd);
+	osdmap_refresh_stop(c->maps);
 	if (c->cm) {
 		ceph_unmount(c->cm);
 		ceph_release(c->cm);

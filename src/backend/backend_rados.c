@@ -423,8 +423,10 @@ static int rread_result(struct rread *rr, int rc)
 	if (rc < 0) {
 		log_limited(&rl_read, LOG_ERR, "rados: reading %s from pool '%s' failed: %s",
 			    rr->oid, rb->pool, strerror(-rc));
-		if (rc == -ETIMEDOUT)
+		if (rc == -ETIMEDOUT) {
 			timeout_note(rb, rr->oid);
+			osdmap_refresh_ask(rb->maps);	/* osdmap_refresh.h */
+		}
 		return -EIO;
 	}
 	if (rb->plain) {
@@ -820,6 +822,7 @@ static bool rb_pack_remote(struct backend *be, uint32_t pack)
 static void rb_free(struct rados_backend *rb)
 {
 	manifest_close(rb->be.m);
+	osdmap_refresh_stop(rb->maps);
 	if (rb->io)
 		rados_ioctx_destroy(rb->io);
 	if (rb->cl)
@@ -893,6 +896,11 @@ static int rb_create(const char *uri, const struct sfs_config *cfg,
 	rc = sfs_rados_connect(&o, &rb->cl, err, errlen);
 	if (rc)
 		goto out_free;
+	rc = osdmap_refresh_start(rb->cl, rb->be.uri, &rb->maps);
+	if (rc) {
+		errf(err, errlen, rc, "cannot start a thread: %s", strerror(-rc));
+		goto out_free;
+	}
 	rc = sfs_rados_ioctx(rb->cl, rb->pool, rb->nspace, &rb->io, err, errlen);
 	if (rc)
 		goto out_free;

@@ -15,6 +15,7 @@
 #include <rados/librados.h>
 
 #include "backend.h"
+#include "osdmap_refresh.h"
 #include "rados.h"
 
 /* objects that timed out lately, and for how long they fail at once */
@@ -23,6 +24,7 @@
 struct rados_backend {
 	struct backend be;		/* first: struct backend * casts to this */
 	rados_t cl;
+	struct osdmap_refresh *maps;	/* after a read timed out */
 	rados_ioctx_t io;
 	bool plain;
 	char *pool;
