@@ -194,6 +194,16 @@ expect_eio() {
 	((EIO_MS <= limit)) || die "$what: EIO after ${EIO_MS} ms; the timeout promises <= ${limit} ms"
 }
 
+# same_or_eio FILE REF WHAT: 0 if FILE reads as REF, 1 if it cannot be read
+# (the backend not back yet: "wait_for same_or_eio ..."); wrong bytes fail
+# the test at once.
+same_or_eio() {
+	local rc=0
+	cmp -s "$1" "$2" || rc=$?
+	[[ $rc -ne 1 ]] || die "$3: wrong bytes once the backend was back"
+	return $((rc != 0))
+}
+
 # rand_files SIZE N DIR...: DIR/f1..fN of SIZE random bytes each, readable by
 # every user, with TEST_TMPDIR and its parent open to them (the multi-user
 # tests read as other users).

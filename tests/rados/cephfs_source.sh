@@ -209,13 +209,8 @@ ls "$S/a" >/dev/null || die "the mount stopped answering"
 log "$(tail -1 "$T/start-osd.log")"
 # the OSD back: the same mount reads the file that failed (EIO until its
 # librados learns the new OSD map, never wrong bytes), with no remount
-f3_back() {
-	local rc=0
-	cmp -s "$S/a/f3" "$F/$D/.snap/s1/a/f3" || rc=$?
-	[[ $rc -ne 1 ]] || die "f3 read wrong bytes once the OSD was back"
-	return "$rc"
-}
-wait_for -t 30 f3_back || die "f3 still fails 30 s after the OSD came back"
+wait_for -t 30 same_or_eio "$S/a/f3" "$F/$D/.snap/s1/a/f3" f3 ||
+	die "f3 still fails 30 s after the OSD came back"
 cmp "$S/a/f2" "$F/$D/.snap/s1/a/f2" || die "f2 reads wrong once the OSD was back"
 contains "asking the monitors for the latest OSD map" "$(sfs_log "$S")" ||
 	die "no refresh of the OSD map logged after the timeout"

@@ -110,13 +110,8 @@ ls "$M5" >/dev/null || die "the mount stopped answering"
 # the OSD is up and its PGs active, but under load the daemon's librados may
 # learn of it (a new OSD map) only after its 5 s timeout: EIO until then,
 # never a hang and never wrong bytes
-same_or_eio() {
-	local rc=0
-	cmp -s "$M5/${g#./}" "$T/v1/${g#./}" || rc=$?
-	[[ $rc -ne 1 ]] || die "read after the OSD came back gave wrong bytes"
-	return "$rc"
-}
-wait_for -t 30 same_or_eio || die "read after the OSD came back still fails after 30 s"
+wait_for -t 30 same_or_eio "$M5/${g#./}" "$T/v1/${g#./}" "read after the OSD came back" ||
+	die "read after the OSD came back still fails after 30 s"
 sfs_umount "$M5"
 log "OSD down: EIO after ${took}s; reads work again after start-osd"
 
