@@ -40,13 +40,14 @@ static void *refresh_main(void *arg)
 		r->wanted = false;
 		pthread_mutex_unlock(&r->lock);
 		rc = rados_wait_for_latest_osdmap(r->cl);
-		if (rc < 0)
+		if (rc < 0) {
 			log_warn("%s: asking the monitors for the latest OSD map: %s",
 				 r->what, strerror(-rc));
-		else if (!told)
+		} else if (!told) {
 			log_notice("%s: an OSD operation timed out: asking the monitors for the latest OSD map after each such timeout (at most once a second), so that an OSD back up is found",
 				   r->what);
-		told = told || rc >= 0;
+			told = true;
+		}
 		pthread_mutex_lock(&r->lock);
 		next = now_ns() + REFRESH_GAP_NS;
 		while (!r->stopping && now_ns() < next)
