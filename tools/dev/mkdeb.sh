@@ -62,7 +62,7 @@ source_files() {
 
 t0=$SECONDS
 seed=${STAGEFS_DEB_SEED:-}
-if [[ -n $seed && ! -e $SRC && -d $seed/stagefs && -f $seed/.recipe ]]; then
+if [[ -n $seed && ! -e $SRC && -d $seed/stagefs && -f $seed/.recipe && -f $seed/.version ]]; then
 	mkdir -p "$OUT" || die "cannot create $OUT"
 	cp -a "$seed/stagefs" "$SRC" && cp -p "$seed/.recipe" "$seed/.version" "$OUT/" ||
 		die "cannot copy the build in $seed to $SRC"
