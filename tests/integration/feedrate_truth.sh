@@ -151,8 +151,9 @@ if rows and rows[0]["read_bytes"] >= want * 0.9:
 	echo "$now" >"$T/settle"
 	# estimated figures come with the once-a-second drain; the rest with
 	# the reads and RELEASE
-	local est=${now#* }
-	[[ -n $now && ${est%% *} != 0 ]] && sleep 1.2 || sleep 0.3
+	local est
+	read -r _ est _ <<<"$now"
+	[[ -n $est && $est != 0 ]] && sleep 1.2 || sleep 0.3
 	return 1
 }
 
